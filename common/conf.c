@@ -1,0 +1,375 @@
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ini.h>
+
+#include "conf.h"
+#include "log.h"
+#include "xmalloc.h"
+
+enum conf_type {
+	CONF_STRING,
+	CONF_INT,	/* non-negative integer */
+	CONF_COUNT,	/* non-negative integer or "auto" (stored as 0) */
+	CONF_MODE,	/* octal file mode */
+	CONF_DURATION,	/* milliseconds */
+	CONF_SIZE,	/* bytes */
+	CONF_LOG_LEVEL,
+	CONF_LOG_FORMAT,
+};
+
+struct conf_key {
+	const char	*section;
+	const char	*key;
+	enum conf_type	 type;
+	size_t		 offset;
+	const char	*value;		/* the default */
+	int64_t		 min;		/* smallest value for numbers */
+};
+
+#define KEY(s, k, t, field, def, min) \
+	{ s, k, t, offsetof(struct conf, field), def, min }
+static const struct conf_key conf_keys[] = {
+	KEY("daemon", "socket", CONF_STRING, daemon_socket,
+	    "/run/ember/emberd.sock", 0),
+	KEY("daemon", "socket_mode", CONF_MODE, daemon_socket_mode, "0660", 0),
+	KEY("daemon", "socket_group", CONF_STRING, daemon_socket_group, "", 0),
+	KEY("daemon", "log_level", CONF_LOG_LEVEL, daemon_log_level, "info", 0),
+	KEY("daemon", "log_format", CONF_LOG_FORMAT, daemon_log_format,
+	    "text", 0),
+	KEY("daemon", "worker_path", CONF_STRING, daemon_worker_path, "", 0),
+	KEY("daemon", "max_frame", CONF_SIZE, daemon_max_frame, "16m", 1024),
+	KEY("daemon", "max_connections_per_uid", CONF_INT,
+	    daemon_max_connections_per_uid, "64", 1),
+	KEY("daemon", "shutdown_grace", CONF_DURATION, daemon_shutdown_grace,
+	    "10s", 0),
+	KEY("workers", "max", CONF_COUNT, workers_max, "auto", 0),
+	KEY("workers", "fork_backoff", CONF_DURATION, workers_fork_backoff,
+	    "1s", 1),
+	KEY("stream", "buffer", CONF_SIZE, stream_buffer, "1m", 4096),
+};
+#define NKEYS (sizeof conf_keys / sizeof conf_keys[0])
+
+int
+conf_parse_duration(const char *s, int64_t *ms)
+{
+	static const struct { const char *unit; int64_t ms; } units[] = {
+		{ "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "h", 3600000 },
+		{ "", 1000 },
+	};
+	char		*end;
+	long long	 n;
+	size_t		 i;
+
+	if (!isdigit((unsigned char)*s))
+		return (-1);
+	errno = 0;
+	n = strtoll(s, &end, 10);
+	if (errno != 0)
+		return (-1);
+	for (i = 0; i < sizeof units / sizeof units[0]; i++) {
+		if (strcmp(end, units[i].unit) == 0) {
+			if (n > INT64_MAX / units[i].ms)
+				return (-1);
+			*ms = n * units[i].ms;
+			return (0);
+		}
+	}
+	return (-1);
+}
+
+int
+conf_parse_size(const char *s, int64_t *bytes)
+{
+	char		*end;
+	long long	 n;
+	int64_t		 mult = 1;
+
+	if (!isdigit((unsigned char)*s))
+		return (-1);
+	errno = 0;
+	n = strtoll(s, &end, 10);
+	if (errno != 0)
+		return (-1);
+	switch (tolower((unsigned char)*end)) {
+	case '\0':
+		break;
+	case 'k':
+		mult = 1LL << 10;
+		break;
+	case 'm':
+		mult = 1LL << 20;
+		break;
+	case 'g':
+		mult = 1LL << 30;
+		break;
+	default:
+		return (-1);
+	}
+	if (*end != '\0' && end[1] != '\0' &&
+	    !(tolower((unsigned char)end[1]) == 'b' && end[2] == '\0'))
+		return (-1);
+	if (n > INT64_MAX / mult)
+		return (-1);
+	*bytes = n * mult;
+	return (0);
+}
+
+static int
+conf_parse_int(const char *s, int64_t *out)
+{
+	char		*end;
+	long long	 n;
+
+	if (!isdigit((unsigned char)*s))
+		return (-1);
+	errno = 0;
+	n = strtoll(s, &end, 10);
+	if (errno != 0 || *end != '\0')
+		return (-1);
+	*out = n;
+	return (0);
+}
+
+static const struct conf_key *
+conf_find(const char *section, const char *key)
+{
+	size_t	i;
+
+	for (i = 0; i < NKEYS; i++) {
+		if (strcmp(conf_keys[i].section, section) == 0 &&
+		    strcmp(conf_keys[i].key, key) == 0)
+			return (&conf_keys[i]);
+	}
+	return (NULL);
+}
+
+/* Parse value for k into its field; NULL, or what is wrong with it. */
+static const char *
+conf_apply(struct conf *conf, const struct conf_key *k, const char *value)
+{
+	void		*field = (char *)conf + k->offset;
+	int64_t		 n = 0;
+	enum log_level	 level;
+	enum log_format	 format;
+	char		*end;
+
+	switch (k->type) {
+	case CONF_LOG_LEVEL:
+		if (log_level_from_string(value, &level) == -1)
+			return ("expected error, warn, info or debug");
+		/* FALLTHROUGH */
+	case CONF_LOG_FORMAT:
+		if (k->type == CONF_LOG_FORMAT &&
+		    log_format_from_string(value, &format) == -1)
+			return ("expected text or json");
+		/* FALLTHROUGH */
+	case CONF_STRING:
+		free(*(char **)field);
+		*(char **)field = xstrdup(value);
+		return (NULL);
+	case CONF_INT:
+		if (conf_parse_int(value, &n) == -1)
+			return ("expected a whole number");
+		break;
+	case CONF_COUNT:
+		if (strcmp(value, "auto") == 0)
+			n = 0;
+		else if (conf_parse_int(value, &n) == -1 || n == 0)
+			return ("expected a positive whole number or auto");
+		*(int64_t *)field = n;
+		return (NULL);
+	case CONF_MODE:
+		errno = 0;
+		n = strtoll(value, &end, 8);
+		if (*value == '\0' || *end != '\0' || errno != 0 ||
+		    n < 0 || n > 07777)
+			return ("expected an octal mode such as 0660");
+		break;
+	case CONF_DURATION:
+		if (conf_parse_duration(value, &n) == -1)
+			return ("expected a duration such as 500ms, 30s or 5m");
+		break;
+	case CONF_SIZE:
+		if (conf_parse_size(value, &n) == -1)
+			return ("expected a size such as 4096, 64k, 16m or 1g");
+		break;
+	}
+	if (n < k->min)
+		return ("value too small");
+	*(int64_t *)field = n;
+	return (NULL);
+}
+
+void
+conf_init(struct conf *conf)
+{
+	size_t		 i;
+	const char	*why;
+
+	memset(conf, 0, sizeof *conf);
+	for (i = 0; i < NKEYS; i++) {
+		if ((why = conf_apply(conf, &conf_keys[i], conf_keys[i].value))
+		    != NULL)
+			fatalx("default of %s.%s: %s", conf_keys[i].section,
+			    conf_keys[i].key, why);
+	}
+}
+
+void
+conf_free(struct conf *conf)
+{
+	size_t	i;
+
+	for (i = 0; i < NKEYS; i++) {
+		if (conf_keys[i].type == CONF_STRING ||
+		    conf_keys[i].type == CONF_LOG_LEVEL ||
+		    conf_keys[i].type == CONF_LOG_FORMAT) {
+			char **field = (char **)((char *)conf +
+			    conf_keys[i].offset);
+			free(*field);
+			*field = NULL;
+		}
+	}
+}
+
+int
+conf_set_key(struct conf *conf, const char *section, const char *key,
+    const char *value, char **err)
+{
+	const struct conf_key	*k;
+	const char		*why;
+
+	if ((k = conf_find(section, key)) == NULL) {
+		xasprintf(err, "%s.%s: unknown key", section, key);
+		return (-1);
+	}
+	if ((why = conf_apply(conf, k, value)) != NULL) {
+		xasprintf(err, "%s.%s: %s: \"%s\"", section, key, why, value);
+		return (-1);
+	}
+	return (0);
+}
+
+int
+conf_set(struct conf *conf, const char *assignment, char **err)
+{
+	const char	*eq, *dot;
+	char		*section, *key;
+	int		 rc;
+
+	eq = strchr(assignment, '=');
+	dot = strchr(assignment, '.');
+	if (eq == NULL || dot == NULL || dot > eq || dot == assignment ||
+	    dot + 1 == eq) {
+		xasprintf(err, "\"%s\": expected section.key=value",
+		    assignment);
+		return (-1);
+	}
+	section = xstrndup(assignment, (size_t)(dot - assignment));
+	key = xstrndup(dot + 1, (size_t)(eq - dot - 1));
+	rc = conf_set_key(conf, section, key, eq + 1, err);
+	free(section);
+	free(key);
+	return (rc);
+}
+
+struct conf_load {
+	struct conf	*conf;
+	const char	*path;
+	char		*err;
+};
+
+static int
+conf_ini_cb(void *arg, const char *section, const char *key,
+    const char *value, int line)
+{
+	struct conf_load	*load = arg;
+	char			*why;
+
+	if (load->err != NULL)
+		return (0);
+	if (*section == '\0') {
+		xasprintf(&load->err, "%s:%d: %s: key outside a [section]",
+		    load->path, line, key);
+		return (0);
+	}
+	if (conf_set_key(load->conf, section, key, value, &why) == -1) {
+		xasprintf(&load->err, "%s:%d: %s", load->path, line, why);
+		free(why);
+		return (0);
+	}
+	return (1);
+}
+
+int
+conf_load_file(struct conf *conf, const char *path, char **err)
+{
+	struct conf_load	 load = { conf, path, NULL };
+	FILE			*f;
+	int			 rc;
+
+	if ((f = fopen(path, "r")) == NULL) {
+		xasprintf(err, "%s: %s", path, strerror(errno));
+		return (-1);
+	}
+	rc = ini_parse_file(f, conf_ini_cb, &load);
+	fclose(f);
+	if (load.err != NULL) {
+		*err = load.err;
+		return (-1);
+	}
+	if (rc != 0) {
+		xasprintf(err, "%s:%d: syntax error", path, rc);
+		return (-1);
+	}
+	return (0);
+}
+
+void
+conf_dump(const struct conf *conf, FILE *f)
+{
+	const char	*section = "";
+	size_t		 i;
+
+	for (i = 0; i < NKEYS; i++) {
+		const struct conf_key	*k = &conf_keys[i];
+		const void		*field = (const char *)conf + k->offset;
+
+		if (strcmp(section, k->section) != 0) {
+			fprintf(f, "%s[%s]\n", i == 0 ? "" : "\n", k->section);
+			section = k->section;
+		}
+		switch (k->type) {
+		case CONF_STRING:
+		case CONF_LOG_LEVEL:
+		case CONF_LOG_FORMAT:
+			fprintf(f, "%s = %s\n", k->key, *(char *const *)field);
+			break;
+		case CONF_MODE:
+			fprintf(f, "%s = %04" PRIo64 "\n", k->key,
+			    *(const int64_t *)field);
+			break;
+		case CONF_DURATION:
+			fprintf(f, "%s = %" PRId64 "ms\n", k->key,
+			    *(const int64_t *)field);
+			break;
+		case CONF_COUNT:
+			if (*(const int64_t *)field == 0) {
+				fprintf(f, "%s = auto\n", k->key);
+				break;
+			}
+			/* FALLTHROUGH */
+		case CONF_INT:
+		case CONF_SIZE:
+			fprintf(f, "%s = %" PRId64 "\n", k->key,
+			    *(const int64_t *)field);
+			break;
+		}
+	}
+}

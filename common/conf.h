@@ -1,0 +1,43 @@
+/*
+ * emberd's configuration: one table of keys (conf.c) with their types and
+ * defaults, read from an INI file and overridden by --set section.key=value.
+ * conf/ember.conf documents every key and must change with the table.
+ */
+#ifndef EMBER_CONF_H
+#define EMBER_CONF_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+struct conf {
+	char		*daemon_socket;
+	int64_t		 daemon_socket_mode;
+	char		*daemon_socket_group;
+	char		*daemon_log_level;
+	char		*daemon_log_format;
+	char		*daemon_worker_path;
+	int64_t		 daemon_max_frame;
+	int64_t		 daemon_max_connections_per_uid;
+	int64_t		 daemon_shutdown_grace;	/* ms */
+
+	int64_t		 workers_max;		/* 0: one per CPU */
+	int64_t		 workers_fork_backoff;	/* ms */
+
+	int64_t		 stream_buffer;		/* bytes queued to a client */
+};
+
+void	 conf_init(struct conf *);
+void	 conf_free(struct conf *);
+/* Each returns 0, or -1 with *err allocated ("FILE:LINE: section.key: ..."). */
+int	 conf_load_file(struct conf *, const char *path, char **err);
+int	 conf_set(struct conf *, const char *assignment, char **err);
+int	 conf_set_key(struct conf *, const char *section, const char *key,
+	     const char *value, char **err);
+/* Print every key with its value, as an INI file. */
+void	 conf_dump(const struct conf *, FILE *);
+
+/* Value parsers, shared with the tests: 0, or -1 on bad input. */
+int	 conf_parse_duration(const char *, int64_t *ms);
+int	 conf_parse_size(const char *, int64_t *bytes);
+
+#endif

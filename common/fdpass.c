@@ -1,0 +1,99 @@
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fdpass.h"
+#include "frame.h"
+
+int
+fs_msg_send(int sock, const struct fs_msg *m, int fd)
+{
+	unsigned char	 buf[FS_MSG_SIZE];
+	struct msghdr	 mh;
+	struct iovec	 iov;
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(sizeof(int))];
+	} cmsg;
+	ssize_t		 n;
+
+	be32_put(buf, m->type);
+	be32_put(buf + 4, m->id);
+	be32_put(buf + 8, m->pid);
+	be32_put(buf + 12, m->value);
+
+	memset(&mh, 0, sizeof mh);
+	iov.iov_base = buf;
+	iov.iov_len = sizeof buf;
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (fd >= 0) {
+		memset(&cmsg, 0, sizeof cmsg);
+		mh.msg_control = cmsg.buf;
+		mh.msg_controllen = sizeof cmsg.buf;
+		cmsg.hdr.cmsg_len = CMSG_LEN(sizeof(int));
+		cmsg.hdr.cmsg_level = SOL_SOCKET;
+		cmsg.hdr.cmsg_type = SCM_RIGHTS;
+		memcpy(CMSG_DATA(&cmsg.hdr), &fd, sizeof fd);
+	}
+	do
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (n == -1 && errno == EINTR);
+	return (n == (ssize_t)sizeof buf ? 0 : -1);
+}
+
+int
+fs_msg_recv(int sock, struct fs_msg *m, int *fd)
+{
+	unsigned char	 buf[FS_MSG_SIZE];
+	struct msghdr	 mh;
+	struct iovec	 iov;
+	struct cmsghdr	*c;
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(sizeof(int) * 4)];
+	} cmsg;
+	ssize_t		 n;
+
+	*fd = -1;
+	memset(&mh, 0, sizeof mh);
+	iov.iov_base = buf;
+	iov.iov_len = sizeof buf;
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = cmsg.buf;
+	mh.msg_controllen = sizeof cmsg.buf;
+	do
+		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	while (n == -1 && errno == EINTR);
+	if (n <= 0)
+		return ((int)n);
+
+	for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+		int	*fds = (int *)CMSG_DATA(c);
+		size_t	 nfds, i;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < nfds; i++) {
+			if (*fd == -1)
+				*fd = fds[i];
+			else
+				close(fds[i]);	/* only one is ever expected */
+		}
+	}
+	if (n != (ssize_t)sizeof buf || (mh.msg_flags & MSG_TRUNC)) {
+		if (*fd != -1)
+			close(*fd);
+		*fd = -1;
+		errno = EBADMSG;
+		return (-1);
+	}
+	m->type = be32_get(buf);
+	m->id = be32_get(buf + 4);
+	m->pid = be32_get(buf + 8);
+	m->value = be32_get(buf + 12);
+	return (1);
+}

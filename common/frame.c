@@ -1,0 +1,101 @@
+#include <errno.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include "frame.h"
+#include "log.h"
+
+int
+fd_read_full(int fd, void *buf, size_t len)
+{
+	unsigned char	*p = buf;
+	ssize_t		 n;
+
+	while (len > 0) {
+		n = read(fd, p, len);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n == 0)
+				errno = 0;
+			return (-1);
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return (0);
+}
+
+int
+fd_write_full(int fd, const void *buf, size_t len)
+{
+	const unsigned char	*p = buf;
+	ssize_t			 n;
+
+	while (len > 0) {
+		n = write(fd, p, len);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1)
+			return (-1);
+		p += n;
+		len -= (size_t)n;
+	}
+	return (0);
+}
+
+int
+fd_read_int32(int fd, int32_t *v)
+{
+	unsigned char	b[4];
+
+	if (fd_read_full(fd, b, sizeof b) == -1)
+		return (-1);
+	*v = be32_get(b);
+	return (0);
+}
+
+int
+fd_write_int32(int fd, int32_t v)
+{
+	unsigned char	b[4];
+
+	be32_put(b, v);
+	return (fd_write_full(fd, b, sizeof b));
+}
+
+enum frame_status
+frame_peek(struct evbuffer *buf, size_t max, int32_t *len)
+{
+	unsigned char	hdr[4];
+
+	if (evbuffer_copyout(buf, hdr, sizeof hdr) < (ev_ssize_t)sizeof hdr)
+		return (FRAME_INCOMPLETE);
+	*len = be32_get(hdr);
+	if (*len < 0)
+		return (FRAME_OK);
+	if ((size_t)*len > max)
+		return (FRAME_TOO_LARGE);
+	if (evbuffer_get_length(buf) < sizeof hdr + (size_t)*len)
+		return (FRAME_INCOMPLETE);
+	return (FRAME_OK);
+}
+
+void
+evbuffer_add_int32(struct evbuffer *buf, int32_t v)
+{
+	unsigned char	b[4];
+
+	be32_put(b, v);
+	if (evbuffer_add(buf, b, sizeof b) == -1)
+		fatalx("evbuffer_add failed");
+}
+
+void
+evbuffer_add_frame(struct evbuffer *buf, const void *data, size_t len)
+{
+	evbuffer_add_int32(buf, (int32_t)len);
+	if (len > 0 && evbuffer_add(buf, data, len) == -1)
+		fatalx("evbuffer_add failed");
+}

@@ -1,0 +1,162 @@
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static const char	*log_name = "ember";
+static enum log_level	 log_level = LOG_LEVEL_INFO;
+static enum log_format	 log_format = LOG_FORMAT_TEXT;
+static int		 log_syslog;
+
+static const char *const log_level_names[] = { "error", "warn", "info", "debug" };
+
+/* Open the log; with syslog set, lines go to syslog instead of stderr. */
+void
+log_open(const char *name, enum log_level level, enum log_format format,
+    int use_syslog)
+{
+	log_name = name;
+	log_level = level;
+	log_format = format;
+	log_syslog = use_syslog;
+	if (use_syslog)
+		openlog(name, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+}
+
+void
+log_set_level(enum log_level level)
+{
+	log_level = level;
+}
+
+int
+log_enabled(enum log_level level)
+{
+	return (level <= log_level);
+}
+
+int
+log_level_from_string(const char *s, enum log_level *out)
+{
+	size_t	i;
+
+	for (i = 0; i < sizeof log_level_names / sizeof *log_level_names; i++) {
+		if (strcmp(s, log_level_names[i]) == 0) {
+			*out = (enum log_level)i;
+			return (0);
+		}
+	}
+	return (-1);
+}
+
+int
+log_format_from_string(const char *s, enum log_format *out)
+{
+	if (strcmp(s, "text") == 0)
+		*out = LOG_FORMAT_TEXT;
+	else if (strcmp(s, "json") == 0)
+		*out = LOG_FORMAT_JSON;
+	else
+		return (-1);
+	return (0);
+}
+
+/* Write a string as a JSON string body. */
+static void
+log_json_escape(FILE *f, const char *s)
+{
+	for (; *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+}
+
+static void
+log_vwrite(enum log_level level, const char *fmt, va_list ap, const char *suffix)
+{
+	static const int syslog_prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
+	char		 msg[2048];
+	struct timespec	 ts;
+	struct tm	 tm;
+	char		 when[32];
+	int		 saved = errno;
+
+	if (!log_enabled(level))
+		return;
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	if (suffix != NULL) {
+		size_t used = strlen(msg);
+		snprintf(msg + used, sizeof msg - used, ": %s", suffix);
+	}
+	if (log_syslog) {
+		syslog(syslog_prio[level], "%s", msg);
+		errno = saved;
+		return;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (log_format == LOG_FORMAT_JSON) {
+		fprintf(stderr, "{\"time\":\"%s.%03ldZ\",\"level\":\"%s\","
+		    "\"process\":\"%s\",\"pid\":%ld,\"message\":\"", when,
+		    ts.tv_nsec / 1000000, log_level_names[level], log_name,
+		    (long)getpid());
+		log_json_escape(stderr, msg);
+		fputs("\"}\n", stderr);
+	} else {
+		fprintf(stderr, "%s.%03ldZ %s[%ld] %s: %s\n", when,
+		    ts.tv_nsec / 1000000, log_name, (long)getpid(),
+		    log_level_names[level], msg);
+	}
+	errno = saved;
+}
+
+#define LOG_FUNCTION(name, level)			\
+void							\
+name(const char *fmt, ...)				\
+{							\
+	va_list ap;					\
+	va_start(ap, fmt);				\
+	log_vwrite(level, fmt, ap, NULL);		\
+	va_end(ap);					\
+}
+LOG_FUNCTION(log_error, LOG_LEVEL_ERROR)
+LOG_FUNCTION(log_warn, LOG_LEVEL_WARN)
+LOG_FUNCTION(log_info, LOG_LEVEL_INFO)
+LOG_FUNCTION(log_debug, LOG_LEVEL_DEBUG)
+
+void
+fatal(const char *fmt, ...)
+{
+	va_list	ap;
+	char	err[256];
+
+	snprintf(err, sizeof err, "%s", strerror(errno));
+	va_start(ap, fmt);
+	log_vwrite(LOG_LEVEL_ERROR, fmt, ap, err);
+	va_end(ap);
+	exit(1);
+}
+
+void
+fatalx(const char *fmt, ...)
+{
+	va_list	ap;
+
+	va_start(ap, fmt);
+	log_vwrite(LOG_LEVEL_ERROR, fmt, ap, NULL);
+	va_end(ap);
+	exit(1);
+}

@@ -1,0 +1,77 @@
+/*
+ * The wire contract of every ember socket.  Bump EMBER_PROTOCOL_VERSION
+ * whenever a message changes shape; docs/protocol.md describes each message
+ * in prose and must change with this file.
+ *
+ * Every integer on the wire is big-endian.  A frame is an int32 length
+ * followed by that many bytes; a negative length is one of the special
+ * values below and carries no bytes of its own.
+ */
+#ifndef EMBER_PROTOCOL_H
+#define EMBER_PROTOCOL_H
+
+#include <stdint.h>
+
+#define EMBER_PROTOCOL_VERSION 1
+
+/* Special lengths, the same numbers as PySpark's SpecialLengths. */
+#define EMBER_END_OF_DATA_SECTION	(-1)
+#define EMBER_EXCEPTION_THROWN		(-2)
+#define EMBER_TIMING_DATA		(-3)
+#define EMBER_END_OF_STREAM		(-4)
+#define EMBER_NULL			(-5)
+/* Worker -> emberd only: int32 records, int32 bytes, then that many bytes
+ * of record frames, relayed to the client without being re-framed. */
+#define EMBER_RECORD_BATCH		(-6)
+
+/* Result stream responses, emberd -> client (section 2.2). */
+#define EMBER_STREAM_DONE		0
+#define EMBER_STREAM_PARTITION		1
+#define EMBER_STREAM_DETACHED		2
+#define EMBER_STREAM_ERROR		(-1)
+
+/* Result stream requests, client -> emberd. */
+#define EMBER_REQUEST_STOP		0
+#define EMBER_REQUEST_NEXT		1
+
+/* Limits. */
+#define EMBER_MAX_BATCH			(64 * 1024 * 1024)
+#define EMBER_MAX_TASK_FRAME		(64 * 1024 * 1024)
+#define EMBER_MAX_ERROR_FRAME		(64 * 1024)
+
+/*
+ * Task metrics after EMBER_TIMING_DATA: int32 count, then count int64s in
+ * this order.  New metrics are appended; readers ignore the ones they do
+ * not know and treat missing ones as zero.
+ */
+enum ember_metric {
+	EMBER_METRIC_RECORDS_IN,
+	EMBER_METRIC_RECORDS_OUT,
+	EMBER_METRIC_BYTES_OUT,
+	EMBER_METRIC_ELAPSED_NS,
+	EMBER_METRIC_COUNT
+};
+
+/*
+ * emberd <-> fork-server control channel: a SOCK_SEQPACKET socketpair, one
+ * message per packet, four int32 fields.  FS_FORKED carries the emberd end of
+ * the new worker's socketpair as SCM_RIGHTS.
+ */
+enum fs_msg_type {
+	FS_HELLO = 1,	/* fs -> emberd: id = protocol version, pid = own pid */
+	FS_FORK = 2,	/* emberd -> fs: id = request id */
+	FS_FORKED = 3,	/* fs -> emberd: id = request id, pid = worker pid, + fd */
+	FS_FORK_FAILED = 4, /* fs -> emberd: id = request id, value = errno */
+	FS_KILL = 5,	/* emberd -> fs: pid, value = signal */
+	FS_EXIT = 6,	/* fs -> emberd: pid, value = wait status */
+};
+
+struct fs_msg {
+	int32_t	type;
+	int32_t	id;
+	int32_t	pid;
+	int32_t	value;
+};
+#define FS_MSG_SIZE 16
+
+#endif

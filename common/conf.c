@@ -285,25 +285,21 @@ struct conf_load {
 	char		*err;
 };
 
+/* inih reports the line of the first callback that returns 0. */
 static int
 conf_ini_cb(void *arg, const char *section, const char *key,
-    const char *value, int line)
+    const char *value)
 {
 	struct conf_load	*load = arg;
-	char			*why;
 
 	if (load->err != NULL)
-		return (0);
+		return (1);
 	if (*section == '\0') {
-		xasprintf(&load->err, "%s:%d: %s: key outside a [section]",
-		    load->path, line, key);
+		xasprintf(&load->err, "%s: key outside a [section]", key);
 		return (0);
 	}
-	if (conf_set_key(load->conf, section, key, value, &why) == -1) {
-		xasprintf(&load->err, "%s:%d: %s", load->path, line, why);
-		free(why);
+	if (conf_set_key(load->conf, section, key, value, &load->err) == -1)
 		return (0);
-	}
 	return (1);
 }
 
@@ -321,7 +317,8 @@ conf_load_file(struct conf *conf, const char *path, char **err)
 	rc = ini_parse_file(f, conf_ini_cb, &load);
 	fclose(f);
 	if (load.err != NULL) {
-		*err = load.err;
+		xasprintf(err, "%s:%d: %s", path, rc, load.err);
+		free(load.err);
 		return (-1);
 	}
 	if (rc != 0) {

@@ -1,0 +1,52 @@
+#!/bin/sh
+# Install the Debian packages ember needs to build and test, when missing.
+# Runs apt-get as root, through sudo otherwise; without either it prints the
+# command to run and fails.
+set -eu
+
+PACKAGES="build-essential autoconf automake libtool pkg-config libevent-dev
+libjansson-dev libinih-dev uuid-dev check python3 procps util-linux"
+
+# Print the packages of PACKAGES that are not installed.
+missing_packages()
+{
+	for p in $PACKAGES; do
+		status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+		case "$status" in
+		*" installed") ;;
+		*) printf '%s\n' "$p" ;;
+		esac
+	done
+}
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+	echo "install-deps: not a Debian system; install by hand:" >&2
+	echo "  $PACKAGES" | tr '\n' ' ' >&2
+	echo >&2
+	exit 1
+fi
+
+missing=$(missing_packages | tr '\n' ' ')
+if [ -z "$missing" ]; then
+	exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+	as_root=""
+elif command -v sudo >/dev/null 2>&1; then
+	as_root="sudo"
+else
+	echo "install-deps: missing packages: $missing" >&2
+	echo "install-deps: as root, run:" >&2
+	echo "  apt-get update && apt-get install -y $missing" >&2
+	exit 1
+fi
+
+echo "install-deps: installing $missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+# shellcheck disable=SC2086
+$as_root env DEBIAN_FRONTEND=noninteractive apt-get -qq update >/dev/null
+# shellcheck disable=SC2086
+$as_root env DEBIAN_FRONTEND=noninteractive apt-get -qq install -y \
+    --no-install-recommends $missing >/dev/null
+echo "install-deps: done" >&2

@@ -1,0 +1,498 @@
+#include "queue.h"
+#include <sys/socket.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "connection.h"
+#include "emberd.h"
+#include "frame.h"
+#include "jread.h"
+#include "log.h"
+#include "operation.h"
+#include "protocol.h"
+#include "session.h"
+#include "status.h"
+#include "xmalloc.h"
+
+/* Frames handled per read event before yielding to other connections. */
+#define CONNECTION_BATCH	64
+
+enum connection_state {
+	CONN_CONTROL,	/* reading control frames */
+	CONN_BUSY,	/* a request is running; its reply comes later */
+	CONN_STREAM,	/* carrying an operation's result stream */
+	CONN_CLOSING,	/* flushing a last reply, then closing */
+};
+
+struct connection {
+	uint64_t		 id;
+	struct bufferevent	*bev;
+	struct event		*kick;		/* resume reading input */
+	enum connection_state	 state;
+	uid_t			 uid;
+	gid_t			 gid;
+	pid_t			 pid;
+	struct session		*session;	/* after hello */
+	struct operation	*op;		/* CONN_BUSY, CONN_STREAM */
+	TAILQ_ENTRY(connection)	 entry;
+};
+static TAILQ_HEAD(, connection) connections =
+    TAILQ_HEAD_INITIALIZER(connections);
+static uint64_t connection_next_id = 1;
+
+struct connection_request {
+	const char	*op;
+	int		 needs_hello;
+	void		(*handle)(struct connection *, json_t *);
+};
+
+static void	connection_free(struct connection *);
+static void	connection_process(struct connection *);
+
+uid_t
+connection_uid(const struct connection *c)
+{
+	return (c->uid);
+}
+
+pid_t
+connection_pid(const struct connection *c)
+{
+	return (c->pid);
+}
+
+struct evbuffer *
+connection_output(struct connection *c)
+{
+	return (bufferevent_get_output(c->bev));
+}
+
+int
+connection_output_full(struct connection *c)
+{
+	return (evbuffer_get_length(bufferevent_get_output(c->bev)) >=
+	    (size_t)ember_conf.stream_buffer);
+}
+
+/* Write one JSON reply frame. */
+static void
+connection_send(struct connection *c, json_t *reply)
+{
+	char	*text;
+
+	if ((text = json_dumps(reply, JSON_COMPACT)) == NULL)
+		fatalx("json_dumps failed");
+	evbuffer_add_frame(bufferevent_get_output(c->bev), text, strlen(text));
+	free(text);
+	json_decref(reply);
+}
+
+void
+connection_reply_ok(struct connection *c, json_t *fields)
+{
+	json_t	*reply = json_pack("{s:b}", "ok", 1);
+
+	if (fields != NULL) {
+		json_object_update(reply, fields);
+		json_decref(fields);
+	}
+	connection_send(c, reply);
+}
+
+void
+connection_reply_error(struct connection *c, const char *class,
+    const char *fmt, ...)
+{
+	va_list	 ap;
+	char	*msg;
+
+	va_start(ap, fmt);
+	if (vasprintf(&msg, fmt, ap) == -1)
+		fatal("vasprintf");
+	va_end(ap);
+	ember_counters.request_errors++;
+	log_debug("connection %llu (pid %ld): %s: %s",
+	    (unsigned long long)c->id, (long)c->pid, class, msg);
+	connection_send(c, json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error",
+	    "class", class, "message", msg));
+	free(msg);
+}
+
+/* Reply with an error, then close once it is flushed: the framing is broken. */
+static void
+connection_fail(struct connection *c, const char *class, const char *msg)
+{
+	connection_reply_error(c, class, "%s", msg);
+	c->state = CONN_CLOSING;
+	bufferevent_disable(c->bev, EV_READ);
+	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+	event_active(c->kick, EV_WRITE, 1);
+}
+
+void
+connection_stream_begin(struct connection *c, struct operation *op)
+{
+	c->state = CONN_STREAM;
+	c->op = op;
+}
+
+void
+connection_stream_end(struct connection *c)
+{
+	c->state = CONN_CONTROL;
+	c->op = NULL;
+	event_active(c->kick, EV_READ, 1);
+}
+
+void
+connection_busy_begin(struct connection *c, struct operation *op)
+{
+	c->state = CONN_BUSY;
+	c->op = op;
+}
+
+void
+connection_busy_end(struct connection *c)
+{
+	connection_stream_end(c);
+}
+
+/* hello: version check, then a new or resumed session. */
+static void
+connection_hello(struct connection *c, json_t *req)
+{
+	static const char *const keys[] = { "op", "version", "session",
+	    "client", NULL };
+	json_int_t	 version = 0;
+	const char	*sid = NULL, *client = NULL;
+	struct session	*s;
+	char		*err;
+
+	if (jread_only(req, "", keys, &err) == -1 ||
+	    jread_int(req, "", "version", JREAD_REQUIRED, &version, &err) == -1 ||
+	    jread_string(req, "", "session", JREAD_OPTIONAL, &sid, &err) == -1 ||
+	    jread_string(req, "", "client", JREAD_OPTIONAL, &client,
+	    &err) == -1) {
+		connection_reply_error(c, "REQUEST_INVALID", "hello: %s", err);
+		free(err);
+		return;
+	}
+	if (version != EMBER_PROTOCOL_VERSION) {
+		connection_send(c, json_pack("{s:b,s:i,s:{s:s,s:s}}", "ok", 0,
+		    "version", EMBER_PROTOCOL_VERSION, "error", "class",
+		    "VERSION_MISMATCH", "message",
+		    "this emberd speaks protocol version 1"));
+		ember_counters.request_errors++;
+		return;
+	}
+	if (sid != NULL) {
+		if ((s = session_resume(sid, c->uid)) == NULL) {
+			connection_reply_error(c, "SESSION_NOT_FOUND",
+			    "no session %s", sid);
+			return;
+		}
+	} else
+		s = session_create(c->uid);
+	if (c->session != NULL)
+		session_release(c->session);
+	c->session = s;
+	log_debug("connection %llu: hello from %s (pid %ld, uid %ld), "
+	    "session %s", (unsigned long long)c->id,
+	    client != NULL ? client : "a client", (long)c->pid, (long)c->uid,
+	    session_id(s));
+	connection_reply_ok(c, json_pack("{s:i,s:s,s:s}", "version",
+	    EMBER_PROTOCOL_VERSION, "session", session_id(s), "server",
+	    "emberd " PACKAGE_VERSION));
+}
+
+static void
+connection_execute(struct connection *c, json_t *req)
+{
+	if (ember_draining) {
+		connection_reply_error(c, "SHUTTING_DOWN",
+		    "emberd is shutting down and takes no new work");
+		return;
+	}
+	operation_execute(c, c->session, req);
+}
+
+static void
+connection_status(struct connection *c, json_t *req)
+{
+	(void)req;
+	connection_reply_ok(c, status_build(c->uid));
+}
+
+static void
+connection_close_session(struct connection *c, json_t *req)
+{
+	(void)req;
+	session_close(c->session);
+	c->session = NULL;
+	connection_reply_ok(c, NULL);
+}
+
+static const struct connection_request connection_requests[] = {
+	{ "hello", 0, connection_hello },
+	{ "execute", 1, connection_execute },
+	{ "status", 1, connection_status },
+	{ "close_session", 1, connection_close_session },
+};
+
+/* Parse and answer one control frame. */
+static void
+connection_dispatch(struct connection *c, const char *data, size_t len)
+{
+	const struct connection_request	*r;
+	json_error_t			 jerr;
+	json_t				*req, *op;
+	size_t				 i;
+
+	ember_counters.requests++;
+	req = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (req == NULL) {
+		connection_reply_error(c, "REQUEST_INVALID",
+		    "not JSON: %s (at byte %d)", jerr.text, jerr.position);
+		return;
+	}
+	if (!json_is_object(req) || !json_is_string(op =
+	    json_object_get(req, "op"))) {
+		connection_reply_error(c, "REQUEST_INVALID",
+		    "a request is a JSON object with a string \"op\"");
+		json_decref(req);
+		return;
+	}
+	for (i = 0; i < sizeof connection_requests /
+	    sizeof connection_requests[0]; i++) {
+		r = &connection_requests[i];
+		if (strcmp(r->op, json_string_value(op)) != 0)
+			continue;
+		if (r->needs_hello && c->session == NULL)
+			connection_reply_error(c, "HELLO_REQUIRED",
+			    "%s: say hello first", r->op);
+		else
+			r->handle(c, req);
+		json_decref(req);
+		return;
+	}
+	connection_reply_error(c, "REQUEST_INVALID", "unknown op \"%s\"",
+	    json_string_value(op));
+	json_decref(req);
+}
+
+/* Handle one control frame if a whole one is buffered: 1 if handled. */
+static int
+connection_read_control(struct connection *c)
+{
+	struct evbuffer	*in = bufferevent_get_input(c->bev);
+	int32_t		 len;
+	char		 msg[128];
+	unsigned char	*data;
+
+	switch (frame_peek(in, (size_t)ember_conf.daemon_max_frame, &len)) {
+	case FRAME_INCOMPLETE:
+		return (0);
+	case FRAME_TOO_LARGE:
+		snprintf(msg, sizeof msg, "frame of %ld bytes is over "
+		    "daemon.max_frame (%lld)", (long)len,
+		    (long long)ember_conf.daemon_max_frame);
+		connection_fail(c, "FRAME_INVALID", msg);
+		return (0);
+	case FRAME_OK:
+		break;
+	}
+	if (len < 0) {
+		snprintf(msg, sizeof msg, "expected a control frame, got "
+		    "length %ld", (long)len);
+		connection_fail(c, "FRAME_INVALID", msg);
+		return (0);
+	}
+	evbuffer_drain(in, 4);
+	data = evbuffer_pullup(in, len);
+	connection_dispatch(c, (const char *)data, (size_t)len);
+	evbuffer_drain(in, (size_t)len);
+	return (1);
+}
+
+/* Work through buffered input as far as the state allows. */
+static void
+connection_process(struct connection *c)
+{
+	struct evbuffer	*in = bufferevent_get_input(c->bev);
+	int		 n, handled;
+
+	for (n = 0; n < CONNECTION_BATCH; n++) {
+		switch (c->state) {
+		case CONN_CONTROL:
+			handled = connection_read_control(c);
+			break;
+		case CONN_STREAM:
+			handled = operation_stream_input(c->op, in);
+			break;
+		default:
+			return;
+		}
+		if (!handled)
+			return;
+	}
+	/* More may be buffered: come back after others had their turn. */
+	event_active(c->kick, EV_READ, 1);
+}
+
+static void
+connection_read_cb(struct bufferevent *bev, void *arg)
+{
+	(void)bev;
+	connection_process(arg);
+}
+
+/* Output drained below the low watermark (or empty, when closing). */
+static void
+connection_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct connection	*c = arg;
+
+	if (c->state == CONN_CLOSING) {
+		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+			connection_free(c);
+		return;
+	}
+	if (c->state == CONN_STREAM)
+		operation_stream_writable(c->op);
+}
+
+static void
+connection_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct connection	*c = arg;
+
+	(void)bev;
+	if (what & BEV_EVENT_ERROR)
+		log_debug("connection %llu: %s", (unsigned long long)c->id,
+		    strerror(EVUTIL_SOCKET_ERROR()));
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		connection_free(c);
+}
+
+static void
+connection_kick_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct connection	*c = arg;
+
+	(void)fd;
+	if (c->state == CONN_CLOSING) {
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+			connection_free(c);
+		return;
+	}
+	if (events & EV_READ)
+		connection_process(c);
+}
+
+static int
+connection_count_uid(uid_t uid)
+{
+	struct connection	*c;
+	int			 n = 0;
+
+	TAILQ_FOREACH(c, &connections, entry) {
+		if (c->uid == uid)
+			n++;
+	}
+	return (n);
+}
+
+void
+connection_create(int fd)
+{
+	struct connection	*c;
+	struct ucred		 cred;
+	socklen_t		 len = sizeof cred;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == -1) {
+		log_warn("SO_PEERCRED: %s", strerror(errno));
+		close(fd);
+		return;
+	}
+	c = xcalloc(1, sizeof *c);
+	c->id = connection_next_id++;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	c->pid = cred.pid;
+	c->state = CONN_CONTROL;
+	c->bev = bufferevent_socket_new(ember_base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (c->bev == NULL)
+		fatalx("bufferevent_socket_new failed");
+	c->kick = event_new(ember_base, -1, 0, connection_kick_cb, c);
+	bufferevent_setcb(c->bev, connection_read_cb, connection_write_cb,
+	    connection_event_cb, c);
+	/* Read at most one whole control frame ahead; wake the writer when
+	 * the client has taken half of what a stream may queue. */
+	bufferevent_setwatermark(c->bev, EV_READ, 0,
+	    (size_t)ember_conf.daemon_max_frame + 4);
+	bufferevent_setwatermark(c->bev, EV_WRITE,
+	    (size_t)ember_conf.stream_buffer / 2, 0);
+	TAILQ_INSERT_TAIL(&connections, c, entry);
+	ember_counters.connections++;
+
+	if (connection_count_uid(c->uid) >
+	    ember_conf.daemon_max_connections_per_uid) {
+		ember_counters.connections_refused++;
+		log_warn("uid %ld has more than %lld connections; refusing pid "
+		    "%ld", (long)c->uid,
+		    (long long)ember_conf.daemon_max_connections_per_uid,
+		    (long)c->pid);
+		connection_fail(c, "LIMIT_EXCEEDED", "too many connections "
+		    "for this user (daemon.max_connections_per_uid)");
+		bufferevent_enable(c->bev, EV_WRITE);
+		return;
+	}
+	log_debug("connection %llu from pid %ld uid %ld",
+	    (unsigned long long)c->id, (long)c->pid, (long)c->uid);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+}
+
+static void
+connection_free(struct connection *c)
+{
+	log_debug("connection %llu closed", (unsigned long long)c->id);
+	if (c->op != NULL)
+		operation_detach(c->op);
+	if (c->session != NULL)
+		session_release(c->session);
+	TAILQ_REMOVE(&connections, c, entry);
+	event_free(c->kick);
+	bufferevent_free(c->bev);
+	free(c);
+}
+
+void
+connection_close_all(void)
+{
+	struct connection	*c;
+
+	while ((c = TAILQ_FIRST(&connections)) != NULL)
+		connection_free(c);
+}
+
+void
+connection_drain_idle(void)
+{
+	struct connection	*c, *next;
+
+	TAILQ_FOREACH_SAFE(c, &connections, entry, next) {
+		if (c->state == CONN_CONTROL &&
+		    evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
+		    evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+			connection_free(c);
+	}
+}

@@ -1,0 +1,45 @@
+/*
+ * Client connections.  A connection is an explicit state machine: it reads
+ * control frames, waits while a request is answered later, or carries one
+ * operation's result stream.  The operation owns the stream's position; the
+ * connection only carries bytes, so a stream can move to another connection.
+ */
+#ifndef EMBER_CONNECTION_H
+#define EMBER_CONNECTION_H
+
+#include <sys/types.h>
+
+#include <jansson.h>
+
+struct connection;
+struct evbuffer;
+struct operation;
+
+void		 connection_create(int fd);
+/* Close every connection (exit), or only those with nothing running (drain). */
+void		 connection_close_all(void);
+void		 connection_drain_idle(void);
+
+uid_t		 connection_uid(const struct connection *);
+pid_t		 connection_pid(const struct connection *);
+
+/* Replies: exactly one per request.  fields is stolen and may be NULL. */
+void		 connection_reply_ok(struct connection *, json_t *fields);
+void		 connection_reply_error(struct connection *, const char *class,
+		     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/*
+ * The result stream.  After stream_begin the connection's output belongs to
+ * op (connection_output) and stream input goes to operation_stream_input;
+ * stream_end hands the connection back to control frames.  busy_begin and
+ * busy_end bracket a request whose reply comes later (count).
+ */
+void		 connection_stream_begin(struct connection *, struct operation *);
+void		 connection_stream_end(struct connection *);
+void		 connection_busy_begin(struct connection *, struct operation *);
+void		 connection_busy_end(struct connection *);
+struct evbuffer	*connection_output(struct connection *);
+/* Has the client fallen behind by more than stream.buffer? */
+int		 connection_output_full(struct connection *);
+
+#endif

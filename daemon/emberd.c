@@ -1,0 +1,293 @@
+/*
+ * emberd: the driver daemon.  Reads the conf, opens the socket, starts the
+ * fork-server and runs the event loop until SIGTERM or SIGINT has drained
+ * the running operations.
+ */
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "connection.h"
+#include "emberd.h"
+#include "forkserver.h"
+#include "listener.h"
+#include "log.h"
+#include "operation.h"
+#include "pool.h"
+#include "xmalloc.h"
+
+struct event_base	*ember_base;
+struct conf		 ember_conf;
+struct ember_counters	 ember_counters;
+int			 ember_draining;
+uint64_t		 ember_started_ms;
+
+static struct event	*ember_sigterm, *ember_sigint, *ember_sighup;
+static struct event	*ember_sigchld, *ember_grace;
+
+uint64_t
+ember_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
+}
+
+int
+ember_workers_max(void)
+{
+	long	n;
+
+	if (ember_conf.workers_max > 0)
+		return ((int)ember_conf.workers_max);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return (n > 0 ? (int)n : 1);
+}
+
+/* Stop the loop once a drain has no operation left. */
+void
+ember_check_drained(void)
+{
+	if (ember_draining && operation_count() == 0) {
+		log_info("drained: no operation left, exiting");
+		event_base_loopexit(ember_base, NULL);
+	}
+}
+
+/* Grace period over: interrupt what is still running. */
+static void
+ember_grace_cb(evutil_socket_t fd, short events, void *arg)
+{
+	(void)fd; (void)events; (void)arg;
+	log_warn("shutdown grace period over: interrupting %zu operation(s)",
+	    operation_count());
+	operation_interrupt_all("emberd is shutting down");
+	event_base_loopexit(ember_base, NULL);
+}
+
+/* SIGTERM or SIGINT: stop accepting, let operations finish, then exit. */
+static void
+ember_signal_drain_cb(evutil_socket_t sig, short events, void *arg)
+{
+	struct timeval	tv;
+
+	(void)events; (void)arg;
+	if (ember_draining) {
+		log_info("second %s: exiting now", strsignal((int)sig));
+		operation_interrupt_all("emberd is shutting down");
+		event_base_loopexit(ember_base, NULL);
+		return;
+	}
+	log_info("%s: draining (grace %lldms)", strsignal((int)sig),
+	    (long long)ember_conf.daemon_shutdown_grace);
+	ember_draining = 1;
+	listener_stop();
+	connection_drain_idle();
+	tv.tv_sec = ember_conf.daemon_shutdown_grace / 1000;
+	tv.tv_usec = (ember_conf.daemon_shutdown_grace % 1000) * 1000;
+	ember_grace = evtimer_new(ember_base, ember_grace_cb, NULL);
+	evtimer_add(ember_grace, &tv);
+	ember_check_drained();
+}
+
+/* SIGHUP: only the log level changes live for now. */
+static void
+ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
+{
+	(void)sig; (void)events; (void)arg;
+	log_info("SIGHUP: nothing to reload in this version");
+}
+
+/* SIGCHLD: the fork-server is our only child. */
+static void
+ember_signal_chld_cb(evutil_socket_t sig, short events, void *arg)
+{
+	(void)sig; (void)events; (void)arg;
+	forkserver_reap();
+}
+
+static void
+ember_usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: emberd [-f] [-c FILE] [--set section.key=value ...]\n"
+	    "       emberd --dump-conf [-c FILE] [--set ...]\n"
+	    "  -c, --conf FILE   read the conf file (default %s/ember.conf,\n"
+	    "                    if it exists)\n"
+	    "  -s, --set K=V     override one conf key, e.g. --set workers.max=4\n"
+	    "  -f, --foreground  stay in the foreground, log to stderr\n"
+	    "      --dump-conf   print the effective conf and exit\n"
+	    "  -V, --version     print the version and exit\n",
+	    EMBER_SYSCONFDIR);
+}
+
+/* Detach from the terminal: fork, new session, stdio to /dev/null. */
+static void
+ember_daemonize(void)
+{
+	int	fd;
+
+	switch (fork()) {
+	case -1:
+		fatal("fork");
+	case 0:
+		break;
+	default:
+		_exit(0);
+	}
+	if (setsid() == -1)
+		fatal("setsid");
+	if ((fd = open("/dev/null", O_RDWR)) == -1)
+		fatal("/dev/null");
+	dup2(fd, STDIN_FILENO);
+	dup2(fd, STDOUT_FILENO);
+	dup2(fd, STDERR_FILENO);
+	if (fd > STDERR_FILENO)
+		close(fd);
+}
+
+/* Read the conf file then apply every --set, in order. */
+static void
+ember_load_conf(const char *path, char **sets, int nsets)
+{
+	char	*err;
+	int	 i;
+
+	conf_init(&ember_conf);
+	if (path == NULL && access(EMBER_SYSCONFDIR "/ember.conf", F_OK) == 0)
+		path = EMBER_SYSCONFDIR "/ember.conf";
+	if (path != NULL && conf_load_file(&ember_conf, path, &err) == -1) {
+		fprintf(stderr, "emberd: %s\n", err);
+		exit(2);
+	}
+	for (i = 0; i < nsets; i++) {
+		if (conf_set(&ember_conf, sets[i], &err) == -1) {
+			fprintf(stderr, "emberd: --set %s\n", err);
+			exit(2);
+		}
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "conf", required_argument, NULL, 'c' },
+		{ "set", required_argument, NULL, 's' },
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "dump-conf", no_argument, NULL, 'D' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	const char	*conf_path = NULL;
+	char		**sets = NULL;
+	int		 nsets = 0, foreground = 0, dump = 0, ch;
+	enum log_level	 level;
+	enum log_format	 format;
+
+	while ((ch = getopt_long(argc, argv, "c:s:fVh", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'c':
+			conf_path = optarg;
+			break;
+		case 's':
+			sets = xreallocarray(sets, (size_t)nsets + 1,
+			    sizeof *sets);
+			sets[nsets++] = optarg;
+			break;
+		case 'f':
+			foreground = 1;
+			break;
+		case 'D':
+			dump = 1;
+			break;
+		case 'V':
+			printf("emberd %s\n", PACKAGE_VERSION);
+			return (0);
+		case 'h':
+			ember_usage(stdout);
+			return (0);
+		default:
+			ember_usage(stderr);
+			return (2);
+		}
+	}
+	if (optind != argc) {
+		ember_usage(stderr);
+		return (2);
+	}
+	ember_load_conf(conf_path, sets, nsets);
+	free(sets);
+	if (dump) {
+		conf_dump(&ember_conf, stdout);
+		conf_free(&ember_conf);
+		return (0);
+	}
+
+	log_level_from_string(ember_conf.daemon_log_level, &level);
+	log_format_from_string(ember_conf.daemon_log_format, &format);
+	log_open("emberd", level, format, !foreground);
+	if (!foreground)
+		ember_daemonize();
+
+	signal(SIGPIPE, SIG_IGN);
+	if ((ember_base = event_base_new()) == NULL)
+		fatalx("event_base_new failed");
+	ember_started_ms = ember_now_ms();
+
+	if (listener_start() == -1)
+		return (1);
+	pool_init();
+	if (forkserver_start() == -1) {
+		listener_stop();
+		return (1);
+	}
+
+	ember_sigterm = evsignal_new(ember_base, SIGTERM, ember_signal_drain_cb,
+	    NULL);
+	ember_sigint = evsignal_new(ember_base, SIGINT, ember_signal_drain_cb,
+	    NULL);
+	ember_sighup = evsignal_new(ember_base, SIGHUP, ember_signal_hup_cb,
+	    NULL);
+	ember_sigchld = evsignal_new(ember_base, SIGCHLD, ember_signal_chld_cb,
+	    NULL);
+	evsignal_add(ember_sigterm, NULL);
+	evsignal_add(ember_sigint, NULL);
+	evsignal_add(ember_sighup, NULL);
+	evsignal_add(ember_sigchld, NULL);
+
+	log_info("emberd %s ready on %s (pid %ld, workers.max %d)",
+	    PACKAGE_VERSION, ember_conf.daemon_socket, (long)getpid(),
+	    ember_workers_max());
+	event_base_dispatch(ember_base);
+
+	/* Free in reverse order of creation, so valgrind stays clean. */
+	listener_stop();
+	operation_interrupt_all("emberd is shutting down");
+	connection_close_all();
+	pool_shutdown();
+	forkserver_stop();
+	if (ember_grace != NULL)
+		event_free(ember_grace);
+	event_free(ember_sigchld);
+	event_free(ember_sighup);
+	event_free(ember_sigint);
+	event_free(ember_sigterm);
+	event_base_free(ember_base);
+	log_info("emberd exited");
+	conf_free(&ember_conf);
+	return (0);
+}

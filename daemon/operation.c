@@ -1,0 +1,586 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <uuid/uuid.h>
+
+#include "connection.h"
+#include "emberd.h"
+#include "frame.h"
+#include "jread.h"
+#include "log.h"
+#include "operation.h"
+#include "plan.h"
+#include "pool.h"
+#include "scheduler.h"
+#include "session.h"
+#include "xmalloc.h"
+
+#define OPERATION_MAX_PREFETCH	1024
+
+enum action {
+	ACTION_ITERATE,		/* pull: a partition per client request */
+	ACTION_COLLECT,		/* push: every partition in order */
+	ACTION_COUNT,		/* one reply with the total */
+};
+static const char *const action_names[] = { "iterate", "collect", "count" };
+
+struct operation {
+	char			 id[37];
+	uint64_t		 serial;
+	struct session		*session;
+	struct connection	*conn;		/* attached, or NULL */
+	enum action		 action;
+	int			 prefetch;
+	struct plan		*plan;
+	char			*plan_text;	/* "plan":...,"files":... */
+	int			 npartitions;
+	int			 next_start;	/* first partition not started */
+	int			 next_deliver;	/* partition the client gets next */
+	int			 requested;	/* the client asked for it */
+	int			 partition_open; /* its "1" went out */
+	int			 live;		/* tasks started, not retired */
+	int			 done;		/* tasks retired (count) */
+	int64_t			 count;
+	int64_t			 records_sent;
+	uint64_t		 started_ms;
+	TAILQ_HEAD(, task)	 tasks;		/* live tasks, by partition */
+	TAILQ_ENTRY(operation)	 entry;
+};
+static TAILQ_HEAD(, operation) operations = TAILQ_HEAD_INITIALIZER(operations);
+static size_t	 noperations;
+static uint64_t	 operation_next_serial = 1;
+
+static void	operation_pump(struct operation *);
+
+uint64_t
+operation_serial(const struct operation *op)
+{
+	return (op->serial);
+}
+
+const char *
+operation_id(const struct operation *op)
+{
+	return (op->id);
+}
+
+int
+operation_partitions(const struct operation *op)
+{
+	return (op->npartitions);
+}
+
+const char *
+operation_plan_text(const struct operation *op)
+{
+	return (op->plan_text);
+}
+
+size_t
+operation_count(void)
+{
+	return (noperations);
+}
+
+static struct operation *
+operation_find(const char *id)
+{
+	struct operation	*op;
+
+	TAILQ_FOREACH(op, &operations, entry) {
+		if (strcmp(op->id, id) == 0)
+			return (op);
+	}
+	return (NULL);
+}
+
+/* Tasks allowed in flight: ahead of the delivered partition for streams. */
+static int
+operation_window(const struct operation *op)
+{
+	switch (op->action) {
+	case ACTION_COUNT:
+		return (2 * ember_workers_max());
+	case ACTION_COLLECT:
+		return (ember_workers_max() + 1);
+	case ACTION_ITERATE:
+		break;
+	}
+	return (op->prefetch + op->requested);
+}
+
+/* Start tasks while the window has room. */
+static void
+operation_fill(struct operation *op)
+{
+	struct task	*t;
+
+	while (op->next_start < op->npartitions &&
+	    op->live < operation_window(op)) {
+		t = xcalloc(1, sizeof *t);
+		t->op = op;
+		t->partition = op->next_start++;
+		t->count_mode = op->action == ACTION_COUNT;
+		TAILQ_INSERT_TAIL(&op->tasks, t, op_entry);
+		op->live++;
+		ember_counters.tasks++;
+		scheduler_submit(t);
+	}
+}
+
+/* Retire a task: stop it wherever it is and free it. */
+static void
+operation_retire(struct operation *op, struct task *t)
+{
+	switch (t->state) {
+	case TASK_QUEUED:
+		scheduler_remove(t);
+		break;
+	case TASK_ASSIGNED:
+		pool_cancel_task(t);
+		break;
+	case TASK_DONE:
+	case TASK_FAILED:
+		break;
+	}
+	TAILQ_REMOVE(&op->tasks, t, op_entry);
+	op->live--;
+	free(t->error);
+	free(t);
+}
+
+/* Free an operation: its tasks are stopped and its workers not reused. */
+static void
+operation_free(struct operation *op)
+{
+	struct task	*t;
+
+	while ((t = TAILQ_FIRST(&op->tasks)) != NULL)
+		operation_retire(op, t);
+	log_debug("operation %s ended: %lld records sent", op->id,
+	    (long long)op->records_sent);
+	TAILQ_REMOVE(&operations, op, entry);
+	noperations--;
+	session_remove_operation(op->session, op);
+	plan_free(op->plan);
+	free(op->plan_text);
+	free(op);
+	ember_check_drained();
+}
+
+/* Give the connection back to control frames and free the operation. */
+static void
+operation_end(struct operation *op)
+{
+	struct connection	*c = op->conn;
+
+	op->conn = NULL;
+	if (c != NULL) {
+		if (op->action == ACTION_COUNT)
+			connection_busy_end(c);
+		else
+			connection_stream_end(c);
+	}
+	operation_free(op);
+}
+
+/* End a stream with an error: -1 before the partition's first record,
+ * -2 (EXCEPTION_THROWN) after it, then the message frame. */
+static void
+operation_stream_error(struct operation *op, const char *msg)
+{
+	struct evbuffer	*out = connection_output(op->conn);
+	size_t		 len = strlen(msg);
+
+	evbuffer_add_int32(out, op->partition_open ? EMBER_EXCEPTION_THROWN :
+	    EMBER_STREAM_ERROR);
+	evbuffer_add_frame(out, msg, len > EMBER_MAX_ERROR_FRAME ?
+	    EMBER_MAX_ERROR_FRAME : len);
+}
+
+/* Interrupt op and tell its client, if any, why. */
+static void
+operation_abort(struct operation *op, const char *class, const char *why)
+{
+	if (op->conn != NULL) {
+		if (op->action == ACTION_COUNT)
+			connection_reply_error(op->conn, class, "operation %s: %s",
+			    op->id, why);
+		else
+			operation_stream_error(op, why);
+	}
+	ember_counters.operations_interrupted++;
+	operation_end(op);
+}
+
+void
+operation_interrupt_all(const char *why)
+{
+	struct operation	*op;
+
+	while ((op = TAILQ_FIRST(&operations)) != NULL)
+		operation_abort(op, "SHUTTING_DOWN", why);
+}
+
+void
+operation_interrupt_session(struct session *s, const char *why)
+{
+	struct operation	*op, *next;
+
+	TAILQ_FOREACH_SAFE(op, &operations, entry, next) {
+		if (op->session == s)
+			operation_abort(op, "INTERRUPTED", why);
+	}
+}
+
+void
+operation_detach(struct operation *op)
+{
+	/* Nobody to deliver to: stop the tasks, free the workers. */
+	log_debug("operation %s: client went away at partition %d of %d",
+	    op->id, op->next_deliver, op->npartitions);
+	op->conn = NULL;
+	ember_counters.operations_interrupted++;
+	operation_free(op);
+}
+
+/* Deliver what can be delivered, in partition order. */
+static void
+operation_pump(struct operation *op)
+{
+	struct evbuffer	*out;
+	struct task	*t;
+
+	while (op->conn != NULL) {
+		if (op->action == ACTION_ITERATE && !op->requested)
+			return;
+		out = connection_output(op->conn);
+		if (op->next_deliver == op->npartitions) {
+			evbuffer_add_int32(out, EMBER_STREAM_DONE);
+			ember_counters.operations_completed++;
+			operation_end(op);
+			return;
+		}
+		operation_fill(op);
+		t = TAILQ_FIRST(&op->tasks);
+		if (t == NULL || t->partition != op->next_deliver)
+			fatalx("operation %s: partition %d has no task", op->id,
+			    op->next_deliver);
+		switch (t->state) {
+		case TASK_DONE:
+			if (!op->partition_open)
+				evbuffer_add_int32(out, EMBER_STREAM_PARTITION);
+			evbuffer_add_int32(out, EMBER_END_OF_DATA_SECTION);
+			op->partition_open = 0;
+			op->next_deliver++;
+			op->requested = op->action == ACTION_COLLECT;
+			operation_retire(op, t);
+			break;
+		case TASK_FAILED:
+			ember_counters.operations_failed++;
+			operation_stream_error(op, t->error);
+			operation_end(op);
+			return;
+		case TASK_ASSIGNED:
+			/* Its worker holds the records: let it relay them. */
+			worker_kick(t->worker);
+			return;
+		case TASK_QUEUED:
+			return;
+		}
+	}
+}
+
+int
+task_accepts_batch(struct task *t)
+{
+	struct operation	*op = t->op;
+
+	return (op->conn != NULL && op->requested &&
+	    TAILQ_FIRST(&op->tasks) == t && !connection_output_full(op->conn));
+}
+
+void
+task_relay_batch(struct task *t, struct evbuffer *from, size_t bytes,
+    int32_t records)
+{
+	struct operation	*op = t->op;
+	struct evbuffer		*out = connection_output(op->conn);
+
+	if (!op->partition_open) {
+		evbuffer_add_int32(out, EMBER_STREAM_PARTITION);
+		op->partition_open = 1;
+	}
+	/* Moves whole chains where it can: the records are not copied. */
+	if (evbuffer_remove_buffer(from, out, bytes) != (int)bytes)
+		fatalx("evbuffer_remove_buffer came up short");
+	t->records += records;
+	op->records_sent += records;
+	ember_counters.records_sent += (uint64_t)records;
+	ember_counters.bytes_sent += bytes;
+}
+
+void
+task_finished(struct task *t)
+{
+	struct operation	*op = t->op;
+
+	t->state = TASK_DONE;
+	t->worker = NULL;
+	ember_counters.tasks_completed++;
+	if (op->action != ACTION_COUNT) {
+		if (TAILQ_FIRST(&op->tasks) == t)
+			operation_pump(op);
+		return;
+	}
+	op->count += t->metrics[EMBER_METRIC_RECORDS_OUT];
+	op->done++;
+	operation_retire(op, t);
+	if (op->done < op->npartitions) {
+		operation_fill(op);
+		return;
+	}
+	ember_counters.operations_completed++;
+	if (op->conn != NULL)
+		connection_reply_ok(op->conn, json_pack("{s:s,s:i,s:I}",
+		    "operation", op->id, "partitions", op->npartitions, "count",
+		    (json_int_t)op->count));
+	operation_end(op);
+}
+
+void
+task_failed(struct task *t, pid_t pid, const char *cause)
+{
+	struct operation	*op = t->op;
+
+	t->state = TASK_FAILED;
+	t->worker = NULL;
+	xasprintf(&t->error, "partition %d: worker %ld: %s", t->partition,
+	    (long)pid, cause);
+	ember_counters.tasks_failed++;
+	log_info("operation %s: %s", op->id, t->error);
+	if (op->action != ACTION_COUNT) {
+		if (TAILQ_FIRST(&op->tasks) == t)
+			operation_pump(op);
+		return;
+	}
+	ember_counters.operations_failed++;
+	if (op->conn != NULL)
+		connection_reply_error(op->conn, "TASK_FAILED", "%s", t->error);
+	operation_end(op);
+}
+
+/* Stop at a partition boundary: the client wrote 0. */
+static void
+operation_stop(struct operation *op)
+{
+	log_debug("operation %s: stopped by the client after %d of %d "
+	    "partitions", op->id, op->next_deliver, op->npartitions);
+	evbuffer_add_int32(connection_output(op->conn), EMBER_STREAM_DONE);
+	ember_counters.operations_interrupted++;
+	operation_end(op);
+}
+
+int
+operation_stream_input(struct operation *op, struct evbuffer *in)
+{
+	unsigned char	b[4];
+	int32_t		request;
+
+	/* Requests come between partitions; collect takes none. */
+	if (op->action != ACTION_ITERATE || op->requested)
+		return (0);
+	if (evbuffer_get_length(in) < sizeof b)
+		return (0);
+	evbuffer_remove(in, b, sizeof b);
+	request = be32_get(b);
+	if (request == EMBER_REQUEST_STOP) {
+		operation_stop(op);
+		return (1);
+	}
+	op->requested = 1;
+	operation_pump(op);
+	return (1);
+}
+
+void
+operation_stream_writable(struct operation *op)
+{
+	struct task	*t = TAILQ_FIRST(&op->tasks);
+
+	if (t != NULL && t->state == TASK_ASSIGNED)
+		worker_kick(t->worker);
+}
+
+/* The plan part of every first task descriptor, made once. */
+static char *
+operation_make_plan_text(json_t *plan_json, const struct plan *plan)
+{
+	json_t	*o = json_pack("{s:O}", "plan", plan_json);
+	char	*text, *inner;
+	size_t	 len;
+
+	if (plan->source == PLAN_SOURCE_TEXT)
+		json_object_set_new(o, "files", plan_files_to_json(plan));
+	if ((text = json_dumps(o, JSON_COMPACT)) == NULL)
+		fatalx("json_dumps failed");
+	json_decref(o);
+	/* Keep the members without the braces, to splice into descriptors. */
+	len = strlen(text);
+	inner = xstrndup(text + 1, len - 2);
+	free(text);
+	return (inner);
+}
+
+/* Read the options of an action; -1 with *err. */
+static int
+operation_read_options(struct operation *op, json_t *options, char **err)
+{
+	static const char *const keys[] = { "prefetch", "reattachable", NULL };
+	json_int_t	prefetch = 0;
+	int		reattachable = 1;
+
+	if (options == NULL)
+		return (0);
+	if (jread_only(options, "options", keys, err) == -1 ||
+	    jread_int(options, "options", "prefetch", JREAD_OPTIONAL,
+	    &prefetch, err) == -1 ||
+	    jread_bool(options, "options", "reattachable", JREAD_OPTIONAL,
+	    &reattachable, err) == -1)
+		return (-1);
+	if (prefetch < 0 || prefetch > OPERATION_MAX_PREFETCH)
+		return (jread_fail(err, "options.prefetch",
+		    "must be from 0 to %d", OPERATION_MAX_PREFETCH));
+	if (prefetch > 0 && op->action != ACTION_ITERATE)
+		return (jread_fail(err, "options.prefetch",
+		    "only iterate prefetches"));
+	op->prefetch = (int)prefetch;
+	return (0);
+}
+
+void
+operation_execute(struct connection *c, struct session *s, json_t *req)
+{
+	static const char *const keys[] = { "op", "plan", "action", "options",
+	    "operation", NULL };
+	struct operation	*op;
+	const char		*action = NULL, *id = NULL;
+	json_t			*plan_json = NULL, *options = NULL;
+	struct plan		*plan = NULL;
+	char			*err = NULL;
+	uuid_t			 u;
+	size_t			 i;
+
+	if (jread_only(req, "", keys, &err) == -1 ||
+	    jread_string(req, "", "action", JREAD_REQUIRED, &action,
+	    &err) == -1 ||
+	    jread_object(req, "", "options", JREAD_OPTIONAL, &options,
+	    &err) == -1 ||
+	    jread_string(req, "", "operation", JREAD_OPTIONAL, &id,
+	    &err) == -1) {
+		connection_reply_error(c, "REQUEST_INVALID", "execute: %s", err);
+		free(err);
+		return;
+	}
+	if (id != NULL && (uuid_parse(id, u) == -1 || strlen(id) != 36)) {
+		connection_reply_error(c, "REQUEST_INVALID",
+		    "operation: \"%s\" is not a UUID", id);
+		return;
+	}
+	if (id != NULL && operation_find(id) != NULL) {
+		connection_reply_error(c, "OPERATION_EXISTS",
+		    "operation %s already exists", id);
+		return;
+	}
+	op = xcalloc(1, sizeof *op);
+	for (i = 0; i < sizeof action_names / sizeof action_names[0]; i++) {
+		if (strcmp(action, action_names[i]) == 0)
+			break;
+	}
+	if (i == sizeof action_names / sizeof action_names[0]) {
+		connection_reply_error(c, "ACTION_INVALID", "action: unknown "
+		    "action \"%s\" (expected iterate, collect or count)", action);
+		free(op);
+		return;
+	}
+	op->action = (enum action)i;
+	if (operation_read_options(op, options, &err) == -1) {
+		connection_reply_error(c, "ACTION_INVALID", "%s", err);
+		free(err);
+		free(op);
+		return;
+	}
+
+	plan_json = json_object_get(req, "plan");
+	if (plan_json == NULL) {
+		connection_reply_error(c, "PLAN_INVALID", "plan: missing");
+		free(op);
+		return;
+	}
+	if (plan_parse(plan_json, &plan, &err) == -1 ||
+	    plan_stat_files(plan, &err) == -1) {
+		connection_reply_error(c, "PLAN_INVALID", "%s", err);
+		free(err);
+		if (plan != NULL)
+			plan_free(plan);
+		free(op);
+		return;
+	}
+	plan_set_partitions(plan, ember_workers_max());
+
+	if (id != NULL)
+		strcpy(op->id, id);
+	else {
+		uuid_generate(u);
+		uuid_unparse_lower(u, op->id);
+	}
+	op->serial = operation_next_serial++;
+	op->session = s;
+	op->conn = c;
+	op->plan = plan;
+	op->plan_text = operation_make_plan_text(plan_json, plan);
+	op->npartitions = plan->partitions;
+	op->requested = op->action == ACTION_COLLECT;
+	op->started_ms = ember_now_ms();
+	TAILQ_INIT(&op->tasks);
+	TAILQ_INSERT_TAIL(&operations, op, entry);
+	noperations++;
+	session_add_operation(s, op);
+	ember_counters.operations++;
+	log_debug("operation %s: %s of %d partitions for pid %ld", op->id,
+	    action, op->npartitions, (long)connection_pid(c));
+
+	if (op->action == ACTION_COUNT) {
+		connection_busy_begin(c, op);
+		operation_fill(op);
+		return;
+	}
+	connection_reply_ok(c, json_pack("{s:s,s:i}", "operation", op->id,
+	    "partitions", op->npartitions));
+	connection_stream_begin(c, op);
+	operation_fill(op);
+	operation_pump(op);
+}
+
+json_t *
+operation_status(uid_t uid)
+{
+	json_t			*a = json_array();
+	struct operation	*op;
+	uint64_t		 now = ember_now_ms();
+
+	TAILQ_FOREACH(op, &operations, entry) {
+		if (uid != 0 && session_uid(op->session) != uid)
+			continue;
+		json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,"
+		    "s:b,s:I,s:I}", "id", op->id, "session",
+		    session_id(op->session), "action", action_names[op->action],
+		    "partitions", op->npartitions, "delivered", op->next_deliver,
+		    "running", op->live, "attached", op->conn != NULL,
+		    "records_sent", (json_int_t)op->records_sent, "age_ms",
+		    (json_int_t)(now - op->started_ms)));
+	}
+	return (a);
+}

@@ -1,0 +1,642 @@
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "emberd.h"
+#include "forkserver.h"
+#include "frame.h"
+#include "log.h"
+#include "operation.h"
+#include "pool.h"
+#include "protocol.h"
+#include "scheduler.h"
+#include "xmalloc.h"
+
+/* Output buffered from one worker before emberd stops reading it. */
+#define WORKER_READ_HIGH	(256 * 1024)
+/* Tasks sent to one worker ahead of time (count tasks only). */
+#define WORKER_PIPELINE		2
+/* Crashes in a row after which forks are spaced out. */
+#define POOL_CRASH_STORM	3
+
+enum worker_state {
+	WORKER_IDLE,
+	WORKER_BUSY,
+	WORKER_DEAD,		/* killed or gone; its exit is not reported yet */
+};
+static const char *const worker_state_names[] = { "idle", "busy", "dead" };
+
+struct worker {
+	pid_t			 pid;
+	enum worker_state	 state;
+	struct bufferevent	*bev;
+	struct event		*kick;
+	TAILQ_HEAD(, task)	 tasks;		/* head runs, the rest wait */
+	int			 ntasks;
+	uint64_t		 plan_serial;	/* operation whose plan it has */
+	uint64_t		 tasks_run;
+	uint64_t		 started_ms;
+	uint64_t		 task_ms;	/* when the head task was sent */
+	int			 eof;
+	int			 exited;
+	int			 status;	/* wait status, once exited */
+	TAILQ_ENTRY(worker)	 entry;
+	TAILQ_ENTRY(worker)	 idle_entry;
+};
+
+static TAILQ_HEAD(, worker) pool_workers = TAILQ_HEAD_INITIALIZER(pool_workers);
+static TAILQ_HEAD(, worker) pool_idle = TAILQ_HEAD_INITIALIZER(pool_idle);
+static int		 pool_nworkers;		/* processes, dead ones too */
+static int		 pool_nidle;
+static int		 pool_pending;		/* fork requests not answered */
+static int32_t		 pool_next_request = 1;
+static int		 pool_crashes;		/* in a row */
+static uint64_t		 pool_fork_after_ms;	/* crash-storm back-off */
+static struct event	*pool_backoff;
+
+static void	worker_process(struct worker *);
+
+/* Describe a wait status: "killed by signal 9 (SIGKILL)". */
+static void
+pool_describe_status(int status, char *buf, size_t len)
+{
+	if (WIFSIGNALED(status))
+		snprintf(buf, len, "killed by signal %d (SIG%s)",
+		    WTERMSIG(status), sigabbrev_np(WTERMSIG(status)) ?
+		    sigabbrev_np(WTERMSIG(status)) : "?");
+	else if (WIFEXITED(status))
+		snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+	else
+		snprintf(buf, len, "ended with wait status %d", status);
+}
+
+static struct worker *
+pool_find(pid_t pid)
+{
+	struct worker	*w;
+
+	TAILQ_FOREACH(w, &pool_workers, entry) {
+		if (w->pid == pid)
+			return (w);
+	}
+	return (NULL);
+}
+
+static void
+worker_free(struct worker *w)
+{
+	if (w->ntasks != 0)
+		fatalx("worker %ld freed with %d tasks", (long)w->pid,
+		    w->ntasks);
+	if (w->state == WORKER_IDLE) {
+		TAILQ_REMOVE(&pool_idle, w, idle_entry);
+		pool_nidle--;
+	}
+	TAILQ_REMOVE(&pool_workers, w, entry);
+	pool_nworkers--;
+	event_free(w->kick);
+	bufferevent_free(w->bev);
+	free(w);
+	scheduler_kick();	/* room for another worker */
+}
+
+/*
+ * Stop using a worker: kill its process group, give the tasks it had not
+ * started back to the scheduler.  The head task, if any, is the caller's
+ * business.  The structure goes when the fork-server reports the exit.
+ */
+static void
+worker_retire(struct worker *w, int kill_it)
+{
+	struct task	*t;
+
+	if (w->state == WORKER_DEAD)
+		return;
+	if (w->state == WORKER_IDLE) {
+		TAILQ_REMOVE(&pool_idle, w, idle_entry);
+		pool_nidle--;
+	}
+	w->state = WORKER_DEAD;
+	bufferevent_disable(w->bev, EV_READ | EV_WRITE);
+	while ((t = TAILQ_FIRST(&w->tasks)) != NULL) {
+		TAILQ_REMOVE(&w->tasks, t, queue_entry);
+		w->ntasks--;
+		scheduler_requeue(t);
+	}
+	if (kill_it && !w->exited) {
+		ember_counters.workers_killed++;
+		forkserver_kill(w->pid, SIGKILL);
+	}
+	if (w->exited)
+		event_active(w->kick, 0, 1);	/* free it outside the caller */
+}
+
+/* Take the head task off the worker. */
+static struct task *
+worker_pop(struct worker *w)
+{
+	struct task	*t = TAILQ_FIRST(&w->tasks);
+
+	TAILQ_REMOVE(&w->tasks, t, queue_entry);
+	w->ntasks--;
+	t->worker = NULL;
+	w->task_ms = ember_now_ms();
+	return (t);
+}
+
+/* The worker broke the protocol: a bug, so kill it and fail its task. */
+static void
+worker_corrupt(struct worker *w, const char *what)
+{
+	struct task	*t;
+
+	log_error("worker %ld: %s; killing it", (long)w->pid, what);
+	t = w->ntasks > 0 ? worker_pop(w) : NULL;
+	worker_retire(w, 1);
+	if (t != NULL)
+		task_failed(t, w->pid, "worker sent a corrupt message");
+}
+
+/* The worker's output ended before its task did. */
+static void
+worker_died(struct worker *w)
+{
+	char		 cause[128];
+	struct task	*t;
+
+	if (!w->exited)
+		return;		/* wait for the exit report: it says why */
+	pool_describe_status(w->status, cause, sizeof cause);
+	if (w->ntasks == 0) {
+		log_info("idle worker %ld %s", (long)w->pid, cause);
+		worker_retire(w, 0);
+		return;
+	}
+	ember_counters.workers_crashed++;
+	pool_crashes++;
+	t = worker_pop(w);
+	worker_retire(w, 0);
+	task_failed(t, w->pid, cause);
+}
+
+/* Is len bytes buffered?  If not, make sure emberd will read that far. */
+static int
+worker_need(struct worker *w, struct evbuffer *in, size_t len)
+{
+	if (evbuffer_get_length(in) >= len)
+		return (1);
+	if (len > WORKER_READ_HIGH)
+		bufferevent_setwatermark(w->bev, EV_READ, 0, len);
+	return (0);
+}
+
+enum worker_progress {
+	WORKER_HANDLED,		/* one message handled */
+	WORKER_INCOMPLETE,	/* the next message is not all here */
+	WORKER_BLOCKED,		/* a batch waits for the client */
+	WORKER_STOPPED,		/* the worker was retired */
+};
+
+/* Handle one message of the head task. */
+static enum worker_progress
+worker_message(struct worker *w, struct task *t, struct evbuffer *in)
+{
+	unsigned char	 hdr[12], m[8 * EMBER_METRIC_COUNT];
+	int32_t		 type, records, bytes, n;
+	char		*msg;
+	int		 i;
+
+	if (!worker_need(w, in, 4))
+		return (WORKER_INCOMPLETE);
+	evbuffer_copyout(in, hdr, 4);
+	type = be32_get(hdr);
+	switch (type) {
+	case EMBER_RECORD_BATCH:
+		if (!worker_need(w, in, 12))
+			return (WORKER_INCOMPLETE);
+		evbuffer_copyout(in, hdr, 12);
+		records = be32_get(hdr + 4);
+		bytes = be32_get(hdr + 8);
+		if (t->count_mode || records < 0 || bytes < 0 ||
+		    bytes > EMBER_MAX_BATCH) {
+			worker_corrupt(w, "bad record batch");
+			return (WORKER_STOPPED);
+		}
+		if (!worker_need(w, in, 12 + (size_t)bytes))
+			return (WORKER_INCOMPLETE);
+		if (!task_accepts_batch(t))
+			return (WORKER_BLOCKED);
+		evbuffer_drain(in, 12);
+		task_relay_batch(t, in, (size_t)bytes, records);
+		bufferevent_setwatermark(w->bev, EV_READ, 0, WORKER_READ_HIGH);
+		return (WORKER_HANDLED);
+	case EMBER_END_OF_DATA_SECTION:
+		evbuffer_drain(in, 4);
+		return (WORKER_HANDLED);
+	case EMBER_TIMING_DATA:
+		if (!worker_need(w, in, 8))
+			return (WORKER_INCOMPLETE);
+		evbuffer_copyout(in, hdr, 8);
+		n = be32_get(hdr + 4);
+		if (n < 0 || n > 64) {
+			worker_corrupt(w, "bad metrics count");
+			return (WORKER_STOPPED);
+		}
+		if (!worker_need(w, in, 8 + (size_t)n * 8))
+			return (WORKER_INCOMPLETE);
+		evbuffer_drain(in, 8);
+		for (i = 0; i < n; i++) {
+			evbuffer_remove(in, m, 8);
+			if (i < EMBER_METRIC_COUNT)
+				t->metrics[i] = be64_get(m);
+		}
+		return (WORKER_HANDLED);
+	case EMBER_END_OF_STREAM:
+		evbuffer_drain(in, 4);
+		t = worker_pop(w);
+		w->tasks_run++;
+		pool_crashes = 0;
+		if (w->ntasks == 0) {
+			w->state = WORKER_IDLE;
+			TAILQ_INSERT_HEAD(&pool_idle, w, idle_entry);
+			pool_nidle++;
+			scheduler_kick();
+		}
+		task_finished(t);
+		return (WORKER_HANDLED);
+	case EMBER_EXCEPTION_THROWN:
+		if (!worker_need(w, in, 8))
+			return (WORKER_INCOMPLETE);
+		evbuffer_copyout(in, hdr, 8);
+		n = be32_get(hdr + 4);
+		if (n < 0 || n > EMBER_MAX_ERROR_FRAME) {
+			worker_corrupt(w, "bad error frame");
+			return (WORKER_STOPPED);
+		}
+		if (!worker_need(w, in, 8 + (size_t)n))
+			return (WORKER_INCOMPLETE);
+		evbuffer_drain(in, 8);
+		msg = xmalloc((size_t)n + 1);
+		evbuffer_remove(in, msg, (size_t)n);
+		msg[n] = '\0';
+		t = worker_pop(w);
+		worker_retire(w, 0);	/* it exits by itself */
+		task_failed(t, w->pid, msg);
+		free(msg);
+		return (WORKER_STOPPED);
+	default:
+		worker_corrupt(w, "unknown message");
+		return (WORKER_STOPPED);
+	}
+}
+
+/* Relay what the worker sent, as far as its task may go right now. */
+static void
+worker_process(struct worker *w)
+{
+	struct evbuffer	*in = bufferevent_get_input(w->bev);
+	struct task	*t;
+
+	while (w->state == WORKER_BUSY && (t = TAILQ_FIRST(&w->tasks)) != NULL) {
+		switch (worker_message(w, t, in)) {
+		case WORKER_HANDLED:
+			continue;
+		case WORKER_INCOMPLETE:
+			/* No more is coming: the worker died mid-task. */
+			if (w->eof)
+				worker_died(w);
+			return;
+		case WORKER_BLOCKED:
+		case WORKER_STOPPED:
+			return;
+		}
+	}
+	if (w->state == WORKER_IDLE && evbuffer_get_length(in) > 0)
+		worker_corrupt(w, "output while idle");
+	else if (w->state == WORKER_IDLE && w->eof)
+		worker_died(w);
+}
+
+static void
+worker_read_cb(struct bufferevent *bev, void *arg)
+{
+	(void)bev;
+	worker_process(arg);
+}
+
+static void
+worker_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct worker	*w = arg;
+
+	(void)bev;
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+		w->eof = 1;
+		bufferevent_disable(w->bev, EV_READ);
+		worker_process(w);
+	}
+}
+
+static void
+worker_kick_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct worker	*w = arg;
+
+	(void)fd; (void)events;
+	if (w->state == WORKER_DEAD) {
+		if (w->exited)
+			worker_free(w);
+		return;
+	}
+	worker_process(w);
+}
+
+void
+worker_kick(struct worker *w)
+{
+	event_active(w->kick, 0, 1);
+}
+
+void
+pool_init(void)
+{
+	scheduler_init();
+}
+
+void
+pool_shutdown(void)
+{
+	struct worker	*w;
+
+	/* The fork-server kills every worker when emberd closes its channel. */
+	while ((w = TAILQ_FIRST(&pool_workers)) != NULL) {
+		while (w->ntasks > 0)
+			worker_pop(w);
+		if (w->state == WORKER_IDLE) {
+			TAILQ_REMOVE(&pool_idle, w, idle_entry);
+			pool_nidle--;
+		}
+		w->state = WORKER_DEAD;
+		TAILQ_REMOVE(&pool_workers, w, entry);
+		pool_nworkers--;
+		event_free(w->kick);
+		bufferevent_free(w->bev);
+		free(w);
+	}
+	if (pool_backoff != NULL)
+		event_free(pool_backoff);
+	pool_backoff = NULL;
+	scheduler_free();
+}
+
+struct worker *
+pool_take_worker(const struct task *t)
+{
+	struct worker	*w, *first;
+	struct task	*head;
+
+	/* An idle worker, preferring one that has this operation's plan. */
+	first = TAILQ_FIRST(&pool_idle);
+	TAILQ_FOREACH(w, &pool_idle, idle_entry) {
+		if (w->plan_serial == operation_serial(t->op))
+			return (w);
+	}
+	if (first != NULL)
+		return (first);
+	/* Counting tasks can queue behind another counting task. */
+	if (!t->count_mode)
+		return (NULL);
+	TAILQ_FOREACH(w, &pool_workers, entry) {
+		if (w->state != WORKER_BUSY || w->ntasks >= WORKER_PIPELINE)
+			continue;
+		head = TAILQ_FIRST(&w->tasks);
+		if (head->count_mode && head->op == t->op)
+			return (w);
+	}
+	return (NULL);
+}
+
+static void
+pool_backoff_cb(evutil_socket_t fd, short events, void *arg)
+{
+	(void)fd; (void)events; (void)arg;
+	scheduler_kick();
+}
+
+void
+pool_grow(size_t queued)
+{
+	struct timeval	tv;
+	uint64_t	now, delay;
+	int		room;
+
+	if (!forkserver_running())
+		return;
+	room = ember_workers_max() - pool_nworkers - pool_pending;
+	if (room <= 0 || queued <= (size_t)pool_pending)
+		return;
+	now = ember_now_ms();
+	if (pool_crashes >= POOL_CRASH_STORM) {
+		if (now < pool_fork_after_ms)
+			return;
+		delay = (uint64_t)ember_conf.workers_fork_backoff <<
+		    (pool_crashes - POOL_CRASH_STORM < 5 ?
+		    pool_crashes - POOL_CRASH_STORM : 5);
+		pool_fork_after_ms = now + delay;
+		log_warn("%d workers crashed in a row; next fork in %llums",
+		    pool_crashes, (unsigned long long)delay);
+		if (pool_backoff == NULL)
+			pool_backoff = evtimer_new(ember_base, pool_backoff_cb,
+			    NULL);
+		tv.tv_sec = (time_t)(delay / 1000);
+		tv.tv_usec = (suseconds_t)(delay % 1000) * 1000;
+		evtimer_add(pool_backoff, &tv);
+		room = 1;
+	}
+	if ((size_t)room > queued - (size_t)pool_pending)
+		room = (int)(queued - (size_t)pool_pending);
+	while (room-- > 0) {
+		if (forkserver_fork(pool_next_request++) == -1)
+			return;
+		pool_pending++;
+	}
+}
+
+/* Write a task descriptor; the plan goes only to a worker without it. */
+void
+worker_assign(struct worker *w, struct task *t)
+{
+	struct evbuffer	*out = bufferevent_get_output(w->bev);
+	char		 head[160];
+	int		 n;
+	int		 with_plan = w->plan_serial != operation_serial(t->op);
+
+	n = snprintf(head, sizeof head, "{\"operation\":\"%s\",\"partition\":%d,"
+	    "\"partitions\":%d,\"mode\":\"%s\"%s", operation_id(t->op),
+	    t->partition, operation_partitions(t->op),
+	    t->count_mode ? "count" : "records", with_plan ? "," : "}");
+	if (with_plan) {
+		const char	*plan = operation_plan_text(t->op);
+		size_t		 plen = strlen(plan);
+
+		evbuffer_add_int32(out, (int32_t)((size_t)n + plen + 1));
+		evbuffer_add(out, head, (size_t)n);
+		evbuffer_add(out, plan, plen);
+		evbuffer_add(out, "}", 1);
+		w->plan_serial = operation_serial(t->op);
+	} else
+		evbuffer_add_frame(out, head, (size_t)n);
+
+	if (w->state == WORKER_IDLE) {
+		TAILQ_REMOVE(&pool_idle, w, idle_entry);
+		pool_nidle--;
+		w->state = WORKER_BUSY;
+		w->task_ms = ember_now_ms();
+		if (w->tasks_run > 0)
+			ember_counters.worker_reuses++;
+	}
+	TAILQ_INSERT_TAIL(&w->tasks, t, queue_entry);
+	w->ntasks++;
+	t->state = TASK_ASSIGNED;
+	t->worker = w;
+}
+
+void
+pool_cancel_task(struct task *t)
+{
+	struct worker	*w = t->worker;
+
+	TAILQ_REMOVE(&w->tasks, t, queue_entry);
+	w->ntasks--;
+	t->worker = NULL;
+	log_debug("worker %ld: task interrupted; killing the worker",
+	    (long)w->pid);
+	worker_retire(w, 1);
+}
+
+void
+pool_worker_forked(int32_t request, pid_t pid, int fd)
+{
+	struct worker	*w;
+
+	(void)request;
+	if (pool_pending > 0)
+		pool_pending--;
+	w = xcalloc(1, sizeof *w);
+	w->pid = pid;
+	w->started_ms = ember_now_ms();
+	TAILQ_INIT(&w->tasks);
+	evutil_make_socket_nonblocking(fd);
+	w->bev = bufferevent_socket_new(ember_base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (w->bev == NULL)
+		fatalx("bufferevent_socket_new failed");
+	w->kick = event_new(ember_base, -1, 0, worker_kick_cb, w);
+	bufferevent_setcb(w->bev, worker_read_cb, NULL, worker_event_cb, w);
+	bufferevent_setwatermark(w->bev, EV_READ, 0, WORKER_READ_HIGH);
+	bufferevent_enable(w->bev, EV_READ | EV_WRITE);
+	w->state = WORKER_IDLE;
+	TAILQ_INSERT_TAIL(&pool_workers, w, entry);
+	TAILQ_INSERT_HEAD(&pool_idle, w, idle_entry);
+	pool_nworkers++;
+	pool_nidle++;
+	ember_counters.workers_forked++;
+	log_debug("worker %ld started", (long)pid);
+	scheduler_kick();
+}
+
+void
+pool_fork_failed(int32_t request, int error)
+{
+	(void)request;
+	if (pool_pending > 0)
+		pool_pending--;
+	pool_crashes++;
+	log_error("fork-server could not fork a worker: %s", strerror(error));
+	scheduler_kick();
+}
+
+void
+pool_worker_exited(pid_t pid, int status)
+{
+	struct worker	*w = pool_find(pid);
+	char		 cause[128];
+
+	ember_counters.workers_exited++;
+	if (w == NULL) {
+		log_debug("exit of unknown worker %ld", (long)pid);
+		return;
+	}
+	w->exited = 1;
+	w->status = status;
+	pool_describe_status(status, cause, sizeof cause);
+	log_debug("worker %ld %s", (long)pid, cause);
+	if (w->state == WORKER_DEAD) {
+		worker_free(w);
+		return;
+	}
+	/* Gone on its own: relay what it left, then report its task. */
+	worker_kick(w);
+}
+
+void
+pool_forkserver_lost(const char *why)
+{
+	struct worker	*w, *next;
+	struct task	*t;
+
+	pool_pending = 0;
+	TAILQ_FOREACH_SAFE(w, &pool_workers, entry, next) {
+		/* Its workers die with it; no exit report will come. */
+		t = w->ntasks > 0 ? worker_pop(w) : NULL;
+		w->exited = 1;
+		if (w->state == WORKER_DEAD)
+			event_active(w->kick, 0, 1);
+		worker_retire(w, 0);
+		if (t != NULL)
+			task_failed(t, w->pid, why);
+	}
+}
+
+json_t *
+pool_status_workers(void)
+{
+	json_t		*a = json_array(), *o;
+	struct worker	*w;
+	struct task	*t;
+	uint64_t	 now = ember_now_ms();
+
+	TAILQ_FOREACH(w, &pool_workers, entry) {
+		o = json_pack("{s:I,s:s,s:I,s:I}", "pid", (json_int_t)w->pid,
+		    "state", worker_state_names[w->state], "tasks",
+		    (json_int_t)w->tasks_run, "age_ms",
+		    (json_int_t)(now - w->started_ms));
+		if ((t = TAILQ_FIRST(&w->tasks)) != NULL)
+			json_object_set_new(o, "task", json_pack("{s:s,s:i,s:I}",
+			    "operation", operation_id(t->op), "partition",
+			    t->partition, "age_ms",
+			    (json_int_t)(now - w->task_ms)));
+		json_array_append_new(a, o);
+	}
+	return (a);
+}
+
+json_t *
+pool_status(void)
+{
+	json_t	*p;
+
+	p = json_pack("{s:s,s:I,s:i,s:i,s:i,s:i,s:i}", "key", "default",
+	    "uid", (json_int_t)getuid(), "workers", pool_nworkers, "idle",
+	    pool_nidle, "busy", pool_nworkers - pool_nidle, "starting",
+	    pool_pending, "crashes_in_a_row", pool_crashes);
+	return (json_pack("[o]", p));
+}

@@ -1,0 +1,23 @@
+/*
+ * The scheduler: one run queue of tasks waiting for a worker.  Dispatch is
+ * deferred to the event loop, so the code that submits a task never runs a
+ * worker's callbacks underneath itself.
+ */
+#ifndef EMBER_SCHEDULER_H
+#define EMBER_SCHEDULER_H
+
+#include <stddef.h>
+
+struct task;
+
+void	scheduler_init(void);
+void	scheduler_free(void);
+/* Queue at the back; requeue (a task a dead worker never started) at the front. */
+void	scheduler_submit(struct task *);
+void	scheduler_requeue(struct task *);
+void	scheduler_remove(struct task *);
+/* Run dispatch on the next loop turn. */
+void	scheduler_kick(void);
+size_t	scheduler_queued(void);
+
+#endif

@@ -1,0 +1,355 @@
+#include <sys/types.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fdpass.h"
+#include "forkserver.h"
+#include "log.h"
+#include "protocol.h"
+#include "worker.h"
+#include "xmalloc.h"
+
+struct forkserver {
+	int	 ctl;
+	pid_t	 pid;
+	pid_t	*children;	/* live workers, not yet reported */
+	size_t	 nchildren, size;
+};
+
+/* Signals arrive as bytes on this pipe, read by the poll loop. */
+static int	forkserver_signal_pipe[2] = { -1, -1 };
+
+/* Note a signal for the loop. */
+static void
+forkserver_signal_cb(int sig)
+{
+	unsigned char	c = (unsigned char)sig;
+	int		saved = errno;
+	ssize_t		n;
+
+	n = write(forkserver_signal_pipe[1], &c, 1);
+	(void)n;
+	errno = saved;
+}
+
+/* Set up the signal pipe and handlers. */
+static void
+forkserver_signals(void)
+{
+	struct sigaction	sa;
+	int			i;
+
+	if (pipe2(forkserver_signal_pipe, O_CLOEXEC | O_NONBLOCK) == -1)
+		fatal("pipe2");
+	memset(&sa, 0, sizeof sa);
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	sa.sa_handler = forkserver_signal_cb;
+	if (sigaction(SIGCHLD, &sa, NULL) == -1 ||
+	    sigaction(SIGTERM, &sa, NULL) == -1)
+		fatal("sigaction");
+	/* A terminal's ^C or hangup is emberd's to handle: it closes fd 3. */
+	sa.sa_handler = SIG_IGN;
+	sa.sa_flags = 0;
+	for (i = 0; i < 3; i++) {
+		int sig = i == 0 ? SIGPIPE : i == 1 ? SIGINT : SIGHUP;
+		if (sigaction(sig, &sa, NULL) == -1)
+			fatal("sigaction");
+	}
+}
+
+/* Find a live child; its index, or -1. */
+static ssize_t
+forkserver_find(struct forkserver *fs, pid_t pid)
+{
+	size_t	i;
+
+	for (i = 0; i < fs->nchildren; i++) {
+		if (fs->children[i] == pid)
+			return ((ssize_t)i);
+	}
+	return (-1);
+}
+
+/* Remember a live child. */
+static void
+forkserver_add(struct forkserver *fs, pid_t pid)
+{
+	if (fs->nchildren == fs->size) {
+		fs->size = fs->size == 0 ? 16 : fs->size * 2;
+		fs->children = xreallocarray(fs->children, fs->size,
+		    sizeof *fs->children);
+	}
+	fs->children[fs->nchildren++] = pid;
+}
+
+/* Kill every worker's process group, reap them and exit. */
+static __attribute__((noreturn)) void
+forkserver_exit(struct forkserver *fs, int code)
+{
+	size_t	i;
+	int	status;
+
+	for (i = 0; i < fs->nchildren; i++)
+		kill(-fs->children[i], SIGKILL);
+	for (i = 0; i < fs->nchildren; i++) {
+		while (waitpid(fs->children[i], &status, 0) == -1 &&
+		    errno == EINTR)
+			;
+	}
+	log_debug("exiting, %zu workers killed", fs->nchildren);
+	exit(code);
+}
+
+/* Send a message to emberd; if it is gone, so are we. */
+static void
+forkserver_send(struct forkserver *fs, const struct fs_msg *m, int fd)
+{
+	if (fs_msg_send(fs->ctl, m, fd) == -1) {
+		log_info("send to emberd: %s", strerror(errno));
+		forkserver_exit(fs, 0);
+	}
+}
+
+/* Set up a new worker in the child; never returns. */
+static __attribute__((noreturn)) void
+forkserver_child(struct forkserver *fs, int sv[2])
+{
+	sigset_t	set;
+	int		i;
+
+	setpgid(0, 0);
+	/* If the fork-server died before this, nobody would kill us. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1 || getppid() != fs->pid)
+		_exit(1);
+	for (i = 1; i < NSIG; i++)
+		signal(i, SIG_DFL);
+	close(fs->ctl);
+	close(sv[0]);
+	close(forkserver_signal_pipe[0]);
+	close(forkserver_signal_pipe[1]);
+	sigemptyset(&set);
+	sigprocmask(SIG_SETMASK, &set, NULL);
+	_exit(worker_main(sv[1]));
+}
+
+/* Fork a worker for request id. */
+static void
+forkserver_fork(struct forkserver *fs, int32_t id)
+{
+	struct fs_msg	m = { FS_FORK_FAILED, id, 0, 0 };
+	sigset_t	all, old;
+	int		sv[2], saved;
+	pid_t		pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == -1) {
+		m.value = errno;
+		log_warn("fork request %d: socketpair: %s", id, strerror(errno));
+		forkserver_send(fs, &m, -1);
+		return;
+	}
+
+	/*
+	 * Block signals across fork: until the child has reset its handlers,
+	 * a signal would run ours there and write to our signal pipe.
+	 */
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	pid = fork();
+	if (pid == 0)
+		forkserver_child(fs, sv);
+	saved = errno;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	close(sv[1]);
+
+	if (pid == -1) {
+		close(sv[0]);
+		m.value = saved;
+		log_warn("fork request %d: fork: %s", id, strerror(saved));
+		forkserver_send(fs, &m, -1);
+		return;
+	}
+	/* Both sides set the group, so it is set before either goes on. */
+	setpgid(pid, pid);
+	forkserver_add(fs, pid);
+	log_debug("fork request %d: worker %ld", id, (long)pid);
+
+	m.type = FS_FORKED;
+	m.pid = pid;
+	forkserver_send(fs, &m, sv[0]);
+	close(sv[0]);
+}
+
+/* Signal a worker's process group, if it is one of ours. */
+static void
+forkserver_kill(struct forkserver *fs, pid_t pid, int sig)
+{
+	if (pid <= 0 || forkserver_find(fs, pid) == -1) {
+		log_debug("kill %ld: not a live worker", (long)pid);
+		return;
+	}
+	log_debug("kill %ld with signal %d", (long)pid, sig);
+	if (kill(-pid, sig) == -1)
+		log_warn("kill %ld with signal %d: %s", (long)pid, sig,
+		    strerror(errno));
+}
+
+/*
+ * Reap exited children and report each worker once.  waitid with WNOWAIT
+ * looks before reaping: while the worker is an unreaped zombie its pid
+ * cannot be reused, so killing its group (whatever its commands left
+ * behind) cannot hit anyone else.
+ */
+static void
+forkserver_reap(struct forkserver *fs)
+{
+	struct fs_msg	 m = { FS_EXIT, 0, 0, 0 };
+	siginfo_t	 si;
+	ssize_t		 i;
+	int		 status;
+	pid_t		 pid;
+
+	for (;;) {
+		memset(&si, 0, sizeof si);
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == -1) {
+			if (errno == EINTR)
+				continue;
+			if (errno != ECHILD)
+				log_warn("waitid: %s", strerror(errno));
+			return;
+		}
+		if ((pid = si.si_pid) == 0)
+			return;
+		i = forkserver_find(fs, pid);
+		if (i != -1)
+			kill(-pid, SIGKILL);
+		while (waitpid(pid, &status, 0) == -1) {
+			if (errno != EINTR)
+				fatal("waitpid %ld", (long)pid);
+		}
+		if (i == -1)
+			continue;
+		fs->children[i] = fs->children[--fs->nchildren];
+		log_debug("worker %ld exited with status %#x", (long)pid,
+		    status);
+		m.pid = pid;
+		m.value = status;
+		forkserver_send(fs, &m, -1);
+	}
+}
+
+/* Act on the signals noted by the handler. */
+static void
+forkserver_dispatch_signals(struct forkserver *fs)
+{
+	unsigned char	buf[64];
+	ssize_t		n, i;
+	int		reap = 0;
+
+	while ((n = read(forkserver_signal_pipe[0], buf, sizeof buf)) > 0) {
+		for (i = 0; i < n; i++) {
+			if (buf[i] == SIGTERM) {
+				log_info("terminated");
+				forkserver_exit(fs, 0);
+			}
+			if (buf[i] == SIGCHLD)
+				reap = 1;
+		}
+	}
+	if (reap)
+		forkserver_reap(fs);
+}
+
+/* Handle one message from emberd. */
+static void
+forkserver_dispatch(struct forkserver *fs)
+{
+	struct fs_msg	m;
+	int		fd, rc;
+
+	rc = fs_msg_recv(fs->ctl, &m, &fd);
+	if (rc == 0) {
+		log_debug("emberd closed the control channel");
+		forkserver_exit(fs, 0);
+	}
+	if (rc == -1) {
+		if (errno == EAGAIN)
+			return;
+		if (errno == EBADMSG) {
+			log_error("malformed packet from emberd");
+			forkserver_exit(fs, 1);
+		}
+		log_info("receive from emberd: %s", strerror(errno));
+		forkserver_exit(fs, 0);
+	}
+	if (fd != -1) {
+		log_error("unexpected descriptor from emberd (type %d)",
+		    m.type);
+		close(fd);
+		forkserver_exit(fs, 1);
+	}
+	switch (m.type) {
+	case FS_FORK:
+		forkserver_fork(fs, m.id);
+		break;
+	case FS_KILL:
+		forkserver_kill(fs, m.pid, m.value);
+		break;
+	default:
+		log_error("unexpected message type %d from emberd", m.type);
+		forkserver_exit(fs, 1);
+	}
+}
+
+/* Run the fork-server. */
+int
+forkserver_main(int ctl)
+{
+	struct forkserver	 fs;
+	struct fs_msg		 hello = { FS_HELLO, EMBER_PROTOCOL_VERSION, 0, 0 };
+	struct pollfd		 pfd[2];
+	pid_t			 parent;
+
+	memset(&fs, 0, sizeof fs);
+	fs.ctl = ctl;
+	fs.pid = getpid();
+
+	/* Die with emberd; if it is already gone, do not start. */
+	parent = getppid();
+	if (prctl(PR_SET_PDEATHSIG, SIGTERM) == -1)
+		fatal("prctl");
+	if (parent == 1 || getppid() != parent) {
+		log_info("emberd is gone");
+		return (0);
+	}
+	forkserver_signals();
+
+	hello.pid = fs.pid;
+	forkserver_send(&fs, &hello, -1);
+	log_debug("fork-server %ld ready", (long)fs.pid);
+
+	pfd[0].fd = ctl;
+	pfd[0].events = POLLIN;
+	pfd[1].fd = forkserver_signal_pipe[0];
+	pfd[1].events = POLLIN;
+	for (;;) {
+		if (poll(pfd, 2, -1) == -1) {
+			if (errno == EINTR)
+				continue;
+			fatal("poll");
+		}
+		if (pfd[1].revents != 0)
+			forkserver_dispatch_signals(&fs);
+		if (pfd[0].revents != 0)
+			forkserver_dispatch(&fs);
+	}
+}

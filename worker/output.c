@@ -1,0 +1,270 @@
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "output.h"
+#include "protocol.h"
+#include "xmalloc.h"
+
+/* Records are packed into a buffer of this size; a larger record is sent
+ * as a batch of its own. */
+#define OUTPUT_BUFFER		(64 * 1024)
+/* RECORD_BATCH, records, bytes. */
+#define OUTPUT_BATCH_HEADER	12
+
+struct output {
+	int		 fd;
+	unsigned char	*buf;
+	size_t		 used;
+	int32_t		 count;		/* records in buf */
+	int64_t		 bytes;		/* payload sent since output_reset */
+	int		 broken;
+};
+
+/* Create the output for a worker's socket. */
+struct output *
+output_create(int fd)
+{
+	struct output	*out;
+
+	out = xcalloc(1, sizeof *out);
+	out->fd = fd;
+	out->buf = xmalloc(OUTPUT_BUFFER);
+	return (out);
+}
+
+/* Free an output. */
+void
+output_free(struct output *out)
+{
+	if (out == NULL)
+		return;
+	free(out->buf);
+	free(out);
+}
+
+/* Reset the per-task state. */
+void
+output_reset(struct output *out)
+{
+	out->used = 0;
+	out->count = 0;
+	out->bytes = 0;
+}
+
+/* Return the payload bytes sent or buffered. */
+int64_t
+output_bytes(const struct output *out)
+{
+	return (out->bytes + (int64_t)out->used);
+}
+
+/* Tell whether emberd is gone. */
+int
+output_broken(const struct output *out)
+{
+	return (out->broken);
+}
+
+/* Write an iovec array completely. */
+static int
+output_writev(struct output *out, struct iovec *iov, int n, char **err)
+{
+	ssize_t	w;
+	size_t	left;
+
+	if (out->broken) {
+		if (err != NULL)
+			*err = xstrdup("write to emberd: connection lost");
+		return (-1);
+	}
+	while (n > 0) {
+		w = writev(out->fd, iov, n);
+		if (w == -1) {
+			if (errno == EINTR)
+				continue;
+			out->broken = 1;
+			if (err != NULL)
+				xasprintf(err, "write to emberd: %s",
+				    strerror(errno));
+			return (-1);
+		}
+		left = (size_t)w;
+		while (n > 0 && left >= iov->iov_len) {
+			left -= iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + left;
+			iov->iov_len -= left;
+		}
+	}
+	return (0);
+}
+
+/* Fill in a batch header and its iovec; 0 iovecs if there is no batch. */
+static int
+output_batch_iov(struct output *out, unsigned char *hdr, struct iovec *iov)
+{
+	if (out->count == 0)
+		return (0);
+	be32_put(hdr, EMBER_RECORD_BATCH);
+	be32_put(hdr + 4, out->count);
+	be32_put(hdr + 8, (int32_t)out->used);
+	iov[0].iov_base = hdr;
+	iov[0].iov_len = OUTPUT_BATCH_HEADER;
+	iov[1].iov_base = out->buf;
+	iov[1].iov_len = out->used;
+	return (2);
+}
+
+/* Account for a batch handed to the kernel. */
+static void
+output_batch_sent(struct output *out)
+{
+	out->bytes += out->used;
+	out->used = 0;
+	out->count = 0;
+}
+
+/* Send the buffered records as one batch. */
+int
+output_flush(struct output *out, char **err)
+{
+	unsigned char	hdr[OUTPUT_BATCH_HEADER];
+	struct iovec	iov[2];
+	int		n;
+
+	if ((n = output_batch_iov(out, hdr, iov)) == 0)
+		return (0);
+	if (output_writev(out, iov, n, err) == -1)
+		return (-1);
+	output_batch_sent(out);
+	return (0);
+}
+
+/* Send a record too large for the buffer as a batch of its own. */
+static int
+output_record_alone(struct output *out, const void *data, size_t len,
+    char **err)
+{
+	unsigned char	hdr[OUTPUT_BATCH_HEADER + 4];
+	struct iovec	iov[2];
+
+	be32_put(hdr, EMBER_RECORD_BATCH);
+	be32_put(hdr + 4, 1);
+	be32_put(hdr + 8, (int32_t)(len + 4));
+	be32_put(hdr + 12, (int32_t)len);
+	iov[0].iov_base = hdr;
+	iov[0].iov_len = sizeof hdr;
+	iov[1].iov_base = (void *)data;
+	iov[1].iov_len = len;
+	if (output_writev(out, iov, 2, err) == -1)
+		return (-1);
+	out->bytes += len + 4;
+	return (0);
+}
+
+/* Append a record. */
+int
+output_record(struct output *out, const void *data, size_t len, int null,
+    char **err)
+{
+	if (null) {
+		if (out->used + 4 > OUTPUT_BUFFER &&
+		    output_flush(out, err) == -1)
+			return (-1);
+		be32_put(out->buf + out->used, EMBER_NULL);
+		out->used += 4;
+		out->count++;
+		return (0);
+	}
+	if (len > EMBER_MAX_BATCH - 4) {
+		xasprintf(err, "record of %zu bytes exceeds the 64 MiB limit",
+		    len);
+		return (-1);
+	}
+	if (out->used + 4 + len > OUTPUT_BUFFER) {
+		if (output_flush(out, err) == -1)
+			return (-1);
+		if (4 + len > OUTPUT_BUFFER)
+			return (output_record_alone(out, data, len, err));
+	}
+	be32_put(out->buf + out->used, (int32_t)len);
+	memcpy(out->buf + out->used + 4, data, len);
+	out->used += 4 + len;
+	out->count++;
+	return (0);
+}
+
+/* End a clean task. */
+int
+output_finish(struct output *out, const int64_t *metrics, int nmetrics,
+    char **err)
+{
+	unsigned char	hdr[OUTPUT_BATCH_HEADER];
+	unsigned char	tail[16 + 8 * EMBER_METRIC_COUNT];
+	unsigned char	*p = tail;
+	struct iovec	iov[3];
+	int		i, n;
+
+	if (nmetrics > EMBER_METRIC_COUNT)
+		nmetrics = EMBER_METRIC_COUNT;
+	n = output_batch_iov(out, hdr, iov);
+	be32_put(p, EMBER_END_OF_DATA_SECTION);
+	be32_put(p + 4, EMBER_TIMING_DATA);
+	be32_put(p + 8, nmetrics);
+	p += 12;
+	for (i = 0; i < nmetrics; i++, p += 8)
+		be64_put(p, metrics[i]);
+	be32_put(p, EMBER_END_OF_STREAM);
+	p += 4;
+	iov[n].iov_base = tail;
+	iov[n].iov_len = (size_t)(p - tail);
+	if (output_writev(out, iov, n + 1, err) == -1)
+		return (-1);
+	output_batch_sent(out);
+	return (0);
+}
+
+/* Find where to cut a UTF-8 string to at most max bytes. */
+static size_t
+output_utf8_cut(const char *s, size_t len, size_t max)
+{
+	if (len <= max)
+		return (len);
+	len = max;
+	/* Step back over continuation bytes to a character boundary. */
+	while (len > 0 && ((unsigned char)s[len] & 0xc0) == 0x80)
+		len--;
+	return (len);
+}
+
+/* End a failed task. */
+int
+output_fail(struct output *out, const char *message)
+{
+	unsigned char	hdr[OUTPUT_BATCH_HEADER];
+	unsigned char	tail[8];
+	struct iovec	iov[4];
+	size_t		len;
+	int		n;
+
+	len = output_utf8_cut(message, strlen(message), EMBER_MAX_ERROR_FRAME);
+	n = output_batch_iov(out, hdr, iov);
+	be32_put(tail, EMBER_EXCEPTION_THROWN);
+	be32_put(tail + 4, (int32_t)len);
+	iov[n].iov_base = tail;
+	iov[n].iov_len = sizeof tail;
+	iov[n + 1].iov_base = (void *)message;
+	iov[n + 1].iov_len = len;
+	if (output_writev(out, iov, n + 2, NULL) == -1)
+		return (-1);
+	output_batch_sent(out);
+	return (0);
+}

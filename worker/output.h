@@ -1,0 +1,41 @@
+/*
+ * The task output stream to emberd: records packed into RECORD_BATCH
+ * frames, and the trailers that end a task (docs/protocol.md section 3).
+ */
+#ifndef EMBER_WORKER_OUTPUT_H
+#define EMBER_WORKER_OUTPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct output;
+
+struct output	*output_create(int fd);
+void		 output_free(struct output *);
+
+/* Start a task: forget the counters and any broken state. */
+void		 output_reset(struct output *);
+
+/*
+ * Append one record (data is ignored for a null record).  0, or -1 with
+ * *err allocated: the record is too large or emberd is gone.
+ */
+int		 output_record(struct output *, const void *, size_t, int null,
+		     char **err);
+/* Send the records buffered so far as one batch.  0, or -1 with *err. */
+int		 output_flush(struct output *, char **err);
+
+/* Bytes of batch payload since output_reset, sent or buffered. */
+int64_t		 output_bytes(const struct output *);
+/* Whether a write to emberd has failed: nothing more can be sent. */
+int		 output_broken(const struct output *);
+
+/* End a clean task: the last batch, END_OF_DATA_SECTION, TIMING_DATA
+ * with the metrics and END_OF_STREAM, in one write.  0, or -1 with *err. */
+int		 output_finish(struct output *, const int64_t *metrics,
+		     int nmetrics, char **err);
+/* End a failed task: the last batch, EXCEPTION_THROWN and the message.
+ * 0, or -1 if emberd is gone. */
+int		 output_fail(struct output *, const char *message);
+
+#endif

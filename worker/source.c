@@ -1,0 +1,264 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "ops.h"
+#include "plan.h"
+#include "source.h"
+#include "xmalloc.h"
+
+/* A text file is read in blocks of this size; the buffer grows only for a
+ * line longer than it, and shrinks back after the task. */
+#define SOURCE_TEXT_BUFFER	(256 * 1024)
+
+/* The read buffer, kept across tasks. */
+static char	*source_buf;
+static size_t	 source_size;
+
+/* Format v in decimal, ending at end; return where it starts. */
+static char *
+source_format_int(int64_t v, char *end)
+{
+	uint64_t	u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+	char		*p = end;
+
+	do {
+		*--p = '0' + (char)(u % 10);
+		u /= 10;
+	} while (u != 0);
+	if (v < 0)
+		*--p = '-';
+	return (p);
+}
+
+/* Push a range partition: numbers as decimal text. */
+static int
+source_run_range(const struct plan *plan, int partition, struct chain *chain,
+    int64_t *records_in)
+{
+	char		 buf[24], *end = buf + sizeof buf;
+	struct record	 r = { NULL, 0, 0 };
+	int64_t		 first, count, i;
+	uint64_t	 v;
+	int		 rc;
+
+	plan_range_slice(plan, partition, &first, &count);
+	v = (uint64_t)first;
+	for (i = 0; i < count; i++) {
+		r.data = source_format_int((int64_t)v, end);
+		r.len = (size_t)(end - r.data);
+		(*records_in)++;
+		if ((rc = chain_push(chain, &r)) != OP_OK)
+			return (rc == OP_STOP ? OP_OK : OP_FAIL);
+		v += (uint64_t)plan->range_step;	/* wraps past the end */
+	}
+	return (OP_OK);
+}
+
+/* Push a parallelize partition: strings, and nulls. */
+static int
+source_run_parallelize(const struct plan *plan, int partition,
+    struct chain *chain, int64_t *records_in)
+{
+	struct record	 r;
+	json_t		*j;
+	int64_t		 begin, end, i;
+	int		 rc;
+
+	plan_slice((int64_t)json_array_size(plan->records), plan->partitions,
+	    partition, &begin, &end);
+	for (i = begin; i < end; i++) {
+		j = json_array_get(plan->records, (size_t)i);
+		if (json_is_string(j)) {
+			r.data = json_string_value(j);
+			r.len = json_string_length(j);
+			r.null = 0;
+		} else {
+			r.data = NULL;
+			r.len = 0;
+			r.null = 1;
+		}
+		(*records_in)++;
+		if ((rc = chain_push(chain, &r)) != OP_OK)
+			return (rc == OP_STOP ? OP_OK : OP_FAIL);
+	}
+	return (OP_OK);
+}
+
+/*
+ * Push the lines of one file that start in [begin, end) (file offsets).
+ * This is Hadoop's LineRecordReader rule: a line belongs to the partition
+ * where it starts, so a range that starts inside a line skips to the next
+ * one, and the last line that starts in the range is read to its end even
+ * past the range.  The file's recorded size is its end: a line that runs
+ * to it ends there, and a file that shrank since is read as far as it goes.
+ */
+static int
+source_run_file(const struct plan_file *f, int64_t begin, int64_t end,
+    struct chain *chain, int64_t *records_in, char **err)
+{
+	struct record	 r = { NULL, 0, 0 };
+	int64_t		 base;		/* file offset of source_buf[0] */
+	size_t		 fill = 0, start = 0, scan = 0, want;
+	char		*nl;
+	ssize_t		 n;
+	int		 fd, eof = 0, skip, rc = OP_OK;
+
+	if ((fd = open(f->path, O_RDONLY | O_CLOEXEC)) == -1) {
+		xasprintf(err, "text: %s: %s", f->path, strerror(errno));
+		return (OP_FAIL);
+	}
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+
+	/* Start on the byte before the range to see whether a line ends
+	 * there; if not, skip the partial line. */
+	skip = begin > 0;
+	base = skip ? begin - 1 : 0;
+	for (;;) {
+		if (skip) {
+			nl = memchr(source_buf + scan, '\n', fill - scan);
+			if (nl != NULL) {
+				skip = 0;
+				start = scan = (size_t)(nl - source_buf) + 1;
+			} else
+				start = scan = fill;
+		}
+		/* Take the complete lines in the buffer. */
+		while (!skip) {
+			if (base + (int64_t)start >= end)
+				goto done;
+			nl = memchr(source_buf + scan, '\n', fill - scan);
+			if (nl == NULL) {
+				scan = fill;
+				if (!eof || start == fill)
+					break;
+				nl = source_buf + fill;	/* no final '\n' */
+			}
+			r.data = source_buf + start;
+			r.len = (size_t)(nl - r.data);
+			start = scan = (size_t)(nl - source_buf) + 1;
+			(*records_in)++;
+			if ((rc = chain_push(chain, &r)) != OP_OK) {
+				rc = rc == OP_STOP ? OP_OK : OP_FAIL;
+				goto done;
+			}
+			if (start > fill)
+				goto done;	/* that was the last line */
+		}
+		if (eof)
+			goto done;
+
+		/* Make room: drop what was consumed, or grow for a long line. */
+		if (start > 0) {
+			memmove(source_buf, source_buf + start, fill - start);
+			base += (int64_t)start;
+			fill -= start;
+			scan -= start;
+			start = 0;
+		}
+		if (fill == source_size) {
+			source_size *= 2;
+			source_buf = xrealloc(source_buf, source_size);
+		}
+		want = source_size - fill;
+		if ((int64_t)want > f->size - (base + (int64_t)fill))
+			want = (size_t)(f->size - (base + (int64_t)fill));
+		if (want == 0) {
+			eof = 1;
+			continue;
+		}
+		n = pread(fd, source_buf + fill, want, base + (int64_t)fill);
+		if (n == -1) {
+			if (errno == EINTR)
+				continue;
+			xasprintf(err, "text: %s: %s", f->path,
+			    strerror(errno));
+			rc = OP_FAIL;
+			goto done;
+		}
+		if (n == 0)
+			eof = 1;	/* shorter than when the job started */
+		fill += (size_t)n;
+	}
+done:
+	close(fd);
+	return (rc);
+}
+
+/* Push a text partition: a byte range of the files laid end to end. */
+static int
+source_run_text(const struct plan *plan, int partition, struct chain *chain,
+    int64_t *records_in, char **err)
+{
+	const struct plan_file	*f;
+	int64_t			 total = 0, offset = 0, begin, end, fb, fe;
+	size_t			 i;
+	int			 rc = OP_OK;
+
+	for (i = 0; i < plan->nfiles; i++)
+		total += plan->files[i].size;
+	plan_slice(total, plan->partitions, partition, &begin, &end);
+	if (begin == end)
+		return (OP_OK);
+
+	if (source_buf == NULL) {
+		source_size = SOURCE_TEXT_BUFFER;
+		source_buf = xmalloc(source_size);
+	}
+	for (i = 0; i < plan->nfiles && offset < end && rc == OP_OK; i++) {
+		f = &plan->files[i];
+		fb = begin > offset ? begin - offset : 0;
+		fe = end - offset < f->size ? end - offset : f->size;
+		if (fb < fe)
+			rc = source_run_file(f, fb, fe, chain, records_in, err);
+		offset += f->size;
+	}
+	if (source_size > 4 * SOURCE_TEXT_BUFFER) {
+		source_size = SOURCE_TEXT_BUFFER;
+		source_buf = xrealloc(source_buf, source_size);
+	}
+	return (rc);
+}
+
+/* Run the source of a partition into the chain. */
+int
+source_run(const struct plan *plan, int partition, struct chain *chain,
+    int64_t *records_in, char **err)
+{
+	*err = NULL;
+	switch (plan->source) {
+	case PLAN_SOURCE_RANGE:
+		return (source_run_range(plan, partition, chain, records_in));
+	case PLAN_SOURCE_PARALLELIZE:
+		return (source_run_parallelize(plan, partition, chain,
+		    records_in));
+	case PLAN_SOURCE_TEXT:
+		return (source_run_text(plan, partition, chain, records_in,
+		    err));
+	}
+	fatalx("%s: unknown source %d", __func__, plan->source);
+}
+
+/* Count a partition without reading it, if the source can. */
+int
+source_count(const struct plan *plan, int partition, int64_t *count)
+{
+	int64_t	first, begin, end;
+
+	switch (plan->source) {
+	case PLAN_SOURCE_RANGE:
+		plan_range_slice(plan, partition, &first, count);
+		return (0);
+	case PLAN_SOURCE_PARALLELIZE:
+		plan_slice((int64_t)json_array_size(plan->records),
+		    plan->partitions, partition, &begin, &end);
+		*count = end - begin;
+		return (0);
+	case PLAN_SOURCE_TEXT:
+		break;
+	}
+	return (-1);
+}

@@ -1,0 +1,287 @@
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "frame.h"
+#include "jread.h"
+#include "log.h"
+#include "output.h"
+#include "plan.h"
+#include "protocol.h"
+#include "task.h"
+#include "worker.h"
+#include "xmalloc.h"
+
+/* Descriptors are read through a buffer of this size (more for a larger
+ * one), so that one read() takes a descriptor and any sent behind it. */
+#define WORKER_BUFFER	(64 * 1024)
+
+struct worker {
+	int		 fd;
+	char		*buf;
+	size_t		 size, start, end;
+	struct output	*out;
+
+	/* The last plan parsed, reused by the next tasks of its operation. */
+	char		*operation;
+	struct plan	*plan;
+};
+
+/* What a task descriptor asks for. */
+struct worker_task {
+	struct plan	*plan;
+	int		 partition;
+	enum task_mode	 mode;
+};
+
+/* Read until len bytes are buffered: 1, 0 on end of file, -1 on error. */
+static int
+worker_fill(struct worker *w, size_t len)
+{
+	ssize_t	n;
+
+	while (w->end - w->start < len) {
+		if (w->start + len > w->size) {
+			memmove(w->buf, w->buf + w->start, w->end - w->start);
+			w->end -= w->start;
+			w->start = 0;
+			if (len > w->size) {
+				w->size = len;
+				w->buf = xrealloc(w->buf, w->size);
+			}
+		}
+		n = read(w->fd, w->buf + w->end, w->size - w->end);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return ((int)n);
+		w->end += (size_t)n;
+	}
+	return (1);
+}
+
+/* Drop a consumed frame; give back the memory a large one took. */
+static void
+worker_consume(struct worker *w, size_t len)
+{
+	w->start += len;
+	if (w->start != w->end)
+		return;
+	w->start = w->end = 0;
+	if (w->size > WORKER_BUFFER) {
+		w->size = WORKER_BUFFER;
+		w->buf = xrealloc(w->buf, w->size);
+	}
+}
+
+/*
+ * Read the next descriptor frame: 1 with *data and *len (valid until
+ * worker_consume), 0 when emberd closed the socket, -1 with *err for a
+ * broken frame or a read error.
+ */
+static int
+worker_read_frame(struct worker *w, const char **data, size_t *len,
+    char **err)
+{
+	int32_t	n;
+	int	rc;
+
+	*err = NULL;
+	if ((rc = worker_fill(w, 4)) <= 0)
+		goto fail;
+	n = be32_get((unsigned char *)w->buf + w->start);
+	if (n < 0 || n > EMBER_MAX_TASK_FRAME) {
+		xasprintf(err, "frame length %d", n);
+		return (-1);
+	}
+	if ((rc = worker_fill(w, 4 + (size_t)n)) <= 0)
+		goto fail;
+	*data = w->buf + w->start + 4;
+	*len = (size_t)n;
+	return (1);
+fail:
+	if (rc == -1)
+		log_warn("read from emberd: %s", strerror(errno));
+	else if (w->end != w->start)
+		log_warn("emberd closed the socket inside a task descriptor");
+	return (rc == 0 ? 0 : -1);
+}
+
+/* Take the plan of a descriptor, or the cached one of its operation: 0,
+ * -1 for a bad plan, -2 for none. */
+static int
+worker_plan(struct worker *w, json_t *d, const char *operation,
+    struct plan **out, char **err)
+{
+	json_t	*j;
+
+	j = json_object_get(d, "plan");
+	if (j == NULL) {
+		if (w->plan == NULL || strcmp(w->operation, operation) != 0) {
+			xasprintf(err, "task descriptor without a plan "
+			    "(operation %s)", operation);
+			return (-2);
+		}
+		*out = w->plan;
+		return (0);
+	}
+	plan_free(w->plan);
+	free(w->operation);
+	w->plan = NULL;
+	w->operation = NULL;
+	if (plan_parse(j, out, err) == -1)
+		return (-1);
+	w->plan = *out;
+	w->operation = xstrdup(operation);
+	return (0);
+}
+
+/* Parse a task descriptor: 0, -1 with *err for a bad one, -2 with *err
+ * when it has no plan and none is cached. */
+static int
+worker_parse(struct worker *w, const char *data, size_t len,
+    struct worker_task *t, char **err)
+{
+	json_t		*d, *files;
+	json_error_t	 jerr;
+	const char	*operation, *mode = "records";
+	json_int_t	 partition, partitions;
+	struct plan	*plan;
+	size_t		 i;
+	int		 rc = -1;
+
+	if ((d = json_loadb(data, len, JSON_ALLOW_NUL, &jerr)) == NULL) {
+		xasprintf(err, "not JSON: %s", jerr.text);
+		return (-1);
+	}
+	if (!json_is_object(d)) {
+		*err = xstrdup("not a JSON object");
+		goto out;
+	}
+	if (jread_string(d, "", "operation", JREAD_REQUIRED, &operation,
+	    err) == -1 ||
+	    jread_int(d, "", "partition", JREAD_REQUIRED, &partition,
+	    err) == -1 ||
+	    jread_int(d, "", "partitions", JREAD_REQUIRED, &partitions,
+	    err) == -1 ||
+	    jread_string(d, "", "mode", JREAD_OPTIONAL, &mode, err) == -1 ||
+	    jread_array(d, "", "files", JREAD_OPTIONAL, &files, err) == -1)
+		goto out;
+	if (partitions < 1 || partitions > PLAN_MAX_PARTITIONS) {
+		jread_fail(err, "partitions", "must be from 1 to %d",
+		    PLAN_MAX_PARTITIONS);
+		goto out;
+	}
+	if (partition < 0 || partition >= partitions) {
+		jread_fail(err, "partition", "must be from 0 to %lld",
+		    (long long)partitions - 1);
+		goto out;
+	}
+	if (strcmp(mode, "records") == 0)
+		t->mode = TASK_RECORDS;
+	else if (strcmp(mode, "count") == 0)
+		t->mode = TASK_COUNT;
+	else {
+		jread_fail(err, "mode", "expected \"records\" or \"count\"");
+		goto out;
+	}
+	if ((rc = worker_plan(w, d, operation, &plan, err)) != 0)
+		goto out;
+	rc = -1;
+	if (files != NULL && plan_files_from_json(plan, files, err) == -1)
+		goto out;
+	for (i = 0; i < plan->nfiles; i++) {
+		if (plan->files[i].size < 0) {
+			*err = xstrdup("files: missing");
+			goto out;
+		}
+	}
+	plan->partitions = (int)partitions;
+	t->plan = plan;
+	t->partition = (int)partition;
+	rc = 0;
+out:
+	json_decref(d);
+	return (rc);
+}
+
+/* Report a failed task and give up on this worker. */
+static int
+worker_fail(struct worker *w, const char *prefix, char *err)
+{
+	char	*message;
+
+	if (prefix != NULL) {
+		xasprintf(&message, "%s%s", prefix, err);
+		free(err);
+	} else
+		message = err;
+	log_debug("task failed: %s", message);
+	output_fail(w->out, message);
+	free(message);
+	return (1);
+}
+
+/* Nanoseconds from a to b. */
+static int64_t
+worker_elapsed(const struct timespec *a, const struct timespec *b)
+{
+	return ((int64_t)(b->tv_sec - a->tv_sec) * 1000000000 +
+	    (b->tv_nsec - a->tv_nsec));
+}
+
+/* Serve tasks until emberd closes the socket or one fails. */
+int
+worker_main(int fd)
+{
+	struct worker		 w;
+	struct worker_task	 t;
+	struct timespec		 begin, end;
+	int64_t			 metrics[EMBER_METRIC_COUNT];
+	const char		*data;
+	size_t			 len;
+	char			*err;
+	int			 rc;
+
+	signal(SIGPIPE, SIG_IGN);
+	memset(&w, 0, sizeof w);
+	w.fd = fd;
+	w.size = WORKER_BUFFER;
+	w.buf = xmalloc(w.size);
+	w.out = output_create(fd);
+
+	for (;;) {
+		if ((rc = worker_read_frame(&w, &data, &len, &err)) == 0)
+			return (0);
+		if (rc == -1) {
+			if (err == NULL)
+				return (1);
+			return (worker_fail(&w, "bad task descriptor: ", err));
+		}
+		clock_gettime(CLOCK_MONOTONIC, &begin);
+		rc = worker_parse(&w, data, len, &t, &err);
+		worker_consume(&w, 4 + len);
+		if (rc == -1)
+			return (worker_fail(&w, "bad task descriptor: ", err));
+		if (rc == -2)
+			return (worker_fail(&w, NULL, err));
+
+		output_reset(w.out);
+		if (task_run(t.plan, t.partition, t.mode, w.out, metrics,
+		    &err) == -1)
+			return (worker_fail(&w, NULL, err));
+		clock_gettime(CLOCK_MONOTONIC, &end);
+		metrics[EMBER_METRIC_ELAPSED_NS] = worker_elapsed(&begin, &end);
+		if (output_finish(w.out, metrics, EMBER_METRIC_COUNT,
+		    &err) == -1) {
+			log_debug("%s", err);
+			free(err);
+			return (1);
+		}
+	}
+}

@@ -1,0 +1,572 @@
+/*
+ * ember: the command line client.  The protocol lives in libember; this file
+ * only reads arguments, prints records and shows status.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "ember.h"
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
+
+#define EMBER_STDOUT_BUFFER	(1024 * 1024)
+
+#define EXIT_USAGE		2
+
+static const char	*socket_path;
+
+/* Print the synopsis, and with full set what each command does. */
+static void
+usage(FILE *f, int full)
+{
+	fprintf(f,
+	    "usage: ember [--socket PATH] run [--collect | --count] PLAN.json\n"
+	    "       ember [--socket PATH] status [--json]\n"
+	    "       ember --version | --help\n");
+	if (!full)
+		return;
+	fprintf(f,
+	    "\n"
+	    "  run      execute the plan (PLAN.json, or - for standard input)\n"
+	    "           and print one record per line; a null record prints\n"
+	    "           as an empty line.  --collect has emberd push every\n"
+	    "           partition instead of iterating; --count prints the\n"
+	    "           number of records.\n"
+	    "  status   show emberd's workers, pools, sessions, operations and\n"
+	    "           counters; --json prints the raw reply.\n"
+	    "\n"
+	    "The socket is --socket PATH, else $%s, else %s.\n",
+	    EMBER_SOCKET_ENV, EMBER_DEFAULT_SOCKET);
+}
+
+/* Report a library error and exit. */
+static void __attribute__((noreturn))
+ember_die(struct ember *e)
+{
+	fprintf(stderr, "ember: %s: %s\n", ember_error_class(e),
+	    ember_error(e));
+	ember_close(e);
+	exit(1);
+}
+
+/* Connect or exit. */
+static struct ember *
+ember_open(void)
+{
+	struct ember	*e;
+	char		*why;
+
+	if ((e = ember_connect(socket_path, &why)) == NULL) {
+		fprintf(stderr, "ember: %s\n", why);
+		free(why);
+		exit(1);
+	}
+	return (e);
+}
+
+/* Read a whole file (- for standard input) into a string, or exit. */
+static char *
+ember_read_file(const char *path)
+{
+	FILE	*f;
+	char	*buf = NULL;
+	size_t	 len = 0, size = 0, n;
+
+	if (strcmp(path, "-") == 0)
+		f = stdin;
+	else if ((f = fopen(path, "re")) == NULL) {
+		fprintf(stderr, "ember: %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+	for (;;) {
+		if (size - len < 4096) {
+			size = size == 0 ? 65536 : size * 2;
+			if ((buf = realloc(buf, size)) == NULL) {
+				fprintf(stderr, "ember: %s: out of memory\n",
+				    path);
+				exit(1);
+			}
+		}
+		n = fread(buf + len, 1, size - len - 1, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	if (ferror(f)) {
+		fprintf(stderr, "ember: %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+	if (f != stdin)
+		fclose(f);
+	buf[len] = '\0';
+	return (buf);
+}
+
+/*
+ * Records go to standard output through a buffer of our own rather than
+ * stdio: one memcpy per record and one write per megabyte.
+ */
+struct output {
+	char	*buf;
+	size_t	 len;
+	size_t	 size;
+};
+
+/* Handle a failed write to standard output; exits. */
+static void __attribute__((noreturn))
+output_failed(struct ember *e)
+{
+	int	saved = errno;
+
+	if (saved == EPIPE) {
+		/* The reader went away (| head): stop cleanly and quietly. */
+		ember_stop(e);
+		ember_close(e);
+		exit(0);
+	}
+	fprintf(stderr, "ember: standard output: %s\n", strerror(saved));
+	ember_close(e);
+	exit(1);
+}
+
+/* Write len bytes to standard output in full. */
+static int
+output_write(const char *p, size_t len)
+{
+	ssize_t	n;
+
+	while (len > 0) {
+		n = write(STDOUT_FILENO, p, len);
+		if (n == -1) {
+			if (errno == EINTR)
+				continue;
+			return (-1);
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return (0);
+}
+
+/* Write out what is buffered. */
+static int
+output_flush(struct output *o)
+{
+	if (output_write(o->buf, o->len) == -1)
+		return (-1);
+	o->len = 0;
+	return (0);
+}
+
+/* Add a record and its newline. */
+static int
+output_record(struct output *o, const void *data, size_t len)
+{
+	if (o->size - o->len < len + 1) {
+		if (output_flush(o) == -1)
+			return (-1);
+		if (len + 1 > o->size) {
+			if (output_write(data, len) == -1)
+				return (-1);
+			len = 0;
+		}
+	}
+	if (len > 0)
+		memcpy(o->buf + o->len, data, len);
+	o->len += len;
+	o->buf[o->len++] = '\n';
+	return (0);
+}
+
+/* Run a plan and print its records or count. */
+static int
+cmd_run(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "collect",	no_argument,		NULL, 'C' },
+		{ "count",	no_argument,		NULL, 'n' },
+		{ "socket",	required_argument,	NULL, 'S' },
+		{ "help",	no_argument,		NULL, 'h' },
+		{ NULL,		0,			NULL, 0 }
+	};
+	const char	*action = "iterate";
+	struct output	 out;
+	struct ember	*e;
+	char		*plan;
+	const void	*data;
+	size_t		 len;
+	int64_t		 count;
+	int		 ch, rc;
+
+	optind = 0;
+	while ((ch = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'C':
+		case 'n':
+			if (strcmp(action, "iterate") != 0) {
+				fprintf(stderr, "ember: run: --collect and "
+				    "--count exclude each other\n");
+				return (EXIT_USAGE);
+			}
+			action = ch == 'C' ? "collect" : "count";
+			break;
+		case 'S':
+			socket_path = optarg;
+			break;
+		case 'h':
+			usage(stdout, 1);
+			return (0);
+		default:
+			usage(stderr, 0);
+			return (EXIT_USAGE);
+		}
+	}
+	if (argc - optind != 1) {
+		usage(stderr, 0);
+		return (EXIT_USAGE);
+	}
+
+	plan = ember_read_file(argv[optind]);
+	e = ember_open();
+
+	if (strcmp(action, "count") == 0) {
+		if (ember_count(e, plan, &count) == -1)
+			ember_die(e);
+		free(plan);
+		printf("%" PRId64 "\n", count);
+		if (fflush(stdout) == EOF)
+			output_failed(e);
+		ember_close(e);
+		return (0);
+	}
+
+	signal(SIGPIPE, SIG_IGN);
+	out.size = EMBER_STDOUT_BUFFER;
+	out.len = 0;
+	if ((out.buf = malloc(out.size)) == NULL) {
+		fprintf(stderr, "ember: out of memory\n");
+		exit(1);
+	}
+	if (ember_execute(e, plan, action, NULL, NULL) == -1)
+		ember_die(e);
+	free(plan);
+	while ((rc = ember_next(e, &data, &len)) == 1) {
+		if (output_record(&out, data, len) == -1)
+			output_failed(e);
+	}
+	if (output_flush(&out) == -1)
+		output_failed(e);
+	free(out.buf);
+	if (rc == -1)
+		ember_die(e);
+	ember_close(e);
+	return (0);
+}
+
+/* Print a JSON value as a table cell or a line's value. */
+static void
+status_print_value(json_t *v)
+{
+	char	*s;
+
+	switch (json_typeof(v)) {
+	case JSON_STRING:
+		fputs(json_string_value(v), stdout);
+		break;
+	case JSON_INTEGER:
+		printf("%" JSON_INTEGER_FORMAT, json_integer_value(v));
+		break;
+	default:
+		s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		fputs(s != NULL ? s : "?", stdout);
+		free(s);
+		break;
+	}
+}
+
+/* The width of a value as status_print_value prints it. */
+static int
+status_value_width(json_t *v)
+{
+	char	*s;
+	int	 n;
+
+	switch (json_typeof(v)) {
+	case JSON_STRING:
+		return ((int)strlen(json_string_value(v)));
+	case JSON_INTEGER:
+		return (snprintf(NULL, 0, "%" JSON_INTEGER_FORMAT,
+		    json_integer_value(v)));
+	default:
+		s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		n = s != NULL ? (int)strlen(s) : 1;
+		free(s);
+		return (n);
+	}
+}
+
+/*
+ * Print an array of objects as a table: one column per key, in the order
+ * the keys first appear.
+ */
+static void
+status_print_table(json_t *rows)
+{
+	json_t		*columns, *row, *v, *column;
+	const char	*key;
+	size_t		 i, j;
+	int		*width, w;
+
+	columns = json_array();
+	json_array_foreach(rows, i, row) {
+		json_object_foreach(row, key, v) {
+			json_array_foreach(columns, j, column) {
+				if (strcmp(json_string_value(column), key) == 0)
+					break;
+			}
+			if (j == json_array_size(columns))
+				json_array_append_new(columns,
+				    json_string(key));
+		}
+	}
+	if (json_array_size(columns) == 0) {
+		json_decref(columns);
+		return;
+	}
+	if ((width = calloc(json_array_size(columns), sizeof *width)) == NULL) {
+		json_decref(columns);
+		return;
+	}
+	json_array_foreach(columns, j, v) {
+		width[j] = (int)strlen(json_string_value(v));
+		json_array_foreach(rows, i, row) {
+			json_t *cell = json_object_get(row,
+			    json_string_value(v));
+			if (cell != NULL && (w = status_value_width(cell)) >
+			    width[j])
+				width[j] = w;
+		}
+	}
+
+	fputs("   ", stdout);
+	json_array_foreach(columns, j, v) {
+		const char *p;
+
+		putchar(' ');
+		for (p = json_string_value(v); *p != '\0'; p++)
+			putchar(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+		if (j + 1 < json_array_size(columns))
+			printf("%*s", width[j] - (int)strlen(
+			    json_string_value(v)) + 1, "");
+	}
+	putchar('\n');
+	json_array_foreach(rows, i, row) {
+		fputs("   ", stdout);
+		json_array_foreach(columns, j, v) {
+			json_t *cell = json_object_get(row,
+			    json_string_value(v));
+
+			putchar(' ');
+			if (cell == NULL) {
+				putchar('-');
+				w = 1;
+			} else {
+				status_print_value(cell);
+				w = status_value_width(cell);
+			}
+			if (j + 1 < json_array_size(columns))
+				printf("%*s", width[j] - w + 1, "");
+		}
+		putchar('\n');
+	}
+	free(width);
+	json_decref(columns);
+}
+
+/* Print a duration in milliseconds as 1d 2h 3m 4s. */
+static void
+status_print_uptime(json_int_t ms)
+{
+	json_int_t	s = ms / 1000;
+
+	if (s >= 86400)
+		printf("%" JSON_INTEGER_FORMAT "d ", s / 86400);
+	if (s >= 3600)
+		printf("%" JSON_INTEGER_FORMAT "h ", s / 3600 % 24);
+	if (s >= 60)
+		printf("%" JSON_INTEGER_FORMAT "m ", s / 60 % 60);
+	printf("%" JSON_INTEGER_FORMAT "s\n", s % 60);
+}
+
+/*
+ * Print the status reply for people.  Nothing of its shape is assumed
+ * beyond it being an object: scalars print as "key value", arrays as a
+ * count and a table, objects as indented "key value" lines.
+ */
+static void
+status_print(json_t *reply)
+{
+	const char	*key, *k;
+	json_t		*v, *item, *sub;
+	size_t		 i;
+	int		 tabular;
+
+	json_object_foreach(reply, key, v) {
+		if (strcmp(key, "ok") == 0)
+			continue;
+		if (strcmp(key, "uptime_ms") == 0 && json_is_integer(v)) {
+			printf("%-12s ", "uptime");
+			status_print_uptime(json_integer_value(v));
+			continue;
+		}
+		if (json_is_array(v)) {
+			printf("%-12s %zu\n", key, json_array_size(v));
+			tabular = 1;
+			json_array_foreach(v, i, item) {
+				if (!json_is_object(item))
+					tabular = 0;
+			}
+			if (tabular)
+				status_print_table(v);
+			else {
+				json_array_foreach(v, i, item) {
+					printf("    ");
+					status_print_value(item);
+					putchar('\n');
+				}
+			}
+			continue;
+		}
+		if (json_is_object(v)) {
+			printf("%s\n", key);
+			json_object_foreach(v, k, sub) {
+				printf("    %-24s ", k);
+				status_print_value(sub);
+				putchar('\n');
+			}
+			continue;
+		}
+		printf("%-12s ", key);
+		status_print_value(v);
+		putchar('\n');
+	}
+}
+
+/* Show emberd's status. */
+static int
+cmd_status(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "json",	no_argument,		NULL, 'j' },
+		{ "socket",	required_argument,	NULL, 'S' },
+		{ "help",	no_argument,		NULL, 'h' },
+		{ NULL,		0,			NULL, 0 }
+	};
+	struct ember	*e;
+	json_t		*reply;
+	json_error_t	 jerr;
+	char		*text;
+	int		 ch, raw = 0;
+
+	optind = 0;
+	while ((ch = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'j':
+			raw = 1;
+			break;
+		case 'S':
+			socket_path = optarg;
+			break;
+		case 'h':
+			usage(stdout, 1);
+			return (0);
+		default:
+			usage(stderr, 0);
+			return (EXIT_USAGE);
+		}
+	}
+	if (optind != argc) {
+		usage(stderr, 0);
+		return (EXIT_USAGE);
+	}
+
+	e = ember_open();
+	if ((text = ember_status(e)) == NULL)
+		ember_die(e);
+	ember_close(e);
+	if (raw)
+		printf("%s\n", text);
+	else {
+		if ((reply = json_loads(text, 0, &jerr)) == NULL) {
+			fprintf(stderr, "ember: status: %s\n", jerr.text);
+			free(text);
+			return (1);
+		}
+		status_print(reply);
+		json_decref(reply);
+	}
+	free(text);
+	if (fflush(stdout) == EOF && errno != EPIPE) {
+		fprintf(stderr, "ember: standard output: %s\n",
+		    strerror(errno));
+		return (1);
+	}
+	return (0);
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "socket",	required_argument,	NULL, 'S' },
+		{ "version",	no_argument,		NULL, 'V' },
+		{ "help",	no_argument,		NULL, 'h' },
+		{ NULL,		0,			NULL, 0 }
+	};
+	int	ch;
+
+	while ((ch = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'S':
+			socket_path = optarg;
+			break;
+		case 'V':
+			printf("ember %s\n", PACKAGE_VERSION);
+			return (0);
+		case 'h':
+			usage(stdout, 1);
+			return (0);
+		default:
+			usage(stderr, 0);
+			return (EXIT_USAGE);
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	if (argc == 0) {
+		usage(stderr, 0);
+		return (EXIT_USAGE);
+	}
+	/* getopt names the command in its messages: "ember run: ...". */
+	if (strcmp(argv[0], "run") == 0) {
+		argv[0] = (char *)"ember run";
+		return (cmd_run(argc, argv));
+	}
+	if (strcmp(argv[0], "status") == 0) {
+		argv[0] = (char *)"ember status";
+		return (cmd_status(argc, argv));
+	}
+	fprintf(stderr, "ember: unknown command \"%s\"\n", argv[0]);
+	usage(stderr, 0);
+	return (EXIT_USAGE);
+}

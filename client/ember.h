@@ -1,0 +1,106 @@
+/*
+ * libember: a small blocking client for emberd (docs/protocol.md).
+ *
+ * A struct ember is one connection to emberd, past its hello.  Requests and
+ * replies are JSON text; nothing of jansson or libevent shows here.  A handle
+ * is not thread-safe: use one per thread, or lock around it.
+ *
+ * Every function that can fail returns -1 (or NULL) and leaves a message and
+ * an error class behind, read with ember_error and ember_error_class.  The
+ * class is either one of emberd's (PLAN_INVALID, TASK_FAILED, ...) or one of
+ * the library's own:
+ *
+ *	IO_ERROR	the socket failed or emberd closed it
+ *	PROTOCOL_ERROR	emberd sent something the protocol does not allow
+ *	STREAM_ACTIVE	a control request while a result stream is open
+ *	NO_STREAM	ember_next or ember_stop without a result stream
+ *	DETACHED	emberd ended the stream early (response 2); the
+ *			operation goes on and can be reattached
+ *	NO_MEMORY	out of memory
+ *
+ * After IO_ERROR or PROTOCOL_ERROR the connection is unusable: every later
+ * call fails with the same error; close it and connect again.
+ *
+ * The library never changes the process's signal dispositions: it writes
+ * with MSG_NOSIGNAL, so a closed socket is an IO_ERROR, not a SIGPIPE.
+ */
+#ifndef EMBER_H
+#define EMBER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define EMBER_DEFAULT_SOCKET	"/run/ember/emberd.sock"
+#define EMBER_SOCKET_ENV	"EMBER_SOCKET"
+
+struct ember;
+
+/*
+ * Connect to emberd and say hello.  socket_path NULL means $EMBER_SOCKET,
+ * else EMBER_DEFAULT_SOCKET.  On failure, NULL and, if errmsg is not NULL,
+ * *errmsg is an allocated message for the caller to free:
+ * "connect /run/ember/emberd.sock: No such file or directory (is emberd
+ * running?)", or "hello: VERSION_MISMATCH: ..." when emberd refuses.
+ */
+struct ember	*ember_connect(const char *socket_path, char **errmsg);
+
+/* Close the connection; an open result stream ends its operation. */
+void		 ember_close(struct ember *);
+
+/* The last error's message and class; "" when there has been none. */
+const char	*ember_error(const struct ember *);
+const char	*ember_error_class(const struct ember *);
+
+/* The session id emberd gave at hello. */
+const char	*ember_session(const struct ember *);
+
+/*
+ * Send one control request (a JSON object with "op") and wait for its reply.
+ * 0 on {"ok":true}; -1 on {"ok":false} with the error's class and message
+ * set, or on a local failure.  If reply_json is not NULL, *reply_json gets
+ * the reply text (caller frees) whenever one arrived, NULL otherwise.  An
+ * "execute" of iterate or collect opens the result stream, as ember_execute.
+ */
+int		 ember_request(struct ember *, const char *request_json,
+		     char **reply_json);
+
+/*
+ * Execute a plan (JSON text) with an action ("iterate", "collect", "count",
+ * ...) and options (a JSON object as text, or NULL).  Returns as
+ * ember_request.  For iterate and collect, a successful execute opens the
+ * result stream: read it with ember_next until it returns 0 or -1, or end it
+ * with ember_stop; no other request is allowed meanwhile.
+ */
+int		 ember_execute(struct ember *, const char *plan_json,
+		     const char *action, const char *options_json,
+		     char **reply_json);
+
+/*
+ * Read the next record of the result stream.
+ *  1	a record: *data and *len point into the library's buffer and stay
+ *	valid until the next call on the handle; *data is NULL (and *len 0)
+ *	for a null record.
+ *  0	the stream is complete (also on every call after that).
+ * -1	an error.  A worker's failure is class TASK_FAILED with the worker's
+ *	message; the stream is over and the connection usable again.
+ * In iterate mode the library asks for each partition when it needs it.
+ */
+int		 ember_next(struct ember *, const void **data, size_t *len);
+
+/*
+ * Stop the result stream early: read the rest of the current partition,
+ * tell emberd to stop, and wait until it has.  The connection then takes
+ * control requests again.  0 once stopped (a task failing meanwhile counts
+ * as stopped; ember_error has it), -1 if the connection broke.  Without an
+ * open stream, 0.
+ */
+int		 ember_stop(struct ember *);
+
+/* Execute plan_json with action count and set *count.  0 or -1. */
+int		 ember_count(struct ember *, const char *plan_json,
+		     int64_t *count);
+
+/* The status reply as JSON text (caller frees), or NULL on error. */
+char		*ember_status(struct ember *);
+
+#endif

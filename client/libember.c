@@ -1,0 +1,812 @@
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "ember.h"
+#include "frame.h"
+#include "protocol.h"
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
+
+/*
+ * Everything emberd sends goes through one read buffer: control replies and
+ * the result stream alike.  Records are returned as pointers into it, so a
+ * stream costs one read() per buffer and no copy or allocation per record.
+ * The buffer grows for a frame that does not fit and shrinks back when the
+ * stream ends.
+ */
+#define EMBER_BUFFER_SIZE	(1024 * 1024)
+#define EMBER_MAX_REPLY		(64 * 1024 * 1024)
+/* A record travels inside a worker's batch, so it is never bigger. */
+#define EMBER_MAX_RECORD	EMBER_MAX_BATCH
+/* emberd adds context (partition, worker) to a worker's message. */
+#define EMBER_MAX_ERROR		(1024 * 1024)
+
+enum ember_state {
+	EMBER_CONTROL,		/* control requests and replies */
+	EMBER_BETWEEN,		/* stream: a response (1, 0, -1, 2) is next */
+	EMBER_RECORDS,		/* stream: inside a partition */
+	EMBER_BROKEN,		/* the connection failed; only close is left */
+};
+
+struct ember {
+	int			 fd;
+	enum ember_state	 state;
+
+	char			*session;
+	char			*operation;	/* of the open stream */
+
+	int			 push;		/* collect: no requests */
+	int			 requested;	/* a request is unanswered */
+	int			 stopping;	/* ember_stop is draining */
+	int			 streamed;	/* a stream has ended */
+	int64_t			 partition;	/* current partition, from 0 */
+	int64_t			 offset;	/* records read in it */
+
+	unsigned char		*buf;
+	size_t			 size;
+	size_t			 start;		/* first unread byte */
+	size_t			 end;		/* one past the last byte read */
+
+	char			*error;
+	char			*error_class;
+};
+
+static int	ember_call(struct ember *, json_t *, char **, json_t **);
+
+/* Set the error to class and a formatted message. */
+static void
+ember_vfail(struct ember *e, const char *class, const char *fmt, va_list ap)
+{
+	char	*msg;
+
+	if (vasprintf(&msg, fmt, ap) == -1)
+		msg = NULL;
+	free(e->error);
+	free(e->error_class);
+	e->error = msg;
+	e->error_class = strdup(class);
+}
+
+/* Fail this call; the connection stays usable. */
+static int __attribute__((format(printf, 3, 4)))
+ember_fail(struct ember *e, const char *class, const char *fmt, ...)
+{
+	va_list	ap;
+
+	va_start(ap, fmt);
+	ember_vfail(e, class, fmt, ap);
+	va_end(ap);
+	return (-1);
+}
+
+/* Fail for good: the connection can no longer be trusted. */
+static int __attribute__((format(printf, 3, 4)))
+ember_break(struct ember *e, const char *class, const char *fmt, ...)
+{
+	va_list	ap;
+
+	va_start(ap, fmt);
+	ember_vfail(e, class, fmt, ap);
+	va_end(ap);
+	e->state = EMBER_BROKEN;
+	return (-1);
+}
+
+/* Fail with an I/O error from errno (0 for end of file). */
+static int
+ember_break_io(struct ember *e, const char *what)
+{
+	if (errno == 0)
+		return (ember_break(e, "IO_ERROR", "%s: connection closed by "
+		    "emberd", what));
+	return (ember_break(e, "IO_ERROR", "%s: %s", what, strerror(errno)));
+}
+
+/* Refuse a call the state does not allow; 0 if it is allowed. */
+static int
+ember_check_control(struct ember *e)
+{
+	switch (e->state) {
+	case EMBER_CONTROL:
+		return (0);
+	case EMBER_BROKEN:
+		return (-1);	/* the error stays what broke it */
+	default:
+		return (ember_fail(e, "STREAM_ACTIVE", "a result stream is "
+		    "open: read it to the end or stop it first"));
+	}
+}
+
+/* Send len bytes (or an iovec array) in full, without SIGPIPE. */
+static int
+ember_sendv(struct ember *e, struct iovec *iov, int iovcnt)
+{
+	struct msghdr	mh;
+	ssize_t		n;
+
+	memset(&mh, 0, sizeof mh);
+	while (iovcnt > 0) {
+		mh.msg_iov = iov;
+		mh.msg_iovlen = (size_t)iovcnt;
+		n = sendmsg(e->fd, &mh, MSG_NOSIGNAL);
+		if (n == -1) {
+			if (errno == EINTR)
+				continue;
+			return (ember_break_io(e, "write"));
+		}
+		while (iovcnt > 0 && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			iovcnt--;
+		}
+		if (iovcnt > 0) {
+			iov->iov_base = (char *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
+	}
+	return (0);
+}
+
+/* Send one int32. */
+static int
+ember_send_int32(struct ember *e, int32_t v)
+{
+	unsigned char	b[4];
+	struct iovec	iov = { b, sizeof b };
+
+	be32_put(b, v);
+	return (ember_sendv(e, &iov, 1));
+}
+
+/* Send one frame. */
+static int
+ember_send_frame(struct ember *e, const void *data, size_t len)
+{
+	unsigned char	hdr[4];
+	struct iovec	iov[2];
+
+	if (len > INT32_MAX)
+		return (ember_fail(e, "REQUEST_INVALID", "request of %zu bytes "
+		    "is too large", len));
+	be32_put(hdr, (int32_t)len);
+	iov[0].iov_base = hdr;
+	iov[0].iov_len = sizeof hdr;
+	iov[1].iov_base = (void *)data;
+	iov[1].iov_len = len;
+	return (ember_sendv(e, iov, 2));
+}
+
+/*
+ * Make room for need unread bytes.  Only called when a frame is incomplete,
+ * so moving the unread bytes to the front copies less than one frame, and
+ * the next read gets the whole free space.
+ */
+static int
+ember_make_room(struct ember *e, size_t need)
+{
+	unsigned char	*nbuf;
+	size_t		 nsize, have = e->end - e->start;
+
+	if (e->start > 0) {
+		if (have > 0)
+			memmove(e->buf, e->buf + e->start, have);
+		e->start = 0;
+		e->end = have;
+	}
+	if (e->size >= need)
+		return (0);
+	nsize = e->size;
+	while (nsize < need)
+		nsize *= 2;
+	if ((nbuf = realloc(e->buf, nsize)) == NULL)
+		return (ember_break(e, "NO_MEMORY", "buffer of %zu bytes: %s",
+		    nsize, strerror(errno)));
+	e->buf = nbuf;
+	e->size = nsize;
+	return (0);
+}
+
+/* Read until at least need bytes are unread. */
+static int
+ember_fill(struct ember *e, size_t need)
+{
+	ssize_t	n;
+
+	if (e->end - e->start >= need)
+		return (0);
+	if (ember_make_room(e, need) == -1)
+		return (-1);
+	while (e->end - e->start < need) {
+		n = read(e->fd, e->buf + e->end, e->size - e->end);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n == 0)
+				errno = 0;
+			return (ember_break_io(e, "read"));
+		}
+		e->end += (size_t)n;
+	}
+	return (0);
+}
+
+/* Read one int32. */
+static int
+ember_read_int32(struct ember *e, int32_t *v)
+{
+	if (ember_fill(e, 4) == -1)
+		return (-1);
+	*v = be32_get(e->buf + e->start);
+	e->start += 4;
+	return (0);
+}
+
+/*
+ * Read one frame of at most max bytes; *data points into the buffer.  A
+ * negative length breaks the connection: callers read special values
+ * themselves.
+ */
+static int
+ember_read_frame(struct ember *e, size_t max, const char *what,
+    const unsigned char **data, size_t *len)
+{
+	int32_t	n;
+
+	if (ember_fill(e, 4) == -1)
+		return (-1);
+	n = be32_get(e->buf + e->start);
+	if (n < 0 || (size_t)n > max)
+		return (ember_break(e, "PROTOCOL_ERROR", "%s: bad frame length "
+		    "%d", what, n));
+	if (ember_fill(e, 4 + (size_t)n) == -1)
+		return (-1);
+	*data = e->buf + e->start + 4;
+	*len = (size_t)n;
+	e->start += 4 + (size_t)n;
+	return (0);
+}
+
+/* End the stream: back to control frames. */
+static void
+ember_end_stream(struct ember *e)
+{
+	unsigned char	*nbuf;
+	size_t		 have = e->end - e->start;
+
+	e->state = EMBER_CONTROL;
+	e->streamed = 1;
+	e->stopping = 0;
+	e->requested = 0;
+
+	/* Give back what a big record made the buffer grow to. */
+	if (e->size > EMBER_BUFFER_SIZE && have <= EMBER_BUFFER_SIZE) {
+		memmove(e->buf, e->buf + e->start, have);
+		e->start = 0;
+		e->end = have;
+		if ((nbuf = realloc(e->buf, EMBER_BUFFER_SIZE)) != NULL) {
+			e->buf = nbuf;
+			e->size = EMBER_BUFFER_SIZE;
+		}
+	}
+}
+
+/* Read the error frame after -1 or -2 and end the stream with it. */
+static int
+ember_stream_error(struct ember *e)
+{
+	const unsigned char	*msg;
+	size_t			 len;
+
+	if (ember_read_frame(e, EMBER_MAX_ERROR, "error frame", &msg,
+	    &len) == -1)
+		return (-1);
+	ember_end_stream(e);
+	return (ember_fail(e, "TASK_FAILED", "%.*s", (int)len,
+	    (const char *)msg));
+}
+
+/* Start a result stream after a successful execute. */
+static void
+ember_start_stream(struct ember *e, int push, json_t *reply)
+{
+	const char	*id;
+
+	free(e->operation);
+	id = json_string_value(json_object_get(reply, "operation"));
+	e->operation = strdup(id != NULL ? id : "?");
+	e->state = EMBER_BETWEEN;
+	e->push = push;
+	e->requested = 0;
+	e->stopping = 0;
+	e->streamed = 0;
+	e->partition = -1;
+	e->offset = 0;
+}
+
+/* Read a response between partitions; 1 (records follow), 0 or -1. */
+static int
+ember_next_partition(struct ember *e)
+{
+	int32_t	resp;
+
+	if (!e->push || e->stopping) {
+		if (!e->requested) {
+			if (ember_send_int32(e, e->stopping ?
+			    EMBER_REQUEST_STOP : EMBER_REQUEST_NEXT) == -1)
+				return (-1);
+			e->requested = 1;
+		}
+	}
+	if (ember_read_int32(e, &resp) == -1)
+		return (-1);
+	if (!e->push)
+		e->requested = 0;
+	switch (resp) {
+	case EMBER_STREAM_PARTITION:
+		e->state = EMBER_RECORDS;
+		e->partition++;
+		e->offset = 0;
+		return (1);
+	case EMBER_STREAM_DONE:
+		ember_end_stream(e);
+		return (0);
+	case EMBER_STREAM_ERROR:
+		return (ember_stream_error(e));
+	case EMBER_STREAM_DETACHED:
+		ember_end_stream(e);
+		return (ember_fail(e, "DETACHED", "operation %s: emberd "
+		    "detached the stream after partition %lld",
+		    e->operation != NULL ? e->operation : "?",
+		    (long long)e->partition));
+	default:
+		return (ember_break(e, "PROTOCOL_ERROR", "unexpected stream "
+		    "response %d", resp));
+	}
+}
+
+int
+ember_next(struct ember *e, const void **data, size_t *len)
+{
+	int32_t	n;
+	int	rc;
+
+	for (;;) {
+		switch (e->state) {
+		case EMBER_RECORDS:
+			break;
+		case EMBER_BETWEEN:
+			if ((rc = ember_next_partition(e)) != 1)
+				return (rc);
+			continue;
+		case EMBER_CONTROL:
+			if (e->streamed)
+				return (0);
+			return (ember_fail(e, "NO_STREAM", "no result stream is "
+			    "open"));
+		case EMBER_BROKEN:
+			return (-1);
+		}
+
+		if (ember_fill(e, 4) == -1)
+			return (-1);
+		n = be32_get(e->buf + e->start);
+		if (n >= 0) {
+			if (n > EMBER_MAX_RECORD)
+				return (ember_break(e, "PROTOCOL_ERROR",
+				    "partition %lld: record of %d bytes is too "
+				    "large", (long long)e->partition, n));
+			if (ember_fill(e, 4 + (size_t)n) == -1)
+				return (-1);
+			*data = e->buf + e->start + 4;
+			*len = (size_t)n;
+			e->start += 4 + (size_t)n;
+			e->offset++;
+			return (1);
+		}
+		e->start += 4;
+		switch (n) {
+		case EMBER_NULL:
+			*data = NULL;
+			*len = 0;
+			e->offset++;
+			return (1);
+		case EMBER_END_OF_DATA_SECTION:
+			e->state = EMBER_BETWEEN;
+			continue;
+		case EMBER_EXCEPTION_THROWN:
+			return (ember_stream_error(e));
+		default:
+			return (ember_break(e, "PROTOCOL_ERROR", "partition "
+			    "%lld: unexpected length %d", (long long)e->partition,
+			    n));
+		}
+	}
+}
+
+int
+ember_stop(struct ember *e)
+{
+	const void	*data;
+	size_t		 len;
+	int		 rc;
+
+	switch (e->state) {
+	case EMBER_CONTROL:
+		return (0);
+	case EMBER_BROKEN:
+		return (-1);
+	default:
+		break;
+	}
+	e->stopping = 1;
+	while ((rc = ember_next(e, &data, &len)) == 1)
+		/* drain */;
+	if (rc == -1 && e->state == EMBER_BROKEN)
+		return (-1);
+	return (0);
+}
+
+/* Connect the socket; -1 with a message in *why. */
+static int
+ember_dial(const char *path, char **why)
+{
+	struct sockaddr_un	 sun;
+	struct pollfd		 pfd;
+	socklen_t		 sl;
+	int			 fd, err, saved;
+
+	memset(&sun, 0, sizeof sun);
+	sun.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof sun.sun_path) {
+		if (asprintf(why, "connect %s: %s", path,
+		    strerror(ENAMETOOLONG)) == -1)
+			*why = NULL;
+		return (-1);
+	}
+	strcpy(sun.sun_path, path);
+
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1) {
+		if (asprintf(why, "socket: %s", strerror(errno)) == -1)
+			*why = NULL;
+		return (-1);
+	}
+	if (connect(fd, (struct sockaddr *)&sun, sizeof sun) == 0)
+		return (fd);
+	err = errno;
+	if (err == EINTR) {
+		/* The connection goes on; wait for its outcome. */
+		pfd.fd = fd;
+		pfd.events = POLLOUT;
+		while (poll(&pfd, 1, -1) == -1 && errno == EINTR)
+			/* nothing */;
+		sl = sizeof err;
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) == -1)
+			err = errno;
+		if (err == 0)
+			return (fd);
+	}
+	saved = err;
+	close(fd);
+	if (asprintf(why, "connect %s: %s%s", path, strerror(saved),
+	    saved == ENOENT || saved == ECONNREFUSED ?
+	    " (is emberd running?)" : "") == -1)
+		*why = NULL;
+	return (-1);
+}
+
+struct ember *
+ember_connect(const char *socket_path, char **errmsg)
+{
+	struct ember	*e;
+	json_t		*req, *reply;
+	char		*why = NULL;
+	const char	*s;
+	int		 fd;
+
+	if (errmsg != NULL)
+		*errmsg = NULL;
+	if (socket_path == NULL || *socket_path == '\0') {
+		socket_path = getenv(EMBER_SOCKET_ENV);
+		if (socket_path == NULL || *socket_path == '\0')
+			socket_path = EMBER_DEFAULT_SOCKET;
+	}
+	if ((fd = ember_dial(socket_path, &why)) == -1)
+		goto fail;
+
+	if ((e = calloc(1, sizeof *e)) == NULL ||
+	    (e->buf = malloc(EMBER_BUFFER_SIZE)) == NULL) {
+		free(e);
+		close(fd);
+		why = strdup("out of memory");
+		goto fail;
+	}
+	e->fd = fd;
+	e->size = EMBER_BUFFER_SIZE;
+	e->state = EMBER_CONTROL;
+
+	req = json_pack("{s:s,s:i,s:s}", "op", "hello", "version",
+	    EMBER_PROTOCOL_VERSION, "client", "libember/" PACKAGE_VERSION);
+	if (req == NULL) {
+		ember_fail(e, "NO_MEMORY", "out of memory");
+		goto fail_hello;
+	}
+	if (ember_call(e, req, NULL, &reply) == -1) {
+		json_decref(reply);
+		goto fail_hello;
+	}
+	if ((s = json_string_value(json_object_get(reply, "session"))) != NULL)
+		e->session = strdup(s);
+	json_decref(reply);
+	return (e);
+
+fail_hello:
+	if (asprintf(&why, "hello: %s: %s", ember_error_class(e),
+	    ember_error(e)) == -1)
+		why = NULL;
+	ember_close(e);
+fail:
+	if (errmsg != NULL)
+		*errmsg = why != NULL ? why : strdup("out of memory");
+	else
+		free(why);
+	return (NULL);
+}
+
+void
+ember_close(struct ember *e)
+{
+	if (e == NULL)
+		return;
+	if (e->fd != -1)
+		close(e->fd);
+	free(e->buf);
+	free(e->session);
+	free(e->operation);
+	free(e->error);
+	free(e->error_class);
+	free(e);
+}
+
+const char *
+ember_error(const struct ember *e)
+{
+	if (e->error_class != NULL && e->error == NULL)
+		return ("out of memory");
+	return (e->error != NULL ? e->error : "");
+}
+
+const char *
+ember_error_class(const struct ember *e)
+{
+	if (e->error != NULL && e->error_class == NULL)
+		return ("NO_MEMORY");
+	return (e->error_class != NULL ? e->error_class : "");
+}
+
+const char *
+ember_session(const struct ember *e)
+{
+	return (e->session != NULL ? e->session : "");
+}
+
+/*
+ * Send request (a reference is taken) and read its reply.  0 on ok:true,
+ * -1 otherwise.  *reply_json gets the text and *reply_out the parsed
+ * object, each if asked for and whenever a reply arrived.  An execute of
+ * iterate or collect that succeeds opens the stream.
+ */
+static int
+ember_call(struct ember *e, json_t *req, char **reply_json, json_t **reply_out)
+{
+	const unsigned char	*data;
+	const char		*op, *action, *class, *msg;
+	json_t			*reply, *ok, *error;
+	json_error_t		 jerr;
+	char			*text;
+	size_t			 len;
+	int			 stream = 0, push = 0;
+
+	if (reply_json != NULL)
+		*reply_json = NULL;
+	if (reply_out != NULL)
+		*reply_out = NULL;
+	if (ember_check_control(e) == -1) {
+		json_decref(req);
+		return (-1);
+	}
+
+	op = json_string_value(json_object_get(req, "op"));
+	action = json_string_value(json_object_get(req, "action"));
+	if (op != NULL && strcmp(op, "execute") == 0 && action != NULL) {
+		if (strcmp(action, "iterate") == 0)
+			stream = 1;
+		else if (strcmp(action, "collect") == 0)
+			stream = push = 1;
+	}
+
+	text = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	if (text == NULL)
+		return (ember_fail(e, "NO_MEMORY", "out of memory"));
+	if (ember_send_frame(e, text, strlen(text)) == -1) {
+		free(text);
+		return (-1);
+	}
+	free(text);
+
+	if (ember_read_frame(e, EMBER_MAX_REPLY, "reply", &data, &len) == -1)
+		return (-1);
+	reply = json_loadb((const char *)data, len, 0, &jerr);
+	if (reply == NULL || !json_is_object(reply) ||
+	    !json_is_boolean(ok = json_object_get(reply, "ok"))) {
+		json_decref(reply);
+		return (ember_break(e, "PROTOCOL_ERROR", "reply is not a JSON "
+		    "object with \"ok\": %s", reply == NULL ? jerr.text :
+		    "wrong shape"));
+	}
+	if (reply_json != NULL && (*reply_json = strndup((const char *)data,
+	    len)) == NULL) {
+		json_decref(reply);
+		return (ember_fail(e, "NO_MEMORY", "out of memory"));
+	}
+
+	if (json_is_true(ok)) {
+		if (stream)
+			ember_start_stream(e, push, reply);
+		if (reply_out != NULL)
+			*reply_out = reply;
+		else
+			json_decref(reply);
+		return (0);
+	}
+	error = json_object_get(reply, "error");
+	class = json_string_value(json_object_get(error, "class"));
+	msg = json_string_value(json_object_get(error, "message"));
+	ember_fail(e, class != NULL ? class : "INTERNAL", "%s",
+	    msg != NULL ? msg : "request failed without a message");
+	if (reply_out != NULL)
+		*reply_out = reply;
+	else
+		json_decref(reply);
+	return (-1);
+}
+
+/* Parse JSON text for a request; NULL with the error set. */
+static json_t *
+ember_parse(struct ember *e, const char *text, const char *what,
+    const char *class)
+{
+	json_t		*j;
+	json_error_t	 jerr;
+
+	if (text == NULL) {
+		ember_fail(e, class, "%s: missing", what);
+		return (NULL);
+	}
+	j = json_loads(text, JSON_DECODE_ANY, &jerr);
+	if (j == NULL)
+		ember_fail(e, class, "%s: line %d column %d: %s", what,
+		    jerr.line, jerr.column, jerr.text);
+	return (j);
+}
+
+int
+ember_request(struct ember *e, const char *request_json, char **reply_json)
+{
+	json_t	*req;
+
+	if (reply_json != NULL)
+		*reply_json = NULL;
+	if (ember_check_control(e) == -1)
+		return (-1);
+	if ((req = ember_parse(e, request_json, "request",
+	    "REQUEST_INVALID")) == NULL)
+		return (-1);
+	if (!json_is_object(req)) {
+		json_decref(req);
+		return (ember_fail(e, "REQUEST_INVALID", "request: expected "
+		    "a JSON object"));
+	}
+	return (ember_call(e, req, reply_json, NULL));
+}
+
+/* Build an execute request; NULL with the error set. */
+static json_t *
+ember_execute_request(struct ember *e, const char *plan_json,
+    const char *action, const char *options_json)
+{
+	json_t	*req, *plan, *options = NULL;
+
+	if (action == NULL) {
+		ember_fail(e, "ACTION_INVALID", "action: missing");
+		return (NULL);
+	}
+	if ((plan = ember_parse(e, plan_json, "plan", "PLAN_INVALID")) == NULL)
+		return (NULL);
+	if (options_json != NULL && (options = ember_parse(e, options_json,
+	    "options", "ACTION_INVALID")) == NULL) {
+		json_decref(plan);
+		return (NULL);
+	}
+	req = json_pack("{s:s,s:o,s:s}", "op", "execute", "plan", plan,
+	    "action", action);
+	if (req != NULL && options != NULL &&
+	    json_object_set_new(req, "options", options) == -1) {
+		json_decref(req);
+		req = NULL;
+	} else if (req == NULL)
+		json_decref(options);
+	if (req == NULL)
+		ember_fail(e, "NO_MEMORY", "out of memory");
+	return (req);
+}
+
+int
+ember_execute(struct ember *e, const char *plan_json, const char *action,
+    const char *options_json, char **reply_json)
+{
+	json_t	*req;
+
+	if (reply_json != NULL)
+		*reply_json = NULL;
+	if (ember_check_control(e) == -1)
+		return (-1);
+	if ((req = ember_execute_request(e, plan_json, action,
+	    options_json)) == NULL)
+		return (-1);
+	return (ember_call(e, req, reply_json, NULL));
+}
+
+int
+ember_count(struct ember *e, const char *plan_json, int64_t *count)
+{
+	json_t	*req, *reply, *n;
+
+	if (ember_check_control(e) == -1)
+		return (-1);
+	if ((req = ember_execute_request(e, plan_json, "count", NULL)) == NULL)
+		return (-1);
+	if (ember_call(e, req, NULL, &reply) == -1) {
+		json_decref(reply);
+		return (-1);
+	}
+	n = json_object_get(reply, "count");
+	if (!json_is_integer(n)) {
+		json_decref(reply);
+		return (ember_fail(e, "PROTOCOL_ERROR", "count reply has no "
+		    "\"count\""));
+	}
+	*count = json_integer_value(n);
+	json_decref(reply);
+	return (0);
+}
+
+char *
+ember_status(struct ember *e)
+{
+	json_t	*req;
+	char	*reply;
+
+	if ((req = json_pack("{s:s}", "op", "status")) == NULL) {
+		ember_fail(e, "NO_MEMORY", "out of memory");
+		return (NULL);
+	}
+	if (ember_call(e, req, &reply, NULL) == -1) {
+		free(reply);
+		return (NULL);
+	}
+	return (reply);
+}

@@ -47,6 +47,7 @@ struct connection {
 };
 static TAILQ_HEAD(, connection) connections =
     TAILQ_HEAD_INITIALIZER(connections);
+static size_t	connection_count;
 static uint64_t connection_next_id = 1;
 
 struct connection_request {
@@ -127,15 +128,22 @@ connection_reply_error(struct connection *c, const char *class,
 	free(msg);
 }
 
-/* Reply with an error, then close once it is flushed: the framing is broken. */
+/* Close once the output is flushed. */
 static void
-connection_fail(struct connection *c, const char *class, const char *msg)
+connection_close_after_flush(struct connection *c)
 {
-	connection_reply_error(c, class, "%s", msg);
 	c->state = CONN_CLOSING;
 	bufferevent_disable(c->bev, EV_READ);
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 	event_active(c->kick, EV_WRITE, 1);
+}
+
+/* Reply with an error, then close: the framing is broken. */
+static void
+connection_fail(struct connection *c, const char *class, const char *msg)
+{
+	connection_reply_error(c, class, "%s", msg);
+	connection_close_after_flush(c);
 }
 
 void
@@ -442,6 +450,7 @@ connection_create(int fd)
 	bufferevent_setwatermark(c->bev, EV_WRITE,
 	    (size_t)ember_conf.stream_buffer / 2, 0);
 	TAILQ_INSERT_TAIL(&connections, c, entry);
+	connection_count++;
 	ember_counters.connections++;
 
 	if (connection_count_uid(c->uid) >
@@ -470,9 +479,11 @@ connection_free(struct connection *c)
 	if (c->session != NULL)
 		session_release(c->session);
 	TAILQ_REMOVE(&connections, c, entry);
+	connection_count--;
 	event_free(c->kick);
 	bufferevent_free(c->bev);
 	free(c);
+	ember_check_drained();
 }
 
 void
@@ -484,15 +495,14 @@ connection_close_all(void)
 		connection_free(c);
 }
 
-void
-connection_drain_idle(void)
+size_t
+connection_close_flushed(void)
 {
-	struct connection	*c, *next;
+	struct connection	*c;
 
-	TAILQ_FOREACH_SAFE(c, &connections, entry, next) {
-		if (c->state == CONN_CONTROL &&
-		    evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
-		    evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-			connection_free(c);
+	TAILQ_FOREACH(c, &connections, entry) {
+		if (c->state == CONN_CONTROL)
+			connection_close_after_flush(c);
 	}
+	return (connection_count);
 }

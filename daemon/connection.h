@@ -16,9 +16,11 @@ struct evbuffer;
 struct operation;
 
 void		 connection_create(int fd);
-/* Close every connection (exit), or only those with nothing running (drain). */
+/* Close every connection now (exit). */
 void		 connection_close_all(void);
-void		 connection_drain_idle(void);
+/* Drain: close connections with nothing running once their output is
+ * flushed; returns how many connections are left. */
+size_t		 connection_close_flushed(void);
 
 uid_t		 connection_uid(const struct connection *);
 pid_t		 connection_pid(const struct connection *);

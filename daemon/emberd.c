@@ -34,7 +34,7 @@ int			 ember_draining;
 uint64_t		 ember_started_ms;
 
 static struct event	*ember_sigterm, *ember_sigint, *ember_sighup;
-static struct event	*ember_sigchld, *ember_grace;
+static struct event	*ember_sigchld, *ember_grace, *ember_drain;
 
 uint64_t
 ember_now_ms(void)
@@ -56,14 +56,27 @@ ember_workers_max(void)
 	return (n > 0 ? (int)n : 1);
 }
 
-/* Stop the loop once a drain has no operation left. */
+/* During a drain: once no operation is left, flush and close every
+ * connection, then stop the loop. */
+static void
+ember_drain_cb(evutil_socket_t fd, short events, void *arg)
+{
+	(void)fd; (void)events; (void)arg;
+	if (operation_count() > 0)
+		return;
+	if (connection_close_flushed() > 0)
+		return;		/* back here when the last one is closed */
+	log_info("drained: no operation left, exiting");
+	event_base_loopexit(ember_base, NULL);
+}
+
+/* Called as operations and connections end; runs the drain check from the
+ * loop, never underneath the caller. */
 void
 ember_check_drained(void)
 {
-	if (ember_draining && operation_count() == 0) {
-		log_info("drained: no operation left, exiting");
-		event_base_loopexit(ember_base, NULL);
-	}
+	if (ember_draining)
+		event_active(ember_drain, 0, 1);
 }
 
 /* Grace period over: interrupt what is still running. */
@@ -94,7 +107,6 @@ ember_signal_drain_cb(evutil_socket_t sig, short events, void *arg)
 	    (long long)ember_conf.daemon_shutdown_grace);
 	ember_draining = 1;
 	listener_stop();
-	connection_drain_idle();
 	tv.tv_sec = ember_conf.daemon_shutdown_grace / 1000;
 	tv.tv_usec = (ember_conf.daemon_shutdown_grace % 1000) * 1000;
 	ember_grace = evtimer_new(ember_base, ember_grace_cb, NULL);
@@ -247,6 +259,7 @@ main(int argc, char **argv)
 	if ((ember_base = event_base_new()) == NULL)
 		fatalx("event_base_new failed");
 	ember_started_ms = ember_now_ms();
+	ember_drain = event_new(ember_base, -1, 0, ember_drain_cb, NULL);
 
 	if (listener_start() == -1)
 		return (1);
@@ -282,6 +295,7 @@ main(int argc, char **argv)
 	forkserver_stop();
 	if (ember_grace != NULL)
 		event_free(ember_grace);
+	event_free(ember_drain);
 	event_free(ember_sigchld);
 	event_free(ember_sighup);
 	event_free(ember_sigint);

@@ -48,12 +48,17 @@ ember_now_ms(void)
 int
 ember_workers_max(void)
 {
-	long	n;
+	static int	cpus;
+	long		n;
 
 	if (ember_conf.workers_max > 0)
 		return ((int)ember_conf.workers_max);
-	n = sysconf(_SC_NPROCESSORS_ONLN);
-	return (n > 0 ? (int)n : 1);
+	/* glibc reads /sys for this on every call: ask once. */
+	if (cpus == 0) {
+		n = sysconf(_SC_NPROCESSORS_ONLN);
+		cpus = n > 0 ? (int)n : 1;
+	}
+	return (cpus);
 }
 
 /* During a drain: once no operation is left, flush and close every

@@ -18,6 +18,11 @@
 #include "xmalloc.h"
 
 #define OPERATION_MAX_PREFETCH	1024
+/* Counting tasks queued per worker: deeper when tasks are short, so the
+ * round trip to emberd never leaves a worker waiting for its next task. */
+#define PIPELINE_SHALLOW	2
+#define PIPELINE_DEEP		8
+#define PIPELINE_SHORT_NS	500000
 
 enum action {
 	ACTION_ITERATE,		/* pull: a partition per client request */
@@ -43,6 +48,7 @@ struct operation {
 	int			 live;		/* tasks started, not retired */
 	int			 done;		/* tasks retired (count) */
 	int64_t			 count;
+	int64_t			 task_ns;	/* elapsed, tasks retired */
 	int64_t			 records_sent;
 	uint64_t		 started_ms;
 	TAILQ_HEAD(, task)	 tasks;		/* live tasks, by partition */
@@ -96,13 +102,23 @@ operation_find(const char *id)
 	return (NULL);
 }
 
+int
+operation_pipeline_depth(const struct operation *op)
+{
+	if (op->action != ACTION_COUNT)
+		return (1);
+	if (op->done > 0 && op->task_ns / op->done < PIPELINE_SHORT_NS)
+		return (PIPELINE_DEEP);
+	return (PIPELINE_SHALLOW);
+}
+
 /* Tasks allowed in flight: ahead of the delivered partition for streams. */
 static int
 operation_window(const struct operation *op)
 {
 	switch (op->action) {
 	case ACTION_COUNT:
-		return (2 * ember_workers_max());
+		return (operation_pipeline_depth(op) * ember_workers_max());
 	case ACTION_COLLECT:
 		return (ember_workers_max() + 1);
 	case ACTION_ITERATE:
@@ -336,6 +352,7 @@ task_finished(struct task *t)
 		return;
 	}
 	op->count += t->metrics[EMBER_METRIC_RECORDS_OUT];
+	op->task_ns += t->metrics[EMBER_METRIC_ELAPSED_NS];
 	op->done++;
 	operation_retire(op, t);
 	if (op->done < op->npartitions) {

@@ -66,6 +66,8 @@ json_t		*operation_status(uid_t);
 uint64_t	 operation_serial(const struct operation *);
 const char	*operation_id(const struct operation *);
 int		 operation_partitions(const struct operation *);
+/* Tasks of op one worker may hold at once (1: no pipelining). */
+int		 operation_pipeline_depth(const struct operation *);
 /* The plan and its resolved files as JSON text, for task descriptors. */
 const char	*operation_plan_text(const struct operation *);
 

@@ -23,8 +23,6 @@
 
 /* Output buffered from one worker before emberd stops reading it. */
 #define WORKER_READ_HIGH	(256 * 1024)
-/* Tasks sent to one worker ahead of time (count tasks only). */
-#define WORKER_PIPELINE		2
 /* Crashes in a row after which forks are spaced out. */
 #define POOL_CRASH_STORM	3
 
@@ -416,7 +414,8 @@ pool_take_worker(const struct task *t)
 	if (!t->count_mode)
 		return (NULL);
 	TAILQ_FOREACH(w, &pool_workers, entry) {
-		if (w->state != WORKER_BUSY || w->ntasks >= WORKER_PIPELINE)
+		if (w->state != WORKER_BUSY ||
+		    w->ntasks >= operation_pipeline_depth(t->op))
 			continue;
 		head = TAILQ_FIRST(&w->tasks);
 		if (head->count_mode && head->op == t->op)

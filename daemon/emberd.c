@@ -25,6 +25,7 @@
 #include "log.h"
 #include "operation.h"
 #include "pool.h"
+#include "scheduler.h"
 #include "xmalloc.h"
 
 struct event_base	*ember_base;
@@ -32,6 +33,10 @@ struct conf		 ember_conf;
 struct ember_counters	 ember_counters;
 int			 ember_draining;
 uint64_t		 ember_started_ms;
+
+static const char	*ember_conf_path;	/* for SIGHUP */
+static char		**ember_sets;
+static int		 ember_nsets;
 
 static struct event	*ember_sigterm, *ember_sigint, *ember_sighup;
 static struct event	*ember_sigchld, *ember_grace, *ember_drain;
@@ -103,12 +108,12 @@ ember_signal_drain_cb(evutil_socket_t sig, short events, void *arg)
 
 	(void)events; (void)arg;
 	if (ember_draining) {
-		log_info("second %s: exiting now", strsignal((int)sig));
+		log_info("second SIG%s: exiting now", sigabbrev_np((int)sig));
 		operation_interrupt_all("emberd is shutting down");
 		event_base_loopexit(ember_base, NULL);
 		return;
 	}
-	log_info("%s: draining (grace %lldms)", strsignal((int)sig),
+	log_info("SIG%s: draining (grace %lldms)", sigabbrev_np((int)sig),
 	    (long long)ember_conf.daemon_shutdown_grace);
 	ember_draining = 1;
 	listener_stop();
@@ -119,12 +124,55 @@ ember_signal_drain_cb(evutil_socket_t sig, short events, void *arg)
 	ember_check_drained();
 }
 
-/* SIGHUP: only the log level changes live for now. */
+/*
+ * SIGHUP: read the conf file and the --set overrides again.  Everything
+ * but the socket and the worker path applies to what starts from now on;
+ * those two need a restart.  A broken file changes nothing.
+ */
 static void
 ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 {
+	struct conf	 fresh, old;
+	char		*err;
+	int		 i;
+	enum log_level	 level;
+
 	(void)sig; (void)events; (void)arg;
-	log_info("SIGHUP: nothing to reload in this version");
+	conf_init(&fresh);
+	if (ember_conf_path != NULL &&
+	    conf_load_file(&fresh, ember_conf_path, &err) == -1)
+		goto fail;
+	for (i = 0; i < ember_nsets; i++) {
+		if (conf_set(&fresh, ember_sets[i], &err) == -1)
+			goto fail;
+	}
+	if (strcmp(fresh.daemon_socket, ember_conf.daemon_socket) != 0 ||
+	    fresh.daemon_socket_mode != ember_conf.daemon_socket_mode ||
+	    strcmp(fresh.daemon_socket_group,
+	    ember_conf.daemon_socket_group) != 0 ||
+	    strcmp(fresh.daemon_worker_path,
+	    ember_conf.daemon_worker_path) != 0)
+		log_warn("SIGHUP: daemon.socket, socket_mode, socket_group and "
+		    "worker_path change on restart only; keeping the old ones");
+	free(fresh.daemon_socket);
+	fresh.daemon_socket = xstrdup(ember_conf.daemon_socket);
+	fresh.daemon_socket_mode = ember_conf.daemon_socket_mode;
+	free(fresh.daemon_socket_group);
+	fresh.daemon_socket_group = xstrdup(ember_conf.daemon_socket_group);
+	free(fresh.daemon_worker_path);
+	fresh.daemon_worker_path = xstrdup(ember_conf.daemon_worker_path);
+	old = ember_conf;
+	ember_conf = fresh;
+	conf_free(&old);
+	log_level_from_string(ember_conf.daemon_log_level, &level);
+	log_set_level(level);
+	log_info("SIGHUP: conf reloaded (workers.max %d)", ember_workers_max());
+	scheduler_kick();
+	return;
+fail:
+	log_error("SIGHUP: %s; keeping the running conf", err);
+	free(err);
+	conf_free(&fresh);
 }
 
 /* SIGCHLD: the fork-server is our only child. */
@@ -185,6 +233,7 @@ ember_load_conf(const char *path, char **sets, int nsets)
 	conf_init(&ember_conf);
 	if (path == NULL && access(EMBER_SYSCONFDIR "/ember.conf", F_OK) == 0)
 		path = EMBER_SYSCONFDIR "/ember.conf";
+	ember_conf_path = path;
 	if (path != NULL && conf_load_file(&ember_conf, path, &err) == -1) {
 		fprintf(stderr, "emberd: %s\n", err);
 		exit(2);
@@ -247,10 +296,12 @@ main(int argc, char **argv)
 		return (2);
 	}
 	ember_load_conf(conf_path, sets, nsets);
-	free(sets);
+	ember_sets = sets;
+	ember_nsets = nsets;
 	if (dump) {
 		conf_dump(&ember_conf, stdout);
 		conf_free(&ember_conf);
+		free(sets);
 		return (0);
 	}
 
@@ -308,5 +359,6 @@ main(int argc, char **argv)
 	event_base_free(ember_base);
 	log_info("emberd exited");
 	conf_free(&ember_conf);
+	free(ember_sets);
 	return (0);
 }

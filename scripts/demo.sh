@@ -1,0 +1,119 @@
+#!/bin/sh
+# Build ember if needed, start emberd on a private socket under run/, and run
+# two real jobs through the ember CLI.  emberd is left running afterwards.
+# Running the demo again restarts that emberd cleanly.
+set -eu
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+
+run="$top/run"
+sock="$run/emberd.sock"
+log="$run/emberd.log"
+pidfile="$run/emberd.pid"
+
+say()
+{
+	printf '\n==> %s\n' "$*"
+}
+
+# Configure if needed, then bring the build up to date.
+build()
+{
+	if [ ! -f Makefile ]; then
+		say "configuring"
+		autoreconf -fi
+		./configure -q
+	fi
+	say "building"
+	make -s -j2 >/dev/null
+}
+
+# The pid of the emberd answering on $sock, or nothing.
+running_pid()
+{
+	./ember --socket "$sock" status --json 2>/dev/null |
+	    python3 -c 'import json, sys; print(json.load(sys.stdin)["pid"])' \
+	    2>/dev/null || true
+}
+
+# Stop an emberd left on $sock by an earlier demo, waiting for it to exit.
+stop_previous()
+{
+	pid=$(running_pid)
+	[ -n "$pid" ] || return 0
+	say "stopping the emberd left by an earlier run (pid $pid)"
+	kill "$pid" 2>/dev/null || return 0
+	i=0
+	while kill -0 "$pid" 2>/dev/null; do
+		i=$((i + 1))
+		if [ "$i" -gt 150 ]; then
+			echo "emberd $pid did not exit; killing it" >&2
+			kill -9 "$pid" 2>/dev/null || true
+			break
+		fi
+		sleep 0.1
+	done
+}
+
+# Start emberd in the background and wait until it answers.
+start_emberd()
+{
+	say "starting emberd on $sock (log: run/emberd.log)"
+	setsid ./emberd -f -c conf/ember.conf --set "daemon.socket=$sock" \
+	    </dev/null >"$log" 2>&1 &
+	i=0
+	until ./ember --socket "$sock" status >/dev/null 2>&1; do
+		i=$((i + 1))
+		if [ "$i" -gt 100 ]; then
+			echo "emberd did not start; its log:" >&2
+			tail -n 20 "$log" >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+	running_pid >"$pidfile"
+}
+
+# Show a plan, then run it with the given ember run options.
+run_plan()
+{
+	plan=$1
+	shift
+	printf '%s\n' "$plan" | sed 's/^/    /'
+	printf '%s\n' "$plan" | ./ember --socket "$sock" run "$@" -
+}
+
+scripts/install-deps.sh
+build
+mkdir -p "$run"
+stop_previous
+start_emberd
+
+say "job 1: the lines of the docs that mention a partition, upper-cased"
+echo "    (a text source with as many partitions as files; filter, then map)"
+paths=$(python3 -c 'import glob, json, os, sys
+print(json.dumps([os.path.abspath(p) for p in
+    sorted(glob.glob("docs/*.md")) + ["README.md"] if os.path.exists(p)]))')
+run_plan "{\"source\": {\"text\": {\"paths\": $paths}},
+ \"ops\": [{\"filter\": {\"contains\": \"partition\"}}, {\"map\": \"upper\"}]}"
+
+say "job 2: count the numbers from 0 to 10,000,000 in 8 partitions"
+start=$(date +%s.%N)
+run_plan '{"source": {"range": {"start": 0, "end": 10000000}},
+ "partitions": 8}' --count
+end=$(date +%s.%N)
+awk -v s="$start" -v e="$end" 'BEGIN { printf "    (%.2f s)\n", e - s }'
+
+say "ember status"
+./ember --socket "$sock" status
+
+pid=$(cat "$pidfile")
+say "emberd is still running"
+cat <<MSG
+    pid:     $pid
+    socket:  $sock
+    log:     $log
+Try:  ./ember --socket $sock run --count PLAN.json
+Stop it with:  kill $pid   (or leave it; running the demo again restarts it)
+MSG

@@ -380,8 +380,10 @@ class Daemon:
         return vm_rss_kb(self.proc.pid)
 
     def signal(self, sig):
+        """Send sig to emberd; any but SIGHUP is expected to end it."""
         self.snapshot()
-        self.expect_exit = True
+        if sig != signal.SIGHUP:
+            self.expect_exit = True
         os.kill(self.proc.pid, sig)
 
     def wait(self, timeout=STOP_TIMEOUT):

@@ -173,6 +173,25 @@ def test_shipped_conf_is_the_defaults(_):
 
 
 @no_daemon
+def test_sighup_rereads_the_conf(_):
+    d = Daemon(conf=None, start=False)
+    conf = write_file(d.path("ember.conf"), "[workers]\nmax = 1\n")
+    d.conf = conf
+    d.start()
+    check_eq(d.client().status()["workers_max"], 1, "workers_max at start")
+    write_file(conf, "[workers]\nmax = 3\n")
+    d.signal(signal.SIGHUP)
+    check(wait_until(lambda: d.client().status()["workers_max"] == 3, 5),
+          "workers_max after SIGHUP")
+    write_file(conf, "[workers]\nmax = lots\n")
+    d.signal(signal.SIGHUP)
+    time.sleep(0.3)
+    check(d.alive(), "emberd died on a broken conf")
+    check_eq(d.client().status()["workers_max"], 3, "workers_max kept")
+    check_eq(d.client().count(range_plan(0, 100, 4)), 100, "count")
+
+
+@no_daemon
 def test_stale_socket_replaced(_):
     d = Daemon(start=False)
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

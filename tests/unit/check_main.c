@@ -1,0 +1,25 @@
+/*
+ * Run every unit suite.  CK_VERBOSITY (silent, minimal, normal, verbose)
+ * sets how much is printed; CK_FORK=no runs tests in this process, for
+ * valgrind and gdb.
+ */
+#include <stdlib.h>
+
+#include "suites.h"
+
+int
+main(void)
+{
+	SRunner	*sr;
+	int	 failed;
+
+	sr = srunner_create(conf_suite());
+	srunner_add_suite(sr, frame_suite());
+	srunner_add_suite(sr, jread_suite());
+	srunner_add_suite(sr, plan_suite());
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return (failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE);
+}

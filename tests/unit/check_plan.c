@@ -1,0 +1,695 @@
+/*
+ * Tests for common/plan.c: parsing and refusing plans, slicing ranges and
+ * index spaces into partitions, text files.
+ */
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plan.h"
+#include "suites.h"
+
+/* Parse text as a plan and expect success. */
+static struct plan *
+plan_ok(const char *text)
+{
+	struct plan	*plan = NULL;
+	json_error_t	 jerr;
+	json_t		*j;
+	char		*err = NULL;
+
+	j = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+	ck_assert_msg(j != NULL, "%s: %s", text, jerr.text);
+	ck_assert_msg(plan_parse(j, &plan, &err) == 0, "%s: %s", text, err);
+	ck_assert_ptr_nonnull(plan);
+	ck_assert_ptr_null(err);
+	json_decref(j);
+	return (plan);
+}
+
+/* Parse text as a plan and expect the error want. */
+static void
+plan_refused(const char *text, const char *want)
+{
+	struct plan	*plan = (struct plan *)1;
+	json_error_t	 jerr;
+	json_t		*j;
+	char		*err = NULL;
+
+	j = json_loads(text, JSON_DECODE_ANY, &jerr);
+	ck_assert_msg(j != NULL, "%s: %s", text, jerr.text);
+	ck_assert_msg(plan_parse(j, &plan, &err) == -1, "accepted: %s", text);
+	ck_assert_ptr_null(plan);
+	ck_assert_msg(err != NULL && strcmp(err, want) == 0,
+	    "%s:\n  got  %s\n  want %s", text, err, want);
+	free(err);
+	json_decref(j);
+}
+
+START_TEST(test_plan_range)
+{
+	struct plan	*plan;
+
+	plan = plan_ok("{\"source\": {\"range\": {\"start\": -5, \"end\": 100, "
+	    "\"step\": 3}}, \"partitions\": 8}");
+	ck_assert_int_eq(plan->source, PLAN_SOURCE_RANGE);
+	ck_assert_int_eq(plan->range_start, -5);
+	ck_assert_int_eq(plan->range_end, 100);
+	ck_assert_int_eq(plan->range_step, 3);
+	ck_assert_int_eq(plan->partitions, 8);
+	ck_assert_uint_eq(plan->nops, 0);
+	plan_set_partitions(plan, 2);
+	ck_assert_int_eq(plan->partitions, 8);
+	plan_free(plan);
+
+	/* start defaults to 0 and step to 1; partitions to the default. */
+	plan = plan_ok("{\"source\": {\"range\": {\"end\": 10}}, \"ops\": []}");
+	ck_assert_int_eq(plan->range_start, 0);
+	ck_assert_int_eq(plan->range_end, 10);
+	ck_assert_int_eq(plan->range_step, 1);
+	ck_assert_int_eq(plan->partitions, 0);
+	plan_set_partitions(plan, 4);
+	ck_assert_int_eq(plan->partitions, 4);
+	plan_free(plan);
+
+	plan = plan_ok("{\"source\": {\"range\": {\"start\": 10, \"end\": 0, "
+	    "\"step\": -1}}, \"partitions\": 1000000}");
+	ck_assert_int_eq(plan->range_step, -1);
+	ck_assert_int_eq(plan->partitions, PLAN_MAX_PARTITIONS);
+	plan_set_partitions(plan, 0);
+	ck_assert_int_eq(plan->partitions, PLAN_MAX_PARTITIONS);
+	plan_free(plan);
+
+	plan = plan_ok("{\"source\": {\"range\": {\"end\": 10}}}");
+	plan_set_partitions(plan, 0);
+	ck_assert_int_eq(plan->partitions, 1);
+	plan_free(plan);
+
+	/* The largest ranges an int64 count can hold. */
+	plan_free(plan_ok("{\"source\": {\"range\": {\"start\": "
+	    "-9223372036854775808, \"end\": 9223372036854775807, "
+	    "\"step\": 3}}}"));
+	plan_free(plan_ok("{\"source\": {\"range\": {\"start\": 0, "
+	    "\"end\": 9223372036854775807}}}"));
+	plan_free(plan_ok("{\"source\": {\"range\": {\"start\": "
+	    "9223372036854775807, \"end\": -9223372036854775808, "
+	    "\"step\": -9223372036854775808}}}"));
+}
+END_TEST
+
+START_TEST(test_plan_text)
+{
+	struct plan	*plan;
+
+	plan = plan_ok("{\"source\": {\"text\": {\"paths\": [\"/a\", "
+	    "\"/b/*.log\", \"c\"]}}}");
+	ck_assert_int_eq(plan->source, PLAN_SOURCE_TEXT);
+	ck_assert_uint_eq(plan->nfiles, 3);
+	ck_assert_str_eq(plan->files[0].path, "/a");
+	ck_assert_str_eq(plan->files[1].path, "/b/*.log");
+	ck_assert_str_eq(plan->files[2].path, "c");
+	ck_assert_int_eq(plan->files[0].size, -1);
+	/* One partition per file by default. */
+	plan_set_partitions(plan, 16);
+	ck_assert_int_eq(plan->partitions, 3);
+	plan_free(plan);
+}
+END_TEST
+
+START_TEST(test_plan_parallelize)
+{
+	struct plan	*plan;
+
+	plan = plan_ok("{\"source\": {\"parallelize\": {\"records\": [\"a\", "
+	    "null, \"\", \"d\"]}}, \"partitions\": 2}");
+	ck_assert_int_eq(plan->source, PLAN_SOURCE_PARALLELIZE);
+	ck_assert_uint_eq(json_array_size(plan->records), 4);
+	ck_assert(json_is_null(json_array_get(plan->records, 1)));
+	ck_assert_str_eq(json_string_value(json_array_get(plan->records, 3)),
+	    "d");
+	plan_free(plan);
+
+	plan = plan_ok("{\"source\": {\"parallelize\": {\"records\": []}}}");
+	ck_assert_uint_eq(json_array_size(plan->records), 0);
+	plan_free(plan);
+}
+END_TEST
+
+START_TEST(test_plan_ops)
+{
+	struct plan	*plan;
+
+	plan = plan_ok("{\"source\": {\"range\": {\"end\": 10}}, \"ops\": ["
+	    "{\"filter\": {\"contains\": \"7\"}}, {\"map\": \"upper\"}, "
+	    "{\"map\": \"lower\"}, {\"map\": \"trim\"}, "
+	    "{\"pipe\": {\"command\": \"sort -r\"}}, "
+	    "{\"filter\": {\"contains\": \"a\\u0000b\"}}]}");
+	ck_assert_uint_eq(plan->nops, 6);
+	ck_assert_int_eq(plan->ops[0].type, PLAN_OP_FILTER_CONTAINS);
+	ck_assert_str_eq(plan->ops[0].arg, "7");
+	ck_assert_uint_eq(plan->ops[0].arglen, 1);
+	ck_assert_int_eq(plan->ops[1].type, PLAN_OP_MAP_UPPER);
+	ck_assert_int_eq(plan->ops[2].type, PLAN_OP_MAP_LOWER);
+	ck_assert_int_eq(plan->ops[3].type, PLAN_OP_MAP_TRIM);
+	ck_assert_int_eq(plan->ops[4].type, PLAN_OP_PIPE);
+	ck_assert_str_eq(plan->ops[4].arg, "sort -r");
+	/* Arguments keep their length past a NUL. */
+	ck_assert_uint_eq(plan->ops[5].arglen, 3);
+	ck_assert_mem_eq(plan->ops[5].arg, "a\0b", 4);
+	plan_free(plan);
+}
+END_TEST
+
+START_TEST(test_plan_refused)
+{
+	static const struct {
+		const char	*plan;
+		const char	*err;
+	} bad[] = {
+		/* The plan itself. */
+		{ "[]", "plan: expected an object" },
+		{ "\"range\"", "plan: expected an object" },
+		{ "{}", "plan.source: missing" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"action\": \"count\"}",
+		  "plan.action: unknown field" },
+		{ "{\"source\": [\"range\"]}", "plan.source: expected an object" },
+
+		/* Sources. */
+		{ "{\"source\": {}}",
+		  "plan.source: expected exactly one of range, text, "
+		  "parallelize" },
+		{ "{\"source\": {\"range\": {\"end\": 1}, \"text\": "
+		  "{\"paths\": [\"a\"]}}}",
+		  "plan.source: expected exactly one of range, text, "
+		  "parallelize" },
+		{ "{\"source\": {\"hdfs\": {}}}",
+		  "plan.source: unknown source \"hdfs\"" },
+		{ "{\"source\": {\"checkpoint\": \"1234\"}}",
+		  "plan.source.checkpoint: checkpoints are not supported yet" },
+		{ "{\"source\": {\"range\": 10}}",
+		  "plan.source: range: expected an object" },
+		{ "{\"source\": {\"text\": \"/a\"}}",
+		  "plan.source: text: expected an object" },
+		{ "{\"source\": {\"parallelize\": [\"a\"]}}",
+		  "plan.source: parallelize: expected an object" },
+
+		/* range */
+		{ "{\"source\": {\"range\": {\"start\": 0}}}",
+		  "plan.source.range.end: missing" },
+		{ "{\"source\": {\"range\": {\"end\": \"10\"}}}",
+		  "plan.source.range.end: expected an integer" },
+		{ "{\"source\": {\"range\": {\"end\": 10.5}}}",
+		  "plan.source.range.end: expected an integer" },
+		{ "{\"source\": {\"range\": {\"start\": null, \"end\": 10}}}",
+		  "plan.source.range.start: expected an integer" },
+		{ "{\"source\": {\"range\": {\"end\": 10, \"step\": 0}}}",
+		  "plan.source.range.step: must not be 0" },
+		{ "{\"source\": {\"range\": {\"end\": 10, \"step\": true}}}",
+		  "plan.source.range.step: expected an integer" },
+		{ "{\"source\": {\"range\": {\"end\": 10, \"stop\": 5}}}",
+		  "plan.source.range.stop: unknown field" },
+
+		/* text */
+		{ "{\"source\": {\"text\": {}}}",
+		  "plan.source.text.paths: missing" },
+		{ "{\"source\": {\"text\": {\"paths\": \"/a\"}}}",
+		  "plan.source.text.paths: expected an array" },
+		{ "{\"source\": {\"text\": {\"paths\": []}}}",
+		  "plan.source.text.paths: needs at least one path" },
+		{ "{\"source\": {\"text\": {\"paths\": [\"/a\", \"\"]}}}",
+		  "plan.source.text.paths: item 1: expected a non-empty string" },
+		{ "{\"source\": {\"text\": {\"paths\": [7]}}}",
+		  "plan.source.text.paths: item 0: expected a non-empty string" },
+		{ "{\"source\": {\"text\": {\"paths\": [\"/a\"], \"glob\": "
+		  "true}}}",
+		  "plan.source.text.glob: unknown field" },
+
+		/* parallelize */
+		{ "{\"source\": {\"parallelize\": {}}}",
+		  "plan.source.parallelize.records: missing" },
+		{ "{\"source\": {\"parallelize\": {\"records\": 5}}}",
+		  "plan.source.parallelize.records: expected an array" },
+		{ "{\"source\": {\"parallelize\": {\"records\": [\"a\", 5]}}}",
+		  "plan.source.parallelize.records: item 1: expected a string "
+		  "or null" },
+		{ "{\"source\": {\"parallelize\": {\"records\": [[\"a\"]]}}}",
+		  "plan.source.parallelize.records: item 0: expected a string "
+		  "or null" },
+
+		/* partitions */
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"partitions\": 0}",
+		  "plan.partitions: must be from 1 to 1000000" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"partitions\": -3}",
+		  "plan.partitions: must be from 1 to 1000000" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, "
+		  "\"partitions\": 1000001}",
+		  "plan.partitions: must be from 1 to 1000000" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, "
+		  "\"partitions\": 4294967297}",
+		  "plan.partitions: must be from 1 to 1000000" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"partitions\": \"8\"}",
+		  "plan.partitions: expected an integer" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"partitions\": 2.0}",
+		  "plan.partitions: expected an integer" },
+
+		/* ops */
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": {}}",
+		  "plan.ops: expected an array" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [\"upper\"]}",
+		  "plan.ops[0]: expected an object with one operation" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{}]}",
+		  "plan.ops[0]: expected an object with one operation" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "\"upper\", \"limit\": 1}]}",
+		  "plan.ops[0]: expected an object with one operation" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "\"upper\"}, {\"explode\": {}}]}",
+		  "plan.ops[1]: unknown operation \"explode\"" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "\"shout\"}]}",
+		  "plan.ops[0].map: unknown map \"shout\"" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "7}]}",
+		  "plan.ops[0].map: expected \"upper\", \"lower\" or \"trim\"" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
+		  "\"7\"}]}",
+		  "plan.ops[0].filter: expected an object" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
+		  "{}}]}",
+		  "plan.ops[0].filter.contains: missing" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "\"trim\"}, {\"map\": \"trim\"}, {\"filter\": {\"contains\": "
+		  "7}}]}",
+		  "plan.ops[2].filter.contains: expected a string" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
+		  "{\"contains\": \"7\", \"regex\": \"x\"}}]}",
+		  "plan.ops[0].filter.regex: unknown field" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"pipe\": "
+		  "{\"command\": \"\"}}]}",
+		  "plan.ops[0].pipe: command: is empty" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"pipe\": "
+		  "{}}]}",
+		  "plan.ops[0].pipe.command: missing" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"pipe\": "
+		  "\"ls\"}]}",
+		  "plan.ops[0].pipe: expected an object" },
+	};
+	size_t	i;
+
+	for (i = 0; i < sizeof bad / sizeof *bad; i++)
+		plan_refused(bad[i].plan, bad[i].err);
+}
+END_TEST
+
+START_TEST(test_plan_too_many_ops)
+{
+	json_t	*j, *ops;
+	char	*text;
+	int	 i;
+
+	ops = json_array();
+	for (i = 0; i < PLAN_MAX_OPS; i++)
+		json_array_append_new(ops, json_pack("{s:s}", "map", "upper"));
+	j = json_pack("{s:{s:{s:i}},s:O}", "source", "range", "end", 1, "ops",
+	    ops);
+	text = json_dumps(j, 0);
+	plan_free(plan_ok(text));
+	free(text);
+
+	json_array_append_new(ops, json_pack("{s:s}", "map", "upper"));
+	json_object_set(j, "ops", ops);
+	text = json_dumps(j, 0);
+	plan_refused(text, "plan.ops: more than 256 operations");
+	free(text);
+	json_decref(ops);
+	json_decref(j);
+}
+END_TEST
+
+/*
+ * One range case: the partitions must enumerate exactly what a naive loop
+ * does, in order, each partition contiguous.  Inner loops test with plain
+ * ifs: every ck_assert is a write to the test runner.
+ */
+static void
+plan_check_range(int64_t start, int64_t end, int64_t step, int partitions)
+{
+	struct plan	 plan;
+	__int128	 v, expect_n = 0;
+	int64_t		 first, count, total = 0, least = INT64_MAX, most = 0;
+	int		 p;
+
+	memset(&plan, 0, sizeof plan);
+	plan.source = PLAN_SOURCE_RANGE;
+	plan.range_start = start;
+	plan.range_end = end;
+	plan.range_step = step;
+	plan.partitions = partitions;
+
+	v = start;
+	for (p = 0; p < partitions; p++) {
+		plan_range_slice(&plan, p, &first, &count);
+		if (count < 0 || (count > 0 && first != v))
+			ck_abort_msg("range(%lld, %lld, %lld) / %d: partition "
+			    "%d is %lld elements from %lld", (long long)start,
+			    (long long)end, (long long)step, partitions, p,
+			    (long long)count, (long long)first);
+		v += (__int128)count * step;
+		total += count;
+		if (count < least)
+			least = count;
+		if (count > most)
+			most = count;
+	}
+	/* Every element, once: the next value is past the end. */
+	ck_assert_msg(step > 0 ? v >= end : v <= end,
+	    "range(%lld, %lld, %lld) / %d stops short", (long long)start,
+	    (long long)end, (long long)step, partitions);
+	for (v = start; step > 0 ? v < end : v > end; v += step)
+		expect_n++;
+	ck_assert_msg(total == expect_n, "range(%lld, %lld, %lld) / %d: "
+	    "%lld elements, want %lld", (long long)start, (long long)end,
+	    (long long)step, partitions, (long long)total,
+	    (long long)expect_n);
+	/* Balanced: partition sizes differ by one at most. */
+	ck_assert_int_le(most - least, 1);
+}
+
+START_TEST(test_plan_range_slice_small)
+{
+	static const int64_t	bounds[] = { -23, -7, -1, 0, 1, 3, 10, 17, 64 };
+	static const int64_t	steps[] = { 1, 2, 3, 5, 7, 64, 1000, -1, -2,
+				    -3, -9, -1000 };
+	static const int	parts[] = { 1, 2, 3, 4, 7, 13, 40, 100 };
+	size_t			a, b, s, p;
+
+	for (a = 0; a < sizeof bounds / sizeof *bounds; a++)
+		for (b = 0; b < sizeof bounds / sizeof *bounds; b++)
+			for (s = 0; s < sizeof steps / sizeof *steps; s++)
+				for (p = 0; p < sizeof parts / sizeof *parts;
+				    p++)
+					plan_check_range(bounds[a], bounds[b],
+					    steps[s], parts[p]);
+}
+END_TEST
+
+START_TEST(test_plan_range_slice_extremes)
+{
+	/* Cases whose element count is small enough to enumerate. */
+	plan_check_range(INT64_MIN, INT64_MAX, INT64_MAX, 1);
+	plan_check_range(INT64_MIN, INT64_MAX, INT64_MAX, 2);
+	plan_check_range(INT64_MIN, INT64_MAX, INT64_MAX, 5);
+	plan_check_range(INT64_MAX, INT64_MIN, INT64_MIN, 1);
+	plan_check_range(INT64_MAX, INT64_MIN, INT64_MIN, 3);
+	plan_check_range(INT64_MAX, INT64_MIN, -INT64_MAX, 2);
+	plan_check_range(INT64_MAX - 10, INT64_MAX, 1, 3);
+	plan_check_range(INT64_MAX - 10, INT64_MAX, 3, 4);
+	plan_check_range(INT64_MIN, INT64_MIN + 10, 1, 4);
+	plan_check_range(INT64_MIN + 10, INT64_MIN, -1, 4);
+	plan_check_range(INT64_MIN + 10, INT64_MIN, -4, 4);
+	plan_check_range(INT64_MAX, INT64_MAX - 10, -3, 2);
+	plan_check_range(0, 1000000, 1, 7);
+	plan_check_range(-1000000, 1000000, 333, 1000);
+	plan_check_range(5, 6, 1, PLAN_MAX_PARTITIONS);
+}
+END_TEST
+
+START_TEST(test_plan_range_slice_large)
+{
+	struct plan	plan;
+	int64_t		first, count, next, least = INT64_MAX, most = 0;
+	__int128	total = 0;
+	int		p;
+
+	/* Too many elements to enumerate: check contiguity and the total. */
+	memset(&plan, 0, sizeof plan);
+	plan.source = PLAN_SOURCE_RANGE;
+	plan.range_start = INT64_MIN;
+	plan.range_end = INT64_MAX;
+	plan.range_step = 3;
+	plan.partitions = 1000;
+	next = INT64_MIN;
+	for (p = 0; p < plan.partitions; p++) {
+		plan_range_slice(&plan, p, &first, &count);
+		ck_assert_int_eq(first, next);
+		next = (int64_t)(first + (__int128)count * 3);
+		total += count;
+		if (count < least)
+			least = count;
+		if (count > most)
+			most = count;
+	}
+	/* (2^64 - 1) / 3 elements, and the next would be past the end. */
+	ck_assert(total == (((__int128)1 << 64) - 1) / 3);
+	ck_assert_int_eq(next, INT64_MAX);
+	ck_assert_int_le(most - least, 1);
+
+	/* The largest count there is, in one partition. */
+	plan.range_start = 0;
+	plan.range_step = 1;
+	plan.partitions = 1;
+	plan_range_slice(&plan, 0, &first, &count);
+	ck_assert_int_eq(first, 0);
+	ck_assert_int_eq(count, INT64_MAX);
+}
+END_TEST
+
+START_TEST(test_plan_slice)
+{
+	static const int64_t	ns[] = { 0, 1, 2, 3, 10, 99, 1000,
+				    INT64_MAX / 3, INT64_MAX };
+	static const int	ps[] = { 1, 2, 3, 7, 64, 1000,
+				    PLAN_MAX_PARTITIONS };
+	int64_t			begin, end, prev;
+	size_t			i, j;
+	int			p;
+
+	plan_slice(10, 3, 0, &begin, &end);
+	ck_assert_int_eq(begin, 0);
+	ck_assert_int_eq(end, 3);
+	plan_slice(10, 3, 1, &begin, &end);
+	ck_assert_int_eq(begin, 3);
+	ck_assert_int_eq(end, 6);
+	plan_slice(10, 3, 2, &begin, &end);
+	ck_assert_int_eq(begin, 6);
+	ck_assert_int_eq(end, 10);
+
+	for (i = 0; i < sizeof ns / sizeof *ns; i++) {
+		for (j = 0; j < sizeof ps / sizeof *ps; j++) {
+			prev = 0;
+			for (p = 0; p < ps[j]; p++) {
+				plan_slice(ns[i], ps[j], p, &begin, &end);
+				if (begin != prev || end < begin ||
+				    end - begin - 1 > ns[i] / ps[j])
+					ck_abort_msg("slice(%lld, %d, %d) is "
+					    "[%lld, %lld) after %lld",
+					    (long long)ns[i], ps[j], p,
+					    (long long)begin, (long long)end,
+					    (long long)prev);
+				prev = end;
+			}
+			ck_assert_int_eq(prev, ns[i]);
+		}
+	}
+}
+END_TEST
+
+#define PLAN_DIR_TEMPLATE "/tmp/ember-check-plan-XXXXXX"
+
+static char	plan_dir[sizeof PLAN_DIR_TEMPLATE];
+
+/* Make a directory with a few files in it. */
+static void
+plan_files_setup(void)
+{
+	char	path[sizeof plan_dir + 32];
+	FILE	*f;
+
+	memcpy(plan_dir, PLAN_DIR_TEMPLATE, sizeof plan_dir);
+	ck_assert_ptr_nonnull(mkdtemp(plan_dir));
+	snprintf(path, sizeof path, "%s/a.txt", plan_dir);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fputs("one\ntwo\n", f);
+	fclose(f);
+	snprintf(path, sizeof path, "%s/empty.txt", plan_dir);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fclose(f);
+	snprintf(path, sizeof path, "%s/fifo", plan_dir);
+	ck_assert_int_eq(mkfifo(path, 0600), 0);
+	snprintf(path, sizeof path, "%s/dir", plan_dir);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+}
+
+/* Remove them. */
+static void
+plan_files_teardown(void)
+{
+	static const char *const names[] = { "a.txt", "empty.txt", "fifo" };
+	char	path[sizeof plan_dir + 32];
+	size_t	i;
+
+	for (i = 0; i < sizeof names / sizeof *names; i++) {
+		snprintf(path, sizeof path, "%s/%s", plan_dir, names[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof path, "%s/dir", plan_dir);
+	rmdir(path);
+	rmdir(plan_dir);
+}
+
+/* A text plan over the given names in plan_dir. */
+static struct plan *
+plan_text(const char *const *names, size_t n)
+{
+	struct plan	*plan;
+	json_t		*j, *paths;
+	char		*text, *path;
+	size_t		 i;
+
+	paths = json_array();
+	for (i = 0; i < n; i++) {
+		ck_assert_int_ne(asprintf(&path, "%s/%s", plan_dir, names[i]),
+		    -1);
+		json_array_append_new(paths, json_string(path));
+		free(path);
+	}
+	j = json_pack("{s:{s:{s:o}}}", "source", "text", "paths", paths);
+	text = json_dumps(j, 0);
+	plan = plan_ok(text);
+	free(text);
+	json_decref(j);
+	return (plan);
+}
+
+/* Expect plan_stat_files to fail on the file at index with why. */
+static void
+plan_expect_stat_error(const char *const *names, size_t n, size_t index,
+    const char *why)
+{
+	struct plan	*plan;
+	char		*err = NULL, *want;
+
+	plan = plan_text(names, n);
+	ck_assert_int_eq(plan_stat_files(plan, &err), -1);
+	ck_assert_int_ne(asprintf(&want, "plan.source.text.paths[%zu]: %s/%s: "
+	    "%s", index, plan_dir, names[index], why), -1);
+	ck_assert_str_eq(err, want);
+	free(want);
+	free(err);
+	plan_free(plan);
+}
+
+START_TEST(test_plan_stat_files)
+{
+	static const char *const good[] = { "a.txt", "empty.txt" };
+	static const char *const missing[] = { "a.txt", "missing.txt" };
+	static const char *const dir[] = { "dir" };
+	struct plan	*plan;
+	char		*err = NULL;
+
+	plan = plan_text(good, 2);
+	ck_assert_int_eq(plan_stat_files(plan, &err), 0);
+	ck_assert_ptr_null(err);
+	ck_assert_int_eq(plan->files[0].size, 8);
+	ck_assert_int_eq(plan->files[1].size, 0);
+	plan_free(plan);
+
+	plan_expect_stat_error(missing, 2, 1, strerror(ENOENT));
+	plan_expect_stat_error(dir, 1, 0, "not a regular file");
+}
+END_TEST
+
+START_TEST(test_plan_files_json)
+{
+	static const char *const names[] = { "a.txt", "empty.txt" };
+	struct plan	*plan, *again;
+	json_t		*files, *bad;
+	char		*err = NULL;
+	size_t		 i;
+
+	plan = plan_text(names, 2);
+	ck_assert_int_eq(plan_stat_files(plan, &err), 0);
+	files = plan_files_to_json(plan);
+	ck_assert_uint_eq(json_array_size(files), 2);
+	ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(
+	    files, 0), "size")), 8);
+
+	/* The worker's side: the same plan, sizes from the descriptor. */
+	again = plan_text(names, 2);
+	ck_assert_int_eq(again->files[0].size, -1);
+	ck_assert_int_eq(plan_files_from_json(again, files, &err), 0);
+	for (i = 0; i < 2; i++) {
+		ck_assert_str_eq(again->files[i].path, plan->files[i].path);
+		ck_assert_int_eq(again->files[i].size, plan->files[i].size);
+	}
+
+	/* Refused: a count that differs, a missing or mistyped field. */
+	bad = json_pack("[{s:s,s:i}]", "path", "/x", "size", 1);
+	ck_assert_int_eq(plan_files_from_json(again, bad, &err), -1);
+	ck_assert_str_eq(err, "files: do not match the plan");
+	free(err);
+	json_decref(bad);
+	ck_assert_int_eq(plan_files_from_json(again, json_object_get(files,
+	    "nope"), &err), -1);
+	ck_assert_str_eq(err, "files: do not match the plan");
+	free(err);
+	bad = json_pack("[{s:s,s:i},{s:s}]", "path", "/x", "size", 1, "path",
+	    "/y");
+	ck_assert_int_eq(plan_files_from_json(again, bad, &err), -1);
+	ck_assert_str_eq(err, "files.size: missing");
+	free(err);
+	json_decref(bad);
+	bad = json_pack("[{s:s,s:i},{s:i,s:i}]", "path", "/x", "size", 1,
+	    "path", 2, "size", 3);
+	ck_assert_int_eq(plan_files_from_json(again, bad, &err), -1);
+	ck_assert_str_eq(err, "files.path: expected a string");
+	free(err);
+	json_decref(bad);
+
+	json_decref(files);
+	plan_free(again);
+	plan_free(plan);
+}
+END_TEST
+
+Suite *
+plan_suite(void)
+{
+	Suite	*s = suite_create("plan");
+	TCase	*tc;
+
+	tc = tcase_create("valid");
+	tcase_add_test(tc, test_plan_range);
+	tcase_add_test(tc, test_plan_text);
+	tcase_add_test(tc, test_plan_parallelize);
+	tcase_add_test(tc, test_plan_ops);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("refused");
+	tcase_add_test(tc, test_plan_refused);
+	tcase_add_test(tc, test_plan_too_many_ops);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("slices");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_plan_range_slice_small);
+	tcase_add_test(tc, test_plan_range_slice_extremes);
+	tcase_add_test(tc, test_plan_range_slice_large);
+	tcase_add_test(tc, test_plan_slice);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("files");
+	tcase_set_timeout(tc, 5);
+	tcase_add_checked_fixture(tc, plan_files_setup, plan_files_teardown);
+	tcase_add_test(tc, test_plan_stat_files);
+	tcase_add_test(tc, test_plan_files_json);
+	suite_add_tcase(s, tc);
+
+	return (s);
+}

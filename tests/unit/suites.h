@@ -1,0 +1,12 @@
+/* The unit test suites, one per module of common/. */
+#ifndef EMBER_SUITES_H
+#define EMBER_SUITES_H
+
+#include <check.h>
+
+Suite	*conf_suite(void);
+Suite	*frame_suite(void);
+Suite	*jread_suite(void);
+Suite	*plan_suite(void);
+
+#endif

@@ -281,11 +281,31 @@ conf_set(struct conf *conf, const char *assignment, char **err)
 
 struct conf_load {
 	struct conf	*conf;
-	const char	*path;
+	FILE		*f;
+	int		 line;		/* of the last line read */
+	int		 err_line;
 	char		*err;
 };
 
-/* inih reports the line of the first callback that returns 0. */
+/*
+ * Read one line for inih, counting lines as inih does, so that the
+ * handler knows where it is.  After a refused key, read no more: that key
+ * is the error reported unless a syntax error came before it.
+ */
+static char *
+conf_ini_reader(char *str, int num, void *arg)
+{
+	struct conf_load	*load = arg;
+
+	if (load->err != NULL)
+		return (NULL);
+	if (fgets(str, num, load->f) == NULL)
+		return (NULL);
+	load->line++;
+	return (str);
+}
+
+/* Apply one key; 0 tells inih it was refused. */
 static int
 conf_ini_cb(void *arg, const char *section, const char *key,
     const char *value)
@@ -294,6 +314,7 @@ conf_ini_cb(void *arg, const char *section, const char *key,
 
 	if (load->err != NULL)
 		return (1);
+	load->err_line = load->line;
 	if (*section == '\0') {
 		xasprintf(&load->err, "%s: key outside a [section]", key);
 		return (0);
@@ -306,23 +327,35 @@ conf_ini_cb(void *arg, const char *section, const char *key,
 int
 conf_load_file(struct conf *conf, const char *path, char **err)
 {
-	struct conf_load	 load = { conf, path, NULL };
-	FILE			*f;
+	struct conf_load	 load;
 	int			 rc;
 
-	if ((f = fopen(path, "r")) == NULL) {
+	memset(&load, 0, sizeof load);
+	load.conf = conf;
+	if ((load.f = fopen(path, "re")) == NULL) {
 		xasprintf(err, "%s: %s", path, strerror(errno));
 		return (-1);
 	}
-	rc = ini_parse_file(f, conf_ini_cb, &load);
-	fclose(f);
+	/* inih returns the line of its first error, of either kind. */
+	rc = ini_parse_stream(conf_ini_reader, &load, conf_ini_cb, &load);
+	if (ferror(load.f) && rc == 0 && load.err == NULL) {
+		xasprintf(err, "%s: %s", path, strerror(errno));
+		fclose(load.f);
+		return (-1);
+	}
+	fclose(load.f);
+	if (rc > 0 && (load.err == NULL || rc < load.err_line)) {
+		free(load.err);
+		xasprintf(err, "%s:%d: syntax error", path, rc);
+		return (-1);
+	}
 	if (load.err != NULL) {
-		xasprintf(err, "%s:%d: %s", path, rc, load.err);
+		xasprintf(err, "%s:%d: %s", path, load.err_line, load.err);
 		free(load.err);
 		return (-1);
 	}
 	if (rc != 0) {
-		xasprintf(err, "%s:%d: syntax error", path, rc);
+		xasprintf(err, "%s: cannot read", path);
 		return (-1);
 	}
 	return (0);

@@ -404,6 +404,11 @@ START_TEST(test_conf_file_errors)
 	    "3: nope.socket: unknown key");
 	conf_expect_file_error("[daemon]\nsocket = /x\nthis is not a key\n",
 	    "3: syntax error");
+	conf_expect_file_error("\n\n[daemon\nsocket = /x\n",
+	    "3: syntax error");
+	/* The first error is the one reported, whatever its kind. */
+	conf_expect_file_error("[daemon]\nworkers max\nlog_level = loud\n",
+	    "2: syntax error");
 	conf_expect_file_error("[daemon]\nlog_level = loud\nworkers max\n",
 	    "2: daemon.log_level: expected error, warn, info or debug: "
 	    "\"loud\"");

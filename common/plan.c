@@ -29,6 +29,18 @@ plan_free(struct plan *plan)
 	free(plan);
 }
 
+/* How many elements a range has; more than INT64_MAX for the widest. */
+static __int128
+plan_range_count(int64_t start, int64_t end, int64_t step)
+{
+	__int128	span = (__int128)end - start;
+
+	if (step > 0)
+		return (span <= 0 ? 0 : (span + step - 1) / step);
+	return (span >= 0 ? 0 : (-span + -(__int128)step - 1) /
+	    -(__int128)step);
+}
+
 static int
 plan_parse_range(struct plan *plan, json_t *range, char **err)
 {
@@ -44,6 +56,10 @@ plan_parse_range(struct plan *plan, json_t *range, char **err)
 	if (step == 0)
 		return (jread_fail(err, "plan.source.range.step",
 		    "must not be 0"));
+	/* Counts are int64s, from the slices to the count action. */
+	if (plan_range_count(start, end, step) > INT64_MAX)
+		return (jread_fail(err, path, "more than %lld elements",
+		    (long long)INT64_MAX));
 	plan->source = PLAN_SOURCE_RANGE;
 	plan->range_start = start;
 	plan->range_end = end;
@@ -331,17 +347,11 @@ void
 plan_range_slice(const struct plan *plan, int partition, int64_t *first,
     int64_t *count)
 {
-	__int128	span, n;
-	int64_t		begin, end;
+	int64_t	n, begin, end;
 
-	span = (__int128)plan->range_end - plan->range_start;
-	if (plan->range_step > 0)
-		n = span <= 0 ? 0 : (span + plan->range_step - 1) /
-		    plan->range_step;
-	else
-		n = span >= 0 ? 0 : (-span + -(__int128)plan->range_step - 1) /
-		    -(__int128)plan->range_step;
-	plan_slice((int64_t)n, plan->partitions, partition, &begin, &end);
+	n = (int64_t)plan_range_count(plan->range_start, plan->range_end,
+	    plan->range_step);
+	plan_slice(n, plan->partitions, partition, &begin, &end);
 	*first = (int64_t)(plan->range_start + (__int128)begin * plan->range_step);
 	*count = end - begin;
 }

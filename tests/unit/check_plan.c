@@ -214,6 +214,18 @@ START_TEST(test_plan_refused)
 		  "plan.source.range.step: expected an integer" },
 		{ "{\"source\": {\"range\": {\"end\": 10, \"stop\": 5}}}",
 		  "plan.source.range.stop: unknown field" },
+		{ "{\"source\": {\"range\": {\"start\": -9223372036854775808, "
+		  "\"end\": 9223372036854775807}}}",
+		  "plan.source.range: more than 9223372036854775807 elements" },
+		{ "{\"source\": {\"range\": {\"start\": 9223372036854775807, "
+		  "\"end\": -9223372036854775808, \"step\": -1}}}",
+		  "plan.source.range: more than 9223372036854775807 elements" },
+		{ "{\"source\": {\"range\": {\"start\": -9223372036854775808, "
+		  "\"end\": 9223372036854775807, \"step\": 2}}}",
+		  "plan.source.range: more than 9223372036854775807 elements" },
+		{ "{\"source\": {\"range\": {\"start\": -1, "
+		  "\"end\": 9223372036854775807}}}",
+		  "plan.source.range: more than 9223372036854775807 elements" },
 
 		/* text */
 		{ "{\"source\": {\"text\": {}}}",

@@ -285,7 +285,9 @@ plan_stat_files(struct plan *plan, char **err)
 
 	for (i = 0; i < plan->nfiles; i++) {
 		snprintf(path, sizeof path, "plan.source.text.paths[%zu]", i);
-		fd = open(plan->files[i].path, O_RDONLY | O_CLOEXEC);
+		/* Non-blocking: opening a FIFO must not wait for a writer. */
+		fd = open(plan->files[i].path, O_RDONLY | O_NONBLOCK |
+		    O_CLOEXEC);
 		if (fd == -1)
 			return (jread_fail(err, path, "%s: %s",
 			    plan->files[i].path, strerror(errno)));

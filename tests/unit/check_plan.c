@@ -602,6 +602,7 @@ START_TEST(test_plan_stat_files)
 	static const char *const good[] = { "a.txt", "empty.txt" };
 	static const char *const missing[] = { "a.txt", "missing.txt" };
 	static const char *const dir[] = { "dir" };
+	static const char *const fifo[] = { "empty.txt", "a.txt", "fifo" };
 	struct plan	*plan;
 	char		*err = NULL;
 
@@ -614,6 +615,9 @@ START_TEST(test_plan_stat_files)
 
 	plan_expect_stat_error(missing, 2, 1, strerror(ENOENT));
 	plan_expect_stat_error(dir, 1, 0, "not a regular file");
+	/* A FIFO is refused at once: opening it must not wait for a
+	 * writer (emberd would hang). */
+	plan_expect_stat_error(fifo, 3, 2, "not a regular file");
 }
 END_TEST
 

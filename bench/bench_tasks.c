@@ -1,0 +1,342 @@
+/*
+ * bench_tasks: what emberd costs per task, beside a raw socketpair ping-pong
+ * between two processes measured in the same run.
+ *
+ * - throughput: count over a plan of many empty range partitions, a few
+ *   times after a warm-up; best and median tasks/s and microseconds per task.
+ * - latency: many sequential one-partition counts on one connection with a
+ *   warm worker; median and p99 microseconds per job.
+ * - baseline: 4-byte request, 4-byte reply between two forked processes over
+ *   a socketpair; microseconds per round trip.
+ *
+ * Nothing is started here: emberd must be listening on --socket.  emberd's
+ * tasks_completed counter is read before and after, so a run that did not
+ * really execute every task fails instead of printing a figure.
+ */
+
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <err.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "ember.h"
+#include "frame.h"
+
+#define DEFAULT_PARTITIONS	10000
+#define DEFAULT_RUNS		5
+#define DEFAULT_JOBS		2000
+#define DEFAULT_ROUND_TRIPS	100000
+#define PINGPONG_RUNS		3
+#define LATENCY_WARMUP		100
+
+static const char	*socket_path;
+
+static void __attribute__((noreturn))
+usage(void)
+{
+	fprintf(stderr, "usage: bench_tasks --socket PATH [--partitions N] "
+	    "[--runs N] [--jobs N] [--round-trips N]\n");
+	exit(2);
+}
+
+/* Return the monotonic clock in nanoseconds. */
+static uint64_t
+now_ns(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec);
+}
+
+/* Compare two doubles for qsort. */
+static int
+cmp_double(const void *a, const void *b)
+{
+	double	x = *(const double *)a, y = *(const double *)b;
+
+	return ((x > y) - (x < y));
+}
+
+/* Return the q quantile (nearest rank) of n sorted values. */
+static double
+quantile(const double *v, size_t n, double q)
+{
+	size_t	i;
+
+	i = (size_t)(q * (double)n + 0.999999);
+	if (i > 0)
+		i--;
+	if (i >= n)
+		i = n - 1;
+	return (v[i]);
+}
+
+/* Parse a positive integer option or exit. */
+static long
+parse_count(const char *s, const char *what)
+{
+	char	*end;
+	long	 v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v <= 0 || v > INT_MAX)
+		errx(2, "%s: bad number: %s", what, s);
+	return (v);
+}
+
+/* Echo int32 requests plus one until end of file; the ping-pong peer. */
+static void __attribute__((noreturn))
+pingpong_peer(int fd)
+{
+	int32_t	v;
+
+	while (fd_read_int32(fd, &v) == 0) {
+		if (fd_write_int32(fd, v + 1) == -1)
+			_exit(1);
+	}
+	_exit(0);
+}
+
+/* Time n round trips over a fresh socketpair; microseconds per trip. */
+static double
+pingpong_once(long n)
+{
+	uint64_t	t0, t1;
+	pid_t		pid;
+	int32_t		v;
+	int		sv[2], status;
+	long		i;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == -1)
+		err(1, "socketpair");
+	switch (pid = fork()) {
+	case -1:
+		err(1, "fork");
+	case 0:
+		close(sv[0]);
+		pingpong_peer(sv[1]);
+	}
+	close(sv[1]);
+
+	/* Warm up: both processes running, pages touched. */
+	for (i = 0; i < 1000; i++) {
+		if (fd_write_int32(sv[0], (int32_t)i) == -1 ||
+		    fd_read_int32(sv[0], &v) == -1)
+			err(1, "ping-pong");
+	}
+
+	t0 = now_ns();
+	for (i = 0; i < n; i++) {
+		if (fd_write_int32(sv[0], (int32_t)i) == -1 ||
+		    fd_read_int32(sv[0], &v) == -1)
+			err(1, "ping-pong");
+		if (v != (int32_t)i + 1)
+			errx(1, "ping-pong: sent %ld, got %d back", i, v);
+	}
+	t1 = now_ns();
+
+	close(sv[0]);
+	if (waitpid(pid, &status, 0) == -1)
+		err(1, "waitpid");
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		errx(1, "ping-pong peer failed (status %#x)", status);
+	return ((double)(t1 - t0) / 1e3 / (double)n);
+}
+
+/* Connect to emberd or exit. */
+static struct ember *
+connect_or_die(void)
+{
+	struct ember	*e;
+	char		*msg;
+
+	if ((e = ember_connect(socket_path, &msg)) == NULL)
+		errx(1, "%s", msg);
+	return (e);
+}
+
+/* Read a counter from emberd's status reply. */
+static int64_t
+status_counter(struct ember *e, const char *name)
+{
+	json_t		*j, *v;
+	json_error_t	 jerr;
+	char		*text;
+	int64_t		 n;
+
+	if ((text = ember_status(e)) == NULL)
+		errx(1, "status: %s: %s", ember_error_class(e), ember_error(e));
+	if ((j = json_loads(text, 0, &jerr)) == NULL)
+		errx(1, "status: %s", jerr.text);
+	v = json_object_get(json_object_get(j, "counters"), name);
+	if (!json_is_integer(v))
+		errx(1, "status: no counter %s", name);
+	n = json_integer_value(v);
+	json_decref(j);
+	free(text);
+	return (n);
+}
+
+/* Run one count and check its reply; seconds it took. */
+static double
+count_once(struct ember *e, const char *plan, int64_t partitions,
+    int64_t expect)
+{
+	json_t		*j;
+	json_error_t	 jerr;
+	char		*reply;
+	uint64_t	 t0, t1;
+	int64_t		 n, p;
+
+	t0 = now_ns();
+	if (ember_execute(e, plan, "count", NULL, &reply) == -1)
+		errx(1, "count: %s: %s", ember_error_class(e), ember_error(e));
+	t1 = now_ns();
+
+	if ((j = json_loads(reply, 0, &jerr)) == NULL)
+		errx(1, "count reply: %s", jerr.text);
+	n = json_integer_value(json_object_get(j, "count"));
+	p = json_integer_value(json_object_get(j, "partitions"));
+	if (n != expect || p != partitions)
+		errx(1, "count: expected %" PRId64 " records in %" PRId64
+		    " partitions, got %s", expect, partitions, reply);
+	json_decref(j);
+	free(reply);
+	return ((double)(t1 - t0) / 1e9);
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "socket",	 required_argument, NULL, 's' },
+		{ "partitions",	 required_argument, NULL, 'p' },
+		{ "runs",	 required_argument, NULL, 'r' },
+		{ "jobs",	 required_argument, NULL, 'j' },
+		{ "round-trips", required_argument, NULL, 't' },
+		{ NULL,		 0,		    NULL, 0 }
+	};
+	struct ember	*e;
+	double		 pp[PINGPONG_RUNS], *secs, *lat;
+	double		 pp_best, pp_med, best, med, lat_med, lat_p99;
+	char		 plan[256], plan1[256];
+	long		 partitions = DEFAULT_PARTITIONS, runs = DEFAULT_RUNS;
+	long		 jobs = DEFAULT_JOBS, trips = DEFAULT_ROUND_TRIPS, i;
+	int64_t		 before, after, expect;
+	int		 ch;
+
+	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 's':
+			socket_path = optarg;
+			break;
+		case 'p':
+			partitions = parse_count(optarg, "--partitions");
+			break;
+		case 'r':
+			runs = parse_count(optarg, "--runs");
+			break;
+		case 'j':
+			jobs = parse_count(optarg, "--jobs");
+			break;
+		case 't':
+			trips = parse_count(optarg, "--round-trips");
+			break;
+		default:
+			usage();
+		}
+	}
+	if (optind != argc || socket_path == NULL)
+		usage();
+	setvbuf(stdout, NULL, _IOLBF, 0);
+
+	/* Baseline: a raw ping-pong between two processes. */
+	for (i = 0; i < PINGPONG_RUNS; i++)
+		pp[i] = pingpong_once(trips);
+	qsort(pp, PINGPONG_RUNS, sizeof *pp, cmp_double);
+	pp_best = pp[0];
+	pp_med = quantile(pp, PINGPONG_RUNS, 0.5);
+	printf("raw ping-pong: %ld round trips x %d: best %.2f us, "
+	    "median %.2f us per round trip\n", trips, PINGPONG_RUNS, pp_best,
+	    pp_med);
+
+	e = connect_or_die();
+
+	/* Throughput: many empty partitions, one warm-up run first. */
+	snprintf(plan, sizeof plan, "{\"source\":{\"range\":{\"start\":0,"
+	    "\"end\":0}},\"partitions\":%ld}", partitions);
+	secs = calloc((size_t)runs, sizeof *secs);
+	lat = calloc((size_t)jobs, sizeof *lat);
+	if (secs == NULL || lat == NULL)
+		err(1, "calloc");
+	before = status_counter(e, "tasks_completed");
+	count_once(e, plan, partitions, 0);
+	for (i = 0; i < runs; i++)
+		secs[i] = count_once(e, plan, partitions, 0);
+	after = status_counter(e, "tasks_completed");
+	expect = (int64_t)(runs + 1) * partitions;
+	if (after - before != expect)
+		errx(1, "emberd completed %" PRId64 " tasks, expected %"
+		    PRId64, after - before, expect);
+	qsort(secs, (size_t)runs, sizeof *secs, cmp_double);
+	best = secs[0];
+	med = quantile(secs, (size_t)runs, 0.5);
+	printf("ember count: %ld empty partitions x %ld runs (after a "
+	    "warm-up): best %.3f s, median %.3f s\n", partitions, runs, best,
+	    med);
+	printf("  best   %9.0f tasks/s  %7.2f us/task  (%.2fx a ping-pong "
+	    "round trip)\n", (double)partitions / best,
+	    best * 1e6 / (double)partitions,
+	    best * 1e6 / (double)partitions / pp_best);
+	printf("  median %9.0f tasks/s  %7.2f us/task  (%.2fx)\n",
+	    (double)partitions / med, med * 1e6 / (double)partitions,
+	    med * 1e6 / (double)partitions / pp_best);
+
+	/* Latency: sequential one-partition jobs on a warm worker. */
+	snprintf(plan1, sizeof plan1, "{\"source\":{\"range\":{\"start\":0,"
+	    "\"end\":1}},\"partitions\":1}");
+	before = status_counter(e, "tasks_completed");
+	for (i = 0; i < LATENCY_WARMUP; i++)
+		count_once(e, plan1, 1, 1);
+	for (i = 0; i < jobs; i++)
+		lat[i] = count_once(e, plan1, 1, 1) * 1e6;
+	after = status_counter(e, "tasks_completed");
+	if (after - before != LATENCY_WARMUP + jobs)
+		errx(1, "emberd completed %" PRId64 " tasks, expected %ld",
+		    after - before, LATENCY_WARMUP + jobs);
+	qsort(lat, (size_t)jobs, sizeof *lat, cmp_double);
+	lat_med = quantile(lat, (size_t)jobs, 0.5);
+	lat_p99 = quantile(lat, (size_t)jobs, 0.99);
+	printf("ember latency: %ld one-partition counts on one connection: "
+	    "min %.1f us, median %.1f us, p99 %.1f us, max %.1f us\n", jobs,
+	    lat[0], lat_med, lat_p99, lat[jobs - 1]);
+	printf("  median is %.1fx a ping-pong round trip (target: median "
+	    "< 150 us)\n", lat_med / pp_best);
+
+	ember_close(e);
+	free(secs);
+	free(lat);
+
+	/* Figures for bench/run.sh, one per line. */
+	printf("result pingpong_us %.2f\n", pp_best);
+	printf("result task_us %.2f\n", best * 1e6 / (double)partitions);
+	printf("result task_us_median %.2f\n", med * 1e6 / (double)partitions);
+	printf("result latency_median_us %.1f\n", lat_med);
+	printf("result latency_p99_us %.1f\n", lat_p99);
+	return (0);
+}

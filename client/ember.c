@@ -122,15 +122,20 @@ struct output {
 	size_t	 size;
 };
 
-/* Handle a failed write to standard output; exits. */
+/*
+ * Handle a failed write to standard output; exits.  When the reader went
+ * away (| head), end quietly: stop an iterate cleanly, which lets emberd
+ * keep its workers; a collect cannot be stopped short of its end, so just
+ * close it.
+ */
 static void __attribute__((noreturn))
-output_failed(struct ember *e)
+output_failed(struct ember *e, int can_stop)
 {
 	int	saved = errno;
 
 	if (saved == EPIPE) {
-		/* The reader went away (| head): stop cleanly and quietly. */
-		ember_stop(e);
+		if (can_stop)
+			ember_stop(e);
 		ember_close(e);
 		exit(0);
 	}
@@ -206,7 +211,7 @@ cmd_run(int argc, char **argv)
 	const void	*data;
 	size_t		 len;
 	int64_t		 count;
-	int		 ch, rc;
+	int		 ch, rc, stop;
 
 	optind = 0;
 	while ((ch = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
@@ -245,7 +250,7 @@ cmd_run(int argc, char **argv)
 		free(plan);
 		printf("%" PRId64 "\n", count);
 		if (fflush(stdout) == EOF)
-			output_failed(e);
+			output_failed(e, 0);
 		ember_close(e);
 		return (0);
 	}
@@ -260,12 +265,13 @@ cmd_run(int argc, char **argv)
 	if (ember_execute(e, plan, action, NULL, NULL) == -1)
 		ember_die(e);
 	free(plan);
+	stop = strcmp(action, "iterate") == 0;
 	while ((rc = ember_next(e, &data, &len)) == 1) {
 		if (output_record(&out, data, len) == -1)
-			output_failed(e);
+			output_failed(e, stop);
 	}
 	if (output_flush(&out) == -1)
-		output_failed(e);
+		output_failed(e, stop);
 	free(out.buf);
 	if (rc == -1)
 		ember_die(e);

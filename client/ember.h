@@ -93,6 +93,10 @@ int		 ember_next(struct ember *, const void **data, size_t *len);
  * control requests again.  0 once stopped (a task failing meanwhile counts
  * as stopped; ember_error has it), -1 if the connection broke.  Without an
  * open stream, 0.
+ *
+ * A collect stream takes no requests, so stopping it reads (and drops)
+ * everything up to its end.  To abandon a collect at once, ember_close the
+ * connection instead: emberd then ends the operation.
  */
 int		 ember_stop(struct ember *);
 

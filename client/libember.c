@@ -49,7 +49,7 @@ struct ember {
 	char			*operation;	/* of the open stream */
 
 	int			 push;		/* collect: no requests */
-	int			 requested;	/* a request is unanswered */
+	int			 requested;	/* iterate: a request is unanswered */
 	int			 stopping;	/* ember_stop is draining */
 	int			 streamed;	/* a stream has ended */
 	int64_t			 partition;	/* current partition, from 0 */
@@ -342,18 +342,20 @@ ember_next_partition(struct ember *e)
 {
 	int32_t	resp;
 
-	if (!e->push || e->stopping) {
-		if (!e->requested) {
-			if (ember_send_int32(e, e->stopping ?
-			    EMBER_REQUEST_STOP : EMBER_REQUEST_NEXT) == -1)
-				return (-1);
-			e->requested = 1;
-		}
+	/*
+	 * Iterate asks for each partition, or to stop.  Collect takes no
+	 * requests at all: a stop there has to read to the end, and a 0
+	 * written anyway would be read later as an empty control frame.
+	 */
+	if (!e->push && !e->requested) {
+		if (ember_send_int32(e, e->stopping ? EMBER_REQUEST_STOP :
+		    EMBER_REQUEST_NEXT) == -1)
+			return (-1);
+		e->requested = 1;
 	}
 	if (ember_read_int32(e, &resp) == -1)
 		return (-1);
-	if (!e->push)
-		e->requested = 0;
+	e->requested = 0;
 	switch (resp) {
 	case EMBER_STREAM_PARTITION:
 		e->state = EMBER_RECORDS;

@@ -666,7 +666,7 @@ class Client:
                                     "after %d records" % (rec, len(records)))
             records.append(rec)
 
-    def _stream(self, pull):
+    def read_stream(self, pull):
         """Read partitions until 0; return the list of partitions."""
         parts = []
         while True:
@@ -690,11 +690,11 @@ class Client:
 
     def iterate_partitions(self, plan, options=None):
         self.execute_ok(plan, "iterate", options)
-        return self._stream(pull=True)
+        return self.read_stream(pull=True)
 
     def collect_partitions(self, plan, options=None):
         self.execute_ok(plan, "collect", options)
-        return self._stream(pull=False)
+        return self.read_stream(pull=False)
 
     def iterate_all(self, plan, options=None):
         """Every record of plan, by the iterate action."""

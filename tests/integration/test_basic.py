@@ -242,6 +242,45 @@ def test_cli_status(d):
     check(r.stdout.strip() != "", "ember status printed nothing")
 
 
+def test_any_nonzero_request(d):
+    """Any non-zero int32 asks for the next partition."""
+    c = d.client()
+    c.execute_ok(range_plan(0, 30, 3), "iterate")
+    got = []
+    for ask in (1, 42, -7):
+        c.write_int(ask)
+        status, recs = c.read_partition()
+        check_eq(status, STREAM_PARTITION, "answer to %d" % ask)
+        got += recs
+    c.write_int(2)
+    check_eq(c.read_int(), STREAM_DONE, "end")
+    check_eq(got, numbers(30), "records")
+
+
+def test_client_chosen_operation_id(d):
+    op = "6f1c8a52-0d3e-4b7a-9c51-2f0e8b1d7a44"
+    c = d.client()
+    r = c.execute(range_plan(0, 100, 4), "iterate", operation=op)
+    check(r["ok"], "execute with an operation id: %r" % r)
+    check_eq(r["operation"], op, "operation id")
+    other = d.client()
+    check_error(other.execute(range_plan(0, 10, 1), "count", operation=op),
+                "OPERATION_EXISTS")
+    check_eq(c.read_stream(pull=True), [numbers(0, 25), numbers(25, 50),
+                                    numbers(50, 75), numbers(75, 100)],
+             "the stream of the first")
+
+
+def test_close_session(d):
+    c = d.client()
+    first = c.session
+    c.request_ok({"op": "close_session"})
+    r = c.hello()
+    check(r["ok"], "hello after close_session: %r" % r)
+    check(r["session"] != first, "close_session kept the session")
+    check_eq(c.count(range_plan(0, 10, 2)), 10, "a job in the new session")
+
+
 def test_status_op(d):
     c = d.client()
     check_eq(c.count(range_plan(0, 100, 4)), 100, "count")

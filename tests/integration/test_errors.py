@@ -239,6 +239,23 @@ def test_truncated_frame(d):
     check_eq(d.client().count(range_plan(0, 10, 2)), 10, "a new client")
 
 
+@with_daemon(sets=["daemon.max_connections_per_uid=3"])
+def test_connection_limit(d):
+    held = [d.client() for _ in range(3)]
+    extra = d.client(hello=False)
+    check_error(extra.recv_json(), "LIMIT_EXCEEDED")
+    check(extra.at_eof(5), "a refused connection stays open")
+    held.pop().close()
+
+    def served():
+        try:
+            with d.client() as c:
+                return c.count(range_plan(0, 10, 2)) == 10
+        except (AssertionError, OSError):
+            return False
+    check(wait_until(served, 5, 0.1), "no room after a connection closed")
+
+
 def test_cli_errors(d):
     plan = write_file(d.path("bad.json"), json.dumps(
         range_plan(0, 10, 1, ops=[{"explode": 1}])))

@@ -530,6 +530,7 @@ cmd_status(int argc, char **argv)
 	return (0);
 }
 
+/* Dispatch to a command. */
 int
 main(int argc, char **argv)
 {

@@ -47,7 +47,10 @@ struct ember	*ember_connect(const char *socket_path, char **errmsg);
 /* Close the connection; an open result stream ends its operation. */
 void		 ember_close(struct ember *);
 
-/* The last error's message and class; "" when there has been none. */
+/*
+ * The last error's message and class, as errno: meaningful after a call
+ * failed, left as they are by calls that succeed; "" before any error.
+ */
 const char	*ember_error(const struct ember *);
 const char	*ember_error_class(const struct ember *);
 
@@ -80,7 +83,8 @@ int		 ember_execute(struct ember *, const char *plan_json,
  *  1	a record: *data and *len point into the library's buffer and stay
  *	valid until the next call on the handle; *data is NULL (and *len 0)
  *	for a null record.
- *  0	the stream is complete (also on every call after that).
+ *  0	the stream is complete; once a stream has ended, either way,
+ *	every further call returns 0.
  * -1	an error.  A worker's failure is class TASK_FAILED with the worker's
  *	message; the stream is over and the connection usable again.
  * In iterate mode the library asks for each partition when it needs it.

@@ -53,7 +53,6 @@ struct ember {
 	int			 stopping;	/* ember_stop is draining */
 	int			 streamed;	/* a stream has ended */
 	int64_t			 partition;	/* current partition, from 0 */
-	int64_t			 offset;	/* records read in it */
 
 	unsigned char		*buf;
 	size_t			 size;
@@ -130,7 +129,7 @@ ember_check_control(struct ember *e)
 	}
 }
 
-/* Send len bytes (or an iovec array) in full, without SIGPIPE. */
+/* Send an iovec array in full, without SIGPIPE. */
 static int
 ember_sendv(struct ember *e, struct iovec *iov, int iovcnt)
 {
@@ -208,9 +207,10 @@ ember_make_room(struct ember *e, size_t need)
 	}
 	if (e->size >= need)
 		return (0);
-	nsize = e->size;
-	while (nsize < need)
-		nsize *= 2;
+	/* Room for the frame, and for reading ahead past it. */
+	nsize = e->size * 2;
+	if (nsize < need + EMBER_BUFFER_SIZE)
+		nsize = need + EMBER_BUFFER_SIZE;
 	if ((nbuf = realloc(e->buf, nsize)) == NULL)
 		return (ember_break(e, "NO_MEMORY", "buffer of %zu bytes: %s",
 		    nsize, strerror(errno)));
@@ -313,9 +313,10 @@ ember_stream_error(struct ember *e)
 	if (ember_read_frame(e, EMBER_MAX_ERROR, "error frame", &msg,
 	    &len) == -1)
 		return (-1);
+	/* msg is in the buffer, which ending the stream may shrink. */
+	ember_fail(e, "TASK_FAILED", "%.*s", (int)len, (const char *)msg);
 	ember_end_stream(e);
-	return (ember_fail(e, "TASK_FAILED", "%.*s", (int)len,
-	    (const char *)msg));
+	return (-1);
 }
 
 /* Start a result stream after a successful execute. */
@@ -333,7 +334,6 @@ ember_start_stream(struct ember *e, int push, json_t *reply)
 	e->stopping = 0;
 	e->streamed = 0;
 	e->partition = -1;
-	e->offset = 0;
 }
 
 /* Read a response between partitions; 1 (records follow), 0 or -1. */
@@ -360,7 +360,6 @@ ember_next_partition(struct ember *e)
 	case EMBER_STREAM_PARTITION:
 		e->state = EMBER_RECORDS;
 		e->partition++;
-		e->offset = 0;
 		return (1);
 	case EMBER_STREAM_DONE:
 		ember_end_stream(e);
@@ -379,6 +378,7 @@ ember_next_partition(struct ember *e)
 	}
 }
 
+/* Read the next record of the result stream. */
 int
 ember_next(struct ember *e, const void **data, size_t *len)
 {
@@ -415,7 +415,6 @@ ember_next(struct ember *e, const void **data, size_t *len)
 			*data = e->buf + e->start + 4;
 			*len = (size_t)n;
 			e->start += 4 + (size_t)n;
-			e->offset++;
 			return (1);
 		}
 		e->start += 4;
@@ -423,7 +422,6 @@ ember_next(struct ember *e, const void **data, size_t *len)
 		case EMBER_NULL:
 			*data = NULL;
 			*len = 0;
-			e->offset++;
 			return (1);
 		case EMBER_END_OF_DATA_SECTION:
 			e->state = EMBER_BETWEEN;
@@ -438,6 +436,7 @@ ember_next(struct ember *e, const void **data, size_t *len)
 	}
 }
 
+/* Stop the result stream early. */
 int
 ember_stop(struct ember *e)
 {
@@ -509,6 +508,7 @@ ember_dial(const char *path, char **why)
 	return (-1);
 }
 
+/* Connect to emberd and say hello. */
 struct ember *
 ember_connect(const char *socket_path, char **errmsg)
 {
@@ -567,6 +567,7 @@ fail:
 	return (NULL);
 }
 
+/* Close the connection and free the handle. */
 void
 ember_close(struct ember *e)
 {
@@ -582,6 +583,7 @@ ember_close(struct ember *e)
 	free(e);
 }
 
+/* Return the last error message. */
 const char *
 ember_error(const struct ember *e)
 {
@@ -590,6 +592,7 @@ ember_error(const struct ember *e)
 	return (e->error != NULL ? e->error : "");
 }
 
+/* Return the last error class. */
 const char *
 ember_error_class(const struct ember *e)
 {
@@ -598,6 +601,7 @@ ember_error_class(const struct ember *e)
 	return (e->error_class != NULL ? e->error_class : "");
 }
 
+/* Return the session id. */
 const char *
 ember_session(const struct ember *e)
 {
@@ -705,6 +709,7 @@ ember_parse(struct ember *e, const char *text, const char *what,
 	return (j);
 }
 
+/* Send a control request given as JSON text. */
 int
 ember_request(struct ember *e, const char *request_json, char **reply_json)
 {
@@ -756,6 +761,7 @@ ember_execute_request(struct ember *e, const char *plan_json,
 	return (req);
 }
 
+/* Execute a plan. */
 int
 ember_execute(struct ember *e, const char *plan_json, const char *action,
     const char *options_json, char **reply_json)
@@ -772,6 +778,7 @@ ember_execute(struct ember *e, const char *plan_json, const char *action,
 	return (ember_call(e, req, reply_json, NULL));
 }
 
+/* Count the records of a plan. */
 int
 ember_count(struct ember *e, const char *plan_json, int64_t *count)
 {
@@ -796,6 +803,7 @@ ember_count(struct ember *e, const char *plan_json, int64_t *count)
 	return (0);
 }
 
+/* Ask for the status. */
 char *
 ember_status(struct ember *e)
 {

@@ -251,9 +251,10 @@ plan_parse(json_t *j, struct plan **out, char **err)
 		}
 		plan->ops = xcalloc(json_array_size(ops), sizeof *plan->ops);
 		json_array_foreach(ops, i, o) {
+			/* Count it first: a refused op may hold its arg. */
+			plan->nops++;
 			if (plan_parse_op(&plan->ops[i], o, i, err) == -1)
 				goto fail;
-			plan->nops++;
 		}
 	}
 	*out = plan;

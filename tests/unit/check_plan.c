@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,6 +345,42 @@ START_TEST(test_plan_too_many_ops)
 }
 END_TEST
 
+START_TEST(test_plan_refused_frees)
+{
+	static const char *const bad[] = {
+		"{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		"\"upper\"}, {\"pipe\": {\"command\": \"\"}}]}",
+		"{\"source\": {\"text\": {\"paths\": [\"/a\", \"/b\", \"\"]}}}",
+		"{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
+		"{\"contains\": \"x\"}}], \"partitions\": 0}",
+	};
+	struct plan	*plan;
+	json_t		*j[sizeof bad / sizeof *bad];
+	char		*err;
+	size_t		 before, after, i;
+	int		 n;
+
+	/* A refused plan frees all it built: the daemon refuses plans
+	 * from clients all day long. */
+	for (i = 0; i < sizeof bad / sizeof *bad; i++)
+		ck_assert_ptr_nonnull(j[i] = json_loads(bad[i], 0, NULL));
+	before = mallinfo2().uordblks;
+	for (n = 0; n < 10000; n++) {
+		for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+			err = NULL;
+			if (plan_parse(j[i], &plan, &err) != -1)
+				ck_abort_msg("accepted: %s", bad[i]);
+			free(err);
+		}
+	}
+	after = mallinfo2().uordblks;
+	ck_assert_msg(after < before + 4096, "%zu bytes more in use after "
+	    "refusing 30000 plans", after - before);
+	for (i = 0; i < sizeof bad / sizeof *bad; i++)
+		json_decref(j[i]);
+}
+END_TEST
+
 /*
  * One range case: the partitions must enumerate exactly what a naive loop
  * does, in order, each partition contiguous.  Inner loops test with plain
@@ -674,6 +711,7 @@ START_TEST(test_plan_files_json)
 }
 END_TEST
 
+/* Build the plan suite. */
 Suite *
 plan_suite(void)
 {
@@ -690,6 +728,7 @@ plan_suite(void)
 	tc = tcase_create("refused");
 	tcase_add_test(tc, test_plan_refused);
 	tcase_add_test(tc, test_plan_too_many_ops);
+	tcase_add_test(tc, test_plan_refused_frees);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("slices");

@@ -512,6 +512,7 @@ START_TEST(test_conf_dump)
 }
 END_TEST
 
+/* Build the conf suite. */
 Suite *
 conf_suite(void)
 {

@@ -429,6 +429,7 @@ START_TEST(test_fs_msg_bad_size_fd)
 }
 END_TEST
 
+/* Build the frame suite. */
 Suite *
 frame_suite(void)
 {

@@ -257,6 +257,7 @@ START_TEST(test_jread_path)
 }
 END_TEST
 
+/* Build the jread suite. */
 Suite *
 jread_suite(void)
 {

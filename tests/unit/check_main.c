@@ -7,6 +7,7 @@
 
 #include "suites.h"
 
+/* Run every suite. */
 int
 main(void)
 {

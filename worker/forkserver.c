@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fdpass.h"
@@ -17,6 +18,9 @@
 #include "protocol.h"
 #include "worker.h"
 #include "xmalloc.h"
+
+/* Seconds to wait for the children to die when exiting. */
+#define FORKSERVER_EXIT_WAIT	2
 
 struct forkserver {
 	int	 ctl;
@@ -92,19 +96,36 @@ forkserver_add(struct forkserver *fs, pid_t pid)
 	fs->children[fs->nchildren++] = pid;
 }
 
-/* Kill every worker's process group, reap them and exit. */
+/*
+ * Kill every worker's process group, reap them and exit.  Their commands
+ * are orphaned to us as they die, so reap until no child is left, but give
+ * up after a while on one that escaped its group.
+ */
 static __attribute__((noreturn)) void
 forkserver_exit(struct forkserver *fs, int code)
 {
-	size_t	i;
-	int	status;
+	struct timespec	 now, end, pause = { 0, 1000000 };
+	size_t		 i;
+	int		 status;
+	pid_t		 pid;
 
 	for (i = 0; i < fs->nchildren; i++)
 		kill(-fs->children[i], SIGKILL);
-	for (i = 0; i < fs->nchildren; i++) {
-		while (waitpid(fs->children[i], &status, 0) == -1 &&
-		    errno == EINTR)
-			;
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += FORKSERVER_EXIT_WAIT;
+	for (;;) {
+		pid = waitpid(-1, &status, WNOHANG);
+		if (pid > 0 || (pid == -1 && errno == EINTR))
+			continue;
+		if (pid == -1)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec > end.tv_sec || (now.tv_sec == end.tv_sec &&
+		    now.tv_nsec >= end.tv_nsec)) {
+			log_warn("exiting with children left");
+			break;
+		}
+		nanosleep(&pause, NULL);
 	}
 	log_debug("exiting, %zu workers killed", fs->nchildren);
 	exit(code);
@@ -204,7 +225,8 @@ forkserver_kill(struct forkserver *fs, pid_t pid, int sig)
 }
 
 /*
- * Reap exited children and report each worker once.  waitid with WNOWAIT
+ * Reap exited children and report each worker once; the others are
+ * commands of dead workers, orphaned to us as the subreaper.  waitid with WNOWAIT
  * looks before reaping: while the worker is an unreaped zombie its pid
  * cannot be reused, so killing its group (whatever its commands left
  * behind) cannot hit anyone else.
@@ -331,6 +353,9 @@ forkserver_main(int ctl)
 		log_info("emberd is gone");
 		return (0);
 	}
+	/* Commands orphaned by a dead worker come to us to be reaped. */
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) == -1)
+		log_warn("prctl PR_SET_CHILD_SUBREAPER: %s", strerror(errno));
 	forkserver_signals();
 
 	hello.pid = fs.pid;

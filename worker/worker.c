@@ -147,7 +147,7 @@ static int
 worker_parse(struct worker *w, const char *data, size_t len,
     struct worker_task *t, char **err)
 {
-	json_t		*d, *files;
+	json_t		*d, *files = NULL;
 	json_error_t	 jerr;
 	const char	*operation, *mode = "records";
 	json_int_t	 partition, partitions;

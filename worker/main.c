@@ -25,6 +25,7 @@ main_usage(void)
 	exit(2);
 }
 
+/* Check how we were started and run the fork-server. */
 int
 main(int argc, char **argv)
 {

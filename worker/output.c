@@ -1,5 +1,4 @@
 #include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>

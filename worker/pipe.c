@@ -15,6 +15,7 @@
 #include "ops.h"
 #include "output.h"
 #include "pipe.h"
+#include "protocol.h"
 #include "xmalloc.h"
 
 /* Input is written to the command in chunks of about this size. */
@@ -249,6 +250,9 @@ pipe_output_read(struct pipe_op *p)
 	}
 	if (p->olen == p->osize) {
 		/* One line longer than the buffer. */
+		if (p->olen - p->ostart > EMBER_MAX_BATCH - 4)
+			return (op_fail(&p->op, "pipe command `%s`: output "
+			    "line exceeds the 64 MiB record limit", p->command));
 		p->osize = p->osize == 0 ? PIPE_CHUNK : p->osize * 2;
 		p->obuf = xrealloc(p->obuf, p->osize);
 	}

@@ -440,6 +440,13 @@ class Daemon:
         except OSError:
             return ""
 
+    def sanitizer_reports(self):
+        """The lines of the log where a sanitizer reported an error."""
+        markers = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                   "runtime error:", "WARNING: ThreadSanitizer")
+        return [l for l in self.log_text().splitlines()
+                if any(m in l for m in markers)]
+
     def log_tail(self, lines=40):
         return "\n".join(self.log_text().splitlines()[-lines:])
 
@@ -859,12 +866,9 @@ def _report_failure(name, trace):
         print("---")
 
 
-def _run_one(name, fn, deadline):
-    """Run one test; True if it passed."""
-    kwargs = getattr(fn, "daemon_kwargs", {})
+def _run_body(fn, kwargs, deadline):
+    """Start the test's daemon and run the test; None, or why it failed."""
     signal.alarm(max(1, int(min(TEST_TIMEOUT, deadline - time.monotonic()))))
-    failed = True
-    trace = None
     try:
         d = Daemon(**kwargs) if kwargs is not None else None
         fn(d)
@@ -874,25 +878,59 @@ def _run_one(name, fn, deadline):
                                      "(exit status %s)" %
                                      (daemon.proc.pid,
                                       daemon.proc.returncode))
-        failed = False
+        return None
     except TestTimeout:
-        trace = "timed out (watchdog)"
+        return "timed out after %ds (watchdog)" % TEST_TIMEOUT
     except BaseException:
-        trace = traceback.format_exc()
+        return traceback.format_exc()
     finally:
         signal.alarm(0)
-    if failed:
+
+
+def _stop_daemons():
+    """Stop the test's daemons; None, or the sanitizer reports found in
+    their logs."""
+    problems = []
+    for daemon in list(_daemons):
+        if daemon.proc is None:
+            continue
+        expected = daemon.expect_exit
+        if not expected and not daemon.alive():
+            problems.append("emberd %d died during the test (exit status "
+                            "%s)" % (daemon.pid, daemon.proc.returncode))
+            expected = True
+        try:
+            code = daemon.stop()
+        except BaseException:
+            problems.append(traceback.format_exc())
+            code = 0
+        if not expected and code != 0:
+            problems.append("emberd %d exited with status %s on SIGTERM" %
+                            (daemon.pid, code))
+        reports = daemon.sanitizer_reports()
+        if reports:
+            problems.append("emberd %d's log has sanitizer reports:\n%s" %
+                            (daemon.proc.pid, "\n".join(reports)))
+    return "\n".join(problems) or None
+
+
+def _run_one(name, fn, deadline):
+    """Run one test; True if it passed."""
+    trace = _run_body(fn, getattr(fn, "daemon_kwargs", {}), deadline)
+    stopped = _stop_daemons()
+    if trace is None:
+        trace = stopped
+    if trace is not None:
         _report_failure(name, trace)
     for daemon in list(_daemons):
         try:
-            daemon.cleanup(failed=failed)
+            daemon.cleanup(failed=trace is not None)
         except BaseException:
             traceback.print_exc()
-            failed = True
-    if not failed:
+    if trace is None:
         print("PASS %s" % name)
     sys.stdout.flush()
-    return not failed
+    return trace is None
 
 
 def run_tests(module_globals, watchdog=FILE_WATCHDOG):

@@ -112,11 +112,14 @@ pingpong_peer(int fd)
 	_exit(0);
 }
 
-/* Time n round trips over a fresh socketpair; microseconds per trip. */
+/*
+ * Time n round trips over a fresh socketpair; microseconds per trip.  If
+ * each is not NULL, every trip is also timed on its own, in microseconds.
+ */
 static double
-pingpong_once(long n)
+pingpong_once(long n, double *each)
 {
-	uint64_t	t0, t1;
+	uint64_t	t0, t1, t;
 	pid_t		pid;
 	int32_t		v;
 	int		sv[2], status;
@@ -140,13 +143,18 @@ pingpong_once(long n)
 			err(1, "ping-pong");
 	}
 
-	t0 = now_ns();
+	t0 = t = now_ns();
 	for (i = 0; i < n; i++) {
 		if (fd_write_int32(sv[0], (int32_t)i) == -1 ||
 		    fd_read_int32(sv[0], &v) == -1)
 			err(1, "ping-pong");
 		if (v != (int32_t)i + 1)
 			errx(1, "ping-pong: sent %ld, got %d back", i, v);
+		if (each != NULL) {
+			t1 = now_ns();
+			each[i] = (double)(t1 - t) / 1e3;
+			t = t1;
+		}
 	}
 	t1 = now_ns();
 
@@ -234,6 +242,7 @@ main(int argc, char **argv)
 	struct ember	*e;
 	double		 pp[PINGPONG_RUNS], *secs, *lat;
 	double		 pp_best, pp_med, best, med, lat_med, lat_p99;
+	double		 pp_lat_med, pp_lat_p99;
 	char		 plan[256], plan1[256];
 	long		 partitions = DEFAULT_PARTITIONS, runs = DEFAULT_RUNS;
 	long		 jobs = DEFAULT_JOBS, trips = DEFAULT_ROUND_TRIPS, i;
@@ -267,7 +276,7 @@ main(int argc, char **argv)
 
 	/* Baseline: a raw ping-pong between two processes. */
 	for (i = 0; i < PINGPONG_RUNS; i++)
-		pp[i] = pingpong_once(trips);
+		pp[i] = pingpong_once(trips, NULL);
 	qsort(pp, PINGPONG_RUNS, sizeof *pp, cmp_double);
 	pp_best = pp[0];
 	pp_med = quantile(pp, PINGPONG_RUNS, 0.5);
@@ -328,6 +337,15 @@ main(int argc, char **argv)
 	printf("  median is %.1fx a ping-pong round trip (target: median "
 	    "< 150 us)\n", lat_med / pp_best);
 
+	/* The same number of ping-pongs, each timed, for the spread. */
+	pingpong_once(jobs, lat);
+	qsort(lat, (size_t)jobs, sizeof *lat, cmp_double);
+	pp_lat_med = quantile(lat, (size_t)jobs, 0.5);
+	pp_lat_p99 = quantile(lat, (size_t)jobs, 0.99);
+	printf("raw ping-pong, %ld round trips timed one by one: median "
+	    "%.1f us, p99 %.1f us, max %.1f us\n", jobs, pp_lat_med,
+	    pp_lat_p99, lat[jobs - 1]);
+
 	ember_close(e);
 	free(secs);
 	free(lat);
@@ -338,5 +356,6 @@ main(int argc, char **argv)
 	printf("result task_us_median %.2f\n", med * 1e6 / (double)partitions);
 	printf("result latency_median_us %.1f\n", lat_med);
 	printf("result latency_p99_us %.1f\n", lat_p99);
+	printf("result pingpong_p99_us %.1f\n", pp_lat_p99);
 	return (0);
 }

@@ -89,6 +89,7 @@ pingpong=$(result pingpong_us)
 pool=$(result pool_us)
 lmed=$(result latency_median_us)
 lp99=$(result latency_p99_us)
+pp99=$(result pingpong_p99_us)
 sgbs=$(result stream_gbs)
 smrec=$(result stream_mrecs)
 rgbs=$(result relay_gbs)
@@ -107,8 +108,9 @@ printf 'task overhead: ember count %s us/task | raw ping-pong %s us/rt | ' \
     "$task" "$pingpong"
 printf 'Python Pool %s us/task | ember/Pool %s  [target < 1: %s]\n' \
     "$pool" "$pratio" "$(verdict "$task < $pool")"
-printf 'latency: median %s us, p99 %s us (ping-pong round trip %s us)  ' \
+printf 'latency: median %s us, p99 %s us (ping-pong round trip %s us, ' \
     "$lmed" "$lp99" "$pingpong"
+printf 'its p99 %s us)  ' "$pp99"
 printf '[target median < 150: %s]\n' "$(verdict "$lmed < 150")"
 printf 'stream: ember %s GB/s (%s Mrec/s) | raw relay %s GB/s | ' \
     "$sgbs" "$smrec" "$rgbs"

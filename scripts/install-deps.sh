@@ -26,7 +26,7 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
 	exit 1
 fi
 
-missing=$(missing_packages | tr '\n' ' ')
+missing=$(missing_packages | tr '\n' ' ' | sed 's/ *$//')
 if [ -z "$missing" ]; then
 	exit 0
 fi

@@ -236,10 +236,9 @@ worker_elapsed(const struct timespec *a, const struct timespec *b)
 }
 
 /* Serve tasks until emberd closes the socket or one fails. */
-int
-worker_main(int fd)
+static int
+worker_loop(struct worker *w)
 {
-	struct worker		 w;
 	struct worker_task	 t;
 	struct timespec		 begin, end;
 	int64_t			 metrics[EMBER_METRIC_COUNT];
@@ -248,6 +247,44 @@ worker_main(int fd)
 	char			*err;
 	int			 rc;
 
+	for (;;) {
+		if ((rc = worker_read_frame(w, &data, &len, &err)) == 0)
+			return (0);
+		if (rc == -1) {
+			if (err == NULL)
+				return (1);
+			return (worker_fail(w, "bad task descriptor: ", err));
+		}
+		clock_gettime(CLOCK_MONOTONIC, &begin);
+		rc = worker_parse(w, data, len, &t, &err);
+		worker_consume(w, 4 + len);
+		if (rc == -1)
+			return (worker_fail(w, "bad task descriptor: ", err));
+		if (rc == -2)
+			return (worker_fail(w, NULL, err));
+
+		output_reset(w->out);
+		if (task_run(t.plan, t.partition, t.mode, w->out, metrics,
+		    &err) == -1)
+			return (worker_fail(w, NULL, err));
+		clock_gettime(CLOCK_MONOTONIC, &end);
+		metrics[EMBER_METRIC_ELAPSED_NS] = worker_elapsed(&begin, &end);
+		if (output_finish(w->out, metrics, EMBER_METRIC_COUNT,
+		    &err) == -1) {
+			log_debug("%s", err);
+			free(err);
+			return (1);
+		}
+	}
+}
+
+/* Run a worker on its socket; returns the exit code. */
+int
+worker_main(int fd)
+{
+	struct worker	w;
+	int		rc;
+
 	signal(SIGPIPE, SIG_IGN);
 	memset(&w, 0, sizeof w);
 	w.fd = fd;
@@ -255,33 +292,12 @@ worker_main(int fd)
 	w.buf = xmalloc(w.size);
 	w.out = output_create(fd);
 
-	for (;;) {
-		if ((rc = worker_read_frame(&w, &data, &len, &err)) == 0)
-			return (0);
-		if (rc == -1) {
-			if (err == NULL)
-				return (1);
-			return (worker_fail(&w, "bad task descriptor: ", err));
-		}
-		clock_gettime(CLOCK_MONOTONIC, &begin);
-		rc = worker_parse(&w, data, len, &t, &err);
-		worker_consume(&w, 4 + len);
-		if (rc == -1)
-			return (worker_fail(&w, "bad task descriptor: ", err));
-		if (rc == -2)
-			return (worker_fail(&w, NULL, err));
+	rc = worker_loop(&w);
 
-		output_reset(w.out);
-		if (task_run(t.plan, t.partition, t.mode, w.out, metrics,
-		    &err) == -1)
-			return (worker_fail(&w, NULL, err));
-		clock_gettime(CLOCK_MONOTONIC, &end);
-		metrics[EMBER_METRIC_ELAPSED_NS] = worker_elapsed(&begin, &end);
-		if (output_finish(w.out, metrics, EMBER_METRIC_COUNT,
-		    &err) == -1) {
-			log_debug("%s", err);
-			free(err);
-			return (1);
-		}
-	}
+	output_free(w.out);
+	plan_free(w.plan);
+	free(w.operation);
+	free(w.buf);
+	close(fd);
+	return (rc);
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "log.h"
 #include "output.h"
 #include "protocol.h"
 #include "xmalloc.h"
@@ -14,6 +15,8 @@
 #define OUTPUT_BUFFER		(64 * 1024)
 /* RECORD_BATCH, records, bytes. */
 #define OUTPUT_BATCH_HEADER	12
+/* The ends of quick tasks held back to go out with the next write. */
+#define OUTPUT_HELD		2048
 
 struct output {
 	int		 fd;
@@ -22,6 +25,9 @@ struct output {
 	int32_t		 count;		/* records in buf */
 	int64_t		 bytes;		/* payload sent since output_reset */
 	int		 broken;
+
+	unsigned char	 held[OUTPUT_HELD];
+	size_t		 heldlen;
 };
 
 /* Create the output for a worker's socket. */
@@ -69,12 +75,23 @@ output_broken(const struct output *out)
 	return (out->broken);
 }
 
-/* Write an iovec array completely. */
+/* Write an iovec array completely, after what was held back. */
 static int
-output_writev(struct output *out, struct iovec *iov, int n, char **err)
+output_writev(struct output *out, struct iovec *vec, int n, char **err)
 {
-	ssize_t	w;
-	size_t	left;
+	struct iovec	 all[8], *iov = all;
+	ssize_t		 w;
+	size_t		 left;
+
+	if (n > 7)
+		fatalx("%s: %d iovecs", __func__, n);
+	if (out->heldlen > 0) {
+		all[0].iov_base = out->held;
+		all[0].iov_len = out->heldlen;
+		memcpy(all + 1, vec, n * sizeof *vec);
+		n++;
+	} else
+		memcpy(all, vec, n * sizeof *vec);
 
 	if (out->broken) {
 		if (err != NULL)
@@ -103,6 +120,7 @@ output_writev(struct output *out, struct iovec *iov, int n, char **err)
 			iov->iov_len -= left;
 		}
 	}
+	out->heldlen = 0;
 	return (0);
 }
 
@@ -139,7 +157,7 @@ output_flush(struct output *out, char **err)
 	struct iovec	iov[2];
 	int		n;
 
-	if ((n = output_batch_iov(out, hdr, iov)) == 0)
+	if ((n = output_batch_iov(out, hdr, iov)) == 0 && out->heldlen == 0)
 		return (0);
 	if (output_writev(out, iov, n, err) == -1)
 		return (-1);
@@ -201,10 +219,10 @@ output_record(struct output *out, const void *data, size_t len, int null,
 	return (0);
 }
 
-/* End a clean task. */
+/* End a clean task; with hold, keep its end back if it can wait. */
 int
 output_finish(struct output *out, const int64_t *metrics, int nmetrics,
-    char **err)
+    int hold, char **err)
 {
 	unsigned char	hdr[OUTPUT_BATCH_HEADER];
 	unsigned char	tail[16 + 8 * EMBER_METRIC_COUNT];
@@ -223,6 +241,11 @@ output_finish(struct output *out, const int64_t *metrics, int nmetrics,
 		be64_put(p, metrics[i]);
 	be32_put(p, EMBER_END_OF_STREAM);
 	p += 4;
+	if (hold && n == 0 && out->heldlen + (size_t)(p - tail) <= OUTPUT_HELD) {
+		memcpy(out->held + out->heldlen, tail, (size_t)(p - tail));
+		out->heldlen += (size_t)(p - tail);
+		return (0);
+	}
 	iov[n].iov_base = tail;
 	iov[n].iov_len = (size_t)(p - tail);
 	if (output_writev(out, iov, n + 1, err) == -1)

@@ -22,7 +22,8 @@ void		 output_reset(struct output *);
  */
 int		 output_record(struct output *, const void *, size_t, int null,
 		     char **err);
-/* Send the records buffered so far as one batch.  0, or -1 with *err. */
+/* Send the records buffered so far as one batch, and any held task ends.
+ * 0, or -1 with *err. */
 int		 output_flush(struct output *, char **err);
 
 /* Bytes of batch payload since output_reset, sent or buffered. */
@@ -30,10 +31,15 @@ int64_t		 output_bytes(const struct output *);
 /* Whether a write to emberd has failed: nothing more can be sent. */
 int		 output_broken(const struct output *);
 
-/* End a clean task: the last batch, END_OF_DATA_SECTION, TIMING_DATA
- * with the metrics and END_OF_STREAM, in one write.  0, or -1 with *err. */
+/*
+ * End a clean task: the last batch, END_OF_DATA_SECTION, TIMING_DATA with
+ * the metrics and END_OF_STREAM, in one write.  With hold, a task that sent
+ * no records may have its end held back, to go out with the next write (a
+ * quick task behind it, or output_flush): the caller must flush before it
+ * blocks or starts anything slow.  0, or -1 with *err.
+ */
 int		 output_finish(struct output *, const int64_t *metrics,
-		     int nmetrics, char **err);
+		     int nmetrics, int hold, char **err);
 /* End a failed task: the last batch, EXCEPTION_THROWN and the message.
  * 0, or -1 if emberd is gone. */
 int		 output_fail(struct output *, const char *message);

@@ -22,4 +22,8 @@ enum task_mode {
 int	task_run(const struct plan *, int partition, enum task_mode,
 	    struct output *, int64_t metrics[EMBER_METRIC_COUNT], char **err);
 
+/* Whether a task takes no time worth waiting for (it is counted without
+ * reading anything), so that the end of the one before may wait for it. */
+int	task_is_quick(const struct plan *, int partition, enum task_mode);
+
 #endif

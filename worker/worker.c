@@ -55,6 +55,9 @@ worker_fill(struct worker *w, size_t len)
 				w->buf = xrealloc(w->buf, w->size);
 			}
 		}
+		/* Nothing held back may wait while we wait for emberd. */
+		if (output_flush(w->out, NULL) == -1)
+			return (-1);
 		n = read(w->fd, w->buf + w->end, w->size - w->end);
 		if (n == -1 && errno == EINTR)
 			continue;
@@ -63,6 +66,16 @@ worker_fill(struct worker *w, size_t len)
 		w->end += (size_t)n;
 	}
 	return (1);
+}
+
+/* Tell whether a whole frame is buffered. */
+static int
+worker_has_frame(struct worker *w)
+{
+	size_t	avail = w->end - w->start;
+
+	return (avail >= 4 && avail - 4 >= (size_t)(uint32_t)be32_get(
+	    (unsigned char *)w->buf + w->start));
 }
 
 /* Drop a consumed frame; give back the memory a large one took. */
@@ -105,7 +118,7 @@ worker_read_frame(struct worker *w, const char **data, size_t *len,
 	*len = (size_t)n;
 	return (1);
 fail:
-	if (rc == -1)
+	if (rc == -1 && !output_broken(w->out))
 		log_warn("read from emberd: %s", strerror(errno));
 	else if (w->end != w->start)
 		log_warn("emberd closed the socket inside a task descriptor");
@@ -263,6 +276,14 @@ worker_loop(struct worker *w)
 		if (rc == -2)
 			return (worker_fail(w, NULL, err));
 
+		/*
+		 * The end of the task before may have been held back, betting
+		 * on this one being quick too; if it is not, send it now.
+		 */
+		if (!task_is_quick(t.plan, t.partition, t.mode) &&
+		    output_flush(w->out, NULL) == -1)
+			return (1);
+
 		output_reset(w->out);
 		if (task_run(t.plan, t.partition, t.mode, w->out, metrics,
 		    &err) == -1)
@@ -270,7 +291,7 @@ worker_loop(struct worker *w)
 		clock_gettime(CLOCK_MONOTONIC, &end);
 		metrics[EMBER_METRIC_ELAPSED_NS] = worker_elapsed(&begin, &end);
 		if (output_finish(w->out, metrics, EMBER_METRIC_COUNT,
-		    &err) == -1) {
+		    worker_has_frame(w), &err) == -1) {
 			log_debug("%s", err);
 			free(err);
 			return (1);

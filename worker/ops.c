@@ -220,7 +220,7 @@ ops_create(const struct plan_op *p)
 		m->type = p->type;
 		return (&m->op);
 	case PLAN_OP_PIPE:
-		return (pipe_create(p->arg, p->arglen));
+		return (pipe_create(p->arg));
 	}
 	fatalx("%s: unknown op type %d", __func__, p->type);
 }

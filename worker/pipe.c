@@ -485,7 +485,7 @@ pipe_free_cb(struct op *op)
 
 /* Create a pipe op for a command. */
 struct op *
-pipe_create(const char *command, __attribute__((unused)) size_t len)
+pipe_create(const char *command)
 {
 	struct pipe_op	*p;
 

@@ -2,10 +2,9 @@
 #ifndef EMBER_WORKER_PIPE_H
 #define EMBER_WORKER_PIPE_H
 
-#include <stddef.h>
-
 struct op;
 
-struct op	*pipe_create(const char *command, size_t len);
+/* A pipe op running command (the plan's string, which must outlive it). */
+struct op	*pipe_create(const char *command);
 
 #endif

@@ -449,6 +449,9 @@ connection_create(int fd)
 	    (size_t)ember_conf.daemon_max_frame + 4);
 	bufferevent_setwatermark(c->bev, EV_WRITE,
 	    (size_t)ember_conf.stream_buffer / 2, 0);
+	/* libevent writes 16 KiB per call unless told otherwise. */
+	bufferevent_set_max_single_write(c->bev,
+	    (size_t)ember_conf.stream_buffer);
 	TAILQ_INSERT_TAIL(&connections, c, entry);
 	connection_count++;
 	ember_counters.connections++;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,6 +313,14 @@ main(int argc, char **argv)
 		ember_daemonize();
 
 	signal(SIGPIPE, SIG_IGN);
+	/*
+	 * Worker output arrives in reads of up to 256 KiB and leaves once the
+	 * client took it.  glibc would mmap and unmap each such buffer, or
+	 * trim the heap after each, faulting the pages in again every time:
+	 * keep them in the heap.
+	 */
+	mallopt(M_MMAP_THRESHOLD, 4 * 1024 * 1024);
+	mallopt(M_TRIM_THRESHOLD, 64 * 1024 * 1024);
 	if ((ember_base = event_base_new()) == NULL)
 		fatalx("event_base_new failed");
 	ember_started_ms = ember_now_ms();

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "channel.h"
 #include "emberd.h"
 #include "forkserver.h"
 #include "frame.h"
@@ -36,7 +36,7 @@ static const char *const worker_state_names[] = { "idle", "busy", "dead" };
 struct worker {
 	pid_t			 pid;
 	enum worker_state	 state;
-	struct bufferevent	*bev;
+	struct channel		*ch;
 	struct event		*kick;
 	TAILQ_HEAD(, task)	 tasks;		/* head runs, the rest wait */
 	int			 ntasks;
@@ -45,6 +45,7 @@ struct worker {
 	uint64_t		 started_ms;
 	uint64_t		 task_ms;	/* when the head task was sent */
 	int			 eof;
+	int			 unflushed;	/* descriptors not written yet */
 	int			 exited;
 	int			 status;	/* wait status, once exited */
 	TAILQ_ENTRY(worker)	 entry;
@@ -62,6 +63,7 @@ static uint64_t		 pool_fork_after_ms;	/* crash-storm back-off */
 static struct event	*pool_backoff;
 
 static void	worker_process(struct worker *);
+static void	worker_relay(struct worker *);
 
 /* Describe a wait status: "killed by signal 9 (SIGKILL)". */
 static void
@@ -102,7 +104,7 @@ worker_free(struct worker *w)
 	TAILQ_REMOVE(&pool_workers, w, entry);
 	pool_nworkers--;
 	event_free(w->kick);
-	bufferevent_free(w->bev);
+	channel_free(w->ch);
 	free(w);
 	scheduler_kick();	/* room for another worker */
 }
@@ -124,7 +126,7 @@ worker_retire(struct worker *w, int kill_it)
 		pool_nidle--;
 	}
 	w->state = WORKER_DEAD;
-	bufferevent_disable(w->bev, EV_READ | EV_WRITE);
+	channel_stop(w->ch);
 	while ((t = TAILQ_FIRST(&w->tasks)) != NULL) {
 		TAILQ_REMOVE(&w->tasks, t, queue_entry);
 		w->ntasks--;
@@ -192,8 +194,7 @@ worker_need(struct worker *w, struct evbuffer *in, size_t len)
 {
 	if (evbuffer_get_length(in) >= len)
 		return (1);
-	if (len > WORKER_READ_HIGH)
-		bufferevent_setwatermark(w->bev, EV_READ, 0, len);
+	channel_want(w->ch, len);
 	return (0);
 }
 
@@ -235,7 +236,7 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 			return (WORKER_BLOCKED);
 		evbuffer_drain(in, 12);
 		task_relay_batch(t, in, (size_t)bytes, records);
-		bufferevent_setwatermark(w->bev, EV_READ, 0, WORKER_READ_HIGH);
+		channel_want(w->ch, 0);
 		return (WORKER_HANDLED);
 	case EMBER_END_OF_DATA_SECTION:
 		evbuffer_drain(in, 4);
@@ -301,9 +302,18 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 static void
 worker_process(struct worker *w)
 {
-	struct evbuffer	*in = bufferevent_get_input(w->bev);
+	worker_relay(w);
+	if (w->state != WORKER_DEAD)
+		channel_resume(w->ch);
+}
+
+static void
+worker_relay(struct worker *w)
+{
+	struct evbuffer	*in = channel_input(w->ch);
 	struct task	*t;
 
+	w->eof = channel_eof(w->ch);
 	while (w->state == WORKER_BUSY && (t = TAILQ_FIRST(&w->tasks)) != NULL) {
 		switch (worker_message(w, t, in)) {
 		case WORKER_HANDLED:
@@ -325,23 +335,9 @@ worker_process(struct worker *w)
 }
 
 static void
-worker_read_cb(struct bufferevent *bev, void *arg)
+worker_read_cb(void *arg)
 {
-	(void)bev;
 	worker_process(arg);
-}
-
-static void
-worker_event_cb(struct bufferevent *bev, short what, void *arg)
-{
-	struct worker	*w = arg;
-
-	(void)bev;
-	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-		w->eof = 1;
-		bufferevent_disable(w->bev, EV_READ);
-		worker_process(w);
-	}
 }
 
 static void
@@ -387,7 +383,7 @@ pool_shutdown(void)
 		TAILQ_REMOVE(&pool_workers, w, entry);
 		pool_nworkers--;
 		event_free(w->kick);
-		bufferevent_free(w->bev);
+		channel_free(w->ch);
 		free(w);
 	}
 	if (pool_backoff != NULL)
@@ -431,10 +427,22 @@ pool_backoff_cb(evutil_socket_t fd, short events, void *arg)
 	scheduler_kick();
 }
 
+/* Look at the run queue again in ms milliseconds. */
+static void
+pool_wait(uint64_t ms)
+{
+	struct timeval	tv;
+
+	if (pool_backoff == NULL)
+		pool_backoff = evtimer_new(ember_base, pool_backoff_cb, NULL);
+	tv.tv_sec = (time_t)(ms / 1000);
+	tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+	evtimer_add(pool_backoff, &tv);
+}
+
 void
 pool_grow(size_t queued)
 {
-	struct timeval	tv;
 	uint64_t	now, delay;
 	int		room;
 
@@ -445,20 +453,18 @@ pool_grow(size_t queued)
 		return;
 	now = ember_now_ms();
 	if (pool_crashes >= POOL_CRASH_STORM) {
-		if (now < pool_fork_after_ms)
+		/* The timer may fire a little early: wait out the rest. */
+		if (now < pool_fork_after_ms) {
+			pool_wait(pool_fork_after_ms - now);
 			return;
+		}
 		delay = (uint64_t)ember_conf.workers_fork_backoff <<
 		    (pool_crashes - POOL_CRASH_STORM < 5 ?
 		    pool_crashes - POOL_CRASH_STORM : 5);
 		pool_fork_after_ms = now + delay;
 		log_warn("%d workers crashed in a row; next fork in %llums",
 		    pool_crashes, (unsigned long long)delay);
-		if (pool_backoff == NULL)
-			pool_backoff = evtimer_new(ember_base, pool_backoff_cb,
-			    NULL);
-		tv.tv_sec = (time_t)(delay / 1000);
-		tv.tv_usec = (suseconds_t)(delay % 1000) * 1000;
-		evtimer_add(pool_backoff, &tv);
+		pool_wait(delay);
 		room = 1;
 	}
 	if ((size_t)room > queued - (size_t)pool_pending)
@@ -474,7 +480,7 @@ pool_grow(size_t queued)
 void
 worker_assign(struct worker *w, struct task *t)
 {
-	struct evbuffer	*out = bufferevent_get_output(w->bev);
+	struct evbuffer	*out = channel_output(w->ch);
 	char		 head[160];
 	int		 n;
 	int		 with_plan = w->plan_serial != operation_serial(t->op);
@@ -494,6 +500,7 @@ worker_assign(struct worker *w, struct task *t)
 		w->plan_serial = operation_serial(t->op);
 	} else
 		evbuffer_add_frame(out, head, (size_t)n);
+	w->unflushed = 1;
 
 	if (w->state == WORKER_IDLE) {
 		TAILQ_REMOVE(&pool_idle, w, idle_entry);
@@ -507,6 +514,19 @@ worker_assign(struct worker *w, struct task *t)
 	w->ntasks++;
 	t->state = TASK_ASSIGNED;
 	t->worker = w;
+}
+
+void
+pool_flush(void)
+{
+	struct worker	*w;
+
+	TAILQ_FOREACH(w, &pool_workers, entry) {
+		if (w->unflushed) {
+			w->unflushed = 0;
+			channel_flush(w->ch);
+		}
+	}
 }
 
 void
@@ -534,14 +554,8 @@ pool_worker_forked(int32_t request, pid_t pid, int fd)
 	w->pid = pid;
 	w->started_ms = ember_now_ms();
 	TAILQ_INIT(&w->tasks);
-	evutil_make_socket_nonblocking(fd);
-	w->bev = bufferevent_socket_new(ember_base, fd, BEV_OPT_CLOSE_ON_FREE);
-	if (w->bev == NULL)
-		fatalx("bufferevent_socket_new failed");
+	w->ch = channel_create(fd, WORKER_READ_HIGH, worker_read_cb, w);
 	w->kick = event_new(ember_base, -1, 0, worker_kick_cb, w);
-	bufferevent_setcb(w->bev, worker_read_cb, NULL, worker_event_cb, w);
-	bufferevent_setwatermark(w->bev, EV_READ, 0, WORKER_READ_HIGH);
-	bufferevent_enable(w->bev, EV_READ | EV_WRITE);
 	w->state = WORKER_IDLE;
 	TAILQ_INSERT_TAIL(&pool_workers, w, entry);
 	TAILQ_INSERT_HEAD(&pool_idle, w, idle_entry);

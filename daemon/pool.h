@@ -24,7 +24,10 @@ void		 pool_shutdown(void);
 struct worker	*pool_take_worker(const struct task *);
 /* Ask the fork-server for workers while queued tasks wait and there is room. */
 void		 pool_grow(size_t queued);
+/* Queue a task descriptor; pool_flush writes every queued one, so tasks
+ * dispatched together reach a worker in one write. */
 void		 worker_assign(struct worker *, struct task *);
+void		 pool_flush(void);
 /* Stop a task where it runs: its worker is killed, its other tasks requeued. */
 void		 pool_cancel_task(struct task *);
 /* Look at the worker's buffered output again on the next loop turn. */

@@ -27,6 +27,7 @@ scheduler_dispatch_cb(evutil_socket_t fd, short events, void *arg)
 		scheduler_remove(t);
 		worker_assign(w, t);
 	}
+	pool_flush();
 	pool_grow(scheduler_nqueued);
 }
 

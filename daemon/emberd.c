@@ -326,14 +326,7 @@ main(int argc, char **argv)
 	ember_started_ms = ember_now_ms();
 	ember_drain = event_new(ember_base, -1, 0, ember_drain_cb, NULL);
 
-	if (listener_start() == -1)
-		return (1);
-	pool_init();
-	if (forkserver_start() == -1) {
-		listener_stop();
-		return (1);
-	}
-
+	/* Signals first: once the socket exists, a SIGTERM must drain. */
 	ember_sigterm = evsignal_new(ember_base, SIGTERM, ember_signal_drain_cb,
 	    NULL);
 	ember_sigint = evsignal_new(ember_base, SIGINT, ember_signal_drain_cb,
@@ -346,6 +339,14 @@ main(int argc, char **argv)
 	evsignal_add(ember_sigint, NULL);
 	evsignal_add(ember_sighup, NULL);
 	evsignal_add(ember_sigchld, NULL);
+
+	if (listener_start() == -1)
+		return (1);
+	pool_init();
+	if (forkserver_start() == -1) {
+		listener_stop();
+		return (1);
+	}
 
 	log_info("emberd %s ready on %s (pid %ld, workers.max %d)",
 	    PACKAGE_VERSION, ember_conf.daemon_socket, (long)getpid(),

@@ -5,7 +5,8 @@
 set -eu
 
 PACKAGES="build-essential autoconf automake libtool pkg-config libevent-dev
-libjansson-dev libinih-dev uuid-dev check python3 procps util-linux"
+libjansson-dev libinih-dev uuid-dev libpcre2-dev libelf-dev check python3
+procps util-linux"
 
 # Print the packages of PACKAGES that are not installed.
 missing_packages()

@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <uuid/uuid.h>
 
 #include "ember.h"
+#include "progress.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -30,7 +32,9 @@ static void
 usage(FILE *f, int full)
 {
 	fprintf(f,
-	    "usage: ember [--socket PATH] run [--collect | --count] PLAN.json\n"
+	    "usage: ember [--socket PATH] run [--collect | --count | "
+	    "--action ACTION]\n"
+	    "                 [--option KEY=VALUE ...] PLAN.json\n"
 	    "       ember [--socket PATH] status [--json]\n"
 	    "       ember --version | --help\n");
 	if (!full)
@@ -41,7 +45,13 @@ usage(FILE *f, int full)
 	    "           and print one record per line; a null record prints\n"
 	    "           as an empty line.  --collect has emberd push every\n"
 	    "           partition instead of iterating; --count prints the\n"
-	    "           number of records.\n"
+	    "           number of records.  --action takes any action:\n"
+	    "           iterate, collect, count, count_by_value (prints\n"
+	    "           count<TAB>record, largest first), reduce (with\n"
+	    "           --option fn=sum|min|max), save (with --option\n"
+	    "           path=/abs/dir, and overwrite=true).  --option values\n"
+	    "           are JSON when they parse as JSON, else text.  On a\n"
+	    "           terminal, a progress line shows on standard error.\n"
 	    "  status   show emberd's workers, pools, sessions, operations and\n"
 	    "           counters; --json prints the raw reply.\n"
 	    "\n"
@@ -193,37 +203,220 @@ output_record(struct output *o, const void *data, size_t len)
 	return (0);
 }
 
-/* Run a plan and print its records or count. */
+/* Add key=value to options: the value as JSON if it parses, else text. */
+static int
+run_option(json_t *options, const char *kv)
+{
+	const char	*eq = strchr(kv, '=');
+	json_t		*v;
+	char		*key;
+
+	if (eq == NULL || eq == kv) {
+		fprintf(stderr, "ember: run: --option %s: expected key=value\n",
+		    kv);
+		return (-1);
+	}
+	if ((v = json_loads(eq + 1, JSON_DECODE_ANY, NULL)) == NULL)
+		v = json_string(eq + 1);
+	if (v == NULL) {
+		fprintf(stderr, "ember: run: --option %s: not UTF-8\n", kv);
+		return (-1);
+	}
+	key = strndup(kv, (size_t)(eq - kv));
+	json_object_set_new(options, key, v);
+	free(key);
+	return (0);
+}
+
+/* Stream the records of iterate or collect to standard output. */
+static int
+run_stream(struct ember *e, const char *plan, const char *action,
+    const char *options)
+{
+	struct output	 out;
+	struct progress	*progress;
+	json_t		*reply;
+	char		*text;
+	const void	*data;
+	size_t		 len;
+	int64_t		 records = 0;
+	int		 rc, stop;
+
+	signal(SIGPIPE, SIG_IGN);
+	out.size = EMBER_STDOUT_BUFFER;
+	out.len = 0;
+	if ((out.buf = malloc(out.size)) == NULL) {
+		fprintf(stderr, "ember: out of memory\n");
+		exit(1);
+	}
+	if (ember_execute(e, plan, action, options, &text) == -1)
+		ember_die(e);
+	reply = json_loads(text, 0, NULL);
+	free(text);
+	progress = progress_create(json_integer_value(json_object_get(reply,
+	    "partitions")));
+	json_decref(reply);
+	stop = strcmp(action, "iterate") == 0;
+	while ((rc = ember_next(e, &data, &len)) == 1) {
+		if (output_record(&out, data, len) == -1)
+			output_failed(e, stop);
+		if ((++records & 4095) == 0)
+			progress_stream(progress, ember_partition(e), records);
+	}
+	progress_free(progress);
+	if (output_flush(&out) == -1)
+		output_failed(e, stop);
+	free(out.buf);
+	if (rc == -1)
+		ember_die(e);
+	return (0);
+}
+
+/* Order count_by_value lines: the largest count first, then by record. */
+static int
+run_count_cmp(const void *a, const void *b)
+{
+	json_t		*x = *(json_t *const *)a, *y = *(json_t *const *)b;
+	json_int_t	 cx = json_integer_value(json_array_get(x, 1));
+	json_int_t	 cy = json_integer_value(json_array_get(y, 1));
+
+	if (cx != cy)
+		return (cx < cy ? 1 : -1);
+	return (strcmp(json_string_value(json_array_get(x, 0)),
+	    json_string_value(json_array_get(y, 0))));
+}
+
+/* Print an action's reply: count, count<TAB>record lines, value, files. */
+static void
+run_print_reply(const char *action, json_t *reply)
+{
+	json_t		*counts, *v, **rows;
+	const char	*key;
+	size_t		 n = 0, i;
+
+	if (strcmp(action, "count") == 0)
+		printf("%" JSON_INTEGER_FORMAT "\n",
+		    json_integer_value(json_object_get(reply, "count")));
+	else if (strcmp(action, "count_by_value") == 0) {
+		counts = json_object_get(reply, "counts");
+		rows = calloc(json_object_size(counts) + 1, sizeof *rows);
+		if (rows == NULL) {
+			fprintf(stderr, "ember: out of memory\n");
+			exit(1);
+		}
+		json_object_foreach(counts, key, v)
+			rows[n++] = json_pack("[s,O]", key, v);
+		qsort(rows, n, sizeof *rows, run_count_cmp);
+		for (i = 0; i < n; i++) {
+			printf("%" JSON_INTEGER_FORMAT "\t%s\n",
+			    json_integer_value(json_array_get(rows[i], 1)),
+			    json_string_value(json_array_get(rows[i], 0)));
+			json_decref(rows[i]);
+		}
+		free(rows);
+		v = json_object_get(reply, "nulls");
+		if (json_integer_value(v) > 0)
+			printf("%" JSON_INTEGER_FORMAT "\t\n",
+			    json_integer_value(v));
+	} else if (strcmp(action, "reduce") == 0) {
+		v = json_object_get(reply, "value");
+		if (json_is_integer(v))
+			printf("%" JSON_INTEGER_FORMAT "\n",
+			    json_integer_value(v));
+		else if (json_is_real(v))
+			printf("%.17g\n", json_real_value(v));
+		else
+			printf("null\n");
+	} else if (strcmp(action, "save") == 0)
+		printf("%" JSON_INTEGER_FORMAT " records in %"
+		    JSON_INTEGER_FORMAT " files\n",
+		    json_integer_value(json_object_get(reply, "records")),
+		    json_integer_value(json_object_get(reply, "files")));
+	else {
+		char *text = json_dumps(reply, JSON_COMPACT);
+
+		printf("%s\n", text != NULL ? text : "{}");
+		free(text);
+	}
+}
+
+/* Run an action that answers with one reply, showing progress meanwhile. */
+static int
+run_reply(struct ember *e, const char *plan, const char *action,
+    const char *options)
+{
+	struct progress	*progress;
+	json_t		*request, *reply;
+	char		*text, *reply_text;
+	char		 id[37];
+	uuid_t		 u;
+	int		 rc;
+
+	/* Our own operation id, so the progress line can find it. */
+	uuid_generate(u);
+	uuid_unparse_lower(u, id);
+	request = json_pack("{s:s,s:o,s:s,s:o,s:s}", "op", "execute", "plan",
+	    json_loads(plan, 0, NULL), "action", action, "options",
+	    options != NULL ? json_loads(options, 0, NULL) : json_object(),
+	    "operation", id);
+	if (request == NULL) {
+		fprintf(stderr, "ember: run: the plan is not a JSON object\n");
+		return (EXIT_USAGE);
+	}
+	text = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	progress = progress_create(0);
+	progress_watch(progress, socket_path, id);
+	rc = ember_request(e, text, &reply_text);
+	progress_free(progress);
+	free(text);
+	if (rc == -1)
+		ember_die(e);
+	reply = json_loads(reply_text, 0, NULL);
+	free(reply_text);
+	run_print_reply(action, reply);
+	json_decref(reply);
+	if (fflush(stdout) == EOF)
+		output_failed(e, 0);
+	return (0);
+}
+
+/* Run a plan and print its records or its result. */
 static int
 cmd_run(int argc, char **argv)
 {
 	static const struct option longopts[] = {
+		{ "action",	required_argument,	NULL, 'a' },
 		{ "collect",	no_argument,		NULL, 'C' },
 		{ "count",	no_argument,		NULL, 'n' },
+		{ "option",	required_argument,	NULL, 'o' },
 		{ "socket",	required_argument,	NULL, 'S' },
 		{ "help",	no_argument,		NULL, 'h' },
 		{ NULL,		0,			NULL, 0 }
 	};
-	const char	*action = "iterate";
-	struct output	 out;
+	const char	*action = NULL;
+	json_t		*options = json_object();
 	struct ember	*e;
-	char		*plan;
-	const void	*data;
-	size_t		 len;
-	int64_t		 count;
-	int		 ch, rc, stop;
+	char		*plan, *opts = NULL;
+	int		 ch, rc;
 
 	optind = 0;
 	while ((ch = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
 		switch (ch) {
+		case 'a':
 		case 'C':
 		case 'n':
-			if (strcmp(action, "iterate") != 0) {
-				fprintf(stderr, "ember: run: --collect and "
-				    "--count exclude each other\n");
+			if (action != NULL) {
+				fprintf(stderr, "ember: run: give one action "
+				    "(--action, --collect or --count)\n");
 				return (EXIT_USAGE);
 			}
-			action = ch == 'C' ? "collect" : "count";
+			action = ch == 'a' ? optarg : ch == 'C' ? "collect" :
+			    "count";
+			break;
+		case 'o':
+			if (run_option(options, optarg) == -1)
+				return (EXIT_USAGE);
 			break;
 		case 'S':
 			socket_path = optarg;
@@ -240,43 +433,22 @@ cmd_run(int argc, char **argv)
 		usage(stderr, 0);
 		return (EXIT_USAGE);
 	}
+	if (action == NULL)
+		action = "iterate";
+	if (json_object_size(options) > 0)
+		opts = json_dumps(options, JSON_COMPACT);
+	json_decref(options);
 
 	plan = ember_read_file(argv[optind]);
 	e = ember_open();
-
-	if (strcmp(action, "count") == 0) {
-		if (ember_count(e, plan, &count) == -1)
-			ember_die(e);
-		free(plan);
-		printf("%" PRId64 "\n", count);
-		if (fflush(stdout) == EOF)
-			output_failed(e, 0);
-		ember_close(e);
-		return (0);
-	}
-
-	signal(SIGPIPE, SIG_IGN);
-	out.size = EMBER_STDOUT_BUFFER;
-	out.len = 0;
-	if ((out.buf = malloc(out.size)) == NULL) {
-		fprintf(stderr, "ember: out of memory\n");
-		exit(1);
-	}
-	if (ember_execute(e, plan, action, NULL, NULL) == -1)
-		ember_die(e);
+	if (strcmp(action, "iterate") == 0 || strcmp(action, "collect") == 0)
+		rc = run_stream(e, plan, action, opts);
+	else
+		rc = run_reply(e, plan, action, opts);
 	free(plan);
-	stop = strcmp(action, "iterate") == 0;
-	while ((rc = ember_next(e, &data, &len)) == 1) {
-		if (output_record(&out, data, len) == -1)
-			output_failed(e, stop);
-	}
-	if (output_flush(&out) == -1)
-		output_failed(e, stop);
-	free(out.buf);
-	if (rc == -1)
-		ember_die(e);
+	free(opts);
 	ember_close(e);
-	return (0);
+	return (rc);
 }
 
 /* Print a JSON value as a table cell or a line's value. */

@@ -104,6 +104,9 @@ int		 ember_next(struct ember *, const void **data, size_t *len);
  */
 int		 ember_stop(struct ember *);
 
+/* The partition the open stream is in, from 0; -1 before the first. */
+int64_t		 ember_partition(const struct ember *);
+
 /* Execute plan_json with action count and set *count.  0 or -1. */
 int		 ember_count(struct ember *, const char *plan_json,
 		     int64_t *count);

@@ -378,6 +378,12 @@ ember_next_partition(struct ember *e)
 	}
 }
 
+int64_t
+ember_partition(const struct ember *e)
+{
+	return (e->partition);
+}
+
 /* Read the next record of the result stream. */
 int
 ember_next(struct ember *e, const void **data, size_t *len)

@@ -65,6 +65,12 @@ connection_uid(const struct connection *c)
 	return (c->uid);
 }
 
+gid_t
+connection_gid(const struct connection *c)
+{
+	return (c->gid);
+}
+
 pid_t
 connection_pid(const struct connection *c)
 {

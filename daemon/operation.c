@@ -12,7 +12,9 @@
 #include "log.h"
 #include "operation.h"
 #include "plan.h"
+#include "commit.h"
 #include "pool.h"
+#include "result.h"
 #include "scheduler.h"
 #include "session.h"
 #include "xmalloc.h"
@@ -27,9 +29,17 @@
 enum action {
 	ACTION_ITERATE,		/* pull: a partition per client request */
 	ACTION_COLLECT,		/* push: every partition in order */
-	ACTION_COUNT,		/* one reply with the total */
+	ACTION_COUNT,		/* the rest answer with one reply */
+	ACTION_COUNT_BY_VALUE,
+	ACTION_REDUCE,
+	ACTION_SAVE,
 };
-static const char *const action_names[] = { "iterate", "collect", "count" };
+static const char *const action_names[] = { "iterate", "collect", "count",
+    "count_by_value", "reduce", "save" };
+/* What a task of each action is asked to send back (docs/protocol.md). */
+static const char *const action_modes[] = { "records", "records", "count",
+    "count_by_value", "reduce", "save" };
+#define ACTION_STREAMS(a)	((a) == ACTION_ITERATE || (a) == ACTION_COLLECT)
 
 struct operation {
 	char			 id[37];
@@ -47,8 +57,12 @@ struct operation {
 	int			 partition_open; /* its "1" went out */
 	int			 live;		/* tasks started, not retired */
 	int			 done;		/* tasks retired (count) */
-	int64_t			 count;
+	int64_t			 count;		/* records out, tasks retired */
 	int64_t			 task_ns;	/* elapsed, tasks retired */
+	struct result		*result;	/* count_by_value, reduce */
+	char			*result_error;	/* result over its bound */
+	enum reduce_fn		 fn;
+	struct commit		*commit;	/* save */
 	int64_t			 records_sent;
 	uint64_t		 started_ms;
 	TAILQ_HEAD(, task)	 tasks;		/* live tasks, by partition */
@@ -59,6 +73,7 @@ static size_t	 noperations;
 static uint64_t	 operation_next_serial = 1;
 
 static void	operation_pump(struct operation *);
+static void	operation_reply(struct operation *);
 
 uint64_t
 operation_serial(const struct operation *op)
@@ -84,6 +99,33 @@ operation_plan_text(const struct operation *op)
 	return (op->plan_text);
 }
 
+int
+operation_task_fields(const struct task *t, char *buf, size_t len)
+{
+	static const char *const fns[] = { "sum", "min", "max" };
+	const struct operation	*op = t->op;
+	json_t			*js;
+	char			*dir;
+	int			 n;
+
+	switch (op->action) {
+	case ACTION_REDUCE:
+		return (snprintf(buf, len, ",\"mode\":\"reduce\",\"fn\":\"%s\"",
+		    fns[op->fn]));
+	case ACTION_SAVE:
+		js = json_string(commit_task_dir(op->commit));
+		dir = json_dumps(js, JSON_ENCODE_ANY | JSON_COMPACT);
+		json_decref(js);
+		n = snprintf(buf, len, ",\"mode\":\"save\",\"save\":{\"dir\":%s,"
+		    "\"name\":\"part-%05d\"}", dir, t->partition);
+		free(dir);
+		return (n);
+	default:
+		return (snprintf(buf, len, ",\"mode\":\"%s\"",
+		    action_modes[op->action]));
+	}
+}
+
 size_t
 operation_count(void)
 {
@@ -105,7 +147,7 @@ operation_find(const char *id)
 int
 operation_pipeline_depth(const struct operation *op)
 {
-	if (op->action != ACTION_COUNT)
+	if (ACTION_STREAMS(op->action))
 		return (1);
 	if (op->done > 0 && op->task_ns / op->done < PIPELINE_SHORT_NS)
 		return (PIPELINE_DEEP);
@@ -117,14 +159,13 @@ static int
 operation_window(const struct operation *op)
 {
 	switch (op->action) {
-	case ACTION_COUNT:
-		return (operation_pipeline_depth(op) * ember_workers_max());
+	case ACTION_ITERATE:
+		return (op->prefetch + op->requested);
 	case ACTION_COLLECT:
 		return (ember_workers_max() + 1);
-	case ACTION_ITERATE:
-		break;
+	default:
+		return (operation_pipeline_depth(op) * ember_workers_max());
 	}
-	return (op->prefetch + op->requested);
 }
 
 /* Start tasks while the window has room. */
@@ -138,7 +179,7 @@ operation_fill(struct operation *op)
 		t = xcalloc(1, sizeof *t);
 		t->op = op;
 		t->partition = op->next_start++;
-		t->count_mode = op->action == ACTION_COUNT;
+		t->reply_mode = !ACTION_STREAMS(op->action);
 		TAILQ_INSERT_TAIL(&op->tasks, t, op_entry);
 		op->live++;
 		ember_counters.tasks++;
@@ -180,6 +221,12 @@ operation_free(struct operation *op)
 	TAILQ_REMOVE(&operations, op, entry);
 	noperations--;
 	session_remove_operation(op->session, op);
+	if (op->commit != NULL) {
+		commit_abort(op->commit);	/* a no-op once committed */
+		commit_free(op->commit);
+	}
+	result_free(op->result);
+	free(op->result_error);
 	plan_free(op->plan);
 	free(op->plan_text);
 	free(op);
@@ -194,10 +241,10 @@ operation_end(struct operation *op)
 
 	op->conn = NULL;
 	if (c != NULL) {
-		if (op->action == ACTION_COUNT)
-			connection_busy_end(c);
-		else
+		if (ACTION_STREAMS(op->action))
 			connection_stream_end(c);
+		else
+			connection_busy_end(c);
 	}
 	operation_free(op);
 }
@@ -221,11 +268,11 @@ static void
 operation_abort(struct operation *op, const char *class, const char *why)
 {
 	if (op->conn != NULL) {
-		if (op->action == ACTION_COUNT)
+		if (ACTION_STREAMS(op->action))
+			operation_stream_error(op, why);
+		else
 			connection_reply_error(op->conn, class, "operation %s: %s",
 			    op->id, why);
-		else
-			operation_stream_error(op, why);
 	}
 	ember_counters.operations_interrupted++;
 	operation_end(op);
@@ -314,17 +361,50 @@ task_accepts_batch(struct task *t)
 {
 	struct operation	*op = t->op;
 
+	if (!ACTION_STREAMS(op->action))
+		return (1);	/* a partial result: taken at once */
 	return (op->conn != NULL && op->requested &&
 	    TAILQ_FIRST(&op->tasks) == t && !connection_output_full(op->conn));
 }
 
-void
+/* Merge a partial result; one over the bound fails the operation when its
+ * task ends. */
+static int
+operation_absorb(struct operation *op, struct evbuffer *from, size_t bytes)
+{
+	unsigned char	*data;
+	char		*err;
+	int		 rc = 0;
+
+	data = evbuffer_pullup(from, (ev_ssize_t)bytes);
+	if (op->result_error == NULL &&
+	    (rc = result_absorb(op->result, data, bytes, &err)) == -1) {
+		log_error("operation %s: %s", op->id, err);
+		free(err);
+	} else if (op->result_error == NULL &&
+	    result_size(op->result) > (size_t)ember_conf.daemon_max_result)
+		xasprintf(&op->result_error, "the result is over "
+		    "daemon.max_result (%lld bytes)",
+		    (long long)ember_conf.daemon_max_result);
+	evbuffer_drain(from, bytes);
+	return (rc);
+}
+
+int
 task_relay_batch(struct task *t, struct evbuffer *from, size_t bytes,
     int32_t records)
 {
 	struct operation	*op = t->op;
-	struct evbuffer		*out = connection_output(op->conn);
+	struct evbuffer		*out;
 
+	if (op->result == NULL) {
+		if (ACTION_STREAMS(op->action))
+			fatalx("operation %s: batch without a client", op->id);
+		return (-1);	/* count and save send no records */
+	}
+	if (!ACTION_STREAMS(op->action))
+		return (operation_absorb(op, from, bytes));
+	out = connection_output(op->conn);
 	if (!op->partition_open) {
 		evbuffer_add_int32(out, EMBER_STREAM_PARTITION);
 		op->partition_open = 1;
@@ -336,6 +416,7 @@ task_relay_batch(struct task *t, struct evbuffer *from, size_t bytes,
 	op->records_sent += records;
 	ember_counters.records_sent += (uint64_t)records;
 	ember_counters.bytes_sent += bytes;
+	return (0);
 }
 
 void
@@ -346,7 +427,7 @@ task_finished(struct task *t)
 	t->state = TASK_DONE;
 	t->worker = NULL;
 	ember_counters.tasks_completed++;
-	if (op->action != ACTION_COUNT) {
+	if (ACTION_STREAMS(op->action)) {
 		if (TAILQ_FIRST(&op->tasks) == t)
 			operation_pump(op);
 		return;
@@ -355,16 +436,19 @@ task_finished(struct task *t)
 	op->task_ns += t->metrics[EMBER_METRIC_ELAPSED_NS];
 	op->done++;
 	operation_retire(op, t);
+	if (op->result_error != NULL) {
+		ember_counters.operations_failed++;
+		if (op->conn != NULL)
+			connection_reply_error(op->conn, "RESULT_TOO_LARGE",
+			    "operation %s: %s", op->id, op->result_error);
+		operation_end(op);
+		return;
+	}
 	if (op->done < op->npartitions) {
 		operation_fill(op);
 		return;
 	}
-	ember_counters.operations_completed++;
-	if (op->conn != NULL)
-		connection_reply_ok(op->conn, json_pack("{s:s,s:i,s:I}",
-		    "operation", op->id, "partitions", op->npartitions, "count",
-		    (json_int_t)op->count));
-	operation_end(op);
+	operation_reply(op);
 }
 
 void
@@ -378,7 +462,7 @@ task_failed(struct task *t, pid_t pid, const char *cause)
 	    (long)pid, cause);
 	ember_counters.tasks_failed++;
 	log_info("operation %s: %s", op->id, t->error);
-	if (op->action != ACTION_COUNT) {
+	if (ACTION_STREAMS(op->action)) {
 		if (TAILQ_FIRST(&op->tasks) == t)
 			operation_pump(op);
 		return;
@@ -386,6 +470,49 @@ task_failed(struct task *t, pid_t pid, const char *cause)
 	ember_counters.operations_failed++;
 	if (op->conn != NULL)
 		connection_reply_error(op->conn, "TASK_FAILED", "%s", t->error);
+	operation_end(op);
+}
+
+/* Every task of a reply action ended well: answer, and end. */
+static void
+operation_reply(struct operation *op)
+{
+	json_t	*reply;
+	char	*err;
+
+	reply = json_pack("{s:s,s:i}", "operation", op->id, "partitions",
+	    op->npartitions);
+	switch (op->action) {
+	case ACTION_COUNT:
+		json_object_set_new(reply, "count", json_integer(op->count));
+		break;
+	case ACTION_COUNT_BY_VALUE:
+	case ACTION_REDUCE:
+		json_object_update_new(reply, result_reply(op->result));
+		break;
+	case ACTION_SAVE:
+		if (commit_finish(op->commit, op->npartitions, &err) == -1) {
+			ember_counters.operations_failed++;
+			if (op->conn != NULL)
+				connection_reply_error(op->conn, "SAVE_FAILED",
+				    "operation %s: %s", op->id, err);
+			free(err);
+			json_decref(reply);
+			operation_end(op);
+			return;
+		}
+		json_object_set_new(reply, "files",
+		    json_integer(op->npartitions));
+		json_object_set_new(reply, "records", json_integer(op->count));
+		break;
+	default:
+		fatalx("operation %s: no reply for a stream", op->id);
+	}
+	ember_counters.operations_completed++;
+	if (op->conn != NULL)
+		connection_reply_ok(op->conn, reply);
+	else
+		json_decref(reply);
 	operation_end(op);
 }
 
@@ -451,30 +578,71 @@ operation_make_plan_text(json_t *plan_json, const struct plan *plan)
 	return (inner);
 }
 
-/* Read the options of an action; -1 with *err. */
-static int
-operation_read_options(struct operation *op, json_t *options, char **err)
+/* The options each action takes, besides reattachable. */
+static const char *const *
+operation_option_keys(enum action action)
 {
-	static const char *const keys[] = { "prefetch", "reattachable", NULL };
-	json_int_t	prefetch = 0;
-	int		reattachable = 1;
+	static const char *const iterate[] = { "prefetch", "reattachable",
+	    NULL };
+	static const char *const reduce[] = { "fn", "reattachable", NULL };
+	static const char *const save[] = { "path", "overwrite",
+	    "reattachable", NULL };
+	static const char *const other[] = { "reattachable", NULL };
+
+	switch (action) {
+	case ACTION_ITERATE:
+		return (iterate);
+	case ACTION_REDUCE:
+		return (reduce);
+	case ACTION_SAVE:
+		return (save);
+	default:
+		return (other);
+	}
+}
+
+/* Read the options of an action; -1 with *err.  *path, *overwrite: save. */
+static int
+operation_read_options(struct operation *op, json_t *options,
+    const char **path, int *overwrite, char **err)
+{
+	json_int_t	 prefetch = 0;
+	int		 reattachable = 1;
+	const char	*fn = NULL;
 
 	if (options == NULL)
-		return (0);
-	if (jread_only(options, "options", keys, err) == -1 ||
+		options = json_object();
+	else
+		json_incref(options);
+	if (jread_only(options, "options", operation_option_keys(op->action),
+	    err) == -1 ||
 	    jread_int(options, "options", "prefetch", JREAD_OPTIONAL,
 	    &prefetch, err) == -1 ||
 	    jread_bool(options, "options", "reattachable", JREAD_OPTIONAL,
-	    &reattachable, err) == -1)
-		return (-1);
-	if (prefetch < 0 || prefetch > OPERATION_MAX_PREFETCH)
-		return (jread_fail(err, "options.prefetch",
-		    "must be from 0 to %d", OPERATION_MAX_PREFETCH));
-	if (prefetch > 0 && op->action != ACTION_ITERATE)
-		return (jread_fail(err, "options.prefetch",
-		    "only iterate prefetches"));
+	    &reattachable, err) == -1 ||
+	    jread_string(options, "options", "fn", op->action == ACTION_REDUCE,
+	    &fn, err) == -1 ||
+	    jread_string(options, "options", "path", op->action == ACTION_SAVE,
+	    path, err) == -1 ||
+	    jread_bool(options, "options", "overwrite", JREAD_OPTIONAL,
+	    overwrite, err) == -1)
+		goto fail;
+	if (prefetch < 0 || prefetch > OPERATION_MAX_PREFETCH) {
+		jread_fail(err, "options.prefetch", "must be from 0 to %d",
+		    OPERATION_MAX_PREFETCH);
+		goto fail;
+	}
+	if (fn != NULL && reduce_fn_from_string(fn, &op->fn) == -1) {
+		jread_fail(err, "options.fn", "expected \"sum\", \"min\" or "
+		    "\"max\", not \"%s\"", fn);
+		goto fail;
+	}
 	op->prefetch = (int)prefetch;
+	json_decref(options);
 	return (0);
+fail:
+	json_decref(options);
+	return (-1);
 }
 
 void
@@ -486,6 +654,8 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	const char		*action = NULL, *id = NULL;
 	json_t			*plan_json = NULL, *options = NULL;
 	struct plan		*plan = NULL;
+	const char		*save_path = NULL;
+	int			 overwrite = 0;
 	char			*err = NULL;
 	uuid_t			 u;
 	size_t			 i;
@@ -518,12 +688,14 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	}
 	if (i == sizeof action_names / sizeof action_names[0]) {
 		connection_reply_error(c, "ACTION_INVALID", "action: unknown "
-		    "action \"%s\" (expected iterate, collect or count)", action);
+		    "action \"%s\" (expected iterate, collect, count, "
+		    "count_by_value, reduce or save)", action);
 		free(op);
 		return;
 	}
 	op->action = (enum action)i;
-	if (operation_read_options(op, options, &err) == -1) {
+	if (operation_read_options(op, options, &save_path, &overwrite,
+	    &err) == -1) {
 		connection_reply_error(c, "ACTION_INVALID", "%s", err);
 		free(err);
 		free(op);
@@ -553,6 +725,19 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 		uuid_generate(u);
 		uuid_unparse_lower(u, op->id);
 	}
+	if (op->action == ACTION_SAVE && (op->commit = commit_begin(save_path,
+	    overwrite, op->id, connection_uid(c), connection_gid(c),
+	    &err)) == NULL) {
+		connection_reply_error(c, "ACTION_INVALID", "%s", err);
+		free(err);
+		plan_free(plan);
+		free(op);
+		return;
+	}
+	if (op->action == ACTION_COUNT_BY_VALUE)
+		op->result = result_create(RESULT_COUNT_BY_VALUE, op->fn);
+	else if (op->action == ACTION_REDUCE)
+		op->result = result_create(RESULT_REDUCE, op->fn);
 	op->serial = operation_next_serial++;
 	op->session = s;
 	op->conn = c;
@@ -569,7 +754,7 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	log_debug("operation %s: %s of %d partitions for pid %ld", op->id,
 	    action, op->npartitions, (long)connection_pid(c));
 
-	if (op->action == ACTION_COUNT) {
+	if (!ACTION_STREAMS(op->action)) {
 		connection_busy_begin(c, op);
 		operation_fill(op);
 		return;
@@ -594,7 +779,8 @@ operation_status(uid_t uid)
 		json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,"
 		    "s:b,s:I,s:I}", "id", op->id, "session",
 		    session_id(op->session), "action", action_names[op->action],
-		    "partitions", op->npartitions, "delivered", op->next_deliver,
+		    "partitions", op->npartitions, "done",
+		    ACTION_STREAMS(op->action) ? op->next_deliver : op->done,
 		    "running", op->live, "attached", op->conn != NULL,
 		    "records_sent", (json_int_t)op->records_sent, "age_ms",
 		    (json_int_t)(now - op->started_ms)));

@@ -34,7 +34,8 @@ enum task_state {
 struct task {
 	struct operation	*op;
 	int			 partition;
-	int			 count_mode;	/* worker counts, sends no records */
+	int			 reply_mode;	/* its output is for emberd, not
+						   the client: pipelined */
 	enum task_state		 state;
 	struct worker		*worker;	/* TASK_ASSIGNED */
 	int64_t			 records;	/* records relayed so far */
@@ -70,10 +71,14 @@ int		 operation_partitions(const struct operation *);
 int		 operation_pipeline_depth(const struct operation *);
 /* The plan and its resolved files as JSON text, for task descriptors. */
 const char	*operation_plan_text(const struct operation *);
+/* The descriptor members that say what t sends back (",\"mode\":..."),
+ * written to buf as snprintf does. */
+int		 operation_task_fields(const struct task *, char *, size_t);
 
 /* Called by the pool as a worker's output for a task arrives. */
 int		 task_accepts_batch(struct task *);
-void		 task_relay_batch(struct task *, struct evbuffer *, size_t bytes,
+/* Relay (or merge) a batch: -1 if the operation expects none. */
+int		 task_relay_batch(struct task *, struct evbuffer *, size_t bytes,
 		     int32_t records);
 void		 task_finished(struct task *);
 void		 task_failed(struct task *, pid_t, const char *cause);

@@ -1,6 +1,7 @@
 #include <sys/wait.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,8 +226,7 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 		evbuffer_copyout(in, hdr, 12);
 		records = be32_get(hdr + 4);
 		bytes = be32_get(hdr + 8);
-		if (t->count_mode || records < 0 || bytes < 0 ||
-		    bytes > EMBER_MAX_BATCH) {
+		if (records < 0 || bytes < 0 || bytes > EMBER_MAX_BATCH) {
 			worker_corrupt(w, "bad record batch");
 			return (WORKER_STOPPED);
 		}
@@ -235,7 +235,10 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 		if (!task_accepts_batch(t))
 			return (WORKER_BLOCKED);
 		evbuffer_drain(in, 12);
-		task_relay_batch(t, in, (size_t)bytes, records);
+		if (task_relay_batch(t, in, (size_t)bytes, records) == -1) {
+			worker_corrupt(w, "records the task should not send");
+			return (WORKER_STOPPED);
+		}
 		channel_want(w->ch, 0);
 		return (WORKER_HANDLED);
 	case EMBER_END_OF_DATA_SECTION:
@@ -406,15 +409,15 @@ pool_take_worker(const struct task *t)
 	}
 	if (first != NULL)
 		return (first);
-	/* Counting tasks can queue behind another counting task. */
-	if (!t->count_mode)
+	/* Tasks whose output is for emberd can queue behind one another. */
+	if (!t->reply_mode)
 		return (NULL);
 	TAILQ_FOREACH(w, &pool_workers, entry) {
 		if (w->state != WORKER_BUSY ||
 		    w->ntasks >= operation_pipeline_depth(t->op))
 			continue;
 		head = TAILQ_FIRST(&w->tasks);
-		if (head->count_mode && head->op == t->op)
+		if (head->reply_mode && head->op == t->op)
 			return (w);
 	}
 	return (NULL);
@@ -481,14 +484,16 @@ void
 worker_assign(struct worker *w, struct task *t)
 {
 	struct evbuffer	*out = channel_output(w->ch);
-	char		 head[160];
+	char		 head[PATH_MAX + 256];
 	int		 n;
 	int		 with_plan = w->plan_serial != operation_serial(t->op);
 
 	n = snprintf(head, sizeof head, "{\"operation\":\"%s\",\"partition\":%d,"
-	    "\"partitions\":%d,\"mode\":\"%s\"%s", operation_id(t->op),
-	    t->partition, operation_partitions(t->op),
-	    t->count_mode ? "count" : "records", with_plan ? "," : "}");
+	    "\"partitions\":%d", operation_id(t->op), t->partition,
+	    operation_partitions(t->op));
+	n += operation_task_fields(t, head + n, sizeof head - (size_t)n - 2);
+	head[n++] = with_plan ? ',' : '}';
+	head[n] = '\0';
 	if (with_plan) {
 		const char	*plan = operation_plan_text(t->op);
 		size_t		 plen = strlen(plan);

@@ -1,0 +1,149 @@
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "ember.h"
+#include "progress.h"
+
+#define PROGRESS_INTERVAL_MS	100
+
+struct progress {
+	int64_t		 partitions;
+	uint64_t	 started_ms, drawn_ms;
+	int		 drawn;
+
+	pthread_t	 thread;	/* progress_watch */
+	int		 watching;
+	pthread_mutex_t	 lock;
+	int		 stop;
+	char		*socket_path;
+	char		*operation;
+};
+
+static uint64_t
+progress_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
+}
+
+struct progress *
+progress_create(int64_t partitions)
+{
+	struct progress	*p;
+
+	if (!isatty(STDERR_FILENO))
+		return (NULL);
+	if ((p = calloc(1, sizeof *p)) == NULL)
+		return (NULL);
+	p->partitions = partitions;
+	p->started_ms = progress_now_ms();
+	pthread_mutex_init(&p->lock, NULL);
+	return (p);
+}
+
+/* Draw the line; records < 0 when they are not known. */
+static void
+progress_draw(struct progress *p, int64_t done, int64_t records, int force)
+{
+	uint64_t	now = progress_now_ms();
+
+	if (!force && now - p->drawn_ms < PROGRESS_INTERVAL_MS)
+		return;
+	p->drawn_ms = now;
+	p->drawn = 1;
+	fprintf(stderr, "\r\033[K%lld/%lld partitions", (long long)done,
+	    (long long)p->partitions);
+	if (records >= 0)
+		fprintf(stderr, ", %lld records", (long long)records);
+	fprintf(stderr, ", %.1fs", (double)(now - p->started_ms) / 1000.0);
+	fflush(stderr);
+}
+
+void
+progress_stream(struct progress *p, int64_t done, int64_t records)
+{
+	if (p != NULL)
+		progress_draw(p, done, records, 0);
+}
+
+/* Poll emberd's status for the operation's partitions done. */
+static void *
+progress_watch_main(void *arg)
+{
+	struct progress	*p = arg;
+	struct ember	*e;
+	json_t		*reply, *ops, *op;
+	char		*text, *err = NULL;
+	size_t		 i;
+	int		 stop;
+
+	if ((e = ember_connect(p->socket_path, &err)) == NULL) {
+		free(err);
+		return (NULL);
+	}
+	for (;;) {
+		pthread_mutex_lock(&p->lock);
+		stop = p->stop;
+		pthread_mutex_unlock(&p->lock);
+		if (stop || (text = ember_status(e)) == NULL)
+			break;
+		reply = json_loads(text, 0, NULL);
+		free(text);
+		ops = json_object_get(reply, "operations");
+		json_array_foreach(ops, i, op) {
+			if (strcmp(json_string_value(json_object_get(op, "id")) ?
+			    json_string_value(json_object_get(op, "id")) : "",
+			    p->operation) != 0)
+				continue;
+			pthread_mutex_lock(&p->lock);
+			if (!p->stop)
+				progress_draw(p, json_integer_value(
+				    json_object_get(op, "done")), -1, 1);
+			pthread_mutex_unlock(&p->lock);
+		}
+		json_decref(reply);
+		usleep(PROGRESS_INTERVAL_MS * 1000);
+	}
+	ember_close(e);
+	return (NULL);
+}
+
+void
+progress_watch(struct progress *p, const char *socket_path,
+    const char *operation)
+{
+	if (p == NULL)
+		return;
+	p->socket_path = socket_path != NULL ? strdup(socket_path) : NULL;
+	p->operation = strdup(operation);
+	if (p->operation == NULL)
+		return;
+	if (pthread_create(&p->thread, NULL, progress_watch_main, p) == 0)
+		p->watching = 1;
+}
+
+void
+progress_free(struct progress *p)
+{
+	if (p == NULL)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = 1;
+	if (p->drawn)
+		fputs("\r\033[K", stderr);
+	pthread_mutex_unlock(&p->lock);
+	if (p->watching)
+		pthread_join(p->thread, NULL);
+	pthread_mutex_destroy(&p->lock);
+	free(p->socket_path);
+	free(p->operation);
+	free(p);
+}

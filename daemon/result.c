@@ -1,0 +1,334 @@
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+#include "log.h"
+#include "protocol.h"
+#include "result.h"
+#include "xmalloc.h"
+
+/* One distinct record of count_by_value, in an open-addressing table. */
+struct result_entry {
+	char		*data;		/* NULL: empty slot */
+	size_t		 len;
+	uint64_t	 hash;
+	int64_t		 count;
+};
+
+struct result {
+	enum result_kind	 kind;
+	enum reduce_fn		 fn;
+
+	struct result_entry	*table;		/* count_by_value */
+	size_t			 slots, used;
+	size_t			 bytes;
+	int64_t			 nulls;
+
+	int64_t			 count;		/* reduce: records seen */
+	int			 have, is_real;
+	int64_t			 ivalue;
+	double			 rvalue;
+};
+
+int
+reduce_fn_from_string(const char *s, enum reduce_fn *fn)
+{
+	if (strcmp(s, "sum") == 0)
+		*fn = REDUCE_SUM;
+	else if (strcmp(s, "min") == 0)
+		*fn = REDUCE_MIN;
+	else if (strcmp(s, "max") == 0)
+		*fn = REDUCE_MAX;
+	else
+		return (-1);
+	return (0);
+}
+
+struct result *
+result_create(enum result_kind kind, enum reduce_fn fn)
+{
+	struct result	*r = xcalloc(1, sizeof *r);
+
+	r->kind = kind;
+	r->fn = fn;
+	return (r);
+}
+
+void
+result_free(struct result *r)
+{
+	size_t	i;
+
+	if (r == NULL)
+		return;
+	for (i = 0; i < r->slots; i++)
+		free(r->table[i].data);
+	free(r->table);
+	free(r);
+}
+
+size_t
+result_size(const struct result *r)
+{
+	return (r->bytes + r->slots * sizeof *r->table);
+}
+
+/* FNV-1a, then a final mix so the low bits index the table well. */
+static uint64_t
+result_hash(const char *data, size_t len)
+{
+	uint64_t	h = 0xcbf29ce484222325ULL;
+	size_t		i;
+
+	for (i = 0; i < len; i++) {
+		h ^= (unsigned char)data[i];
+		h *= 0x100000001b3ULL;
+	}
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return (h);
+}
+
+static void
+result_grow(struct result *r)
+{
+	struct result_entry	*old = r->table, *e;
+	size_t			 oslots = r->slots, i, j;
+
+	r->slots = oslots == 0 ? 1024 : oslots * 2;
+	r->table = xcalloc(r->slots, sizeof *r->table);
+	for (i = 0; i < oslots; i++) {
+		if (old[i].data == NULL)
+			continue;
+		for (j = old[i].hash & (r->slots - 1);; j = (j + 1) &
+		    (r->slots - 1)) {
+			e = &r->table[j];
+			if (e->data == NULL) {
+				*e = old[i];
+				break;
+			}
+		}
+	}
+	free(old);
+}
+
+/* Add n to a record's count. */
+static void
+result_add(struct result *r, const char *data, size_t len, int64_t n)
+{
+	struct result_entry	*e;
+	uint64_t		 h = result_hash(data, len);
+	size_t			 i;
+
+	if ((r->used + 1) * 4 > r->slots * 3)
+		result_grow(r);
+	for (i = h & (r->slots - 1);; i = (i + 1) & (r->slots - 1)) {
+		e = &r->table[i];
+		if (e->data == NULL)
+			break;
+		if (e->hash == h && e->len == len &&
+		    memcmp(e->data, data, len) == 0) {
+			e->count += n;
+			return;
+		}
+	}
+	e->data = xmalloc(len + 1);	/* never NULL, even when empty */
+	memcpy(e->data, data, len);
+	e->len = len;
+	e->hash = h;
+	e->count = n;
+	r->used++;
+	r->bytes += len + 1;
+}
+
+/* Fold one partition's partial reduce, JSON text from the worker. */
+static int
+result_fold(struct result *r, const unsigned char *data, size_t len,
+    char **err)
+{
+	json_t		*j, *v;
+	json_error_t	 jerr;
+	json_int_t	 count;
+	double		 real;
+	int64_t		 sum;
+
+	if ((j = json_loadb((const char *)data, len, 0, &jerr)) == NULL ||
+	    !json_is_integer(json_object_get(j, "count"))) {
+		json_decref(j);
+		*err = xstrdup("bad partial reduce from worker");
+		return (-1);
+	}
+	count = json_integer_value(json_object_get(j, "count"));
+	r->count += count;
+	if ((v = json_object_get(j, "int")) != NULL && json_is_integer(v) &&
+	    !r->is_real) {
+		json_int_t	i = json_integer_value(v);
+
+		if (!r->have)
+			r->ivalue = i;
+		else if (r->fn == REDUCE_SUM) {
+			if (__builtin_add_overflow(r->ivalue, (int64_t)i, &sum)) {
+				r->is_real = 1;
+				r->rvalue = (double)r->ivalue + (double)i;
+			} else
+				r->ivalue = sum;
+		} else if (r->fn == REDUCE_MIN ? i < r->ivalue : i > r->ivalue)
+			r->ivalue = i;
+		r->have = 1;
+	} else if (v != NULL || (v = json_object_get(j, "real")) != NULL) {
+		if (!json_is_number(v)) {
+			json_decref(j);
+			*err = xstrdup("bad partial reduce from worker");
+			return (-1);
+		}
+		real = json_number_value(v);
+		if (!r->is_real) {
+			r->rvalue = (double)r->ivalue;
+			r->is_real = 1;
+		}
+		if (!r->have)
+			r->rvalue = real;
+		else if (r->fn == REDUCE_SUM)
+			r->rvalue += real;
+		else if (r->fn == REDUCE_MIN ? real < r->rvalue :
+		    real > r->rvalue)
+			r->rvalue = real;
+		r->have = 1;
+	}
+	json_decref(j);
+	return (0);
+}
+
+int
+result_absorb(struct result *r, const unsigned char *p, size_t len,
+    char **err)
+{
+	const unsigned char	*end = p + len, *key = NULL;
+	int32_t			 n, keylen = 0;
+	int			 have_key = 0, key_null = 0;
+
+	while (p < end) {
+		if (end - p < 4)
+			goto bad;
+		n = be32_get(p);
+		p += 4;
+		if (n < 0 && n != EMBER_NULL)
+			goto bad;
+		if (n > 0 && end - p < n)
+			goto bad;
+		if (r->kind == RESULT_REDUCE) {
+			if (n < 0)
+				goto bad;
+			if (result_fold(r, p, (size_t)n, err) == -1)
+				return (-1);
+			p += n;
+			continue;
+		}
+		if (!have_key) {
+			key_null = n == EMBER_NULL;
+			key = p;
+			keylen = n < 0 ? 0 : n;
+			have_key = 1;
+		} else {
+			if (n != 8)
+				goto bad;
+			if (key_null)
+				r->nulls += be64_get(p);
+			else
+				result_add(r, (const char *)key, (size_t)keylen,
+				    be64_get(p));
+			have_key = 0;
+		}
+		if (n > 0)
+			p += n;
+	}
+	if (have_key)
+		goto bad;
+	return (0);
+bad:
+	*err = xstrdup("bad partial counts from worker");
+	return (-1);
+}
+
+/* Length of the valid UTF-8 sequence at p, or 0 if it is not valid. */
+static size_t
+result_utf8_len(const unsigned char *p, size_t left)
+{
+	size_t	n, i;
+
+	if (p[0] < 0x80)
+		return (1);
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		n = 2;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		n = 3;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		n = 4;
+	else
+		return (0);
+	if (n > left)
+		return (0);
+	for (i = 1; i < n; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return (0);
+	}
+	if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f) ||
+	    (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))
+		return (0);
+	return (n);
+}
+
+/* JSON keys are UTF-8: a record that is not has its bad bytes replaced by
+ * U+FFFD, and records that become equal share one count. */
+static json_t *
+result_counts(struct result *r)
+{
+	json_t		*counts = json_object(), *v;
+	char		*fixed;
+	size_t		 i, j, n, k;
+
+	for (i = 0; i < r->slots; i++) {
+		const unsigned char	*d = (unsigned char *)r->table[i].data;
+		size_t			 len = r->table[i].len;
+
+		if (d == NULL)
+			continue;
+		fixed = xmalloc(len * 3 + 1);
+		for (j = k = 0; j < len; j += n) {
+			if ((n = result_utf8_len(d + j, len - j)) == 0) {
+				memcpy(fixed + k, "\xef\xbf\xbd", 3);
+				k += 3;
+				n = 1;
+			} else {
+				memcpy(fixed + k, d + j, n);
+				k += n;
+			}
+		}
+		v = json_object_getn(counts, fixed, k);
+		json_object_setn_new_nocheck(counts, fixed, k, json_integer(
+		    r->table[i].count + (v != NULL ? json_integer_value(v) : 0)));
+		free(fixed);
+	}
+	return (counts);
+}
+
+json_t *
+result_reply(struct result *r)
+{
+	json_t	*value;
+
+	if (r->kind == RESULT_COUNT_BY_VALUE)
+		return (json_pack("{s:o,s:I}", "counts", result_counts(r),
+		    "nulls", (json_int_t)r->nulls));
+	if (!r->have)
+		value = json_null();
+	else if (r->is_real)
+		value = isfinite(r->rvalue) ? json_real(r->rvalue) :
+		    json_null();
+	else
+		value = json_integer(r->ivalue);
+	return (json_pack("{s:o,s:I}", "value", value, "count",
+	    (json_int_t)r->count));
+}

@@ -21,6 +21,7 @@ enum conf_type {
 	CONF_SIZE,	/* bytes */
 	CONF_LOG_LEVEL,
 	CONF_LOG_FORMAT,
+	CONF_BOOL,	/* stored as 0 or 1 */
 };
 
 struct conf_key {
@@ -52,6 +53,15 @@ static const struct conf_key conf_keys[] = {
 	KEY("workers", "max", CONF_COUNT, workers_max, "auto", 0),
 	KEY("workers", "fork_backoff", CONF_DURATION, workers_fork_backoff,
 	    "1s", 1),
+	KEY("workers", "reuse", CONF_BOOL, workers_reuse, "yes", 0),
+	KEY("workers", "idle_timeout", CONF_DURATION, workers_idle_timeout,
+	    "60s", 0),
+	KEY("workers", "min_idle", CONF_INT, workers_min_idle, "0", 0),
+	KEY("workers", "max_tasks", CONF_INT, workers_max_tasks, "0", 0),
+	KEY("workers", "max_memory", CONF_SIZE, workers_max_memory, "0", 0),
+	KEY("workers", "task_timeout", CONF_DURATION, workers_task_timeout,
+	    "0", 0),
+	KEY("workers", "preload", CONF_STRING, workers_preload, "", 0),
 	KEY("stream", "buffer", CONF_SIZE, stream_buffer, "1m", 4096),
 };
 #define NKEYS (sizeof conf_keys / sizeof conf_keys[0])
@@ -174,6 +184,17 @@ conf_apply(struct conf *conf, const struct conf_key *k, const char *value)
 		free(*(char **)field);
 		*(char **)field = xstrdup(value);
 		return (NULL);
+	case CONF_BOOL:
+		if (strcmp(value, "yes") == 0 || strcmp(value, "true") == 0 ||
+		    strcmp(value, "on") == 0 || strcmp(value, "1") == 0)
+			n = 1;
+		else if (strcmp(value, "no") == 0 ||
+		    strcmp(value, "false") == 0 || strcmp(value, "off") == 0 ||
+		    strcmp(value, "0") == 0)
+			n = 0;
+		else
+			return ("expected yes or no");
+		break;
 	case CONF_INT:
 		if (conf_parse_int(value, &n) == -1)
 			return ("expected a whole number");
@@ -389,6 +410,10 @@ conf_dump(const struct conf *conf, FILE *f)
 		case CONF_DURATION:
 			fprintf(f, "%s = %" PRId64 "ms\n", k->key,
 			    *(const int64_t *)field);
+			break;
+		case CONF_BOOL:
+			fprintf(f, "%s = %s\n", k->key,
+			    *(const int64_t *)field ? "yes" : "no");
 			break;
 		case CONF_COUNT:
 			if (*(const int64_t *)field == 0) {

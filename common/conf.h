@@ -23,6 +23,13 @@ struct conf {
 
 	int64_t		 workers_max;		/* 0: one per CPU */
 	int64_t		 workers_fork_backoff;	/* ms */
+	int64_t		 workers_reuse;		/* 0 or 1 */
+	int64_t		 workers_idle_timeout;	/* ms, 0: never */
+	int64_t		 workers_min_idle;
+	int64_t		 workers_max_tasks;	/* 0: no limit */
+	int64_t		 workers_max_memory;	/* bytes of RSS, 0: no limit */
+	int64_t		 workers_task_timeout;	/* ms, 0: none */
+	char		*workers_preload;	/* comma-separated paths */
 
 	int64_t		 stream_buffer;		/* bytes queued to a client */
 };

@@ -397,13 +397,11 @@ task_relay_batch(struct task *t, struct evbuffer *from, size_t bytes,
 	struct operation	*op = t->op;
 	struct evbuffer		*out;
 
-	if (op->result == NULL) {
-		if (ACTION_STREAMS(op->action))
-			fatalx("operation %s: batch without a client", op->id);
-		return (-1);	/* count and save send no records */
-	}
-	if (!ACTION_STREAMS(op->action))
+	if (!ACTION_STREAMS(op->action)) {
+		if (op->result == NULL)
+			return (-1);	/* count and save send no records */
 		return (operation_absorb(op, from, bytes));
+	}
 	out = connection_output(op->conn);
 	if (!op->partition_open) {
 		evbuffer_add_int32(out, EMBER_STREAM_PARTITION);

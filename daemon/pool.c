@@ -34,6 +34,30 @@ enum worker_state {
 };
 static const char *const worker_state_names[] = { "idle", "busy", "dead" };
 
+/* Why a worker stopped being used; status counts each. */
+enum retire_cause {
+	RETIRE_EXITED,		/* it died on its own */
+	RETIRE_FAILED,		/* its task failed; it exits by itself */
+	RETIRE_INTERRUPTED,	/* its task was stopped: killed */
+	RETIRE_CORRUPT,		/* it broke the protocol: killed */
+	RETIRE_IDLE_TIMEOUT,	/* idle past workers.idle_timeout */
+	RETIRE_MAX_TASKS,	/* recycled after workers.max_tasks */
+	RETIRE_NO_REUSE,	/* workers.reuse is off */
+	RETIRE_MAX_MEMORY,	/* past workers.max_memory */
+	RETIRE_TASK_TIMEOUT,	/* its task ran past workers.task_timeout */
+	RETIRE_FORKSERVER,	/* its fork-server died */
+	RETIRE_CAUSES
+};
+static const char *const retire_names[] = { "exited", "failed", "interrupted",
+    "corrupt", "idle_timeout", "max_tasks", "no_reuse", "max_memory",
+    "task_timeout", "forkserver_lost" };
+/* Whether emberd kills the worker for that cause. */
+#define RETIRE_KILLS(c)	((c) != RETIRE_EXITED && (c) != RETIRE_FAILED && \
+	(c) != RETIRE_FORKSERVER)
+
+/* How often limits are checked: timeouts, memory, idle workers. */
+#define POOL_MAINTAIN_MS	100
+
 struct worker {
 	pid_t			 pid;
 	enum worker_state	 state;
@@ -45,6 +69,8 @@ struct worker {
 	uint64_t		 tasks_run;
 	uint64_t		 started_ms;
 	uint64_t		 task_ms;	/* when the head task was sent */
+	uint64_t		 idle_ms;	/* when it last became idle */
+	uint64_t		 max_tasks;	/* its own recycling point */
 	int			 eof;
 	int			 unflushed;	/* descriptors not written yet */
 	int			 exited;
@@ -62,6 +88,8 @@ static int32_t		 pool_next_request = 1;
 static int		 pool_crashes;		/* in a row */
 static uint64_t		 pool_fork_after_ms;	/* crash-storm back-off */
 static struct event	*pool_backoff;
+static struct event	*pool_maintain;
+static uint64_t		 pool_retired[RETIRE_CAUSES];
 
 static void	worker_process(struct worker *);
 static void	worker_relay(struct worker *);
@@ -116,12 +144,14 @@ worker_free(struct worker *w)
  * business.  The structure goes when the fork-server reports the exit.
  */
 static void
-worker_retire(struct worker *w, int kill_it)
+worker_retire(struct worker *w, enum retire_cause cause)
 {
 	struct task	*t;
 
 	if (w->state == WORKER_DEAD)
 		return;
+	pool_retired[cause]++;
+	log_debug("worker %ld retired: %s", (long)w->pid, retire_names[cause]);
 	if (w->state == WORKER_IDLE) {
 		TAILQ_REMOVE(&pool_idle, w, idle_entry);
 		pool_nidle--;
@@ -133,7 +163,7 @@ worker_retire(struct worker *w, int kill_it)
 		w->ntasks--;
 		scheduler_requeue(t);
 	}
-	if (kill_it && !w->exited) {
+	if (RETIRE_KILLS(cause) && !w->exited) {
 		ember_counters.workers_killed++;
 		forkserver_kill(w->pid, SIGKILL);
 	}
@@ -162,7 +192,7 @@ worker_corrupt(struct worker *w, const char *what)
 
 	log_error("worker %ld: %s; killing it", (long)w->pid, what);
 	t = w->ntasks > 0 ? worker_pop(w) : NULL;
-	worker_retire(w, 1);
+	worker_retire(w, RETIRE_CORRUPT);
 	if (t != NULL)
 		task_failed(t, w->pid, "worker sent a corrupt message");
 }
@@ -179,13 +209,13 @@ worker_died(struct worker *w)
 	pool_describe_status(w->status, cause, sizeof cause);
 	if (w->ntasks == 0) {
 		log_info("idle worker %ld %s", (long)w->pid, cause);
-		worker_retire(w, 0);
+		worker_retire(w, RETIRE_EXITED);
 		return;
 	}
 	ember_counters.workers_crashed++;
 	pool_crashes++;
 	t = worker_pop(w);
-	worker_retire(w, 0);
+	worker_retire(w, RETIRE_EXITED);
 	task_failed(t, w->pid, cause);
 }
 
@@ -267,8 +297,13 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 		t = worker_pop(w);
 		w->tasks_run++;
 		pool_crashes = 0;
-		if (w->ntasks == 0) {
+		if (!ember_conf.workers_reuse)
+			worker_retire(w, RETIRE_NO_REUSE);
+		else if (w->max_tasks > 0 && w->tasks_run >= w->max_tasks)
+			worker_retire(w, RETIRE_MAX_TASKS);
+		else if (w->ntasks == 0) {
 			w->state = WORKER_IDLE;
+			w->idle_ms = ember_now_ms();
 			TAILQ_INSERT_HEAD(&pool_idle, w, idle_entry);
 			pool_nidle++;
 			scheduler_kick();
@@ -291,7 +326,7 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 		evbuffer_remove(in, msg, (size_t)n);
 		msg[n] = '\0';
 		t = worker_pop(w);
-		worker_retire(w, 0);	/* it exits by itself */
+		worker_retire(w, RETIRE_FAILED);
 		task_failed(t, w->pid, msg);
 		free(msg);
 		return (WORKER_STOPPED);
@@ -363,10 +398,89 @@ worker_kick(struct worker *w)
 	event_active(w->kick, 0, 1);
 }
 
+/* A worker's resident memory in bytes, or 0 if it cannot be read. */
+static uint64_t
+pool_rss(pid_t pid)
+{
+	char			 path[64];
+	unsigned long long	 size, resident;
+	FILE			*f;
+	int			 n;
+
+	snprintf(path, sizeof path, "/proc/%ld/statm", (long)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return (0);
+	n = fscanf(f, "%llu %llu", &size, &resident);
+	fclose(f);
+	if (n != 2)
+		return (0);
+	return ((uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE));
+}
+
+/* Fail a busy worker's task for a limit it went past, and kill it. */
+static void
+worker_limit(struct worker *w, enum retire_cause cause, const char *why)
+{
+	struct task	*t = worker_pop(w);
+
+	log_warn("worker %ld: %s", (long)w->pid, why);
+	worker_retire(w, cause);
+	task_failed(t, w->pid, why);
+}
+
+/* Check the limits: task timeouts, memory, idle workers, warm workers. */
+static void
+pool_maintain_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct worker	*w, *next;
+	uint64_t	 now = ember_now_ms(), rss;
+	int64_t		 keep = ember_conf.workers_min_idle;
+	char		 why[160];
+
+	(void)fd; (void)events; (void)arg;
+	TAILQ_FOREACH_SAFE(w, &pool_workers, entry, next) {
+		if (w->state != WORKER_BUSY)
+			continue;
+		if (ember_conf.workers_task_timeout > 0 && now - w->task_ms >
+		    (uint64_t)ember_conf.workers_task_timeout) {
+			snprintf(why, sizeof why, "exceeded workers.task_timeout "
+			    "(%lldms): killed after %llums",
+			    (long long)ember_conf.workers_task_timeout,
+			    (unsigned long long)(now - w->task_ms));
+			worker_limit(w, RETIRE_TASK_TIMEOUT, why);
+			continue;
+		}
+		if (ember_conf.workers_max_memory > 0 && (rss =
+		    pool_rss(w->pid)) > (uint64_t)ember_conf.workers_max_memory) {
+			snprintf(why, sizeof why, "exceeded workers.max_memory "
+			    "(resident %llu MiB, limit %llu MiB): killed",
+			    (unsigned long long)(rss >> 20),
+			    (unsigned long long)
+			    (ember_conf.workers_max_memory >> 20));
+			worker_limit(w, RETIRE_MAX_MEMORY, why);
+		}
+	}
+	/* The idle queue is most recent first: the oldest idle are last. */
+	TAILQ_FOREACH_SAFE(w, &pool_idle, idle_entry, next) {
+		if (keep-- > 0)
+			continue;
+		if (ember_conf.workers_idle_timeout > 0 && now - w->idle_ms >
+		    (uint64_t)ember_conf.workers_idle_timeout)
+			worker_retire(w, RETIRE_IDLE_TIMEOUT);
+	}
+	if (pool_nidle + pool_pending < ember_conf.workers_min_idle)
+		pool_grow((size_t)(ember_conf.workers_min_idle - pool_nidle));
+}
+
 void
 pool_init(void)
 {
+	struct timeval	tv = { 0, POOL_MAINTAIN_MS * 1000 };
+
 	scheduler_init();
+	pool_maintain = event_new(ember_base, -1, EV_PERSIST, pool_maintain_cb,
+	    NULL);
+	evtimer_add(pool_maintain, &tv);
 }
 
 void
@@ -392,6 +506,9 @@ pool_shutdown(void)
 	if (pool_backoff != NULL)
 		event_free(pool_backoff);
 	pool_backoff = NULL;
+	if (pool_maintain != NULL)
+		event_free(pool_maintain);
+	pool_maintain = NULL;
 	scheduler_free();
 }
 
@@ -414,7 +531,9 @@ pool_take_worker(const struct task *t)
 		return (NULL);
 	TAILQ_FOREACH(w, &pool_workers, entry) {
 		if (w->state != WORKER_BUSY ||
-		    w->ntasks >= operation_pipeline_depth(t->op))
+		    w->ntasks >= operation_pipeline_depth(t->op) ||
+		    !ember_conf.workers_reuse || (w->max_tasks > 0 &&
+		    w->tasks_run + (uint64_t)w->ntasks >= w->max_tasks))
 			continue;
 		head = TAILQ_FIRST(&w->tasks);
 		if (head->reply_mode && head->op == t->op)
@@ -542,9 +661,7 @@ pool_cancel_task(struct task *t)
 	TAILQ_REMOVE(&w->tasks, t, queue_entry);
 	w->ntasks--;
 	t->worker = NULL;
-	log_debug("worker %ld: task interrupted; killing the worker",
-	    (long)w->pid);
-	worker_retire(w, 1);
+	worker_retire(w, RETIRE_INTERRUPTED);
 }
 
 void
@@ -557,7 +674,13 @@ pool_worker_forked(int32_t request, pid_t pid, int fd)
 		pool_pending--;
 	w = xcalloc(1, sizeof *w);
 	w->pid = pid;
-	w->started_ms = ember_now_ms();
+	w->started_ms = w->idle_ms = ember_now_ms();
+	/* Up to a tenth more, so that workers started together do not all
+	 * recycle together. */
+	if (ember_conf.workers_max_tasks > 0)
+		w->max_tasks = (uint64_t)ember_conf.workers_max_tasks +
+		    arc4random_uniform((uint32_t)(ember_conf.workers_max_tasks /
+		    10 + 1));
 	TAILQ_INIT(&w->tasks);
 	w->ch = channel_create(fd, WORKER_READ_HIGH, worker_read_cb, w);
 	w->kick = event_new(ember_base, -1, 0, worker_kick_cb, w);
@@ -618,7 +741,7 @@ pool_forkserver_lost(const char *why)
 		w->exited = 1;
 		if (w->state == WORKER_DEAD)
 			event_active(w->kick, 0, 1);
-		worker_retire(w, 0);
+		worker_retire(w, RETIRE_FORKSERVER);
 		if (t != NULL)
 			task_failed(t, w->pid, why);
 	}
@@ -633,10 +756,11 @@ pool_status_workers(void)
 	uint64_t	 now = ember_now_ms();
 
 	TAILQ_FOREACH(w, &pool_workers, entry) {
-		o = json_pack("{s:I,s:s,s:I,s:I}", "pid", (json_int_t)w->pid,
+		o = json_pack("{s:I,s:s,s:I,s:I,s:I}", "pid", (json_int_t)w->pid,
 		    "state", worker_state_names[w->state], "tasks",
 		    (json_int_t)w->tasks_run, "age_ms",
-		    (json_int_t)(now - w->started_ms));
+		    (json_int_t)(now - w->started_ms), "rss_kb",
+		    (json_int_t)(pool_rss(w->pid) >> 10));
 		if ((t = TAILQ_FIRST(&w->tasks)) != NULL)
 			json_object_set_new(o, "task", json_pack("{s:s,s:i,s:I}",
 			    "operation", operation_id(t->op), "partition",
@@ -650,11 +774,17 @@ pool_status_workers(void)
 json_t *
 pool_status(void)
 {
-	json_t	*p;
+	json_t	*p, *retired = json_object();
+	int	 i;
 
-	p = json_pack("{s:s,s:I,s:i,s:i,s:i,s:i,s:i}", "key", "default",
-	    "uid", (json_int_t)getuid(), "workers", pool_nworkers, "idle",
-	    pool_nidle, "busy", pool_nworkers - pool_nidle, "starting",
-	    pool_pending, "crashes_in_a_row", pool_crashes);
+	for (i = 0; i < RETIRE_CAUSES; i++)
+		json_object_set_new(retired, retire_names[i],
+		    json_integer((json_int_t)pool_retired[i]));
+	p = json_pack("{s:s,s:I,s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:o}", "key",
+	    "default", "uid", (json_int_t)getuid(), "workers", pool_nworkers,
+	    "idle", pool_nidle, "busy", pool_nworkers - pool_nidle, "starting",
+	    pool_pending, "crashes_in_a_row", pool_crashes, "forks",
+	    (json_int_t)ember_counters.workers_forked, "reuses",
+	    (json_int_t)ember_counters.worker_reuses, "retired", retired);
 	return (json_pack("[o]", p));
 }

@@ -1,17 +1,36 @@
+#include <sys/stat.h>
+
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include "jread.h"
+#include "log.h"
 #include "plan.h"
+#include "plugin.h"
 #include "xmalloc.h"
 
 static const char *const plan_keys[] = { "source", "partitions", "ops", NULL };
 
+/* Free what an op holds. */
+static void
+plan_op_clear(struct plan_op *op)
+{
+	free(op->arg);
+	pcre2_code_free(op->regex);
+	free(op->udf_library);
+	free(op->udf_symbol);
+	free(op->udf_args);
+}
+
+/* Free a plan. */
 void
 plan_free(struct plan *plan)
 {
@@ -23,7 +42,7 @@ plan_free(struct plan *plan)
 		free(plan->files[i].path);
 	free(plan->files);
 	for (i = 0; i < plan->nops; i++)
-		free(plan->ops[i].arg);
+		plan_op_clear(&plan->ops[i]);
 	free(plan->ops);
 	json_decref(plan->records);
 	free(plan);
@@ -147,36 +166,262 @@ plan_parse_source(struct plan *plan, json_t *source, char **err)
 	return (-1);
 }
 
-/* One string argument of an op: {"filter": {"contains": "x"}}. */
-static int
-plan_op_string(struct plan_op *op, json_t *obj, const char *path,
-    const char *key, char **err)
+/* Take a string argument, which may hold NULs, as the op's arg. */
+static void
+plan_op_set_arg(struct plan_op *op, json_t *v)
 {
-	const char	*keys[] = { key, NULL };
-	json_t		*v;
-
-	if (!json_is_object(obj))
-		return (jread_fail(err, path, "expected an object"));
-	if (jread_only(obj, path, keys, err) == -1)
-		return (-1);
-	v = json_object_get(obj, key);
-	if (v == NULL || !json_is_string(v)) {
-		char *p = jread_path(path, key);
-		jread_fail(err, p, v == NULL ? "missing" : "expected a string");
-		free(p);
-		return (-1);
-	}
 	op->arglen = json_string_length(v);
 	op->arg = xmalloc(op->arglen + 1);
 	memcpy(op->arg, json_string_value(v), op->arglen + 1);
+}
+
+/* Read obj.key as a string into the op's arg; with nonempty, refuse "". */
+static int
+plan_op_arg(struct plan_op *op, json_t *obj, const char *path,
+    const char *key, int nonempty, char **err)
+{
+	json_t	*v = json_object_get(obj, key);
+	char	*p;
+	int	 rc = 0;
+
+	p = jread_path(path, key);
+	if (v == NULL)
+		rc = jread_fail(err, p, "missing");
+	else if (!json_is_string(v))
+		rc = jread_fail(err, p, "expected a string");
+	else if (nonempty && json_string_length(v) == 0)
+		rc = jread_fail(err, p, "must not be empty");
+	else
+		plan_op_set_arg(op, v);
+	free(p);
+	return (rc);
+}
+
+/* Check an op's argument is an object with only the given keys. */
+static int
+plan_op_object(json_t *arg, const char *path, const char *const *keys,
+    char **err)
+{
+	if (!json_is_object(arg))
+		return (jread_fail(err, path, "expected an object"));
+	return (jread_only(arg, path, keys, err));
+}
+
+/* Read an integer field that must be at least min. */
+static int
+plan_op_int(json_t *obj, const char *path, const char *key, int required,
+    int64_t min, int64_t *out, char **err)
+{
+	json_int_t	 v = *out;
+	char		*p;
+	int		 rc = 0;
+
+	if (jread_int(obj, path, key, required, &v, err) == -1)
+		return (-1);
+	if (v < min) {
+		p = jread_path(path, key);
+		rc = jread_fail(err, p, "must be %lld or more", (long long)min);
+		free(p);
+	}
+	*out = v;
+	return (rc);
+}
+
+/* Compile a regex filter's pattern; the error is PCRE2's, with where. */
+static int
+plan_op_regex(struct plan_op *op, const char *path, char **err)
+{
+	PCRE2_UCHAR	 message[256];
+	PCRE2_SIZE	 offset;
+	uint32_t	 options = 0;
+	int		 code;
+
+#ifdef PCRE2_MATCH_INVALID_UTF
+	/* A pattern that turns UTF-8 on must not fail on a record that is
+	 * not UTF-8: such a record simply does not match. */
+	options |= PCRE2_MATCH_INVALID_UTF;
+#endif
+	op->regex = pcre2_compile((PCRE2_SPTR)op->arg, op->arglen, options,
+	    &code, &offset, NULL);
+	if (op->regex != NULL)
+		return (0);
+	if (pcre2_get_error_message(code, message, sizeof message) < 0)
+		snprintf((char *)message, sizeof message, "error %d", code);
+	return (jread_fail(err, path, "%s at offset %zu", (char *)message,
+	    (size_t)offset));
+}
+
+/* {"filter": {"contains": s} | {"regex": s} | {"in_broadcast": id}} */
+static int
+plan_parse_filter(struct plan_op *op, json_t *arg, const char *path,
+    char **err)
+{
+	static const char *const keys[] = { "contains", "regex",
+	    "in_broadcast", NULL };
+	char	*p;
+	int	 rc;
+
+	if (plan_op_object(arg, path, keys, err) == -1)
+		return (-1);
+	if (json_object_size(arg) != 1)
+		return (jread_fail(err, path,
+		    "expected exactly one of contains, regex, in_broadcast"));
+	if (json_object_get(arg, "contains") != NULL) {
+		op->type = PLAN_OP_FILTER_CONTAINS;
+		return (plan_op_arg(op, arg, path, "contains", 0, err));
+	}
+	if (json_object_get(arg, "regex") != NULL) {
+		op->type = PLAN_OP_FILTER_REGEX;
+		if (plan_op_arg(op, arg, path, "regex", 0, err) == -1)
+			return (-1);
+		p = jread_path(path, "regex");
+		rc = plan_op_regex(op, p, err);
+		free(p);
+		return (rc);
+	}
+	op->type = PLAN_OP_FILTER_BROADCAST;
+	return (plan_op_int(arg, path, "in_broadcast", JREAD_REQUIRED, 0,
+	    &op->broadcast, err));
+}
+
+/* Check a json path: dot-separated names, none empty. */
+static int
+plan_check_json_path(const struct plan_op *op, const char *path, char **err)
+{
+	size_t	i;
+
+	if (memchr(op->arg, '\0', op->arglen) != NULL)
+		return (jread_fail(err, path, "must not hold a NUL"));
+	for (i = 0; i <= op->arglen; i++) {
+		if ((i == 0 || op->arg[i - 1] == '.') &&
+		    (i == op->arglen || op->arg[i] == '.'))
+			return (jread_fail(err, path, "\"%s\": a name between "
+			    "dots is empty", op->arg));
+	}
 	return (0);
 }
 
+/* {"map": "upper" | "lower" | "trim" | {"field": {...}} | {"json": p}} */
+static int
+plan_parse_map(struct plan_op *op, json_t *arg, const char *path, char **err)
+{
+	static const char *const keys[] = { "field", "json", NULL };
+	static const char *const field_keys[] = { "sep", "index", NULL };
+	const char	*kind;
+	json_t		*field;
+	char		*p;
+	int		 rc;
+
+	if (json_is_string(arg)) {
+		kind = json_string_value(arg);
+		if (strcmp(kind, "upper") == 0)
+			op->type = PLAN_OP_MAP_UPPER;
+		else if (strcmp(kind, "lower") == 0)
+			op->type = PLAN_OP_MAP_LOWER;
+		else if (strcmp(kind, "trim") == 0)
+			op->type = PLAN_OP_MAP_TRIM;
+		else
+			return (jread_fail(err, path, "unknown map \"%s\"",
+			    kind));
+		return (0);
+	}
+	if (!json_is_object(arg))
+		return (jread_fail(err, path, "expected \"upper\", \"lower\", "
+		    "\"trim\" or an object"));
+	if (jread_only(arg, path, keys, err) == -1)
+		return (-1);
+	if (json_object_size(arg) != 1)
+		return (jread_fail(err, path,
+		    "expected exactly one of field, json"));
+	if (json_object_get(arg, "json") != NULL) {
+		op->type = PLAN_OP_MAP_JSON;
+		if (plan_op_arg(op, arg, path, "json", 1, err) == -1)
+			return (-1);
+		p = jread_path(path, "json");
+		rc = plan_check_json_path(op, p, err);
+		free(p);
+		return (rc);
+	}
+	op->type = PLAN_OP_MAP_FIELD;
+	field = json_object_get(arg, "field");
+	p = jread_path(path, "field");
+	rc = -1;
+	if (plan_op_object(field, p, field_keys, err) == 0 &&
+	    plan_op_arg(op, field, p, "sep", 1, err) == 0 &&
+	    plan_op_int(field, p, "index", JREAD_REQUIRED, INT64_MIN,
+	    &op->index, err) == 0)
+		rc = 0;
+	free(p);
+	return (rc);
+}
+
+/* {"sample": {"fraction": f, "seed": n}} */
+static int
+plan_parse_sample(struct plan_op *op, json_t *arg, const char *path,
+    char **err)
+{
+	static const char *const keys[] = { "fraction", "seed", NULL };
+	json_t	*f;
+	char	*p;
+	int	 rc = 0;
+
+	op->type = PLAN_OP_SAMPLE;
+	if (plan_op_object(arg, path, keys, err) == -1 ||
+	    plan_op_int(arg, path, "seed", JREAD_OPTIONAL, INT64_MIN,
+	    &op->seed, err) == -1)
+		return (-1);
+	p = jread_path(path, "fraction");
+	f = json_object_get(arg, "fraction");
+	if (f == NULL)
+		rc = jread_fail(err, p, "missing");
+	else if (!json_is_number(f))
+		rc = jread_fail(err, p, "expected a number");
+	else {
+		op->fraction = json_number_value(f);
+		if (!(op->fraction >= 0 && op->fraction <= 1))
+			rc = jread_fail(err, p, "must be from 0 to 1");
+	}
+	free(p);
+	return (rc);
+}
+
+/* {"udf": {"library": path, "symbol": name, "args": {...}}} */
+static int
+plan_parse_udf(struct plan_op *op, json_t *arg, const char *path, char **err)
+{
+	static const char *const keys[] = { "library", "symbol", "args",
+	    NULL };
+	const char	*library, *symbol;
+	json_t		*args = NULL;
+
+	op->type = PLAN_OP_UDF;
+	if (plan_op_object(arg, path, keys, err) == -1 ||
+	    jread_string(arg, path, "library", JREAD_REQUIRED, &library,
+	    err) == -1 ||
+	    jread_string(arg, path, "symbol", JREAD_REQUIRED, &symbol,
+	    err) == -1 ||
+	    jread_object(arg, path, "args", JREAD_OPTIONAL, &args, err) == -1)
+		return (-1);
+	if (*library == '\0')
+		return (jread_fail(err, path, "library: is empty"));
+	if (*symbol == '\0')
+		return (jread_fail(err, path, "symbol: is empty"));
+	op->udf_library = xstrdup(library);
+	op->udf_symbol = xstrdup(symbol);
+	if (args == NULL)
+		op->udf_args = xstrdup("{}");
+	else if ((op->udf_args = json_dumps(args, JSON_COMPACT)) == NULL)
+		fatalx("json_dumps failed");
+	return (0);
+}
+
+/* Parse one op: an object with one key, the op's name. */
 static int
 plan_parse_op(struct plan_op *op, json_t *o, size_t index, char **err)
 {
+	static const char *const flat_map_keys[] = { "split", NULL };
 	char		 path[64], sub[96];
-	const char	*name, *kind;
+	const char	*name;
 	json_t		*arg;
 	int		 rc = -1;
 
@@ -186,36 +431,39 @@ plan_parse_op(struct plan_op *op, json_t *o, size_t index, char **err)
 		    "expected an object with one operation"));
 	json_object_foreach(o, name, arg) {
 		snprintf(sub, sizeof sub, "%s.%s", path, name);
-		if (strcmp(name, "filter") == 0) {
-			op->type = PLAN_OP_FILTER_CONTAINS;
-			rc = plan_op_string(op, arg, sub, "contains", err);
-		} else if (strcmp(name, "map") == 0) {
-			if (!json_is_string(arg))
-				return (jread_fail(err, sub,
-				    "expected \"upper\", \"lower\" or \"trim\""));
-			kind = json_string_value(arg);
-			if (strcmp(kind, "upper") == 0)
-				op->type = PLAN_OP_MAP_UPPER;
-			else if (strcmp(kind, "lower") == 0)
-				op->type = PLAN_OP_MAP_LOWER;
-			else if (strcmp(kind, "trim") == 0)
-				op->type = PLAN_OP_MAP_TRIM;
-			else
-				return (jread_fail(err, sub,
-				    "unknown map \"%s\"", kind));
-			rc = 0;
+		if (strcmp(name, "filter") == 0)
+			rc = plan_parse_filter(op, arg, sub, err);
+		else if (strcmp(name, "map") == 0)
+			rc = plan_parse_map(op, arg, sub, err);
+		else if (strcmp(name, "flat_map") == 0) {
+			op->type = PLAN_OP_FLAT_MAP_SPLIT;
+			if (plan_op_object(arg, sub, flat_map_keys, err) == 0)
+				rc = plan_op_arg(op, arg, sub, "split", 1, err);
+		} else if (strcmp(name, "sample") == 0)
+			rc = plan_parse_sample(op, arg, sub, err);
+		else if (strcmp(name, "limit") == 0) {
+			op->type = PLAN_OP_LIMIT;
+			rc = plan_op_int(o, path, "limit", JREAD_REQUIRED, 0,
+			    &op->limit, err);
 		} else if (strcmp(name, "pipe") == 0) {
+			static const char *const keys[] = { "command", NULL };
+
 			op->type = PLAN_OP_PIPE;
-			rc = plan_op_string(op, arg, sub, "command", err);
+			if (plan_op_object(arg, sub, keys, err) == 0)
+				rc = plan_op_arg(op, arg, sub, "command", 0,
+				    err);
 			if (rc == 0 && op->arglen == 0)
 				rc = jread_fail(err, sub, "command: is empty");
-		} else
+		} else if (strcmp(name, "udf") == 0)
+			rc = plan_parse_udf(op, arg, sub, err);
+		else
 			rc = jread_fail(err, path, "unknown operation \"%s\"",
 			    name);
 	}
 	return (rc);
 }
 
+/* Parse and check a plan. */
 int
 plan_parse(json_t *j, struct plan **out, char **err)
 {
@@ -270,39 +518,157 @@ plan_set_partitions(struct plan *plan, int default_partitions)
 	if (plan->partitions > 0)
 		return;
 	if (plan->source == PLAN_SOURCE_TEXT)
-		plan->partitions = (int)plan->nfiles;
+		plan->partitions = plan->nfiles > PLAN_MAX_PARTITIONS ?
+		    PLAN_MAX_PARTITIONS : (int)plan->nfiles;
 	else
 		plan->partitions = default_partitions > 0 ?
 		    default_partitions : 1;
 }
 
-int
-plan_stat_files(struct plan *plan, char **err)
+/* Open a text file to check it and take its size; field names the plan's
+ * path it came from. */
+static int
+plan_stat_file(struct plan_file *f, const char *field, char **err)
 {
 	struct stat	 st;
-	size_t		 i;
 	int		 fd;
-	char		 path[64];
 
-	for (i = 0; i < plan->nfiles; i++) {
-		snprintf(path, sizeof path, "plan.source.text.paths[%zu]", i);
-		/* Non-blocking: opening a FIFO must not wait for a writer. */
-		fd = open(plan->files[i].path, O_RDONLY | O_NONBLOCK |
-		    O_CLOEXEC);
-		if (fd == -1)
-			return (jread_fail(err, path, "%s: %s",
-			    plan->files[i].path, strerror(errno)));
-		if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
-			close(fd);
-			return (jread_fail(err, path, "%s: not a regular file",
-			    plan->files[i].path));
-		}
+	/* Non-blocking: opening a FIFO must not wait for a writer. */
+	if ((fd = open(f->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) == -1)
+		return (jread_fail(err, field, "%s: %s", f->path,
+		    strerror(errno)));
+	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
 		close(fd);
-		plan->files[i].size = st.st_size;
+		return (jread_fail(err, field, "%s: not a regular file",
+		    f->path));
+	}
+	close(fd);
+	f->size = st.st_size;
+	return (0);
+}
+
+/* Append a file to a growing list. */
+static void
+plan_add_file(struct plan_file **files, size_t *n, size_t *size,
+    const char *path)
+{
+	if (*n == *size) {
+		*size = *size == 0 ? 8 : *size * 2;
+		*files = xreallocarray(*files, *size, sizeof **files);
+	}
+	(*files)[*n].path = xstrdup(path);
+	(*files)[*n].size = -1;
+	(*n)++;
+}
+
+/* Expand one of the plan's paths: a glob to its matches, sorted, or a
+ * plain path to itself. */
+static int
+plan_expand_path(const char *pattern, const char *field,
+    struct plan_file **files, size_t *n, size_t *size, char **err)
+{
+	glob_t	g;
+	size_t	i;
+	int	rc;
+
+	if (strpbrk(pattern, "*?[") == NULL) {
+		plan_add_file(files, n, size, pattern);
+		return (0);
+	}
+	memset(&g, 0, sizeof g);
+	rc = glob(pattern, 0, NULL, &g);
+	if (rc == GLOB_NOMATCH) {
+		globfree(&g);
+		/* A name that only looks like a pattern. */
+		if (access(pattern, F_OK) == 0) {
+			plan_add_file(files, n, size, pattern);
+			return (0);
+		}
+		return (jread_fail(err, field, "%s: no file matches", pattern));
+	}
+	if (rc != 0) {
+		globfree(&g);
+		return (jread_fail(err, field, "%s: %s", pattern,
+		    rc == GLOB_NOSPACE ? "out of memory" : "read error"));
+	}
+	for (i = 0; i < g.gl_pathc; i++)
+		plan_add_file(files, n, size, g.gl_pathv[i]);
+	globfree(&g);
+	return (0);
+}
+
+/* Expand and check the text paths. */
+static int
+plan_check_files(struct plan *plan, char **err)
+{
+	struct plan_file	*files = NULL;
+	size_t			 n = 0, size = 0, i, first;
+	char			 field[64];
+	int			 rc = 0;
+
+	for (i = 0; i < plan->nfiles && rc == 0; i++) {
+		snprintf(field, sizeof field, "plan.source.text.paths[%zu]", i);
+		first = n;
+		rc = plan_expand_path(plan->files[i].path, field, &files, &n,
+		    &size, err);
+		for (; rc == 0 && first < n; first++)
+			rc = plan_stat_file(&files[first], field, err);
+	}
+	if (rc == -1) {
+		for (i = 0; i < n; i++)
+			free(files[i].path);
+		free(files);
+		return (-1);
+	}
+	for (i = 0; i < plan->nfiles; i++)
+		free(plan->files[i].path);
+	free(plan->files);
+	plan->files = files;
+	plan->nfiles = n;
+	return (0);
+}
+
+/* Check a udf's library and symbol. */
+static int
+plan_check_udf(const struct plan_op *op, size_t index, char **err)
+{
+	struct plan_file	 f;
+	char			 field[96], *perr = NULL;
+	int			 rc;
+
+	snprintf(field, sizeof field, "plan.ops[%zu].udf.library", index);
+	f.path = op->udf_library;
+	if (plan_stat_file(&f, field, err) == -1)
+		return (-1);
+	if (plugin_check(op->udf_library, op->udf_symbol, &perr) == 0)
+		return (0);
+	/* The plugin's message says what is wrong; name the field it is
+	 * about. */
+	if (strstr(perr, op->udf_symbol) != NULL)
+		snprintf(field, sizeof field, "plan.ops[%zu].udf.symbol", index);
+	rc = jread_fail(err, field, "%s", perr);
+	free(perr);
+	return (rc);
+}
+
+/* Check the files and plugins a plan names. */
+int
+plan_check_resources(struct plan *plan, char **err)
+{
+	size_t	i;
+
+	if (plan->source == PLAN_SOURCE_TEXT &&
+	    plan_check_files(plan, err) == -1)
+		return (-1);
+	for (i = 0; i < plan->nops; i++) {
+		if (plan->ops[i].type == PLAN_OP_UDF &&
+		    plan_check_udf(&plan->ops[i], i, err) == -1)
+			return (-1);
 	}
 	return (0);
 }
 
+/* The files as JSON, for task descriptors. */
 json_t *
 plan_files_to_json(const struct plan *plan)
 {
@@ -315,29 +681,47 @@ plan_files_to_json(const struct plan *plan)
 	return (files);
 }
 
+/* Take the files emberd expanded in place of the plan's paths. */
 int
 plan_files_from_json(struct plan *plan, json_t *files, char **err)
 {
-	json_t		*f;
-	size_t		 i;
-	const char	*path;
-	json_int_t	 size;
+	struct plan_file	*list;
+	json_t			*f;
+	size_t			 i, n;
+	const char		*path;
+	json_int_t		 size;
 
-	if (!json_is_array(files) || json_array_size(files) != plan->nfiles)
+	if (plan->source != PLAN_SOURCE_TEXT || !json_is_array(files) ||
+	    (n = json_array_size(files)) == 0)
 		return (jread_fail(err, "files", "do not match the plan"));
+	list = xcalloc(n, sizeof *list);
 	json_array_foreach(files, i, f) {
 		if (jread_string(f, "files", "path", JREAD_REQUIRED, &path,
 		    err) == -1 ||
 		    jread_int(f, "files", "size", JREAD_REQUIRED, &size,
 		    err) == -1)
-			return (-1);
-		free(plan->files[i].path);
-		plan->files[i].path = xstrdup(path);
-		plan->files[i].size = size;
+			goto fail;
+		if (size < 0) {
+			jread_fail(err, "files.size", "must be 0 or more");
+			goto fail;
+		}
+		list[i].path = xstrdup(path);
+		list[i].size = size;
 	}
+	for (i = 0; i < plan->nfiles; i++)
+		free(plan->files[i].path);
+	free(plan->files);
+	plan->files = list;
+	plan->nfiles = n;
 	return (0);
+fail:
+	for (i = 0; i < n; i++)
+		free(list[i].path);
+	free(list);
+	return (-1);
 }
 
+/* The slice of n items that a partition holds. */
 void
 plan_slice(int64_t n, int partitions, int partition, int64_t *begin,
     int64_t *end)

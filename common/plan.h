@@ -1,7 +1,9 @@
 /*
- * A job's plan (ARCHITECTURE section 7), parsed and checked completely
- * before any task runs.  emberd parses a client's plan to validate it and
- * to count partitions; the worker parses the same JSON to run a task.
+ * A job's plan (ARCHITECTURE section 7, docs/plans.md), parsed and checked
+ * completely before any task runs.  emberd parses a client's plan to
+ * validate it and to count partitions; the worker parses the same JSON to
+ * run a task, and keeps what it parsed (compiled regexes included) for the
+ * operation's next tasks.
  */
 #ifndef EMBER_PLAN_H
 #define EMBER_PLAN_H
@@ -22,16 +24,46 @@ enum plan_source_type {
 
 enum plan_op_type {
 	PLAN_OP_FILTER_CONTAINS,
+	PLAN_OP_FILTER_REGEX,
+	PLAN_OP_FILTER_BROADCAST,
 	PLAN_OP_MAP_UPPER,
 	PLAN_OP_MAP_LOWER,
 	PLAN_OP_MAP_TRIM,
+	PLAN_OP_MAP_FIELD,
+	PLAN_OP_MAP_JSON,
+	PLAN_OP_FLAT_MAP_SPLIT,
+	PLAN_OP_SAMPLE,
+	PLAN_OP_LIMIT,
 	PLAN_OP_PIPE,
+	PLAN_OP_UDF,
 };
 
 struct plan_op {
 	enum plan_op_type	 type;
-	char			*arg;		/* filter substring, pipe command */
+
+	/*
+	 * The string argument, NUL-terminated but measured by arglen (it may
+	 * hold NULs): the filter's substring or pattern, the pipe's command,
+	 * the separator of map field and flat_map split, the path of map
+	 * json.
+	 */
+	char			*arg;
 	size_t			 arglen;
+
+	int64_t			 index;		/* map field; < 0 from the end */
+	int64_t			 limit;		/* limit */
+	double			 fraction;	/* sample */
+	int64_t			 seed;		/* sample */
+	int64_t			 broadcast;	/* filter in_broadcast */
+
+	/* filter regex: the compiled pattern (a pcre2_code; plan.c alone
+	 * includes pcre2.h). */
+	void			*regex;
+
+	/* udf: args is compact JSON text, "{}" when the plan has none. */
+	char			*udf_library;
+	char			*udf_symbol;
+	char			*udf_args;
 };
 
 struct plan_file {
@@ -42,7 +74,9 @@ struct plan_file {
 struct plan {
 	enum plan_source_type	 source;
 	int64_t			 range_start, range_end, range_step;
-	struct plan_file	*files;		/* text */
+	/* text: the plan's paths (size -1) until plan_check_resources
+	 * expands them to the files they name. */
+	struct plan_file	*files;
 	size_t			 nfiles;
 	json_t			*records;	/* parallelize: strings and nulls */
 	int			 partitions;	/* 0 until plan_set_partitions */
@@ -52,7 +86,8 @@ struct plan {
 
 /*
  * Parse and check a plan; the error names the field ("plan.ops[1].map: ...").
- * Text files are not opened here: see plan_stat_files.
+ * Regexes are compiled here.  Files and plugins are not looked at: see
+ * plan_check_resources.
  */
 int	 plan_parse(json_t *, struct plan **, char **err);
 void	 plan_free(struct plan *);
@@ -61,9 +96,18 @@ void	 plan_free(struct plan *);
  * one per file). */
 void	 plan_set_partitions(struct plan *, int default_partitions);
 
-/* Open each text file to check it is readable and record its size. */
-int	 plan_stat_files(struct plan *, char **err);
-/* The files and sizes as JSON ([{"path":..,"size":..}]), and back. */
+/*
+ * Check what the plan names outside itself, as emberd sees it when the
+ * job is submitted: expand the text paths' globs into the files they match
+ * (sorted), open each to check it is a readable regular file and record
+ * its size; check each udf's library and symbol.
+ */
+int	 plan_check_resources(struct plan *, char **err);
+/* The former name, while callers move to the new one. */
+#define plan_stat_files(plan, err)	plan_check_resources(plan, err)
+
+/* The files and sizes as JSON ([{"path":..,"size":..}]), and back: the
+ * worker takes emberd's expanded list in place of the plan's paths. */
 json_t	*plan_files_to_json(const struct plan *);
 int	 plan_files_from_json(struct plan *, json_t *, char **err);
 

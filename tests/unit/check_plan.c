@@ -167,6 +167,60 @@ START_TEST(test_plan_ops)
 }
 END_TEST
 
+START_TEST(test_plan_ops_new)
+{
+	struct plan	*plan;
+
+	plan = plan_ok("{\"source\": {\"range\": {\"end\": 10}}, \"ops\": ["
+	    "{\"filter\": {\"regex\": \"^a+[0-9]\"}}, "
+	    "{\"filter\": {\"in_broadcast\": 7}}, "
+	    "{\"map\": {\"field\": {\"sep\": \"::\", \"index\": -2}}}, "
+	    "{\"map\": {\"json\": \"user.name\"}}, "
+	    "{\"flat_map\": {\"split\": \" \"}}, "
+	    "{\"sample\": {\"fraction\": 0.25, \"seed\": -42}}, "
+	    "{\"sample\": {\"fraction\": 1}}, "
+	    "{\"limit\": 0}, "
+	    "{\"udf\": {\"library\": \"/lib/x.so\", \"symbol\": \"f\", "
+	    "\"args\": {\"k\": [1, \"v\"]}}}, "
+	    "{\"udf\": {\"library\": \"/lib/x.so\", \"symbol\": \"g\"}}]}");
+	ck_assert_uint_eq(plan->nops, 10);
+	ck_assert_int_eq(plan->ops[0].type, PLAN_OP_FILTER_REGEX);
+	ck_assert_str_eq(plan->ops[0].arg, "^a+[0-9]");
+	ck_assert_ptr_nonnull(plan->ops[0].regex);
+	ck_assert_int_eq(plan->ops[1].type, PLAN_OP_FILTER_BROADCAST);
+	ck_assert_int_eq(plan->ops[1].broadcast, 7);
+	ck_assert_int_eq(plan->ops[2].type, PLAN_OP_MAP_FIELD);
+	ck_assert_str_eq(plan->ops[2].arg, "::");
+	ck_assert_uint_eq(plan->ops[2].arglen, 2);
+	ck_assert_int_eq(plan->ops[2].index, -2);
+	ck_assert_int_eq(plan->ops[3].type, PLAN_OP_MAP_JSON);
+	ck_assert_str_eq(plan->ops[3].arg, "user.name");
+	ck_assert_int_eq(plan->ops[4].type, PLAN_OP_FLAT_MAP_SPLIT);
+	ck_assert_str_eq(plan->ops[4].arg, " ");
+	ck_assert_int_eq(plan->ops[5].type, PLAN_OP_SAMPLE);
+	ck_assert(plan->ops[5].fraction == 0.25);
+	ck_assert_int_eq(plan->ops[5].seed, -42);
+	/* An integer fraction is a number too; the seed defaults to 0. */
+	ck_assert(plan->ops[6].fraction == 1.0);
+	ck_assert_int_eq(plan->ops[6].seed, 0);
+	ck_assert_int_eq(plan->ops[7].type, PLAN_OP_LIMIT);
+	ck_assert_int_eq(plan->ops[7].limit, 0);
+	ck_assert_int_eq(plan->ops[8].type, PLAN_OP_UDF);
+	ck_assert_str_eq(plan->ops[8].udf_library, "/lib/x.so");
+	ck_assert_str_eq(plan->ops[8].udf_symbol, "f");
+	ck_assert_str_eq(plan->ops[8].udf_args, "{\"k\":[1,\"v\"]}");
+	ck_assert_str_eq(plan->ops[9].udf_args, "{}");
+	plan_free(plan);
+
+	/* A regex may hold a NUL. */
+	plan = plan_ok("{\"source\": {\"range\": {\"end\": 1}}, \"ops\": ["
+	    "{\"filter\": {\"regex\": \"a\\u0000b\"}}]}");
+	ck_assert_uint_eq(plan->ops[0].arglen, 3);
+	ck_assert_ptr_nonnull(plan->ops[0].regex);
+	plan_free(plan);
+}
+END_TEST
+
 START_TEST(test_plan_refused)
 {
 	static const struct {
@@ -289,20 +343,23 @@ START_TEST(test_plan_refused)
 		  "plan.ops[0].map: unknown map \"shout\"" },
 		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
 		  "7}]}",
-		  "plan.ops[0].map: expected \"upper\", \"lower\" or \"trim\"" },
+		  "plan.ops[0].map: expected \"upper\", \"lower\", \"trim\" or "
+		  "an object" },
 		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
 		  "\"7\"}]}",
 		  "plan.ops[0].filter: expected an object" },
 		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
 		  "{}}]}",
-		  "plan.ops[0].filter.contains: missing" },
+		  "plan.ops[0].filter: expected exactly one of contains, regex, "
+		  "in_broadcast" },
 		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
 		  "\"trim\"}, {\"map\": \"trim\"}, {\"filter\": {\"contains\": "
 		  "7}}]}",
 		  "plan.ops[2].filter.contains: expected a string" },
 		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
 		  "{\"contains\": \"7\", \"regex\": \"x\"}}]}",
-		  "plan.ops[0].filter.regex: unknown field" },
+		  "plan.ops[0].filter: expected exactly one of contains, regex, "
+		  "in_broadcast" },
 		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"pipe\": "
 		  "{\"command\": \"\"}}]}",
 		  "plan.ops[0].pipe: command: is empty" },
@@ -312,6 +369,118 @@ START_TEST(test_plan_refused)
 		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"pipe\": "
 		  "\"ls\"}]}",
 		  "plan.ops[0].pipe: expected an object" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
+		  "{\"like\": \"x\"}}]}",
+		  "plan.ops[0].filter.like: unknown field" },
+
+		/* regex: PCRE2's message and where. */
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "\"trim\"}, {\"filter\": {\"regex\": \"a(b\"}}]}",
+		  "plan.ops[1].filter.regex: missing closing parenthesis at "
+		  "offset 3" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
+		  "{\"regex\": \"[z-a]\"}}]}",
+		  "plan.ops[0].filter.regex: range out of order in character "
+		  "class at offset 3" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
+		  "{\"regex\": [\"a\"]}}]}",
+		  "plan.ops[0].filter.regex: expected a string" },
+
+		/* in_broadcast */
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
+		  "{\"in_broadcast\": -1}}]}",
+		  "plan.ops[0].filter.in_broadcast: must be 0 or more" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
+		  "{\"in_broadcast\": \"3\"}}]}",
+		  "plan.ops[0].filter.in_broadcast: expected an integer" },
+
+		/* map field and json */
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "{}}]}",
+		  "plan.ops[0].map: expected exactly one of field, json" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "{\"column\": 1}}]}",
+		  "plan.ops[0].map.column: unknown field" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "{\"field\": {\"sep\": \"\", \"index\": 1}}}]}",
+		  "plan.ops[0].map.field.sep: must not be empty" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "{\"field\": {\"sep\": \",\"}}}]}",
+		  "plan.ops[0].map.field.index: missing" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "{\"field\": {\"sep\": \",\", \"index\": 1.5}}}]}",
+		  "plan.ops[0].map.field.index: expected an integer" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "{\"field\": {\"sep\": \",\", \"index\": 0, \"x\": 1}}}]}",
+		  "plan.ops[0].map.field.x: unknown field" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "{\"field\": \",\"}}]}",
+		  "plan.ops[0].map.field: expected an object" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "{\"json\": \"\"}}]}",
+		  "plan.ops[0].map.json: must not be empty" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "{\"json\": \"a..b\"}}]}",
+		  "plan.ops[0].map.json: \"a..b\": a name between dots is empty" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "{\"json\": \"a.\"}}]}",
+		  "plan.ops[0].map.json: \"a.\": a name between dots is empty" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
+		  "{\"json\": 3}}]}",
+		  "plan.ops[0].map.json: expected a string" },
+
+		/* flat_map */
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"flat_map\": "
+		  "{\"split\": \"\"}}]}",
+		  "plan.ops[0].flat_map.split: must not be empty" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"flat_map\": "
+		  "\" \"}]}",
+		  "plan.ops[0].flat_map: expected an object" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"flat_map\": "
+		  "{\"explode\": \" \"}}]}",
+		  "plan.ops[0].flat_map.explode: unknown field" },
+
+		/* sample */
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"sample\": "
+		  "{\"fraction\": 1.5}}]}",
+		  "plan.ops[0].sample.fraction: must be from 0 to 1" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"sample\": "
+		  "{\"fraction\": -0.1}}]}",
+		  "plan.ops[0].sample.fraction: must be from 0 to 1" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"sample\": "
+		  "{\"seed\": 1}}]}",
+		  "plan.ops[0].sample.fraction: missing" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"sample\": "
+		  "{\"fraction\": \"half\"}}]}",
+		  "plan.ops[0].sample.fraction: expected a number" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"sample\": "
+		  "{\"fraction\": 0.5, \"seed\": 0.5}}]}",
+		  "plan.ops[0].sample.seed: expected an integer" },
+
+		/* limit */
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"limit\": "
+		  "-1}]}",
+		  "plan.ops[0].limit: must be 0 or more" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"limit\": "
+		  "\"5\"}]}",
+		  "plan.ops[0].limit: expected an integer" },
+
+		/* udf */
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"udf\": "
+		  "{\"symbol\": \"f\"}}]}",
+		  "plan.ops[0].udf.library: missing" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"udf\": "
+		  "{\"library\": \"/x.so\"}}]}",
+		  "plan.ops[0].udf.symbol: missing" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"udf\": "
+		  "{\"library\": \"/x.so\", \"symbol\": \"f\", \"args\": [1]}}]}",
+		  "plan.ops[0].udf.args: expected an object" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"udf\": "
+		  "{\"library\": \"/x.so\", \"symbol\": \"f\", \"arg\": {}}}]}",
+		  "plan.ops[0].udf.arg: unknown field" },
+		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"udf\": "
+		  "{\"library\": \"\", \"symbol\": \"f\"}}]}",
+		  "plan.ops[0].udf: library: is empty" },
 	};
 	size_t	i;
 
@@ -625,7 +794,7 @@ plan_expect_stat_error(const char *const *names, size_t n, size_t index,
 	char		*err = NULL, *want;
 
 	plan = plan_text(names, n);
-	ck_assert_int_eq(plan_stat_files(plan, &err), -1);
+	ck_assert_int_eq(plan_check_resources(plan, &err), -1);
 	ck_assert_int_ne(asprintf(&want, "plan.source.text.paths[%zu]: %s/%s: "
 	    "%s", index, plan_dir, names[index], why), -1);
 	ck_assert_str_eq(err, want);
@@ -644,7 +813,7 @@ START_TEST(test_plan_stat_files)
 	char		*err = NULL;
 
 	plan = plan_text(good, 2);
-	ck_assert_int_eq(plan_stat_files(plan, &err), 0);
+	ck_assert_int_eq(plan_check_resources(plan, &err), 0);
 	ck_assert_ptr_null(err);
 	ck_assert_int_eq(plan->files[0].size, 8);
 	ck_assert_int_eq(plan->files[1].size, 0);
@@ -658,6 +827,75 @@ START_TEST(test_plan_stat_files)
 }
 END_TEST
 
+/* Expect plan_check_resources to refuse a text plan of one path. */
+static void
+plan_expect_glob_error(const char *name, const char *shown, const char *why)
+{
+	struct plan	*plan;
+	char		*err = NULL, *want;
+
+	plan = plan_text(&name, 1);
+	ck_assert_int_eq(plan_check_resources(plan, &err), -1);
+	ck_assert_int_ne(asprintf(&want, "plan.source.text.paths[0]: %s/%s: "
+	    "%s", plan_dir, shown, why), -1);
+	ck_assert_str_eq(err, want);
+	free(want);
+	free(err);
+	plan_free(plan);
+}
+
+START_TEST(test_plan_globs)
+{
+	static const char *const names[] = { "a.txt", "*.txt", "a.t?t" };
+	struct plan	*plan;
+	char		*err = NULL, *path;
+
+	/* Each glob expands to its matches, sorted, in the plan's order. */
+	plan = plan_text(names, 3);
+	ck_assert_int_eq(plan_check_resources(plan, &err), 0);
+	ck_assert_uint_eq(plan->nfiles, 4);
+	ck_assert_int_ne(asprintf(&path, "%s/a.txt", plan_dir), -1);
+	ck_assert_str_eq(plan->files[0].path, path);
+	ck_assert_str_eq(plan->files[1].path, path);
+	ck_assert_str_eq(plan->files[3].path, path);
+	free(path);
+	ck_assert_int_ne(asprintf(&path, "%s/empty.txt", plan_dir), -1);
+	ck_assert_str_eq(plan->files[2].path, path);
+	free(path);
+	ck_assert_int_eq(plan->files[0].size, 8);
+	ck_assert_int_eq(plan->files[2].size, 0);
+	/* One partition per file found. */
+	plan_set_partitions(plan, 1);
+	ck_assert_int_eq(plan->partitions, 4);
+	plan_free(plan);
+
+	plan_expect_glob_error("*.nope", "*.nope", "no file matches");
+	/* A match that is not a regular file is refused by its name. */
+	plan_expect_glob_error("fi?o", "fifo", "not a regular file");
+	plan_expect_glob_error("d*", "dir", "not a regular file");
+}
+END_TEST
+
+START_TEST(test_plan_udf_library)
+{
+	struct plan	*plan;
+	char		*err = NULL, *text;
+
+	ck_assert_int_ne(asprintf(&text, "{\"source\": {\"range\": {\"end\": "
+	    "1}}, \"ops\": [{\"map\": \"upper\"}, {\"udf\": {\"library\": "
+	    "\"%s/missing.so\", \"symbol\": \"f\"}}]}", plan_dir), -1);
+	plan = plan_ok(text);
+	free(text);
+	ck_assert_int_eq(plan_check_resources(plan, &err), -1);
+	ck_assert_int_ne(asprintf(&text, "plan.ops[1].udf.library: "
+	    "%s/missing.so: %s", plan_dir, strerror(ENOENT)), -1);
+	ck_assert_str_eq(err, text);
+	free(text);
+	free(err);
+	plan_free(plan);
+}
+END_TEST
+
 START_TEST(test_plan_files_json)
 {
 	static const char *const names[] = { "a.txt", "empty.txt" };
@@ -667,7 +905,7 @@ START_TEST(test_plan_files_json)
 	size_t		 i;
 
 	plan = plan_text(names, 2);
-	ck_assert_int_eq(plan_stat_files(plan, &err), 0);
+	ck_assert_int_eq(plan_check_resources(plan, &err), 0);
 	files = plan_files_to_json(plan);
 	ck_assert_uint_eq(json_array_size(files), 2);
 	ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(
@@ -682,10 +920,25 @@ START_TEST(test_plan_files_json)
 		ck_assert_int_eq(again->files[i].size, plan->files[i].size);
 	}
 
-	/* Refused: a count that differs, a missing or mistyped field. */
-	bad = json_pack("[{s:s,s:i}]", "path", "/x", "size", 1);
+	/* emberd's list replaces the plan's paths, whatever its length:
+	 * globs expand to any number of files. */
+	bad = json_pack("[{s:s,s:i},{s:s,s:i},{s:s,s:i}]", "path", "/x",
+	    "size", 1, "path", "/y", "size", 0, "path", "/z", "size", 5);
+	ck_assert_int_eq(plan_files_from_json(again, bad, &err), 0);
+	ck_assert_uint_eq(again->nfiles, 3);
+	ck_assert_str_eq(again->files[2].path, "/z");
+	ck_assert_int_eq(again->files[2].size, 5);
+	json_decref(bad);
+
+	/* Refused: no file, not an array, a missing or mistyped field. */
+	bad = json_array();
 	ck_assert_int_eq(plan_files_from_json(again, bad, &err), -1);
 	ck_assert_str_eq(err, "files: do not match the plan");
+	free(err);
+	json_decref(bad);
+	bad = json_pack("[{s:s,s:i}]", "path", "/x", "size", -1);
+	ck_assert_int_eq(plan_files_from_json(again, bad, &err), -1);
+	ck_assert_str_eq(err, "files.size: must be 0 or more");
 	free(err);
 	json_decref(bad);
 	ck_assert_int_eq(plan_files_from_json(again, json_object_get(files,
@@ -723,6 +976,7 @@ plan_suite(void)
 	tcase_add_test(tc, test_plan_text);
 	tcase_add_test(tc, test_plan_parallelize);
 	tcase_add_test(tc, test_plan_ops);
+	tcase_add_test(tc, test_plan_ops_new);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("refused");
@@ -744,6 +998,8 @@ plan_suite(void)
 	tcase_add_checked_fixture(tc, plan_files_setup, plan_files_teardown);
 	tcase_add_test(tc, test_plan_stat_files);
 	tcase_add_test(tc, test_plan_files_json);
+	tcase_add_test(tc, test_plan_globs);
+	tcase_add_test(tc, test_plan_udf_library);
 	suite_add_tcase(s, tc);
 
 	return (s);

@@ -50,6 +50,8 @@ static const struct conf_key conf_keys[] = {
 	KEY("daemon", "shutdown_grace", CONF_DURATION, daemon_shutdown_grace,
 	    "10s", 0),
 	KEY("daemon", "max_result", CONF_SIZE, daemon_max_result, "256m", 4096),
+	KEY("daemon", "max_broadcast", CONF_SIZE, daemon_max_broadcast, "1g", 0),
+	KEY("daemon", "local_dir", CONF_STRING, daemon_local_dir, "", 0),
 	KEY("workers", "max", CONF_COUNT, workers_max, "auto", 0),
 	KEY("workers", "fork_backoff", CONF_DURATION, workers_fork_backoff,
 	    "1s", 1),

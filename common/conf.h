@@ -20,6 +20,8 @@ struct conf {
 	int64_t		 daemon_max_connections_per_uid;
 	int64_t		 daemon_shutdown_grace;	/* ms */
 	int64_t		 daemon_max_result;	/* bytes of a merged result */
+	int64_t		 daemon_max_broadcast;	/* bytes */
+	char		*daemon_local_dir;
 
 	int64_t		 workers_max;		/* 0: one per CPU */
 	int64_t		 workers_fork_backoff;	/* ms */

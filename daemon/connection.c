@@ -12,6 +12,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "broadcast.h"
 #include "connection.h"
 #include "emberd.h"
 #include "frame.h"
@@ -30,6 +31,7 @@ enum connection_state {
 	CONN_CONTROL,	/* reading control frames */
 	CONN_BUSY,	/* a request is running; its reply comes later */
 	CONN_STREAM,	/* carrying an operation's result stream */
+	CONN_UPLOAD,	/* reading a broadcast's bytes */
 	CONN_CLOSING,	/* flushing a last reply, then closing */
 };
 
@@ -43,6 +45,7 @@ struct connection {
 	pid_t			 pid;
 	struct session		*session;	/* after hello */
 	struct operation	*op;		/* CONN_BUSY, CONN_STREAM */
+	struct broadcast	*upload;	/* CONN_UPLOAD */
 	TAILQ_ENTRY(connection)	 entry;
 };
 static TAILQ_HEAD(, connection) connections =
@@ -57,6 +60,7 @@ struct connection_request {
 };
 
 static void	connection_free(struct connection *);
+static void	connection_upload_done(struct connection *);
 static void	connection_process(struct connection *);
 
 uid_t
@@ -239,6 +243,50 @@ connection_execute(struct connection *c, json_t *req)
 	operation_execute(c, c->session, req);
 }
 
+/* broadcast_put: the bytes follow as raw frames; the reply comes when
+ * they are all in. */
+static void
+connection_broadcast_put(struct connection *c, json_t *req)
+{
+	static const char *const keys[] = { "op", "size", NULL };
+	json_int_t	 size = 0;
+	char		*err;
+
+	if (jread_only(req, "", keys, &err) == -1 ||
+	    jread_int(req, "", "size", JREAD_REQUIRED, &size, &err) == -1 ||
+	    (c->upload = broadcast_create(c->session, size, &err)) == NULL) {
+		connection_reply_error(c, "REQUEST_INVALID", "broadcast_put: %s",
+		    err);
+		free(err);
+		return;
+	}
+	c->state = CONN_UPLOAD;
+	if (size == 0)
+		connection_upload_done(c);
+}
+
+static void
+connection_broadcast_drop(struct connection *c, json_t *req)
+{
+	static const char *const keys[] = { "op", "broadcast", NULL };
+	json_int_t	 id = 0;
+	char		*err;
+
+	if (jread_only(req, "", keys, &err) == -1 ||
+	    jread_int(req, "", "broadcast", JREAD_REQUIRED, &id, &err) == -1) {
+		connection_reply_error(c, "REQUEST_INVALID", "broadcast_drop: "
+		    "%s", err);
+		free(err);
+		return;
+	}
+	if (broadcast_drop(c->session, id) == -1) {
+		connection_reply_error(c, "BROADCAST_NOT_FOUND", "no broadcast "
+		    "%lld in this session", (long long)id);
+		return;
+	}
+	connection_reply_ok(c, NULL);
+}
+
 static void
 connection_status(struct connection *c, json_t *req)
 {
@@ -260,6 +308,8 @@ static const struct connection_request connection_requests[] = {
 	{ "execute", 1, connection_execute },
 	{ "status", 1, connection_status },
 	{ "close_session", 1, connection_close_session },
+	{ "broadcast_put", 1, connection_broadcast_put },
+	{ "broadcast_drop", 1, connection_broadcast_drop },
 };
 
 /* Parse and answer one control frame. */
@@ -337,6 +387,61 @@ connection_read_control(struct connection *c)
 	return (1);
 }
 
+/* The last byte of an upload is in: seal it and answer with its id. */
+static void
+connection_upload_done(struct connection *c)
+{
+	struct broadcast	*b = c->upload;
+
+	c->upload = NULL;
+	c->state = CONN_CONTROL;
+	broadcast_seal(b);
+	ember_counters.broadcasts++;
+	connection_reply_ok(c, json_pack("{s:I,s:I}", "broadcast",
+	    (json_int_t)broadcast_id(b), "size", (json_int_t)broadcast_size(b)));
+}
+
+/* Take one raw frame of an upload: 1 if taken. */
+static int
+connection_read_upload(struct connection *c)
+{
+	struct evbuffer	*in = bufferevent_get_input(c->bev);
+	int32_t		 len;
+	char		*err;
+
+	switch (frame_peek(in, (size_t)ember_conf.daemon_max_frame, &len)) {
+	case FRAME_INCOMPLETE:
+		return (0);
+	case FRAME_TOO_LARGE:
+		len = -1;
+		break;
+	case FRAME_OK:
+		break;
+	}
+	if (len < 0 || len > broadcast_missing(c->upload)) {
+		broadcast_abandon(c->upload);
+		c->upload = NULL;
+		connection_fail(c, "FRAME_INVALID", "a broadcast's bytes come as "
+		    "frames adding up to its size");
+		return (0);
+	}
+	evbuffer_drain(in, 4);
+	if (broadcast_write(c->upload, evbuffer_pullup(in, len), (size_t)len,
+	    &err) == -1) {
+		evbuffer_drain(in, (size_t)len);
+		broadcast_abandon(c->upload);
+		c->upload = NULL;
+		c->state = CONN_CONTROL;
+		connection_reply_error(c, "INTERNAL", "broadcast_put: %s", err);
+		free(err);
+		return (1);
+	}
+	evbuffer_drain(in, (size_t)len);
+	if (broadcast_missing(c->upload) == 0)
+		connection_upload_done(c);
+	return (1);
+}
+
 /* Work through buffered input as far as the state allows. */
 static void
 connection_process(struct connection *c)
@@ -351,6 +456,9 @@ connection_process(struct connection *c)
 			break;
 		case CONN_STREAM:
 			handled = operation_stream_input(c->op, in);
+			break;
+		case CONN_UPLOAD:
+			handled = connection_read_upload(c);
 			break;
 		default:
 			return;
@@ -485,6 +593,8 @@ connection_free(struct connection *c)
 	log_debug("connection %llu closed", (unsigned long long)c->id);
 	if (c->op != NULL)
 		operation_detach(c->op);
+	if (c->upload != NULL)
+		broadcast_abandon(c->upload);
 	if (c->session != NULL)
 		session_release(c->session);
 	TAILQ_REMOVE(&connections, c, entry);

@@ -4,11 +4,14 @@
  * the running operations.
  */
 #include <sys/types.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <libgen.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,6 +39,7 @@ int			 ember_draining;
 uint64_t		 ember_started_ms;
 
 static const char	*ember_conf_path;	/* for SIGHUP */
+static char		*ember_local;
 static char		**ember_sets;
 static int		 ember_nsets;
 
@@ -65,6 +69,55 @@ ember_workers_max(void)
 		cpus = n > 0 ? (int)n : 1;
 	}
 	return (cpus);
+}
+
+const char *
+ember_local_dir(void)
+{
+	return (ember_local);
+}
+
+/* Remove what a run left in the local directory: its own files only. */
+static void
+ember_clean_local(void)
+{
+	DIR		*d;
+	struct dirent	*e;
+	char		*p;
+
+	if ((d = opendir(ember_local)) == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, "broadcast-", 10) != 0)
+			continue;
+		xasprintf(&p, "%s/%s", ember_local, e->d_name);
+		unlink(p);
+		free(p);
+	}
+	closedir(d);
+}
+
+/* The local directory: the conf's, else emberd-local beside the socket.
+ * Workers running as other users open files in it by name only. */
+static int
+ember_open_local(void)
+{
+	char	*copy;
+
+	if (*ember_conf.daemon_local_dir != '\0')
+		ember_local = xstrdup(ember_conf.daemon_local_dir);
+	else {
+		copy = xstrdup(ember_conf.daemon_socket);
+		xasprintf(&ember_local, "%s/emberd-local", dirname(copy));
+		free(copy);
+	}
+	if (mkdir(ember_local, 0711) == -1 && errno != EEXIST) {
+		log_error("daemon.local_dir: %s: %s", ember_local,
+		    strerror(errno));
+		return (-1);
+	}
+	ember_clean_local();
+	return (0);
 }
 
 /* During a drain: once no operation is left, flush and close every
@@ -342,6 +395,10 @@ main(int argc, char **argv)
 
 	if (listener_start() == -1)
 		return (1);
+	if (ember_open_local() == -1) {
+		listener_stop();
+		return (1);
+	}
 	pool_init();
 	if (forkserver_start() == -1) {
 		listener_stop();
@@ -359,6 +416,9 @@ main(int argc, char **argv)
 	connection_close_all();
 	pool_shutdown();
 	forkserver_stop();
+	ember_clean_local();
+	rmdir(ember_local);
+	free(ember_local);
 	if (ember_grace != NULL)
 		event_free(ember_grace);
 	event_free(ember_drain);

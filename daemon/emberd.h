@@ -32,6 +32,10 @@ struct ember_counters {
 	uint64_t	workers_crashed;
 	uint64_t	worker_reuses;
 	uint64_t	forkserver_restarts;
+	uint64_t	broadcasts;
+	uint64_t	broadcasts_sent;	/* to a worker: once per worker */
+	uint64_t	broadcast_bytes_sent;
+	uint64_t	broadcasts_removed;
 };
 
 extern struct event_base	*ember_base;
@@ -44,6 +48,8 @@ extern uint64_t			 ember_started_ms;
 uint64_t	ember_now_ms(void);
 /* workers.max, with "auto" resolved to the number of CPUs. */
 int		ember_workers_max(void);
+/* The directory for emberd's own files (broadcasts). */
+const char	*ember_local_dir(void);
 /* Called whenever an operation ends, so a drain can finish. */
 void		ember_check_drained(void);
 

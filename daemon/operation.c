@@ -12,6 +12,7 @@
 #include "log.h"
 #include "operation.h"
 #include "plan.h"
+#include "broadcast.h"
 #include "commit.h"
 #include "pool.h"
 #include "result.h"
@@ -63,6 +64,8 @@ struct operation {
 	char			*result_error;	/* result over its bound */
 	enum reduce_fn		 fn;
 	struct commit		*commit;	/* save */
+	struct broadcast	**broadcasts;	/* the plan uses, each once */
+	size_t			 nbroadcasts;
 	int64_t			 records_sent;
 	uint64_t		 started_ms;
 	TAILQ_HEAD(, task)	 tasks;		/* live tasks, by partition */
@@ -97,6 +100,45 @@ const char *
 operation_plan_text(const struct operation *op)
 {
 	return (op->plan_text);
+}
+
+struct broadcast *const *
+operation_broadcasts(const struct operation *op, size_t *n)
+{
+	*n = op->nbroadcasts;
+	return (op->broadcasts);
+}
+
+/* Find the broadcasts the plan filters by; each must be the session's. */
+static int
+operation_find_broadcasts(struct operation *op, struct session *s,
+    char **err)
+{
+	struct broadcast	*b;
+	size_t			 i, j;
+
+	for (i = 0; i < op->plan->nops; i++) {
+		if (op->plan->ops[i].type != PLAN_OP_FILTER_BROADCAST)
+			continue;
+		if ((b = broadcast_find(s, op->plan->ops[i].broadcast)) ==
+		    NULL) {
+			xasprintf(err, "plan.ops[%zu].filter.in_broadcast: no "
+			    "broadcast %lld in this session", i,
+			    (long long)op->plan->ops[i].broadcast);
+			return (-1);
+		}
+		for (j = 0; j < op->nbroadcasts; j++) {
+			if (op->broadcasts[j] == b)
+				break;
+		}
+		if (j < op->nbroadcasts)
+			continue;
+		op->broadcasts = xreallocarray(op->broadcasts,
+		    op->nbroadcasts + 1, sizeof *op->broadcasts);
+		op->broadcasts[op->nbroadcasts++] = b;
+		broadcast_use(b);
+	}
+	return (0);
 }
 
 int
@@ -227,6 +269,9 @@ operation_free(struct operation *op)
 	}
 	result_free(op->result);
 	free(op->result_error);
+	while (op->nbroadcasts > 0)
+		broadcast_unuse(op->broadcasts[--op->nbroadcasts]);
+	free(op->broadcasts);
 	plan_free(op->plan);
 	free(op->plan_text);
 	free(op);
@@ -599,6 +644,17 @@ operation_option_keys(enum action action)
 	}
 }
 
+/* Free an operation refused before it started. */
+static void
+operation_discard(struct operation *op)
+{
+	while (op->nbroadcasts > 0)
+		broadcast_unuse(op->broadcasts[--op->nbroadcasts]);
+	free(op->broadcasts);
+	plan_free(op->plan);
+	free(op);
+}
+
 /* Read the options of an action; -1 with *err.  *path, *overwrite: save. */
 static int
 operation_read_options(struct operation *op, json_t *options,
@@ -716,6 +772,13 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 		return;
 	}
 	plan_set_partitions(plan, ember_workers_max());
+	op->plan = plan;
+	if (operation_find_broadcasts(op, s, &err) == -1) {
+		connection_reply_error(c, "PLAN_INVALID", "%s", err);
+		free(err);
+		operation_discard(op);
+		return;
+	}
 
 	if (id != NULL)
 		strcpy(op->id, id);
@@ -728,8 +791,7 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	    &err)) == NULL) {
 		connection_reply_error(c, "ACTION_INVALID", "%s", err);
 		free(err);
-		plan_free(plan);
-		free(op);
+		operation_discard(op);
 		return;
 	}
 	if (op->action == ACTION_COUNT_BY_VALUE)
@@ -739,7 +801,6 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	op->serial = operation_next_serial++;
 	op->session = s;
 	op->conn = c;
-	op->plan = plan;
 	op->plan_text = operation_make_plan_text(plan_json, plan);
 	op->npartitions = plan->partitions;
 	op->requested = op->action == ACTION_COLLECT;

@@ -74,6 +74,9 @@ const char	*operation_plan_text(const struct operation *);
 /* The descriptor members that say what t sends back (",\"mode\":..."),
  * written to buf as snprintf does. */
 int		 operation_task_fields(const struct task *, char *, size_t);
+/* The broadcasts the operation's tasks use. */
+struct broadcast *const *operation_broadcasts(const struct operation *,
+		     size_t *);
 
 /* Called by the pool as a worker's output for a task arrives. */
 int		 task_accepts_batch(struct task *);

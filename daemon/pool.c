@@ -11,6 +11,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "broadcast.h"
 #include "channel.h"
 #include "emberd.h"
 #include "forkserver.h"
@@ -71,6 +72,8 @@ struct worker {
 	uint64_t		 task_ms;	/* when the head task was sent */
 	uint64_t		 idle_ms;	/* when it last became idle */
 	uint64_t		 max_tasks;	/* its own recycling point */
+	int64_t			*held;		/* broadcasts it holds */
+	size_t			 nheld;
 	int			 eof;
 	int			 unflushed;	/* descriptors not written yet */
 	int			 exited;
@@ -134,6 +137,7 @@ worker_free(struct worker *w)
 	pool_nworkers--;
 	event_free(w->kick);
 	channel_free(w->ch);
+	free(w->held);
 	free(w);
 	scheduler_kick();	/* room for another worker */
 }
@@ -501,6 +505,7 @@ pool_shutdown(void)
 		pool_nworkers--;
 		event_free(w->kick);
 		channel_free(w->ch);
+		free(w->held);
 		free(w);
 	}
 	if (pool_backoff != NULL)
@@ -598,32 +603,93 @@ pool_grow(size_t queued)
 	}
 }
 
+/* Does the worker hold broadcast id? */
+static int
+worker_holds(const struct worker *w, int64_t id)
+{
+	size_t	i;
+
+	for (i = 0; i < w->nheld; i++) {
+		if (w->held[i] == id)
+			return (1);
+	}
+	return (0);
+}
+
+/*
+ * Append the broadcasts member of a descriptor: the task's broadcasts the
+ * worker lacks, then removals (-id-1) of what it holds and the task does
+ * not use.  The worker's list changes to match.
+ */
+static void
+worker_broadcast_diff(struct worker *w, const struct task *t,
+    struct evbuffer *d)
+{
+	struct broadcast *const	*use;
+	size_t			 nuse, i, j, kept;
+	const char		*sep = ",\"broadcasts\":[";
+	json_t			*path;
+	char			*text;
+
+	use = operation_broadcasts(t->op, &nuse);
+	for (i = 0; i < nuse; i++) {
+		if (worker_holds(w, broadcast_id(use[i])))
+			continue;
+		path = json_string(broadcast_path(use[i]));
+		text = json_dumps(path, JSON_ENCODE_ANY);
+		json_decref(path);
+		evbuffer_add_printf(d, "%s{\"id\":%lld,\"path\":%s,\"size\":%lld}",
+		    sep, (long long)broadcast_id(use[i]), text,
+		    (long long)broadcast_size(use[i]));
+		free(text);
+		sep = ",";
+		w->held = xreallocarray(w->held, w->nheld + 1, sizeof *w->held);
+		w->held[w->nheld++] = broadcast_id(use[i]);
+		ember_counters.broadcasts_sent++;
+		ember_counters.broadcast_bytes_sent +=
+		    (uint64_t)broadcast_size(use[i]);
+	}
+	for (i = kept = 0; i < w->nheld; i++) {
+		for (j = 0; j < nuse; j++) {
+			if (broadcast_id(use[j]) == w->held[i])
+				break;
+		}
+		if (j < nuse) {
+			w->held[kept++] = w->held[i];
+			continue;
+		}
+		evbuffer_add_printf(d, "%s{\"id\":%lld}", sep,
+		    (long long)(-w->held[i] - 1));
+		sep = ",";
+		ember_counters.broadcasts_removed++;
+	}
+	w->nheld = kept;
+	if (*sep == ',' && sep[1] == '\0')
+		evbuffer_add(d, "]", 1);
+}
+
 /* Write a task descriptor; the plan goes only to a worker without it. */
 void
 worker_assign(struct worker *w, struct task *t)
 {
-	struct evbuffer	*out = channel_output(w->ch);
-	char		 head[PATH_MAX + 256];
-	int		 n;
-	int		 with_plan = w->plan_serial != operation_serial(t->op);
+	struct evbuffer	*out = channel_output(w->ch), *d = evbuffer_new();
+	char		 fields[PATH_MAX + 256];
 
-	n = snprintf(head, sizeof head, "{\"operation\":\"%s\",\"partition\":%d,"
-	    "\"partitions\":%d", operation_id(t->op), t->partition,
-	    operation_partitions(t->op));
-	n += operation_task_fields(t, head + n, sizeof head - (size_t)n - 2);
-	head[n++] = with_plan ? ',' : '}';
-	head[n] = '\0';
-	if (with_plan) {
-		const char	*plan = operation_plan_text(t->op);
-		size_t		 plen = strlen(plan);
-
-		evbuffer_add_int32(out, (int32_t)((size_t)n + plen + 1));
-		evbuffer_add(out, head, (size_t)n);
-		evbuffer_add(out, plan, plen);
-		evbuffer_add(out, "}", 1);
+	operation_task_fields(t, fields, sizeof fields);
+	evbuffer_add_printf(d, "{\"operation\":\"%s\",\"partition\":%d,"
+	    "\"partitions\":%d%s", operation_id(t->op), t->partition,
+	    operation_partitions(t->op), fields);
+	worker_broadcast_diff(w, t, d);
+	if (w->plan_serial != operation_serial(t->op)) {
+		evbuffer_add(d, ",", 1);
+		evbuffer_add(d, operation_plan_text(t->op),
+		    strlen(operation_plan_text(t->op)));
 		w->plan_serial = operation_serial(t->op);
-	} else
-		evbuffer_add_frame(out, head, (size_t)n);
+	}
+	evbuffer_add(d, "}", 1);
+	evbuffer_add_int32(out, (int32_t)evbuffer_get_length(d));
+	evbuffer_add_buffer(out, d);
+	evbuffer_free(d);
 	w->unflushed = 1;
 
 	if (w->state == WORKER_IDLE) {
@@ -754,6 +820,7 @@ pool_status_workers(void)
 	struct worker	*w;
 	struct task	*t;
 	uint64_t	 now = ember_now_ms();
+	size_t		 i;
 
 	TAILQ_FOREACH(w, &pool_workers, entry) {
 		o = json_pack("{s:I,s:s,s:I,s:I,s:I}", "pid", (json_int_t)w->pid,
@@ -761,6 +828,10 @@ pool_status_workers(void)
 		    (json_int_t)w->tasks_run, "age_ms",
 		    (json_int_t)(now - w->started_ms), "rss_kb",
 		    (json_int_t)(pool_rss(w->pid) >> 10));
+		json_object_set_new(o, "broadcasts", json_array());
+		for (i = 0; i < w->nheld; i++)
+			json_array_append_new(json_object_get(o, "broadcasts"),
+			    json_integer(w->held[i]));
 		if ((t = TAILQ_FIRST(&w->tasks)) != NULL)
 			json_object_set_new(o, "task", json_pack("{s:s,s:i,s:I}",
 			    "operation", operation_id(t->op), "partition",

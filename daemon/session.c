@@ -5,6 +5,7 @@
 
 #include <uuid/uuid.h>
 
+#include "broadcast.h"
 #include "emberd.h"
 #include "log.h"
 #include "operation.h"
@@ -64,6 +65,7 @@ session_hold(struct session *s)
 static void
 session_free(struct session *s)
 {
+	broadcast_drop_session(s);
 	TAILQ_REMOVE(&sessions, s, entry);
 	nsessions--;
 	log_debug("session %s freed", s->id);
@@ -82,6 +84,7 @@ session_close(struct session *s)
 {
 	s->closed = 1;
 	operation_interrupt_session(s, "session closed");
+	broadcast_drop_session(s);
 	session_release(s);
 }
 

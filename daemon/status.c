@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include "broadcast.h"
 #include "emberd.h"
 #include "operation.h"
 #include "pool.h"
@@ -34,13 +35,17 @@ status_counters(void)
 	COUNTER(workers_crashed);
 	COUNTER(worker_reuses);
 	COUNTER(forkserver_restarts);
+	COUNTER(broadcasts);
+	COUNTER(broadcasts_sent);
+	COUNTER(broadcast_bytes_sent);
+	COUNTER(broadcasts_removed);
 	return (c);
 }
 
 json_t *
 status_build(uid_t uid)
 {
-	return (json_pack("{s:s,s:I,s:I,s:b,s:i,s:I,s:o,s:o,s:o,s:o,s:o}",
+	return (json_pack("{s:s,s:I,s:I,s:b,s:i,s:I,s:o,s:o,s:o,s:o,s:o,s:o}",
 	    "server", "emberd " PACKAGE_VERSION,
 	    "pid", (json_int_t)getpid(),
 	    "uptime_ms", (json_int_t)(ember_now_ms() - ember_started_ms),
@@ -51,5 +56,6 @@ status_build(uid_t uid)
 	    "pools", pool_status(),
 	    "sessions", session_status(uid),
 	    "operations", operation_status(uid),
+	    "broadcasts", broadcast_status(uid),
 	    "counters", status_counters()));
 }

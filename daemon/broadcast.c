@@ -1,0 +1,248 @@
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "broadcast.h"
+#include "emberd.h"
+#include "log.h"
+#include "queue.h"
+#include "session.h"
+#include "xmalloc.h"
+
+struct broadcast {
+	int64_t			 id;
+	struct session		*session;	/* NULL once dropped */
+	char			*path;
+	int			 fd;		/* while uploading */
+	int64_t			 size, written;
+	int			 sealed;
+	int			 users;		/* operations using it */
+	TAILQ_ENTRY(broadcast)	 entry;
+};
+static TAILQ_HEAD(, broadcast) broadcasts = TAILQ_HEAD_INITIALIZER(broadcasts);
+static int64_t	broadcast_next_id;
+
+/* Remove the file and forget the broadcast. */
+static void
+broadcast_free(struct broadcast *b)
+{
+	if (b->fd != -1)
+		close(b->fd);
+	unlink(b->path);
+	TAILQ_REMOVE(&broadcasts, b, entry);
+	log_debug("broadcast %lld freed", (long long)b->id);
+	free(b->path);
+	free(b);
+}
+
+struct broadcast *
+broadcast_create(struct session *s, int64_t size, char **err)
+{
+	struct broadcast	*b;
+	uid_t			 uid = session_uid(s);
+
+	if (size < 0 || size > ember_conf.daemon_max_broadcast) {
+		xasprintf(err, "size: must be from 0 to daemon.max_broadcast "
+		    "(%lld)", (long long)ember_conf.daemon_max_broadcast);
+		return (NULL);
+	}
+	b = xcalloc(1, sizeof *b);
+	b->id = broadcast_next_id++;
+	b->session = s;
+	b->size = size;
+	xasprintf(&b->path, "%s/broadcast-%lld", ember_local_dir(),
+	    (long long)b->id);
+	b->fd = open(b->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (b->fd == -1) {
+		xasprintf(err, "%s: %s", b->path, strerror(errno));
+		free(b->path);
+		free(b);
+		return (NULL);
+	}
+	/* Workers run as the session's user: they must be able to map it. */
+	if (geteuid() == 0 && uid != 0 && fchown(b->fd, uid, (gid_t)-1) == -1)
+		log_warn("chown %s: %s", b->path, strerror(errno));
+	TAILQ_INSERT_TAIL(&broadcasts, b, entry);
+	return (b);
+}
+
+int
+broadcast_write(struct broadcast *b, const void *data, size_t len,
+    char **err)
+{
+	const char	*p = data;
+	ssize_t		 n;
+
+	if ((int64_t)len > b->size - b->written) {
+		xasprintf(err, "more bytes than the %lld announced",
+		    (long long)b->size);
+		return (-1);
+	}
+	while (len > 0) {
+		if ((n = write(b->fd, p, len)) == -1) {
+			if (errno == EINTR)
+				continue;
+			xasprintf(err, "%s: %s", b->path, strerror(errno));
+			return (-1);
+		}
+		p += n;
+		len -= (size_t)n;
+		b->written += n;
+	}
+	return (0);
+}
+
+int
+broadcast_copy_fd(struct broadcast *b, int fd, char **err)
+{
+	struct stat	st;
+	ssize_t		n;
+
+	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
+		xasprintf(err, "fd: not a regular file");
+		return (-1);
+	}
+	b->size = st.st_size;
+	if (b->size > ember_conf.daemon_max_broadcast) {
+		xasprintf(err, "fd: %lld bytes, over daemon.max_broadcast",
+		    (long long)b->size);
+		return (-1);
+	}
+	/* The kernel copies: the bytes never cross the client's socket. */
+	while (b->written < b->size) {
+		n = copy_file_range(fd, NULL, b->fd, NULL,
+		    (size_t)(b->size - b->written), 0);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			xasprintf(err, "fd: %s", n == 0 ? "shorter than it was" :
+			    strerror(errno));
+			return (-1);
+		}
+		b->written += n;
+	}
+	return (0);
+}
+
+int64_t
+broadcast_missing(const struct broadcast *b)
+{
+	return (b->size - b->written);
+}
+
+void
+broadcast_seal(struct broadcast *b)
+{
+	close(b->fd);
+	b->fd = -1;
+	b->sealed = 1;
+	log_debug("broadcast %lld: %lld bytes", (long long)b->id,
+	    (long long)b->size);
+}
+
+void
+broadcast_abandon(struct broadcast *b)
+{
+	broadcast_free(b);
+}
+
+int64_t
+broadcast_id(const struct broadcast *b)
+{
+	return (b->id);
+}
+
+const char *
+broadcast_path(const struct broadcast *b)
+{
+	return (b->path);
+}
+
+int64_t
+broadcast_size(const struct broadcast *b)
+{
+	return (b->size);
+}
+
+struct broadcast *
+broadcast_find(struct session *s, int64_t id)
+{
+	struct broadcast	*b;
+
+	TAILQ_FOREACH(b, &broadcasts, entry) {
+		if (b->id == id && b->session == s && b->sealed)
+			return (b);
+	}
+	return (NULL);
+}
+
+void
+broadcast_use(struct broadcast *b)
+{
+	b->users++;
+}
+
+void
+broadcast_unuse(struct broadcast *b)
+{
+	if (--b->users == 0 && b->session == NULL)
+		broadcast_free(b);
+}
+
+/* Detach a broadcast from its session; free it once nothing uses it. */
+static void
+broadcast_release(struct broadcast *b)
+{
+	b->session = NULL;
+	if (b->users == 0)
+		broadcast_free(b);
+}
+
+int
+broadcast_drop(struct session *s, int64_t id)
+{
+	struct broadcast	*b;
+
+	if ((b = broadcast_find(s, id)) == NULL)
+		return (-1);
+	broadcast_release(b);
+	return (0);
+}
+
+void
+broadcast_drop_session(struct session *s)
+{
+	struct broadcast	*b, *next;
+
+	TAILQ_FOREACH_SAFE(b, &broadcasts, entry, next) {
+		if (b->session != s)
+			continue;
+		if (b->sealed)
+			broadcast_release(b);
+		else
+			b->session = NULL;	/* its upload ends it */
+	}
+}
+
+json_t *
+broadcast_status(uid_t uid)
+{
+	json_t			*a = json_array();
+	struct broadcast	*b;
+
+	TAILQ_FOREACH(b, &broadcasts, entry) {
+		if (b->session == NULL ||
+		    (uid != 0 && session_uid(b->session) != uid))
+			continue;
+		json_array_append_new(a, json_pack("{s:I,s:s,s:I,s:i,s:b}",
+		    "id", (json_int_t)b->id, "session", session_id(b->session),
+		    "size", (json_int_t)b->size, "operations", b->users,
+		    "complete", b->sealed));
+	}
+	return (a);
+}

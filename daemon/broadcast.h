@@ -1,0 +1,51 @@
+/*
+ * Broadcasts: bytes a client uploads once, kept in a file under the local
+ * directory that every worker maps read-only, so a broadcast costs one copy
+ * however many tasks use it.  A broadcast belongs to its session; dropping
+ * it (or closing the session) makes it unusable for new plans, and its file
+ * goes when no running operation uses it any more.
+ */
+#ifndef EMBER_BROADCAST_H
+#define EMBER_BROADCAST_H
+
+#include <sys/types.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+struct broadcast;
+struct session;
+
+/* Start an upload of size bytes: a file to write them into. */
+struct broadcast	*broadcast_create(struct session *, int64_t size,
+			     char **err);
+/* Append uploaded bytes; -1 with *err on a write error. */
+int			 broadcast_write(struct broadcast *, const void *, size_t,
+			     char **err);
+/* Take the whole file behind fd (passed by the client) as the bytes. */
+int			 broadcast_copy_fd(struct broadcast *, int fd, char **err);
+/* How many bytes the upload still expects. */
+int64_t			 broadcast_missing(const struct broadcast *);
+/* The upload is complete: the broadcast can be used. */
+void			 broadcast_seal(struct broadcast *);
+/* Give up an upload (the client went away or sent too much). */
+void			 broadcast_abandon(struct broadcast *);
+
+int64_t			 broadcast_id(const struct broadcast *);
+const char		*broadcast_path(const struct broadcast *);
+int64_t			 broadcast_size(const struct broadcast *);
+
+/* A sealed broadcast of the session's, or NULL. */
+struct broadcast	*broadcast_find(struct session *, int64_t id);
+/* An operation uses it until broadcast_unuse. */
+void			 broadcast_use(struct broadcast *);
+void			 broadcast_unuse(struct broadcast *);
+/* broadcast_drop: 0, or -1 if the session has no such broadcast. */
+int			 broadcast_drop(struct session *, int64_t id);
+void			 broadcast_drop_session(struct session *);
+
+json_t			*broadcast_status(uid_t);
+
+#endif

@@ -104,6 +104,16 @@ int		 ember_next(struct ember *, const void **data, size_t *len);
  */
 int		 ember_stop(struct ember *);
 
+/*
+ * Upload bytes as a broadcast of this connection's session: every worker
+ * that runs a task using it gets it once.  *id names it in plans
+ * ({"filter": {"in_broadcast": id}}).  0 or -1.
+ */
+int		 ember_broadcast_put(struct ember *, const void *, size_t,
+		     int64_t *id);
+/* Drop a broadcast: new plans can no longer use it.  0 or -1. */
+int		 ember_broadcast_drop(struct ember *, int64_t id);
+
 /* The partition the open stream is in, from 0; -1 before the first. */
 int64_t		 ember_partition(const struct ember *);
 

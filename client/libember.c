@@ -29,6 +29,8 @@
  */
 #define EMBER_BUFFER_SIZE	(1024 * 1024)
 #define EMBER_MAX_REPLY		(64 * 1024 * 1024)
+/* Broadcast bytes go in frames of this size, under daemon.max_frame. */
+#define EMBER_BROADCAST_FRAME	(1024 * 1024)
 /* A record travels inside a worker's batch, so it is never bigger. */
 #define EMBER_MAX_RECORD	EMBER_MAX_BATCH
 /* emberd adds context (partition, worker) to a worker's message. */
@@ -64,6 +66,7 @@ struct ember {
 };
 
 static int	ember_call(struct ember *, json_t *, char **, json_t **);
+static int	ember_reply(struct ember *, int, int, char **, json_t **);
 
 /* Set the error to class and a formatted message. */
 static void
@@ -623,12 +626,8 @@ ember_session(const struct ember *e)
 static int
 ember_call(struct ember *e, json_t *req, char **reply_json, json_t **reply_out)
 {
-	const unsigned char	*data;
-	const char		*op, *action, *class, *msg;
-	json_t			*reply, *ok, *error;
-	json_error_t		 jerr;
+	const char		*op, *action;
 	char			*text;
-	size_t			 len;
 	int			 stream = 0, push = 0;
 
 	if (reply_json != NULL)
@@ -658,6 +657,19 @@ ember_call(struct ember *e, json_t *req, char **reply_json, json_t **reply_out)
 		return (-1);
 	}
 	free(text);
+	return (ember_reply(e, stream, push, reply_json, reply_out));
+}
+
+/* Read the reply to a request sent; as ember_call. */
+static int
+ember_reply(struct ember *e, int stream, int push, char **reply_json,
+    json_t **reply_out)
+{
+	const unsigned char	*data;
+	const char		*class, *msg;
+	json_t			*reply, *ok, *error;
+	json_error_t		 jerr;
+	size_t			 len;
 
 	if (ember_read_frame(e, EMBER_MAX_REPLY, "reply", &data, &len) == -1)
 		return (-1);
@@ -807,6 +819,50 @@ ember_count(struct ember *e, const char *plan_json, int64_t *count)
 	*count = json_integer_value(n);
 	json_decref(reply);
 	return (0);
+}
+
+/* Upload a broadcast: the request, then the bytes as raw frames. */
+int
+ember_broadcast_put(struct ember *e, const void *data, size_t len,
+    int64_t *id)
+{
+	const char	*p = data;
+	json_t		*reply;
+	char		 req[96];
+	size_t		 n;
+
+	if (ember_check_control(e) == -1)
+		return (-1);
+	snprintf(req, sizeof req, "{\"op\":\"broadcast_put\",\"size\":%zu}",
+	    len);
+	if (ember_send_frame(e, req, strlen(req)) == -1)
+		return (-1);
+	while (len > 0) {
+		n = len > EMBER_BROADCAST_FRAME ? EMBER_BROADCAST_FRAME : len;
+		if (ember_send_frame(e, p, n) == -1)
+			return (-1);
+		p += n;
+		len -= n;
+	}
+	if (ember_reply(e, 0, 0, NULL, &reply) == -1) {
+		json_decref(reply);
+		return (-1);
+	}
+	*id = json_integer_value(json_object_get(reply, "broadcast"));
+	json_decref(reply);
+	return (0);
+}
+
+/* Drop a broadcast of this session. */
+int
+ember_broadcast_drop(struct ember *e, int64_t id)
+{
+	json_t	*req;
+
+	if ((req = json_pack("{s:s,s:I}", "op", "broadcast_drop", "broadcast",
+	    (json_int_t)id)) == NULL)
+		return (ember_fail(e, "NO_MEMORY", "out of memory"));
+	return (ember_call(e, req, NULL, NULL));
 }
 
 /* Ask for the status. */

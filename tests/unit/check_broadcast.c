@@ -1,0 +1,554 @@
+/*
+ * Tests for worker/broadcast.c: adding and removing broadcasts (-id-1),
+ * checking their files, and the sets of their lines.
+ */
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "broadcast.h"
+#include "suites.h"
+#include "xmalloc.h"
+
+static char	bc_dir[] = "/tmp/check_broadcast.XXXXXX";
+static int	bc_files;
+
+/* Make the directory the broadcast files go in. */
+static void
+bc_setup(void)
+{
+	strcpy(bc_dir, "/tmp/check_broadcast.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(bc_dir));
+	bc_files = 0;
+}
+
+/* Drop every broadcast and remove the files. */
+static void
+bc_teardown(void)
+{
+	char	path[256];
+	int	i;
+
+	broadcast_clear();
+	for (i = 0; i < bc_files; i++) {
+		snprintf(path, sizeof path, "%s/b%d", bc_dir, i);
+		unlink(path);
+	}
+	rmdir(bc_dir);
+}
+
+/* Write a broadcast file; its path, allocated. */
+static char *
+bc_file(const void *data, size_t len)
+{
+	char	*path;
+	int	 fd;
+
+	xasprintf(&path, "%s/b%d", bc_dir, bc_files++);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ck_assert_int_ne(fd, -1);
+	ck_assert_int_eq(write(fd, data, len), (ssize_t)len);
+	close(fd);
+	return (path);
+}
+
+/* Apply changes given as JSON text: 0, or -1 with *err. */
+static int
+bc_apply(const char *text, char **err)
+{
+	json_t		*j;
+	json_error_t	 jerr;
+	int		 rc;
+
+	j = json_loads(text, 0, &jerr);
+	ck_assert_msg(j != NULL, "bad test JSON: %s", jerr.text);
+	rc = broadcast_apply(j, err);
+	json_decref(j);
+	return (rc);
+}
+
+/* Add broadcast id with a file of these bytes, which must succeed. */
+static void
+bc_add(int64_t id, const void *data, size_t len)
+{
+	json_t	*j;
+	char	*path, *err;
+
+	path = bc_file(data, len);
+	j = json_pack("[{s:I, s:s, s:I}]", "id", (json_int_t)id, "path", path,
+	    "size", (json_int_t)len);
+	if (broadcast_apply(j, &err) != 0)
+		ck_abort_msg("add %lld: %s", (long long)id, err);
+	ck_assert_ptr_null(err);
+	json_decref(j);
+	free(path);
+}
+
+/* Remove broadcast id (as -id-1): 0, or -1 with *err. */
+static int
+bc_remove(int64_t id, char **err)
+{
+	char	text[64];
+
+	snprintf(text, sizeof text, "[{\"id\": %lld}]", (long long)-id - 1);
+	return (bc_apply(text, err));
+}
+
+/* Build the set of broadcast id, which must succeed. */
+static const struct broadcast_set *
+bc_set(int64_t id)
+{
+	const struct broadcast_set	*set;
+	char				*err;
+
+	set = broadcast_set_get(id, &err);
+	if (set == NULL)
+		ck_abort_msg("set of %lld: %s", (long long)id, err);
+	return (set);
+}
+
+/* Is a C string in the set? */
+static int
+bc_has(const struct broadcast_set *set, const char *s)
+{
+	return (broadcast_set_contains(set, s, strlen(s)));
+}
+
+START_TEST(test_add_remove)
+{
+	const char	*bytes;
+	size_t		 len;
+	char		*err;
+
+	bc_add(0, "zero\n", 5);
+	bc_add(5, "five", 4);
+	ck_assert_uint_eq(broadcast_count(), 2);
+	ck_assert_uint_eq(broadcast_bytes_held(), 9);
+	bytes = broadcast_bytes(0, &len);
+	ck_assert_ptr_nonnull(bytes);
+	ck_assert_uint_eq(len, 5);
+	ck_assert_mem_eq(bytes, "zero\n", 5);
+	bytes = broadcast_bytes(5, &len);
+	ck_assert_uint_eq(len, 4);
+	ck_assert_mem_eq(bytes, "five", 4);
+	ck_assert_ptr_null(broadcast_bytes(1, &len));
+
+	/* -id-1: -1 removes 0, -6 removes 5. */
+	ck_assert_int_eq(bc_apply("[{\"id\": -1}]", &err), 0);
+	ck_assert_ptr_null(broadcast_bytes(0, &len));
+	ck_assert_ptr_nonnull(broadcast_bytes(5, &len));
+	ck_assert_int_eq(bc_apply("[{\"id\": -6}]", &err), 0);
+	ck_assert_ptr_null(broadcast_bytes(5, &len));
+	ck_assert_uint_eq(broadcast_count(), 0);
+
+	/* An id removed may come back. */
+	bc_add(5, "again", 5);
+	ck_assert_uint_eq(broadcast_count(), 1);
+	bytes = broadcast_bytes(5, &len);
+	ck_assert_mem_eq(bytes, "again", 5);
+}
+END_TEST
+
+START_TEST(test_in_order)
+{
+	char	*path, *err, text[512];
+	size_t	 len;
+
+	/* Added and removed in one list. */
+	path = bc_file("x\n", 2);
+	snprintf(text, sizeof text, "[{\"id\": 1, \"path\": \"%s\", \"size\": 2},"
+	    " {\"id\": -2}]", path);
+	ck_assert_int_eq(bc_apply(text, &err), 0);
+	ck_assert_uint_eq(broadcast_count(), 0);
+
+	/* Removed, then added again under the same id. */
+	bc_add(1, "old\n", 4);
+	snprintf(text, sizeof text, "[{\"id\": -2}, {\"id\": 1, \"path\": "
+	    "\"%s\", \"size\": 2}]", path);
+	ck_assert_int_eq(bc_apply(text, &err), 0);
+	ck_assert_mem_eq(broadcast_bytes(1, &len), "x\n", 2);
+	ck_assert_uint_eq(len, 2);
+
+	/* An empty list changes nothing; so does none at all. */
+	ck_assert_int_eq(bc_apply("[]", &err), 0);
+	ck_assert_int_eq(broadcast_apply(NULL, &err), 0);
+	ck_assert_uint_eq(broadcast_count(), 1);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_already_held)
+{
+	char	*path, *err, text[512];
+	size_t	 len;
+
+	bc_add(3, "abc", 3);
+	path = bc_file("other", 5);
+	snprintf(text, sizeof text, "[{\"id\": 3, \"path\": \"%s\", "
+	    "\"size\": 5}]", path);
+	ck_assert_int_eq(bc_apply(text, &err), -1);
+	ck_assert_str_eq(err, "broadcast 3: already held");
+	free(err);
+	/* The one held is untouched. */
+	ck_assert_mem_eq(broadcast_bytes(3, &len), "abc", 3);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_remove_not_held)
+{
+	char	*err;
+
+	bc_add(1, "a", 1);
+	ck_assert_int_eq(bc_remove(3, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err, "broadcast 3"));
+	ck_assert_ptr_nonnull(strstr(err, "not held"));
+	free(err);
+	ck_assert_uint_eq(broadcast_count(), 1);
+
+	/* The most negative id removes INT64_MAX, which is not held. */
+	ck_assert_int_eq(bc_apply("[{\"id\": -9223372036854775808}]", &err),
+	    -1);
+	ck_assert_ptr_nonnull(strstr(err, "broadcast 9223372036854775807"));
+	free(err);
+}
+END_TEST
+
+START_TEST(test_size_mismatch)
+{
+	char	*path, *err, text[512];
+
+	path = bc_file("0123456789", 10);
+	snprintf(text, sizeof text, "[{\"id\": 2, \"path\": \"%s\", "
+	    "\"size\": 9}]", path);
+	ck_assert_int_eq(bc_apply(text, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err, "broadcast 2"));
+	ck_assert_ptr_nonnull(strstr(err, path));
+	ck_assert_ptr_nonnull(strstr(err, "10 bytes, expected 9"));
+	free(err);
+	ck_assert_uint_eq(broadcast_count(), 0);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_bad_file)
+{
+	char	*err, text[512];
+
+	snprintf(text, sizeof text, "[{\"id\": 4, \"path\": \"%s/missing\", "
+	    "\"size\": 1}]", bc_dir);
+	ck_assert_int_eq(bc_apply(text, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err, "broadcast 4"));
+	ck_assert_ptr_nonnull(strstr(err, "/missing"));
+	ck_assert_ptr_nonnull(strstr(err, strerror(ENOENT)));
+	free(err);
+
+	/* A directory is not a broadcast. */
+	snprintf(text, sizeof text, "[{\"id\": 4, \"path\": \"%s\", "
+	    "\"size\": 0}]", bc_dir);
+	ck_assert_int_eq(bc_apply(text, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err, "not a regular file"));
+	free(err);
+	ck_assert_uint_eq(broadcast_count(), 0);
+}
+END_TEST
+
+START_TEST(test_bad_changes)
+{
+	static const struct {
+		const char	*text;
+		const char	*want;
+	} cases[] = {
+		{ "{}", "broadcasts: expected an array" },
+		{ "[1]", "broadcasts[0]: expected an object" },
+		{ "[{}]", "broadcasts[0].id: missing" },
+		{ "[{\"id\": \"1\"}]", "broadcasts[0].id: expected" },
+		{ "[{\"id\": 1}]", "broadcasts[0].path: missing" },
+		{ "[{\"id\": 1, \"path\": \"/x\"}]", "broadcasts[0].size: missing" },
+		{ "[{\"id\": 1, \"path\": \"/x\", \"size\": -1}]",
+		    "broadcasts[0]: size: must not be negative" },
+	};
+	char	*err;
+	size_t	 i;
+
+	for (i = 0; i < sizeof cases / sizeof *cases; i++) {
+		ck_assert_int_eq(bc_apply(cases[i].text, &err), -1);
+		ck_assert_msg(strstr(err, cases[i].want) != NULL,
+		    "%s: got \"%s\", want \"%s\"", cases[i].text, err,
+		    cases[i].want);
+		free(err);
+	}
+}
+END_TEST
+
+START_TEST(test_empty)
+{
+	const struct broadcast_set	*set;
+	const char			*bytes;
+	size_t				 len = 99;
+
+	bc_add(0, "", 0);
+	bytes = broadcast_bytes(0, &len);
+	ck_assert_ptr_nonnull(bytes);
+	ck_assert_uint_eq(len, 0);
+	set = bc_set(0);
+	ck_assert_uint_eq(broadcast_set_size(set), 0);
+	ck_assert_int_eq(bc_has(set, ""), 0);
+	ck_assert_int_eq(bc_has(set, "a"), 0);
+}
+END_TEST
+
+START_TEST(test_set_lines)
+{
+	static const char		 data[] = "a\nbb\n\nccc\r\nlast";
+	const struct broadcast_set	*set;
+
+	bc_add(1, data, sizeof data - 1);
+	set = bc_set(1);
+	ck_assert_uint_eq(broadcast_set_size(set), 5);
+	ck_assert_int_eq(bc_has(set, "a"), 1);
+	ck_assert_int_eq(bc_has(set, "bb"), 1);
+	ck_assert_int_eq(bc_has(set, ""), 1);
+	ck_assert_int_eq(bc_has(set, "ccc\r"), 1);
+	ck_assert_int_eq(bc_has(set, "last"), 1);
+
+	ck_assert_int_eq(bc_has(set, "ccc"), 0);	/* '\r' is data */
+	ck_assert_int_eq(bc_has(set, "b"), 0);
+	ck_assert_int_eq(bc_has(set, "bbb"), 0);
+	ck_assert_int_eq(bc_has(set, "las"), 0);
+	ck_assert_int_eq(bc_has(set, "lastx"), 0);
+	ck_assert_int_eq(bc_has(set, "A"), 0);
+	/* A record holding a newline spans lines; it is none of them. */
+	ck_assert_int_eq(bc_has(set, "a\nbb"), 0);
+	ck_assert_int_eq(bc_has(set, "a\n"), 0);
+	ck_assert_int_eq(bc_has(set, "\n"), 0);
+}
+END_TEST
+
+START_TEST(test_final_newline)
+{
+	const struct broadcast_set	*set;
+
+	/* The empty piece after the last newline is not a line. */
+	bc_add(1, "x\ny\n", 4);
+	set = bc_set(1);
+	ck_assert_uint_eq(broadcast_set_size(set), 2);
+	ck_assert_int_eq(bc_has(set, "x"), 1);
+	ck_assert_int_eq(bc_has(set, "y"), 1);
+	ck_assert_int_eq(bc_has(set, ""), 0);
+
+	/* But an empty line before it is. */
+	bc_add(2, "x\n\n", 3);
+	set = bc_set(2);
+	ck_assert_uint_eq(broadcast_set_size(set), 2);
+	ck_assert_int_eq(bc_has(set, ""), 1);
+
+	/* A lone newline is one empty line. */
+	bc_add(3, "\n", 1);
+	set = bc_set(3);
+	ck_assert_uint_eq(broadcast_set_size(set), 1);
+	ck_assert_int_eq(bc_has(set, ""), 1);
+	ck_assert_int_eq(bc_has(set, "x"), 0);
+
+	/* One line without a newline. */
+	bc_add(4, "only", 4);
+	set = bc_set(4);
+	ck_assert_uint_eq(broadcast_set_size(set), 1);
+	ck_assert_int_eq(bc_has(set, "only"), 1);
+	ck_assert_int_eq(bc_has(set, ""), 0);
+}
+END_TEST
+
+START_TEST(test_duplicates)
+{
+	static const char		 data[] = "1\n2\n1\n1\n\n2\n\n10\n1";
+	const struct broadcast_set	*set;
+
+	bc_add(1, data, sizeof data - 1);
+	set = bc_set(1);
+	ck_assert_uint_eq(broadcast_set_size(set), 4);
+	ck_assert_int_eq(bc_has(set, "1"), 1);
+	ck_assert_int_eq(bc_has(set, "2"), 1);
+	ck_assert_int_eq(bc_has(set, "10"), 1);
+	ck_assert_int_eq(bc_has(set, ""), 1);
+	ck_assert_int_eq(bc_has(set, "0"), 0);
+}
+END_TEST
+
+START_TEST(test_nul_bytes)
+{
+	static const char		 data[] = "a\0b\n\0\n\0\0\nc";
+	const struct broadcast_set	*set;
+
+	bc_add(1, data, sizeof data - 1);
+	set = bc_set(1);
+	ck_assert_uint_eq(broadcast_set_size(set), 4);
+	ck_assert_int_eq(broadcast_set_contains(set, "a\0b", 3), 1);
+	ck_assert_int_eq(broadcast_set_contains(set, "\0", 1), 1);
+	ck_assert_int_eq(broadcast_set_contains(set, "\0\0", 2), 1);
+	ck_assert_int_eq(broadcast_set_contains(set, "c", 1), 1);
+	ck_assert_int_eq(broadcast_set_contains(set, "a", 1), 0);
+	ck_assert_int_eq(broadcast_set_contains(set, "a\0", 2), 0);
+	ck_assert_int_eq(broadcast_set_contains(set, "\0\0\0", 3), 0);
+	ck_assert_int_eq(broadcast_set_contains(set, "", 0), 0);
+}
+END_TEST
+
+START_TEST(test_lengths)
+{
+	const struct broadcast_set	*set;
+	char				*data, *p, line[300];
+	size_t				 len, i, j;
+
+	/* Lines of every length from 0 to 200, of two kinds each, to cover
+	 * every path of the hash. */
+	data = xmalloc(2 * 201 * 202);
+	p = data;
+	for (i = 0; i <= 200; i++) {
+		for (j = 0; j < i; j++)
+			*p++ = (char)('a' + (i + j) % 26);
+		*p++ = '\n';
+		for (j = 0; j < i; j++)
+			*p++ = (char)('A' + j % 26);
+		*p++ = '\n';
+	}
+	len = (size_t)(p - data);
+	bc_add(9, data, len);
+	set = bc_set(9);
+	ck_assert_uint_eq(broadcast_set_size(set), 2 * 201 - 1);
+	for (i = 0; i <= 200; i++) {
+		for (j = 0; j < i; j++)
+			line[j] = (char)('a' + (i + j) % 26);
+		ck_assert_int_eq(broadcast_set_contains(set, line, i), 1);
+		if (i > 0) {
+			/* One byte changed, at either end. */
+			line[i - 1] ^= 0x20;
+			ck_assert_int_eq(broadcast_set_contains(set, line, i),
+			    0);
+			line[i - 1] ^= 0x20;
+			line[0] ^= 0x01;
+			ck_assert_int_eq(broadcast_set_contains(set, line, i),
+			    0);
+			line[0] ^= 0x01;
+		}
+		for (j = 0; j < i; j++)
+			line[j] = (char)('A' + j % 26);
+		ck_assert_int_eq(broadcast_set_contains(set, line, i), 1);
+		/* A prefix of a line is another line only where one is. */
+		if (i > 1)
+			ck_assert_int_eq(broadcast_set_contains(set, line,
+			    i - 1), 1);
+		line[i] = 'x';
+		ck_assert_int_eq(broadcast_set_contains(set, line, i + 1), 0);
+	}
+	free(data);
+}
+END_TEST
+
+START_TEST(test_set_kept)
+{
+	const struct broadcast_set	*set, *again;
+	char				*err;
+
+	bc_add(7, "a\nb\n", 4);
+	set = bc_set(7);
+	ck_assert_uint_ne(broadcast_set_bytes_held(), 0);
+
+	/* The next "task" adds another broadcast and finds the same set. */
+	bc_add(8, "c\n", 2);
+	again = bc_set(7);
+	ck_assert_ptr_eq(set, again);
+	ck_assert_int_eq(bc_has(again, "b"), 1);
+
+	/* Removing it drops the set; its id is no longer known. */
+	ck_assert_int_eq(bc_remove(7, &err), 0);
+	ck_assert_ptr_null(broadcast_set_get(7, &err));
+	ck_assert_str_eq(err, "broadcast 7 is not held by this worker");
+	free(err);
+	ck_assert_ptr_null(broadcast_set_get(99, &err));
+	ck_assert_str_eq(err, "broadcast 99 is not held by this worker");
+	free(err);
+	ck_assert_int_eq(bc_has(bc_set(8), "c"), 1);
+}
+END_TEST
+
+START_TEST(test_large)
+{
+	const struct broadcast_set	*set;
+	struct timespec			 a, b;
+	char				*data, line[32];
+	size_t				 len = 0, size, i, n = 1000000;
+	int				 k;
+	double				 ms;
+
+	size = n * 12;
+	data = xmalloc(size);
+	for (i = 0; i < n; i++)
+		len += (size_t)snprintf(data + len, size - len, "%zu\n", i * 7);
+	bc_add(1, data, len);
+	free(data);
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	set = bc_set(1);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	ms = (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
+	ck_assert_uint_eq(broadcast_set_size(set), n);
+	/* Generous, for valgrind and slow machines: about 50 ms natively. */
+	ck_assert_msg(ms < 10000, "building a set of %zu lines took %.0f ms",
+	    n, ms);
+	/* Compact: 8 bytes a slot, at most 4/3 slots a line, in whole huge
+	 * pages. */
+	ck_assert_uint_le(broadcast_set_bytes_held(), n * 8 * 4 / 3 + (2 << 20));
+
+	for (i = 0; i < n * 7; i += 3) {
+		k = snprintf(line, sizeof line, "%zu", i);
+		ck_assert_int_eq(broadcast_set_contains(set, line, (size_t)k),
+		    i % 7 == 0);
+	}
+}
+END_TEST
+
+/* The broadcast store's suite. */
+Suite *
+broadcast_suite(void)
+{
+	Suite	*s;
+	TCase	*tc;
+
+	s = suite_create("broadcast");
+
+	tc = tcase_create("changes");
+	tcase_add_checked_fixture(tc, bc_setup, bc_teardown);
+	tcase_add_test(tc, test_add_remove);
+	tcase_add_test(tc, test_in_order);
+	tcase_add_test(tc, test_already_held);
+	tcase_add_test(tc, test_remove_not_held);
+	tcase_add_test(tc, test_size_mismatch);
+	tcase_add_test(tc, test_bad_file);
+	tcase_add_test(tc, test_bad_changes);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("set");
+	tcase_add_checked_fixture(tc, bc_setup, bc_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_empty);
+	tcase_add_test(tc, test_set_lines);
+	tcase_add_test(tc, test_final_newline);
+	tcase_add_test(tc, test_duplicates);
+	tcase_add_test(tc, test_nul_bytes);
+	tcase_add_test(tc, test_lengths);
+	tcase_add_test(tc, test_set_kept);
+	tcase_add_test(tc, test_large);
+	suite_add_tcase(s, tc);
+
+	return (s);
+}

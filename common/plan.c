@@ -628,27 +628,19 @@ plan_check_files(struct plan *plan, char **err)
 	return (0);
 }
 
-/* Check a udf's library and symbol. */
+/* Check a udf's library and symbol, without loading the library. */
 static int
 plan_check_udf(const struct plan_op *op, size_t index, char **err)
 {
-	struct plan_file	 f;
-	char			 field[96], *perr = NULL;
-	int			 rc;
+	char	*perr = NULL;
+	int	 rc;
 
-	snprintf(field, sizeof field, "plan.ops[%zu].udf.library", index);
-	f.path = op->udf_library;
-	if (plan_stat_file(&f, field, err) == -1)
-		return (-1);
-	if (plugin_check(op->udf_library, op->udf_symbol, &perr) == 0)
+	if ((rc = plugin_check(op->udf_library, op->udf_symbol, &perr)) == 0)
 		return (0);
-	/* The plugin's message says what is wrong; name the field it is
-	 * about. */
-	if (strstr(perr, op->udf_symbol) != NULL)
-		snprintf(field, sizeof field, "plan.ops[%zu].udf.symbol", index);
-	rc = jread_fail(err, field, "%s", perr);
+	xasprintf(err, "plan.ops[%zu].udf.%s: %s", index,
+	    rc == PLUGIN_BAD_SYMBOL ? "symbol" : "library", perr);
 	free(perr);
-	return (rc);
+	return (-1);
 }
 
 /* Check the files and plugins a plan names. */

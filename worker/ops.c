@@ -3,37 +3,79 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "broadcast.h"
 #include "log.h"
 #include "ops.h"
 #include "output.h"
 #include "pipe.h"
 #include "plan.h"
+#include "udf.h"
 #include "xmalloc.h"
+
+/* The most a regex may use of the JIT's stack, for a pattern that
+ * backtracks a lot over a long record. */
+#define OPS_JIT_STACK	(4 * 1024 * 1024)
 
 struct chain {
 	struct op	*head;
-	struct output	*out;		/* NULL: count mode */
+	struct output	*out;		/* NULL: the mode sends no records */
 	char		*error;
-	int64_t		 records_out;
+	int64_t		 dropped;
+	int		 partition;
 	int		 stopped;
 };
 
-/* filter contains: keep records holding a substring; a null holds none. */
-struct ops_filter {
+/* filter contains: keep records holding a substring. */
+struct ops_contains {
 	struct op	 op;
 	const char	*needle;	/* the plan's, which outlives the op */
 	size_t		 len;
 };
 
-/* map upper, lower, trim: ASCII; a null passes through unchanged. */
+/* filter regex: the plan's compiled pattern, and what a match needs. */
+struct ops_regex {
+	struct op		 op;
+	const pcre2_code	*code;
+	pcre2_match_data	*md;
+	pcre2_match_context	*mc;
+	pcre2_jit_stack		*stack;
+	int			 jit;
+};
+
+/* filter in_broadcast: the worker's set of the broadcast's lines. */
+struct ops_broadcast {
+	struct op			 op;
+	const struct broadcast_set	*set;
+};
+
+/* map upper, lower, trim, field, json; flat_map split. */
 struct ops_map {
 	struct op	 op;
-	enum plan_op_type type;
+	const struct plan_op *p;
 	char		*scratch;
 	size_t		 size;
 };
 
-/* The output, or NULL in count mode. */
+/* sample: Bernoulli, from a generator seeded by seed and partition. */
+struct ops_sample {
+	struct op	 op;
+	double		 fraction;
+	uint64_t	 s[4];
+};
+
+/* limit: records passed so far. */
+struct ops_limit {
+	struct op	 op;
+	int64_t		 limit;
+	int64_t		 passed;
+};
+
+/* The output, or NULL. */
 struct output *
 chain_output(struct chain *chain)
 {
@@ -67,6 +109,13 @@ op_fail(struct op *op, const char *fmt, ...)
 	return (op_fail_take(op, message));
 }
 
+/* Count a record an op dropped as unusable. */
+void
+op_drop(struct op *op)
+{
+	op->chain->dropped++;
+}
+
 /* Pass finish() on to the next op. */
 static int
 ops_finish_next_cb(struct op *op)
@@ -81,43 +130,94 @@ ops_free_cb(struct op *op)
 	free(op);
 }
 
-/* Sink: send a record to emberd. */
+/* Keep a record if it holds the substring; a null holds none. */
 static int
-ops_sink_output_cb(struct op *op, const struct record *r)
+ops_contains_push_cb(struct op *op, const struct record *r)
 {
-	struct chain	*chain = op->chain;
-	char		*err;
-
-	chain->records_out++;
-	if (output_record(chain->out, r->data, r->len, r->null, &err) == -1)
-		return (op_fail_take(op, err));
-	return (OP_OK);
-}
-
-/* Sink: count a record. */
-static int
-ops_sink_count_cb(struct op *op, __attribute__((unused)) const struct record *r)
-{
-	op->chain->records_out++;
-	return (OP_OK);
-}
-
-/* Sink: nothing is left to finish. */
-static int
-ops_sink_finish_cb(__attribute__((unused)) struct op *op)
-{
-	return (OP_OK);
-}
-
-/* Keep a record if it holds the substring. */
-static int
-ops_filter_push_cb(struct op *op, const struct record *r)
-{
-	struct ops_filter	*f = (struct ops_filter *)op;
+	struct ops_contains	*f = (struct ops_contains *)op;
 
 	if (r->null)
 		return (OP_OK);
-	if (f->len != 0 && memmem(r->data, r->len, f->needle, f->len) == NULL)
+	if (f->len == 1) {
+		if (memchr(r->data, f->needle[0], r->len) == NULL)
+			return (OP_OK);
+	} else if (f->len != 0 &&
+	    memmem(r->data, r->len, f->needle, f->len) == NULL)
+		return (OP_OK);
+	return (op_next(op, r));
+}
+
+/* Keep a record if the regex matches somewhere in it; a null never does. */
+static int
+ops_regex_push_cb(struct op *op, const struct record *r)
+{
+	struct ops_regex	*x = (struct ops_regex *)op;
+	PCRE2_UCHAR		 message[256];
+	PCRE2_SPTR		 subject;
+	int			 rc;
+
+	if (r->null)
+		return (OP_OK);
+	/* An empty record may have a NULL pointer; PCRE2 wants one. */
+	subject = r->data != NULL ? (PCRE2_SPTR)r->data : (PCRE2_SPTR)"";
+	if (x->jit)
+		rc = pcre2_jit_match(x->code, subject, r->len, 0, 0, x->md,
+		    x->mc);
+	else
+		rc = pcre2_match(x->code, subject, r->len, 0, 0, x->md, x->mc);
+	if (rc >= 0)
+		return (op_next(op, r));
+	if (rc == PCRE2_ERROR_NOMATCH)
+		return (OP_OK);
+	pcre2_get_error_message(rc, message, sizeof message);
+	return (op_fail(op, "filter regex: %s", (char *)message));
+}
+
+/* Free a regex filter; the pattern is the plan's. */
+static void
+ops_regex_free_cb(struct op *op)
+{
+	struct ops_regex	*x = (struct ops_regex *)op;
+
+	pcre2_match_data_free(x->md);
+	pcre2_match_context_free(x->mc);
+	pcre2_jit_stack_free(x->stack);
+	free(x);
+}
+
+/* Make a regex filter: JIT-compile the plan's pattern once, if the JIT is
+ * there (compiling again for the next task is a no-op). */
+static struct op *
+ops_regex_create(const struct plan_op *p)
+{
+	struct ops_regex	*x;
+
+	x = xcalloc(1, sizeof *x);
+	x->op.push = ops_regex_push_cb;
+	x->op.finish = ops_finish_next_cb;
+	x->op.free = ops_regex_free_cb;
+	x->code = p->regex;
+	if ((x->md = pcre2_match_data_create(1, NULL)) == NULL ||
+	    (x->mc = pcre2_match_context_create(NULL)) == NULL)
+		fatalx("pcre2: out of memory");
+	x->jit = pcre2_jit_compile(p->regex, PCRE2_JIT_COMPLETE) == 0;
+	if (x->jit) {
+		x->stack = pcre2_jit_stack_create(32 * 1024, OPS_JIT_STACK,
+		    NULL);
+		if (x->stack == NULL)
+			fatalx("pcre2: out of memory");
+		pcre2_jit_stack_assign(x->mc, NULL, x->stack);
+	}
+	return (&x->op);
+}
+
+/* Keep a record if it is one of the broadcast's lines. */
+static int
+ops_broadcast_push_cb(struct op *op, const struct record *r)
+{
+	struct ops_broadcast	*b = (struct ops_broadcast *)op;
+
+	if (r->null || !broadcast_set_contains(b->set, r->data, r->len))
 		return (OP_OK);
 	return (op_next(op, r));
 }
@@ -142,7 +242,140 @@ ops_is_space(char c)
 	    c == '\f');
 }
 
-/* Transform a record with a text map. */
+/* Find sep in [p, end); NULL if it is not there. */
+static const char *
+ops_find(const char *p, const char *end, const char *sep, size_t seplen)
+{
+	if (seplen == 1)
+		return (memchr(p, sep[0], (size_t)(end - p)));
+	return (memmem(p, (size_t)(end - p), sep, seplen));
+}
+
+/* Count the fields of a record split by sep. */
+static int64_t
+ops_count_fields(const struct record *r, const char *sep, size_t seplen)
+{
+	const char	*p = r->data, *end = r->data + r->len, *s;
+	int64_t		 n = 1;
+
+	while ((s = ops_find(p, end, sep, seplen)) != NULL) {
+		n++;
+		p = s + seplen;
+	}
+	return (n);
+}
+
+/* map field: the index-th field split by sep, empty if there is none. */
+static int
+ops_map_field(struct ops_map *m, const struct record *r, struct record *out)
+{
+	const char	*sep = m->p->arg, *p, *end, *s;
+	size_t		 seplen = m->p->arglen;
+	int64_t		 index = m->p->index, i;
+
+	out->len = 0;
+	if (r->len == 0)
+		return (index == 0 || index == -1);
+	if (index < 0) {
+		index += ops_count_fields(r, sep, seplen);
+		if (index < 0)
+			return (0);
+	}
+	p = r->data;
+	end = r->data + r->len;
+	for (i = 0; i < index; i++) {
+		if ((s = ops_find(p, end, sep, seplen)) == NULL)
+			return (0);
+		p = s + seplen;
+	}
+	if ((s = ops_find(p, end, sep, seplen)) == NULL)
+		s = end;
+	out->data = p;
+	out->len = (size_t)(s - p);
+	return (1);
+}
+
+/* Is a json path segment an array index? */
+static int
+ops_is_index(const char *s, size_t len, size_t *index)
+{
+	size_t	i, v = 0;
+
+	if (len == 0 || len > 9)
+		return (0);
+	for (i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return (0);
+		v = v * 10 + (size_t)(s[i] - '0');
+	}
+	*index = v;
+	return (1);
+}
+
+/* map json: the value at the plan's dotted path; 0 if the record is not
+ * JSON or lacks the path.  Jansson keeps a value's bytes in its own
+ * buffers, so the result is copied to scratch before the record is freed. */
+static int
+ops_map_json(struct ops_map *m, const struct record *r, struct record *out)
+{
+	const char	*path = m->p->arg, *seg, *dot;
+	json_t		*root, *v;
+	char		 key[256], *big = NULL;
+	size_t		 seglen, index, need;
+	int		 found = 0;
+
+	root = json_loadb(r->data != NULL ? r->data : "", r->len,
+	    JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+	if (root == NULL)
+		return (0);
+	v = root;
+	for (seg = path; v != NULL; seg = dot + 1) {
+		dot = strchr(seg, '.');
+		seglen = dot != NULL ? (size_t)(dot - seg) : strlen(seg);
+		if (json_is_object(v)) {
+			if (seglen < sizeof key) {
+				memcpy(key, seg, seglen);
+				key[seglen] = '\0';
+				v = json_object_get(v, key);
+			} else {
+				big = xstrndup(seg, seglen);
+				v = json_object_get(v, big);
+				free(big);
+			}
+		} else if (json_is_array(v) && ops_is_index(seg, seglen, &index))
+			v = json_array_get(v, index);
+		else
+			v = NULL;
+		if (dot == NULL)
+			break;
+	}
+	if (v == NULL)
+		goto out;
+	found = 1;
+	*out = (struct record){ NULL, 0, 0 };
+	if (json_is_null(v))
+		out->null = 1;
+	else if (json_is_string(v)) {
+		out->len = json_string_length(v);
+		out->data = ops_map_scratch(m, out->len);
+		memcpy(m->scratch, json_string_value(v), out->len);
+	} else {
+		need = json_dumpb(v, m->scratch, m->size,
+		    JSON_COMPACT | JSON_ENCODE_ANY);
+		if (need > m->size) {
+			ops_map_scratch(m, need);
+			need = json_dumpb(v, m->scratch, m->size,
+			    JSON_COMPACT | JSON_ENCODE_ANY);
+		}
+		out->data = m->scratch;
+		out->len = need;
+	}
+out:
+	json_decref(root);
+	return (found);
+}
+
+/* Transform a record with a map; maps pass a null through unchanged. */
 static int
 ops_map_push_cb(struct op *op, const struct record *r)
 {
@@ -153,7 +386,7 @@ ops_map_push_cb(struct op *op, const struct record *r)
 
 	if (r->null)
 		return (op_next(op, r));
-	switch (m->type) {
+	switch (m->p->type) {
 	case PLAN_OP_MAP_UPPER:
 		s = ops_map_scratch(m, r->len);
 		for (i = 0; i < r->len; i++) {
@@ -178,10 +411,48 @@ ops_map_push_cb(struct op *op, const struct record *r)
 		while (out.len > 0 && ops_is_space(out.data[out.len - 1]))
 			out.len--;
 		break;
+	case PLAN_OP_MAP_FIELD:
+		ops_map_field(m, r, &out);
+		break;
+	case PLAN_OP_MAP_JSON:
+		if (!ops_map_json(m, r, &out)) {
+			op_drop(op);
+			return (OP_OK);
+		}
+		break;
 	default:
-		fatalx("%s: not a map: %d", __func__, m->type);
+		fatalx("%s: not a map: %d", __func__, m->p->type);
 	}
 	return (op_next(op, &out));
+}
+
+/* flat_map split: each piece a record, empty ones too (Python's
+ * str.split(sep)); a null passes through. */
+static int
+ops_split_push_cb(struct op *op, const struct record *r)
+{
+	struct ops_map	*m = (struct ops_map *)op;
+	const char	*sep = m->p->arg, *p, *end, *s;
+	size_t		 seplen = m->p->arglen;
+	struct record	 piece = { NULL, 0, 0 };
+	int		 rc;
+
+	if (r->null)
+		return (op_next(op, r));
+	p = r->data;
+	end = r->data + r->len;
+	for (;;) {
+		if ((s = p == NULL ? NULL : ops_find(p, end, sep, seplen)) ==
+		    NULL)
+			s = end;
+		piece.data = p;
+		piece.len = (size_t)(s - p);
+		if ((rc = op_next(op, &piece)) != OP_OK)
+			return (rc);
+		if (s == end)
+			return (OP_OK);
+		p = s + seplen;
+	}
 }
 
 /* Free a map op. */
@@ -194,55 +465,182 @@ ops_map_free_cb(struct op *op)
 	free(m);
 }
 
-/* Make the op for one plan op. */
-static struct op *
-ops_create(const struct plan_op *p)
+/* One step of splitmix64. */
+static uint64_t
+ops_splitmix64(uint64_t *x)
 {
-	struct ops_filter	*f;
-	struct ops_map		*m;
+	uint64_t	z = (*x += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return (z ^ (z >> 31));
+}
+
+/* Rotate left. */
+static inline uint64_t
+ops_rotl(uint64_t x, int k)
+{
+	return ((x << k) | (x >> (64 - k)));
+}
+
+/* The next number of xoshiro256**. */
+static inline uint64_t
+ops_xoshiro(uint64_t *s)
+{
+	uint64_t	result = ops_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = ops_rotl(s[3], 45);
+	return (result);
+}
+
+/* Keep a record with the sample's probability. */
+static int
+ops_sample_push_cb(struct op *op, const struct record *r)
+{
+	struct ops_sample	*s = (struct ops_sample *)op;
+
+	/* 53 random bits as a double in [0, 1): fraction 1 keeps all. */
+	if ((double)(ops_xoshiro(s->s) >> 11) * 0x1.0p-53 < s->fraction)
+		return (op_next(op, r));
+	return (OP_OK);
+}
+
+/* Make a sample op: the same seed and partition draw the same numbers,
+ * whatever worker runs the task. */
+static struct op *
+ops_sample_create(const struct plan_op *p, int partition)
+{
+	struct ops_sample	*s;
+	uint64_t		 x;
+	int			 i;
+
+	s = xcalloc(1, sizeof *s);
+	s->op.push = ops_sample_push_cb;
+	s->op.finish = ops_finish_next_cb;
+	s->op.free = ops_free_cb;
+	s->fraction = p->fraction;
+	x = (uint64_t)p->seed ^ ((uint64_t)partition * 0x9e3779b97f4a7c15ULL);
+	for (i = 0; i < 4; i++)
+		s->s[i] = ops_splitmix64(&x);
+	return (&s->op);
+}
+
+/* Pass the first records; stop the source after the last one. */
+static int
+ops_limit_push_cb(struct op *op, const struct record *r)
+{
+	struct ops_limit	*l = (struct ops_limit *)op;
+	int			 rc;
+
+	if (l->passed >= l->limit)
+		return (OP_STOP);
+	l->passed++;
+	if ((rc = op_next(op, r)) != OP_OK)
+		return (rc);
+	return (l->passed >= l->limit ? OP_STOP : OP_OK);
+}
+
+/* Make a map-like op that keeps a pointer to its plan op. */
+static struct op *
+ops_map_create(const struct plan_op *p,
+    int (*push)(struct op *, const struct record *))
+{
+	struct ops_map	*m;
+
+	m = xcalloc(1, sizeof *m);
+	m->op.push = push;
+	m->op.finish = ops_finish_next_cb;
+	m->op.free = ops_map_free_cb;
+	m->p = p;
+	return (&m->op);
+}
+
+/* Make the op for one plan op; NULL with *err if it cannot be made. */
+static struct op *
+ops_create(const struct plan_op *p, int partition, struct chain *chain,
+    char **err)
+{
+	struct ops_contains	*f;
+	struct ops_broadcast	*b;
+	struct ops_limit	*l;
+	const struct broadcast_set *set;
 
 	switch (p->type) {
 	case PLAN_OP_FILTER_CONTAINS:
 		f = xcalloc(1, sizeof *f);
-		f->op.push = ops_filter_push_cb;
+		f->op.push = ops_contains_push_cb;
 		f->op.finish = ops_finish_next_cb;
 		f->op.free = ops_free_cb;
 		f->needle = p->arg;
 		f->len = p->arglen;
 		return (&f->op);
+	case PLAN_OP_FILTER_REGEX:
+		return (ops_regex_create(p));
+	case PLAN_OP_FILTER_BROADCAST:
+		if ((set = broadcast_set_get(p->broadcast, err)) == NULL)
+			return (NULL);
+		b = xcalloc(1, sizeof *b);
+		b->op.push = ops_broadcast_push_cb;
+		b->op.finish = ops_finish_next_cb;
+		b->op.free = ops_free_cb;
+		b->set = set;
+		return (&b->op);
 	case PLAN_OP_MAP_UPPER:
 	case PLAN_OP_MAP_LOWER:
 	case PLAN_OP_MAP_TRIM:
-		m = xcalloc(1, sizeof *m);
-		m->op.push = ops_map_push_cb;
-		m->op.finish = ops_finish_next_cb;
-		m->op.free = ops_map_free_cb;
-		m->type = p->type;
-		return (&m->op);
+	case PLAN_OP_MAP_FIELD:
+	case PLAN_OP_MAP_JSON:
+		return (ops_map_create(p, ops_map_push_cb));
+	case PLAN_OP_FLAT_MAP_SPLIT:
+		return (ops_map_create(p, ops_split_push_cb));
+	case PLAN_OP_SAMPLE:
+		return (ops_sample_create(p, partition));
+	case PLAN_OP_LIMIT:
+		l = xcalloc(1, sizeof *l);
+		l->op.push = ops_limit_push_cb;
+		l->op.finish = ops_finish_next_cb;
+		l->op.free = ops_free_cb;
+		l->limit = p->limit;
+		return (&l->op);
 	case PLAN_OP_PIPE:
 		return (pipe_create(p->arg));
+	case PLAN_OP_UDF:
+		return (udf_op_create(p, chain, err));
 	}
 	fatalx("%s: unknown op type %d", __func__, p->type);
 }
 
 /* Build the chain: the plan's ops, then the sink. */
 struct chain *
-chain_create(const struct plan *plan, struct output *out)
+chain_create(const struct plan *plan, int partition, struct output *out,
+    struct op *sink, char **err)
 {
 	struct chain	*chain;
 	struct op	*op, *next;
 	size_t		 i;
 
+	*err = NULL;
 	chain = xcalloc(1, sizeof *chain);
 	chain->out = out;
+	chain->partition = partition;
 
-	next = xcalloc(1, sizeof *next);
-	next->push = out != NULL ? ops_sink_output_cb : ops_sink_count_cb;
-	next->finish = ops_sink_finish_cb;
-	next->free = ops_free_cb;
-	next->chain = chain;
+	sink->next = NULL;
+	sink->chain = chain;
+	next = sink;
 	for (i = plan->nops; i > 0; i--) {
-		op = ops_create(&plan->ops[i - 1]);
+		op = ops_create(&plan->ops[i - 1], partition, chain, err);
+		if (op == NULL) {
+			chain->head = next;
+			chain_free(chain);
+			if (*err == NULL)
+				*err = xstrdup("operation failed to start");
+			return (NULL);
+		}
 		op->next = next;
 		op->chain = chain;
 		next = op;
@@ -295,11 +693,18 @@ chain_finish(struct chain *chain)
 	return (OP_OK);
 }
 
-/* Records that reached the sink. */
-int64_t
-chain_records_out(const struct chain *chain)
+/* The partition the chain runs. */
+int
+chain_partition(const struct chain *chain)
 {
-	return (chain->records_out);
+	return (chain->partition);
+}
+
+/* Records the ops dropped. */
+int64_t
+chain_dropped(const struct chain *chain)
+{
+	return (chain->dropped);
 }
 
 /* The chain's error, or NULL. */

@@ -1,12 +1,17 @@
 /*
  * The operation chain a task's records flow through, push style: the source
  * pushes each record into the first op, each op pushes what it makes into
- * the next, and the last is the sink (the output, or a counter).  finish()
- * runs once after the source ends and must reach the sink too.
+ * the next, and the last is the sink (what the task's mode does with the
+ * records: send them, count them, write them to a file...).  finish() runs
+ * once after the source ends and must reach the sink too.
  *
  * push() and finish() answer OP_OK, OP_STOP (the op wants no more input:
  * the source stops early, finish() still runs) or OP_FAIL (the chain's
  * error is set; the task fails).
+ *
+ * A record pushed is only borrowed: its bytes are valid during the call,
+ * so ops pass on pointers into their input or into a buffer of their own
+ * and nothing is allocated per record.
  */
 #ifndef EMBER_WORKER_OPS_H
 #define EMBER_WORKER_OPS_H
@@ -39,26 +44,36 @@ struct op {
 	struct chain	*chain;
 };
 
-/* Build the chain for a plan's ops, ending in the output (out non-NULL)
- * or in a counter (out NULL: count mode). */
-struct chain	*chain_create(const struct plan *, struct output *);
+/*
+ * Build the chain for a partition of a plan, ending in sink, which the
+ * chain owns from then on (it is freed with the chain, even on failure).
+ * out is the task's output (NULL when the mode sends no records), which
+ * ops that block flush first.  NULL with *err when an op cannot be made:
+ * a udf that does not load, a broadcast the worker does not hold.
+ */
+struct chain	*chain_create(const struct plan *, int partition,
+		     struct output *out, struct op *sink, char **err);
 void		 chain_free(struct chain *);
 
 /* Push a record into the chain; finish it.  OP_OK, OP_STOP or OP_FAIL. */
 int		 chain_push(struct chain *, const struct record *);
 int		 chain_finish(struct chain *);
 
-/* Records that reached the sink. */
-int64_t		 chain_records_out(const struct chain *);
+/* The partition the chain runs. */
+int		 chain_partition(const struct chain *);
+/* Records the ops dropped as unusable (map json). */
+int64_t		 chain_dropped(const struct chain *);
 /* The error of a failed chain (owned by the chain), or NULL. */
 const char	*chain_error(const struct chain *);
 
-/* For ops: the output (NULL in count mode), and failing with a message. */
+/* For ops: the output (or NULL), failing with a message, counting a
+ * dropped record. */
 struct output	*chain_output(struct chain *);
 int		 op_fail(struct op *, const char *, ...)
 		     __attribute__((format(printf, 2, 3)));
 /* Take an allocated message as the chain's error. */
 int		 op_fail_take(struct op *, char *);
+void		 op_drop(struct op *);
 
 /* Pass a record to the next op. */
 static inline int

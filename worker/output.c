@@ -219,6 +219,56 @@ output_record(struct output *out, const void *data, size_t len, int null,
 	return (0);
 }
 
+/* Append a record and its value, in one batch whatever their size. */
+int
+output_pair(struct output *out, const void *data, size_t len, int null,
+    const unsigned char value[8], char **err)
+{
+	unsigned char	hdr[OUTPUT_BATCH_HEADER + 4], tail[12];
+	struct iovec	iov[3];
+	size_t		need;
+
+	if (null)
+		len = 0;
+	need = 4 + len + 12;
+	if (len > EMBER_MAX_BATCH - 16) {
+		xasprintf(err, "record of %zu bytes exceeds the 64 MiB limit",
+		    len);
+		return (-1);
+	}
+	if (out->used + need > OUTPUT_BUFFER && output_flush(out, err) == -1)
+		return (-1);
+	if (need <= OUTPUT_BUFFER) {
+		be32_put(out->buf + out->used, null ? EMBER_NULL :
+		    (int32_t)len);
+		if (len != 0)
+			memcpy(out->buf + out->used + 4, data, len);
+		be32_put(out->buf + out->used + 4 + len, 8);
+		memcpy(out->buf + out->used + 8 + len, value, 8);
+		out->used += need;
+		out->count += 2;
+		return (0);
+	}
+
+	/* A key too large for the buffer: a batch of the pair alone. */
+	be32_put(hdr, EMBER_RECORD_BATCH);
+	be32_put(hdr + 4, 2);
+	be32_put(hdr + 8, (int32_t)need);
+	be32_put(hdr + 12, (int32_t)len);
+	be32_put(tail, 8);
+	memcpy(tail + 4, value, 8);
+	iov[0].iov_base = hdr;
+	iov[0].iov_len = sizeof hdr;
+	iov[1].iov_base = (void *)data;
+	iov[1].iov_len = len;
+	iov[2].iov_base = tail;
+	iov[2].iov_len = sizeof tail;
+	if (output_writev(out, iov, 3, err) == -1)
+		return (-1);
+	out->bytes += need;
+	return (0);
+}
+
 /* End a clean task; with hold, keep its end back if it can wait. */
 int
 output_finish(struct output *out, const int64_t *metrics, int nmetrics,

@@ -1,4 +1,7 @@
-/* One task: a partition of a plan through its ops, into the output. */
+/*
+ * One task: a partition of a plan through its ops into what the task's
+ * mode makes of the records (docs/protocol.md, "Task output").
+ */
 #ifndef EMBER_WORKER_TASK_H
 #define EMBER_WORKER_TASK_H
 
@@ -10,20 +13,39 @@ struct output;
 struct plan;
 
 enum task_mode {
-	TASK_RECORDS,	/* send the records */
-	TASK_COUNT,	/* count them, send none */
+	TASK_RECORDS,		/* send the records */
+	TASK_COUNT,		/* count them, send none */
+	TASK_COUNT_BY_VALUE,	/* send each distinct record and its count */
+	TASK_REDUCE,		/* send the partial sum, min or max */
+	TASK_SAVE,		/* write them to a part file */
+};
+
+enum task_reduce {
+	TASK_REDUCE_SUM,
+	TASK_REDUCE_MIN,
+	TASK_REDUCE_MAX,
+};
+
+struct task {
+	const struct plan	*plan;
+	int			 partition;
+	enum task_mode		 mode;
+	enum task_reduce	 fn;		/* reduce */
+	const char		*save_dir;	/* save: the directory, */
+	const char		*save_name;	/* and the part file's name */
 };
 
 /*
- * Run a task.  metrics gets records in, records out and bytes out (the
+ * Run a task.  metrics gets records in, records out (those that reached
+ * the mode: sent, counted or written), bytes out and records dropped (the
  * caller adds the elapsed time).  0, or -1 with *err allocated.  The last
  * batch stays buffered either way, for output_finish or output_fail.
  */
-int	task_run(const struct plan *, int partition, enum task_mode,
-	    struct output *, int64_t metrics[EMBER_METRIC_COUNT], char **err);
+int	task_run(const struct task *, struct output *,
+	    int64_t metrics[EMBER_METRIC_COUNT], char **err);
 
 /* Whether a task takes no time worth waiting for (it is counted without
  * reading anything), so that the end of the one before may wait for it. */
-int	task_is_quick(const struct plan *, int partition, enum task_mode);
+int	task_is_quick(const struct task *);
 
 #endif

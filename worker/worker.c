@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "broadcast.h"
 #include "frame.h"
 #include "jread.h"
 #include "log.h"
@@ -32,11 +33,23 @@ struct worker {
 	struct plan	*plan;
 };
 
-/* What a task descriptor asks for. */
-struct worker_task {
-	struct plan	*plan;
-	int		 partition;
+/* The modes a descriptor may ask for. */
+static const struct {
+	const char	*name;
 	enum task_mode	 mode;
+} worker_modes[] = {
+	{ "records", TASK_RECORDS },
+	{ "count", TASK_COUNT },
+	{ "count_by_value", TASK_COUNT_BY_VALUE },
+	{ "reduce", TASK_REDUCE },
+	{ "save", TASK_SAVE },
+};
+
+/* A task, and the descriptor's strings it points to. */
+struct worker_task {
+	struct task	 task;
+	char		*save_dir;
+	char		*save_name;
 };
 
 /* Read until len bytes are buffered: 1, 0 on end of file, -1 on error. */
@@ -154,13 +167,72 @@ worker_plan(struct worker *w, json_t *d, const char *operation,
 	return (0);
 }
 
+/* Read the reduce function of a descriptor. */
+static int
+worker_parse_fn(json_t *d, struct task *t, char **err)
+{
+	const char	*fn;
+
+	if (jread_string(d, "", "fn", JREAD_REQUIRED, &fn, err) == -1)
+		return (-1);
+	if (strcmp(fn, "sum") == 0)
+		t->fn = TASK_REDUCE_SUM;
+	else if (strcmp(fn, "min") == 0)
+		t->fn = TASK_REDUCE_MIN;
+	else if (strcmp(fn, "max") == 0)
+		t->fn = TASK_REDUCE_MAX;
+	else
+		return (jread_fail(err, "fn", "expected \"sum\", \"min\" or "
+		    "\"max\""));
+	return (0);
+}
+
+/* Read where a save task writes: a directory and a plain file name. */
+static int
+worker_parse_save(json_t *d, struct worker_task *wt, char **err)
+{
+	static const char *const keys[] = { "dir", "name", NULL };
+	const char	*dir, *name;
+	json_t		*save;
+
+	if (jread_object(d, "", "save", JREAD_REQUIRED, &save, err) == -1 ||
+	    jread_only(save, "save", keys, err) == -1 ||
+	    jread_string(save, "save", "dir", JREAD_REQUIRED, &dir,
+	    err) == -1 ||
+	    jread_string(save, "save", "name", JREAD_REQUIRED, &name,
+	    err) == -1)
+		return (-1);
+	if (*dir == '\0')
+		return (jread_fail(err, "save.dir", "is empty"));
+	if (*name == '\0' || strchr(name, '/') != NULL ||
+	    strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return (jread_fail(err, "save.name", "\"%s\" is not a file "
+		    "name", name));
+	wt->save_dir = xstrdup(dir);
+	wt->save_name = xstrdup(name);
+	wt->task.save_dir = wt->save_dir;
+	wt->task.save_name = wt->save_name;
+	return (0);
+}
+
+/* Free what a parsed task holds. */
+static void
+worker_task_clear(struct worker_task *wt)
+{
+	free(wt->save_dir);
+	free(wt->save_name);
+	memset(wt, 0, sizeof *wt);
+}
+
 /* Parse a task descriptor: 0, -1 with *err for a bad one, -2 with *err
- * when it has no plan and none is cached. */
+ * when it cannot run (no plan and none cached, a broadcast that cannot be
+ * taken). */
 static int
 worker_parse(struct worker *w, const char *data, size_t len,
-    struct worker_task *t, char **err)
+    struct worker_task *wt, char **err)
 {
-	json_t		*d, *files = NULL;
+	struct task	*t = &wt->task;
+	json_t		*d, *files = NULL, *broadcasts = NULL;
 	json_error_t	 jerr;
 	const char	*operation, *mode = "records";
 	json_int_t	 partition, partitions;
@@ -168,6 +240,7 @@ worker_parse(struct worker *w, const char *data, size_t len,
 	size_t		 i;
 	int		 rc = -1;
 
+	memset(wt, 0, sizeof *wt);
 	if ((d = json_loadb(data, len, JSON_ALLOW_NUL, &jerr)) == NULL) {
 		xasprintf(err, "not JSON: %s", jerr.text);
 		return (-1);
@@ -183,7 +256,9 @@ worker_parse(struct worker *w, const char *data, size_t len,
 	    jread_int(d, "", "partitions", JREAD_REQUIRED, &partitions,
 	    err) == -1 ||
 	    jread_string(d, "", "mode", JREAD_OPTIONAL, &mode, err) == -1 ||
-	    jread_array(d, "", "files", JREAD_OPTIONAL, &files, err) == -1)
+	    jread_array(d, "", "files", JREAD_OPTIONAL, &files, err) == -1 ||
+	    jread_array(d, "", "broadcasts", JREAD_OPTIONAL, &broadcasts,
+	    err) == -1)
 		goto out;
 	if (partitions < 1 || partitions > PLAN_MAX_PARTITIONS) {
 		jread_fail(err, "partitions", "must be from 1 to %d",
@@ -195,12 +270,22 @@ worker_parse(struct worker *w, const char *data, size_t len,
 		    (long long)partitions - 1);
 		goto out;
 	}
-	if (strcmp(mode, "records") == 0)
-		t->mode = TASK_RECORDS;
-	else if (strcmp(mode, "count") == 0)
-		t->mode = TASK_COUNT;
-	else {
-		jread_fail(err, "mode", "expected \"records\" or \"count\"");
+	for (i = 0; i < sizeof worker_modes / sizeof *worker_modes; i++) {
+		if (strcmp(mode, worker_modes[i].name) == 0)
+			break;
+	}
+	if (i == sizeof worker_modes / sizeof *worker_modes) {
+		jread_fail(err, "mode", "unknown mode \"%s\"", mode);
+		goto out;
+	}
+	t->mode = worker_modes[i].mode;
+	if ((t->mode == TASK_REDUCE && worker_parse_fn(d, t, err) == -1) ||
+	    (t->mode == TASK_SAVE && worker_parse_save(d, wt, err) == -1))
+		goto out;
+
+	/* The broadcasts change whatever happens to this task. */
+	if (broadcasts != NULL && broadcast_apply(broadcasts, err) == -1) {
+		rc = -2;
 		goto out;
 	}
 	if ((rc = worker_plan(w, d, operation, &plan, err)) != 0)
@@ -219,6 +304,8 @@ worker_parse(struct worker *w, const char *data, size_t len,
 	t->partition = (int)partition;
 	rc = 0;
 out:
+	if (rc != 0)
+		worker_task_clear(wt);
 	json_decref(d);
 	return (rc);
 }
@@ -280,13 +367,16 @@ worker_loop(struct worker *w)
 		 * The end of the task before may have been held back, betting
 		 * on this one being quick too; if it is not, send it now.
 		 */
-		if (!task_is_quick(t.plan, t.partition, t.mode) &&
-		    output_flush(w->out, NULL) == -1)
+		if (!task_is_quick(&t.task) &&
+		    output_flush(w->out, NULL) == -1) {
+			worker_task_clear(&t);
 			return (1);
+		}
 
 		output_reset(w->out);
-		if (task_run(t.plan, t.partition, t.mode, w->out, metrics,
-		    &err) == -1)
+		rc = task_run(&t.task, w->out, metrics, &err);
+		worker_task_clear(&t);
+		if (rc == -1)
 			return (worker_fail(w, NULL, err));
 		clock_gettime(CLOCK_MONOTONIC, &end);
 		metrics[EMBER_METRIC_ELAPSED_NS] = worker_elapsed(&begin, &end);

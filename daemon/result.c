@@ -24,6 +24,9 @@ struct result {
 	size_t			 slots, used;
 	size_t			 bytes;
 	int64_t			 nulls;
+	char			*key;		/* a pair split between batches */
+	size_t			 keylen;
+	int			 have_key, key_null;
 
 	int64_t			 count;		/* reduce: records seen */
 	int			 have, is_real;
@@ -65,6 +68,7 @@ result_free(struct result *r)
 	for (i = 0; i < r->slots; i++)
 		free(r->table[i].data);
 	free(r->table);
+	free(r->key);
 	free(r);
 }
 
@@ -201,13 +205,18 @@ result_fold(struct result *r, const unsigned char *data, size_t len,
 	return (0);
 }
 
+/*
+ * Take a batch of record frames.  count_by_value's come in pairs, a record
+ * then its count; a batch may end between the two, so the record waits in
+ * r->key for the next batch.
+ */
 int
 result_absorb(struct result *r, const unsigned char *p, size_t len,
     char **err)
 {
-	const unsigned char	*end = p + len, *key = NULL;
-	int32_t			 n, keylen = 0;
-	int			 have_key = 0, key_null = 0;
+	const unsigned char	*end = p + len;
+	const char		*key = NULL;	/* in this batch */
+	int32_t			 n;
 
 	while (p < end) {
 		if (end - p < 4)
@@ -226,26 +235,29 @@ result_absorb(struct result *r, const unsigned char *p, size_t len,
 			p += n;
 			continue;
 		}
-		if (!have_key) {
-			key_null = n == EMBER_NULL;
-			key = p;
-			keylen = n < 0 ? 0 : n;
-			have_key = 1;
+		if (!r->have_key) {
+			r->key_null = n == EMBER_NULL;
+			r->keylen = n < 0 ? 0 : (size_t)n;
+			key = (const char *)p;
+			r->have_key = 1;
 		} else {
 			if (n != 8)
 				goto bad;
-			if (key_null)
+			if (r->key_null)
 				r->nulls += be64_get(p);
 			else
-				result_add(r, (const char *)key, (size_t)keylen,
-				    be64_get(p));
-			have_key = 0;
+				result_add(r, key != NULL ? key : r->key,
+				    r->keylen, be64_get(p));
+			r->have_key = 0;
+			key = NULL;
 		}
 		if (n > 0)
 			p += n;
 	}
-	if (have_key)
-		goto bad;
+	if (r->have_key && key != NULL) {
+		r->key = xrealloc(r->key, r->keylen);
+		memcpy(r->key, key, r->keylen);
+	}
 	return (0);
 bad:
 	*err = xstrdup("bad partial counts from worker");

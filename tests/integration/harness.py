@@ -717,6 +717,33 @@ class Client:
             raise ProtocolError("count reply without count: %r" % reply)
         return reply["count"]
 
+    # Broadcasts.
+
+    def broadcast_put_request(self, data, chunk=65536):
+        """Send broadcast_put for data, its bytes as raw frames of at most
+        chunk bytes; return the reply."""
+        self.send_json({"op": "broadcast_put", "size": len(data)})
+        for i in range(0, len(data), max(1, chunk)):
+            self.send_frame(data[i:i + chunk])
+        return self.recv_json()
+
+    def broadcast_put(self, data, chunk=65536):
+        """Upload data as a broadcast; return its id."""
+        reply = self.broadcast_put_request(data, chunk)
+        if not reply["ok"]:
+            raise RequestFailed(reply)
+        if not isinstance(reply.get("broadcast"), int):
+            raise ProtocolError("broadcast_put reply without broadcast: %r"
+                                % reply)
+        if reply.get("size") != len(data):
+            raise ProtocolError("broadcast_put reply says size %r, sent %d"
+                                % (reply.get("size"), len(data)))
+        return reply["broadcast"]
+
+    def broadcast_drop(self, bid):
+        """Send broadcast_drop; return the reply."""
+        return self.request({"op": "broadcast_drop", "broadcast": bid})
+
 
 # ---------------------------------------------------------------------------
 # The CLI

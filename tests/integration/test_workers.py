@@ -1,0 +1,395 @@
+"""The worker pool's lifecycle: reuse, workers that fail, are stopped or are
+killed from outside, and the limits of the [workers] section (idle_timeout,
+min_idle, max_tasks, max_memory, task_timeout)."""
+
+import os
+import re
+import signal
+import time
+
+from harness import *
+
+# Each partition's pipe prints the pid of the worker running it: the
+# command's shell is the worker's child.
+ECHO_PID = {"pipe": {"command": "cat >/dev/null; echo $PPID"}}
+
+
+def pids_plan(partitions, command=None):
+    """One record per partition, each piped through a command that prints
+    the worker's pid."""
+    op = {"pipe": {"command": command}} if command else ECHO_PID
+    return records_plan(["x"] * partitions, partitions, ops=[op])
+
+
+def job_pids(c, partitions, command=None):
+    """Run pids_plan by collect; the worker pid of each partition."""
+    parts = c.collect_partitions(pids_plan(partitions, command))
+    check_eq(len(parts), partitions, "partitions")
+    pids = []
+    for i, p in enumerate(parts):
+        check_eq(len(p), 1, "records of partition %d" % i)
+        check(p[0].isdigit(), "partition %d printed %r, not a pid" %
+              (i, p[0]))
+        pids.append(int(p[0]))
+    return pids
+
+
+def pool(c):
+    return c.status()["pools"][0]
+
+
+def retired(c):
+    return pool(c)["retired"]
+
+
+def status_workers(c):
+    """pid -> the status entry of each worker emberd has."""
+    return {w["pid"]: w for w in c.status()["workers"]}
+
+
+def pid_in_message(message):
+    """The worker pid an error message names."""
+    m = re.search(r"worker (\d+)", message)
+    check(m is not None, "%r names no worker pid" % message)
+    return int(m.group(1))
+
+
+def wait_gone(pids, timeout=5.0):
+    """Assert that every pid exits within timeout."""
+    wait_until(lambda: not any(is_running(p) for p in pids), timeout)
+    left = [p for p in pids if is_running(p)]
+    check(not left, "processes still running: %s" % left)
+
+
+def wait_forgotten(c, pids, timeout=5.0):
+    """Assert that emberd's status drops every pid within timeout."""
+    wait_until(lambda: not set(pids) & set(status_workers(c)), timeout)
+    left = set(pids) & set(status_workers(c))
+    check(not left, "status still lists workers %s" % sorted(left))
+
+
+# ---------------------------------------------------------------------------
+# Reuse
+
+@with_daemon(sets=["workers.max=2"])
+def test_second_job_reuses_workers(d):
+    """The workers of a second job are among the first job's."""
+    c = d.client()
+    first = job_pids(c, 4)
+    reuses = pool(c)["reuses"]
+    second = job_pids(c, 4)
+    check(set(second) <= set(first), "second job's workers %s are not "
+          "among the first's %s" % (sorted(set(second)), sorted(set(first))))
+    check(len(set(first)) <= 2, "more workers than workers.max: %s" % first)
+    check(pool(c)["reuses"] >= reuses + 4, "reuses counter did not grow "
+          "by the second job's 4 tasks")
+    for pid in first:
+        check(is_running(pid), "worker %d of the first job is gone" % pid)
+    check_eq(retired(c)["no_reuse"], 0, "retired for no_reuse")
+
+
+@with_daemon(sets=["workers.max=2", "workers.reuse=no"])
+def test_no_reuse_gives_new_workers(d):
+    """With workers.reuse=no every task gets a fresh worker."""
+    c = d.client()
+    first = job_pids(c, 3)
+    second = job_pids(c, 3)
+    check_eq(len(set(first)), 3, "distinct workers of the first job %s" %
+             first)
+    check_eq(len(set(second)), 3, "distinct workers of the second job %s" %
+             second)
+    check(not set(first) & set(second), "second job reused workers %s" %
+          sorted(set(first) & set(second)))
+    wait_gone(first + second)
+    check_eq(retired(c)["no_reuse"], 6, "retired for no_reuse")
+    check_eq(pool(c)["reuses"], 0, "reuses")
+
+
+# ---------------------------------------------------------------------------
+# Workers that are not reused
+
+@with_daemon(sets=["workers.max=1"])
+def test_worker_gone_after_exception(d):
+    """A worker whose task threw is not reused; the next job runs."""
+    c = d.client()
+    [before] = job_pids(c, 1)
+    c.execute_ok(records_plan(["x"], 1, ops=[{"pipe": {
+        "command": "cat >/dev/null; echo broken >&2; exit 3"}}]), "collect")
+    status, message = c.read_partition()
+    check_eq(status, STREAM_ERROR, "response (payload %r)" % (message,))
+    check("broken" in message, "%r lacks the command's stderr" % message)
+    check_eq(pid_in_message(message), before, "the failing worker")
+    wait_gone([before])
+    wait_forgotten(c, [before])
+    check_eq(retired(c)["failed"], 1, "retired as failed")
+    [after] = job_pids(c, 1)
+    check(after != before, "the failed worker %d ran the next job" % before)
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_worker_gone_after_killed_task(d):
+    """A worker killed mid-task is reported; the next job gets a new one."""
+    c = d.client()
+    c.execute_ok(records_plan(["x"], 1, ops=[{"pipe": {
+        "command": "exec sleep 30"}}]), "collect")
+    pid = d.worker_running("sleep 30")
+    os.kill(pid, signal.SIGKILL)
+    status, message = c.read_partition()
+    check_eq(status, STREAM_ERROR, "response (payload %r)" % (message,))
+    check_eq(pid_in_message(message), pid, "the worker named")
+    check("SIGKILL" in message, "%r does not name SIGKILL" % message)
+    wait_forgotten(c, [pid])
+    check_eq(retired(c)["exited"], 1, "retired as exited")
+    [after] = job_pids(c, 1)
+    check(after != pid, "a dead worker's pid ran the next job")
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_worker_gone_after_client_leaves(d):
+    """A client that closes mid-task gets its worker and command killed."""
+    c = d.client()
+    c.execute_ok(records_plan(["x"], 1, ops=[{"pipe": {
+        "command": "exec sleep 31"}}]), "collect")
+    pid = d.worker_running("sleep 31")
+    sleeper = [p for p in descendants(pid) if "sleep 31" in cmdline(p)]
+    check(sleeper, "no sleep under worker %d" % pid)
+    c.close()
+    wait_gone([pid] + sleeper)
+    c = d.client()
+    wait_forgotten(c, [pid])
+    check_eq(retired(c)["interrupted"], 1, "retired as interrupted")
+    [after] = job_pids(c, 1)
+    check(after != pid, "the interrupted worker ran the next job")
+
+
+@with_daemon(sets=["workers.max=3"])
+def test_workers_gone_after_early_stop(d):
+    """Stopping a stream early kills the workers still running its tasks;
+    the worker that finished its partition stays."""
+    c = d.client()
+    # Partition 0 answers at once, partitions 1 and 2 sleep.
+    plan = records_plan(["0", "32", "32"], 3, ops=[{"pipe": {
+        "command": "read x; echo $PPID; exec sleep $x"}}])
+    c.execute_ok(plan, "iterate", {"prefetch": 2})
+    c.write_int(REQUEST_NEXT)
+    status, records = c.read_partition()
+    check_eq(status, STREAM_PARTITION, "partition 0 (payload %r)" %
+             (records,))
+    done = int(records[0])
+    busy = wait_until(lambda: [p for p in d.worker_pids()
+                               if any("sleep 32" in cmdline(q)
+                                      for q in descendants(p))], 5)
+    check_eq(len(busy), 2, "workers running the prefetched partitions")
+    sleepers = [q for p in busy for q in descendants(p)]
+    c.write_int(REQUEST_STOP)
+    check_eq(c.read_int(), STREAM_DONE, "answer to stop")
+    wait_gone(busy + sleepers)
+    wait_forgotten(c, busy)
+    check_eq(retired(c)["interrupted"], 2, "retired as interrupted")
+    check(is_running(done), "the worker that finished partition 0 is gone")
+    check_eq(status_workers(c)[done]["state"], "idle", "its state")
+    pids = job_pids(c, 3)
+    check(not set(pids) & set(busy), "stopped workers ran the next job")
+
+
+def _idle_workers_killed(d, sig):
+    c = d.client()
+    first = set(job_pids(c, 4, "cat >/dev/null; sleep 0.2; echo $PPID"))
+    check_eq(len(first), 2, "workers of the first job")
+    for pid, w in status_workers(c).items():
+        check_eq(w["state"], "idle", "state of worker %d" % pid)
+    for pid in first:
+        os.kill(pid, sig)
+    wait_gone(first)
+    # No waiting for emberd to notice: the next job comes at once.
+    second = job_pids(c, 4)
+    check(not set(second) & first, "a killed worker's pid ran a task")
+    check_eq(c.count(range_plan(0, 1000, 4)), 1000, "another job")
+    check_eq(retired(c)["exited"], 2, "retired as exited")
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_idle_workers_sigterm(d):
+    """Idle workers ended by SIGTERM from outside: the next job runs."""
+    _idle_workers_killed(d, signal.SIGTERM)
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_idle_workers_sigkill(d):
+    """Idle workers ended by SIGKILL from outside: the next job runs."""
+    _idle_workers_killed(d, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------
+# Limits
+
+@with_daemon(sets=["workers.max=2", "workers.idle_timeout=1s"])
+def test_idle_timeout(d):
+    """Idle workers are stopped after workers.idle_timeout, not before."""
+    c = d.client()
+    pids = set(job_pids(c, 4, "cat >/dev/null; sleep 0.2; echo $PPID"))
+    ended = time.monotonic()
+    check_eq(len(pids), 2, "workers of the job")
+    time.sleep(0.4)
+    check_eq(set(status_workers(c)), pids, "workers 0.4s after the job")
+    wait_forgotten(c, pids, timeout=3)
+    check(time.monotonic() - ended >= 0.9, "workers stopped after %.2fs, "
+          "before idle_timeout" % (time.monotonic() - ended))
+    wait_gone(pids)
+    check_eq(retired(c)["idle_timeout"], 2, "retired for idle_timeout")
+    after = job_pids(c, 2)
+    check(not set(after) & pids, "a timed-out worker ran the next job")
+
+
+@with_daemon(sets=["workers.max=4", "workers.min_idle=2"])
+def test_min_idle_forked_ahead(d):
+    """workers.min_idle workers are forked before any job, and are the
+    ones that run the first job."""
+    c = d.client()
+    wait_until(lambda: len(status_workers(c)) >= 2, 3)
+    warm = status_workers(c)
+    check_eq(len(warm), 2, "workers before any job")
+    for pid, w in warm.items():
+        check_eq(w["state"], "idle", "state of warm worker %d" % pid)
+        check_eq(w["tasks"], 0, "tasks of warm worker %d" % pid)
+    check_eq(pool(c)["forks"], 2, "forks before any job")
+    [pid] = job_pids(c, 1)
+    check(pid in warm, "the first job ran on %d, not a warm worker %s" %
+          (pid, sorted(warm)))
+
+
+@with_daemon(sets=["workers.max=4", "workers.min_idle=2",
+                   "workers.idle_timeout=1s"])
+def test_min_idle_kept_past_idle_timeout(d):
+    """After idle_timeout, min_idle workers stay and the rest go."""
+    c = d.client()
+    pids = set(job_pids(c, 4, "cat >/dev/null; sleep 0.3; echo $PPID"))
+    check_eq(len(pids), 4, "workers of the job")
+    wait_until(lambda: retired(c)["idle_timeout"] >= 2, 3)
+    time.sleep(1.2)		# another idle_timeout: still two
+    left = status_workers(c)
+    check_eq(len(left), 2, "workers left %s" % sorted(left))
+    check(set(left) <= pids, "the workers kept are the job's")
+    for pid, w in left.items():
+        check_eq(w["state"], "idle", "state of kept worker %d" % pid)
+    check_eq(retired(c)["idle_timeout"], 2, "retired for idle_timeout")
+    wait_gone(pids - set(left))
+
+
+@with_daemon(sets=["workers.max=4", "workers.min_idle=2"])
+def test_min_idle_replaced(d):
+    """A warm worker killed from outside is replaced."""
+    c = d.client()
+    wait_until(lambda: len(status_workers(c)) >= 2, 3)
+    warm = set(status_workers(c))
+    check_eq(len(warm), 2, "warm workers")
+    victim = sorted(warm)[0]
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: victim not in status_workers(c) and
+               len(status_workers(c)) == 2, 3)
+    now = status_workers(c)
+    check(victim not in now, "the killed worker is still listed")
+    check_eq(len(now), 2, "warm workers after the kill %s" % sorted(now))
+    for pid, w in now.items():
+        check_eq(w["state"], "idle", "state of worker %d" % pid)
+    check_eq(pool(c)["forks"], 3, "forks")
+
+
+MAX_TASKS = 3
+JITTER = MAX_TASKS // 10	# workers.max_tasks gives or takes a tenth
+
+
+@with_daemon(sets=["workers.max=1", "workers.max_tasks=%d" % MAX_TASKS])
+def test_max_tasks_recycles(d):
+    """A worker is recycled after workers.max_tasks tasks."""
+    c = d.client()
+    pids = [job_pids(c, 1)[0] for _ in range(3 * MAX_TASKS)]
+    runs = []
+    for pid in pids:
+        if runs and runs[-1][0] == pid:
+            runs[-1][1] += 1
+        else:
+            runs.append([pid, 1])
+    check(len(set(p for p, _ in runs)) == len(runs),
+          "a recycled worker came back: %s" % pids)
+    for pid, n in runs[:-1]:
+        check(MAX_TASKS <= n <= MAX_TASKS + JITTER, "worker %d ran %d "
+              "tasks, max_tasks is %d: %s" % (pid, n, MAX_TASKS, pids))
+    check(len(runs) >= 3, "only %d workers for %d tasks" % (len(runs),
+                                                           len(pids)))
+    wait_gone([p for p, _ in runs[:-1]])
+    check_eq(retired(c)["max_tasks"], sum(1 for _, n in runs
+                                         if n >= MAX_TASKS),
+             "retired for max_tasks")
+
+
+@with_daemon(sets=["workers.max=2", "workers.max_tasks=%d" % MAX_TASKS])
+def test_max_tasks_with_queued_counts(d):
+    """Counting tasks queued on a worker still respect max_tasks."""
+    c = d.client()
+    check_eq(c.count(range_plan(0, 30000, 30)), 30000, "count")
+    for pid, w in status_workers(c).items():
+        check(w["tasks"] <= MAX_TASKS + JITTER, "worker %d ran %d tasks" %
+              (pid, w["tasks"]))
+    p = pool(c)
+    check(p["forks"] >= 30 // (MAX_TASKS + JITTER), "%d forks ran 30 tasks "
+          "with max_tasks %d" % (p["forks"], MAX_TASKS))
+    check(p["retired"]["max_tasks"] >= 30 // (MAX_TASKS + JITTER) - 2,
+          "retired for max_tasks: %r" % p["retired"])
+    check_eq(p["retired"]["interrupted"], 0, "retired as interrupted")
+
+
+@with_daemon(sets=["workers.max=1", "workers.max_memory=32m"])
+def test_max_memory(d):
+    """A worker whose memory grows past workers.max_memory is killed and its
+    task fails saying so; small jobs run fine before and after."""
+    c = d.client()
+    [before] = job_pids(c, 1)
+    check(status_workers(c)[before]["rss_kb"] < 32 * 1024,
+          "an idle worker over the limit")
+    reply = c.execute(range_plan(0, 3000000, 1), "count_by_value")
+    msg = check_error(reply, "TASK_FAILED", "exceeded workers.max_memory")
+    check_eq(pid_in_message(msg), before, "the worker named")
+    wait_gone([before])
+    check_eq(retired(c)["max_memory"], 1, "retired for max_memory")
+    reply = c.execute(range_plan(0, 1000, 2), "count_by_value")
+    check(reply["ok"], "a small count_by_value after: %r" % reply)
+    check_eq(len(reply["counts"]), 1000, "distinct values")
+    [after] = job_pids(c, 1)
+    check(after != before, "the killed worker ran the next job")
+
+
+@with_daemon(sets=["workers.max=1", "workers.task_timeout=1s"])
+def test_task_timeout(d):
+    """A task running past workers.task_timeout is killed with its command,
+    and fails saying so."""
+    c = d.client()
+    started = time.monotonic()
+    c.send_json({"op": "execute", "action": "count", "plan": records_plan(
+        ["x"], 1, ops=[{"pipe": {"command": "exec sleep 33"}}])})
+    pid = d.worker_running("sleep 33")
+    sleeper = [p for p in descendants(pid) if "sleep 33" in cmdline(p)]
+    msg = check_error(c.recv_json(), "TASK_FAILED",
+                      "exceeded workers.task_timeout")
+    took = time.monotonic() - started
+    check(0.9 <= took <= 5, "the task failed after %.2fs" % took)
+    check_eq(pid_in_message(msg), pid, "the worker named")
+    wait_gone([pid] + sleeper)
+    check_eq(retired(c)["task_timeout"], 1, "retired for task_timeout")
+    check_eq(c.count(range_plan(0, 100, 2)), 100, "the next job")
+
+
+@with_daemon(sets=["workers.max=1", "workers.task_timeout=1s"])
+def test_task_timeout_is_per_task(d):
+    """Tasks under the timeout run, even when the job takes longer."""
+    c = d.client()
+    started = time.monotonic()
+    pids = job_pids(c, 3, "cat >/dev/null; sleep 0.5; echo $PPID")
+    check(time.monotonic() - started > 1.2, "the job was too quick to show "
+          "anything")
+    check_eq(len(set(pids)), 1, "one worker ran every task: %s" % pids)
+    check_eq(retired(c)["task_timeout"], 0, "retired for task_timeout")
+
+
+if __name__ == "__main__":
+    run_tests(globals())

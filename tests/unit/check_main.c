@@ -18,6 +18,8 @@ main(void)
 	srunner_add_suite(sr, frame_suite());
 	srunner_add_suite(sr, jread_suite());
 	srunner_add_suite(sr, plan_suite());
+	srunner_add_suite(sr, ops_suite());
+	srunner_add_suite(sr, split_suite());
 
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);

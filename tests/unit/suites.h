@@ -1,4 +1,4 @@
-/* The unit test suites, one per module of common/. */
+/* The unit test suites, one per module of common/ and of the worker. */
 #ifndef EMBER_SUITES_H
 #define EMBER_SUITES_H
 
@@ -7,6 +7,8 @@
 Suite	*conf_suite(void);
 Suite	*frame_suite(void);
 Suite	*jread_suite(void);
+Suite	*ops_suite(void);
 Suite	*plan_suite(void);
+Suite	*split_suite(void);
 
 #endif

@@ -1,0 +1,1008 @@
+/*
+ * Tests for worker/ops.c and worker/task.c: every op through the real
+ * chain, into a sink that keeps what reaches it; the task modes through
+ * task_run, their output read back from a file as emberd would read it.
+ */
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "../../worker/ops.h"
+#include "../../worker/output.h"
+#include "plan.h"
+#include "protocol.h"
+#include "../../worker/source.h"
+#include "suites.h"
+#include "../../worker/task.h"
+
+/* What reached the sink: the records' bytes end to end, and each one's
+ * place. */
+struct capture {
+	struct op	 op;
+	char		*data;
+	size_t		 used, size;
+	struct {
+		size_t	 off, len;
+		int	 null;
+	}		*recs;
+	size_t		 n, cap;
+	int		 finished;
+};
+
+/* Keep a record. */
+static int
+capture_push_cb(struct op *op, const struct record *r)
+{
+	struct capture	*c = (struct capture *)op;
+
+	/* Plain tests: every ck_assert is a write to the test runner. */
+	if (c->n == c->cap) {
+		c->cap = c->cap == 0 ? 64 : c->cap * 2;
+		if ((c->recs = realloc(c->recs, c->cap * sizeof *c->recs)) ==
+		    NULL)
+			ck_abort_msg("out of memory");
+	}
+	if (c->used + r->len > c->size) {
+		c->size = (c->used + r->len) * 2;
+		if ((c->data = realloc(c->data, c->size)) == NULL)
+			ck_abort_msg("out of memory");
+	}
+	if (r->null && r->len != 0)
+		ck_abort_msg("a null record of %zu bytes", r->len);
+	if (r->len != 0)
+		memcpy(c->data + c->used, r->data, r->len);
+	c->recs[c->n].off = c->used;
+	c->recs[c->n].len = r->len;
+	c->recs[c->n].null = r->null;
+	c->used += r->len;
+	c->n++;
+	return (OP_OK);
+}
+
+/* Note that finish() reached the sink. */
+static int
+capture_finish_cb(struct op *op)
+{
+	((struct capture *)op)->finished++;
+	return (OP_OK);
+}
+
+/* Nothing: the test owns the capture. */
+static void
+capture_free_cb(__attribute__((unused)) struct op *op)
+{
+}
+
+/* Start a capture. */
+static void
+capture_init(struct capture *c)
+{
+	memset(c, 0, sizeof *c);
+	c->op.push = capture_push_cb;
+	c->op.finish = capture_finish_cb;
+	c->op.free = capture_free_cb;
+}
+
+/* Free what a capture holds. */
+static void
+capture_clear(struct capture *c)
+{
+	free(c->data);
+	free(c->recs);
+	memset(c, 0, sizeof *c);
+}
+
+/* Expect record i to be the len bytes at want (NULL: a null record). */
+static void
+capture_expect(const struct capture *c, size_t i, const char *want,
+    size_t len)
+{
+	ck_assert_msg(i < c->n, "record %zu of %zu", i, c->n);
+	if (want == NULL) {
+		ck_assert_msg(c->recs[i].null, "record %zu is not null", i);
+		return;
+	}
+	ck_assert_msg(!c->recs[i].null, "record %zu is null", i);
+	ck_assert_msg(c->recs[i].len == len, "record %zu: %zu bytes, want %zu "
+	    "(%.*s)", i, c->recs[i].len, len, (int)c->recs[i].len,
+	    c->data + c->recs[i].off);
+	ck_assert_msg(memcmp(c->data + c->recs[i].off, want, len) == 0,
+	    "record %zu: %.*s, want %.*s", i, (int)len,
+	    c->data + c->recs[i].off, (int)len, want);
+}
+
+/* Expect record i to be a C string. */
+static void
+capture_expect_str(const struct capture *c, size_t i, const char *want)
+{
+	capture_expect(c, i, want, want == NULL ? 0 : strlen(want));
+}
+
+/* Parse a plan, expecting success. */
+static struct plan *
+ops_plan(const char *text)
+{
+	struct plan	*plan;
+	json_t		*j;
+	char		*err = NULL;
+
+	j = json_loads(text, JSON_ALLOW_NUL, NULL);
+	ck_assert_msg(j != NULL, "not JSON: %s", text);
+	ck_assert_msg(plan_parse(j, &plan, &err) == 0, "%s: %s", text, err);
+	json_decref(j);
+	return (plan);
+}
+
+/* A plan over a few records with the given ops (JSON text). */
+static struct plan *
+ops_plan_with(const char *ops)
+{
+	char		*text;
+	struct plan	*plan;
+
+	ck_assert_int_ne(asprintf(&text, "{\"source\": {\"parallelize\": "
+	    "{\"records\": []}}, \"ops\": [%s]}", ops), -1);
+	plan = ops_plan(text);
+	free(text);
+	plan->partitions = 1;
+	return (plan);
+}
+
+/* Push records (a null data with len 0 and null set) through ops. */
+static int64_t
+ops_run(const char *ops, int partition, const struct record *in, size_t n,
+    struct capture *c)
+{
+	struct plan	*plan = ops_plan_with(ops);
+	struct chain	*chain;
+	char		*err = NULL;
+	size_t		 i;
+	int64_t		 dropped;
+	int		 rc = OP_OK;
+
+	capture_init(c);
+	chain = chain_create(plan, partition, NULL, &c->op, &err);
+	ck_assert_msg(chain != NULL, "%s: %s", ops, err);
+	for (i = 0; i < n && rc == OP_OK; i++)
+		rc = chain_push(chain, &in[i]);
+	ck_assert_int_ne(rc, OP_FAIL);
+	ck_assert_int_eq(chain_finish(chain), OP_OK);
+	ck_assert_int_eq(c->finished, 1);
+	dropped = chain_dropped(chain);
+	chain_free(chain);
+	plan_free(plan);
+	return (dropped);
+}
+
+#define REC(s)		{ s, sizeof s - 1, 0 }
+#define NUL_REC		{ NULL, 0, 1 }
+
+START_TEST(test_ops_none)
+{
+	static const struct record in[] = { REC("a"), NUL_REC, REC(""),
+	    REC("x\0y") };
+	struct capture	c;
+
+	ops_run("", 0, in, 4, &c);
+	ck_assert_uint_eq(c.n, 4);
+	capture_expect_str(&c, 0, "a");
+	capture_expect(&c, 1, NULL, 0);
+	capture_expect_str(&c, 2, "");
+	capture_expect(&c, 3, "x\0y", 3);
+	capture_clear(&c);
+}
+END_TEST
+
+START_TEST(test_ops_filter_contains)
+{
+	static const struct record in[] = { REC("a\0b"), NUL_REC, REC(""),
+	    REC("ab"), REC("xa\0bx"), REC("a\0") };
+	struct capture	c;
+
+	/* Bytes, NUL included; a null holds nothing. */
+	ops_run("{\"filter\": {\"contains\": \"a\\u0000b\"}}", 0, in, 6, &c);
+	ck_assert_uint_eq(c.n, 2);
+	capture_expect(&c, 0, "a\0b", 3);
+	capture_expect(&c, 1, "xa\0bx", 5);
+	capture_clear(&c);
+
+	/* One byte takes another path. */
+	ops_run("{\"filter\": {\"contains\": \"b\"}}", 0, in, 6, &c);
+	ck_assert_uint_eq(c.n, 3);
+	capture_clear(&c);
+
+	/* The empty string is in every record, but not in a null. */
+	ops_run("{\"filter\": {\"contains\": \"\"}}", 0, in, 6, &c);
+	ck_assert_uint_eq(c.n, 5);
+	capture_clear(&c);
+}
+END_TEST
+
+START_TEST(test_ops_filter_regex)
+{
+	static const struct record in[] = { REC("abbbc"), REC("ac"),
+	    NUL_REC, REC(""), REC("xx abc yy"), REC("a\0c"), REC("\xff\xfe") };
+	struct capture	c;
+	struct record	big;
+	char		*data;
+	size_t		 len = 4 * 1024 * 1024;
+
+	ops_run("{\"filter\": {\"regex\": \"ab+c\"}}", 0, in, 7, &c);
+	ck_assert_uint_eq(c.n, 2);
+	capture_expect_str(&c, 0, "abbbc");
+	capture_expect_str(&c, 1, "xx abc yy");
+	capture_clear(&c);
+
+	/* Anchors hold for the whole record; NUL is a byte like any. */
+	ops_run("{\"filter\": {\"regex\": \"^a.c$\"}}", 0, in, 7, &c);
+	ck_assert_uint_eq(c.n, 1);
+	capture_expect(&c, 0, "a\0c", 3);
+	capture_clear(&c);
+
+	/* The empty pattern matches every record, never a null. */
+	ops_run("{\"filter\": {\"regex\": \"\"}}", 0, in, 7, &c);
+	ck_assert_uint_eq(c.n, 6);
+	capture_clear(&c);
+
+	/* A UTF-8 pattern on bytes that are not UTF-8: no match, no error. */
+	ops_run("{\"filter\": {\"regex\": \"(*UTF)^.$\"}}", 0, in, 7, &c);
+	ck_assert_uint_eq(c.n, 0);
+	capture_clear(&c);
+
+	/* A long record, its match at the end. */
+	data = malloc(len);
+	memset(data, 'x', len);
+	memcpy(data + len - 3, "END", 3);
+	big.data = data;
+	big.len = len;
+	big.null = 0;
+	ops_run("{\"filter\": {\"regex\": \"x+E[N]D$\"}}", 0, &big, 1, &c);
+	ck_assert_uint_eq(c.n, 1);
+	ck_assert_uint_eq(c.recs[0].len, len);
+	capture_clear(&c);
+	free(data);
+}
+END_TEST
+
+START_TEST(test_ops_maps)
+{
+	static const struct record in[] = { REC(" Mixed\tCase\0\xe9 "),
+	    NUL_REC, REC(""), REC(" \t\r\n ") };
+	struct capture	c;
+
+	ops_run("{\"map\": \"upper\"}", 0, in, 4, &c);
+	ck_assert_uint_eq(c.n, 4);
+	capture_expect(&c, 0, " MIXED\tCASE\0\xe9 ", 14);
+	capture_expect(&c, 1, NULL, 0);
+	capture_expect_str(&c, 2, "");
+	capture_clear(&c);
+
+	ops_run("{\"map\": \"lower\"}", 0, in, 4, &c);
+	capture_expect(&c, 0, " mixed\tcase\0\xe9 ", 14);
+	capture_clear(&c);
+
+	ops_run("{\"map\": \"trim\"}", 0, in, 4, &c);
+	capture_expect(&c, 0, "Mixed\tCase\0\xe9", 12);
+	capture_expect(&c, 1, NULL, 0);
+	capture_expect_str(&c, 2, "");
+	capture_expect_str(&c, 3, "");
+	capture_clear(&c);
+}
+END_TEST
+
+START_TEST(test_ops_map_field)
+{
+	static const struct record in[] = { REC("a,b,,d"), REC(""),
+	    REC("only"), NUL_REC, REC(",x\0y,") };
+	struct capture	c;
+
+	ops_run("{\"map\": {\"field\": {\"sep\": \",\", \"index\": 1}}}", 0,
+	    in, 5, &c);
+	ck_assert_uint_eq(c.n, 5);
+	capture_expect_str(&c, 0, "b");
+	capture_expect_str(&c, 1, "");		/* missing: empty */
+	capture_expect_str(&c, 2, "");
+	capture_expect(&c, 3, NULL, 0);		/* a null stays null */
+	capture_expect(&c, 4, "x\0y", 3);
+	capture_clear(&c);
+
+	ops_run("{\"map\": {\"field\": {\"sep\": \",\", \"index\": 0}}}", 0,
+	    in, 5, &c);
+	capture_expect_str(&c, 0, "a");
+	capture_expect_str(&c, 2, "only");
+	capture_expect_str(&c, 4, "");
+	capture_clear(&c);
+
+	/* From the end. */
+	ops_run("{\"map\": {\"field\": {\"sep\": \",\", \"index\": -1}}}", 0,
+	    in, 5, &c);
+	capture_expect_str(&c, 0, "d");
+	capture_expect_str(&c, 2, "only");
+	capture_expect_str(&c, 4, "");
+	capture_clear(&c);
+	ops_run("{\"map\": {\"field\": {\"sep\": \",\", \"index\": -4}}}", 0,
+	    in, 5, &c);
+	capture_expect_str(&c, 0, "a");
+	capture_expect_str(&c, 2, "");
+	capture_clear(&c);
+	ops_run("{\"map\": {\"field\": {\"sep\": \",\", \"index\": 9}}}", 0,
+	    in, 5, &c);
+	capture_expect_str(&c, 0, "");
+	capture_clear(&c);
+
+	/* A separator of several bytes. */
+	ops_run("{\"map\": {\"field\": {\"sep\": \"::\", \"index\": 2}}}", 0,
+	    (const struct record[]){ REC("a::b:c::d") }, 1, &c);
+	capture_expect_str(&c, 0, "d");
+	capture_clear(&c);
+}
+END_TEST
+
+START_TEST(test_ops_map_json)
+{
+	static const struct record in[] = {
+		REC("{\"a\": {\"b\": \"text\\u0000x\"}}"),
+		REC("{\"a\": {\"b\": 12.5}}"),
+		REC("{\"a\": {\"b\": {\"c\": [1, 2], \"d\": true}}}"),
+		REC("{\"a\": {\"b\": null}}"),
+		REC("{\"a\": {\"c\": 1}}"),		/* no path: dropped */
+		REC("not json"),			/* dropped */
+		REC(""),				/* dropped */
+		NUL_REC,				/* passes */
+		REC("[1, 2]"),				/* dropped */
+		REC("{\"a\": 5}"),			/* dropped */
+	};
+	struct capture	c;
+	int64_t		dropped;
+
+	dropped = ops_run("{\"map\": {\"json\": \"a.b\"}}", 0, in, 10, &c);
+	ck_assert_int_eq(dropped, 5);
+	ck_assert_uint_eq(c.n, 5);
+	capture_expect(&c, 0, "text\0x", 6);
+	capture_expect_str(&c, 1, "12.5");
+	capture_expect_str(&c, 2, "{\"c\":[1,2],\"d\":true}");
+	capture_expect(&c, 3, NULL, 0);
+	capture_expect(&c, 4, NULL, 0);
+	capture_clear(&c);
+
+	/* A numeric name indexes an array. */
+	dropped = ops_run("{\"map\": {\"json\": \"a.b.c.1\"}}", 0, in, 10, &c);
+	ck_assert_int_eq(dropped, 8);
+	capture_expect_str(&c, 0, "2");
+	capture_clear(&c);
+}
+END_TEST
+
+START_TEST(test_ops_flat_map_split)
+{
+	static const struct record in[] = { REC("a  b"), REC(""), NUL_REC,
+	    REC(" x\0y "), REC("nosep") };
+	struct capture	c;
+	struct record	big;
+	char		*data;
+	size_t		 i, len = 2 * 1024 * 1024;
+
+	/* Like Python's str.split(" "): empty pieces are kept. */
+	ops_run("{\"flat_map\": {\"split\": \" \"}}", 0, in, 5, &c);
+	ck_assert_uint_eq(c.n, 9);
+	capture_expect_str(&c, 0, "a");
+	capture_expect_str(&c, 1, "");
+	capture_expect_str(&c, 2, "b");
+	capture_expect_str(&c, 3, "");		/* "" gives one empty piece */
+	capture_expect(&c, 4, NULL, 0);		/* a null passes */
+	capture_expect_str(&c, 5, "");
+	capture_expect(&c, 6, "x\0y", 3);
+	capture_expect_str(&c, 7, "");
+	capture_expect_str(&c, 8, "nosep");
+	capture_clear(&c);
+
+	ops_run("{\"flat_map\": {\"split\": \"ab\"}}", 0,
+	    (const struct record[]){ REC("xabyabab") }, 1, &c);
+	ck_assert_uint_eq(c.n, 4);
+	capture_expect_str(&c, 0, "x");
+	capture_expect_str(&c, 1, "y");
+	capture_expect_str(&c, 2, "");
+	capture_expect_str(&c, 3, "");
+	capture_clear(&c);
+
+	/* A long record of a million words. */
+	data = malloc(len);
+	for (i = 0; i < len; i += 2) {
+		data[i] = (char)('a' + (i / 2) % 26);
+		data[i + 1] = ' ';
+	}
+	big.data = data;
+	big.len = len - 1;
+	big.null = 0;
+	ops_run("{\"flat_map\": {\"split\": \" \"}}", 0, &big, 1, &c);
+	ck_assert_uint_eq(c.n, len / 2);
+	capture_expect_str(&c, 27, "b");
+	capture_clear(&c);
+	free(data);
+}
+END_TEST
+
+/* The records a sample keeps of range(0, n), as a bitmap string. */
+static char *
+ops_sample_keeps(const char *ops, int partition, size_t n)
+{
+	struct record	*in;
+	struct capture	 c;
+	char		*keeps, (*num)[16];
+	size_t		 i;
+
+	in = calloc(n, sizeof *in);
+	num = calloc(n, sizeof *num);
+	keeps = calloc(n + 1, 1);
+	for (i = 0; i < n; i++) {
+		in[i].len = (size_t)snprintf(num[i], sizeof num[i], "%zu", i);
+		in[i].data = num[i];
+		keeps[i] = '.';
+	}
+	ops_run(ops, partition, in, n, &c);
+	for (i = 0; i < c.n; i++) {
+		char	v[16];
+
+		ck_assert_uint_lt(c.recs[i].len, sizeof v);
+		memcpy(v, c.data + c.recs[i].off, c.recs[i].len);
+		v[c.recs[i].len] = '\0';
+		keeps[strtoul(v, NULL, 10)] = 'x';
+	}
+	capture_clear(&c);
+	free(num);
+	free(in);
+	return (keeps);
+}
+
+START_TEST(test_ops_sample)
+{
+	const char	*ops = "{\"sample\": {\"fraction\": 0.3, \"seed\": 7}}";
+	char		*a, *b, *other, *seed;
+	size_t		 i, kept = 0, n = 100000;
+
+	/* The same seed and partition keep the same records. */
+	a = ops_sample_keeps(ops, 3, n);
+	b = ops_sample_keeps(ops, 3, n);
+	ck_assert_str_eq(a, b);
+	for (i = 0; i < n; i++)
+		kept += a[i] == 'x';
+	/* About 30%: 0.3 * 100000 with a standard deviation of 145. */
+	ck_assert_msg(kept > 29000 && kept < 31000, "kept %zu", kept);
+	/* Another partition, or another seed, keeps others. */
+	other = ops_sample_keeps(ops, 4, n);
+	ck_assert_str_ne(a, other);
+	seed = ops_sample_keeps("{\"sample\": {\"fraction\": 0.3, "
+	    "\"seed\": 8}}", 3, n);
+	ck_assert_str_ne(a, seed);
+	free(a);
+	free(b);
+	free(other);
+	free(seed);
+
+	a = ops_sample_keeps("{\"sample\": {\"fraction\": 0}}", 0, 1000);
+	ck_assert_ptr_null(strchr(a, 'x'));
+	free(a);
+	a = ops_sample_keeps("{\"sample\": {\"fraction\": 1}}", 0, 1000);
+	ck_assert_ptr_null(strchr(a, '.'));
+	free(a);
+}
+END_TEST
+
+/* Run a range partition through ops; return the records read. */
+static int64_t
+ops_run_range(const char *text, int partition, struct capture *c)
+{
+	struct plan	*plan = ops_plan(text);
+	struct chain	*chain;
+	int64_t		 in = 0;
+	char		*err = NULL;
+
+	plan_set_partitions(plan, 1);
+	capture_init(c);
+	chain = chain_create(plan, partition, NULL, &c->op, &err);
+	ck_assert_ptr_nonnull(chain);
+	ck_assert_int_eq(source_run(plan, partition, chain, &in, &err), OP_OK);
+	ck_assert_int_eq(chain_finish(chain), OP_OK);
+	chain_free(chain);
+	plan_free(plan);
+	return (in);
+}
+
+START_TEST(test_ops_limit)
+{
+	struct capture	c;
+	int64_t		in;
+
+	/* The source stops as soon as the limit is reached. */
+	in = ops_run_range("{\"source\": {\"range\": {\"end\": 1000000}}, "
+	    "\"ops\": [{\"limit\": 5}]}", 0, &c);
+	ck_assert_int_eq(in, 5);
+	ck_assert_uint_eq(c.n, 5);
+	capture_expect_str(&c, 4, "4");
+	ck_assert_int_eq(c.finished, 1);
+	capture_clear(&c);
+
+	/* Per partition. */
+	in = ops_run_range("{\"source\": {\"range\": {\"end\": 1000}}, "
+	    "\"partitions\": 4, \"ops\": [{\"limit\": 3}]}", 2, &c);
+	ck_assert_uint_eq(c.n, 3);
+	capture_expect_str(&c, 0, "500");
+	capture_clear(&c);
+
+	/* limit 0: nothing passes, and the source stops at once. */
+	in = ops_run_range("{\"source\": {\"range\": {\"end\": 1000000}}, "
+	    "\"ops\": [{\"limit\": 0}]}", 0, &c);
+	ck_assert_int_le(in, 1);
+	ck_assert_uint_eq(c.n, 0);
+	ck_assert_int_eq(c.finished, 1);
+	capture_clear(&c);
+
+	/* After a flat_map: the stop comes back through it. */
+	in = ops_run_range("{\"source\": {\"range\": {\"start\": 100, "
+	    "\"end\": 1000000}}, \"ops\": [{\"flat_map\": {\"split\": \"0\"}}, "
+	    "{\"limit\": 4}]}", 0, &c);
+	ck_assert_int_eq(in, 2);	/* "100" gives 1, "", "" */
+	ck_assert_uint_eq(c.n, 4);
+	capture_expect_str(&c, 3, "1");
+	capture_clear(&c);
+
+	/* More than there is. */
+	in = ops_run_range("{\"source\": {\"range\": {\"end\": 10}}, "
+	    "\"ops\": [{\"limit\": 50}]}", 0, &c);
+	ck_assert_int_eq(in, 10);
+	ck_assert_uint_eq(c.n, 10);
+	capture_clear(&c);
+}
+END_TEST
+
+START_TEST(test_ops_long_records)
+{
+	struct capture	 c;
+	struct record	 big;
+	char		*data;
+	size_t		 i, len = 8 * 1024 * 1024;
+
+	data = malloc(len);
+	for (i = 0; i < len; i++)
+		data[i] = (char)(i % 251);
+	big.data = data;
+	big.len = len;
+	big.null = 0;
+	ops_run("{\"map\": \"upper\"}, {\"map\": \"lower\"}, "
+	    "{\"filter\": {\"contains\": \"\\u0000\\u0001\"}}", 0, &big, 1, &c);
+	ck_assert_uint_eq(c.n, 1);
+	ck_assert_uint_eq(c.recs[0].len, len);
+	for (i = 0; i < len; i++) {
+		char want = (char)(i % 251);
+
+		if (want >= 'A' && want <= 'Z')
+			want = want - 'A' + 'a';
+		if (c.data[i] != want)
+			ck_abort_msg("byte %zu: %d, want %d", i, c.data[i],
+			    want);
+	}
+	capture_clear(&c);
+	free(data);
+}
+END_TEST
+
+START_TEST(test_ops_missing_broadcast)
+{
+	struct plan	*plan;
+	struct capture	 c;
+	char		*err = NULL;
+
+	/* The worker does not hold broadcast 12345: the chain is not made,
+	 * and the sink given to it is freed (here: its free is a no-op). */
+	plan = ops_plan_with("{\"map\": \"upper\"}, "
+	    "{\"filter\": {\"in_broadcast\": 12345}}");
+	capture_init(&c);
+	ck_assert_ptr_null(chain_create(plan, 0, NULL, &c.op, &err));
+	ck_assert_ptr_nonnull(err);
+	free(err);
+	plan_free(plan);
+}
+END_TEST
+
+/* What a task sent, read back from its output file. */
+struct sent {
+	struct capture	 c;
+	int64_t		 metrics[EMBER_METRIC_COUNT];
+	int32_t		 batches;
+	int		 pairs_split;	/* a batch ended inside a pair */
+	char		*error;
+};
+
+/* Read the task output in a file: batches, then the end or an error. */
+static void
+sent_read(int fd, struct sent *s)
+{
+	struct stat	 st;
+	unsigned char	*buf, *p, *end, *batch_end;
+	int32_t		 n, i, count;
+	struct record	 r;
+
+	memset(s, 0, sizeof *s);
+	capture_init(&s->c);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	buf = malloc((size_t)st.st_size + 1);
+	ck_assert_int_eq(pread(fd, buf, (size_t)st.st_size, 0), st.st_size);
+	p = buf;
+	end = buf + st.st_size;
+	while (p < end) {
+		n = be32_get(p);
+		p += 4;
+		if (n == EMBER_RECORD_BATCH) {
+			count = be32_get(p);
+			batch_end = p + 8 + be32_get(p + 4);
+			p += 8;
+			for (i = 0; i < count; i++) {
+				n = be32_get(p);
+				p += 4;
+				r.null = n == EMBER_NULL;
+				r.len = r.null ? 0 : (size_t)n;
+				r.data = (const char *)p;
+				p += r.len;
+				capture_push_cb(&s->c.op, &r);
+			}
+			if (p != batch_end)
+				ck_abort_msg("a batch's records overrun it");
+			s->pairs_split |= count % 2 != 0;
+			s->batches++;
+		} else if (n == EMBER_END_OF_DATA_SECTION) {
+			ck_assert_int_eq(be32_get(p), EMBER_TIMING_DATA);
+			n = be32_get(p + 4);
+			p += 8;
+			for (i = 0; i < n; i++, p += 8)
+				if (i < EMBER_METRIC_COUNT)
+					s->metrics[i] = be64_get(p);
+			ck_assert_int_eq(be32_get(p), EMBER_END_OF_STREAM);
+			p += 4;
+		} else if (n == EMBER_EXCEPTION_THROWN) {
+			n = be32_get(p);
+			s->error = strndup((char *)p + 4, (size_t)n);
+			p += 4 + n;
+		} else
+			ck_abort_msg("unexpected %d in the task output", n);
+	}
+	free(buf);
+}
+
+/* Run a task of a parallelize plan (records: a JSON array) into a file;
+ * 0 or -1 as task_run. */
+static int
+ops_task(const char *records, int partitions, int partition,
+    struct task *t, struct sent *s)
+{
+	struct output	*out;
+	struct plan	*plan;
+	char		*text, *err = NULL, path[] = "/tmp/ember-check-ops-XXXXXX";
+	int64_t		 metrics[EMBER_METRIC_COUNT];
+	int		 fd, rc;
+
+	ck_assert_int_ne(asprintf(&text, "{\"source\": {\"parallelize\": "
+	    "{\"records\": %s}}, \"partitions\": %d}", records, partitions),
+	    -1);
+	plan = ops_plan(text);
+	free(text);
+	ck_assert_int_ne(fd = mkstemp(path), -1);
+	unlink(path);
+	out = output_create(fd);
+	t->plan = plan;
+	t->partition = partition;
+	output_reset(out);
+	rc = task_run(t, out, metrics, &err);
+	if (rc == 0)
+		ck_assert_int_eq(output_finish(out, metrics,
+		    EMBER_METRIC_COUNT, 0, &err), 0);
+	else
+		ck_assert_int_eq(output_fail(out, err), 0);
+	free(err);
+	output_free(out);
+	sent_read(fd, s);
+	close(fd);
+	plan_free(plan);
+	return (rc);
+}
+
+/* Run a reduce and expect its one record (or error). */
+static void
+ops_reduce(const char *records, enum task_reduce fn, const char *want,
+    const char *want_error)
+{
+	struct task	t = { .mode = TASK_REDUCE, .fn = fn };
+	struct sent	s;
+	int		rc;
+
+	rc = ops_task(records, 1, 0, &t, &s);
+	if (want_error != NULL) {
+		ck_assert_int_eq(rc, -1);
+		ck_assert_str_eq(s.error, want_error);
+	} else {
+		ck_assert_msg(rc == 0, "%s: %s", records, s.error);
+		ck_assert_uint_eq(s.c.n, 1);
+		capture_expect_str(&s.c, 0, want);
+	}
+	free(s.error);
+	capture_clear(&s.c);
+}
+
+START_TEST(test_ops_reduce)
+{
+	ops_reduce("[\"1\", \"2\", \"-3\", \"+10\"]", TASK_REDUCE_SUM,
+	    "{\"count\":4,\"int\":10}", NULL);
+	ops_reduce("[\"1\", \"2\", \"-3\", \"+10\"]", TASK_REDUCE_MIN,
+	    "{\"count\":4,\"int\":-3}", NULL);
+	ops_reduce("[\"1\", \"2\", \"-3\", \"+10\"]", TASK_REDUCE_MAX,
+	    "{\"count\":4,\"int\":10}", NULL);
+	ops_reduce("[]", TASK_REDUCE_SUM, "{\"count\":0}", NULL);
+	/* Exact at the edges of an int64. */
+	ops_reduce("[\"9223372036854775806\", \"1\"]", TASK_REDUCE_SUM,
+	    "{\"count\":2,\"int\":9223372036854775807}", NULL);
+	ops_reduce("[\"-9223372036854775808\", \"5\"]", TASK_REDUCE_MIN,
+	    "{\"count\":2,\"int\":-9223372036854775808}", NULL);
+	/* Overflow goes on as a real. */
+	ops_reduce("[\"9223372036854775807\", \"1\"]", TASK_REDUCE_SUM,
+	    "{\"count\":2,\"real\":9.2233720368547758e+18}", NULL);
+	ops_reduce("[\"99999999999999999999\"]", TASK_REDUCE_MAX,
+	    "{\"count\":1,\"real\":1e+20}", NULL);
+	/* Reals. */
+	ops_reduce("[\"0.5\", \"1\", \"2.25\"]", TASK_REDUCE_SUM,
+	    "{\"count\":3,\"real\":3.75}", NULL);
+	ops_reduce("[\"3\", \"-1e3\", \"2\"]", TASK_REDUCE_MIN,
+	    "{\"count\":3,\"real\":-1000}", NULL);
+	ops_reduce("[\"0.1\"]", TASK_REDUCE_MAX,
+	    "{\"count\":1,\"real\":0.10000000000000001}", NULL);
+	/* Not numbers. */
+	ops_reduce("[\"1\", \"two\"]", TASK_REDUCE_SUM, NULL,
+	    "reduce: record \"two\" is not a number");
+	ops_reduce("[\" 1\"]", TASK_REDUCE_SUM, NULL,
+	    "reduce: record \" 1\" is not a number");
+	ops_reduce("[\"1 \"]", TASK_REDUCE_SUM, NULL,
+	    "reduce: record \"1 \" is not a number");
+	ops_reduce("[\"\"]", TASK_REDUCE_SUM, NULL,
+	    "reduce: record \"\" is not a number");
+	ops_reduce("[\"inf\"]", TASK_REDUCE_SUM, NULL,
+	    "reduce: record \"inf\" is not a number");
+	ops_reduce("[\"1e999\"]", TASK_REDUCE_SUM, NULL,
+	    "reduce: record \"1e999\" is not a number");
+	ops_reduce("[\"0x10\"]", TASK_REDUCE_SUM, NULL,
+	    "reduce: record \"0x10\" is not a number");
+	ops_reduce("[\"a\\\"b\\u0000\\n\"]", TASK_REDUCE_SUM, NULL,
+	    "reduce: record \"a\\\"b\\x00\\x0a\" is not a number");
+	ops_reduce("[\"1\", null]", TASK_REDUCE_SUM, NULL,
+	    "reduce: record null is not a number");
+	ops_reduce("[\"1e308\", \"1e308\"]", TASK_REDUCE_SUM, NULL,
+	    "reduce: the sum is out of range");
+	/* Only the first 64 bytes are shown. */
+	ops_reduce("[\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+	    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"]", TASK_REDUCE_SUM, NULL,
+	    "reduce: record \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+	    "xxxxxxxxxxxxxx...\" is not a number");
+}
+END_TEST
+
+/* The count a count_by_value pair gives. */
+static int64_t
+ops_pair_count(const struct capture *c, size_t i)
+{
+	ck_assert_uint_eq(c->recs[i].len, 8);
+	return (be64_get((unsigned char *)c->data + c->recs[i].off));
+}
+
+START_TEST(test_ops_count_by_value)
+{
+	struct task	 t = { .mode = TASK_COUNT_BY_VALUE };
+	struct sent	 s;
+	json_t		*records;
+	char		*text, key[32];
+	int64_t		 total = 0, seen[1000];
+	size_t		 i;
+	int		 nulls = 0, empty = 0, nul = 0, a = 0;
+
+	ck_assert_int_eq(ops_task("[\"a\", null, \"\", \"a\\u0000b\", \"a\", "
+	    "null, \"\", \"a\", \"a\\u0000b\"]", 1, 0, &t, &s), 0);
+	ck_assert_uint_eq(s.c.n, 8);
+	for (i = 0; i < s.c.n; i += 2) {
+		if (s.c.recs[i].null)
+			nulls = (int)ops_pair_count(&s.c, i + 1);
+		else if (s.c.recs[i].len == 0)
+			empty = (int)ops_pair_count(&s.c, i + 1);
+		else if (s.c.recs[i].len == 3 &&
+		    memcmp(s.c.data + s.c.recs[i].off, "a\0b", 3) == 0)
+			nul = (int)ops_pair_count(&s.c, i + 1);
+		else {
+			capture_expect_str(&s.c, i, "a");
+			a = (int)ops_pair_count(&s.c, i + 1);
+		}
+	}
+	ck_assert_int_eq(nulls, 2);
+	ck_assert_int_eq(empty, 2);
+	ck_assert_int_eq(nul, 2);
+	ck_assert_int_eq(a, 3);
+	ck_assert_int_eq(s.metrics[EMBER_METRIC_RECORDS_IN], 9);
+	ck_assert_int_eq(s.metrics[EMBER_METRIC_RECORDS_OUT], 9);
+	capture_clear(&s.c);
+
+	/* Many distinct records: the table grows, batches fill, and no
+	 * pair is ever cut between two batches. */
+	records = json_array();
+	for (i = 0; i < 200000; i++) {
+		snprintf(key, sizeof key, "key-%zu", i % 1000);
+		json_array_append_new(records, json_string(key));
+	}
+	text = json_dumps(records, JSON_COMPACT);
+	json_decref(records);
+	ck_assert_int_eq(ops_task(text, 1, 0, &t, &s), 0);
+	free(text);
+	ck_assert_uint_eq(s.c.n, 2000);
+	ck_assert(!s.pairs_split);
+	memset(seen, 0, sizeof seen);
+	for (i = 0; i < s.c.n; i += 2) {
+		ck_assert_uint_eq(memcmp(s.c.data + s.c.recs[i].off, "key-", 4),
+		    0);
+		memcpy(key, s.c.data + s.c.recs[i].off, s.c.recs[i].len);
+		key[s.c.recs[i].len] = '\0';
+		seen[strtoul(key + 4, NULL, 10)] += ops_pair_count(&s.c, i + 1);
+		total += ops_pair_count(&s.c, i + 1);
+	}
+	ck_assert_int_eq(total, 200000);
+	for (i = 0; i < 1000; i++)
+		ck_assert_int_eq(seen[i], 200);
+	capture_clear(&s.c);
+}
+END_TEST
+
+START_TEST(test_ops_count_by_value_wide)
+{
+	struct task	 t = { .mode = TASK_COUNT_BY_VALUE };
+	struct sent	 s;
+	json_t		*records;
+	char		*text, key[32];
+	size_t		 i, n = 100000;
+
+	/* All distinct, over several batches. */
+	records = json_array();
+	for (i = 0; i < n; i++) {
+		snprintf(key, sizeof key, "%zu", i * 7919);
+		json_array_append_new(records, json_string(key));
+	}
+	text = json_dumps(records, JSON_COMPACT);
+	json_decref(records);
+	ck_assert_int_eq(ops_task(text, 1, 0, &t, &s), 0);
+	free(text);
+	ck_assert_uint_eq(s.c.n, 2 * n);
+	ck_assert_int_gt(s.batches, 1);
+	ck_assert(!s.pairs_split);
+	for (i = 1; i < s.c.n; i += 2) {
+		if (s.c.recs[i].len != 8 || be64_get((unsigned char *)s.c.data +
+		    s.c.recs[i].off) != 1)
+			ck_abort_msg("pair %zu: not a count of 1", i / 2);
+	}
+	capture_clear(&s.c);
+}
+END_TEST
+
+START_TEST(test_ops_save)
+{
+	struct task	 t = { .mode = TASK_SAVE, .save_name = "part-00001" };
+	struct sent	 s;
+	char		 dir[] = "/tmp/ember-check-save-XXXXXX", path[128], buf[64];
+	int		 fd;
+	ssize_t		 n;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	t.save_dir = dir;
+	ck_assert_int_eq(ops_task("[\"a\", null, \"\", \"b\\u0000c\", \"x\", "
+	    "\"y\"]", 2, 1, &t, &s), 0);
+	ck_assert_int_eq(s.metrics[EMBER_METRIC_RECORDS_OUT], 3);
+	ck_assert_uint_eq(s.c.n, 0);
+	capture_clear(&s.c);
+	snprintf(path, sizeof path, "%s/part-00001", dir);
+	ck_assert_int_ne(fd = open(path, O_RDONLY), -1);
+	n = read(fd, buf, sizeof buf);
+	close(fd);
+	ck_assert_int_eq(n, 8);
+	ck_assert_mem_eq(buf, "b\0c\nx\ny\n", 8);
+	snprintf(path, sizeof path, "%s/.part-00001.tmp", dir);
+	ck_assert_int_eq(access(path, F_OK), -1);
+
+	/* A null and an empty record are both empty lines. */
+	t.save_name = "part-00000";
+	ck_assert_int_eq(ops_task("[\"a\", null, \"\", \"b\"]", 1, 0, &t,
+	    &s), 0);
+	capture_clear(&s.c);
+	snprintf(path, sizeof path, "%s/part-00000", dir);
+	ck_assert_int_ne(fd = open(path, O_RDONLY), -1);
+	n = read(fd, buf, sizeof buf);
+	close(fd);
+	ck_assert_int_eq(n, 6);
+	ck_assert_mem_eq(buf, "a\n\n\nb\n", 6);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/part-00001", dir);
+	unlink(path);
+
+	/* A task that fails leaves nothing behind. */
+	t.save_name = "part-00002";
+	ck_assert_int_eq(rmdir(dir), 0);
+	ck_assert_int_eq(ops_task("[\"a\"]", 1, 0, &t, &s), -1);
+	snprintf(path, sizeof path, "save: %s/.part-00002.tmp: %s", dir,
+	    strerror(ENOENT));
+	ck_assert_str_eq(s.error, path);
+	free(s.error);
+	capture_clear(&s.c);
+}
+END_TEST
+
+START_TEST(test_ops_save_fails_midway)
+{
+	struct task	 t = { .mode = TASK_SAVE, .save_name = "part-00000",
+			     .fn = TASK_REDUCE_SUM };
+	struct plan	*plan;
+	struct output	*out;
+	char		 dir[] = "/tmp/ember-check-save-XXXXXX", path[128];
+	char		*err = NULL;
+	int64_t		 metrics[EMBER_METRIC_COUNT];
+
+	/* A pipe that fails: the temporary file is removed, the part file
+	 * never appears. */
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	t.save_dir = dir;
+	plan = ops_plan("{\"source\": {\"range\": {\"end\": 100}}, \"ops\": "
+	    "[{\"pipe\": {\"command\": \"head -3; exit 3\"}}]}");
+	plan_set_partitions(plan, 1);
+	t.plan = plan;
+	out = output_create(open("/dev/null", O_WRONLY | O_CLOEXEC));
+	ck_assert_int_eq(task_run(&t, out, metrics, &err), -1);
+	ck_assert_ptr_nonnull(err);
+	free(err);
+	snprintf(path, sizeof path, "%s/part-00000", dir);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	snprintf(path, sizeof path, "%s/.part-00000.tmp", dir);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	ck_assert_int_eq(rmdir(dir), 0);
+	output_free(out);
+	plan_free(plan);
+}
+END_TEST
+
+/* Build the ops suite. */
+Suite *
+ops_suite(void)
+{
+	Suite	*s = suite_create("ops");
+	TCase	*tc;
+
+	tc = tcase_create("ops");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_ops_none);
+	tcase_add_test(tc, test_ops_filter_contains);
+	tcase_add_test(tc, test_ops_filter_regex);
+	tcase_add_test(tc, test_ops_maps);
+	tcase_add_test(tc, test_ops_map_field);
+	tcase_add_test(tc, test_ops_map_json);
+	tcase_add_test(tc, test_ops_flat_map_split);
+	tcase_add_test(tc, test_ops_sample);
+	tcase_add_test(tc, test_ops_limit);
+	tcase_add_test(tc, test_ops_long_records);
+	tcase_add_test(tc, test_ops_missing_broadcast);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("modes");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_ops_reduce);
+	tcase_add_test(tc, test_ops_count_by_value);
+	tcase_add_test(tc, test_ops_count_by_value_wide);
+	tcase_add_test(tc, test_ops_save);
+	tcase_add_test(tc, test_ops_save_fails_midway);
+	suite_add_tcase(s, tc);
+
+	return (s);
+}

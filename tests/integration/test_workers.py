@@ -176,9 +176,11 @@ def test_workers_gone_after_early_stop(d):
     check_eq(status, STREAM_PARTITION, "partition 0 (payload %r)" %
              (records,))
     done = int(records[0])
-    busy = wait_until(lambda: [p for p in d.worker_pids()
-                               if any("sleep 32" in cmdline(q)
-                                      for q in descendants(p))], 5)
+    def sleeping():
+        return [p for p in d.worker_pids()
+                if any("sleep 32" in cmdline(q) for q in descendants(p))]
+    wait_until(lambda: len(sleeping()) >= 2, 5)
+    busy = sleeping()
     check_eq(len(busy), 2, "workers running the prefetched partitions")
     sleepers = [q for p in busy for q in descendants(p)]
     c.write_int(REQUEST_STOP)

@@ -18,11 +18,12 @@
 
 EMBER_UDF_PLUGIN
 
-int	udf_wordlen(struct ember_udf *);
-int	udf_prefix(struct ember_udf *);
-int	udf_fail(struct ember_udf *);
-int	udf_hog(struct ember_udf *);
-int	udf_in_broadcast(struct ember_udf *);
+/* Exported even when built with -fvisibility=hidden. */
+EMBER_UDF_EXPORT int	udf_wordlen(struct ember_udf *);
+EMBER_UDF_EXPORT int	udf_prefix(struct ember_udf *);
+EMBER_UDF_EXPORT int	udf_fail(struct ember_udf *);
+EMBER_UDF_EXPORT int	udf_hog(struct ember_udf *);
+EMBER_UDF_EXPORT int	udf_in_broadcast(struct ember_udf *);
 
 /* Emit the length of each record in bytes, as decimal text; null stays
  * null. */

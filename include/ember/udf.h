@@ -53,19 +53,25 @@ extern "C" {
  * again when a worker loads it) to know which ABI the plugin was built for.
  */
 #define EMBER_UDF_PLUGIN						\
-	EMBER_UDF_EXPORT __attribute__((used)) const int		\
-	    ember_udf_abi_version = EMBER_UDF_ABI_VERSION;
+	EMBER_UDF_LINKAGE EMBER_UDF_EXPORT __attribute__((used))	\
+	    const int ember_udf_abi_version = EMBER_UDF_ABI_VERSION;
 
-extern const int	ember_udf_abi_version;
+#ifdef __cplusplus
+#define EMBER_UDF_LINKAGE	extern "C"
+#else
+#define EMBER_UDF_LINKAGE
+#endif
+
+extern EMBER_UDF_EXPORT const int ember_udf_abi_version;
 
 /* One run of a partition function: opaque, valid only during the call. */
 struct ember_udf;
 
 /*
- * A partition function: called once for each partition of each task, on the
- * worker's only thread.  It pulls the partition's records with
- * ember_udf_next, pushes its own with ember_udf_emit, and returns 0, or -1
- * after ember_udf_error to fail the task.
+ * A partition function (extern "C" in C++): called once for each partition
+ * of each task, on the worker's only thread.  It pulls the partition's
+ * records with ember_udf_next, pushes its own with ember_udf_emit, and
+ * returns 0, or -1 after ember_udf_error to fail the task.
  */
 typedef int	ember_udf_fn(struct ember_udf *ctx);
 

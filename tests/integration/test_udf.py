@@ -377,5 +377,14 @@ def test_worker_keeps_plugin(d):
     check(loads <= 1, "the plugin was loaded %d times" % loads)
 
 
+@with_daemon(sets=["workers.preload=" + PLUGIN])
+def test_preloaded(d):
+    """A plugin the fork-server loaded before forking serves as well."""
+    c = d.client()
+    check_eq(c.collect_all(range_plan(0, 1000, 4, ops=[udf("udf_wordlen")])),
+             lengths(numbers(1000)), "lengths")
+    check("preloaded %s" % PLUGIN in d.log_text(), "no preload in the log")
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -191,20 +191,9 @@ def test_hog(d):
         raise AssertionError("udf_hog with a bad mb succeeded")
 
 
-def _put_broadcast(c, data):
-    """Upload a broadcast; its id."""
-    c.send_json({"op": "broadcast_put", "size": len(data)})
-    if data:
-        c.send_frame(data)
-    r = c.recv_json()
-    if not r["ok"]:
-        raise RequestFailed(r)
-    return r["broadcast"]
-
-
 def test_in_broadcast(d):
     c = d.client()
-    bid = _put_broadcast(c, b"7\n42\n\n999\nnot a number\n")
+    bid = c.broadcast_put(b"7\n42\n\n999\nnot a number\n")
     ops = [udf("udf_in_broadcast", {"broadcast": bid}, broadcasts=[bid])]
     want = [b"7", b"42", b"999"]
     check_eq(c.collect_all(range_plan(0, 2000, 4, ops=ops)), want,

@@ -1,0 +1,311 @@
+"""Broadcasts: uploaded once per session, sent to each worker once, removed
+from a worker when its task no longer uses them, and refused once dropped
+or to another session."""
+
+import struct
+
+from harness import *
+
+# Each partition's pipe prints the pid of the worker running it.
+ECHO_PID = {"pipe": {"command": "cat >/dev/null; echo $PPID"}}
+
+
+def in_bc(bid):
+    return {"filter": {"in_broadcast": bid}}
+
+
+def counters(c):
+    return c.status()["counters"]
+
+
+def held(c):
+    """pid -> the sorted broadcast ids each worker holds."""
+    return {w["pid"]: sorted(w["broadcasts"]) for w in c.status()["workers"]}
+
+
+def listed(c):
+    """id -> the status entry of each broadcast status lists."""
+    return {b["id"]: b for b in c.status()["broadcasts"]}
+
+
+def lines(values):
+    return "".join("%d\n" % v for v in values).encode()
+
+
+def refused_message(i, bid):
+    return ("plan.ops[%d].filter.in_broadcast: no broadcast %d in this "
+            "session" % (i, bid))
+
+
+# ---------------------------------------------------------------------------
+# Upload
+
+def test_put_answers_id_and_size(d):
+    """broadcast_put sent in several frames answers an id and the size, and
+    status lists the broadcast."""
+    c = d.client()
+    data = lines(range(100))
+    bid = c.broadcast_put(data, chunk=7)
+    other = c.broadcast_put(b"a\nb\n")
+    check(bid != other, "two broadcasts share id %d" % bid)
+    bcs = listed(c)
+    check(bid in bcs and other in bcs, "status broadcasts: %r" % bcs)
+    check_eq(bcs[bid]["size"], len(data), "listed size")
+    check_eq(bcs[bid]["complete"], True, "listed as complete")
+    check_eq(bcs[bid]["session"], c.session, "listed session")
+    check_eq(counters(c)["broadcasts"], 2, "broadcasts counter")
+
+
+def test_filter_keeps_the_lines(d):
+    """in_broadcast keeps the records equal to one of the lines, in every
+    partition; a last line without a newline counts."""
+    c = d.client()
+    bid = c.broadcast_put(b"7\n42\n42\n1999\n100000\nx\n1234")
+    got = c.collect_all(range_plan(0, 2000, 4, ops=[in_bc(bid)]))
+    check_eq(got, [b"7", b"42", b"1234", b"1999"], "records kept")
+    check_eq(c.count(range_plan(0, 2000, 8, ops=[in_bc(bid)])), 4, "count")
+
+
+def test_empty_broadcast(d):
+    """A broadcast of 0 bytes is answered at once and keeps no record."""
+    c = d.client()
+    bid = c.broadcast_put(b"")
+    check_eq(listed(c)[bid]["size"], 0, "listed size")
+    check_eq(c.collect_all(range_plan(0, 100, 2, ops=[in_bc(bid)])), [],
+             "records kept")
+    check_eq(c.count(range_plan(0, 100, 2)), 100, "a job after")
+
+
+def test_frame_past_size_refused(d):
+    """A frame that goes past the announced size breaks the framing: the
+    broadcast is abandoned and the connection closed."""
+    c = d.client()
+    c.send_json({"op": "broadcast_put", "size": 4})
+    c.send_frame(b"ab")
+    c.send_frame(b"cde")
+    check_error(c.recv_json(), "FRAME_INVALID")
+    check(c.at_eof(), "connection still open")
+    c2 = d.client()
+    check_eq(listed(c2), {}, "broadcasts listed")
+    check_eq(counters(c2)["broadcasts"], 0, "broadcasts counter")
+    check_eq(c2.count(range_plan(0, 10, 2)), 10, "a job after")
+
+
+def test_negative_frame_refused(d):
+    """A negative length among a broadcast's frames breaks the framing."""
+    c = d.client()
+    c.send_json({"op": "broadcast_put", "size": 4})
+    c.send_frame(b"ab")
+    c.send(struct.pack(">i", -1))
+    check_error(c.recv_json(), "FRAME_INVALID")
+    check(c.at_eof(), "connection still open")
+    check_eq(listed(d.client()), {}, "broadcasts listed")
+
+
+def test_bad_size_refused(d):
+    """A negative size is refused and the connection stays usable."""
+    c = d.client()
+    check_error(c.request({"op": "broadcast_put", "size": -1}),
+                "REQUEST_INVALID", "size")
+    check_error(c.request({"op": "broadcast_put"}), "REQUEST_INVALID",
+                "size")
+    bid = c.broadcast_put(b"5\n")
+    check_eq(c.collect_all(range_plan(0, 10, 1, ops=[in_bc(bid)])), [b"5"],
+             "a broadcast after")
+
+
+@with_daemon(sets=["daemon.max_broadcast=1k"])
+def test_size_over_max_broadcast_refused(d):
+    """A size over daemon.max_broadcast is refused before any byte."""
+    c = d.client()
+    check_error(c.request({"op": "broadcast_put", "size": 1025}),
+                "REQUEST_INVALID", "daemon.max_broadcast")
+    check_eq(c.broadcast_put(b"x" * 1024, chunk=100) >= 0, True,
+             "a broadcast of the limit")
+
+
+# ---------------------------------------------------------------------------
+# What workers hold
+
+@with_daemon(sets=["workers.max=1"])
+def test_unused_broadcast_removed_from_worker(d):
+    """A task using A and B, then a task using only B: the worker drops A
+    and is not sent B again."""
+    c = d.client()
+    a = c.broadcast_put(lines(range(0, 100, 2)))
+    b = c.broadcast_put(lines(range(0, 100, 3)))
+    got = c.collect_all(range_plan(0, 100, 1, ops=[in_bc(a), in_bc(b)]))
+    check_eq(got, numbers(0, 100, 6), "records in A and B")
+    [(pid, ids)] = held(c).items()
+    check_eq(ids, sorted([a, b]), "broadcasts worker %d holds" % pid)
+    before = counters(c)
+    check_eq(before["broadcasts_sent"], 2, "broadcasts sent")
+    got = c.collect_all(range_plan(0, 100, 1, ops=[in_bc(b)]))
+    check_eq(got, numbers(0, 100, 3), "records in B")
+    check_eq(held(c), {pid: [b]}, "broadcasts held after a task using B")
+    after = counters(c)
+    check_eq(after["broadcasts_removed"], before["broadcasts_removed"] + 1,
+             "broadcasts removed")
+    check_eq(after["broadcasts_sent"], 2, "broadcasts sent")
+    check_eq(c.count(range_plan(0, 100, 1)), 100, "a job without")
+    check_eq(held(c), {pid: []}, "broadcasts held after a task using none")
+    check_eq(counters(c)["broadcasts_removed"],
+             before["broadcasts_removed"] + 2, "broadcasts removed")
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_removed_broadcast_sent_again(d):
+    """A broadcast removed from a worker is sent again when a later task
+    uses it, and still filters right."""
+    c = d.client()
+    a = c.broadcast_put(b"3\n")
+    b = c.broadcast_put(b"4\n")
+    for bid, want in ((a, b"3"), (b, b"4"), (a, b"3")):
+        check_eq(c.collect_all(range_plan(0, 10, 1, ops=[in_bc(bid)])),
+                 [want], "records in broadcast %d" % bid)
+        check_eq(list(held(c).values()), [[bid]], "held")
+    k = counters(c)
+    check_eq(k["broadcasts_sent"], 3, "broadcasts sent")
+    check_eq(k["broadcasts_removed"], 2, "broadcasts removed")
+    check_eq(k["broadcast_bytes_sent"], 6, "broadcast bytes sent")
+
+
+BIG = lines(range(0, 1000000, 2))	# ~3.4 MB, 500000 lines
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_bytes_cross_once(d):
+    """Many tasks on one worker: the broadcast's bytes cross once."""
+    c = d.client()
+    bid = c.broadcast_put(BIG, chunk=1 << 20)
+    for _ in range(3):
+        check_eq(c.count(range_plan(0, 20000, 8, ops=[in_bc(bid)])), 10000,
+                 "count")
+    got = c.collect_all(range_plan(999990, 1000010, 4, ops=[in_bc(bid)]))
+    check_eq(got, [b"999990", b"999992", b"999994", b"999996", b"999998"],
+             "collect")
+    k = counters(c)
+    check_eq(k["tasks_completed"], 28, "tasks completed")
+    check_eq(k["broadcasts_sent"], 1, "broadcasts sent")
+    check_eq(k["broadcast_bytes_sent"], len(BIG), "broadcast bytes sent")
+    check_eq(list(held(c).values()), [[bid]], "held")
+
+
+@with_daemon(sets=["workers.max=3"])
+def test_bytes_cross_once_per_worker(d):
+    """Several workers: each gets the broadcast once, however many of its
+    tasks use it."""
+    c = d.client()
+    bid = c.broadcast_put(BIG, chunk=1 << 20)
+    pids = []
+    for _ in range(2):
+        parts = c.collect_partitions(range_plan(0, 24000, 12, ops=[
+            in_bc(bid), ECHO_PID]))
+        pids += [int(p[0]) for p in parts]
+    workers = set(pids)
+    check(len(pids) > len(workers), "no worker ran two tasks: %s" % pids)
+    k = counters(c)
+    check_eq(k["broadcasts_sent"], len(workers), "broadcasts sent to %d "
+             "workers" % len(workers))
+    check_eq(k["broadcast_bytes_sent"], len(workers) * len(BIG),
+             "broadcast bytes sent")
+    for pid, ids in held(c).items():
+        check_eq(ids, [bid], "broadcasts worker %d holds" % pid)
+
+
+# ---------------------------------------------------------------------------
+# Dropping, sessions
+
+@with_daemon(sets=["workers.max=1"])
+def test_dropped_broadcast_refused(d):
+    """A dropped broadcast is refused in new plans, naming the op."""
+    c = d.client()
+    bid = c.broadcast_put(b"1\n")
+    check_eq(c.count(range_plan(0, 10, 1, ops=[in_bc(bid)])), 1, "before")
+    check(c.broadcast_drop(bid)["ok"], "drop")
+    check(bid not in listed(c), "a dropped broadcast is listed")
+    r = c.execute(range_plan(0, 10, 1, ops=[{"map": "trim"}, in_bc(bid)]),
+                  "count")
+    check_error(r, "PLAN_INVALID", refused_message(1, bid))
+    check_error(c.broadcast_drop(bid), "BROADCAST_NOT_FOUND")
+    check_eq(c.count(range_plan(0, 10, 1)), 10, "a job without it")
+    check_eq(list(held(c).values()), [[]], "held after the drop")
+
+
+def test_unknown_broadcast_refused(d):
+    """A broadcast that was never uploaded is refused."""
+    c = d.client()
+    r = c.execute(range_plan(0, 10, 1, ops=[in_bc(4242)]), "collect")
+    check_error(r, "PLAN_INVALID", refused_message(0, 4242))
+    check_error(c.broadcast_drop(4242), "BROADCAST_NOT_FOUND")
+    check_eq(c.count(range_plan(0, 10, 1)), 10, "a job after")
+
+
+def test_other_session_cannot_use(d):
+    """Another session can neither use nor drop a broadcast."""
+    c = d.client()
+    bid = c.broadcast_put(b"2\n")
+    other = d.client()
+    check(other.session != c.session, "the same session twice")
+    r = other.execute(range_plan(0, 10, 1, ops=[in_bc(bid)]), "count")
+    check_error(r, "PLAN_INVALID", refused_message(0, bid))
+    check_error(other.broadcast_drop(bid), "BROADCAST_NOT_FOUND")
+    check_eq(c.collect_all(range_plan(0, 10, 1, ops=[in_bc(bid)])), [b"2"],
+             "the owner still uses it")
+
+
+def test_resumed_session_can_use(d):
+    """A connection that resumes the session uses its broadcasts."""
+    c = d.client()
+    bid = c.broadcast_put(b"2\n3\n")
+    other = d.client(hello=False)
+    check(other.hello(session=c.session)["ok"], "resume the session")
+    check_eq(other.collect_all(range_plan(0, 10, 2, ops=[in_bc(bid)])),
+             [b"2", b"3"], "records")
+    check(other.broadcast_drop(bid)["ok"], "drop from the other connection")
+    r = c.execute(range_plan(0, 10, 1, ops=[in_bc(bid)]), "count")
+    check_error(r, "PLAN_INVALID", refused_message(0, bid))
+
+
+def test_closed_session_frees_broadcasts(d):
+    """close_session frees the session's broadcasts."""
+    c = d.client()
+    bid = c.broadcast_put(b"2\n")
+    c.request_ok({"op": "close_session"})
+    check(c.hello()["ok"], "a new session")
+    check(bid not in listed(c), "the closed session's broadcast is listed")
+    r = c.execute(range_plan(0, 10, 1, ops=[in_bc(bid)]), "count")
+    check_error(r, "PLAN_INVALID", refused_message(0, bid))
+
+
+@with_daemon(sets=["workers.max=1", "workers.reuse=no"])
+def test_drop_while_operation_runs(d):
+    """Dropping a broadcast that a running operation uses: the operation
+    still finishes, even on workers that get it after the drop."""
+    c = d.client()
+    bid = c.broadcast_put(lines(range(0, 1000, 5)))
+    c.execute_ok(range_plan(0, 1000, 4, ops=[in_bc(bid)]), "iterate")
+    c.write_int(REQUEST_NEXT)
+    status, first = c.read_partition()
+    check_eq(status, STREAM_PARTITION, "partition 0 (payload %r)" %
+             (first,))
+    c2 = d.client(hello=False)
+    check(c2.hello(session=c.session)["ok"], "resume the session")
+    check(c2.broadcast_drop(bid)["ok"], "drop while the operation runs")
+    got = list(first)
+    for i in range(1, 4):
+        c.write_int(REQUEST_NEXT)
+        status, records = c.read_partition()
+        check_eq(status, STREAM_PARTITION, "partition %d (payload %r)" %
+                 (i, records))
+        got += records
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_DONE, "end of the stream")
+    check_eq(got, numbers(0, 1000, 5), "records")
+    check_eq(counters(c)["broadcasts_sent"], 4, "sent to each new worker")
+    r = c.execute(range_plan(0, 10, 1, ops=[in_bc(bid)]), "count")
+    check_error(r, "PLAN_INVALID", refused_message(0, bid))
+
+
+if __name__ == "__main__":
+    run_tests(globals())

@@ -2,6 +2,7 @@
 from a worker when its task no longer uses them, and refused once dropped
 or to another session."""
 
+import os
 import struct
 
 from harness import *
@@ -26,6 +27,12 @@ def held(c):
 def listed(c):
     """id -> the status entry of each broadcast status lists."""
     return {b["id"]: b for b in c.status()["broadcasts"]}
+
+
+def bc_file(d, bid):
+    """Where emberd keeps a broadcast's bytes (daemon.local_dir is empty in
+    the conf: emberd-local beside the socket)."""
+    return os.path.join(d.tmpdir, "emberd-local", "broadcast-%d" % bid)
 
 
 def lines(values):
@@ -54,6 +61,8 @@ def test_put_answers_id_and_size(d):
     check_eq(bcs[bid]["complete"], True, "listed as complete")
     check_eq(bcs[bid]["session"], c.session, "listed session")
     check_eq(counters(c)["broadcasts"], 2, "broadcasts counter")
+    with open(bc_file(d, bid), "rb") as f:
+        check_eq(f.read(), data, "the bytes emberd keeps")
 
 
 def test_filter_keeps_the_lines(d):
@@ -100,6 +109,24 @@ def test_negative_frame_refused(d):
     check_error(c.recv_json(), "FRAME_INVALID")
     check(c.at_eof(), "connection still open")
     check_eq(listed(d.client()), {}, "broadcasts listed")
+
+
+def test_upload_cut_short_abandoned(d):
+    """A client that closes before the last byte leaves no broadcast."""
+    c = d.client()
+    c.send_json({"op": "broadcast_put", "size": 100})
+    c.send_frame(b"1\n2\n")
+    c2 = d.client()
+    wait_until(lambda: os.path.exists(bc_file(d, 0)), 2)
+    c.close()
+    wait_until(lambda: not os.path.exists(bc_file(d, 0)), 2)
+    check(not os.path.exists(bc_file(d, 0)), "the partial upload's file "
+          "is left")
+    check_eq(listed(c2), {}, "broadcasts listed")
+    check_eq(counters(c2)["broadcasts"], 0, "broadcasts counter")
+    bid = c2.broadcast_put(b"1\n")
+    check_eq(c2.count(range_plan(0, 10, 1, ops=[in_bc(bid)])), 1,
+             "a broadcast after")
 
 
 def test_bad_size_refused(d):
@@ -213,8 +240,44 @@ def test_bytes_cross_once_per_worker(d):
         check_eq(ids, [bid], "broadcasts worker %d holds" % pid)
 
 
+@with_daemon(sets=["workers.max=1"])
+def test_same_broadcast_twice_in_plan(d):
+    """A plan naming a broadcast twice has it sent once."""
+    c = d.client()
+    bid = c.broadcast_put(b"4\n8\n")
+    got = c.collect_all(range_plan(0, 10, 2, ops=[in_bc(bid),
+                                                  {"map": "trim"},
+                                                  in_bc(bid)]))
+    check_eq(got, [b"4", b"8"], "records")
+    check_eq(counters(c)["broadcasts_sent"], 1, "broadcasts sent")
+    check_eq(list(held(c).values()), [[bid]], "held")
+
+
 # ---------------------------------------------------------------------------
 # Dropping, sessions
+
+def test_drop_removes_the_file(d):
+    """Dropping an unused broadcast removes its bytes from disk."""
+    c = d.client()
+    bid = c.broadcast_put(b"1\n")
+    check(os.path.exists(bc_file(d, bid)), "no file for the broadcast")
+    check(c.broadcast_drop(bid)["ok"], "drop")
+    check(not os.path.exists(bc_file(d, bid)), "the dropped broadcast's "
+          "file is left")
+
+
+def test_status_counts_operations_using(d):
+    """status says how many operations use a broadcast."""
+    c = d.client()
+    bid = c.broadcast_put(b"1\n")
+    check_eq(listed(c)[bid]["operations"], 0, "operations before")
+    c.execute_ok(range_plan(0, 10, 2, ops=[in_bc(bid)]), "iterate")
+    c2 = d.client()
+    check_eq(listed(c2)[bid]["operations"], 1, "operations while one runs")
+    check_eq([r for p in c.read_stream(pull=True) for r in p], [b"1"],
+             "records")
+    check_eq(listed(c)[bid]["operations"], 0, "operations after")
+
 
 @with_daemon(sets=["workers.max=1"])
 def test_dropped_broadcast_refused(d):
@@ -292,6 +355,8 @@ def test_drop_while_operation_runs(d):
     c2 = d.client(hello=False)
     check(c2.hello(session=c.session)["ok"], "resume the session")
     check(c2.broadcast_drop(bid)["ok"], "drop while the operation runs")
+    check(bid not in listed(c2), "a dropped broadcast is listed")
+    check(os.path.exists(bc_file(d, bid)), "the file went while in use")
     got = list(first)
     for i in range(1, 4):
         c.write_int(REQUEST_NEXT)
@@ -303,6 +368,9 @@ def test_drop_while_operation_runs(d):
     check_eq(c.read_int(), STREAM_DONE, "end of the stream")
     check_eq(got, numbers(0, 1000, 5), "records")
     check_eq(counters(c)["broadcasts_sent"], 4, "sent to each new worker")
+    wait_until(lambda: not os.path.exists(bc_file(d, bid)), 2)
+    check(not os.path.exists(bc_file(d, bid)), "the file is left after "
+          "the operation")
     r = c.execute(range_plan(0, 10, 1, ops=[in_bc(bid)]), "count")
     check_error(r, "PLAN_INVALID", refused_message(0, bid))
 

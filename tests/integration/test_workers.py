@@ -222,6 +222,24 @@ def test_idle_workers_sigkill(d):
     _idle_workers_killed(d, signal.SIGKILL)
 
 
+@with_daemon(sets=["workers.max=2"])
+def test_idle_workers_killed_just_before_a_job(d):
+    """Idle workers killed the moment before a job arrives: the job's tasks
+    never started on them, so the job still runs."""
+    c = d.client()
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        check_eq(c.count(range_plan(0, 100, 2)), 100, "a job to start "
+                 "workers")
+        idle = d.worker_pids()
+        check(idle, "no idle workers")
+        for pid in idle:
+            os.kill(pid, sig)
+        reply = c.execute(range_plan(0, 100, 2), "count")
+        check(reply["ok"], "the job right after idle workers got %s: %r" %
+              (signal.Signals(sig).name, reply))
+        check_eq(reply["count"], 100, "count")
+
+
 # ---------------------------------------------------------------------------
 # Limits
 

@@ -1,17 +1,24 @@
 #include <sys/types.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "broadcast.h"
 #include "fdpass.h"
 #include "forkserver.h"
 #include "log.h"
@@ -23,14 +30,57 @@
 #define FORKSERVER_EXIT_WAIT	2
 
 struct forkserver {
-	int	 ctl;
-	pid_t	 pid;
-	pid_t	*children;	/* live workers, not yet reported */
-	size_t	 nchildren, size;
+	int				 ctl;
+	pid_t				 pid;
+	pid_t				*children;	/* live workers, not yet
+							 * reported */
+	size_t				 nchildren, size;
+	const struct forkserver_options	*options;
 };
 
 /* Signals arrive as bytes on this pipe, read by the poll loop. */
 static int	forkserver_signal_pipe[2] = { -1, -1 };
+
+/* The bytes of argv's strings, where the process title goes. */
+static char	*forkserver_title;
+static size_t	 forkserver_title_len;
+
+/* Remember argv's extent, if its strings lie end to end as exec left them. */
+void
+forkserver_title_init(int argc, char **argv)
+{
+	char	*end;
+	int	 i;
+
+	if (argc < 1 || argv[0] == NULL)
+		return;
+	end = argv[0] + strlen(argv[0]) + 1;
+	for (i = 1; i < argc; i++) {
+		if (argv[i] != end)
+			return;
+		end = argv[i] + strlen(argv[i]) + 1;
+	}
+	forkserver_title = argv[0];
+	forkserver_title_len = (size_t)(end - argv[0]);
+}
+
+/*
+ * Write the title over argv; the rest is zeroed, so /proc/PID/cmdline
+ * ends with it.  A title longer than the original command line is cut.
+ */
+void
+forkserver_set_title(const char *fmt, ...)
+{
+	va_list	ap;
+
+	if (forkserver_title == NULL || forkserver_title_len < 2)
+		return;
+	memset(forkserver_title, 0, forkserver_title_len);
+	va_start(ap, fmt);
+	vsnprintf(forkserver_title, forkserver_title_len, fmt, ap);
+	va_end(ap);
+	prctl(PR_SET_NAME, "ember-worker", 0, 0, 0);
+}
 
 /* Note a signal for the loop. */
 static void
@@ -141,12 +191,17 @@ forkserver_send(struct forkserver *fs, const struct fs_msg *m, int fd)
 	}
 }
 
-/* Set up a new worker in the child; never returns. */
+/*
+ * Set up a new worker in the child; never returns.  The memory limit is a
+ * hard one too, so that no plugin can raise it again; it counts the
+ * worker's whole address space, broadcasts mapped included.
+ */
 static __attribute__((noreturn)) void
 forkserver_child(struct forkserver *fs, int sv[2])
 {
+	struct rlimit	rl;
 	sigset_t	set;
-	int		i;
+	int		i, rc;
 
 	setpgid(0, 0);
 	/* If the fork-server died before this, nobody would kill us. */
@@ -158,9 +213,21 @@ forkserver_child(struct forkserver *fs, int sv[2])
 	close(sv[0]);
 	close(forkserver_signal_pipe[0]);
 	close(forkserver_signal_pipe[1]);
+	if (fs->options->memory_limit != 0) {
+		rl.rlim_cur = rl.rlim_max = fs->options->memory_limit;
+		if (setrlimit(RLIMIT_AS, &rl) == -1) {
+			log_error("worker %ld: setrlimit RLIMIT_AS %llu: %s",
+			    (long)getpid(), (unsigned long long)rl.rlim_cur,
+			    strerror(errno));
+			_exit(1);
+		}
+	}
+	forkserver_set_title("ember-worker: worker");
 	sigemptyset(&set);
 	sigprocmask(SIG_SETMASK, &set, NULL);
-	_exit(worker_main(sv[1]));
+	rc = worker_main(sv[1]);
+	broadcast_clear();
+	_exit(rc);
 }
 
 /* Fork a worker for request id. */
@@ -332,9 +399,89 @@ forkserver_dispatch(struct forkserver *fs)
 	}
 }
 
+/*
+ * Become uid:gid for good, before anything a job brings (a plugin) runs:
+ * supplementary groups first, while we may still set them, then the gids
+ * and uids, real, effective and saved.  No new privileges after that, so
+ * that nothing a job execs (a set-uid program, a file capability) can
+ * lead back to root.  Any failure is fatal: emberd reports the
+ * fork-server's exit and runs nothing for this user.
+ */
+static void
+forkserver_drop(uid_t uid, gid_t gid)
+{
+	struct passwd	*pw;
+	uid_t		 ruid, euid, suid;
+	gid_t		 rgid, egid, sgid;
+	char		*name = NULL;
+	int		 ngroups = 0;
+
+	if (uid == 0)
+		fatalx("--user 0:%lu: a job is never run as root",
+		    (unsigned long)gid);
+	if ((pw = getpwuid(uid)) != NULL) {
+		name = xstrdup(pw->pw_name);
+		if (initgroups(name, gid) == -1)
+			fatal("initgroups %s", name);
+		/* What a command expects of its user's environment. */
+		if (setenv("HOME", pw->pw_dir, 1) == -1 ||
+		    setenv("USER", name, 1) == -1 ||
+		    setenv("LOGNAME", name, 1) == -1)
+			fatal("setenv");
+	} else if (setgroups(0, NULL) == -1)
+		fatal("setgroups");
+	if (setresgid(gid, gid, gid) == -1)
+		fatal("setresgid %lu", (unsigned long)gid);
+	if (setresuid(uid, uid, uid) == -1)
+		fatal("setresuid %lu", (unsigned long)uid);
+
+	if (getresuid(&ruid, &euid, &suid) == -1 ||
+	    getresgid(&rgid, &egid, &sgid) == -1)
+		fatal("getresuid");
+	if (ruid != uid || euid != uid || suid != uid || rgid != gid ||
+	    egid != gid || sgid != gid)
+		fatalx("could not drop root: uids %lu %lu %lu, gids %lu %lu %lu",
+		    (unsigned long)ruid, (unsigned long)euid,
+		    (unsigned long)suid, (unsigned long)rgid,
+		    (unsigned long)egid, (unsigned long)sgid);
+	if (setuid(0) != -1)
+		fatalx("could not drop root: setuid(0) succeeded");
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1)
+		fatal("prctl PR_SET_NO_NEW_PRIVS");
+
+	if (log_enabled(LOG_LEVEL_DEBUG))
+		ngroups = getgroups(0, NULL);
+	log_debug("running as uid %lu (%s) gid %lu with %d supplementary "
+	    "groups, no new privileges", (unsigned long)uid,
+	    name != NULL ? name : "no passwd entry", (unsigned long)gid,
+	    ngroups);
+	free(name);
+}
+
+/*
+ * Load the plugins every worker will use, so that a new worker has them
+ * from the fork and never loads them again: a later dlopen of the same
+ * path returns the loaded object.  Each is loaded RTLD_LOCAL, so two
+ * plugins cannot bind each other's symbols.  One that fails to load is
+ * logged and left out; the jobs that name it get the loader's error.
+ */
+static void
+forkserver_preload(const struct forkserver_options *o)
+{
+	size_t	i;
+
+	for (i = 0; i < o->npreload; i++) {
+		if (dlopen(o->preload[i], RTLD_NOW | RTLD_LOCAL) == NULL) {
+			log_error("preload %s: %s", o->preload[i], dlerror());
+			continue;
+		}
+		log_debug("preloaded %s", o->preload[i]);
+	}
+}
+
 /* Run the fork-server. */
 int
-forkserver_main(int ctl)
+forkserver_main(int ctl, const struct forkserver_options *options)
 {
 	struct forkserver	 fs;
 	struct fs_msg		 hello = { FS_HELLO, EMBER_PROTOCOL_VERSION, 0, 0 };
@@ -344,6 +491,16 @@ forkserver_main(int ctl)
 	memset(&fs, 0, sizeof fs);
 	fs.ctl = ctl;
 	fs.pid = getpid();
+	fs.options = options;
+
+	/* First of all, and before the parent-death signal, which a change
+	 * of credentials clears. */
+	if (options->drop) {
+		forkserver_drop(options->uid, options->gid);
+		forkserver_set_title("ember-worker: fork-server uid %lu",
+		    (unsigned long)options->uid);
+	} else
+		forkserver_set_title("ember-worker: fork-server");
 
 	/* Die with emberd; if it is already gone, do not start. */
 	parent = getppid();
@@ -357,6 +514,7 @@ forkserver_main(int ctl)
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) == -1)
 		log_warn("prctl PR_SET_CHILD_SUBREAPER: %s", strerror(errno));
 	forkserver_signals();
+	forkserver_preload(options);
 
 	hello.pid = fs.pid;
 	forkserver_send(&fs, &hello, -1);

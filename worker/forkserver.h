@@ -2,11 +2,34 @@
 #ifndef EMBER_WORKER_FORKSERVER_H
 #define EMBER_WORKER_FORKSERVER_H
 
+#include <sys/types.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
 /* The descriptor emberd hands the fork-server its control channel on. */
 #define FORKSERVER_FD	3
 
+/* How emberd asked the fork-server to run (its command line). */
+struct forkserver_options {
+	int		  drop;		/* run as uid:gid, for good */
+	uid_t		  uid;
+	gid_t		  gid;
+	char		**preload;	/* plugins to load before any fork */
+	size_t		  npreload;
+	uint64_t	  memory_limit;	/* each worker's RLIMIT_AS; 0: none */
+};
+
+/* Remember where argv lies, to show a process title there later; call
+ * before anything keeps a pointer into argv's strings. */
+void	forkserver_title_init(int argc, char **argv);
+
+/* Show title in place of the command line (ps, /proc/PID/cmdline). */
+void	forkserver_set_title(const char *fmt, ...)
+	    __attribute__((format(printf, 1, 2)));
+
 /* Serve fork and kill requests on ctl until emberd goes away; returns the
  * exit code. */
-int	forkserver_main(int ctl);
+int	forkserver_main(int ctl, const struct forkserver_options *);
 
 #endif

@@ -1,7 +1,9 @@
 #include <sys/socket.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include "forkserver.h"
 #include "log.h"
 #include "protocol.h"
+#include "xmalloc.h"
 
 static __attribute__((noreturn)) void	main_usage(void);
 
@@ -18,11 +21,51 @@ static void
 main_usage(void)
 {
 	fprintf(stderr,
-	    "usage: ember-worker --fork-server [--log-level LEVEL]\n"
+	    "usage: ember-worker --fork-server [--log-level LEVEL] "
+	    "[--user UID:GID]\n"
+	    "                    [--preload PATH]... "
+	    "[--memory-limit BYTES]\n"
 	    "       ember-worker --version\n"
 	    "The fork-server is started by emberd, with its control "
 	    "socket on fd %d.\n", FORKSERVER_FD);
 	exit(2);
+}
+
+/* Parse a decimal number from s up to max, ending at *end (or at the end
+ * of s if end is NULL): 0, or -1 if it is not one. */
+static int
+main_number(const char *s, uintmax_t max, uintmax_t *out, char **end)
+{
+	char	*e;
+
+	if (*s < '0' || *s > '9')
+		return (-1);
+	errno = 0;
+	*out = strtoumax(s, &e, 10);
+	if (errno != 0 || *out > max || (end == NULL && *e != '\0'))
+		return (-1);
+	if (end != NULL)
+		*end = e;
+	return (0);
+}
+
+/* Parse --user UID:GID. */
+static void
+main_user(const char *arg, struct forkserver_options *o)
+{
+	uintmax_t	 uid, gid;
+	char		*colon;
+
+	if (main_number(arg, (uid_t)-1 - 1, &uid, &colon) == -1 ||
+	    *colon != ':' ||
+	    main_number(colon + 1, (gid_t)-1 - 1, &gid, NULL) == -1) {
+		fprintf(stderr, "ember-worker: --user %s: expected UID:GID\n",
+		    arg);
+		main_usage();
+	}
+	o->drop = 1;
+	o->uid = (uid_t)uid;
+	o->gid = (gid_t)gid;
 }
 
 /* Check how we were started and run the fork-server. */
@@ -32,13 +75,23 @@ main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "fork-server", no_argument, NULL, 'F' },
 		{ "log-level", required_argument, NULL, 'l' },
+		{ "memory-limit", required_argument, NULL, 'm' },
+		{ "preload", required_argument, NULL, 'p' },
+		{ "user", required_argument, NULL, 'u' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 }
 	};
-	enum log_level	level = LOG_LEVEL_INFO;
-	int		ch, forkserver = 0, type;
-	socklen_t	len = sizeof type;
+	struct forkserver_options	 o;
+	enum log_level			 level = LOG_LEVEL_INFO;
+	uintmax_t			 limit;
+	int				 ch, forkserver = 0, type, rc;
+	socklen_t			 len = sizeof type;
+	size_t				 i;
 
+	/* Before getopt permutes argv; the title goes over its strings. */
+	forkserver_title_init(argc, argv);
+
+	memset(&o, 0, sizeof o);
 	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'F':
@@ -50,6 +103,24 @@ main(int argc, char **argv)
 				    "level: %s\n", optarg);
 				main_usage();
 			}
+			break;
+		case 'm':
+			if (main_number(optarg, UINT64_MAX, &limit,
+			    NULL) == -1) {
+				fprintf(stderr, "ember-worker: --memory-limit "
+				    "%s: expected bytes\n", optarg);
+				main_usage();
+			}
+			o.memory_limit = limit;
+			break;
+		case 'p':
+			/* Copied: the title will overwrite optarg. */
+			o.preload = xreallocarray(o.preload, o.npreload + 1,
+			    sizeof *o.preload);
+			o.preload[o.npreload++] = xstrdup(optarg);
+			break;
+		case 'u':
+			main_user(optarg, &o);
 			break;
 		case 'V':
 			printf("ember-worker %s (protocol %d)\n",
@@ -69,5 +140,10 @@ main(int argc, char **argv)
 		    "emberd", FORKSERVER_FD);
 	if (fcntl(FORKSERVER_FD, F_SETFD, FD_CLOEXEC) == -1)
 		fatal("fcntl");
-	return (forkserver_main(FORKSERVER_FD));
+	rc = forkserver_main(FORKSERVER_FD, &o);
+
+	for (i = 0; i < o.npreload; i++)
+		free(o.preload[i]);
+	free(o.preload);
+	return (rc);
 }

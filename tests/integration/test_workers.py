@@ -261,22 +261,27 @@ def test_idle_timeout(d):
     check(not set(after) & pids, "a timed-out worker ran the next job")
 
 
+def _wait_warm(c, n):
+    """Wait until emberd has n idle workers; their status entries."""
+    def idle():
+        return {p: w for p, w in status_workers(c).items()
+                if w["state"] == "idle"}
+    wait_until(lambda: len(idle()) >= n, 3)
+    return idle()
+
+
 @with_daemon(sets=["workers.max=4", "workers.min_idle=2"])
 def test_min_idle_forked_ahead(d):
-    """workers.min_idle workers are forked before any job, and are the
-    ones that run the first job."""
+    """workers.min_idle idle workers are kept ready, forked before a job
+    needs them: a job on two workers then runs on them."""
     c = d.client()
-    wait_until(lambda: len(status_workers(c)) >= 2, 3)
-    warm = status_workers(c)
-    check_eq(len(warm), 2, "workers before any job")
-    for pid, w in warm.items():
-        check_eq(w["state"], "idle", "state of warm worker %d" % pid)
-        check_eq(w["tasks"], 0, "tasks of warm worker %d" % pid)
-    check_eq(pool(c)["forks"], 2, "forks before any job")
-    [pid] = job_pids(c, 1)
-    check(pid in warm, "the first job ran on %d, not a warm worker %s" %
-          (pid, sorted(warm)))
-
+    [first] = job_pids(c, 1)
+    warm = _wait_warm(c, 2)
+    check_eq(len(warm), 2, "idle workers after a job on one")
+    check(first in warm, "the first job's worker is not kept")
+    check_eq(pool(c)["forks"], 2, "forks")
+    pids = job_pids(c, 2, "cat >/dev/null; sleep 0.3; echo $PPID")
+    check_eq(set(pids), set(warm), "workers of a job on two")
 
 @with_daemon(sets=["workers.max=4", "workers.min_idle=2",
                    "workers.idle_timeout=1s"])
@@ -300,8 +305,8 @@ def test_min_idle_kept_past_idle_timeout(d):
 def test_min_idle_replaced(d):
     """A warm worker killed from outside is replaced."""
     c = d.client()
-    wait_until(lambda: len(status_workers(c)) >= 2, 3)
-    warm = set(status_workers(c))
+    job_pids(c, 1)
+    warm = set(_wait_warm(c, 2))
     check_eq(len(warm), 2, "warm workers")
     victim = sorted(warm)[0]
     os.kill(victim, signal.SIGKILL)

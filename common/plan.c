@@ -59,7 +59,9 @@ plan_range_count(int64_t start, int64_t end, int64_t step)
 	return (span >= 0 ? 0 : (-span + -(__int128)step - 1) /
 	    -(__int128)step);
 }
+/* Parse a range source. */
 
+/* Parse a range source. */
 static int
 plan_parse_range(struct plan *plan, json_t *range, char **err)
 {
@@ -85,7 +87,9 @@ plan_parse_range(struct plan *plan, json_t *range, char **err)
 	plan->range_step = step;
 	return (0);
 }
+/* Parse a text source: its paths, expanded later. */
 
+/* Parse a text source: its paths, expanded later. */
 static int
 plan_parse_text(struct plan *plan, json_t *text, char **err)
 {
@@ -112,7 +116,9 @@ plan_parse_text(struct plan *plan, json_t *text, char **err)
 	}
 	return (0);
 }
+/* Parse a parallelize source. */
 
+/* Parse a parallelize source. */
 static int
 plan_parse_parallelize(struct plan *plan, json_t *par, char **err)
 {
@@ -134,7 +140,9 @@ plan_parse_parallelize(struct plan *plan, json_t *par, char **err)
 	plan->records = json_incref(records);
 	return (0);
 }
+/* Parse the source: exactly one kind. */
 
+/* Parse the source: exactly one kind. */
 static int
 plan_parse_source(struct plan *plan, json_t *source, char **err)
 {
@@ -511,7 +519,9 @@ fail:
 	plan_free(plan);
 	return (-1);
 }
+/* Fix the partition count. */
 
+/* Fix the partition count. */
 void
 plan_set_partitions(struct plan *plan, int default_partitions)
 {
@@ -721,7 +731,9 @@ plan_slice(int64_t n, int partitions, int partition, int64_t *begin,
 	*begin = (int64_t)((__int128)n * partition / partitions);
 	*end = (int64_t)((__int128)n * (partition + 1) / partitions);
 }
+/* The first value and count of a range partition. */
 
+/* The first value and count of a range partition. */
 void
 plan_range_slice(const struct plan *plan, int partition, int64_t *first,
     int64_t *count)

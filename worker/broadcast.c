@@ -1,4 +1,5 @@
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <errno.h>
@@ -249,6 +250,21 @@ broadcast_set_map(size_t nslots)
 	return ((uint64_t *)aligned);
 }
 
+/* Why memory ran out, if the worker's address-space limit is why. */
+static const char *
+broadcast_limit_hint(void)
+{
+	static char	hint[96];
+	struct rlimit	rl;
+
+	if (errno != ENOMEM || getrlimit(RLIMIT_AS, &rl) == -1 ||
+	    rl.rlim_cur == RLIM_INFINITY)
+		return ("");
+	snprintf(hint, sizeof hint, " (workers.max_memory: the worker may "
+	    "map %llu MiB)", (unsigned long long)(rl.rlim_cur >> 20));
+	return (hint);
+}
+
 /* Milliseconds since a. */
 static double
 broadcast_ms_since(const struct timespec *a)
@@ -309,9 +325,9 @@ broadcast_set_build(struct broadcast *b, char **err)
 	set->slots = broadcast_set_map(set->nslots);
 	if (set->slots == NULL) {
 		xasprintf(err, "broadcast %" PRId64 " (%s): no memory for a "
-		    "set of %zu lines (%zu MiB): %s", b->id, b->path,
+		    "set of %zu lines (%zu MiB): %s%s", b->id, b->path,
 		    set->lines, broadcast_set_mapped_size(set->nslots) >> 20,
-		    strerror(errno));
+		    strerror(errno), broadcast_limit_hint());
 		free(set);
 		return (-1);
 	}
@@ -402,16 +418,16 @@ broadcast_add(int64_t id, const char *path, json_int_t size, char **err)
 		goto fail;
 	}
 	if (st.st_size != size) {
-		xasprintf(err, "broadcast %" PRId64 ": %s: %lld bytes, expected "
-		    "%lld (the file changed)", id, path, (long long)st.st_size,
-		    (long long)size);
+		xasprintf(err, "broadcast %" PRId64 ": %s: %lld bytes, "
+		    "expected %lld (the file changed)", id, path,
+		    (long long)st.st_size, (long long)size);
 		goto fail;
 	}
 	if (size != 0) {
 		map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
 		if (map == MAP_FAILED) {
-			xasprintf(err, "broadcast %" PRId64 ": %s: mmap: %s", id,
-			    path, strerror(errno));
+			xasprintf(err, "broadcast %" PRId64 ": %s: mmap: %s%s",
+			    id, path, strerror(errno), broadcast_limit_hint());
 			goto fail;
 		}
 	}
@@ -423,7 +439,8 @@ broadcast_add(int64_t id, const char *path, json_int_t size, char **err)
 	b->map = map;
 	b->size = (size_t)size;
 	if (nbroadcasts == broadcasts_size) {
-		broadcasts_size = broadcasts_size == 0 ? 8 : broadcasts_size * 2;
+		broadcasts_size = broadcasts_size == 0 ? 8 :
+		    broadcasts_size * 2;
 		broadcasts = xreallocarray(broadcasts, broadcasts_size,
 		    sizeof *broadcasts);
 	}
@@ -518,8 +535,8 @@ broadcast_set_get(int64_t id, char **err)
 
 	*err = NULL;
 	if ((i = broadcast_find(id)) == -1) {
-		xasprintf(err, "broadcast %" PRId64 " is not held by this worker",
-		    id);
+		xasprintf(err, "broadcast %" PRId64 " is not held by this "
+		    "worker", id);
 		return (NULL);
 	}
 	if (broadcasts[i]->set == NULL &&

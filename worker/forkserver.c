@@ -440,8 +440,8 @@ forkserver_drop(uid_t uid, gid_t gid)
 		fatal("getresuid");
 	if (ruid != uid || euid != uid || suid != uid || rgid != gid ||
 	    egid != gid || sgid != gid)
-		fatalx("could not drop root: uids %lu %lu %lu, gids %lu %lu %lu",
-		    (unsigned long)ruid, (unsigned long)euid,
+		fatalx("could not drop root: uids %lu %lu %lu, gids %lu %lu "
+		    "%lu", (unsigned long)ruid, (unsigned long)euid,
 		    (unsigned long)suid, (unsigned long)rgid,
 		    (unsigned long)egid, (unsigned long)sgid);
 	if (setuid(0) != -1)

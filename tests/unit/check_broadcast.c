@@ -2,7 +2,9 @@
  * Tests for worker/broadcast.c: adding and removing broadcasts (-id-1),
  * checking their files, and the sets of their lines.
  */
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -165,8 +167,8 @@ START_TEST(test_in_order)
 
 	/* Added and removed in one list. */
 	path = bc_file("x\n", 2);
-	snprintf(text, sizeof text, "[{\"id\": 1, \"path\": \"%s\", \"size\": 2},"
-	    " {\"id\": -2}]", path);
+	snprintf(text, sizeof text, "[{\"id\": 1, \"path\": \"%s\", "
+	    "\"size\": 2}, {\"id\": -2}]", path);
 	ck_assert_int_eq(bc_apply(text, &err), 0);
 	ck_assert_uint_eq(broadcast_count(), 0);
 
@@ -273,7 +275,8 @@ START_TEST(test_bad_changes)
 		{ "[{}]", "broadcasts[0].id: missing" },
 		{ "[{\"id\": \"1\"}]", "broadcasts[0].id: expected" },
 		{ "[{\"id\": 1}]", "broadcasts[0].path: missing" },
-		{ "[{\"id\": 1, \"path\": \"/x\"}]", "broadcasts[0].size: missing" },
+		{ "[{\"id\": 1, \"path\": \"/x\"}]",
+		    "broadcasts[0].size: missing" },
 		{ "[{\"id\": 1, \"path\": \"/x\", \"size\": -1}]",
 		    "broadcasts[0]: size: must not be negative" },
 	};
@@ -507,13 +510,59 @@ START_TEST(test_large)
 	    n, ms);
 	/* Compact: 8 bytes a slot, at most 4/3 slots a line, in whole huge
 	 * pages. */
-	ck_assert_uint_le(broadcast_set_bytes_held(), n * 8 * 4 / 3 + (2 << 20));
+	ck_assert_uint_le(broadcast_set_bytes_held(),
+	    n * 8 * 4 / 3 + (2 << 20));
 
 	for (i = 0; i < n * 7; i += 3) {
 		k = snprintf(line, sizeof line, "%zu", i);
 		ck_assert_int_eq(broadcast_set_contains(set, line, (size_t)k),
 		    i % 7 == 0);
 	}
+}
+END_TEST
+
+START_TEST(test_memory_limit)
+{
+	const struct broadcast_set	*set;
+	struct rlimit			 rl;
+	char				*data, *err;
+	size_t				 len = 0, i, n = 1000000;
+	unsigned long			 pages;
+	FILE				*f;
+	pid_t				 pid;
+	int				 status;
+
+	data = xmalloc(n * 8);
+	for (i = 0; i < n; i++)
+		len += (size_t)snprintf(data + len, n * 8 - len, "%zu\n", i);
+	bc_add(1, data, len);
+	free(data);
+
+	/* In a child: the limit would stay with a runner that does not fork. */
+	pid = fork();
+	ck_assert_int_ne(pid, -1);
+	if (pid == 0) {
+		f = fopen("/proc/self/statm", "r");
+		if (f == NULL || fscanf(f, "%lu", &pages) != 1)
+			_exit(2);
+		rl.rlim_cur = rl.rlim_max = pages * 4096 + (1 << 20);
+		if (setrlimit(RLIMIT_AS, &rl) == -1)
+			_exit(3);
+		set = broadcast_set_get(1, &err);
+		if (set != NULL)
+			_exit(4);
+		if (strstr(err, "broadcast 1") == NULL ||
+		    strstr(err, "no memory for a set of 1000000 "
+		    "lines") == NULL ||
+		    strstr(err, "workers.max_memory") == NULL) {
+			fprintf(stderr, "unexpected error: %s\n", err);
+			_exit(5);
+		}
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	    "child status %#x", status);
 }
 END_TEST
 
@@ -548,6 +597,7 @@ broadcast_suite(void)
 	tcase_add_test(tc, test_lengths);
 	tcase_add_test(tc, test_set_kept);
 	tcase_add_test(tc, test_large);
+	tcase_add_test(tc, test_memory_limit);
 	suite_add_tcase(s, tc);
 
 	return (s);

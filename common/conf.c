@@ -64,6 +64,8 @@ static const struct conf_key conf_keys[] = {
 	KEY("workers", "task_timeout", CONF_DURATION, workers_task_timeout,
 	    "0", 0),
 	KEY("workers", "preload", CONF_STRING, workers_preload, "", 0),
+	KEY("workers", "root_user", CONF_STRING, workers_root_user, "nobody",
+	    0),
 	KEY("stream", "buffer", CONF_SIZE, stream_buffer, "1m", 4096),
 };
 #define NKEYS (sizeof conf_keys / sizeof conf_keys[0])

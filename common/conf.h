@@ -32,6 +32,7 @@ struct conf {
 	int64_t		 workers_max_memory;	/* bytes of RSS, 0: no limit */
 	int64_t		 workers_task_timeout;	/* ms, 0: none */
 	char		*workers_preload;	/* comma-separated paths */
+	char		*workers_root_user;	/* runs root's jobs */
 
 	int64_t		 stream_buffer;		/* bytes queued to a client */
 };

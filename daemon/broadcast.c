@@ -10,6 +10,7 @@
 #include "broadcast.h"
 #include "emberd.h"
 #include "log.h"
+#include "pool.h"
 #include "queue.h"
 #include "session.h"
 #include "xmalloc.h"
@@ -44,7 +45,8 @@ struct broadcast *
 broadcast_create(struct session *s, int64_t size, char **err)
 {
 	struct broadcast	*b;
-	uid_t			 uid = session_uid(s);
+	uid_t			 uid;
+	gid_t			 gid;
 
 	if (size < 0 || size > ember_conf.daemon_max_broadcast) {
 		xasprintf(err, "size: must be from 0 to daemon.max_broadcast "
@@ -64,8 +66,10 @@ broadcast_create(struct session *s, int64_t size, char **err)
 		free(b);
 		return (NULL);
 	}
-	/* Workers run as the session's user: they must be able to map it. */
-	if (geteuid() == 0 && uid != 0 && fchown(b->fd, uid, (gid_t)-1) == -1)
+	/* Workers run as the job's user: it must be able to map the file,
+	 * and nobody else read it. */
+	if (geteuid() == 0 && pool_job_user(session_uid(s), session_gid(s),
+	    &uid, &gid) == 0 && fchown(b->fd, uid, gid) == -1)
 		log_warn("chown %s: %s", b->path, strerror(errno));
 	TAILQ_INSERT_TAIL(&broadcasts, b, entry);
 	return (b);

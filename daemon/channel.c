@@ -1,3 +1,4 @@
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <errno.h>
@@ -157,6 +158,18 @@ channel_flush(struct channel *ch)
 	}
 	if (evbuffer_get_length(ch->out) > 0)
 		event_add(ch->wev, NULL);
+}
+
+int
+channel_alive(struct channel *ch)
+{
+	char	c;
+	ssize_t	n;
+
+	if (ch->eof || ch->stopped)
+		return (0);
+	n = recv(ch->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	return (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK));
 }
 
 void

@@ -27,5 +27,7 @@ void		 channel_resume(struct channel *);
 /* No more reading or writing. */
 void		 channel_stop(struct channel *);
 int		 channel_eof(const struct channel *);
+/* Is the peer still there and quiet?  Asks the socket, not the loop. */
+int		 channel_alive(struct channel *);
 
 #endif

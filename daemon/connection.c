@@ -219,7 +219,7 @@ connection_hello(struct connection *c, json_t *req)
 			return;
 		}
 	} else
-		s = session_create(c->uid);
+		s = session_create(c->uid, c->gid);
 	if (c->session != NULL)
 		session_release(c->session);
 	c->session = s;

@@ -399,8 +399,7 @@ main(int argc, char **argv)
 		listener_stop();
 		return (1);
 	}
-	pool_init();
-	if (forkserver_start() == -1) {
+	if (forkserver_init() == -1 || pool_init() == -1) {
 		listener_stop();
 		return (1);
 	}
@@ -415,7 +414,6 @@ main(int argc, char **argv)
 	operation_interrupt_all("emberd is shutting down");
 	connection_close_all();
 	pool_shutdown();
-	forkserver_stop();
 	ember_clean_local();
 	rmdir(ember_local);
 	free(ember_local);

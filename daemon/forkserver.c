@@ -18,14 +18,26 @@
 #include "forkserver.h"
 #include "log.h"
 #include "pool.h"
+#include "queue.h"
 #include "xmalloc.h"
 
-static pid_t		 forkserver_pid = -1;
-static int		 forkserver_fd = -1;
-static struct event	*forkserver_event;
-static struct event	*forkserver_restart;
-static char		*forkserver_path;
-static int		 forkserver_failures;	/* restarts without a hello */
+struct forkserver {
+	struct pool		*pool;
+	uid_t			 uid;
+	gid_t			 gid;
+	pid_t			 pid;
+	int			 fd;
+	struct event		*event;
+	struct event		*restart;
+	int			 failures;	/* restarts without a hello */
+	int			 hello;		/* said hello since it started */
+	TAILQ_ENTRY(forkserver)	 entry;
+};
+static TAILQ_HEAD(, forkserver) forkservers =
+    TAILQ_HEAD_INITIALIZER(forkservers);
+static char	*forkserver_path;
+
+static int	forkserver_start(struct forkserver *);
 
 /* ember-worker: the conf's path, else beside emberd, else libexecdir. */
 static char *
@@ -48,13 +60,39 @@ forkserver_find_worker(void)
 	return (xstrdup(EMBER_LIBEXECDIR "/ember-worker"));
 }
 
+int
+forkserver_init(void)
+{
+	if (forkserver_path == NULL)
+		forkserver_path = forkserver_find_worker();
+	if (access(forkserver_path, X_OK) == -1) {
+		log_error("ember-worker: %s: %s (set daemon.worker_path)",
+		    forkserver_path, strerror(errno));
+		return (-1);
+	}
+	return (0);
+}
+
+/* Forget a fork-server's channel. */
+static void
+forkserver_close(struct forkserver *fs)
+{
+	if (fs->event != NULL)
+		event_free(fs->event);
+	fs->event = NULL;
+	if (fs->fd != -1)
+		close(fs->fd);
+	fs->fd = -1;
+}
+
 static void
 forkserver_read_cb(evutil_socket_t fd, short events, void *arg)
 {
-	struct fs_msg	m;
-	int		passed, n, i;
+	struct forkserver	*fs = arg;
+	struct fs_msg		 m;
+	int			 passed, n, i;
 
-	(void)events; (void)arg;
+	(void)events;
 	/* A few messages per turn, so a burst of exits cannot starve clients. */
 	for (i = 0; i < 64; i++) {
 		n = fs_msg_recv(fd, &m, &passed);
@@ -65,38 +103,39 @@ forkserver_read_cb(evutil_socket_t fd, short events, void *arg)
 				log_error("fork-server channel: %s",
 				    strerror(errno));
 			/* The exit itself comes with SIGCHLD. */
-			event_del(forkserver_event);
+			event_del(fs->event);
 			return;
 		}
 		if (m.type != FS_FORKED && passed != -1)
 			close(passed);
 		switch (m.type) {
 		case FS_HELLO:
-			log_info("fork-server %ld ready (protocol %d)",
-			    (long)m.pid, m.id);
-			forkserver_failures = 0;
+			log_info("fork-server %ld ready for uid %ld (protocol "
+			    "%d)", (long)m.pid, (long)fs->uid, m.id);
+			fs->failures = 0;
+			fs->hello = 1;
 			break;
 		case FS_FORKED:
 			if (passed == -1) {
 				log_error("fork-server sent worker %ld without "
 				    "its socket", (long)m.pid);
-				forkserver_kill(m.pid, SIGKILL);
-				pool_fork_failed(m.id, EBADMSG);
+				forkserver_kill(fs, m.pid, SIGKILL);
+				pool_fork_failed(fs->pool, m.id, EBADMSG);
 				break;
 			}
-			pool_worker_forked(m.id, m.pid, passed);
+			pool_worker_forked(fs->pool, m.id, m.pid, passed);
 			break;
 		case FS_FORK_FAILED:
-			pool_fork_failed(m.id, m.value);
+			pool_fork_failed(fs->pool, m.id, m.value);
 			break;
 		case FS_EXIT:
-			pool_worker_exited(m.pid, m.value);
+			pool_worker_exited(fs->pool, m.pid, m.value);
 			break;
 		default:
 			log_error("fork-server sent message type %d; killing it",
 			    m.type);
-			kill(forkserver_pid, SIGKILL);
-			event_del(forkserver_event);
+			kill(fs->pid, SIGKILL);
+			event_del(fs->event);
 			return;
 		}
 	}
@@ -105,31 +144,64 @@ forkserver_read_cb(evutil_socket_t fd, short events, void *arg)
 static void
 forkserver_restart_cb(evutil_socket_t fd, short events, void *arg)
 {
-	(void)fd; (void)events; (void)arg;
-	if (forkserver_start() == 0)
+	(void)fd; (void)events;
+	if (forkserver_start(arg) == 0)
 		ember_counters.forkserver_restarts++;
 }
 
-int
-forkserver_start(void)
+/* The fork-server's command line: --user when emberd is root, and the
+ * plugins to preload. */
+static char **
+forkserver_argv(const struct forkserver *fs)
 {
-	char		 level[16];
-	int		 sv[2];
-	sigset_t	 all, old;
-	pid_t		 pid;
+	char	**argv, *list, *p, *path;
+	size_t	  n = 0, max = 12;	/* room for the fixed options and NULL */
 
-	if (forkserver_path == NULL)
-		forkserver_path = forkserver_find_worker();
-	if (access(forkserver_path, X_OK) == -1) {
-		log_error("ember-worker: %s: %s (set daemon.worker_path)",
-		    forkserver_path, strerror(errno));
-		return (-1);
+	argv = xcalloc(max, sizeof *argv);
+	argv[n++] = xstrdup("ember-worker");
+	argv[n++] = xstrdup("--fork-server");
+	argv[n++] = xstrdup("--log-level");
+	argv[n++] = xstrdup(ember_conf.daemon_log_level);
+	if (geteuid() == 0) {
+		argv[n++] = xstrdup("--user");
+		xasprintf(&argv[n++], "%ld:%ld", (long)fs->uid, (long)fs->gid);
 	}
+	/* The address-space limit backs up the resident-memory check; it
+	 * is twice workers.max_memory, as a worker's mappings (its code, a
+	 * broadcast it shares) are more than what it uses. */
+	if (ember_conf.workers_max_memory > 0) {
+		argv[n++] = xstrdup("--memory-limit");
+		xasprintf(&argv[n++], "%lld",
+		    (long long)ember_conf.workers_max_memory * 2);
+	}
+	list = xstrdup(ember_conf.workers_preload);
+	for (p = list; (path = strsep(&p, ",")) != NULL;) {
+		path += strspn(path, " \t");
+		path[strcspn(path, " \t")] = '\0';
+		if (*path == '\0')
+			continue;
+		argv = xreallocarray(argv, max += 2, sizeof *argv);
+		argv[n++] = xstrdup("--preload");
+		argv[n++] = xstrdup(path);
+	}
+	free(list);
+	argv[n] = NULL;
+	return (argv);
+}
+
+static int
+forkserver_start(struct forkserver *fs)
+{
+	char		**argv;
+	int		  sv[2], i;
+	sigset_t	  all, old;
+	pid_t		  pid;
+
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == -1) {
 		log_error("socketpair: %s", strerror(errno));
 		return (-1);
 	}
-	snprintf(level, sizeof level, "%s", ember_conf.daemon_log_level);
+	argv = forkserver_argv(fs);
 
 	/* Block signals so none reaches libevent's handlers in the child. */
 	sigfillset(&all);
@@ -144,97 +216,124 @@ forkserver_start(void)
 		if (dup2(sv[1], 3) == -1)
 			_exit(127);
 		close_range(4, ~0U, 0);
-		execl(forkserver_path, "ember-worker", "--fork-server",
-		    "--log-level", level, (char *)NULL);
+		execv(forkserver_path, argv);
 		fprintf(stderr, "emberd: exec %s: %s\n", forkserver_path,
 		    strerror(errno));
 		_exit(127);
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
+	for (i = 0; argv[i] != NULL; i++)
+		free(argv[i]);
+	free(argv);
 	close(sv[1]);
 	if (pid == -1) {
 		log_error("fork: %s", strerror(errno));
 		close(sv[0]);
 		return (-1);
 	}
-	forkserver_pid = pid;
-	forkserver_fd = sv[0];
-	evutil_make_socket_nonblocking(forkserver_fd);
-	forkserver_event = event_new(ember_base, forkserver_fd,
-	    EV_READ | EV_PERSIST, forkserver_read_cb, NULL);
-	event_add(forkserver_event, NULL);
-	log_debug("started fork-server %ld (%s)", (long)pid, forkserver_path);
-	pool_grow(0);
+	fs->pid = pid;
+	fs->fd = sv[0];
+	evutil_make_socket_nonblocking(fs->fd);
+	fs->event = event_new(ember_base, fs->fd, EV_READ | EV_PERSIST,
+	    forkserver_read_cb, fs);
+	event_add(fs->event, NULL);
+	log_debug("started fork-server %ld for uid %ld (%s)", (long)pid,
+	    (long)fs->uid, forkserver_path);
+	pool_forkserver_ready(fs->pool);
 	return (0);
 }
 
-int
-forkserver_running(void)
+struct forkserver *
+forkserver_create(struct pool *pool, uid_t uid, gid_t gid)
 {
-	return (forkserver_fd != -1);
+	struct forkserver	*fs = xcalloc(1, sizeof *fs);
+
+	fs->pool = pool;
+	fs->uid = uid;
+	fs->gid = gid;
+	fs->pid = -1;
+	fs->fd = -1;
+	TAILQ_INSERT_TAIL(&forkservers, fs, entry);
+	if (forkserver_start(fs) == -1) {
+		TAILQ_REMOVE(&forkservers, fs, entry);
+		free(fs);
+		return (NULL);
+	}
+	return (fs);
 }
 
-/* Forget the fork-server's channel. */
-static void
-forkserver_close(void)
+int
+forkserver_running(const struct forkserver *fs)
 {
-	if (forkserver_event != NULL)
-		event_free(forkserver_event);
-	forkserver_event = NULL;
-	if (forkserver_fd != -1)
-		close(forkserver_fd);
-	forkserver_fd = -1;
+	return (fs != NULL && fs->fd != -1);
+}
+
+pid_t
+forkserver_pid(const struct forkserver *fs)
+{
+	return (fs->pid);
+}
+
+/* A fork-server exited: fail what ran on it and start it again later. */
+static void
+forkserver_exited(struct forkserver *fs, int status)
+{
+	struct timeval	 tv;
+	char		 why[128];
+	int64_t		 delay;
+
+	if (WIFSIGNALED(status))
+		snprintf(why, sizeof why, "the fork-server was killed by signal "
+		    "%d (SIG%s)", WTERMSIG(status),
+		    sigabbrev_np(WTERMSIG(status)));
+	else
+		snprintf(why, sizeof why, "the fork-server exited with status "
+		    "%d", WEXITSTATUS(status));
+	fs->pid = -1;
+	forkserver_close(fs);
+	pool_forkserver_lost(fs->pool, why, !fs->hello);
+	fs->hello = 0;
+	if (ember_draining) {
+		log_info("%s", why);
+		return;
+	}
+	/* Back off when it keeps dying before it even said hello. */
+	delay = ember_conf.workers_fork_backoff << (fs->failures < 5 ?
+	    fs->failures : 5);
+	fs->failures++;
+	log_error("%s; restarting it in %lldms", why, (long long)delay);
+	tv.tv_sec = delay / 1000;
+	tv.tv_usec = (delay % 1000) * 1000;
+	if (fs->restart == NULL)
+		fs->restart = evtimer_new(ember_base, forkserver_restart_cb, fs);
+	evtimer_add(fs->restart, &tv);
 }
 
 void
 forkserver_reap(void)
 {
-	struct timeval	 tv;
-	int		 status;
-	pid_t		 pid;
-	char		 why[128];
-	int64_t		 delay;
+	struct forkserver	*fs;
+	int			 status;
+	pid_t			 pid;
 
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-		if (pid != forkserver_pid)
-			continue;
-		if (WIFSIGNALED(status))
-			snprintf(why, sizeof why, "the fork-server was killed "
-			    "by signal %d (%s)", WTERMSIG(status),
-			    sigabbrev_np(WTERMSIG(status)));
-		else
-			snprintf(why, sizeof why, "the fork-server exited with "
-			    "status %d", WEXITSTATUS(status));
-		forkserver_pid = -1;
-		forkserver_close();
-		if (ember_draining) {
-			log_info("%s", why);
-			pool_forkserver_lost(why);
-			continue;
+		TAILQ_FOREACH(fs, &forkservers, entry) {
+			if (fs->pid == pid) {
+				forkserver_exited(fs, status);
+				break;
+			}
 		}
-		/* Back off when it keeps dying before it even said hello. */
-		delay = ember_conf.workers_fork_backoff << (forkserver_failures <
-		    5 ? forkserver_failures : 5);
-		forkserver_failures++;
-		log_error("%s; restarting it in %lldms", why, (long long)delay);
-		pool_forkserver_lost(why);
-		tv.tv_sec = delay / 1000;
-		tv.tv_usec = (delay % 1000) * 1000;
-		if (forkserver_restart == NULL)
-			forkserver_restart = evtimer_new(ember_base,
-			    forkserver_restart_cb, NULL);
-		evtimer_add(forkserver_restart, &tv);
 	}
 }
 
 int
-forkserver_fork(int32_t request)
+forkserver_fork(struct forkserver *fs, int32_t request)
 {
 	struct fs_msg	m = { FS_FORK, request, 0, 0 };
 
-	if (forkserver_fd == -1)
+	if (!forkserver_running(fs))
 		return (-1);
-	if (fs_msg_send(forkserver_fd, &m, -1) == -1) {
+	if (fs_msg_send(fs->fd, &m, -1) == -1) {
 		log_error("fork request: %s", strerror(errno));
 		return (-1);
 	}
@@ -242,39 +341,51 @@ forkserver_fork(int32_t request)
 }
 
 void
-forkserver_kill(pid_t pid, int sig)
+forkserver_kill(struct forkserver *fs, pid_t pid, int sig)
 {
 	struct fs_msg	m = { FS_KILL, 0, pid, sig };
 
-	if (forkserver_fd != -1 && fs_msg_send(forkserver_fd, &m, -1) == -1)
+	if (forkserver_running(fs) && fs_msg_send(fs->fd, &m, -1) == -1)
 		log_error("kill request for %ld: %s", (long)pid,
 		    strerror(errno));
 }
 
-/* Closing the channel makes the fork-server kill its workers and exit. */
+/* Closing the channel makes a fork-server kill its workers and exit. */
 void
-forkserver_stop(void)
+forkserver_free(struct forkserver *fs)
 {
 	int	status, i;
 
-	if (forkserver_restart != NULL)
-		event_free(forkserver_restart);
-	forkserver_restart = NULL;
-	forkserver_close();
-	if (forkserver_pid != -1) {
+	if (fs->restart != NULL)
+		event_free(fs->restart);
+	forkserver_close(fs);
+	if (fs->pid != -1) {
 		for (i = 0; i < 200; i++) {	/* up to 2 s */
-			if (waitpid(forkserver_pid, &status, WNOHANG) != 0)
+			if (waitpid(fs->pid, &status, WNOHANG) != 0)
 				break;
 			usleep(10000);
 		}
 		if (i == 200) {
 			log_warn("fork-server %ld did not exit; killing it",
-			    (long)forkserver_pid);
-			kill(forkserver_pid, SIGKILL);
-			waitpid(forkserver_pid, &status, 0);
+			    (long)fs->pid);
+			kill(fs->pid, SIGKILL);
+			waitpid(fs->pid, &status, 0);
 		}
-		forkserver_pid = -1;
 	}
+	TAILQ_REMOVE(&forkservers, fs, entry);
+	free(fs);
+}
+
+void
+forkserver_stop_all(void)
+{
+	struct forkserver	*fs;
+
+	/* Close every channel first, so they all wind down together. */
+	TAILQ_FOREACH(fs, &forkservers, entry)
+		forkserver_close(fs);
+	while ((fs = TAILQ_FIRST(&forkservers)) != NULL)
+		forkserver_free(fs);
 	free(forkserver_path);
 	forkserver_path = NULL;
 }

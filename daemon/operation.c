@@ -90,6 +90,18 @@ operation_id(const struct operation *op)
 	return (op->id);
 }
 
+uid_t
+operation_uid(const struct operation *op)
+{
+	return (session_uid(op->session));
+}
+
+gid_t
+operation_gid(const struct operation *op)
+{
+	return (session_gid(op->session));
+}
+
 int
 operation_partitions(const struct operation *op)
 {
@@ -109,34 +121,57 @@ operation_broadcasts(const struct operation *op, size_t *n)
 	return (op->broadcasts);
 }
 
-/* Find the broadcasts the plan filters by; each must be the session's. */
+/* Add broadcast id, named by field, to the operation's; -1 with *err if
+ * the session has no such broadcast. */
+static int
+operation_use_broadcast(struct operation *op, struct session *s, int64_t id,
+    const char *field, char **err)
+{
+	struct broadcast	*b;
+	size_t			 i;
+
+	if ((b = broadcast_find(s, id)) == NULL) {
+		xasprintf(err, "%s: no broadcast %lld in this session", field,
+		    (long long)id);
+		return (-1);
+	}
+	for (i = 0; i < op->nbroadcasts; i++) {
+		if (op->broadcasts[i] == b)
+			return (0);
+	}
+	op->broadcasts = xreallocarray(op->broadcasts, op->nbroadcasts + 1,
+	    sizeof *op->broadcasts);
+	op->broadcasts[op->nbroadcasts++] = b;
+	broadcast_use(b);
+	return (0);
+}
+
+/* Find the broadcasts the plan's ops use; each must be the session's. */
 static int
 operation_find_broadcasts(struct operation *op, struct session *s,
     char **err)
 {
-	struct broadcast	*b;
+	const struct plan_op	*o;
+	char			 field[96];
 	size_t			 i, j;
 
 	for (i = 0; i < op->plan->nops; i++) {
-		if (op->plan->ops[i].type != PLAN_OP_FILTER_BROADCAST)
-			continue;
-		if ((b = broadcast_find(s, op->plan->ops[i].broadcast)) ==
-		    NULL) {
-			xasprintf(err, "plan.ops[%zu].filter.in_broadcast: no "
-			    "broadcast %lld in this session", i,
-			    (long long)op->plan->ops[i].broadcast);
-			return (-1);
+		o = &op->plan->ops[i];
+		if (o->type == PLAN_OP_FILTER_BROADCAST) {
+			snprintf(field, sizeof field,
+			    "plan.ops[%zu].filter.in_broadcast", i);
+			if (operation_use_broadcast(op, s, o->broadcast, field,
+			    err) == -1)
+				return (-1);
 		}
-		for (j = 0; j < op->nbroadcasts; j++) {
-			if (op->broadcasts[j] == b)
-				break;
+		for (j = 0; o->type == PLAN_OP_UDF && j < o->udf_nbroadcasts;
+		    j++) {
+			snprintf(field, sizeof field,
+			    "plan.ops[%zu].udf.broadcasts[%zu]", i, j);
+			if (operation_use_broadcast(op, s, o->udf_broadcasts[j],
+			    field, err) == -1)
+				return (-1);
 		}
-		if (j < op->nbroadcasts)
-			continue;
-		op->broadcasts = xreallocarray(op->broadcasts,
-		    op->nbroadcasts + 1, sizeof *op->broadcasts);
-		op->broadcasts[op->nbroadcasts++] = b;
-		broadcast_use(b);
 	}
 	return (0);
 }
@@ -501,8 +536,11 @@ task_failed(struct task *t, pid_t pid, const char *cause)
 
 	t->state = TASK_FAILED;
 	t->worker = NULL;
-	xasprintf(&t->error, "partition %d: worker %ld: %s", t->partition,
-	    (long)pid, cause);
+	if (pid > 0)
+		xasprintf(&t->error, "partition %d: worker %ld: %s",
+		    t->partition, (long)pid, cause);
+	else
+		xasprintf(&t->error, "partition %d: %s", t->partition, cause);
 	ember_counters.tasks_failed++;
 	log_info("operation %s: %s", op->id, t->error);
 	if (ACTION_STREAMS(op->action)) {
@@ -710,6 +748,8 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	struct plan		*plan = NULL;
 	const char		*save_path = NULL;
 	int			 overwrite = 0;
+	uid_t			 job_uid;
+	gid_t			 job_gid;
 	char			*err = NULL;
 	uuid_t			 u;
 	size_t			 i;
@@ -763,7 +803,7 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 		return;
 	}
 	if (plan_parse(plan_json, &plan, &err) == -1 ||
-	    plan_stat_files(plan, &err) == -1) {
+	    plan_check_resources(plan, &err) == -1) {
 		connection_reply_error(c, "PLAN_INVALID", "%s", err);
 		free(err);
 		if (plan != NULL)
@@ -786,9 +826,12 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 		uuid_generate(u);
 		uuid_unparse_lower(u, op->id);
 	}
-	if (op->action == ACTION_SAVE && (op->commit = commit_begin(save_path,
-	    overwrite, op->id, connection_uid(c), connection_gid(c),
-	    &err)) == NULL) {
+	if (op->action == ACTION_SAVE && (pool_job_user(session_uid(s),
+	    session_gid(s), &job_uid, &job_gid) == -1 ||
+	    (op->commit = commit_begin(save_path, overwrite, op->id, job_uid,
+	    job_gid, &err)) == NULL)) {
+		if (err == NULL)
+			err = xstrdup("options.path: no user to write it as");
 		connection_reply_error(c, "ACTION_INVALID", "%s", err);
 		free(err);
 		operation_discard(op);

@@ -67,6 +67,9 @@ json_t		*operation_status(uid_t);
 uint64_t	 operation_serial(const struct operation *);
 const char	*operation_id(const struct operation *);
 int		 operation_partitions(const struct operation *);
+/* The uid of the client whose session owns op. */
+uid_t		 operation_uid(const struct operation *);
+gid_t		 operation_gid(const struct operation *);
 /* Tasks of op one worker may hold at once (1: no pipelining). */
 int		 operation_pipeline_depth(const struct operation *);
 /* The plan and its resolved files as JSON text, for task descriptors. */
@@ -84,6 +87,7 @@ int		 task_accepts_batch(struct task *);
 int		 task_relay_batch(struct task *, struct evbuffer *, size_t bytes,
 		     int32_t records);
 void		 task_finished(struct task *);
+/* The task failed on worker pid (0: before any worker ran it). */
 void		 task_failed(struct task *, pid_t, const char *cause);
 
 #endif

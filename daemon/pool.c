@@ -1,6 +1,7 @@
 #include <sys/wait.h>
 
 #include <errno.h>
+#include <pwd.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -47,19 +48,47 @@ enum retire_cause {
 	RETIRE_MAX_MEMORY,	/* past workers.max_memory */
 	RETIRE_TASK_TIMEOUT,	/* its task ran past workers.task_timeout */
 	RETIRE_FORKSERVER,	/* its fork-server died */
+	RETIRE_EVICTED,		/* idle, and another user's pool needed room */
 	RETIRE_CAUSES
 };
 static const char *const retire_names[] = { "exited", "failed", "interrupted",
     "corrupt", "idle_timeout", "max_tasks", "no_reuse", "max_memory",
-    "task_timeout", "forkserver_lost" };
+    "task_timeout", "forkserver_lost", "evicted" };
 /* Whether emberd kills the worker for that cause. */
 #define RETIRE_KILLS(c)	((c) != RETIRE_EXITED && (c) != RETIRE_FAILED && \
 	(c) != RETIRE_FORKSERVER)
 
+/* An idle worker is checked for a pending kill after this long idle. */
+#define POOL_DYING_CHECK_MS	2
+
 /* How often limits are checked: timeouts, memory, idle workers. */
 #define POOL_MAINTAIN_MS	100
 
+/*
+ * A pool: the workers of one user, and the fork-server that makes them.
+ * When emberd is root each client uid has its own pool (root's jobs run as
+ * workers.root_user); otherwise there is one, as emberd's own user.
+ */
+struct pool {
+	uid_t			 client;	/* the uid whose jobs it runs */
+	uid_t			 uid;		/* what its workers run as */
+	gid_t			 gid;
+	struct forkserver	*fs;
+	TAILQ_HEAD(, worker)	 idle;		/* most recently idle first */
+	int			 nworkers;	/* processes, dead ones too */
+	int			 nidle;
+	int			 pending;	/* fork requests not answered */
+	int			 wanted;	/* tasks waiting, this dispatch */
+	int			 crashes;	/* in a row */
+	uint64_t		 fork_after_ms;	/* crash-storm back-off */
+	struct event		*backoff;
+	uint64_t		 forks, reuses;
+	uint64_t		 retired[RETIRE_CAUSES];
+	TAILQ_ENTRY(pool)	 entry;
+};
+
 struct worker {
+	struct pool		*pool;
 	pid_t			 pid;
 	enum worker_state	 state;
 	struct channel		*ch;
@@ -82,20 +111,18 @@ struct worker {
 	TAILQ_ENTRY(worker)	 idle_entry;
 };
 
-static TAILQ_HEAD(, worker) pool_workers = TAILQ_HEAD_INITIALIZER(pool_workers);
-static TAILQ_HEAD(, worker) pool_idle = TAILQ_HEAD_INITIALIZER(pool_idle);
-static int		 pool_nworkers;		/* processes, dead ones too */
-static int		 pool_nidle;
-static int		 pool_pending;		/* fork requests not answered */
+static TAILQ_HEAD(, pool) pools = TAILQ_HEAD_INITIALIZER(pools);
+static TAILQ_HEAD(pool_worker_list, worker) pool_workers =
+    TAILQ_HEAD_INITIALIZER(pool_workers);
+static int		 pool_nworkers;		/* in every pool */
+static int		 pool_pending;		/* in every pool */
 static int32_t		 pool_next_request = 1;
-static int		 pool_crashes;		/* in a row */
-static uint64_t		 pool_fork_after_ms;	/* crash-storm back-off */
-static struct event	*pool_backoff;
 static struct event	*pool_maintain;
-static uint64_t		 pool_retired[RETIRE_CAUSES];
 
 static void	worker_process(struct worker *);
 static void	worker_relay(struct worker *);
+static void	pool_grow(struct pool *, size_t);
+static int	worker_dying(const struct worker *);
 
 /* Describe a wait status: "killed by signal 9 (SIGKILL)". */
 static void
@@ -130,11 +157,12 @@ worker_free(struct worker *w)
 		fatalx("worker %ld freed with %d tasks", (long)w->pid,
 		    w->ntasks);
 	if (w->state == WORKER_IDLE) {
-		TAILQ_REMOVE(&pool_idle, w, idle_entry);
-		pool_nidle--;
+		TAILQ_REMOVE(&w->pool->idle, w, idle_entry);
+		w->pool->nidle--;
 	}
 	TAILQ_REMOVE(&pool_workers, w, entry);
 	pool_nworkers--;
+	w->pool->nworkers--;
 	event_free(w->kick);
 	channel_free(w->ch);
 	free(w->held);
@@ -154,11 +182,11 @@ worker_retire(struct worker *w, enum retire_cause cause)
 
 	if (w->state == WORKER_DEAD)
 		return;
-	pool_retired[cause]++;
+	w->pool->retired[cause]++;
 	log_debug("worker %ld retired: %s", (long)w->pid, retire_names[cause]);
 	if (w->state == WORKER_IDLE) {
-		TAILQ_REMOVE(&pool_idle, w, idle_entry);
-		pool_nidle--;
+		TAILQ_REMOVE(&w->pool->idle, w, idle_entry);
+		w->pool->nidle--;
 	}
 	w->state = WORKER_DEAD;
 	channel_stop(w->ch);
@@ -169,7 +197,7 @@ worker_retire(struct worker *w, enum retire_cause cause)
 	}
 	if (RETIRE_KILLS(cause) && !w->exited) {
 		ember_counters.workers_killed++;
-		forkserver_kill(w->pid, SIGKILL);
+		forkserver_kill(w->pool->fs, w->pid, SIGKILL);
 	}
 	if (w->exited)
 		event_active(w->kick, 0, 1);	/* free it outside the caller */
@@ -217,7 +245,7 @@ worker_died(struct worker *w)
 		return;
 	}
 	ember_counters.workers_crashed++;
-	pool_crashes++;
+	w->pool->crashes++;
 	t = worker_pop(w);
 	worker_retire(w, RETIRE_EXITED);
 	task_failed(t, w->pid, cause);
@@ -300,7 +328,7 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 		evbuffer_drain(in, 4);
 		t = worker_pop(w);
 		w->tasks_run++;
-		pool_crashes = 0;
+		w->pool->crashes = 0;
 		if (!ember_conf.workers_reuse)
 			worker_retire(w, RETIRE_NO_REUSE);
 		else if (w->max_tasks > 0 && w->tasks_run >= w->max_tasks)
@@ -308,8 +336,8 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 		else if (w->ntasks == 0) {
 			w->state = WORKER_IDLE;
 			w->idle_ms = ember_now_ms();
-			TAILQ_INSERT_HEAD(&pool_idle, w, idle_entry);
-			pool_nidle++;
+			TAILQ_INSERT_HEAD(&w->pool->idle, w, idle_entry);
+			w->pool->nidle++;
 			scheduler_kick();
 		}
 		task_finished(t);
@@ -402,23 +430,60 @@ worker_kick(struct worker *w)
 	event_active(w->kick, 0, 1);
 }
 
-/* A worker's resident memory in bytes, or 0 if it cannot be read. */
+/*
+ * A worker's own resident memory in bytes (RssAnon: not the pages of a
+ * broadcast it shares with the others, nor its code), or 0 if it cannot
+ * be read.
+ */
 static uint64_t
 pool_rss(pid_t pid)
 {
-	char			 path[64];
-	unsigned long long	 size, resident;
+	char			 path[64], line[128];
+	unsigned long long	 kb = 0;
 	FILE			*f;
-	int			 n;
 
-	snprintf(path, sizeof path, "/proc/%ld/statm", (long)pid);
+	snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
 	if ((f = fopen(path, "re")) == NULL)
 		return (0);
-	n = fscanf(f, "%llu %llu", &size, &resident);
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (sscanf(line, "RssAnon: %llu kB", &kb) == 1)
+			break;
+	}
 	fclose(f);
-	if (n != 2)
+	return ((uint64_t)kb * 1024);
+}
+
+/*
+ * Is an idle worker dying: a zombie, or a SIGKILL or SIGTERM pending?  A
+ * kill sent from outside just before a job arrives leaves the worker's
+ * socket open for a moment; /proc already knows.  Only asked of workers
+ * idle for a while, as it costs a read of /proc.
+ */
+static int
+worker_dying(const struct worker *w)
+{
+	char			 path[64], line[128];
+	unsigned long long	 mask;
+	const uint64_t		 fatal = 1ULL << (SIGKILL - 1) |
+				     1ULL << (SIGTERM - 1);
+	FILE			*f;
+	int			 dying = 0;
+
+	if (ember_now_ms() - w->idle_ms < POOL_DYING_CHECK_MS)
 		return (0);
-	return ((uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE));
+	snprintf(path, sizeof path, "/proc/%ld/status", (long)w->pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return (1);
+	while (!dying && fgets(line, sizeof line, f) != NULL) {
+		if (strncmp(line, "State:", 6) == 0)
+			dying = strchr(line, 'Z') != NULL ||
+			    strchr(line, 'X') != NULL;
+		else if ((sscanf(line, "SigPnd: %llx", &mask) == 1 ||
+		    sscanf(line, "ShdPnd: %llx", &mask) == 1) && (mask & fatal))
+			dying = 1;
+	}
+	fclose(f);
+	return (dying);
 }
 
 /* Fail a busy worker's task for a limit it went past, and kill it. */
@@ -437,8 +502,9 @@ static void
 pool_maintain_cb(evutil_socket_t fd, short events, void *arg)
 {
 	struct worker	*w, *next;
+	struct pool	*p;
 	uint64_t	 now = ember_now_ms(), rss;
-	int64_t		 keep = ember_conf.workers_min_idle;
+	int64_t		 keep;
 	char		 why[160];
 
 	(void)fd; (void)events; (void)arg;
@@ -464,27 +530,36 @@ pool_maintain_cb(evutil_socket_t fd, short events, void *arg)
 			worker_limit(w, RETIRE_MAX_MEMORY, why);
 		}
 	}
-	/* The idle queue is most recent first: the oldest idle are last. */
-	TAILQ_FOREACH_SAFE(w, &pool_idle, idle_entry, next) {
-		if (keep-- > 0)
-			continue;
-		if (ember_conf.workers_idle_timeout > 0 && now - w->idle_ms >
-		    (uint64_t)ember_conf.workers_idle_timeout)
-			worker_retire(w, RETIRE_IDLE_TIMEOUT);
+	TAILQ_FOREACH(p, &pools, entry) {
+		/* Most recently idle first: the oldest are last. */
+		keep = ember_conf.workers_min_idle;
+		TAILQ_FOREACH_SAFE(w, &p->idle, idle_entry, next) {
+			if (keep-- > 0)
+				continue;
+			if (ember_conf.workers_idle_timeout > 0 &&
+			    now - w->idle_ms >
+			    (uint64_t)ember_conf.workers_idle_timeout)
+				worker_retire(w, RETIRE_IDLE_TIMEOUT);
+		}
+		if (p->nidle + p->pending < ember_conf.workers_min_idle)
+			pool_grow(p, (size_t)(ember_conf.workers_min_idle -
+			    p->nidle));
 	}
-	if (pool_nidle + pool_pending < ember_conf.workers_min_idle)
-		pool_grow((size_t)(ember_conf.workers_min_idle - pool_nidle));
 }
 
-void
+int
 pool_init(void)
 {
-	struct timeval	tv = { 0, POOL_MAINTAIN_MS * 1000 };
+	struct timeval	 tv = { 0, POOL_MAINTAIN_MS * 1000 };
+	uid_t		 uid;
+	gid_t		 gid;
 
 	scheduler_init();
 	pool_maintain = event_new(ember_base, -1, EV_PERSIST, pool_maintain_cb,
 	    NULL);
 	evtimer_add(pool_maintain, &tv);
+	/* As root, check now that root's jobs have someone to run as. */
+	return (geteuid() == 0 ? pool_job_user(0, 0, &uid, &gid) : 0);
 }
 
 void
@@ -492,13 +567,15 @@ pool_shutdown(void)
 {
 	struct worker	*w;
 
-	/* The fork-server kills every worker when emberd closes its channel. */
+	struct pool	*p;
+
+	/* A fork-server kills every worker when emberd closes its channel. */
 	while ((w = TAILQ_FIRST(&pool_workers)) != NULL) {
 		while (w->ntasks > 0)
 			worker_pop(w);
 		if (w->state == WORKER_IDLE) {
-			TAILQ_REMOVE(&pool_idle, w, idle_entry);
-			pool_nidle--;
+			TAILQ_REMOVE(&w->pool->idle, w, idle_entry);
+			w->pool->nidle--;
 		}
 		w->state = WORKER_DEAD;
 		TAILQ_REMOVE(&pool_workers, w, entry);
@@ -508,42 +585,115 @@ pool_shutdown(void)
 		free(w->held);
 		free(w);
 	}
-	if (pool_backoff != NULL)
-		event_free(pool_backoff);
-	pool_backoff = NULL;
+	forkserver_stop_all();
+	while ((p = TAILQ_FIRST(&pools)) != NULL) {
+		TAILQ_REMOVE(&pools, p, entry);
+		if (p->backoff != NULL)
+			event_free(p->backoff);
+		free(p);
+	}
 	if (pool_maintain != NULL)
 		event_free(pool_maintain);
 	pool_maintain = NULL;
 	scheduler_free();
 }
 
+/* The user a client's jobs run as: itself, never root. */
+int
+pool_job_user(uid_t client, gid_t client_gid, uid_t *uid, gid_t *gid)
+{
+	struct passwd	*pw;
+
+	if (geteuid() != 0) {
+		*uid = getuid();
+		*gid = getgid();
+		return (0);
+	}
+	if (client == 0)
+		pw = getpwnam(ember_conf.workers_root_user);
+	else
+		pw = getpwuid(client);
+	if (pw == NULL && client != 0) {
+		/* A uid without a name still runs as itself. */
+		*uid = client;
+		*gid = client_gid;
+		return (0);
+	}
+	if (pw == NULL || pw->pw_uid == 0) {
+		log_error("workers.root_user: \"%s\" is %s",
+		    ember_conf.workers_root_user, pw == NULL ? "no user" :
+		    "root, and a job never runs as root");
+		return (-1);
+	}
+	*uid = pw->pw_uid;
+	*gid = pw->pw_gid;
+	return (0);
+}
+
+/* The pool for a task's client, made (with its fork-server) on first use;
+ * NULL if none can be. */
+struct pool *
+pool_of_task(const struct task *t)
+{
+	struct pool	*p;
+	uid_t		 client = geteuid() == 0 ? operation_uid(t->op) : getuid();
+
+	TAILQ_FOREACH(p, &pools, entry) {
+		if (p->client == client)
+			return (p);
+	}
+	p = xcalloc(1, sizeof *p);
+	p->client = client;
+	TAILQ_INIT(&p->idle);
+	if (pool_job_user(client, geteuid() == 0 ? operation_gid(t->op) :
+	    getgid(), &p->uid, &p->gid) == -1) {
+		free(p);
+		return (NULL);
+	}
+	TAILQ_INSERT_TAIL(&pools, p, entry);
+	p->fs = forkserver_create(p, p->uid, p->gid);
+	return (p);
+}
+
 struct worker *
 pool_take_worker(const struct task *t)
 {
+	struct pool	*p = pool_of_task(t);
 	struct worker	*w, *first;
 	struct task	*head;
 
-	/* An idle worker, preferring one that has this operation's plan. */
-	first = TAILQ_FIRST(&pool_idle);
-	TAILQ_FOREACH(w, &pool_idle, idle_entry) {
-		if (w->plan_serial == operation_serial(t->op))
-			return (w);
-	}
-	if (first != NULL)
-		return (first);
-	/* Tasks whose output is for emberd can queue behind one another. */
-	if (!t->reply_mode)
+	if (p == NULL)
 		return (NULL);
-	TAILQ_FOREACH(w, &pool_workers, entry) {
-		if (w->state != WORKER_BUSY ||
-		    w->ntasks >= operation_pipeline_depth(t->op) ||
-		    !ember_conf.workers_reuse || (w->max_tasks > 0 &&
-		    w->tasks_run + (uint64_t)w->ntasks >= w->max_tasks))
-			continue;
-		head = TAILQ_FIRST(&w->tasks);
-		if (head->reply_mode && head->op == t->op)
+	/*
+	 * An idle worker, preferring one that has this operation's plan.  One
+	 * found dead (killed while idle; the loop has not seen it yet) is
+	 * discarded here, so the task goes to another instead of failing.
+	 */
+	while ((first = TAILQ_FIRST(&p->idle)) != NULL) {
+		TAILQ_FOREACH(w, &p->idle, idle_entry) {
+			if (w->plan_serial == operation_serial(t->op))
+				break;
+		}
+		if (w == NULL)
+			w = first;
+		if (channel_alive(w->ch) && !worker_dying(w))
 			return (w);
+		worker_retire(w, RETIRE_EXITED);
 	}
+	/* Tasks whose output is for emberd can queue behind one another. */
+	if (t->reply_mode) {
+		TAILQ_FOREACH(w, &pool_workers, entry) {
+			if (w->state != WORKER_BUSY ||
+			    w->ntasks >= operation_pipeline_depth(t->op) ||
+			    !ember_conf.workers_reuse || (w->max_tasks > 0 &&
+			    w->tasks_run + (uint64_t)w->ntasks >= w->max_tasks))
+				continue;
+			head = TAILQ_FIRST(&w->tasks);
+			if (head->reply_mode && head->op == t->op)
+				return (w);
+		}
+	}
+	p->wanted++;
 	return (NULL);
 }
 
@@ -556,50 +706,82 @@ pool_backoff_cb(evutil_socket_t fd, short events, void *arg)
 
 /* Look at the run queue again in ms milliseconds. */
 static void
-pool_wait(uint64_t ms)
+pool_wait(struct pool *p, uint64_t ms)
 {
 	struct timeval	tv;
 
-	if (pool_backoff == NULL)
-		pool_backoff = evtimer_new(ember_base, pool_backoff_cb, NULL);
+	if (p->backoff == NULL)
+		p->backoff = evtimer_new(ember_base, pool_backoff_cb, NULL);
 	tv.tv_sec = (time_t)(ms / 1000);
 	tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
-	evtimer_add(pool_backoff, &tv);
+	evtimer_add(p->backoff, &tv);
 }
 
-void
-pool_grow(size_t queued)
+/* At workers.max, stop an idle worker of another pool to make room. */
+static int
+pool_evict(const struct pool *p)
+{
+	struct worker	*w;
+
+	TAILQ_FOREACH_REVERSE(w, &pool_workers, pool_worker_list, entry) {
+		if (w->state == WORKER_IDLE && w->pool != p) {
+			worker_retire(w, RETIRE_EVICTED);
+			return (0);
+		}
+	}
+	return (-1);
+}
+
+/* Ask p's fork-server for up to wanted workers, within workers.max. */
+static void
+pool_grow(struct pool *p, size_t wanted)
 {
 	uint64_t	now, delay;
 	int		room;
 
-	if (!forkserver_running())
+	if (!forkserver_running(p->fs) || wanted <= (size_t)p->pending)
 		return;
 	room = ember_workers_max() - pool_nworkers - pool_pending;
-	if (room <= 0 || queued <= (size_t)pool_pending)
+	if (room <= 0 && p->nworkers + p->pending == 0 && pool_evict(p) == 0)
+		return;		/* the eviction's exit makes the room */
+	if (room <= 0)
 		return;
 	now = ember_now_ms();
-	if (pool_crashes >= POOL_CRASH_STORM) {
+	if (p->crashes >= POOL_CRASH_STORM) {
 		/* The timer may fire a little early: wait out the rest. */
-		if (now < pool_fork_after_ms) {
-			pool_wait(pool_fork_after_ms - now);
+		if (now < p->fork_after_ms) {
+			pool_wait(p, p->fork_after_ms - now);
 			return;
 		}
 		delay = (uint64_t)ember_conf.workers_fork_backoff <<
-		    (pool_crashes - POOL_CRASH_STORM < 5 ?
-		    pool_crashes - POOL_CRASH_STORM : 5);
-		pool_fork_after_ms = now + delay;
-		log_warn("%d workers crashed in a row; next fork in %llums",
-		    pool_crashes, (unsigned long long)delay);
-		pool_wait(delay);
+		    (p->crashes - POOL_CRASH_STORM < 5 ?
+		    p->crashes - POOL_CRASH_STORM : 5);
+		p->fork_after_ms = now + delay;
+		log_warn("uid %ld: %d workers crashed in a row; next fork in "
+		    "%llums", (long)p->uid, p->crashes,
+		    (unsigned long long)delay);
+		pool_wait(p, delay);
 		room = 1;
 	}
-	if ((size_t)room > queued - (size_t)pool_pending)
-		room = (int)(queued - (size_t)pool_pending);
+	if ((size_t)room > wanted - (size_t)p->pending)
+		room = (int)(wanted - (size_t)p->pending);
 	while (room-- > 0) {
-		if (forkserver_fork(pool_next_request++) == -1)
+		if (forkserver_fork(p->fs, pool_next_request++) == -1)
 			return;
+		p->pending++;
 		pool_pending++;
+	}
+}
+
+void
+pool_grow_wanted(void)
+{
+	struct pool	*p;
+
+	TAILQ_FOREACH(p, &pools, entry) {
+		if (p->wanted > 0)
+			pool_grow(p, (size_t)p->wanted);
+		p->wanted = 0;
 	}
 }
 
@@ -693,12 +875,14 @@ worker_assign(struct worker *w, struct task *t)
 	w->unflushed = 1;
 
 	if (w->state == WORKER_IDLE) {
-		TAILQ_REMOVE(&pool_idle, w, idle_entry);
-		pool_nidle--;
+		TAILQ_REMOVE(&w->pool->idle, w, idle_entry);
+		w->pool->nidle--;
 		w->state = WORKER_BUSY;
 		w->task_ms = ember_now_ms();
-		if (w->tasks_run > 0)
+		if (w->tasks_run > 0) {
 			ember_counters.worker_reuses++;
+			w->pool->reuses++;
+		}
 	}
 	TAILQ_INSERT_TAIL(&w->tasks, t, queue_entry);
 	w->ntasks++;
@@ -731,14 +915,17 @@ pool_cancel_task(struct task *t)
 }
 
 void
-pool_worker_forked(int32_t request, pid_t pid, int fd)
+pool_worker_forked(struct pool *p, int32_t request, pid_t pid, int fd)
 {
 	struct worker	*w;
 
 	(void)request;
-	if (pool_pending > 0)
+	if (p->pending > 0) {
+		p->pending--;
 		pool_pending--;
+	}
 	w = xcalloc(1, sizeof *w);
+	w->pool = p;
 	w->pid = pid;
 	w->started_ms = w->idle_ms = ember_now_ms();
 	/* Up to a tenth more, so that workers started together do not all
@@ -752,33 +939,37 @@ pool_worker_forked(int32_t request, pid_t pid, int fd)
 	w->kick = event_new(ember_base, -1, 0, worker_kick_cb, w);
 	w->state = WORKER_IDLE;
 	TAILQ_INSERT_TAIL(&pool_workers, w, entry);
-	TAILQ_INSERT_HEAD(&pool_idle, w, idle_entry);
+	TAILQ_INSERT_HEAD(&p->idle, w, idle_entry);
 	pool_nworkers++;
-	pool_nidle++;
+	p->nworkers++;
+	p->nidle++;
+	p->forks++;
 	ember_counters.workers_forked++;
-	log_debug("worker %ld started", (long)pid);
+	log_debug("worker %ld started as uid %ld", (long)pid, (long)p->uid);
 	scheduler_kick();
 }
 
 void
-pool_fork_failed(int32_t request, int error)
+pool_fork_failed(struct pool *p, int32_t request, int error)
 {
 	(void)request;
-	if (pool_pending > 0)
+	if (p->pending > 0) {
+		p->pending--;
 		pool_pending--;
-	pool_crashes++;
+	}
+	p->crashes++;
 	log_error("fork-server could not fork a worker: %s", strerror(error));
 	scheduler_kick();
 }
 
 void
-pool_worker_exited(pid_t pid, int status)
+pool_worker_exited(struct pool *p, pid_t pid, int status)
 {
 	struct worker	*w = pool_find(pid);
 	char		 cause[128];
 
 	ember_counters.workers_exited++;
-	if (w == NULL) {
+	if (w == NULL || w->pool != p) {
 		log_debug("exit of unknown worker %ld", (long)pid);
 		return;
 	}
@@ -795,13 +986,28 @@ pool_worker_exited(pid_t pid, int status)
 }
 
 void
-pool_forkserver_lost(const char *why)
+pool_forkserver_ready(struct pool *p)
+{
+	(void)p;
+	scheduler_kick();
+}
+
+void
+pool_forkserver_lost(struct pool *p, const char *why, int before_hello)
 {
 	struct worker	*w, *next;
 	struct task	*t;
 
-	pool_pending = 0;
+	/* One that dies before it says hello cannot make workers: fail the
+	 * tasks waiting for it rather than keep them waiting. */
+	if (before_hello)
+		scheduler_fail_pool(p, why);
+
+	pool_pending -= p->pending;
+	p->pending = 0;
 	TAILQ_FOREACH_SAFE(w, &pool_workers, entry, next) {
+		if (w->pool != p)
+			continue;
 		/* Its workers die with it; no exit report will come. */
 		t = w->ntasks > 0 ? worker_pop(w) : NULL;
 		w->exited = 1;
@@ -843,19 +1049,28 @@ pool_status_workers(void)
 }
 
 json_t *
-pool_status(void)
+pool_status(uid_t uid)
 {
-	json_t	*p, *retired = json_object();
-	int	 i;
+	json_t		*a = json_array(), *retired;
+	struct pool	*p;
+	int		 i;
 
-	for (i = 0; i < RETIRE_CAUSES; i++)
-		json_object_set_new(retired, retire_names[i],
-		    json_integer((json_int_t)pool_retired[i]));
-	p = json_pack("{s:s,s:I,s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:o}", "key",
-	    "default", "uid", (json_int_t)getuid(), "workers", pool_nworkers,
-	    "idle", pool_nidle, "busy", pool_nworkers - pool_nidle, "starting",
-	    pool_pending, "crashes_in_a_row", pool_crashes, "forks",
-	    (json_int_t)ember_counters.workers_forked, "reuses",
-	    (json_int_t)ember_counters.worker_reuses, "retired", retired);
-	return (json_pack("[o]", p));
+	TAILQ_FOREACH(p, &pools, entry) {
+		if (uid != 0 && p->client != uid)
+			continue;
+		retired = json_object();
+		for (i = 0; i < RETIRE_CAUSES; i++)
+			json_object_set_new(retired, retire_names[i],
+			    json_integer((json_int_t)p->retired[i]));
+		json_array_append_new(a, json_pack("{s:I,s:I,s:I,s:i,s:i,s:i,"
+		    "s:i,s:i,s:I,s:I,s:o,s:i}", "client", (json_int_t)p->client,
+		    "uid", (json_int_t)p->uid, "gid", (json_int_t)p->gid,
+		    "workers", p->nworkers, "idle", p->nidle, "busy",
+		    p->nworkers - p->nidle, "starting", p->pending,
+		    "crashes_in_a_row", p->crashes, "forks",
+		    (json_int_t)p->forks, "reuses", (json_int_t)p->reuses,
+		    "retired", retired, "forkserver", forkserver_running(p->fs) ?
+		    (int)forkserver_pid(p->fs) : 0));
+	}
+	return (a);
 }

@@ -17,13 +17,15 @@
 struct task;
 struct worker;
 
-void		 pool_init(void);
+/* -1 (logged) if workers could not run: a bad workers.root_user. */
+int		 pool_init(void);
 void		 pool_shutdown(void);
 
-/* A worker that can take t now (idle, or pipelining counts), or NULL. */
+/* A worker of t's pool that can take t now (idle, or pipelining reply
+ * tasks), or NULL: the pool then wants one more worker. */
 struct worker	*pool_take_worker(const struct task *);
-/* Ask the fork-server for workers while queued tasks wait and there is room. */
-void		 pool_grow(size_t queued);
+/* After a dispatch: ask for the workers the tasks left waiting need. */
+void		 pool_grow_wanted(void);
 /* Queue a task descriptor; pool_flush writes every queued one, so tasks
  * dispatched together reach a worker in one write. */
 void		 worker_assign(struct worker *, struct task *);
@@ -33,13 +35,22 @@ void		 pool_cancel_task(struct task *);
 /* Look at the worker's buffered output again on the next loop turn. */
 void		 worker_kick(struct worker *);
 
-/* From the fork-server. */
-void		 pool_worker_forked(int32_t request, pid_t, int fd);
-void		 pool_fork_failed(int32_t request, int error);
-void		 pool_worker_exited(pid_t, int status);
-void		 pool_forkserver_lost(const char *why);
+/* From a pool's fork-server. */
+struct pool;
+void		 pool_worker_forked(struct pool *, int32_t request, pid_t,
+		     int fd);
+void		 pool_fork_failed(struct pool *, int32_t request, int error);
+void		 pool_worker_exited(struct pool *, pid_t, int status);
+void		 pool_forkserver_ready(struct pool *);
+void		 pool_forkserver_lost(struct pool *, const char *why,
+		     int before_hello);
+/* The user the jobs of client uid:gid run as: the client when emberd is
+ * root, workers.root_user for root itself; emberd's user otherwise. */
+int		 pool_job_user(uid_t, gid_t, uid_t *, gid_t *);
+/* The pool that runs t's client's jobs (made on first use), or NULL. */
+struct pool	*pool_of_task(const struct task *);
 
 json_t		*pool_status_workers(void);
-json_t		*pool_status(void);
+json_t		*pool_status(uid_t);
 
 #endif

@@ -13,22 +13,24 @@ static TAILQ_HEAD(, task) scheduler_queue =
 static size_t		 scheduler_nqueued;
 static struct event	*scheduler_event;
 
-/* Hand queued tasks to workers, in order, then ask for the workers missing. */
+/* Hand queued tasks to workers, then ask for the workers missing. */
 static void
 scheduler_dispatch_cb(evutil_socket_t fd, short events, void *arg)
 {
-	struct task	*t;
+	struct task	*t, *next;
 	struct worker	*w;
 
 	(void)fd; (void)events; (void)arg;
-	while ((t = TAILQ_FIRST(&scheduler_queue)) != NULL) {
+	/* Each user's tasks in order; one user waiting for a worker does not
+	 * hold up another's. */
+	TAILQ_FOREACH_SAFE(t, &scheduler_queue, queue_entry, next) {
 		if ((w = pool_take_worker(t)) == NULL)
-			break;
+			continue;
 		scheduler_remove(t);
 		worker_assign(w, t);
 	}
 	pool_flush();
-	pool_grow(scheduler_nqueued);
+	pool_grow_wanted();
 }
 
 void
@@ -77,6 +79,23 @@ scheduler_remove(struct task *t)
 {
 	TAILQ_REMOVE(&scheduler_queue, t, queue_entry);
 	scheduler_nqueued--;
+}
+
+void
+scheduler_fail_pool(struct pool *p, const char *why)
+{
+	struct task	*t, *next;
+
+	TAILQ_FOREACH_SAFE(t, &scheduler_queue, queue_entry, next) {
+		if (pool_of_task(t) != p)
+			continue;
+		/* Failing one task may end its operation and its other
+		 * queued tasks: start over after each. */
+		scheduler_remove(t);
+		t->state = TASK_ASSIGNED;	/* out of the queue */
+		task_failed(t, 0, why);
+		next = TAILQ_FIRST(&scheduler_queue);
+	}
 }
 
 size_t

@@ -16,6 +16,9 @@ void	scheduler_free(void);
 void	scheduler_submit(struct task *);
 void	scheduler_requeue(struct task *);
 void	scheduler_remove(struct task *);
+/* Fail the queued tasks of a pool: its workers cannot be made. */
+struct pool;
+void	scheduler_fail_pool(struct pool *, const char *why);
 /* Run dispatch on the next loop turn. */
 void	scheduler_kick(void);
 size_t	scheduler_queued(void);

@@ -15,6 +15,7 @@
 struct session {
 	char			 id[37];
 	uid_t			 uid;
+	gid_t			 gid;
 	int			 holds;		/* connections using it */
 	int			 closed;
 	uint64_t		 created_ms;
@@ -25,7 +26,7 @@ static TAILQ_HEAD(, session) sessions = TAILQ_HEAD_INITIALIZER(sessions);
 static size_t nsessions;
 
 struct session *
-session_create(uid_t uid)
+session_create(uid_t uid, gid_t gid)
 {
 	struct session	*s = xcalloc(1, sizeof *s);
 	uuid_t		 u;
@@ -33,6 +34,7 @@ session_create(uid_t uid)
 	uuid_generate(u);
 	uuid_unparse_lower(u, s->id);
 	s->uid = uid;
+	s->gid = gid;
 	s->holds = 1;
 	s->created_ms = ember_now_ms();
 	TAILQ_INSERT_TAIL(&sessions, s, entry);
@@ -98,6 +100,12 @@ uid_t
 session_uid(const struct session *s)
 {
 	return (s->uid);
+}
+
+gid_t
+session_gid(const struct session *s)
+{
+	return (s->gid);
 }
 
 void

@@ -13,8 +13,8 @@
 struct session;
 struct operation;
 
-/* A new session for uid, held once by the caller. */
-struct session	*session_create(uid_t);
+/* A new session for the peer uid:gid, held once by the caller. */
+struct session	*session_create(uid_t, gid_t);
 /* The session with id if uid owns it (held once more), else NULL. */
 struct session	*session_resume(const char *id, uid_t);
 void		 session_hold(struct session *);
@@ -24,6 +24,7 @@ void		 session_close(struct session *);
 
 const char	*session_id(const struct session *);
 uid_t		 session_uid(const struct session *);
+gid_t		 session_gid(const struct session *);
 void		 session_add_operation(struct session *, struct operation *);
 void		 session_remove_operation(struct session *, struct operation *);
 

@@ -53,7 +53,7 @@ status_build(uid_t uid)
 	    "workers_max", ember_workers_max(),
 	    "tasks_queued", (json_int_t)scheduler_queued(),
 	    "workers", pool_status_workers(),
-	    "pools", pool_status(),
+	    "pools", pool_status(uid),
 	    "sessions", session_status(uid),
 	    "operations", operation_status(uid),
 	    "broadcasts", broadcast_status(uid),

@@ -25,6 +25,7 @@ plan_op_clear(struct plan_op *op)
 {
 	free(op->arg);
 	pcre2_code_free(op->regex);
+	free(op->udf_broadcasts);
 	free(op->udf_library);
 	free(op->udf_symbol);
 	free(op->udf_args);
@@ -393,14 +394,16 @@ plan_parse_sample(struct plan_op *op, json_t *arg, const char *path,
 	return (rc);
 }
 
-/* {"udf": {"library": path, "symbol": name, "args": {...}}} */
+/* {"udf": {"library": path, "symbol": name, "args": {...},
+ * "broadcasts": [ids]}}: the broadcasts the function reads. */
 static int
 plan_parse_udf(struct plan_op *op, json_t *arg, const char *path, char **err)
 {
 	static const char *const keys[] = { "library", "symbol", "args",
-	    NULL };
+	    "broadcasts", NULL };
 	const char	*library, *symbol;
-	json_t		*args = NULL;
+	json_t		*args = NULL, *ids = NULL, *id;
+	size_t		 i;
 
 	op->type = PLAN_OP_UDF;
 	if (plan_op_object(arg, path, keys, err) == -1 ||
@@ -408,8 +411,21 @@ plan_parse_udf(struct plan_op *op, json_t *arg, const char *path, char **err)
 	    err) == -1 ||
 	    jread_string(arg, path, "symbol", JREAD_REQUIRED, &symbol,
 	    err) == -1 ||
-	    jread_object(arg, path, "args", JREAD_OPTIONAL, &args, err) == -1)
+	    jread_object(arg, path, "args", JREAD_OPTIONAL, &args, err) == -1 ||
+	    jread_array(arg, path, "broadcasts", JREAD_OPTIONAL, &ids,
+	    err) == -1)
 		return (-1);
+	if (ids != NULL) {
+		op->udf_broadcasts = xcalloc(json_array_size(ids) + 1,
+		    sizeof *op->udf_broadcasts);
+		json_array_foreach(ids, i, id) {
+			if (!json_is_integer(id) || json_integer_value(id) < 0)
+				return (jread_fail(err, path, "broadcasts[%zu]: "
+				    "expected a broadcast id", i));
+			op->udf_broadcasts[op->udf_nbroadcasts++] =
+			    json_integer_value(id);
+		}
+	}
 	if (*library == '\0')
 		return (jread_fail(err, path, "library: is empty"));
 	if (*symbol == '\0')

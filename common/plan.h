@@ -64,6 +64,8 @@ struct plan_op {
 	char			*udf_library;
 	char			*udf_symbol;
 	char			*udf_args;
+	int64_t			*udf_broadcasts; /* the broadcasts it reads */
+	size_t			 udf_nbroadcasts;
 };
 
 struct plan_file {
@@ -103,8 +105,6 @@ void	 plan_set_partitions(struct plan *, int default_partitions);
  * its size; check each udf's library and symbol.
  */
 int	 plan_check_resources(struct plan *, char **err);
-/* The former name, while callers move to the new one. */
-#define plan_stat_files(plan, err)	plan_check_resources(plan, err)
 
 /* The files and sizes as JSON ([{"path":..,"size":..}]), and back: the
  * worker takes emberd's expanded list in place of the plan's paths. */

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Build ember if needed, start emberd on a private socket under run/, and run
-# two real jobs through the ember CLI.  emberd is left running afterwards.
+# three real jobs through the ember CLI.  emberd is left running afterwards.
 # Running the demo again restarts that emberd cleanly.
 set -eu
 
@@ -90,15 +90,27 @@ mkdir -p "$run"
 stop_previous
 start_emberd
 
-say "job 1: the lines of the docs that mention a partition, upper-cased"
-echo "    (a text source with as many partitions as files; filter, then map)"
-paths=$(python3 -c 'import glob, json, os, sys
-print(json.dumps([os.path.abspath(p) for p in
-    sorted(glob.glob("docs/*.md")) + ["README.md"] if os.path.exists(p)]))')
-run_plan "{\"source\": {\"text\": {\"paths\": $paths}},
- \"ops\": [{\"filter\": {\"contains\": \"partition\"}}, {\"map\": \"upper\"}]}"
+say "job 1: word count over ember's own documentation, the top 15 words"
+echo "    (a text source globbing the corpus; lower-case, split into words,"
+echo "     keep the words, count each in the workers, merged by emberd)"
+# The corpus goes where any user can read it: as root, emberd runs root's
+# jobs as workers.root_user (nobody), never as root.
+corpus=$(mktemp -d "${TMPDIR:-/tmp}/ember-demo.XXXXXX")
+trap 'rm -rf "$corpus"' EXIT
+cp docs/*.md README.md HACKING "$corpus"/
+chmod 755 "$corpus"
+chmod 644 "$corpus"/*
+run_plan "{\"source\": {\"text\": {\"paths\": [\"$corpus/*\"]}},
+ \"partitions\": 4,
+ \"ops\": [{\"map\": \"lower\"}, {\"flat_map\": {\"split\": \" \"}},
+         {\"filter\": {\"regex\": \"^[a-z]{3,}$\"}}]}" \
+    --action count_by_value | head -n 15
 
-say "job 2: count the numbers from 0 to 10,000,000 in 8 partitions"
+say "job 2: the sum of the numbers from 0 to 999,999, reduced in 8 partitions"
+run_plan '{"source": {"range": {"start": 0, "end": 1000000}},
+ "partitions": 8}' --action reduce --option fn=sum
+
+say "job 3: count the numbers from 0 to 10,000,000 in 8 partitions"
 start=$(date +%s.%N)
 run_plan '{"source": {"range": {"start": 0, "end": 10000000}},
  "partitions": 8}' --count

@@ -15,6 +15,7 @@ ember and ember-worker were built) and EMBER_SRCDIR.
 Python 3 standard library only.
 """
 
+import atexit
 import json
 import os
 import resource
@@ -223,12 +224,35 @@ _daemons = []		# every Daemon of the running test
 
 
 def _make_tmpdir():
-    """A private directory whose socket path fits in sun_path."""
+    """A directory of the test's own whose socket path fits in sun_path.
+    Others may read it: as root, emberd runs root's jobs as
+    workers.root_user, whose workers read the files a test writes here."""
     tmp = tempfile.mkdtemp(prefix="ember-test-")
     if len(os.path.join(tmp, "emberd.sock")) >= 100:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp = tempfile.mkdtemp(prefix="ember-test-", dir="/tmp")
+    os.chmod(tmp, 0o755)
     return tmp
+
+
+_readable_dir = None
+
+
+def job_readable(path):
+    """path, or when running as root a copy that workers running as
+    workers.root_user can read whatever the modes above path are."""
+    global _readable_dir
+    if os.geteuid() != 0 or not os.path.exists(path):
+        return path
+    if _readable_dir is None:
+        _readable_dir = tempfile.mkdtemp(prefix="ember-test-files-")
+        os.chmod(_readable_dir, 0o755)
+        atexit.register(shutil.rmtree, _readable_dir, True)
+    copy = os.path.join(_readable_dir, os.path.basename(path))
+    if not os.path.exists(copy):
+        shutil.copy2(path, copy)
+        os.chmod(copy, 0o755)
+    return copy
 
 
 def _nofile_preexec(nofile):

@@ -10,7 +10,7 @@ import struct
 
 from harness import *
 
-PLUGIN = os.path.join(BUILDDIR, "examples", "udf_example.so")
+PLUGIN = job_readable(os.path.join(BUILDDIR, "examples", "udf_example.so"))
 INCLUDE = os.path.join(SRCDIR, "include")
 
 

@@ -273,15 +273,17 @@ def _wait_warm(c, n):
 @with_daemon(sets=["workers.max=4", "workers.min_idle=2"])
 def test_min_idle_forked_ahead(d):
     """workers.min_idle idle workers are kept ready, forked before a job
-    needs them: a job on two workers then runs on them."""
+    needs them (and forked again while a job keeps one busy): a job on two
+    workers then runs on warm ones."""
     c = d.client()
     [first] = job_pids(c, 1)
     warm = _wait_warm(c, 2)
-    check_eq(len(warm), 2, "idle workers after a job on one")
+    check(len(warm) >= 2, "idle workers after a job on one: %d" % len(warm))
     check(first in warm, "the first job's worker is not kept")
-    check_eq(pool(c)["forks"], 2, "forks")
+    check(pool(c)["forks"] in (2, 3), "forks: %d" % pool(c)["forks"])
     pids = job_pids(c, 2, "cat >/dev/null; sleep 0.3; echo $PPID")
-    check_eq(set(pids), set(warm), "workers of a job on two")
+    check(set(pids) <= set(warm), "workers of a job on two %s are not the "
+          "warm ones %s" % (sorted(pids), sorted(warm)))
 
 @with_daemon(sets=["workers.max=4", "workers.min_idle=2",
                    "workers.idle_timeout=1s"])

@@ -18,6 +18,8 @@ main(void)
 	srunner_add_suite(sr, frame_suite());
 	srunner_add_suite(sr, jread_suite());
 	srunner_add_suite(sr, plan_suite());
+	srunner_add_suite(sr, plugin_suite());
+	srunner_add_suite(sr, broadcast_suite());
 	srunner_add_suite(sr, ops_suite());
 	srunner_add_suite(sr, split_suite());
 

@@ -14,13 +14,13 @@
 #include <unistd.h>
 
 #include "frame.h"
-#include "../../worker/ops.h"
-#include "../../worker/output.h"
+#include "ops.h"
+#include "output.h"
 #include "plan.h"
 #include "protocol.h"
-#include "../../worker/source.h"
+#include "source.h"
 #include "suites.h"
-#include "../../worker/task.h"
+#include "task.h"
 
 /* What reached the sink: the records' bytes end to end, and each one's
  * place. */

@@ -785,7 +785,7 @@ plan_text(const char *const *names, size_t n)
 	return (plan);
 }
 
-/* Expect plan_stat_files to fail on the file at index with why. */
+/* Expect plan_check_resources to fail on the file at index with why. */
 static void
 plan_expect_stat_error(const char *const *names, size_t n, size_t index,
     const char *why)
@@ -803,7 +803,7 @@ plan_expect_stat_error(const char *const *names, size_t n, size_t index,
 	plan_free(plan);
 }
 
-START_TEST(test_plan_stat_files)
+START_TEST(test_plan_check_resources)
 {
 	static const char *const good[] = { "a.txt", "empty.txt" };
 	static const char *const missing[] = { "a.txt", "missing.txt" };
@@ -996,7 +996,7 @@ plan_suite(void)
 	tc = tcase_create("files");
 	tcase_set_timeout(tc, 5);
 	tcase_add_checked_fixture(tc, plan_files_setup, plan_files_teardown);
-	tcase_add_test(tc, test_plan_stat_files);
+	tcase_add_test(tc, test_plan_check_resources);
 	tcase_add_test(tc, test_plan_files_json);
 	tcase_add_test(tc, test_plan_globs);
 	tcase_add_test(tc, test_plan_udf_library);

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../worker/ops.h"
+#include "ops.h"
 #include "plan.h"
-#include "../../worker/source.h"
+#include "source.h"
 #include "suites.h"
 
 #define SPLIT_DIR_TEMPLATE "/tmp/ember-check-split-XXXXXX"

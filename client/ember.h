@@ -111,6 +111,10 @@ int		 ember_stop(struct ember *);
  */
 int		 ember_broadcast_put(struct ember *, const void *, size_t,
 		     int64_t *id);
+/* The same, with the bytes of the file open on fd: emberd reads them
+ * through the descriptor, passed with the request, never through the
+ * socket.  0 or -1. */
+int		 ember_broadcast_put_fd(struct ember *, int fd, int64_t *id);
 /* Drop a broadcast: new plans can no longer use it.  0 or -1. */
 int		 ember_broadcast_drop(struct ember *, int64_t id);
 

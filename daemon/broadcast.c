@@ -101,11 +101,35 @@ broadcast_write(struct broadcast *b, const void *data, size_t len,
 	return (0);
 }
 
+/* Copy the rest with pread and write, where copy_file_range cannot. */
+static int
+broadcast_copy_read(struct broadcast *b, int fd, off_t off, char **err)
+{
+	char	buf[64 * 1024];
+	ssize_t	n;
+
+	while (b->written < b->size) {
+		n = pread(fd, buf, sizeof buf, off);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			xasprintf(err, "fd: %s", n == 0 ? "shorter than it was" :
+			    strerror(errno));
+			return (-1);
+		}
+		if (broadcast_write(b, buf, (size_t)n, err) == -1)
+			return (-1);
+		off += n;
+	}
+	return (0);
+}
+
 int
 broadcast_copy_fd(struct broadcast *b, int fd, char **err)
 {
 	struct stat	st;
 	ssize_t		n;
+	loff_t		off = 0;
 
 	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
 		xasprintf(err, "fd: not a regular file");
@@ -117,12 +141,16 @@ broadcast_copy_fd(struct broadcast *b, int fd, char **err)
 		    (long long)b->size);
 		return (-1);
 	}
-	/* The kernel copies: the bytes never cross the client's socket. */
+	/* The kernel copies: the bytes never cross the client's socket.  An
+	 * explicit offset leaves the client's file position alone. */
 	while (b->written < b->size) {
-		n = copy_file_range(fd, NULL, b->fd, NULL,
+		n = copy_file_range(fd, &off, b->fd, NULL,
 		    (size_t)(b->size - b->written), 0);
 		if (n == -1 && errno == EINTR)
 			continue;
+		if (n == -1 && (errno == EXDEV || errno == EINVAL ||
+		    errno == ENOSYS || errno == EOPNOTSUPP))
+			return (broadcast_copy_read(b, fd, off, err));
 		if (n <= 0) {
 			xasprintf(err, "fd: %s", n == 0 ? "shorter than it was" :
 			    strerror(errno));

@@ -26,6 +26,8 @@
 
 /* Frames handled per read event before yielding to other connections. */
 #define CONNECTION_BATCH	64
+/* Descriptors a client may pass ahead of the request that takes them. */
+#define CONNECTION_FDS		4
 
 enum connection_state {
 	CONN_CONTROL,	/* reading control frames */
@@ -37,7 +39,11 @@ enum connection_state {
 
 struct connection {
 	uint64_t		 id;
-	struct bufferevent	*bev;
+	struct bufferevent	*bev;		/* writes; input is read by rev */
+	struct event		*rev;
+	int			 reading;
+	int			 fds[CONNECTION_FDS];	/* passed, not taken yet */
+	int			 nfds;
 	struct event		*kick;		/* resume reading input */
 	enum connection_state	 state;
 	uid_t			 uid;
@@ -60,8 +66,10 @@ struct connection_request {
 };
 
 static void	connection_free(struct connection *);
-static void	connection_upload_done(struct connection *);
 static void	connection_process(struct connection *);
+static void	connection_process_input(struct connection *);
+static int	connection_take_fd(struct connection *);
+static void	connection_upload_done(struct connection *);
 
 uid_t
 connection_uid(const struct connection *c)
@@ -143,7 +151,8 @@ static void
 connection_close_after_flush(struct connection *c)
 {
 	c->state = CONN_CLOSING;
-	bufferevent_disable(c->bev, EV_READ);
+	event_del(c->rev);
+	c->reading = 0;
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 	event_active(c->kick, EV_WRITE, 1);
 }
@@ -243,26 +252,52 @@ connection_execute(struct connection *c, json_t *req)
 	operation_execute(c, c->session, req);
 }
 
-/* broadcast_put: the bytes follow as raw frames; the reply comes when
- * they are all in. */
+/*
+ * broadcast_put: the bytes follow as raw frames, and the reply comes when
+ * they are all in; or, with "fd": true, they are the file whose descriptor
+ * came with the request (SCM_RIGHTS), read through that descriptor, so
+ * with the client's access and never through the socket.
+ */
 static void
 connection_broadcast_put(struct connection *c, json_t *req)
 {
-	static const char *const keys[] = { "op", "size", NULL };
+	static const char *const keys[] = { "op", "size", "fd", NULL };
 	json_int_t	 size = 0;
+	int		 use_fd = 0, fd;
 	char		*err;
 
 	if (jread_only(req, "", keys, &err) == -1 ||
-	    jread_int(req, "", "size", JREAD_REQUIRED, &size, &err) == -1 ||
-	    (c->upload = broadcast_create(c->session, size, &err)) == NULL) {
-		connection_reply_error(c, "REQUEST_INVALID", "broadcast_put: %s",
-		    err);
-		free(err);
+	    jread_bool(req, "", "fd", JREAD_OPTIONAL, &use_fd, &err) == -1 ||
+	    jread_int(req, "", "size", !use_fd, &size, &err) == -1)
+		goto fail;
+	if (use_fd) {
+		if ((fd = connection_take_fd(c)) == -1) {
+			err = xstrdup("fd: no descriptor came with the request");
+			goto fail;
+		}
+		if ((c->upload = broadcast_create(c->session, 0, &err)) == NULL) {
+			close(fd);
+			goto fail;
+		}
+		if (broadcast_copy_fd(c->upload, fd, &err) == -1) {
+			close(fd);
+			broadcast_abandon(c->upload);
+			c->upload = NULL;
+			goto fail;
+		}
+		close(fd);
+		connection_upload_done(c);
 		return;
 	}
+	if ((c->upload = broadcast_create(c->session, size, &err)) == NULL)
+		goto fail;
 	c->state = CONN_UPLOAD;
 	if (size == 0)
 		connection_upload_done(c);
+	return;
+fail:
+	connection_reply_error(c, "REQUEST_INVALID", "broadcast_put: %s", err);
+	free(err);
 }
 
 static void
@@ -442,9 +477,100 @@ connection_read_upload(struct connection *c)
 	return (1);
 }
 
-/* Work through buffered input as far as the state allows. */
+/*
+ * Read what the client sent, with recvmsg so that descriptors it passes
+ * (SCM_RIGHTS, for broadcast_put) are kept for the request that takes
+ * them.  At most one control frame is read ahead.
+ */
+static void
+connection_recv_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct connection	*c = arg;
+	struct evbuffer		*in = bufferevent_get_input(c->bev);
+	struct evbuffer_iovec	 vec[1];
+	struct msghdr		 mh;
+	struct iovec		 iov;
+	struct cmsghdr		*cm;
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(sizeof(int) * CONNECTION_FDS)];
+	} cmsg;
+	ssize_t			 n;
+	size_t			 i, nfds;
+	int			*fds;
+
+	(void)events;
+	if (evbuffer_get_length(in) >= (size_t)ember_conf.daemon_max_frame + 4) {
+		event_del(c->rev);
+		c->reading = 0;
+		connection_process(c);
+		return;
+	}
+	if (evbuffer_reserve_space(in, 64 * 1024, vec, 1) != 1)
+		fatalx("evbuffer_reserve_space failed");
+	memset(&mh, 0, sizeof mh);
+	iov.iov_base = vec[0].iov_base;
+	iov.iov_len = vec[0].iov_len;
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = cmsg.buf;
+	mh.msg_controllen = sizeof cmsg.buf;
+	n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (n == -1 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		if (n == -1)
+			log_debug("connection %llu: %s",
+			    (unsigned long long)c->id, strerror(errno));
+		connection_free(c);
+		return;
+	}
+	for (cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		fds = (int *)CMSG_DATA(cm);
+		nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < nfds; i++) {
+			if (c->nfds < CONNECTION_FDS)
+				c->fds[c->nfds++] = fds[i];
+			else
+				close(fds[i]);
+		}
+	}
+	vec[0].iov_len = (size_t)n;
+	evbuffer_commit_space(in, vec, 1);
+	connection_process(c);
+}
+
+/* Take the oldest descriptor the client passed, or -1. */
+static int
+connection_take_fd(struct connection *c)
+{
+	int	fd;
+
+	if (c->nfds == 0)
+		return (-1);
+	fd = c->fds[0];
+	memmove(c->fds, c->fds + 1, (size_t)--c->nfds * sizeof *c->fds);
+	return (fd);
+}
+
+/* Work through buffered input as far as the state allows, then read on
+ * if there is room. */
 static void
 connection_process(struct connection *c)
+{
+	connection_process_input(c);
+	if (!c->reading && c->state != CONN_CLOSING &&
+	    evbuffer_get_length(bufferevent_get_input(c->bev)) <
+	    (size_t)ember_conf.daemon_max_frame + 4) {
+		event_add(c->rev, NULL);
+		c->reading = 1;
+	}
+}
+
+static void
+connection_process_input(struct connection *c)
 {
 	struct evbuffer	*in = bufferevent_get_input(c->bev);
 	int		 n, handled;
@@ -470,12 +596,6 @@ connection_process(struct connection *c)
 	event_active(c->kick, EV_READ, 1);
 }
 
-static void
-connection_read_cb(struct bufferevent *bev, void *arg)
-{
-	(void)bev;
-	connection_process(arg);
-}
 
 /* Output drained below the low watermark (or empty, when closing). */
 static void
@@ -555,12 +675,15 @@ connection_create(int fd)
 	if (c->bev == NULL)
 		fatalx("bufferevent_socket_new failed");
 	c->kick = event_new(ember_base, -1, 0, connection_kick_cb, c);
-	bufferevent_setcb(c->bev, connection_read_cb, connection_write_cb,
+	/* emberd fills the input itself (connection_recv_cb): a bufferevent
+	 * keeps the end of its input frozen to all but its own reads. */
+	evbuffer_unfreeze(bufferevent_get_input(c->bev), 0);
+	c->rev = event_new(ember_base, fd, EV_READ | EV_PERSIST,
+	    connection_recv_cb, c);
+	bufferevent_setcb(c->bev, NULL, connection_write_cb,
 	    connection_event_cb, c);
-	/* Read at most one whole control frame ahead; wake the writer when
-	 * the client has taken half of what a stream may queue. */
-	bufferevent_setwatermark(c->bev, EV_READ, 0,
-	    (size_t)ember_conf.daemon_max_frame + 4);
+	/* Wake the writer when the client has taken half of what a stream may
+	 * queue. */
 	bufferevent_setwatermark(c->bev, EV_WRITE,
 	    (size_t)ember_conf.stream_buffer / 2, 0);
 	/* libevent writes 16 KiB per call unless told otherwise. */
@@ -584,7 +707,9 @@ connection_create(int fd)
 	}
 	log_debug("connection %llu from pid %ld uid %ld",
 	    (unsigned long long)c->id, (long)c->pid, (long)c->uid);
-	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	bufferevent_enable(c->bev, EV_WRITE);
+	event_add(c->rev, NULL);
+	c->reading = 1;
 }
 
 static void
@@ -595,10 +720,13 @@ connection_free(struct connection *c)
 		operation_detach(c->op);
 	if (c->upload != NULL)
 		broadcast_abandon(c->upload);
+	while (c->nfds > 0)
+		close(c->fds[--c->nfds]);
 	if (c->session != NULL)
 		session_release(c->session);
 	TAILQ_REMOVE(&connections, c, entry);
 	connection_count--;
+	event_free(c->rev);
 	event_free(c->kick);
 	bufferevent_free(c->bev);
 	free(c);

@@ -764,6 +764,14 @@ class Client:
                                 % (reply.get("size"), len(data)))
         return reply["broadcast"]
 
+    def broadcast_put_fd(self, fd):
+        """Send broadcast_put with "fd": true, the descriptor passed with the
+        request (SCM_RIGHTS); return the reply."""
+        body = json.dumps({"op": "broadcast_put", "fd": True}).encode()
+        socket.send_fds(self.sock, [struct.pack(">i", len(body)) + body],
+                        [fd])
+        return self.recv_json()
+
     def broadcast_drop(self, bid):
         """Send broadcast_drop; return the reply."""
         return self.request({"op": "broadcast_drop", "broadcast": bid})

@@ -375,5 +375,40 @@ def test_drop_while_operation_runs(d):
     check_error(r, "PLAN_INVALID", refused_message(0, bid))
 
 
+def test_put_by_descriptor(d):
+    """A broadcast from a descriptor the client passes: emberd reads the
+    file through it (not through the socket), and leaves the client's file
+    position where it was."""
+    path = d.path("lines.txt")
+    with open(path, "w") as f:
+        f.write("".join("%d\n" % i for i in range(0, 10000, 7)))
+    c = d.client()
+    with open(path, "rb") as f:
+        f.seek(5)
+        reply = c.broadcast_put_fd(f.fileno())
+        check_eq(f.tell(), 5, "the client's file position")
+    check(reply["ok"], "broadcast_put by fd: %r" % reply)
+    check_eq(reply["size"], os.path.getsize(path), "size")
+    plan = range_plan(0, 1000, 4, ops=[{"filter": {"in_broadcast":
+                                                   reply["broadcast"]}}])
+    check_eq(c.collect_all(plan), numbers(0, 1000, 7), "filtered records")
+
+
+def test_put_by_descriptor_needs_one(d):
+    """"fd": true without a descriptor is refused; the connection goes on;
+    a descriptor that is not a regular file is refused too."""
+    c = d.client()
+    check_error(c.request({"op": "broadcast_put", "fd": True}),
+                "REQUEST_INVALID", "fd", "no descriptor")
+    r, w = os.pipe()
+    try:
+        check_error(c.broadcast_put_fd(r), "REQUEST_INVALID",
+                    "not a regular file")
+    finally:
+        os.close(r)
+        os.close(w)
+    check_eq(c.count(range_plan(0, 10, 2)), 10, "the next job")
+
+
 if __name__ == "__main__":
     run_tests(globals())

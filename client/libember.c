@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "ember.h"
+#include "fdpass.h"
 #include "frame.h"
 #include "protocol.h"
 
@@ -860,12 +861,6 @@ ember_broadcast_put_fd(struct ember *e, int fd, int64_t *id)
 {
 	static const char	 req[] = "{\"op\":\"broadcast_put\",\"fd\":true}";
 	unsigned char		 frame[4 + sizeof req - 1];
-	struct msghdr		 mh;
-	struct iovec		 iov;
-	union {
-		struct cmsghdr	hdr;
-		char		buf[CMSG_SPACE(sizeof(int))];
-	} cmsg;
 	json_t			*reply;
 	ssize_t			 n;
 
@@ -873,21 +868,7 @@ ember_broadcast_put_fd(struct ember *e, int fd, int64_t *id)
 		return (-1);
 	be32_put(frame, (int32_t)(sizeof req - 1));
 	memcpy(frame + 4, req, sizeof req - 1);
-	memset(&mh, 0, sizeof mh);
-	memset(&cmsg, 0, sizeof cmsg);
-	iov.iov_base = frame;
-	iov.iov_len = sizeof frame;
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = cmsg.buf;
-	mh.msg_controllen = sizeof cmsg.buf;
-	cmsg.hdr.cmsg_len = CMSG_LEN(sizeof(int));
-	cmsg.hdr.cmsg_level = SOL_SOCKET;
-	cmsg.hdr.cmsg_type = SCM_RIGHTS;
-	memcpy(CMSG_DATA(&cmsg.hdr), &fd, sizeof fd);
-	do
-		n = sendmsg(e->fd, &mh, MSG_NOSIGNAL);
-	while (n == -1 && errno == EINTR);
+	n = fd_send_with(e->fd, frame, sizeof frame, fd);
 	if (n != (ssize_t)sizeof frame)
 		return (ember_break(e, "IO_ERROR", "broadcast_put: %s",
 		    n == -1 ? strerror(errno) : "short write"));

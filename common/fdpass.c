@@ -6,10 +6,9 @@
 #include "fdpass.h"
 #include "frame.h"
 
-int
-fs_msg_send(int sock, const struct fs_msg *m, int fd)
+ssize_t
+fd_send_with(int sock, const void *buf, size_t len, int fd)
 {
-	unsigned char	 buf[FS_MSG_SIZE];
 	struct msghdr	 mh;
 	struct iovec	 iov;
 	union {
@@ -18,14 +17,9 @@ fs_msg_send(int sock, const struct fs_msg *m, int fd)
 	} cmsg;
 	ssize_t		 n;
 
-	be32_put(buf, m->type);
-	be32_put(buf + 4, m->id);
-	be32_put(buf + 8, m->pid);
-	be32_put(buf + 12, m->value);
-
 	memset(&mh, 0, sizeof mh);
-	iov.iov_base = buf;
-	iov.iov_len = sizeof buf;
+	iov.iov_base = (void *)buf;
+	iov.iov_len = len;
 	mh.msg_iov = &iov;
 	mh.msg_iovlen = 1;
 	if (fd >= 0) {
@@ -40,7 +34,20 @@ fs_msg_send(int sock, const struct fs_msg *m, int fd)
 	do
 		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
 	while (n == -1 && errno == EINTR);
-	return (n == (ssize_t)sizeof buf ? 0 : -1);
+	return (n);
+}
+
+int
+fs_msg_send(int sock, const struct fs_msg *m, int fd)
+{
+	unsigned char	buf[FS_MSG_SIZE];
+
+	be32_put(buf, m->type);
+	be32_put(buf + 4, m->id);
+	be32_put(buf + 8, m->pid);
+	be32_put(buf + 12, m->value);
+	return (fd_send_with(sock, buf, sizeof buf, fd) == (ssize_t)sizeof buf ?
+	    0 : -1);
 }
 
 int

@@ -3,7 +3,13 @@
 #ifndef EMBER_FDPASS_H
 #define EMBER_FDPASS_H
 
+#include <sys/types.h>
+
 #include "protocol.h"
+
+/* sendmsg len bytes with fd passed along (SCM_RIGHTS) if fd >= 0, retrying
+ * on EINTR: what sendmsg returns. */
+ssize_t	fd_send_with(int sock, const void *, size_t, int fd);
 
 /* Send one message, with fd if fd >= 0.  0, or -1 with errno. */
 int	fs_msg_send(int sock, const struct fs_msg *, int fd);

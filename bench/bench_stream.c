@@ -19,6 +19,7 @@
 #include <sys/types.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <err.h>
@@ -133,6 +134,9 @@ make_file(const char *dir, int64_t lines)
 		err(1, "asprintf");
 	if ((fd = mkstemp(path)) == -1)
 		err(1, "mkstemp %s", path);
+	/* Workers may run as another user (emberd as root): let them read. */
+	if (fchmod(fd, 0644) == -1)
+		err(1, "fchmod %s", path);
 	data_path = path;
 	atexit(remove_file);
 	if ((buf = malloc(per * LINE_SIZE)) == NULL)

@@ -1,56 +1,106 @@
 #!/bin/sh
 # Run ember's benchmarks against a private emberd and print one summary.
 #
-# Run from the build directory (`make bench` does); EMBER_BUILDDIR overrides.
-# Every figure is printed beside a baseline measured in the same run.
+# usage: run.sh [tasks] [stream] [wordcount] [regex] [reuse] [broadcast]
+# (no name: all of them).  Run from the build directory (`make bench`
+# does); EMBER_BUILDDIR overrides.  Every figure is printed beside a
+# baseline measured in the same run.
 
 set -eu
 
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${EMBER_BUILDDIR:-$(pwd)}
 python=${PYTHON3:-python3}
+all="tasks stream wordcount regex reuse broadcast"
+
+if [ $# -eq 0 ]; then
+	# shellcheck disable=SC2086
+	set -- $all
+fi
+for name in "$@"; do
+	case " $all " in
+	*" $name "*) ;;
+	*)
+		echo "usage: run.sh [$(echo "$all" | sed 's/ /] [/g')]" >&2
+		exit 2
+		;;
+	esac
+done
+only=" $* "
+
+# Is benchmark $1 selected?
+want() {
+	case $only in
+	*" $1 "*) return 0 ;;
+	*) return 1 ;;
+	esac
+}
 
 cd "$builddir"
-if [ ! -x ./emberd ] || [ ! -x ./ember-worker ] ||
-    [ ! -x bench/bench_tasks ] || [ ! -x bench/bench_stream ]; then
-	make bench/bench_tasks bench/bench_stream emberd ember-worker
-fi
+progs="emberd ember-worker ember bench/bench_tasks bench/bench_stream"
+progs="$progs bench/bench_reuse bench/gen_words"
+for p in $progs; do
+	if [ ! -x "$p" ]; then
+		# shellcheck disable=SC2086
+		make $progs
+		break
+	fi
+done
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/ember-bench.XXXXXX")
-pid=
+pids=
 
-# Stop emberd (SIGTERM, then wait) and remove the temporary files.
+# Stop every emberd (SIGTERM, then wait) and remove the temporary files.
 cleanup() {
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	fi
+	for p in $pids; do
+		kill -TERM "$p" 2>/dev/null || true
+	done
+	for p in $pids; do
+		wait "$p" 2>/dev/null || true
+	done
 	rm -rf "$dir"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-sock=$dir/e.sock
-./emberd -f --set "daemon.socket=$sock" --set daemon.log_level=warn \
-    2>"$dir/emberd.log" &
-pid=$!
+# When run as root, emberd runs root's jobs as workers.root_user (nobody):
+# the files the workers read must be readable by that user.
+chmod 755 "$dir"
 
-# Wait for the socket, up to 10 seconds.
-i=0
-while [ ! -S "$sock" ]; do
-	if ! kill -0 "$pid" 2>/dev/null; then
-		cat "$dir/emberd.log" >&2
-		echo "run.sh: emberd exited before listening" >&2
-		exit 1
-	fi
-	i=$((i + 1))
-	if [ "$i" -gt 100 ]; then
-		echo "run.sh: no socket at $sock after 10 seconds" >&2
-		exit 1
-	fi
-	sleep 0.1
-done
+# Start an emberd listening on $1/e.sock, with more --set options after it;
+# wait for its socket, up to 10 seconds.
+start_emberd() {
+	d=$1
+	shift
+	mkdir -p "$d"
+	chmod 755 "$d"
+	./emberd -f --set "daemon.socket=$d/e.sock" \
+	    --set daemon.log_level=warn --set workers.max=2 "$@" \
+	    2>"$d/emberd.log" &
+	p=$!
+	pids="$pids $p"
+	i=0
+	while [ ! -S "$d/e.sock" ]; do
+		if ! kill -0 "$p" 2>/dev/null; then
+			cat "$d/emberd.log" >&2
+			echo "run.sh: emberd exited before listening" >&2
+			exit 1
+		fi
+		i=$((i + 1))
+		if [ "$i" -gt 100 ]; then
+			echo "run.sh: no socket at $d/e.sock after 10 seconds" >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+}
+
+start_emberd "$dir/on"
+sock=$dir/on/e.sock
+if want reuse || want broadcast; then
+	start_emberd "$dir/off" --set workers.reuse=no
+fi
 
 # Run a benchmark named $1 (the command follows), showing its output and
 # keeping it in $dir/$1.out; stop the whole run if it fails.
@@ -69,14 +119,44 @@ run() {
 	fi
 }
 
-run bench_tasks bench/bench_tasks --socket "$sock"
-run bench_pool "$python" "$srcdir/bench/bench_pool.py"
-run bench_stream bench/bench_stream --socket "$sock" --dir "$dir"
-
-if [ -s "$dir/emberd.log" ]; then
-	echo "== emberd log"
-	cat "$dir/emberd.log"
+t_start=$(date +%s)
+if want tasks; then
+	run bench_tasks bench/bench_tasks --socket "$sock"
+	run bench_pool "$python" "$srcdir/bench/bench_pool.py"
 fi
+if want stream; then
+	run bench_stream bench/bench_stream --socket "$sock" --dir "$dir"
+fi
+wc=
+if want wordcount; then
+	wc="wordcount"
+fi
+if want regex; then
+	wc="$wc regex"
+fi
+if [ -n "$wc" ]; then
+	# shellcheck disable=SC2086
+	run bench_wordcount sh "$srcdir/bench/bench_wordcount.sh" \
+	    --socket "$sock" --dir "$dir" $wc
+fi
+if want reuse; then
+	run bench_reuse bench/bench_reuse --socket "$sock" \
+	    --socket-off "$dir/off/e.sock" --only tasks
+	run bench_mp "$python" "$srcdir/bench/bench_pool.py" --tasks 2000 \
+	    --method forkserver --result mp_forkserver_us
+fi
+if want broadcast; then
+	run bench_broadcast bench/bench_reuse --socket "$sock" \
+	    --socket-off "$dir/off/e.sock" --only broadcast
+fi
+t_end=$(date +%s)
+
+for d in on off; do
+	if [ -s "$dir/$d/emberd.log" ]; then
+		echo "== emberd log ($d)"
+		cat "$dir/$d/emberd.log"
+	fi
+done
 
 # Print the figure named $1 from the benchmarks' "result" lines.
 result() {
@@ -84,35 +164,89 @@ result() {
 		if (v == "") exit 1; print v }' "$dir"/*.out
 }
 
-task=$(result task_us)
-pingpong=$(result pingpong_us)
-pool=$(result pool_us)
-lmed=$(result latency_median_us)
-lp99=$(result latency_p99_us)
-pp99=$(result pingpong_p99_us)
-sgbs=$(result stream_gbs)
-smrec=$(result stream_mrecs)
-rgbs=$(result relay_gbs)
-sratio=$(result stream_ratio)
-
 # Say whether a comparison holds: met or MISSED.
 verdict() {
 	awk "BEGIN { if ($1) print \"met\"; else print \"MISSED\" }"
 }
 
-pratio=$(awk -v a="$task" -v b="$pool" 'BEGIN { printf "%.2f", a / b }')
+# $1 / $2 with $3 decimals.
+div() {
+	awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { printf "%.*f", n, a / b }'
+}
 
 echo
-echo "== summary"
-printf 'task overhead: ember count %s us/task | raw ping-pong %s us/rt | ' \
-    "$task" "$pingpong"
-printf 'Python Pool %s us/task | ember/Pool %s  [target < 1: %s]\n' \
-    "$pool" "$pratio" "$(verdict "$task < $pool")"
-printf 'latency: median %s us, p99 %s us (ping-pong round trip %s us, ' \
-    "$lmed" "$lp99" "$pingpong"
-printf 'its p99 %s us)  ' "$pp99"
-printf '[target median < 150: %s]\n' "$(verdict "$lmed < 150")"
-printf 'stream: ember %s GB/s (%s Mrec/s) | raw relay %s GB/s | ' \
-    "$sgbs" "$smrec" "$rgbs"
-printf 'ratio %s  [target >= 0.5: %s]\n' "$sratio" \
-    "$(verdict "$sratio >= 0.5")"
+echo "== summary (emberd: workers.max 2; $((t_end - t_start)) s)"
+if want tasks; then
+	task=$(result task_us)
+	pingpong=$(result pingpong_us)
+	pool=$(result pool_us)
+	lmed=$(result latency_median_us)
+	lp99=$(result latency_p99_us)
+	pp99=$(result pingpong_p99_us)
+	pratio=$(div "$task" "$pool" 2)
+	printf 'task overhead: ember count %s us/task | raw ping-pong %s ' \
+	    "$task" "$pingpong"
+	printf 'us/rt | Python Pool %s us/task | ember/Pool %s  ' \
+	    "$pool" "$pratio"
+	printf '[target < 1: %s]\n' "$(verdict "$task < $pool")"
+	printf 'latency: median %s us, p99 %s us (ping-pong round trip ' \
+	    "$lmed" "$lp99"
+	printf '%s us, its p99 %s us)  ' "$pingpong" "$pp99"
+	printf '[target median < 150: %s]\n' "$(verdict "$lmed < 150")"
+fi
+if want stream; then
+	sgbs=$(result stream_gbs)
+	smrec=$(result stream_mrecs)
+	rgbs=$(result relay_gbs)
+	sratio=$(result stream_ratio)
+	printf 'stream: ember %s GB/s (%s Mrec/s) | raw relay %s GB/s | ' \
+	    "$sgbs" "$smrec" "$rgbs"
+	printf 'ratio %s  [target >= 0.5: %s]\n' "$sratio" \
+	    "$(verdict "$sratio >= 0.5")"
+fi
+if want wordcount; then
+	we=$(result wc_ember_s)
+	ws=$(result wc_sort_s)
+	wp=$(result wc_counter_s)
+	printf 'word count (%s MB): ember %s s (%s MB/s) | ' \
+	    "$(result wc_mb)" "$we" "$(result wc_ember_mbs)"
+	printf 'sort|uniq -c %s s (%s MB/s) | Counter %s s (%s MB/s) | ' \
+	    "$ws" "$(result wc_sort_mbs)" "$wp" "$(result wc_counter_mbs)"
+	printf 'ember %sx sort, %sx Counter  [target >= 2x both: %s]\n' \
+	    "$(div "$ws" "$we" 1)" "$(div "$wp" "$we" 1)" \
+	    "$(verdict "$ws >= 2 * $we && $wp >= 2 * $we")"
+fi
+if want regex; then
+	re=$(result re_ember_s)
+	rg=$(result re_grep_s)
+	printf 'regex (%s lines): ember %s s (%s MB/s) | grep -c %s s ' \
+	    "$(result re_count)" "$re" "$(result re_ember_mbs)" "$rg"
+	printf '(%s MB/s) | ember %sx grep  [target >= 1x: %s]\n' \
+	    "$(result re_grep_mbs)" "$(div "$rg" "$re" 2)" \
+	    "$(verdict "$rg >= $re")"
+fi
+if want reuse; then
+	ron=$(result reuse_on_us)
+	roff=$(result reuse_off_us)
+	mp=$(result mp_forkserver_us)
+	printf 'reuse (2000 tasks): on %s us/task | off %s us/task | ' \
+	    "$ron" "$roff"
+	printf 'fork+wait %s us | mp forkserver %s us/task | ' \
+	    "$(result fork_us)" "$mp"
+	printf 'off/on %s, on/mp %s  [target on < mp: %s]\n' \
+	    "$(div "$roff" "$ron" 0)" "$(div "$ron" "$mp" 2)" \
+	    "$(verdict "$ron < $mp")"
+fi
+if want broadcast; then
+	bon=$(result bcast_on_s)
+	boff=$(result bcast_off_s)
+	bb=$(result bcast_build_s)
+	printf 'broadcast (30M-line set, 100 tasks): reuse on %s s ' "$bon"
+	printf '(sent %s, %s MB) | off %s s (sent %s, %s MB) | ' \
+	    "$(result bcast_on_sent)" "$(result bcast_on_mb)" "$boff" \
+	    "$(result bcast_off_sent)" "$(result bcast_off_mb)"
+	printf 'one build %s s | off/on %s (Spark 4.3)  ' "$bb" \
+	    "$(div "$boff" "$bon" 1)"
+	printf '[target on <= 1.5x one build: %s]\n' \
+	    "$(verdict "$bon <= 1.5 * $bb")"
+fi

@@ -1,0 +1,199 @@
+#!/bin/sh
+# bench_wordcount: ember's word count and regex filter over a large text
+# file, beside the usual tools run on the same file in the same run.
+#
+# usage: bench_wordcount.sh --socket PATH --dir DIR [--mb N]
+#            [--partitions N] [wordcount] [regex]
+#
+# The file (DIR/words/words.txt, N MB, default 500) is written by
+# bench/gen_words unless it is already there with that size, so several
+# runs in one directory share it.  Every result is checked: the word counts
+# of the three programs must be equal word for word, and ember's count of
+# matching lines must equal grep's.  Prints readable lines, then "result
+# NAME VALUE" lines for bench/run.sh.
+
+set -eu
+
+srcdir=$(cd "$(dirname "$0")/.." && pwd)
+builddir=${EMBER_BUILDDIR:-$(pwd)}
+python=${PYTHON3:-python3}
+regex='\bqu[a-z]+k\b'
+
+usage() {
+	echo "usage: bench_wordcount.sh --socket PATH --dir DIR [--mb N]" \
+	    "[--partitions N] [wordcount] [regex]" >&2
+	exit 2
+}
+
+sock=
+dir=
+mb=500
+parts=8
+do_wc=
+do_re=
+while [ $# -gt 0 ]; do
+	case $1 in
+	--socket) [ $# -ge 2 ] || usage; sock=$2; shift 2 ;;
+	--dir) [ $# -ge 2 ] || usage; dir=$2; shift 2 ;;
+	--mb) [ $# -ge 2 ] || usage; mb=$2; shift 2 ;;
+	--partitions) [ $# -ge 2 ] || usage; parts=$2; shift 2 ;;
+	wordcount) do_wc=1; shift ;;
+	regex) do_re=1; shift ;;
+	*) usage ;;
+	esac
+done
+if [ -z "$sock" ] || [ -z "$dir" ]; then
+	usage
+fi
+if [ -z "$do_wc" ] && [ -z "$do_re" ]; then
+	do_wc=1
+	do_re=1
+fi
+
+# The current time in seconds, with nanoseconds.
+now() {
+	date +%s.%N
+}
+
+# Seconds from $1 to $2.
+elapsed() {
+	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'
+}
+
+# Megabytes (10^6 bytes) of the file per second, in $1 seconds.
+mbps() {
+	awk -v s="$1" -v n="$size" 'BEGIN { printf "%.0f", n / 1e6 / s }'
+}
+
+# The smaller of $1 and $2, or $1 if $2 is empty.
+min() {
+	awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a + 0 < b + 0) ? a : b }'
+}
+
+# $1 / $2, two decimals.
+ratio() {
+	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
+}
+
+# Workers, and the files they read, may run as another user: everything
+# under the data directory is readable by all.
+data=$dir/words
+file=$data/words.txt
+mkdir -p "$data"
+chmod 755 "$data"
+want=$((mb * 1000000))
+size=$(stat -c %s "$file" 2>/dev/null || echo 0)
+if [ "$size" -lt "$want" ]; then
+	t0=$(now)
+	"$builddir/bench/gen_words" --mb "$mb" "$file"
+	t1=$(now)
+	echo "generated in $(elapsed "$t0" "$t1") s"
+	size=$(stat -c %s "$file")
+fi
+chmod 644 "$file"
+workers=$("$builddir/ember" --socket "$sock" status --json |
+    "$python" -c 'import json, sys; print(json.load(sys.stdin)["workers_max"])')
+echo "file: $file, $size bytes; ember: $parts partitions, workers.max" \
+    "$workers"
+
+out=$dir/wc.tmp
+mkdir -p "$out"
+trap 'rm -rf "$out"' EXIT
+
+if [ -n "$do_wc" ]; then
+	printf '{"source":{"text":{"paths":["%s"]}},"partitions":%s,%s}\n' \
+	    "$file" "$parts" '"ops":[{"flat_map":{"split":" "}}]' \
+	    >"$out/wc.json"
+
+	t0=$(now)
+	"$builddir/ember" --socket "$sock" run --action count_by_value \
+	    "$out/wc.json" >"$out/ember.raw"
+	t1=$(now)
+	wc_ember=$(elapsed "$t0" "$t1")
+	echo "ember text + flat_map split + count_by_value: $wc_ember s," \
+	    "$(mbps "$wc_ember") MB/s"
+
+	t0=$(now)
+	LC_ALL=C tr -s ' ' '\n' <"$file" |
+	    LC_ALL=C sort -S 1G --parallel=2 -T "$out" |
+	    LC_ALL=C uniq -c >"$out/sort.raw"
+	t1=$(now)
+	wc_sort=$(elapsed "$t0" "$t1")
+	echo "tr | sort -S 1G --parallel=2 | uniq -c: $wc_sort s," \
+	    "$(mbps "$wc_sort") MB/s"
+
+	t0=$(now)
+	"$python" "$srcdir/bench/wordcount.py" "$file" >"$out/counter.raw"
+	t1=$(now)
+	wc_counter=$(elapsed "$t0" "$t1")
+	echo "python collections.Counter: $wc_counter s," \
+	    "$(mbps "$wc_counter") MB/s"
+
+	# The same "count word" lines, largest count first, ties by word.
+	for k in ember sort counter; do
+		awk '{ print $1, $2 }' "$out/$k.raw" |
+		    LC_ALL=C sort -k1,1nr -k2,2 >"$out/$k.txt"
+	done
+	if ! cmp -s "$out/ember.txt" "$out/sort.txt" ||
+	    ! cmp -s "$out/ember.txt" "$out/counter.txt"; then
+		echo "bench_wordcount: the word counts differ" >&2
+		head -n 10 "$out/ember.txt" "$out/sort.txt" \
+		    "$out/counter.txt" >&2
+		exit 1
+	fi
+	distinct=$(wc -l <"$out/ember.txt")
+	total=$(awk '{ n += $1 } END { print n }' "$out/ember.txt")
+	echo "all three agree: $total words, $distinct distinct; top 10:"
+	head -n 10 "$out/ember.txt" | awk '{ printf "  %10d %s\n", $1, $2 }'
+	echo "ember is $(ratio "$wc_sort" "$wc_ember")x sort | uniq -c," \
+	    "$(ratio "$wc_counter" "$wc_ember")x Counter"
+	echo "result wc_mb $(awk -v n="$size" 'BEGIN { printf "%.0f", n / 1e6 }')"
+	echo "result wc_ember_s $wc_ember"
+	echo "result wc_ember_mbs $(mbps "$wc_ember")"
+	echo "result wc_sort_s $wc_sort"
+	echo "result wc_sort_mbs $(mbps "$wc_sort")"
+	echo "result wc_counter_s $wc_counter"
+	echo "result wc_counter_mbs $(mbps "$wc_counter")"
+	rm -f "$out"/*.raw "$out"/*.txt
+fi
+
+if [ -n "$do_re" ]; then
+	printf '{"source":{"text":{"paths":["%s"]}},"partitions":%s,%s}\n' \
+	    "$file" "$parts" \
+	    '"ops":[{"filter":{"regex":"\\bqu[a-z]+k\\b"}}]' >"$out/re.json"
+
+	# The best of two runs each, alternating.
+	re_ember=
+	re_grep=
+	for i in 1 2; do
+		t0=$(now)
+		n_ember=$("$builddir/ember" --socket "$sock" run --count \
+		    "$out/re.json")
+		t1=$(now)
+		t=$(elapsed "$t0" "$t1")
+		echo "ember filter regex + count, run $i: $t s, $n_ember lines"
+		re_ember=$(min "$t" "$re_ember")
+
+		t0=$(now)
+		n_grep=$(LC_ALL=C grep -cE "$regex" "$file" || true)
+		t1=$(now)
+		t=$(elapsed "$t0" "$t1")
+		echo "LC_ALL=C grep -cE, run $i: $t s, $n_grep lines"
+		re_grep=$(min "$t" "$re_grep")
+		if [ "$n_ember" != "$n_grep" ]; then
+			echo "bench_wordcount: ember counted $n_ember lines," \
+			    "grep $n_grep" >&2
+			exit 1
+		fi
+	done
+	lines=$(wc -l <"$file")
+	printf 'regex %s: %s of %s lines match; ember %s MB/s, grep %s MB/s, ' \
+	    "$regex" "$n_ember" "$lines" "$(mbps "$re_ember")" \
+	    "$(mbps "$re_grep")"
+	printf 'ember/grep speed %s\n' "$(ratio "$re_grep" "$re_ember")"
+	echo "result re_count $n_ember"
+	echo "result re_ember_s $re_ember"
+	echo "result re_ember_mbs $(mbps "$re_ember")"
+	echo "result re_grep_s $re_grep"
+	echo "result re_grep_mbs $(mbps "$re_grep")"
+fi

@@ -11,7 +11,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -97,20 +96,16 @@ ember_clean_local(void)
 	closedir(d);
 }
 
-/* The local directory: the conf's, else emberd-local beside the socket.
+/* The local directory: the conf's, else the socket's path with ".local":
+ * two daemons with sockets side by side must not share it.
  * Workers running as other users open files in it by name only. */
 static int
 ember_open_local(void)
 {
-	char	*copy;
-
 	if (*ember_conf.daemon_local_dir != '\0')
 		ember_local = xstrdup(ember_conf.daemon_local_dir);
-	else {
-		copy = xstrdup(ember_conf.daemon_socket);
-		xasprintf(&ember_local, "%s/emberd-local", dirname(copy));
-		free(copy);
-	}
+	else
+		xasprintf(&ember_local, "%s.local", ember_conf.daemon_socket);
 	if (mkdir(ember_local, 0711) == -1 && errno != EEXIST) {
 		log_error("daemon.local_dir: %s: %s", ember_local,
 		    strerror(errno));

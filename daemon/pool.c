@@ -635,8 +635,13 @@ pool_job_user(uid_t client, gid_t client_gid, uid_t *uid, gid_t *gid)
 struct pool *
 pool_of_task(const struct task *t)
 {
+	static int	 root = -1;
 	struct pool	*p;
-	uid_t		 client = geteuid() == 0 ? operation_uid(t->op) : getuid();
+	uid_t		 client;
+
+	if (root == -1)
+		root = geteuid() == 0;
+	client = root ? operation_uid(t->op) : getuid();
 
 	TAILQ_FOREACH(p, &pools, entry) {
 		if (p->client == client)

@@ -31,8 +31,8 @@ def listed(c):
 
 def bc_file(d, bid):
     """Where emberd keeps a broadcast's bytes (daemon.local_dir is empty in
-    the conf: emberd-local beside the socket)."""
-    return os.path.join(d.tmpdir, "emberd-local", "broadcast-%d" % bid)
+    the conf: the socket's path with ".local")."""
+    return os.path.join(d.socket + ".local", "broadcast-%d" % bid)
 
 
 def lines(values):
@@ -408,6 +408,19 @@ def test_put_by_descriptor_needs_one(d):
         os.close(r)
         os.close(w)
     check_eq(c.count(range_plan(0, 10, 2)), 10, "the next job")
+
+
+def test_two_daemons_side_by_side(d):
+    """Two emberds with sockets in one directory keep their broadcasts
+    apart: each has a local directory of its own."""
+    with Daemon(socket_path=os.path.join(d.tmpdir, "other.sock")) as other:
+        c, o = d.client(), other.client()
+        mine = c.broadcast_put(b"1\n2\n3\n")
+        theirs = o.broadcast_put(b"7\n8\n")
+        check_eq(mine, theirs, "both first broadcasts have the same id")
+        plan = range_plan(0, 10, 2, ops=[{"filter": {"in_broadcast": mine}}])
+        check_eq(c.collect_all(plan), numbers(1, 4), "first daemon's set")
+        check_eq(o.collect_all(plan), numbers(7, 9), "second daemon's set")
 
 
 if __name__ == "__main__":

@@ -75,12 +75,18 @@ start_emberd()
 	running_pid >"$pidfile"
 }
 
+# Show a plan, indented.
+show_plan()
+{
+	printf '%s\n' "$1" | sed 's/^/    /'
+}
+
 # Show a plan, then run it with the given ember run options.
 run_plan()
 {
 	plan=$1
 	shift
-	printf '%s\n' "$plan" | sed 's/^/    /'
+	show_plan "$plan"
 	printf '%s\n' "$plan" | ./ember --socket "$sock" run "$@" -
 }
 
@@ -100,11 +106,13 @@ trap 'rm -rf "$corpus"' EXIT
 cp docs/*.md README.md HACKING "$corpus"/
 chmod 755 "$corpus"
 chmod 644 "$corpus"/*
-run_plan "{\"source\": {\"text\": {\"paths\": [\"$corpus/*\"]}},
+plan="{\"source\": {\"text\": {\"paths\": [\"$corpus/*\"]}},
  \"partitions\": 4,
  \"ops\": [{\"map\": \"lower\"}, {\"flat_map\": {\"split\": \" \"}},
-         {\"filter\": {\"regex\": \"^[a-z]{3,}$\"}}]}" \
-    --action count_by_value | head -n 15
+         {\"filter\": {\"regex\": \"^[a-z]{3,}$\"}}]}"
+show_plan "$plan"
+printf '%s\n' "$plan" |
+    ./ember --socket "$sock" run --action count_by_value - | head -n 15
 
 say "job 2: the sum of the numbers from 0 to 999,999, reduced in 8 partitions"
 run_plan '{"source": {"range": {"start": 0, "end": 1000000}},

@@ -358,7 +358,8 @@ ops_map_json(struct ops_map *m, const struct record *r, struct record *out)
 	else if (json_is_string(v)) {
 		out->len = json_string_length(v);
 		out->data = ops_map_scratch(m, out->len);
-		memcpy(m->scratch, json_string_value(v), out->len);
+		if (out->len > 0)
+			memcpy(m->scratch, json_string_value(v), out->len);
 	} else {
 		need = json_dumpb(v, m->scratch, m->size,
 		    JSON_COMPACT | JSON_ENCODE_ANY);

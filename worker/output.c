@@ -213,7 +213,8 @@ output_record(struct output *out, const void *data, size_t len, int null,
 			return (output_record_alone(out, data, len, err));
 	}
 	be32_put(out->buf + out->used, (int32_t)len);
-	memcpy(out->buf + out->used + 4, data, len);
+	if (len > 0)	/* an empty record may come with no buffer at all */
+		memcpy(out->buf + out->used + 4, data, len);
 	out->used += 4 + len;
 	out->count++;
 	return (0);

@@ -305,11 +305,13 @@ def test_min_idle_kept_past_idle_timeout(d):
 
 @with_daemon(sets=["workers.max=4", "workers.min_idle=2"])
 def test_min_idle_replaced(d):
-    """A warm worker killed from outside is replaced."""
+    """A warm worker killed from outside is replaced.  (A pool exists once
+    its user ran a job; while the job keeps a worker busy a third may be
+    forked to keep two idle.)"""
     c = d.client()
     job_pids(c, 1)
     warm = set(_wait_warm(c, 2))
-    check_eq(len(warm), 2, "warm workers")
+    check(len(warm) in (2, 3), "warm workers: %d" % len(warm))
     victim = sorted(warm)[0]
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: victim not in status_workers(c) and

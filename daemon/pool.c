@@ -123,6 +123,7 @@ static void	worker_process(struct worker *);
 static void	worker_relay(struct worker *);
 static void	pool_grow(struct pool *, size_t);
 static int	worker_dying(const struct worker *);
+static struct pool *pool_get(uid_t, gid_t);
 
 /* Describe a wait status: "killed by signal 9 (SIGKILL)". */
 static void
@@ -558,8 +559,12 @@ pool_init(void)
 	pool_maintain = event_new(ember_base, -1, EV_PERSIST, pool_maintain_cb,
 	    NULL);
 	evtimer_add(pool_maintain, &tv);
-	/* As root, check now that root's jobs have someone to run as. */
-	return (geteuid() == 0 ? pool_job_user(0, 0, &uid, &gid) : 0);
+	/* As root, check now that root's jobs have someone to run as; else
+	 * the one pool starts now, so min_idle workers are warm from the
+	 * start. */
+	if (geteuid() == 0)
+		return (pool_job_user(0, 0, &uid, &gid));
+	return (pool_get(getuid(), getgid()) == NULL ? -1 : 0);
 }
 
 void
@@ -635,13 +640,20 @@ pool_job_user(uid_t client, gid_t client_gid, uid_t *uid, gid_t *gid)
 struct pool *
 pool_of_task(const struct task *t)
 {
-	static int	 root = -1;
-	struct pool	*p;
-	uid_t		 client;
+	static int	root = -1;
 
 	if (root == -1)
 		root = geteuid() == 0;
-	client = root ? operation_uid(t->op) : getuid();
+	if (!root)
+		return (pool_get(getuid(), getgid()));
+	return (pool_get(operation_uid(t->op), operation_gid(t->op)));
+}
+
+/* The pool of client uid:gid, made with its fork-server on first use. */
+static struct pool *
+pool_get(uid_t client, gid_t gid)
+{
+	struct pool	*p;
 
 	TAILQ_FOREACH(p, &pools, entry) {
 		if (p->client == client)
@@ -650,8 +662,7 @@ pool_of_task(const struct task *t)
 	p = xcalloc(1, sizeof *p);
 	p->client = client;
 	TAILQ_INIT(&p->idle);
-	if (pool_job_user(client, geteuid() == 0 ? operation_gid(t->op) :
-	    getgid(), &p->uid, &p->gid) == -1) {
+	if (pool_job_user(client, gid, &p->uid, &p->gid) == -1) {
 		free(p);
 		return (NULL);
 	}
@@ -685,8 +696,12 @@ pool_take_worker(const struct task *t)
 			return (w);
 		worker_retire(w, RETIRE_EXITED);
 	}
-	/* Tasks whose output is for emberd can queue behind one another. */
-	if (t->reply_mode) {
+	/*
+	 * Tasks whose output is for emberd can queue behind one another, once
+	 * every worker there may be is there: before, a worker being forked
+	 * would sit idle while another holds the tasks.
+	 */
+	if (t->reply_mode && pool_nworkers + pool_pending >= ember_workers_max()) {
 		TAILQ_FOREACH(w, &pool_workers, entry) {
 			if (w->state != WORKER_BUSY ||
 			    w->ntasks >= operation_pipeline_depth(t->op) ||

@@ -285,6 +285,21 @@ def test_min_idle_forked_ahead(d):
     check(set(pids) <= set(warm), "workers of a job on two %s are not the "
           "warm ones %s" % (sorted(pids), sorted(warm)))
 
+@with_daemon(sets=["workers.max=4", "workers.min_idle=2"])
+def test_min_idle_warm_at_start(d):
+    """Not root, emberd's one pool is warm before the first job; as root a
+    user's pool (and its fork-server) starts with that user's first job."""
+    c = d.client()
+    if os.geteuid() != 0:
+        check_eq(len(_wait_warm(c, 2)), 2, "warm workers before any job")
+        check_eq(pool(c)["forks"], 2, "forks")
+    else:
+        time.sleep(0.3)
+        check_eq(c.status()["pools"], [], "pools before any job")
+        job_pids(c, 1)
+        check(len(_wait_warm(c, 2)) >= 2, "warm workers after a job")
+
+
 @with_daemon(sets=["workers.max=4", "workers.min_idle=2",
                    "workers.idle_timeout=1s"])
 def test_min_idle_kept_past_idle_timeout(d):

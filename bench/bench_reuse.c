@@ -28,17 +28,16 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "ember.h"
+#include "bench_util.h"
 
 #define DEFAULT_TASKS		2000
 #define DEFAULT_RUNS		3
@@ -66,51 +65,6 @@ usage(void)
 	    "       [--elements N] [--range N] [--partitions N] "
 	    "[--only tasks | broadcast]\n");
 	exit(2);
-}
-
-/* Return the monotonic clock in nanoseconds. */
-static uint64_t
-now_ns(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec);
-}
-
-/* Compare two doubles for qsort. */
-static int
-cmp_double(const void *a, const void *b)
-{
-	double	x = *(const double *)a, y = *(const double *)b;
-
-	return ((x > y) - (x < y));
-}
-
-/* Parse a positive integer option or exit. */
-static long
-parse_count(const char *s, const char *what)
-{
-	char	*end;
-	long	 v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v <= 0 || v > INT_MAX)
-		errx(2, "%s: bad number: %s", what, s);
-	return (v);
-}
-
-/* Connect to emberd or exit. */
-static struct ember *
-connect_or_die(const char *path)
-{
-	struct ember	*e;
-	char		*msg;
-
-	if ((e = ember_connect(path, &msg)) == NULL)
-		errx(1, "%s", msg);
-	return (e);
 }
 
 /* Read the counters from emberd's status reply. */
@@ -177,34 +131,6 @@ check_run(const char *what, const struct counters *d, int64_t tasks,
 		errx(1, "%s: %" PRId64 " workers forked and %" PRId64
 		    " reused for %" PRId64 " tasks: is workers.reuse off?",
 		    what, d->workers_forked, d->worker_reuses, tasks);
-}
-
-/* Run one count and check its result; seconds it took. */
-static double
-count_once(struct ember *e, const char *plan, int64_t partitions,
-    int64_t expect)
-{
-	json_t		*j;
-	json_error_t	 jerr;
-	char		*reply;
-	uint64_t	 t0, t1;
-	int64_t		 n, p;
-
-	t0 = now_ns();
-	if (ember_execute(e, plan, "count", NULL, &reply) == -1)
-		errx(1, "count: %s: %s", ember_error_class(e), ember_error(e));
-	t1 = now_ns();
-
-	if ((j = json_loads(reply, 0, &jerr)) == NULL)
-		errx(1, "count reply: %s", jerr.text);
-	n = json_integer_value(json_object_get(j, "count"));
-	p = json_integer_value(json_object_get(j, "partitions"));
-	if (n != expect || p != partitions)
-		errx(1, "count: expected %" PRId64 " records in %" PRId64
-		    " partitions, got %s", expect, partitions, reply);
-	json_decref(j);
-	free(reply);
-	return ((double)(t1 - t0) / 1e9);
 }
 
 /* Fork a child that exits at once and wait for it, n times; us per fork. */
@@ -468,19 +394,19 @@ main(int argc, char **argv)
 			off = optarg;
 			break;
 		case 't':
-			tasks = parse_count(optarg, "--tasks");
+			tasks = parse_count(optarg, "--tasks", 1);
 			break;
 		case 'r':
-			runs = parse_count(optarg, "--runs");
+			runs = parse_count(optarg, "--runs", 1);
 			break;
 		case 'n':
-			elements = parse_count(optarg, "--elements");
+			elements = parse_count(optarg, "--elements", 1);
 			break;
 		case 'R':
-			range = parse_count(optarg, "--range");
+			range = parse_count(optarg, "--range", 1);
 			break;
 		case 'p':
-			partitions = parse_count(optarg, "--partitions");
+			partitions = parse_count(optarg, "--partitions", 1);
 			break;
 		case 'o':
 			if (strcmp(optarg, "tasks") == 0)

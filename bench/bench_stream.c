@@ -27,18 +27,17 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "ember.h"
 #include "frame.h"
+#include "bench_util.h"
 
 #define RECORD_SIZE		100
 #define FRAME_SIZE		(4 + RECORD_SIZE)
@@ -63,16 +62,6 @@ usage(void)
 	exit(2);
 }
 
-/* Return the monotonic clock in nanoseconds. */
-static uint64_t
-now_ns(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec);
-}
-
 /* Return this process's CPU time (user + system) in seconds. */
 static double
 cpu_self(void)
@@ -83,20 +72,6 @@ cpu_self(void)
 		err(1, "getrusage");
 	return ((double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
 	    (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
-}
-
-/* Parse a non-negative integer option or exit. */
-static long
-parse_count(const char *s, const char *what, long min)
-{
-	char	*end;
-	long	 v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v < min || v > INT_MAX)
-		errx(2, "%s: bad number: %s", what, s);
-	return (v);
 }
 
 /* Remove the text file, on every way out of the parent. */
@@ -153,28 +128,6 @@ make_file(const char *dir, int64_t lines)
 	return (path);
 }
 
-/* Read a counter from emberd's status reply. */
-static int64_t
-status_counter(struct ember *e, const char *name)
-{
-	json_t		*j, *v;
-	json_error_t	 jerr;
-	char		*text;
-	int64_t		 n;
-
-	if ((text = ember_status(e)) == NULL)
-		errx(1, "status: %s: %s", ember_error_class(e), ember_error(e));
-	if ((j = json_loads(text, 0, &jerr)) == NULL)
-		errx(1, "status: %s", jerr.text);
-	v = json_object_get(json_object_get(j, "counters"), name);
-	if (!json_is_integer(v))
-		errx(1, "status: no counter %s", name);
-	n = json_integer_value(v);
-	json_decref(j);
-	free(text);
-	return (n);
-}
-
 /* Build the plan: the same file copies times, one partition each. */
 static char *
 make_plan(const char *path, int copies)
@@ -207,15 +160,13 @@ ember_once(const char *plan, const char *options, int copies, int64_t lines,
 	struct ember	*e;
 	const void	*data;
 	const char	*r;
-	char		*msg;
 	size_t		 len;
 	uint64_t	 t0, t1;
 	int64_t		 records = 0, bytes = 0, bad = 0, sent0, sent1;
 	int64_t		 expect = (int64_t)copies * lines;
 	int		 rc;
 
-	if ((e = ember_connect(socket_path, &msg)) == NULL)
-		errx(1, "%s", msg);
+	e = connect_or_die(socket_path);
 	sent0 = status_counter(e, "records_sent");
 
 	*cpu = cpu_self();

@@ -19,21 +19,17 @@
 #include <sys/wait.h>
 
 #include <err.h>
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "ember.h"
 #include "frame.h"
+#include "bench_util.h"
 
 #define DEFAULT_PARTITIONS	10000
 #define DEFAULT_RUNS		5
@@ -52,25 +48,6 @@ usage(void)
 	exit(2);
 }
 
-/* Return the monotonic clock in nanoseconds. */
-static uint64_t
-now_ns(void)
-{
-	struct timespec	ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec);
-}
-
-/* Compare two doubles for qsort. */
-static int
-cmp_double(const void *a, const void *b)
-{
-	double	x = *(const double *)a, y = *(const double *)b;
-
-	return ((x > y) - (x < y));
-}
-
 /* Return the q quantile (nearest rank) of n sorted values. */
 static double
 quantile(const double *v, size_t n, double q)
@@ -83,20 +60,6 @@ quantile(const double *v, size_t n, double q)
 	if (i >= n)
 		i = n - 1;
 	return (v[i]);
-}
-
-/* Parse a positive integer option or exit. */
-static long
-parse_count(const char *s, const char *what)
-{
-	char	*end;
-	long	 v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v <= 0 || v > INT_MAX)
-		errx(2, "%s: bad number: %s", what, s);
-	return (v);
 }
 
 /* Echo int32 requests plus one until end of file; the ping-pong peer. */
@@ -166,68 +129,6 @@ pingpong_once(long n, double *each)
 	return ((double)(t1 - t0) / 1e3 / (double)n);
 }
 
-/* Connect to emberd or exit. */
-static struct ember *
-connect_or_die(void)
-{
-	struct ember	*e;
-	char		*msg;
-
-	if ((e = ember_connect(socket_path, &msg)) == NULL)
-		errx(1, "%s", msg);
-	return (e);
-}
-
-/* Read a counter from emberd's status reply. */
-static int64_t
-status_counter(struct ember *e, const char *name)
-{
-	json_t		*j, *v;
-	json_error_t	 jerr;
-	char		*text;
-	int64_t		 n;
-
-	if ((text = ember_status(e)) == NULL)
-		errx(1, "status: %s: %s", ember_error_class(e), ember_error(e));
-	if ((j = json_loads(text, 0, &jerr)) == NULL)
-		errx(1, "status: %s", jerr.text);
-	v = json_object_get(json_object_get(j, "counters"), name);
-	if (!json_is_integer(v))
-		errx(1, "status: no counter %s", name);
-	n = json_integer_value(v);
-	json_decref(j);
-	free(text);
-	return (n);
-}
-
-/* Run one count and check its reply; seconds it took. */
-static double
-count_once(struct ember *e, const char *plan, int64_t partitions,
-    int64_t expect)
-{
-	json_t		*j;
-	json_error_t	 jerr;
-	char		*reply;
-	uint64_t	 t0, t1;
-	int64_t		 n, p;
-
-	t0 = now_ns();
-	if (ember_execute(e, plan, "count", NULL, &reply) == -1)
-		errx(1, "count: %s: %s", ember_error_class(e), ember_error(e));
-	t1 = now_ns();
-
-	if ((j = json_loads(reply, 0, &jerr)) == NULL)
-		errx(1, "count reply: %s", jerr.text);
-	n = json_integer_value(json_object_get(j, "count"));
-	p = json_integer_value(json_object_get(j, "partitions"));
-	if (n != expect || p != partitions)
-		errx(1, "count: expected %" PRId64 " records in %" PRId64
-		    " partitions, got %s", expect, partitions, reply);
-	json_decref(j);
-	free(reply);
-	return ((double)(t1 - t0) / 1e9);
-}
-
 int
 main(int argc, char **argv)
 {
@@ -255,16 +156,16 @@ main(int argc, char **argv)
 			socket_path = optarg;
 			break;
 		case 'p':
-			partitions = parse_count(optarg, "--partitions");
+			partitions = parse_count(optarg, "--partitions", 1);
 			break;
 		case 'r':
-			runs = parse_count(optarg, "--runs");
+			runs = parse_count(optarg, "--runs", 1);
 			break;
 		case 'j':
-			jobs = parse_count(optarg, "--jobs");
+			jobs = parse_count(optarg, "--jobs", 1);
 			break;
 		case 't':
-			trips = parse_count(optarg, "--round-trips");
+			trips = parse_count(optarg, "--round-trips", 1);
 			break;
 		default:
 			usage();
@@ -284,7 +185,7 @@ main(int argc, char **argv)
 	    "median %.2f us per round trip\n", trips, PINGPONG_RUNS, pp_best,
 	    pp_med);
 
-	e = connect_or_die();
+	e = connect_or_die(socket_path);
 
 	/* Throughput: many empty partitions, one warm-up run first. */
 	snprintf(plan, sizeof plan, "{\"source\":{\"range\":{\"start\":0,"

@@ -17,15 +17,15 @@
 #include <sys/types.h>
 
 #include <err.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "bench_util.h"
 
 #define DEFAULT_MB	512
 #define DEFAULT_VOCAB	10000
@@ -52,20 +52,6 @@ usage(void)
 	fprintf(stderr, "usage: gen_words [--mb N] [--vocab N] [--seed N] "
 	    "FILE\n");
 	exit(2);
-}
-
-/* Parse a positive integer option or exit. */
-static long
-parse_count(const char *s, const char *what)
-{
-	char	*end;
-	long	 v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v <= 0 || v > INT_MAX)
-		errx(2, "%s: bad number: %s", what, s);
-	return (v);
 }
 
 /* Return the next 64 random bits (xoshiro256**). */
@@ -210,13 +196,13 @@ main(int argc, char **argv)
 	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'm':
-			mb = parse_count(optarg, "--mb");
+			mb = parse_count(optarg, "--mb", 1);
 			break;
 		case 'v':
-			n = parse_count(optarg, "--vocab");
+			n = parse_count(optarg, "--vocab", 1);
 			break;
 		case 's':
-			seed = parse_count(optarg, "--seed");
+			seed = parse_count(optarg, "--seed", 1);
 			break;
 		default:
 			usage();

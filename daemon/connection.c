@@ -71,18 +71,6 @@ static void	connection_process_input(struct connection *);
 static int	connection_take_fd(struct connection *);
 static void	connection_upload_done(struct connection *);
 
-uid_t
-connection_uid(const struct connection *c)
-{
-	return (c->uid);
-}
-
-gid_t
-connection_gid(const struct connection *c)
-{
-	return (c->gid);
-}
-
 pid_t
 connection_pid(const struct connection *c)
 {

@@ -22,8 +22,6 @@ void		 connection_close_all(void);
  * flushed; returns how many connections are left. */
 size_t		 connection_close_flushed(void);
 
-uid_t		 connection_uid(const struct connection *);
-gid_t		 connection_gid(const struct connection *);
 pid_t		 connection_pid(const struct connection *);
 
 /* Replies: exactly one per request.  fields is stolen and may be NULL. */

@@ -23,7 +23,6 @@ struct session {
 	TAILQ_ENTRY(session)	 entry;
 };
 static TAILQ_HEAD(, session) sessions = TAILQ_HEAD_INITIALIZER(sessions);
-static size_t nsessions;
 
 struct session *
 session_create(uid_t uid, gid_t gid)
@@ -38,7 +37,6 @@ session_create(uid_t uid, gid_t gid)
 	s->holds = 1;
 	s->created_ms = ember_now_ms();
 	TAILQ_INSERT_TAIL(&sessions, s, entry);
-	nsessions++;
 	log_debug("session %s created for uid %ld", s->id, (long)uid);
 	return (s);
 }
@@ -57,19 +55,12 @@ session_resume(const char *id, uid_t uid)
 	return (NULL);
 }
 
-void
-session_hold(struct session *s)
-{
-	s->holds++;
-}
-
 /* Free a session nobody holds (each operation holds its session). */
 static void
 session_free(struct session *s)
 {
 	broadcast_drop_session(s);
 	TAILQ_REMOVE(&sessions, s, entry);
-	nsessions--;
 	log_debug("session %s freed", s->id);
 	free(s);
 }
@@ -122,12 +113,6 @@ session_remove_operation(struct session *s, struct operation *op)
 	(void)op;
 	s->noperations--;
 	session_release(s);
-}
-
-size_t
-session_count(void)
-{
-	return (nsessions);
 }
 
 json_t *

@@ -17,7 +17,6 @@ struct operation;
 struct session	*session_create(uid_t, gid_t);
 /* The session with id if uid owns it (held once more), else NULL. */
 struct session	*session_resume(const char *id, uid_t);
-void		 session_hold(struct session *);
 void		 session_release(struct session *);
 /* End a session now: interrupt its operations (close_session). */
 void		 session_close(struct session *);
@@ -30,6 +29,5 @@ void		 session_remove_operation(struct session *, struct operation *);
 
 /* Sessions visible to uid (root sees all), for status. */
 json_t		*session_status(uid_t);
-size_t		 session_count(void);
 
 #endif

@@ -34,20 +34,6 @@ struct result {
 	double			 rvalue;
 };
 
-int
-reduce_fn_from_string(const char *s, enum reduce_fn *fn)
-{
-	if (strcmp(s, "sum") == 0)
-		*fn = REDUCE_SUM;
-	else if (strcmp(s, "min") == 0)
-		*fn = REDUCE_MIN;
-	else if (strcmp(s, "max") == 0)
-		*fn = REDUCE_MAX;
-	else
-		return (-1);
-	return (0);
-}
-
 struct result *
 result_create(enum result_kind kind, enum reduce_fn fn)
 {

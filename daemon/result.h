@@ -12,15 +12,11 @@
 
 #include <jansson.h>
 
+#include "taskdesc.h"
+
 enum result_kind {
 	RESULT_COUNT_BY_VALUE,
 	RESULT_REDUCE,
-};
-
-enum reduce_fn {
-	REDUCE_SUM,
-	REDUCE_MIN,
-	REDUCE_MAX,
 };
 
 struct result;
@@ -34,7 +30,5 @@ int		 result_absorb(struct result *, const unsigned char *, size_t,
 size_t		 result_size(const struct result *);
 /* The reply fields: counts and nulls, or value and count. */
 json_t		*result_reply(struct result *);
-
-int		 reduce_fn_from_string(const char *, enum reduce_fn *);
 
 #endif

@@ -8,13 +8,12 @@
 #include "log.h"
 #include "output.h"
 #include "protocol.h"
+#include "wmsg.h"
 #include "xmalloc.h"
 
 /* Records are packed into a buffer of this size; a larger record is sent
  * as a batch of its own. */
 #define OUTPUT_BUFFER		(64 * 1024)
-/* RECORD_BATCH, records, bytes. */
-#define OUTPUT_BATCH_HEADER	12
 /* The ends of quick tasks held back to go out with the next write. */
 #define OUTPUT_HELD		2048
 
@@ -124,17 +123,24 @@ output_writev(struct output *out, struct iovec *vec, int n, char **err)
 	return (0);
 }
 
+/* Encode a batch header. */
+static size_t
+output_batch_header(unsigned char *hdr, int32_t records, size_t bytes)
+{
+	struct wmsg	m = { EMBER_RECORD_BATCH, records, (int32_t)bytes };
+
+	return (wmsg_put(hdr, &m));
+}
+
 /* Fill in a batch header and its iovec; 0 iovecs if there is no batch. */
 static int
 output_batch_iov(struct output *out, unsigned char *hdr, struct iovec *iov)
 {
 	if (out->count == 0)
 		return (0);
-	be32_put(hdr, EMBER_RECORD_BATCH);
-	be32_put(hdr + 4, out->count);
-	be32_put(hdr + 8, (int32_t)out->used);
+	output_batch_header(hdr, out->count, out->used);
 	iov[0].iov_base = hdr;
-	iov[0].iov_len = OUTPUT_BATCH_HEADER;
+	iov[0].iov_len = WMSG_BATCH_SIZE;
 	iov[1].iov_base = out->buf;
 	iov[1].iov_len = out->used;
 	return (2);
@@ -153,7 +159,7 @@ output_batch_sent(struct output *out)
 int
 output_flush(struct output *out, char **err)
 {
-	unsigned char	hdr[OUTPUT_BATCH_HEADER];
+	unsigned char	hdr[WMSG_BATCH_SIZE];
 	struct iovec	iov[2];
 	int		n;
 
@@ -170,13 +176,11 @@ static int
 output_record_alone(struct output *out, const void *data, size_t len,
     char **err)
 {
-	unsigned char	hdr[OUTPUT_BATCH_HEADER + 4];
+	unsigned char	hdr[WMSG_BATCH_SIZE + 4];
 	struct iovec	iov[2];
 
-	be32_put(hdr, EMBER_RECORD_BATCH);
-	be32_put(hdr + 4, 1);
-	be32_put(hdr + 8, (int32_t)(len + 4));
-	be32_put(hdr + 12, (int32_t)len);
+	output_batch_header(hdr, 1, len + 4);
+	be32_put(hdr + WMSG_BATCH_SIZE, (int32_t)len);
 	iov[0].iov_base = hdr;
 	iov[0].iov_len = sizeof hdr;
 	iov[1].iov_base = (void *)data;
@@ -225,7 +229,7 @@ int
 output_pair(struct output *out, const void *data, size_t len, int null,
     const unsigned char value[8], char **err)
 {
-	unsigned char	hdr[OUTPUT_BATCH_HEADER + 4], tail[12];
+	unsigned char	hdr[WMSG_BATCH_SIZE + 4], tail[12];
 	struct iovec	iov[3];
 	size_t		need;
 
@@ -252,10 +256,8 @@ output_pair(struct output *out, const void *data, size_t len, int null,
 	}
 
 	/* A key too large for the buffer: a batch of the pair alone. */
-	be32_put(hdr, EMBER_RECORD_BATCH);
-	be32_put(hdr + 4, 2);
-	be32_put(hdr + 8, (int32_t)need);
-	be32_put(hdr + 12, (int32_t)len);
+	output_batch_header(hdr, 2, need);
+	be32_put(hdr + WMSG_BATCH_SIZE, (int32_t)len);
 	be32_put(tail, 8);
 	memcpy(tail + 4, value, 8);
 	iov[0].iov_base = hdr;
@@ -275,23 +277,27 @@ int
 output_finish(struct output *out, const int64_t *metrics, int nmetrics,
     int hold, char **err)
 {
-	unsigned char	hdr[OUTPUT_BATCH_HEADER];
-	unsigned char	tail[16 + 8 * EMBER_METRIC_COUNT];
+	unsigned char	hdr[WMSG_BATCH_SIZE];
+	unsigned char	tail[WMSG_TYPE_SIZE + WMSG_TIMING_SIZE +
+			    WMSG_METRIC_SIZE * EMBER_METRIC_COUNT +
+			    WMSG_TYPE_SIZE];
 	unsigned char	*p = tail;
+	struct wmsg	m = { 0, 0, 0 };
 	struct iovec	iov[3];
-	int		i, n;
+	int		n;
 
 	if (nmetrics > EMBER_METRIC_COUNT)
 		nmetrics = EMBER_METRIC_COUNT;
 	n = output_batch_iov(out, hdr, iov);
-	be32_put(p, EMBER_END_OF_DATA_SECTION);
-	be32_put(p + 4, EMBER_TIMING_DATA);
-	be32_put(p + 8, nmetrics);
-	p += 12;
-	for (i = 0; i < nmetrics; i++, p += 8)
-		be64_put(p, metrics[i]);
-	be32_put(p, EMBER_END_OF_STREAM);
-	p += 4;
+	m.type = EMBER_END_OF_DATA_SECTION;
+	p += wmsg_put(p, &m);
+	m.type = EMBER_TIMING_DATA;
+	m.length = nmetrics;
+	p += wmsg_put(p, &m);
+	p += wmsg_put_metrics(p, metrics, nmetrics);
+	m.type = EMBER_END_OF_STREAM;
+	m.length = 0;
+	p += wmsg_put(p, &m);
 	if (hold && n == 0 && out->heldlen + (size_t)(p - tail) <= OUTPUT_HELD) {
 		memcpy(out->held + out->heldlen, tail, (size_t)(p - tail));
 		out->heldlen += (size_t)(p - tail);
@@ -322,16 +328,17 @@ output_utf8_cut(const char *s, size_t len, size_t max)
 int
 output_fail(struct output *out, const char *message)
 {
-	unsigned char	hdr[OUTPUT_BATCH_HEADER];
-	unsigned char	tail[8];
+	unsigned char	hdr[WMSG_BATCH_SIZE];
+	unsigned char	tail[WMSG_ERROR_SIZE];
+	struct wmsg	m = { EMBER_EXCEPTION_THROWN, 0, 0 };
 	struct iovec	iov[4];
 	size_t		len;
 	int		n;
 
 	len = output_utf8_cut(message, strlen(message), EMBER_MAX_ERROR_FRAME);
 	n = output_batch_iov(out, hdr, iov);
-	be32_put(tail, EMBER_EXCEPTION_THROWN);
-	be32_put(tail + 4, (int32_t)len);
+	m.length = (int32_t)len;
+	wmsg_put(tail, &m);
 	iov[n].iov_base = tail;
 	iov[n].iov_len = sizeof tail;
 	iov[n + 1].iov_base = (void *)message;

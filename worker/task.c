@@ -59,7 +59,7 @@ struct task_cbv {
 /* reduce: exact while every record is an integer and the result fits. */
 struct task_reducer {
 	struct task_sink	 sink;
-	enum task_reduce	 fn;
+	enum reduce_fn	 fn;
 	int			 real;
 	int64_t			 i;
 	double			 r;
@@ -83,7 +83,7 @@ task_is_quick(const struct task *t)
 {
 	int64_t	count;
 
-	return (t->mode == TASK_COUNT && t->plan->nops == 0 &&
+	return (t->mode == MODE_COUNT && t->plan->nops == 0 &&
 	    source_count(t->plan, t->partition, &count) == 0);
 }
 
@@ -401,17 +401,17 @@ task_reduce_push_cb(struct op *op, const struct record *r)
 	}
 	if (!x->real && kind == 1) {
 		switch (x->fn) {
-		case TASK_REDUCE_SUM:
+		case REDUCE_SUM:
 			if (!__builtin_add_overflow(x->i, i, &sum)) {
 				x->i = sum;
 				return (OP_OK);
 			}
 			break;	/* on as a real */
-		case TASK_REDUCE_MIN:
+		case REDUCE_MIN:
 			if (i < x->i)
 				x->i = i;
 			return (OP_OK);
-		case TASK_REDUCE_MAX:
+		case REDUCE_MAX:
 			if (i > x->i)
 				x->i = i;
 			return (OP_OK);
@@ -424,14 +424,14 @@ task_reduce_push_cb(struct op *op, const struct record *r)
 	if (kind == 1)
 		d = (double)i;
 	switch (x->fn) {
-	case TASK_REDUCE_SUM:
+	case REDUCE_SUM:
 		x->r += d;
 		break;
-	case TASK_REDUCE_MIN:
+	case REDUCE_MIN:
 		if (d < x->r)
 			x->r = d;
 		break;
-	case TASK_REDUCE_MAX:
+	case REDUCE_MAX:
 		if (d > x->r)
 			x->r = d;
 		break;
@@ -630,15 +630,15 @@ task_sink_create(const struct task *t, struct output *out, char **err)
 	struct task_reducer	*x;
 
 	switch (t->mode) {
-	case TASK_RECORDS:
-	case TASK_COUNT:
+	case MODE_RECORDS:
+	case MODE_COUNT:
 		s = xcalloc(1, sizeof *s);
-		s->op.push = t->mode == TASK_RECORDS ? task_records_push_cb :
+		s->op.push = t->mode == MODE_RECORDS ? task_records_push_cb :
 		    task_count_push_cb;
 		s->op.finish = task_finish_nothing_cb;
 		s->op.free = task_free_cb;
 		break;
-	case TASK_COUNT_BY_VALUE:
+	case MODE_COUNT_BY_VALUE:
 		c = xcalloc(1, sizeof *c);
 		c->mask = TASK_CBV_SLOTS - 1;
 		c->slots = xcalloc(TASK_CBV_SLOTS, sizeof *c->slots);
@@ -647,7 +647,7 @@ task_sink_create(const struct task *t, struct output *out, char **err)
 		s->op.finish = task_cbv_finish_cb;
 		s->op.free = task_cbv_free_cb;
 		break;
-	case TASK_REDUCE:
+	case MODE_REDUCE:
 		x = xcalloc(1, sizeof *x);
 		x->fn = t->fn;
 		s = &x->sink;
@@ -655,7 +655,7 @@ task_sink_create(const struct task *t, struct output *out, char **err)
 		s->op.finish = task_reduce_finish_cb;
 		s->op.free = task_reduce_free_cb;
 		break;
-	case TASK_SAVE:
+	case MODE_SAVE:
 		if ((s = task_save_create(t, err)) == NULL)
 			return (NULL);
 		break;
@@ -701,7 +701,7 @@ task_run(const struct task *t, struct output *out,
 			*err = xstrdup(chain_error(chain));
 		else
 			*err = xstrdup("task failed");
-	} else if (t->mode == TASK_SAVE &&
+	} else if (t->mode == MODE_SAVE &&
 	    task_save_commit((struct task_save *)sink, err) == -1)
 		rc = OP_FAIL;
 	metrics[EMBER_METRIC_RECORDS_IN] = in;
@@ -709,7 +709,7 @@ task_run(const struct task *t, struct output *out,
 	metrics[EMBER_METRIC_DROPPED] = chain_dropped(chain);
 	chain_free(chain);	/* stops and reaps any command still running */
 
-	if (t->mode != TASK_COUNT && t->mode != TASK_SAVE)
+	if (t->mode != MODE_COUNT && t->mode != MODE_SAVE)
 		metrics[EMBER_METRIC_BYTES_OUT] = output_bytes(out);
 	return (rc == OP_FAIL ? -1 : 0);
 }

@@ -8,29 +8,16 @@
 #include <stdint.h>
 
 #include "protocol.h"
+#include "taskdesc.h"
 
 struct output;
 struct plan;
 
-enum task_mode {
-	TASK_RECORDS,		/* send the records */
-	TASK_COUNT,		/* count them, send none */
-	TASK_COUNT_BY_VALUE,	/* send each distinct record and its count */
-	TASK_REDUCE,		/* send the partial sum, min or max */
-	TASK_SAVE,		/* write them to a part file */
-};
-
-enum task_reduce {
-	TASK_REDUCE_SUM,
-	TASK_REDUCE_MIN,
-	TASK_REDUCE_MAX,
-};
-
 struct task {
 	const struct plan	*plan;
 	int			 partition;
-	enum task_mode		 mode;
-	enum task_reduce	 fn;		/* reduce */
+	enum taskdesc_mode	 mode;
+	enum reduce_fn		 fn;		/* reduce */
 	const char		*save_dir;	/* save: the directory, */
 	const char		*save_name;	/* and the part file's name */
 };

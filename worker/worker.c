@@ -9,12 +9,12 @@
 
 #include "broadcast.h"
 #include "frame.h"
-#include "jread.h"
 #include "log.h"
 #include "output.h"
 #include "plan.h"
 #include "protocol.h"
 #include "task.h"
+#include "taskdesc.h"
 #include "worker.h"
 #include "xmalloc.h"
 
@@ -33,23 +33,10 @@ struct worker {
 	struct plan	*plan;
 };
 
-/* The modes a descriptor may ask for. */
-static const struct {
-	const char	*name;
-	enum task_mode	 mode;
-} worker_modes[] = {
-	{ "records", TASK_RECORDS },
-	{ "count", TASK_COUNT },
-	{ "count_by_value", TASK_COUNT_BY_VALUE },
-	{ "reduce", TASK_REDUCE },
-	{ "save", TASK_SAVE },
-};
-
-/* A task, and the descriptor's strings it points to. */
+/* A task, and the decoded descriptor its strings point into. */
 struct worker_task {
 	struct task	 task;
-	char		*save_dir;
-	char		*save_name;
+	struct taskdesc	 desc;
 };
 
 /* Read until len bytes are buffered: 1, 0 on end of file, -1 on error. */
@@ -141,12 +128,9 @@ fail:
 /* Take the plan of a descriptor, or the cached one of its operation: 0,
  * -1 for a bad plan, -2 for none. */
 static int
-worker_plan(struct worker *w, json_t *d, const char *operation,
+worker_plan(struct worker *w, json_t *j, const char *operation,
     struct plan **out, char **err)
 {
-	json_t	*j;
-
-	j = json_object_get(d, "plan");
 	if (j == NULL) {
 		if (w->plan == NULL || strcmp(w->operation, operation) != 0) {
 			xasprintf(err, "task descriptor without a plan "
@@ -167,60 +151,11 @@ worker_plan(struct worker *w, json_t *d, const char *operation,
 	return (0);
 }
 
-/* Read the reduce function of a descriptor. */
-static int
-worker_parse_fn(json_t *d, struct task *t, char **err)
-{
-	const char	*fn;
-
-	if (jread_string(d, "", "fn", JREAD_REQUIRED, &fn, err) == -1)
-		return (-1);
-	if (strcmp(fn, "sum") == 0)
-		t->fn = TASK_REDUCE_SUM;
-	else if (strcmp(fn, "min") == 0)
-		t->fn = TASK_REDUCE_MIN;
-	else if (strcmp(fn, "max") == 0)
-		t->fn = TASK_REDUCE_MAX;
-	else
-		return (jread_fail(err, "fn", "expected \"sum\", \"min\" or "
-		    "\"max\""));
-	return (0);
-}
-
-/* Read where a save task writes: a directory and a plain file name. */
-static int
-worker_parse_save(json_t *d, struct worker_task *wt, char **err)
-{
-	static const char *const keys[] = { "dir", "name", NULL };
-	const char	*dir, *name;
-	json_t		*save;
-
-	if (jread_object(d, "", "save", JREAD_REQUIRED, &save, err) == -1 ||
-	    jread_only(save, "save", keys, err) == -1 ||
-	    jread_string(save, "save", "dir", JREAD_REQUIRED, &dir,
-	    err) == -1 ||
-	    jread_string(save, "save", "name", JREAD_REQUIRED, &name,
-	    err) == -1)
-		return (-1);
-	if (*dir == '\0')
-		return (jread_fail(err, "save.dir", "is empty"));
-	if (*name == '\0' || strchr(name, '/') != NULL ||
-	    strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-		return (jread_fail(err, "save.name", "\"%s\" is not a file "
-		    "name", name));
-	wt->save_dir = xstrdup(dir);
-	wt->save_name = xstrdup(name);
-	wt->task.save_dir = wt->save_dir;
-	wt->task.save_name = wt->save_name;
-	return (0);
-}
-
 /* Free what a parsed task holds. */
 static void
 worker_task_clear(struct worker_task *wt)
 {
-	free(wt->save_dir);
-	free(wt->save_name);
+	taskdesc_clear(&wt->desc);
 	memset(wt, 0, sizeof *wt);
 }
 
@@ -231,67 +166,25 @@ static int
 worker_parse(struct worker *w, const char *data, size_t len,
     struct worker_task *wt, char **err)
 {
+	struct taskdesc	*d = &wt->desc;
 	struct task	*t = &wt->task;
-	json_t		*d, *files = NULL, *broadcasts = NULL;
-	json_error_t	 jerr;
-	const char	*operation, *mode = "records";
-	json_int_t	 partition, partitions;
 	struct plan	*plan;
 	size_t		 i;
 	int		 rc = -1;
 
 	memset(wt, 0, sizeof *wt);
-	if ((d = json_loadb(data, len, JSON_ALLOW_NUL, &jerr)) == NULL) {
-		xasprintf(err, "not JSON: %s", jerr.text);
-		return (-1);
-	}
-	if (!json_is_object(d)) {
-		*err = xstrdup("not a JSON object");
+	if (taskdesc_decode(data, len, d, err) == -1)
 		goto out;
-	}
-	if (jread_string(d, "", "operation", JREAD_REQUIRED, &operation,
-	    err) == -1 ||
-	    jread_int(d, "", "partition", JREAD_REQUIRED, &partition,
-	    err) == -1 ||
-	    jread_int(d, "", "partitions", JREAD_REQUIRED, &partitions,
-	    err) == -1 ||
-	    jread_string(d, "", "mode", JREAD_OPTIONAL, &mode, err) == -1 ||
-	    jread_array(d, "", "files", JREAD_OPTIONAL, &files, err) == -1 ||
-	    jread_array(d, "", "broadcasts", JREAD_OPTIONAL, &broadcasts,
-	    err) == -1)
-		goto out;
-	if (partitions < 1 || partitions > PLAN_MAX_PARTITIONS) {
-		jread_fail(err, "partitions", "must be from 1 to %d",
-		    PLAN_MAX_PARTITIONS);
-		goto out;
-	}
-	if (partition < 0 || partition >= partitions) {
-		jread_fail(err, "partition", "must be from 0 to %lld",
-		    (long long)partitions - 1);
-		goto out;
-	}
-	for (i = 0; i < sizeof worker_modes / sizeof *worker_modes; i++) {
-		if (strcmp(mode, worker_modes[i].name) == 0)
-			break;
-	}
-	if (i == sizeof worker_modes / sizeof *worker_modes) {
-		jread_fail(err, "mode", "unknown mode \"%s\"", mode);
-		goto out;
-	}
-	t->mode = worker_modes[i].mode;
-	if ((t->mode == TASK_REDUCE && worker_parse_fn(d, t, err) == -1) ||
-	    (t->mode == TASK_SAVE && worker_parse_save(d, wt, err) == -1))
-		goto out;
-
 	/* The broadcasts change whatever happens to this task. */
-	if (broadcasts != NULL && broadcast_apply(broadcasts, err) == -1) {
+	if (d->broadcasts != NULL && broadcast_apply(d->broadcasts, err) == -1) {
 		rc = -2;
 		goto out;
 	}
-	if ((rc = worker_plan(w, d, operation, &plan, err)) != 0)
+	if ((rc = worker_plan(w, d->plan, d->operation, &plan, err)) != 0)
 		goto out;
 	rc = -1;
-	if (files != NULL && plan_files_from_json(plan, files, err) == -1)
+	if (d->files != NULL && plan_files_from_json(plan, d->files,
+	    err) == -1)
 		goto out;
 	for (i = 0; i < plan->nfiles; i++) {
 		if (plan->files[i].size < 0) {
@@ -299,14 +192,17 @@ worker_parse(struct worker *w, const char *data, size_t len,
 			goto out;
 		}
 	}
-	plan->partitions = (int)partitions;
+	plan->partitions = d->partitions;
 	t->plan = plan;
-	t->partition = (int)partition;
+	t->partition = d->partition;
+	t->mode = d->mode;
+	t->fn = d->fn;
+	t->save_dir = d->save_dir;
+	t->save_name = d->save_name;
 	rc = 0;
 out:
 	if (rc != 0)
 		worker_task_clear(wt);
-	json_decref(d);
 	return (rc);
 }
 

@@ -714,10 +714,10 @@ ops_task(const char *records, int partitions, int partition,
 
 /* Run a reduce and expect its one record (or error). */
 static void
-ops_reduce(const char *records, enum task_reduce fn, const char *want,
+ops_reduce(const char *records, enum reduce_fn fn, const char *want,
     const char *want_error)
 {
-	struct task	t = { .mode = TASK_REDUCE, .fn = fn };
+	struct task	t = { .mode = MODE_REDUCE, .fn = fn };
 	struct sent	s;
 	int		rc;
 
@@ -736,54 +736,54 @@ ops_reduce(const char *records, enum task_reduce fn, const char *want,
 
 START_TEST(test_ops_reduce)
 {
-	ops_reduce("[\"1\", \"2\", \"-3\", \"+10\"]", TASK_REDUCE_SUM,
+	ops_reduce("[\"1\", \"2\", \"-3\", \"+10\"]", REDUCE_SUM,
 	    "{\"count\":4,\"int\":10}", NULL);
-	ops_reduce("[\"1\", \"2\", \"-3\", \"+10\"]", TASK_REDUCE_MIN,
+	ops_reduce("[\"1\", \"2\", \"-3\", \"+10\"]", REDUCE_MIN,
 	    "{\"count\":4,\"int\":-3}", NULL);
-	ops_reduce("[\"1\", \"2\", \"-3\", \"+10\"]", TASK_REDUCE_MAX,
+	ops_reduce("[\"1\", \"2\", \"-3\", \"+10\"]", REDUCE_MAX,
 	    "{\"count\":4,\"int\":10}", NULL);
-	ops_reduce("[]", TASK_REDUCE_SUM, "{\"count\":0}", NULL);
+	ops_reduce("[]", REDUCE_SUM, "{\"count\":0}", NULL);
 	/* Exact at the edges of an int64. */
-	ops_reduce("[\"9223372036854775806\", \"1\"]", TASK_REDUCE_SUM,
+	ops_reduce("[\"9223372036854775806\", \"1\"]", REDUCE_SUM,
 	    "{\"count\":2,\"int\":9223372036854775807}", NULL);
-	ops_reduce("[\"-9223372036854775808\", \"5\"]", TASK_REDUCE_MIN,
+	ops_reduce("[\"-9223372036854775808\", \"5\"]", REDUCE_MIN,
 	    "{\"count\":2,\"int\":-9223372036854775808}", NULL);
 	/* Overflow goes on as a real. */
-	ops_reduce("[\"9223372036854775807\", \"1\"]", TASK_REDUCE_SUM,
+	ops_reduce("[\"9223372036854775807\", \"1\"]", REDUCE_SUM,
 	    "{\"count\":2,\"real\":9.2233720368547758e+18}", NULL);
-	ops_reduce("[\"99999999999999999999\"]", TASK_REDUCE_MAX,
+	ops_reduce("[\"99999999999999999999\"]", REDUCE_MAX,
 	    "{\"count\":1,\"real\":1e+20}", NULL);
 	/* Reals. */
-	ops_reduce("[\"0.5\", \"1\", \"2.25\"]", TASK_REDUCE_SUM,
+	ops_reduce("[\"0.5\", \"1\", \"2.25\"]", REDUCE_SUM,
 	    "{\"count\":3,\"real\":3.75}", NULL);
-	ops_reduce("[\"3\", \"-1e3\", \"2\"]", TASK_REDUCE_MIN,
+	ops_reduce("[\"3\", \"-1e3\", \"2\"]", REDUCE_MIN,
 	    "{\"count\":3,\"real\":-1000}", NULL);
-	ops_reduce("[\"0.1\"]", TASK_REDUCE_MAX,
+	ops_reduce("[\"0.1\"]", REDUCE_MAX,
 	    "{\"count\":1,\"real\":0.10000000000000001}", NULL);
 	/* Not numbers. */
-	ops_reduce("[\"1\", \"two\"]", TASK_REDUCE_SUM, NULL,
+	ops_reduce("[\"1\", \"two\"]", REDUCE_SUM, NULL,
 	    "reduce: record \"two\" is not a number");
-	ops_reduce("[\" 1\"]", TASK_REDUCE_SUM, NULL,
+	ops_reduce("[\" 1\"]", REDUCE_SUM, NULL,
 	    "reduce: record \" 1\" is not a number");
-	ops_reduce("[\"1 \"]", TASK_REDUCE_SUM, NULL,
+	ops_reduce("[\"1 \"]", REDUCE_SUM, NULL,
 	    "reduce: record \"1 \" is not a number");
-	ops_reduce("[\"\"]", TASK_REDUCE_SUM, NULL,
+	ops_reduce("[\"\"]", REDUCE_SUM, NULL,
 	    "reduce: record \"\" is not a number");
-	ops_reduce("[\"inf\"]", TASK_REDUCE_SUM, NULL,
+	ops_reduce("[\"inf\"]", REDUCE_SUM, NULL,
 	    "reduce: record \"inf\" is not a number");
-	ops_reduce("[\"1e999\"]", TASK_REDUCE_SUM, NULL,
+	ops_reduce("[\"1e999\"]", REDUCE_SUM, NULL,
 	    "reduce: record \"1e999\" is not a number");
-	ops_reduce("[\"0x10\"]", TASK_REDUCE_SUM, NULL,
+	ops_reduce("[\"0x10\"]", REDUCE_SUM, NULL,
 	    "reduce: record \"0x10\" is not a number");
-	ops_reduce("[\"a\\\"b\\u0000\\n\"]", TASK_REDUCE_SUM, NULL,
+	ops_reduce("[\"a\\\"b\\u0000\\n\"]", REDUCE_SUM, NULL,
 	    "reduce: record \"a\\\"b\\x00\\x0a\" is not a number");
-	ops_reduce("[\"1\", null]", TASK_REDUCE_SUM, NULL,
+	ops_reduce("[\"1\", null]", REDUCE_SUM, NULL,
 	    "reduce: record null is not a number");
-	ops_reduce("[\"1e308\", \"1e308\"]", TASK_REDUCE_SUM, NULL,
+	ops_reduce("[\"1e308\", \"1e308\"]", REDUCE_SUM, NULL,
 	    "reduce: the sum is out of range");
 	/* Only the first 64 bytes are shown. */
 	ops_reduce("[\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-	    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"]", TASK_REDUCE_SUM, NULL,
+	    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"]", REDUCE_SUM, NULL,
 	    "reduce: record \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
 	    "xxxxxxxxxxxxxx...\" is not a number");
 }
@@ -799,7 +799,7 @@ ops_pair_count(const struct capture *c, size_t i)
 
 START_TEST(test_ops_count_by_value)
 {
-	struct task	 t = { .mode = TASK_COUNT_BY_VALUE };
+	struct task	 t = { .mode = MODE_COUNT_BY_VALUE };
 	struct sent	 s;
 	json_t		*records;
 	char		*text, key[32];
@@ -862,7 +862,7 @@ END_TEST
 
 START_TEST(test_ops_count_by_value_wide)
 {
-	struct task	 t = { .mode = TASK_COUNT_BY_VALUE };
+	struct task	 t = { .mode = MODE_COUNT_BY_VALUE };
 	struct sent	 s;
 	json_t		*records;
 	char		*text, key[32];
@@ -892,7 +892,7 @@ END_TEST
 
 START_TEST(test_ops_save)
 {
-	struct task	 t = { .mode = TASK_SAVE, .save_name = "part-00001" };
+	struct task	 t = { .mode = MODE_SAVE, .save_name = "part-00001" };
 	struct sent	 s;
 	char		 dir[] = "/tmp/ember-check-save-XXXXXX", path[128], buf[64];
 	int		 fd;
@@ -943,8 +943,8 @@ END_TEST
 
 START_TEST(test_ops_save_fails_midway)
 {
-	struct task	 t = { .mode = TASK_SAVE, .save_name = "part-00000",
-			     .fn = TASK_REDUCE_SUM };
+	struct task	 t = { .mode = MODE_SAVE, .save_name = "part-00000",
+			     .fn = REDUCE_SUM };
 	struct plan	*plan;
 	struct output	*out;
 	char		 dir[] = "/tmp/ember-check-save-XXXXXX", path[128];

@@ -1,0 +1,262 @@
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "frame.h"
+#include "jread.h"
+#include "log.h"
+#include "plan.h"
+#include "protocol.h"
+#include "taskdesc.h"
+#include "xmalloc.h"
+
+static const char *const taskdesc_modes[] = { "records", "count",
+    "count_by_value", "reduce", "save" };
+static const char *const reduce_fns[] = { "sum", "min", "max" };
+
+#define nitems(a)	(sizeof (a) / sizeof (a)[0])
+
+/* Look a name up in a table: its index, or -1. */
+static int
+taskdesc_lookup(const char *const *names, size_t n, const char *s)
+{
+	size_t	i;
+
+	for (i = 0; i < n; i++) {
+		if (strcmp(names[i], s) == 0)
+			return ((int)i);
+	}
+	return (-1);
+}
+
+/* Name a mode. */
+const char *
+taskdesc_mode_name(enum taskdesc_mode mode)
+{
+	return (taskdesc_modes[mode]);
+}
+
+/* Read a mode's name: 0, or -1 if there is no such mode. */
+int
+taskdesc_mode_from_string(const char *s, enum taskdesc_mode *mode)
+{
+	int	i;
+
+	if ((i = taskdesc_lookup(taskdesc_modes, nitems(taskdesc_modes),
+	    s)) == -1)
+		return (-1);
+	*mode = (enum taskdesc_mode)i;
+	return (0);
+}
+
+/* Name a reduce function. */
+const char *
+reduce_fn_name(enum reduce_fn fn)
+{
+	return (reduce_fns[fn]);
+}
+
+/* Read a reduce function's name: 0, or -1 if there is none so named. */
+int
+reduce_fn_from_string(const char *s, enum reduce_fn *fn)
+{
+	int	i;
+
+	if ((i = taskdesc_lookup(reduce_fns, nitems(reduce_fns), s)) == -1)
+		return (-1);
+	*fn = (enum reduce_fn)i;
+	return (0);
+}
+
+/* Append a JSON string. */
+static void
+taskdesc_add_string(struct evbuffer *out, const char *s)
+{
+	json_t	*js = json_string(s);
+	char	*text;
+
+	if (js == NULL || (text = json_dumps(js, JSON_ENCODE_ANY |
+	    JSON_COMPACT)) == NULL)
+		fatalx("%s: cannot encode a string", __func__);
+	json_decref(js);
+	evbuffer_add(out, text, strlen(text));
+	free(text);
+}
+
+/* Make the plan members of an operation's descriptors. */
+char *
+taskdesc_encode_plan(json_t *plan, json_t *files)
+{
+	json_t	*o = json_pack("{s:O}", "plan", plan);
+	char	*text, *inner;
+	size_t	 len;
+
+	if (files != NULL)
+		json_object_set_new(o, "files", files);
+	if ((text = json_dumps(o, JSON_COMPACT)) == NULL)
+		fatalx("json_dumps failed");
+	json_decref(o);
+	/* Keep the members without the braces, to splice into descriptors. */
+	len = strlen(text);
+	inner = xstrndup(text + 1, len - 2);
+	free(text);
+	return (inner);
+}
+
+/* Append the broadcasts member. */
+static void
+taskdesc_encode_broadcasts(struct evbuffer *d,
+    const struct taskdesc_broadcast *b, size_t n)
+{
+	size_t	i;
+
+	if (n == 0)
+		return;
+	evbuffer_add(d, ",\"broadcasts\":[", 15);
+	for (i = 0; i < n; i++) {
+		if (i > 0)
+			evbuffer_add(d, ",", 1);
+		if (b[i].path == NULL) {
+			/* -id-1: a removal. */
+			evbuffer_add_printf(d, "{\"id\":%lld}",
+			    (long long)(-b[i].id - 1));
+			continue;
+		}
+		evbuffer_add_printf(d, "{\"id\":%lld,\"path\":",
+		    (long long)b[i].id);
+		taskdesc_add_string(d, b[i].path);
+		evbuffer_add_printf(d, ",\"size\":%lld}", (long long)b[i].size);
+	}
+	evbuffer_add(d, "]", 1);
+}
+
+/* Append a descriptor's frame. */
+void
+taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
+    const struct taskdesc_broadcast *b, size_t n, const char *plan)
+{
+	struct evbuffer	*d = evbuffer_new();
+
+	evbuffer_add(d, "{\"operation\":", 13);
+	taskdesc_add_string(d, t->operation);
+	evbuffer_add_printf(d, ",\"partition\":%d,\"partitions\":%d,"
+	    "\"mode\":\"%s\"", t->partition, t->partitions,
+	    taskdesc_mode_name(t->mode));
+	if (t->mode == MODE_REDUCE)
+		evbuffer_add_printf(d, ",\"fn\":\"%s\"", reduce_fn_name(t->fn));
+	if (t->mode == MODE_SAVE) {
+		evbuffer_add(d, ",\"save\":{\"dir\":", 15);
+		taskdesc_add_string(d, t->save_dir);
+		evbuffer_add(d, ",\"name\":", 8);
+		taskdesc_add_string(d, t->save_name);
+		evbuffer_add(d, "}", 1);
+	}
+	taskdesc_encode_broadcasts(d, b, n);
+	if (plan != NULL) {
+		evbuffer_add(d, ",", 1);
+		evbuffer_add(d, plan, strlen(plan));
+	}
+	evbuffer_add(d, "}", 1);
+	if (evbuffer_get_length(d) > EMBER_MAX_TASK_FRAME)
+		fatalx("task descriptor of %zu bytes", evbuffer_get_length(d));
+	evbuffer_add_int32(out, (int32_t)evbuffer_get_length(d));
+	evbuffer_add_buffer(out, d);
+	evbuffer_free(d);
+}
+
+/* Read where a save task writes: a directory and a plain file name. */
+static int
+taskdesc_decode_save(json_t *root, struct taskdesc *t, char **err)
+{
+	static const char *const keys[] = { "dir", "name", NULL };
+	json_t	*save;
+
+	if (jread_object(root, "", "save", JREAD_REQUIRED, &save, err) == -1 ||
+	    jread_only(save, "save", keys, err) == -1 ||
+	    jread_string(save, "save", "dir", JREAD_REQUIRED, &t->save_dir,
+	    err) == -1 ||
+	    jread_string(save, "save", "name", JREAD_REQUIRED, &t->save_name,
+	    err) == -1)
+		return (-1);
+	if (*t->save_dir == '\0')
+		return (jread_fail(err, "save.dir", "is empty"));
+	if (*t->save_name == '\0' || strchr(t->save_name, '/') != NULL ||
+	    strcmp(t->save_name, ".") == 0 || strcmp(t->save_name, "..") == 0)
+		return (jread_fail(err, "save.name", "\"%s\" is not a file "
+		    "name", t->save_name));
+	return (0);
+}
+
+/* Read the mode of a descriptor and what it needs. */
+static int
+taskdesc_decode_mode(json_t *root, struct taskdesc *t, char **err)
+{
+	const char	*mode = "records", *fn;
+
+	if (jread_string(root, "", "mode", JREAD_OPTIONAL, &mode, err) == -1)
+		return (-1);
+	if (taskdesc_mode_from_string(mode, &t->mode) == -1)
+		return (jread_fail(err, "mode", "unknown mode \"%s\"", mode));
+	if (t->mode == MODE_REDUCE) {
+		if (jread_string(root, "", "fn", JREAD_REQUIRED, &fn,
+		    err) == -1)
+			return (-1);
+		if (reduce_fn_from_string(fn, &t->fn) == -1)
+			return (jread_fail(err, "fn", "expected \"sum\", "
+			    "\"min\" or \"max\""));
+	}
+	if (t->mode == MODE_SAVE)
+		return (taskdesc_decode_save(root, t, err));
+	return (0);
+}
+
+/* Decode a descriptor. */
+int
+taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
+{
+	json_error_t	 jerr;
+	json_int_t	 partition, partitions;
+
+	memset(t, 0, sizeof *t);
+	if ((t->root = json_loadb(data, len, JSON_ALLOW_NUL, &jerr)) == NULL) {
+		xasprintf(err, "not JSON: %s", jerr.text);
+		return (-1);
+	}
+	if (!json_is_object(t->root)) {
+		*err = xstrdup("not a JSON object");
+		return (-1);
+	}
+	if (jread_string(t->root, "", "operation", JREAD_REQUIRED,
+	    &t->operation, err) == -1 ||
+	    jread_int(t->root, "", "partition", JREAD_REQUIRED, &partition,
+	    err) == -1 ||
+	    jread_int(t->root, "", "partitions", JREAD_REQUIRED, &partitions,
+	    err) == -1 ||
+	    jread_object(t->root, "", "plan", JREAD_OPTIONAL, &t->plan,
+	    err) == -1 ||
+	    jread_array(t->root, "", "files", JREAD_OPTIONAL, &t->files,
+	    err) == -1 ||
+	    jread_array(t->root, "", "broadcasts", JREAD_OPTIONAL,
+	    &t->broadcasts, err) == -1)
+		return (-1);
+	if (partitions < 1 || partitions > PLAN_MAX_PARTITIONS)
+		return (jread_fail(err, "partitions", "must be from 1 to %d",
+		    PLAN_MAX_PARTITIONS));
+	if (partition < 0 || partition >= partitions)
+		return (jread_fail(err, "partition", "must be from 0 to %lld",
+		    (long long)partitions - 1));
+	t->partition = (int)partition;
+	t->partitions = (int)partitions;
+	return (taskdesc_decode_mode(t->root, t, err));
+}
+
+/* Free what a decoded descriptor holds. */
+void
+taskdesc_clear(struct taskdesc *t)
+{
+	if (t->root != NULL)
+		json_decref(t->root);
+	memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,81 @@
+/*
+ * Task descriptors: what emberd tells a worker to run (docs/protocol.md,
+ * "Task descriptors"), a JSON object in a frame.  emberd encodes them and
+ * ember-worker decodes them with the functions here, so the members, the
+ * modes and the reduce functions are named in one place.
+ */
+#ifndef EMBER_TASKDESC_H
+#define EMBER_TASKDESC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+struct evbuffer;
+
+/* What a task sends back. */
+enum taskdesc_mode {
+	MODE_RECORDS,		/* the records */
+	MODE_COUNT,		/* none: they are counted */
+	MODE_COUNT_BY_VALUE,	/* each distinct record and its count */
+	MODE_REDUCE,		/* the partial sum, min or max */
+	MODE_SAVE,		/* none: they are written to a part file */
+};
+
+/* The functions of reduce. */
+enum reduce_fn {
+	REDUCE_SUM,
+	REDUCE_MIN,
+	REDUCE_MAX,
+};
+
+/* A change to the broadcasts a worker holds: add broadcast id (the file
+ * path of size bytes), or, with path NULL, remove it. */
+struct taskdesc_broadcast {
+	int64_t		 id;
+	const char	*path;
+	int64_t		 size;
+};
+
+struct taskdesc {
+	const char		*operation;
+	int			 partition;
+	int			 partitions;
+	enum taskdesc_mode	 mode;
+	enum reduce_fn		 fn;		/* MODE_REDUCE */
+	const char		*save_dir;	/* MODE_SAVE: the directory */
+	const char		*save_name;	/* and the part file's name */
+
+	/* Decoded, and owned by the descriptor until taskdesc_clear; NULL
+	 * when absent.  broadcasts is applied by the worker's broadcasts. */
+	json_t			*plan;
+	json_t			*files;
+	json_t			*broadcasts;
+	json_t			*root;
+};
+
+const char	*taskdesc_mode_name(enum taskdesc_mode);
+int		 taskdesc_mode_from_string(const char *, enum taskdesc_mode *);
+const char	*reduce_fn_name(enum reduce_fn);
+int		 reduce_fn_from_string(const char *, enum reduce_fn *);
+
+/* The plan members of a descriptor ("plan":...,"files":...), made once per
+ * operation and spliced into the first descriptor each worker gets.
+ * files may be NULL. */
+char		*taskdesc_encode_plan(json_t *plan, json_t *files);
+/*
+ * Append the frame of a descriptor to out: d's members (not the decoded
+ * ones), the n broadcast changes and the plan members (NULL: the worker
+ * has the plan already).
+ */
+void		 taskdesc_encode(struct evbuffer *, const struct taskdesc *,
+		     const struct taskdesc_broadcast *, size_t n,
+		     const char *plan);
+/* Decode a descriptor of len bytes: 0, or -1 with *err allocated (the
+ * field and why).  taskdesc_clear frees what it holds, either way. */
+int		 taskdesc_decode(const char *, size_t, struct taskdesc *,
+		     char **err);
+void		 taskdesc_clear(struct taskdesc *);
+
+#endif

@@ -1,0 +1,179 @@
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "wmsg.h"
+
+/* Return the size of a message of type, without its payload. */
+size_t
+wmsg_size(int32_t type)
+{
+	switch (type) {
+	case EMBER_RECORD_BATCH:
+		return (WMSG_BATCH_SIZE);
+	case EMBER_TIMING_DATA:
+		return (WMSG_TIMING_SIZE);
+	case EMBER_EXCEPTION_THROWN:
+		return (WMSG_ERROR_SIZE);
+	case EMBER_END_OF_DATA_SECTION:
+	case EMBER_END_OF_STREAM:
+		return (WMSG_TYPE_SIZE);
+	default:
+		return (0);
+	}
+}
+
+/* Return the bytes of payload behind a message. */
+size_t
+wmsg_payload(const struct wmsg *m)
+{
+	switch (m->type) {
+	case EMBER_RECORD_BATCH:
+	case EMBER_EXCEPTION_THROWN:
+		return ((size_t)m->length);
+	case EMBER_TIMING_DATA:
+		return ((size_t)m->length * WMSG_METRIC_SIZE);
+	default:
+		return (0);
+	}
+}
+
+/* Name a message type. */
+const char *
+wmsg_type_name(int32_t type)
+{
+	switch (type) {
+	case EMBER_RECORD_BATCH:
+		return ("RECORD_BATCH");
+	case EMBER_TIMING_DATA:
+		return ("TIMING_DATA");
+	case EMBER_EXCEPTION_THROWN:
+		return ("EXCEPTION_THROWN");
+	case EMBER_END_OF_DATA_SECTION:
+		return ("END_OF_DATA_SECTION");
+	case EMBER_END_OF_STREAM:
+		return ("END_OF_STREAM");
+	default:
+		return ("unknown");
+	}
+}
+
+/* Encode a message. */
+size_t
+wmsg_put(unsigned char *p, const struct wmsg *m)
+{
+	size_t	size = wmsg_size(m->type);
+
+	be32_put(p, m->type);
+	switch (m->type) {
+	case EMBER_RECORD_BATCH:
+		be32_put(p + 4, m->records);
+		be32_put(p + 8, m->length);
+		break;
+	case EMBER_TIMING_DATA:
+	case EMBER_EXCEPTION_THROWN:
+		be32_put(p + 4, m->length);
+		break;
+	}
+	return (size);
+}
+
+/* Check that a decoded message's fields are in range. */
+static int
+wmsg_check(const struct wmsg *m, const char **err)
+{
+	switch (m->type) {
+	case EMBER_RECORD_BATCH:
+		if (m->records < 0 || m->length < 0 ||
+		    m->length > EMBER_MAX_BATCH) {
+			*err = "bad record batch";
+			return (-1);
+		}
+		break;
+	case EMBER_TIMING_DATA:
+		if (m->length < 0 || m->length > WMSG_MAX_METRICS) {
+			*err = "bad metrics count";
+			return (-1);
+		}
+		break;
+	case EMBER_EXCEPTION_THROWN:
+		if (m->length < 0 || m->length > EMBER_MAX_ERROR_FRAME) {
+			*err = "bad error frame";
+			return (-1);
+		}
+		break;
+	}
+	return (0);
+}
+
+/* Decode exactly one message. */
+int
+wmsg_get(const unsigned char *p, size_t len, struct wmsg *m, const char **err)
+{
+	size_t	size;
+
+	if (len < WMSG_TYPE_SIZE) {
+		*err = "message too short";
+		return (-1);
+	}
+	m->type = be32_get(p);
+	m->records = m->length = 0;
+	if ((size = wmsg_size(m->type)) == 0) {
+		*err = "unknown message";
+		return (-1);
+	}
+	if (len < size) {
+		*err = "message too short";
+		return (-1);
+	}
+	if (len > size) {
+		*err = "not at end";
+		return (-1);
+	}
+	switch (m->type) {
+	case EMBER_RECORD_BATCH:
+		m->records = be32_get(p + 4);
+		m->length = be32_get(p + 8);
+		break;
+	case EMBER_TIMING_DATA:
+	case EMBER_EXCEPTION_THROWN:
+		m->length = be32_get(p + 4);
+		break;
+	}
+	return (wmsg_check(m, err));
+}
+
+/* Encode metrics. */
+size_t
+wmsg_put_metrics(unsigned char *p, const int64_t *metrics, int n)
+{
+	int	i;
+
+	for (i = 0; i < n; i++)
+		be64_put(p + (size_t)i * WMSG_METRIC_SIZE, metrics[i]);
+	return ((size_t)n * WMSG_METRIC_SIZE);
+}
+
+/* Decode the metrics of a TIMING_DATA payload. */
+int
+wmsg_get_metrics(const unsigned char *p, size_t len, int32_t n,
+    int64_t *metrics, int max, const char **err)
+{
+	int32_t	i;
+
+	if (n < 0 || n > WMSG_MAX_METRICS) {
+		*err = "bad metrics count";
+		return (-1);
+	}
+	if (len < (size_t)n * WMSG_METRIC_SIZE) {
+		*err = "message too short";
+		return (-1);
+	}
+	if (len > (size_t)n * WMSG_METRIC_SIZE) {
+		*err = "not at end";
+		return (-1);
+	}
+	for (i = 0; i < n && i < max; i++)
+		metrics[i] = be64_get(p + (size_t)i * WMSG_METRIC_SIZE);
+	return (0);
+}

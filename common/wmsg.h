@@ -1,0 +1,56 @@
+/*
+ * Worker messages: a worker's task output to emberd (docs/protocol.md,
+ * "Task output").  Each message is an int32 type (a special length of
+ * protocol.h) and the fixed fields of that type; a record batch, the
+ * metrics and an error message are followed by a payload whose size the
+ * fields give.  ember-worker encodes them and emberd decodes them with the
+ * functions here, so the sizes live in one place.
+ */
+#ifndef EMBER_WMSG_H
+#define EMBER_WMSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol.h"
+
+#define WMSG_TYPE_SIZE		4	/* every message starts so */
+#define WMSG_BATCH_SIZE		12	/* RECORD_BATCH, records, bytes */
+#define WMSG_TIMING_SIZE	8	/* TIMING_DATA, metrics that follow */
+#define WMSG_ERROR_SIZE		8	/* EXCEPTION_THROWN, message length */
+#define WMSG_MAX_SIZE		12	/* the largest of the above */
+#define WMSG_METRIC_SIZE	8	/* an int64 of TIMING_DATA */
+#define WMSG_MAX_METRICS	64	/* more is a corrupt message */
+
+/* One message's fixed fields. */
+struct wmsg {
+	int32_t	type;		/* EMBER_RECORD_BATCH, EMBER_END_OF_STREAM... */
+	int32_t	records;	/* RECORD_BATCH: records in the payload */
+	int32_t	length;		/* RECORD_BATCH: payload bytes; TIMING_DATA:
+				   metrics; EXCEPTION_THROWN: message bytes */
+};
+
+/* The size of a message of type, without its payload; 0 if unknown. */
+size_t		 wmsg_size(int32_t type);
+/* The payload bytes that follow a decoded message. */
+size_t		 wmsg_payload(const struct wmsg *);
+/* The name of a type, for logs ("RECORD_BATCH"; "unknown" if none). */
+const char	*wmsg_type_name(int32_t type);
+
+/* Encode m at p (wmsg_size(m->type) bytes); returns the bytes written. */
+size_t		 wmsg_put(unsigned char *, const struct wmsg *);
+/* Decode exactly one message of len bytes: 0, or -1 with *err (a static
+ * string: "message too short", "not at end", "unknown message", or the
+ * field that is out of range). */
+int		 wmsg_get(const unsigned char *, size_t len, struct wmsg *,
+		     const char **err);
+
+/* Encode n metrics; returns the bytes written (n * WMSG_METRIC_SIZE). */
+size_t		 wmsg_put_metrics(unsigned char *, const int64_t *, int n);
+/* Decode the len bytes of a TIMING_DATA payload of n metrics into
+ * metrics[0..max): those past max are skipped, those missing stay as they
+ * were.  0, or -1 with *err. */
+int		 wmsg_get_metrics(const unsigned char *, size_t len, int32_t n,
+		     int64_t *metrics, int max, const char **err);
+
+#endif

@@ -1,4 +1,7 @@
+#include <sys/wait.h>
+
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,4 +162,23 @@ fatalx(const char *fmt, ...)
 	log_vwrite(LOG_LEVEL_ERROR, fmt, ap, NULL);
 	va_end(ap);
 	exit(1);
+}
+
+/* Describe a wait status. */
+void
+log_describe_wait(int status, char *buf, size_t len)
+{
+	const char	*name;
+
+	if (WIFSIGNALED(status)) {
+		if ((name = sigabbrev_np(WTERMSIG(status))) != NULL)
+			snprintf(buf, len, "killed by signal %d (SIG%s)",
+			    WTERMSIG(status), name);
+		else
+			snprintf(buf, len, "killed by signal %d",
+			    WTERMSIG(status));
+	} else if (WIFEXITED(status))
+		snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+	else
+		snprintf(buf, len, "ended with wait status %d", status);
 }

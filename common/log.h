@@ -5,6 +5,8 @@
 #ifndef EMBER_LOG_H
 #define EMBER_LOG_H
 
+#include <stddef.h>
+
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 
@@ -18,6 +20,10 @@ void	log_error(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_warn(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_info(const char *, ...) __attribute__((format(printf, 1, 2)));
 void	log_debug(const char *, ...) __attribute__((format(printf, 1, 2)));
+/* Describe a wait status: "killed by signal 9 (SIGKILL)", "exited with
+ * status 1". */
+void	log_describe_wait(int status, char *, size_t);
+
 void	fatal(const char *, ...)
 	    __attribute__((format(printf, 1, 2), noreturn));
 void	fatalx(const char *, ...)

@@ -279,16 +279,12 @@ static void
 forkserver_exited(struct forkserver *fs, int status)
 {
 	struct timeval	 tv;
-	char		 why[128];
+	char		 how[96], why[128];
 	int64_t		 delay;
 
-	if (WIFSIGNALED(status))
-		snprintf(why, sizeof why, "the fork-server was killed by signal "
-		    "%d (SIG%s)", WTERMSIG(status),
-		    sigabbrev_np(WTERMSIG(status)));
-	else
-		snprintf(why, sizeof why, "the fork-server exited with status "
-		    "%d", WEXITSTATUS(status));
+	log_describe_wait(status, how, sizeof how);
+	snprintf(why, sizeof why, "the fork-server %s%s",
+	    WIFSIGNALED(status) ? "was " : "", how);
 	fs->pid = -1;
 	forkserver_close(fs);
 	pool_forkserver_lost(fs->pool, why, !fs->hello);

@@ -416,24 +416,18 @@ static int
 pipe_fail_status(struct pipe_op *p, int status)
 {
 	char		 how[128];
-	const char	*name;
 	size_t		 len = p->taillen;
 
-	if (WIFSIGNALED(status)) {
-		name = sigabbrev_np(WTERMSIG(status));
-		snprintf(how, sizeof how, "was killed by signal %d (SIG%s)",
-		    WTERMSIG(status), name != NULL ? name : "unknown");
-	} else
-		snprintf(how, sizeof how, "exited with status %d",
-		    WEXITSTATUS(status));
+	log_describe_wait(status, how, sizeof how);
 
 	while (len > 0 && (p->tail[len - 1] == '\n' ||
 	    p->tail[len - 1] == '\r' || p->tail[len - 1] == ' '))
 		len--;
 	if (len == 0)
-		return (op_fail(&p->op, "pipe command `%s` %s", p->command,
-		    how));
-	return (op_fail(&p->op, "pipe command `%s` %s: %s%.*s", p->command,
+		return (op_fail(&p->op, "pipe command `%s` %s%s", p->command,
+		    WIFSIGNALED(status) ? "was " : "", how));
+	return (op_fail(&p->op, "pipe command `%s` %s%s: %s%.*s", p->command,
+	    WIFSIGNALED(status) ? "was " : "",
 	    how, p->tailcut ? "..." : "", (int)len, p->tail));
 }
 

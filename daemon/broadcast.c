@@ -68,7 +68,7 @@ broadcast_create(struct session *s, int64_t size, char **err)
 	}
 	/* Workers run as the job's user: it must be able to map the file,
 	 * and nobody else read it. */
-	if (geteuid() == 0 && pool_job_user(session_uid(s), session_gid(s),
+	if (geteuid() == 0 && session_job_user(session_uid(s), session_gid(s),
 	    &uid, &gid) == 0 && fchown(b->fd, uid, gid) == -1)
 		log_warn("chown %s: %s", b->path, strerror(errno));
 	TAILQ_INSERT_TAIL(&broadcasts, b, entry);

@@ -29,6 +29,7 @@
 #include "operation.h"
 #include "pool.h"
 #include "scheduler.h"
+#include "scheduler.h"
 #include "xmalloc.h"
 
 struct event_base	*ember_base;
@@ -224,7 +225,8 @@ fail:
 	conf_free(&fresh);
 }
 
-/* SIGCHLD: the fork-server is our only child. */
+/* SIGCHLD: emberd's children are the fork-servers, one per pool (the
+ * workers are theirs): reap those that exited. */
 static void
 ember_signal_chld_cb(evutil_socket_t sig, short events, void *arg)
 {
@@ -394,7 +396,9 @@ main(int argc, char **argv)
 		listener_stop();
 		return (1);
 	}
+	scheduler_init();
 	if (forkserver_init() == -1 || pool_init() == -1) {
+		scheduler_free();
 		listener_stop();
 		return (1);
 	}
@@ -409,6 +413,7 @@ main(int argc, char **argv)
 	operation_interrupt_all("emberd is shutting down");
 	connection_close_all();
 	pool_shutdown();
+	scheduler_free();
 	ember_clean_local();
 	rmdir(ember_local);
 	free(ember_local);

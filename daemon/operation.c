@@ -14,10 +14,11 @@
 #include "plan.h"
 #include "broadcast.h"
 #include "commit.h"
-#include "pool.h"
 #include "result.h"
 #include "scheduler.h"
 #include "session.h"
+#include "task.h"
+#include "taskdesc.h"
 #include "xmalloc.h"
 
 #define OPERATION_MAX_PREFETCH	1024
@@ -38,8 +39,8 @@ enum action {
 static const char *const action_names[] = { "iterate", "collect", "count",
     "count_by_value", "reduce", "save" };
 /* What a task of each action is asked to send back (docs/protocol.md). */
-static const char *const action_modes[] = { "records", "records", "count",
-    "count_by_value", "reduce", "save" };
+static const enum taskdesc_mode action_modes[] = { MODE_RECORDS, MODE_RECORDS,
+    MODE_COUNT, MODE_COUNT_BY_VALUE, MODE_REDUCE, MODE_SAVE };
 #define ACTION_STREAMS(a)	((a) == ACTION_ITERATE || (a) == ACTION_COLLECT)
 
 struct operation {
@@ -176,30 +177,21 @@ operation_find_broadcasts(struct operation *op, struct session *s,
 	return (0);
 }
 
-int
-operation_task_fields(const struct task *t, char *buf, size_t len)
+/* Fill in what a task descriptor says of t. */
+void
+operation_describe_task(const struct operation *op, const struct task *t,
+    struct taskdesc *d, char *name, size_t len)
 {
-	static const char *const fns[] = { "sum", "min", "max" };
-	const struct operation	*op = t->op;
-	json_t			*js;
-	char			*dir;
-	int			 n;
-
-	switch (op->action) {
-	case ACTION_REDUCE:
-		return (snprintf(buf, len, ",\"mode\":\"reduce\",\"fn\":\"%s\"",
-		    fns[op->fn]));
-	case ACTION_SAVE:
-		js = json_string(commit_task_dir(op->commit));
-		dir = json_dumps(js, JSON_ENCODE_ANY | JSON_COMPACT);
-		json_decref(js);
-		n = snprintf(buf, len, ",\"mode\":\"save\",\"save\":{\"dir\":%s,"
-		    "\"name\":\"part-%05d\"}", dir, t->partition);
-		free(dir);
-		return (n);
-	default:
-		return (snprintf(buf, len, ",\"mode\":\"%s\"",
-		    action_modes[op->action]));
+	memset(d, 0, sizeof *d);
+	d->operation = op->id;
+	d->partition = t->partition;
+	d->partitions = op->npartitions;
+	d->mode = action_modes[op->action];
+	d->fn = op->fn;
+	if (op->action == ACTION_SAVE) {
+		snprintf(name, len, "part-%05d", t->partition);
+		d->save_dir = commit_task_dir(op->commit);
+		d->save_name = name;
 	}
 }
 
@@ -253,13 +245,10 @@ operation_fill(struct operation *op)
 
 	while (op->next_start < op->npartitions &&
 	    op->live < operation_window(op)) {
-		t = xcalloc(1, sizeof *t);
-		t->op = op;
-		t->partition = op->next_start++;
-		t->reply_mode = !ACTION_STREAMS(op->action);
+		t = task_create(op, op->next_start++,
+		    !ACTION_STREAMS(op->action));
 		TAILQ_INSERT_TAIL(&op->tasks, t, op_entry);
 		op->live++;
-		ember_counters.tasks++;
 		scheduler_submit(t);
 	}
 }
@@ -268,21 +257,9 @@ operation_fill(struct operation *op)
 static void
 operation_retire(struct operation *op, struct task *t)
 {
-	switch (t->state) {
-	case TASK_QUEUED:
-		scheduler_remove(t);
-		break;
-	case TASK_ASSIGNED:
-		pool_cancel_task(t);
-		break;
-	case TASK_DONE:
-	case TASK_FAILED:
-		break;
-	}
 	TAILQ_REMOVE(&op->tasks, t, op_entry);
 	op->live--;
-	free(t->error);
-	free(t);
+	task_free(t);
 }
 
 /* Free an operation: its tasks are stopped and its workers not reused. */
@@ -428,19 +405,19 @@ operation_pump(struct operation *op)
 			return;
 		case TASK_ASSIGNED:
 			/* Its worker holds the records: let it relay them. */
-			worker_kick(t->worker);
+			task_kick(t);
 			return;
+		case TASK_NEW:
 		case TASK_QUEUED:
 			return;
 		}
 	}
 }
 
+/* Tell whether op takes a batch of t now. */
 int
-task_accepts_batch(struct task *t)
+operation_accepts_batch(struct operation *op, struct task *t)
 {
-	struct operation	*op = t->op;
-
 	if (!ACTION_STREAMS(op->action))
 		return (1);	/* a partial result: taken at once */
 	return (op->conn != NULL && op->requested &&
@@ -470,11 +447,11 @@ operation_absorb(struct operation *op, struct evbuffer *from, size_t bytes)
 	return (rc);
 }
 
+/* Relay a batch of t's records to the client, or merge them. */
 int
-task_relay_batch(struct task *t, struct evbuffer *from, size_t bytes,
-    int32_t records)
+operation_relay_batch(struct operation *op, struct task *t,
+    struct evbuffer *from, size_t bytes, int32_t records)
 {
-	struct operation	*op = t->op;
 	struct evbuffer		*out;
 
 	if (!ACTION_STREAMS(op->action)) {
@@ -497,14 +474,10 @@ task_relay_batch(struct task *t, struct evbuffer *from, size_t bytes,
 	return (0);
 }
 
+/* A task ended cleanly: deliver it, or count it and go on. */
 void
-task_finished(struct task *t)
+operation_task_finished(struct operation *op, struct task *t)
 {
-	struct operation	*op = t->op;
-
-	t->state = TASK_DONE;
-	t->worker = NULL;
-	ember_counters.tasks_completed++;
 	if (ACTION_STREAMS(op->action)) {
 		if (TAILQ_FIRST(&op->tasks) == t)
 			operation_pump(op);
@@ -529,20 +502,10 @@ task_finished(struct task *t)
 	operation_reply(op);
 }
 
+/* A task failed: a stream fails at its partition, a reply at once. */
 void
-task_failed(struct task *t, pid_t pid, const char *cause)
+operation_task_failed(struct operation *op, struct task *t)
 {
-	struct operation	*op = t->op;
-
-	t->state = TASK_FAILED;
-	t->worker = NULL;
-	if (pid > 0)
-		xasprintf(&t->error, "partition %d: worker %ld: %s",
-		    t->partition, (long)pid, cause);
-	else
-		xasprintf(&t->error, "partition %d: %s", t->partition, cause);
-	ember_counters.tasks_failed++;
-	log_info("operation %s: %s", op->id, t->error);
 	if (ACTION_STREAMS(op->action)) {
 		if (TAILQ_FIRST(&op->tasks) == t)
 			operation_pump(op);
@@ -635,28 +598,8 @@ operation_stream_writable(struct operation *op)
 {
 	struct task	*t = TAILQ_FIRST(&op->tasks);
 
-	if (t != NULL && t->state == TASK_ASSIGNED)
-		worker_kick(t->worker);
-}
-
-/* The plan part of every first task descriptor, made once. */
-static char *
-operation_make_plan_text(json_t *plan_json, const struct plan *plan)
-{
-	json_t	*o = json_pack("{s:O}", "plan", plan_json);
-	char	*text, *inner;
-	size_t	 len;
-
-	if (plan->source == PLAN_SOURCE_TEXT)
-		json_object_set_new(o, "files", plan_files_to_json(plan));
-	if ((text = json_dumps(o, JSON_COMPACT)) == NULL)
-		fatalx("json_dumps failed");
-	json_decref(o);
-	/* Keep the members without the braces, to splice into descriptors. */
-	len = strlen(text);
-	inner = xstrndup(text + 1, len - 2);
-	free(text);
-	return (inner);
+	if (t != NULL)
+		task_kick(t);
 }
 
 /* The options each action takes, besides reattachable. */
@@ -826,7 +769,7 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 		uuid_generate(u);
 		uuid_unparse_lower(u, op->id);
 	}
-	if (op->action == ACTION_SAVE && (pool_job_user(session_uid(s),
+	if (op->action == ACTION_SAVE && (session_job_user(session_uid(s),
 	    session_gid(s), &job_uid, &job_gid) == -1 ||
 	    (op->commit = commit_begin(save_path, overwrite, op->id, job_uid,
 	    job_gid, &err)) == NULL)) {
@@ -844,7 +787,8 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	op->serial = operation_next_serial++;
 	op->session = s;
 	op->conn = c;
-	op->plan_text = operation_make_plan_text(plan_json, plan);
+	op->plan_text = taskdesc_encode_plan(plan_json,
+	    plan->source == PLAN_SOURCE_TEXT ? plan_files_to_json(plan) : NULL);
 	op->npartitions = plan->partitions;
 	op->requested = op->action == ACTION_COLLECT;
 	op->started_ms = ember_now_ms();

@@ -16,35 +16,13 @@
 
 #include "protocol.h"
 #include "queue.h"
+#include "task.h"
 
 struct connection;
 struct evbuffer;
 struct operation;
 struct session;
-struct worker;
-
-enum task_state {
-	TASK_QUEUED,		/* in the scheduler's run queue */
-	TASK_ASSIGNED,		/* sent to a worker, which runs it or will next */
-	TASK_DONE,		/* ended cleanly; every record was relayed */
-	TASK_FAILED,		/* ended with error */
-};
-
-/* One partition's task; the scheduler, the pool and the operation share it. */
-struct task {
-	struct operation	*op;
-	int			 partition;
-	int			 reply_mode;	/* its output is for emberd, not
-						   the client: pipelined */
-	enum task_state		 state;
-	struct worker		*worker;	/* TASK_ASSIGNED */
-	int64_t			 records;	/* records relayed so far */
-	int64_t			 metrics[EMBER_METRIC_COUNT];
-	char			*error;		/* TASK_FAILED */
-	uint64_t		 queued_ms;
-	TAILQ_ENTRY(task)	 op_entry;	/* the operation's, by partition */
-	TAILQ_ENTRY(task)	 queue_entry;	/* run queue, or the worker's */
-};
+struct taskdesc;
 
 /* execute: check the request and the plan, then start the operation. */
 void		 operation_execute(struct connection *, struct session *,
@@ -74,20 +52,23 @@ gid_t		 operation_gid(const struct operation *);
 int		 operation_pipeline_depth(const struct operation *);
 /* The plan and its resolved files as JSON text, for task descriptors. */
 const char	*operation_plan_text(const struct operation *);
-/* The descriptor members that say what t sends back (",\"mode\":..."),
- * written to buf as snprintf does. */
-int		 operation_task_fields(const struct task *, char *, size_t);
+/* Fill in the descriptor of t but its broadcasts and plan; name (of len
+ * bytes) holds a save task's file name. */
+void		 operation_describe_task(const struct operation *,
+		     const struct task *, struct taskdesc *, char *name,
+		     size_t len);
 /* The broadcasts the operation's tasks use. */
 struct broadcast *const *operation_broadcasts(const struct operation *,
 		     size_t *);
 
-/* Called by the pool as a worker's output for a task arrives. */
-int		 task_accepts_batch(struct task *);
-/* Relay (or merge) a batch: -1 if the operation expects none. */
-int		 task_relay_batch(struct task *, struct evbuffer *, size_t bytes,
-		     int32_t records);
-void		 task_finished(struct task *);
-/* The task failed on worker pid (0: before any worker ran it). */
-void		 task_failed(struct task *, pid_t, const char *cause);
+/* Called by the worker as its output for a task arrives: whether the
+ * operation takes a batch now, and the batch (relayed or merged; -1 if
+ * the operation expects none). */
+int		 operation_accepts_batch(struct operation *, struct task *);
+int		 operation_relay_batch(struct operation *, struct task *,
+		     struct evbuffer *, size_t bytes, int32_t records);
+/* Called by task.c as a task of op ends. */
+void		 operation_task_finished(struct operation *, struct task *);
+void		 operation_task_failed(struct operation *, struct task *);
 
 #endif

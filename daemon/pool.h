@@ -1,8 +1,9 @@
 /*
- * The worker pool: the workers the fork-server made for emberd, an idle
- * queue, and the relay of each worker's task output.  A worker that ended
- * its task cleanly is reused; one that failed, was interrupted or sent
- * anything unexpected is killed and never handed another task.
+ * Worker pools: one per user that jobs run as, each with the fork-server
+ * that makes its workers.  The pools decide how many workers there are:
+ * growth within workers.max, the crash-storm back-off, eviction of another
+ * pool's idle workers, and the limits checked on a timer (task timeouts,
+ * memory, idle workers, warm ones).  The workers themselves are worker.c's.
  */
 #ifndef EMBER_POOL_H
 #define EMBER_POOL_H
@@ -14,29 +15,28 @@
 
 #include <jansson.h>
 
+#include "worker.h"
+
+struct forkserver;
+struct pool;
 struct task;
-struct worker;
 
 /* -1 (logged) if workers could not run: a bad workers.root_user. */
 int		 pool_init(void);
 void		 pool_shutdown(void);
 
-/* A worker of t's pool that can take t now (idle, or pipelining reply
- * tasks), or NULL: the pool then wants one more worker. */
-struct worker	*pool_take_worker(const struct task *);
+/* A worker of p that can take t now (idle, or pipelining reply tasks),
+ * or NULL. */
+struct worker	*pool_take_worker(struct pool *, const struct task *);
+/* A task found no worker of p: p grows by one more at the next
+ * pool_grow_wanted. */
+void		 pool_want_worker(struct pool *);
 /* After a dispatch: ask for the workers the tasks left waiting need. */
 void		 pool_grow_wanted(void);
-/* Queue a task descriptor; pool_flush writes every queued one, so tasks
- * dispatched together reach a worker in one write. */
-void		 worker_assign(struct worker *, struct task *);
-void		 pool_flush(void);
-/* Stop a task where it runs: its worker is killed, its other tasks requeued. */
-void		 pool_cancel_task(struct task *);
-/* Look at the worker's buffered output again on the next loop turn. */
-void		 worker_kick(struct worker *);
+/* The pool that runs t's client's jobs (made on first use), or NULL. */
+struct pool	*pool_of_task(const struct task *);
 
 /* From a pool's fork-server. */
-struct pool;
 void		 pool_worker_forked(struct pool *, int32_t request, pid_t,
 		     int fd);
 void		 pool_fork_failed(struct pool *, int32_t request, int error);
@@ -44,13 +44,14 @@ void		 pool_worker_exited(struct pool *, pid_t, int status);
 void		 pool_forkserver_ready(struct pool *);
 void		 pool_forkserver_lost(struct pool *, const char *why,
 		     int before_hello);
-/* The user the jobs of client uid:gid run as: the client when emberd is
- * root, workers.root_user for root itself; emberd's user otherwise. */
-int		 pool_job_user(uid_t, gid_t, uid_t *, gid_t *);
-/* The pool that runs t's client's jobs (made on first use), or NULL. */
-struct pool	*pool_of_task(const struct task *);
 
-json_t		*pool_status_workers(void);
+/* From its workers: what status counts, and the crash-storm count. */
+struct forkserver *pool_forkserver(struct pool *);
+void		 pool_count_retired(struct pool *, enum retire_cause);
+void		 pool_count_reuse(struct pool *);
+void		 pool_count_crash(struct pool *);
+void		 pool_count_success(struct pool *);
+
 json_t		*pool_status(uid_t);
 
 #endif

@@ -1,7 +1,9 @@
 #include "queue.h"
 
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <uuid/uuid.h>
 
@@ -132,4 +134,36 @@ session_status(uid_t uid)
 		    "age_ms", (json_int_t)(now - s->created_ms)));
 	}
 	return (a);
+}
+
+/* The user a client's jobs run as: itself, never root. */
+int
+session_job_user(uid_t client, gid_t client_gid, uid_t *uid, gid_t *gid)
+{
+	struct passwd	*pw;
+
+	if (geteuid() != 0) {
+		*uid = getuid();
+		*gid = getgid();
+		return (0);
+	}
+	if (client == 0)
+		pw = getpwnam(ember_conf.workers_root_user);
+	else
+		pw = getpwuid(client);
+	if (pw == NULL && client != 0) {
+		/* A uid without a name still runs as itself. */
+		*uid = client;
+		*gid = client_gid;
+		return (0);
+	}
+	if (pw == NULL || pw->pw_uid == 0) {
+		log_error("workers.root_user: \"%s\" is %s",
+		    ember_conf.workers_root_user, pw == NULL ? "no user" :
+		    "root, and a job never runs as root");
+		return (-1);
+	}
+	*uid = pw->pw_uid;
+	*gid = pw->pw_gid;
+	return (0);
 }

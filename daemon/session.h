@@ -27,6 +27,11 @@ gid_t		 session_gid(const struct session *);
 void		 session_add_operation(struct session *, struct operation *);
 void		 session_remove_operation(struct session *, struct operation *);
 
+/* The user the jobs of client uid:gid run as: the client when emberd is
+ * root, workers.root_user for root itself; emberd's user otherwise.  -1
+ * (logged) if root's jobs have no one to run as. */
+int		 session_job_user(uid_t, gid_t, uid_t *, gid_t *);
+
 /* Sessions visible to uid (root sees all), for status. */
 json_t		*session_status(uid_t);
 

@@ -7,6 +7,7 @@
 #include "scheduler.h"
 #include "session.h"
 #include "status.h"
+#include "worker.h"
 
 #define COUNTER(name) json_object_set_new(c, #name, \
 	json_integer((json_int_t)ember_counters.name))
@@ -52,7 +53,7 @@ status_build(uid_t uid)
 	    "draining", ember_draining,
 	    "workers_max", ember_workers_max(),
 	    "tasks_queued", (json_int_t)scheduler_queued(),
-	    "workers", pool_status_workers(),
+	    "workers", worker_status_all(),
 	    "pools", pool_status(uid),
 	    "sessions", session_status(uid),
 	    "operations", operation_status(uid),

@@ -1,0 +1,73 @@
+/*
+ * Tasks: one partition of an operation on its way through emberd.  This
+ * file and task.c are the whole life of a task; no other module changes
+ * its state.
+ *
+ *	NEW -> QUEUED		task_queue: the scheduler takes it
+ *	QUEUED -> ASSIGNED	task_assign: sent to a worker
+ *	ASSIGNED -> QUEUED	task_requeue: its worker went before running it
+ *	ASSIGNED -> DONE	task_finish: it ended cleanly
+ *	QUEUED, ASSIGNED -> FAILED
+ *				task_fail: it ended with an error, or could
+ *				not be given to a worker
+ *	any -> (freed)		task_free: stopped where it is
+ *
+ * The operation, the scheduler and the worker link tasks into their lists
+ * (op_entry, queue_entry) and read the fields; only task.c writes state,
+ * worker and error.
+ */
+#ifndef EMBER_TASK_H
+#define EMBER_TASK_H
+
+#include <sys/types.h>
+
+#include <stdint.h>
+
+#include "protocol.h"
+#include "queue.h"
+
+struct operation;
+struct worker;
+
+enum task_state {
+	TASK_NEW,		/* made, not queued yet */
+	TASK_QUEUED,		/* in the scheduler's run queue */
+	TASK_ASSIGNED,		/* sent to a worker, which runs it or will next */
+	TASK_DONE,		/* ended cleanly; every record was relayed */
+	TASK_FAILED,		/* ended with error */
+};
+
+struct task {
+	struct operation	*op;
+	int			 partition;
+	int			 reply_mode;	/* its output is for emberd, not
+						   the client: pipelined */
+	enum task_state		 state;
+	struct worker		*worker;	/* TASK_ASSIGNED, until it ends */
+	int64_t			 records;	/* records relayed so far */
+	int64_t			 metrics[EMBER_METRIC_COUNT];
+	char			*error;		/* TASK_FAILED */
+	uint64_t		 queued_ms;
+	TAILQ_ENTRY(task)	 op_entry;	/* the operation's, by partition */
+	TAILQ_ENTRY(task)	 queue_entry;	/* run queue, or the worker's */
+};
+
+struct task	*task_create(struct operation *, int partition, int reply_mode);
+/* Stop a task wherever it is (out of the run queue, or its worker
+ * killed) and free it. */
+void		 task_free(struct task *);
+
+void		 task_queue(struct task *);
+void		 task_requeue(struct task *);
+void		 task_assign(struct task *, struct worker *);
+/* Its worker sent the end: the operation is told. */
+void		 task_finish(struct task *);
+/* It failed on worker pid (0: before any worker ran it); the operation
+ * is told. */
+void		 task_fail(struct task *, pid_t, const char *cause);
+/* Let its worker relay what it holds for it, if it has one. */
+void		 task_kick(struct task *);
+
+const char	*task_state_name(enum task_state);
+
+#endif

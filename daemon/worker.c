@@ -1,0 +1,852 @@
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "broadcast.h"
+#include "channel.h"
+#include "emberd.h"
+#include "forkserver.h"
+#include "frame.h"
+#include "log.h"
+#include "operation.h"
+#include "pool.h"
+#include "protocol.h"
+#include "scheduler.h"
+#include "task.h"
+#include "taskdesc.h"
+#include "wmsg.h"
+#include "worker.h"
+#include "xmalloc.h"
+
+/* Output buffered from one worker before emberd stops reading it. */
+#define WORKER_READ_HIGH	(256 * 1024)
+/* An idle worker is checked for a pending kill after this long idle. */
+#define WORKER_DYING_CHECK_MS	2
+
+enum worker_state {
+	WORKER_IDLE,
+	WORKER_BUSY,
+	WORKER_DEAD,		/* killed or gone; its exit is not reported yet */
+};
+static const char *const worker_state_names[] = { "idle", "busy", "dead" };
+
+static const char *const retire_names[] = { "exited", "failed", "interrupted",
+    "corrupt", "idle_timeout", "max_tasks", "no_reuse", "max_memory",
+    "task_timeout", "forkserver_lost", "evicted" };
+/* Whether emberd kills the worker for that cause. */
+#define RETIRE_KILLS(c)	((c) != RETIRE_EXITED && (c) != RETIRE_FAILED && \
+	(c) != RETIRE_FORKSERVER)
+
+struct worker {
+	struct pool		*pool;
+	pid_t			 pid;
+	enum worker_state	 state;
+	struct channel		*ch;
+	struct event		*kick;
+	TAILQ_HEAD(, task)	 tasks;		/* head runs, the rest wait */
+	int			 ntasks;
+	uint64_t		 plan_serial;	/* operation whose plan it has */
+	uint64_t		 tasks_run;
+	uint64_t		 started_ms;
+	uint64_t		 task_ms;	/* when the head task was sent */
+	uint64_t		 idle_ms;	/* when it last became idle */
+	uint64_t		 max_tasks;	/* its own recycling point */
+	int64_t			*held;		/* broadcasts it holds */
+	size_t			 nheld;
+	int			 eof;
+	int			 unflushed;	/* descriptors not written yet */
+	int			 exited;
+	int			 status;	/* wait status, once exited */
+	TAILQ_ENTRY(worker)	 entry;
+	TAILQ_ENTRY(worker)	 idle_entry;
+};
+
+/* Every worker, oldest first; the idle ones, most recently idle first. */
+static TAILQ_HEAD(worker_list, worker) workers =
+    TAILQ_HEAD_INITIALIZER(workers);
+static TAILQ_HEAD(, worker) workers_idle = TAILQ_HEAD_INITIALIZER(workers_idle);
+static int	nworkers;
+
+static void	worker_process(struct worker *);
+
+/* Name a retire cause. */
+const char *
+worker_retire_name(enum retire_cause cause)
+{
+	return (retire_names[cause]);
+}
+
+/* Return the number of workers. */
+int
+worker_count(void)
+{
+	return (nworkers);
+}
+
+/* Count p's workers and its idle ones. */
+void
+worker_count_pool(const struct pool *p, int *all, int *idle)
+{
+	struct worker	*w;
+
+	*all = *idle = 0;
+	TAILQ_FOREACH(w, &workers, entry) {
+		if (w->pool != p)
+			continue;
+		(*all)++;
+		if (w->state == WORKER_IDLE)
+			(*idle)++;
+	}
+}
+
+/* Find a worker of p by pid. */
+struct worker *
+worker_find(struct pool *p, pid_t pid)
+{
+	struct worker	*w;
+
+	TAILQ_FOREACH(w, &workers, entry) {
+		if (w->pid == pid && w->pool == p)
+			return (w);
+	}
+	return (NULL);
+}
+
+/* Make a worker idle: the first one a task finds. */
+static void
+worker_set_idle(struct worker *w)
+{
+	w->state = WORKER_IDLE;
+	w->idle_ms = ember_now_ms();
+	TAILQ_INSERT_HEAD(&workers_idle, w, idle_entry);
+}
+
+/* Take a worker out of the idle list, into state. */
+static void
+worker_leave_idle(struct worker *w, enum worker_state state)
+{
+	if (w->state == WORKER_IDLE)
+		TAILQ_REMOVE(&workers_idle, w, idle_entry);
+	w->state = state;
+}
+
+static void
+worker_read_cb(void *arg)
+{
+	worker_process(arg);
+}
+
+static void
+worker_kick_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct worker	*w = arg;
+
+	(void)fd; (void)events;
+	if (w->state == WORKER_DEAD) {
+		if (w->exited)
+			worker_free(w);
+		return;
+	}
+	worker_process(w);
+}
+
+/* Make a worker for a process p's fork-server started. */
+struct worker *
+worker_create(struct pool *p, pid_t pid, int fd)
+{
+	struct worker	*w;
+
+	w = xcalloc(1, sizeof *w);
+	w->pool = p;
+	w->pid = pid;
+	w->started_ms = ember_now_ms();
+	/* Up to a tenth more, so that workers started together do not all
+	 * recycle together. */
+	if (ember_conf.workers_max_tasks > 0)
+		w->max_tasks = (uint64_t)ember_conf.workers_max_tasks +
+		    arc4random_uniform((uint32_t)(ember_conf.workers_max_tasks /
+		    10 + 1));
+	TAILQ_INIT(&w->tasks);
+	w->ch = channel_create(fd, WORKER_READ_HIGH, worker_read_cb, w);
+	w->kick = event_new(ember_base, -1, 0, worker_kick_cb, w);
+	TAILQ_INSERT_TAIL(&workers, w, entry);
+	nworkers++;
+	worker_set_idle(w);
+	return (w);
+}
+
+/* Free a worker that holds no task. */
+void
+worker_free(struct worker *w)
+{
+	if (w->ntasks != 0)
+		fatalx("worker %ld freed with %d tasks", (long)w->pid,
+		    w->ntasks);
+	worker_leave_idle(w, WORKER_DEAD);
+	TAILQ_REMOVE(&workers, w, entry);
+	nworkers--;
+	event_free(w->kick);
+	channel_free(w->ch);
+	free(w->held);
+	free(w);
+	scheduler_kick();	/* room for another worker */
+}
+
+/* Take the head task off the worker. */
+static struct task *
+worker_pop(struct worker *w)
+{
+	struct task	*t = TAILQ_FIRST(&w->tasks);
+
+	TAILQ_REMOVE(&w->tasks, t, queue_entry);
+	w->ntasks--;
+	w->task_ms = ember_now_ms();
+	return (t);
+}
+
+/* Free every worker; a fork-server kills its workers when emberd closes
+ * its channel. */
+void
+worker_free_all(void)
+{
+	struct worker	*w;
+
+	while ((w = TAILQ_FIRST(&workers)) != NULL) {
+		while (w->ntasks > 0)
+			worker_pop(w);
+		worker_free(w);
+	}
+}
+
+/*
+ * Stop using a worker: kill its process group, give the tasks it had not
+ * started back to the scheduler.  The head task, if any, is the caller's
+ * business.  The structure goes when the fork-server reports the exit.
+ */
+void
+worker_retire(struct worker *w, enum retire_cause cause)
+{
+	struct task	*t;
+
+	if (w->state == WORKER_DEAD)
+		return;
+	pool_count_retired(w->pool, cause);
+	log_debug("worker %ld retired: %s", (long)w->pid, retire_names[cause]);
+	worker_leave_idle(w, WORKER_DEAD);
+	channel_stop(w->ch);
+	while ((t = TAILQ_FIRST(&w->tasks)) != NULL) {
+		TAILQ_REMOVE(&w->tasks, t, queue_entry);
+		w->ntasks--;
+		scheduler_requeue(t);
+	}
+	if (RETIRE_KILLS(cause) && !w->exited) {
+		ember_counters.workers_killed++;
+		forkserver_kill(pool_forkserver(w->pool), w->pid, SIGKILL);
+	}
+	if (w->exited)
+		event_active(w->kick, 0, 1);	/* free it outside the caller */
+}
+
+/* The worker broke the protocol: a bug, so kill it and fail its task. */
+static void
+worker_corrupt(struct worker *w, const char *what)
+{
+	struct task	*t;
+
+	log_error("worker %ld: %s; killing it", (long)w->pid, what);
+	t = w->ntasks > 0 ? worker_pop(w) : NULL;
+	worker_retire(w, RETIRE_CORRUPT);
+	if (t != NULL)
+		task_fail(t, w->pid, "worker sent a corrupt message");
+}
+
+/* The worker's output ended before its task did. */
+static void
+worker_died(struct worker *w)
+{
+	char		 cause[128];
+	struct task	*t;
+
+	if (!w->exited)
+		return;		/* wait for the exit report: it says why */
+	log_describe_wait(w->status, cause, sizeof cause);
+	if (w->ntasks == 0) {
+		log_info("idle worker %ld %s", (long)w->pid, cause);
+		worker_retire(w, RETIRE_EXITED);
+		return;
+	}
+	ember_counters.workers_crashed++;
+	pool_count_crash(w->pool);
+	t = worker_pop(w);
+	worker_retire(w, RETIRE_EXITED);
+	task_fail(t, w->pid, cause);
+}
+
+/* Is len bytes buffered?  If not, make sure emberd will read that far. */
+static int
+worker_need(struct worker *w, struct evbuffer *in, size_t len)
+{
+	if (evbuffer_get_length(in) >= len)
+		return (1);
+	channel_want(w->ch, len);
+	return (0);
+}
+
+enum worker_progress {
+	WORKER_HANDLED,		/* one message handled */
+	WORKER_INCOMPLETE,	/* the next message is not all here */
+	WORKER_BLOCKED,		/* a batch waits for the client */
+	WORKER_STOPPED,		/* the worker was retired */
+};
+
+/* Relay a record batch of the head task. */
+static enum worker_progress
+worker_batch(struct worker *w, struct task *t, struct evbuffer *in,
+    const struct wmsg *m)
+{
+	if (!operation_accepts_batch(t->op, t))
+		return (WORKER_BLOCKED);
+	evbuffer_drain(in, WMSG_BATCH_SIZE);
+	if (operation_relay_batch(t->op, t, in, (size_t)m->length,
+	    m->records) == -1) {
+		worker_corrupt(w, "records the task should not send");
+		return (WORKER_STOPPED);
+	}
+	channel_want(w->ch, 0);
+	return (WORKER_HANDLED);
+}
+
+/* Take the metrics of the head task. */
+static enum worker_progress
+worker_timing(struct worker *w, struct task *t, struct evbuffer *in,
+    const struct wmsg *m)
+{
+	unsigned char	 buf[WMSG_METRIC_SIZE * WMSG_MAX_METRICS];
+	size_t		 len = wmsg_payload(m);
+	const char	*err;
+
+	evbuffer_drain(in, WMSG_TIMING_SIZE);
+	evbuffer_remove(in, buf, len);
+	if (wmsg_get_metrics(buf, len, m->length, t->metrics,
+	    EMBER_METRIC_COUNT, &err) == -1) {
+		worker_corrupt(w, err);
+		return (WORKER_STOPPED);
+	}
+	return (WORKER_HANDLED);
+}
+
+/* The head task ended cleanly: reuse the worker, or retire it. */
+static enum worker_progress
+worker_end(struct worker *w, struct evbuffer *in)
+{
+	struct task	*t;
+
+	evbuffer_drain(in, WMSG_TYPE_SIZE);
+	t = worker_pop(w);
+	w->tasks_run++;
+	pool_count_success(w->pool);
+	if (!ember_conf.workers_reuse)
+		worker_retire(w, RETIRE_NO_REUSE);
+	else if (w->max_tasks > 0 && w->tasks_run >= w->max_tasks)
+		worker_retire(w, RETIRE_MAX_TASKS);
+	else if (w->ntasks == 0) {
+		worker_set_idle(w);
+		scheduler_kick();
+	}
+	task_finish(t);
+	return (WORKER_HANDLED);
+}
+
+/* The head task failed: its worker exits by itself. */
+static enum worker_progress
+worker_exception(struct worker *w, struct evbuffer *in, const struct wmsg *m)
+{
+	struct task	*t;
+	char		*msg;
+
+	evbuffer_drain(in, WMSG_ERROR_SIZE);
+	msg = xmalloc((size_t)m->length + 1);
+	evbuffer_remove(in, msg, (size_t)m->length);
+	msg[m->length] = '\0';
+	t = worker_pop(w);
+	worker_retire(w, RETIRE_FAILED);
+	task_fail(t, w->pid, msg);
+	free(msg);
+	return (WORKER_STOPPED);
+}
+
+/* Handle one message of the head task. */
+static enum worker_progress
+worker_message(struct worker *w, struct task *t, struct evbuffer *in)
+{
+	unsigned char	 hdr[WMSG_MAX_SIZE];
+	struct wmsg	 m;
+	const char	*err;
+	size_t		 size;
+
+	if (!worker_need(w, in, WMSG_TYPE_SIZE))
+		return (WORKER_INCOMPLETE);
+	evbuffer_copyout(in, hdr, WMSG_TYPE_SIZE);
+	if ((size = wmsg_size(be32_get(hdr))) == 0) {
+		worker_corrupt(w, "unknown message");
+		return (WORKER_STOPPED);
+	}
+	if (!worker_need(w, in, size))
+		return (WORKER_INCOMPLETE);
+	evbuffer_copyout(in, hdr, size);
+	if (wmsg_get(hdr, size, &m, &err) == -1) {
+		worker_corrupt(w, err);
+		return (WORKER_STOPPED);
+	}
+	if (!worker_need(w, in, size + wmsg_payload(&m)))
+		return (WORKER_INCOMPLETE);
+	switch (m.type) {
+	case EMBER_RECORD_BATCH:
+		return (worker_batch(w, t, in, &m));
+	case EMBER_END_OF_DATA_SECTION:
+		evbuffer_drain(in, size);
+		return (WORKER_HANDLED);
+	case EMBER_TIMING_DATA:
+		return (worker_timing(w, t, in, &m));
+	case EMBER_END_OF_STREAM:
+		return (worker_end(w, in));
+	case EMBER_EXCEPTION_THROWN:
+		return (worker_exception(w, in, &m));
+	}
+	fatalx("%s: message %s", __func__, wmsg_type_name(m.type));
+}
+
+/* Relay what the worker sent, as far as its task may go right now. */
+static void
+worker_relay(struct worker *w)
+{
+	struct evbuffer	*in = channel_input(w->ch);
+	struct task	*t;
+
+	w->eof = channel_eof(w->ch);
+	while (w->state == WORKER_BUSY && (t = TAILQ_FIRST(&w->tasks)) != NULL) {
+		switch (worker_message(w, t, in)) {
+		case WORKER_HANDLED:
+			continue;
+		case WORKER_INCOMPLETE:
+			/* No more is coming: the worker died mid-task. */
+			if (w->eof)
+				worker_died(w);
+			return;
+		case WORKER_BLOCKED:
+		case WORKER_STOPPED:
+			return;
+		}
+	}
+	if (w->state == WORKER_IDLE && evbuffer_get_length(in) > 0)
+		worker_corrupt(w, "output while idle");
+	else if (w->state == WORKER_IDLE && w->eof)
+		worker_died(w);
+}
+
+/* Relay, then read on. */
+static void
+worker_process(struct worker *w)
+{
+	worker_relay(w);
+	if (w->state != WORKER_DEAD)
+		channel_resume(w->ch);
+}
+
+/* Look at the worker's output on the next loop turn. */
+void
+worker_kick(struct worker *w)
+{
+	event_active(w->kick, 0, 1);
+}
+
+/*
+ * A worker's own resident memory in bytes (RssAnon: not the pages of a
+ * broadcast it shares with the others, nor its code), or 0 if it cannot
+ * be read.
+ */
+static uint64_t
+worker_rss(pid_t pid)
+{
+	char			 path[64], line[128];
+	unsigned long long	 kb = 0;
+	FILE			*f;
+
+	snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return (0);
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (sscanf(line, "RssAnon: %llu kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	return ((uint64_t)kb * 1024);
+}
+
+/*
+ * Is an idle worker dying: a zombie, or a SIGKILL or SIGTERM pending?  A
+ * kill sent from outside just before a job arrives leaves the worker's
+ * socket open for a moment; /proc already knows.  Only asked of workers
+ * idle for a while, as it costs a read of /proc.
+ */
+static int
+worker_dying(const struct worker *w)
+{
+	char			 path[64], line[128];
+	unsigned long long	 mask;
+	const uint64_t		 fatal = 1ULL << (SIGKILL - 1) |
+				     1ULL << (SIGTERM - 1);
+	FILE			*f;
+	int			 dying = 0;
+
+	if (ember_now_ms() - w->idle_ms < WORKER_DYING_CHECK_MS)
+		return (0);
+	snprintf(path, sizeof path, "/proc/%ld/status", (long)w->pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return (1);
+	while (!dying && fgets(line, sizeof line, f) != NULL) {
+		if (strncmp(line, "State:", 6) == 0)
+			dying = strchr(line, 'Z') != NULL ||
+			    strchr(line, 'X') != NULL;
+		else if ((sscanf(line, "SigPnd: %llx", &mask) == 1 ||
+		    sscanf(line, "ShdPnd: %llx", &mask) == 1) && (mask & fatal))
+			dying = 1;
+	}
+	fclose(f);
+	return (dying);
+}
+
+/* Find an idle worker of p for a task of operation serial. */
+struct worker *
+worker_take_idle(struct pool *p, uint64_t serial)
+{
+	struct worker	*w, *first;
+
+	/*
+	 * An idle worker, preferring one that has this operation's plan.  One
+	 * found dead (killed while idle; the loop has not seen it yet) is
+	 * retired here, so the task goes to another instead of failing.
+	 */
+	for (;;) {
+		first = NULL;
+		TAILQ_FOREACH(w, &workers_idle, idle_entry) {
+			if (w->pool != p)
+				continue;
+			if (first == NULL)
+				first = w;
+			if (w->plan_serial == serial)
+				break;
+		}
+		if (w == NULL)
+			w = first;
+		if (w == NULL)
+			return (NULL);
+		if (channel_alive(w->ch) && !worker_dying(w))
+			return (w);
+		worker_retire(w, RETIRE_EXITED);
+	}
+}
+
+/* Find a busy worker that can take t behind the tasks it has. */
+struct worker *
+worker_take_behind(const struct task *t)
+{
+	struct worker	*w;
+	struct task	*head;
+
+	TAILQ_FOREACH(w, &workers, entry) {
+		if (w->state != WORKER_BUSY ||
+		    w->ntasks >= operation_pipeline_depth(t->op) ||
+		    !ember_conf.workers_reuse || (w->max_tasks > 0 &&
+		    w->tasks_run + (uint64_t)w->ntasks >= w->max_tasks))
+			continue;
+		head = TAILQ_FIRST(&w->tasks);
+		if (head->reply_mode && head->op == t->op)
+			return (w);
+	}
+	return (NULL);
+}
+
+/* Does the worker hold broadcast id? */
+static int
+worker_holds(const struct worker *w, int64_t id)
+{
+	size_t	i;
+
+	for (i = 0; i < w->nheld; i++) {
+		if (w->held[i] == id)
+			return (1);
+	}
+	return (0);
+}
+
+/*
+ * The broadcast changes of a descriptor: the task's broadcasts the worker
+ * lacks, then removals of what it holds and the task does not use.  The
+ * worker's list changes to match.  Returns the number of changes, in *out
+ * (to free).
+ */
+static size_t
+worker_broadcast_diff(struct worker *w, const struct task *t,
+    struct taskdesc_broadcast **out)
+{
+	struct broadcast *const		*use;
+	struct taskdesc_broadcast	*d;
+	size_t				 nuse, i, j, kept, n = 0;
+
+	use = operation_broadcasts(t->op, &nuse);
+	d = xreallocarray(NULL, nuse + w->nheld + 1, sizeof *d);
+	for (i = 0; i < nuse; i++) {
+		if (worker_holds(w, broadcast_id(use[i])))
+			continue;
+		d[n].id = broadcast_id(use[i]);
+		d[n].path = broadcast_path(use[i]);
+		d[n++].size = broadcast_size(use[i]);
+		ember_counters.broadcasts_sent++;
+		ember_counters.broadcast_bytes_sent +=
+		    (uint64_t)broadcast_size(use[i]);
+	}
+	for (i = kept = 0; i < w->nheld; i++) {
+		for (j = 0; j < nuse; j++) {
+			if (broadcast_id(use[j]) == w->held[i])
+				break;
+		}
+		if (j < nuse) {
+			w->held[kept++] = w->held[i];
+			continue;
+		}
+		d[n].id = w->held[i];
+		d[n].path = NULL;
+		d[n++].size = 0;
+		ember_counters.broadcasts_removed++;
+	}
+	w->nheld = kept;
+	for (i = 0; i < n; i++) {
+		if (d[i].path == NULL)
+			continue;
+		w->held = xreallocarray(w->held, w->nheld + 1, sizeof *w->held);
+		w->held[w->nheld++] = d[i].id;
+	}
+	*out = d;
+	return (n);
+}
+
+/* Write a task descriptor; the plan goes only to a worker without it. */
+void
+worker_assign(struct worker *w, struct task *t)
+{
+	struct taskdesc			 d;
+	struct taskdesc_broadcast	*b;
+	size_t				 nb;
+	const char			*plan = NULL;
+	char				 name[32];
+
+	operation_describe_task(t->op, t, &d, name, sizeof name);
+	nb = worker_broadcast_diff(w, t, &b);
+	if (w->plan_serial != operation_serial(t->op)) {
+		plan = operation_plan_text(t->op);
+		w->plan_serial = operation_serial(t->op);
+	}
+	taskdesc_encode(channel_output(w->ch), &d, b, nb, plan);
+	free(b);
+	w->unflushed = 1;
+
+	if (w->state == WORKER_IDLE) {
+		worker_leave_idle(w, WORKER_BUSY);
+		w->task_ms = ember_now_ms();
+		if (w->tasks_run > 0) {
+			ember_counters.worker_reuses++;
+			pool_count_reuse(w->pool);
+		}
+	}
+	TAILQ_INSERT_TAIL(&w->tasks, t, queue_entry);
+	w->ntasks++;
+	task_assign(t, w);
+}
+
+/* Write the descriptors assigned since the last flush. */
+void
+worker_flush_all(void)
+{
+	struct worker	*w;
+
+	TAILQ_FOREACH(w, &workers, entry) {
+		if (w->unflushed) {
+			w->unflushed = 0;
+			channel_flush(w->ch);
+		}
+	}
+}
+
+/* Take a task being stopped off its worker, and retire the worker. */
+void
+worker_cancel_task(struct worker *w, struct task *t)
+{
+	TAILQ_REMOVE(&w->tasks, t, queue_entry);
+	w->ntasks--;
+	worker_retire(w, RETIRE_INTERRUPTED);
+}
+
+/* Note a worker's exit. */
+void
+worker_exited(struct worker *w, int status)
+{
+	char	cause[128];
+
+	w->exited = 1;
+	w->status = status;
+	log_describe_wait(status, cause, sizeof cause);
+	log_debug("worker %ld %s", (long)w->pid, cause);
+	if (w->state == WORKER_DEAD) {
+		worker_free(w);
+		return;
+	}
+	/* Gone on its own: relay what it left, then report its task. */
+	worker_kick(w);
+}
+
+/* Retire the workers of a pool whose fork-server died. */
+void
+worker_lost_pool(struct pool *p, const char *why)
+{
+	struct worker	*w, *next;
+	struct task	*t;
+
+	TAILQ_FOREACH_SAFE(w, &workers, entry, next) {
+		if (w->pool != p)
+			continue;
+		/* Its workers die with it; no exit report will come. */
+		t = w->ntasks > 0 ? worker_pop(w) : NULL;
+		w->exited = 1;
+		if (w->state == WORKER_DEAD)
+			event_active(w->kick, 0, 1);
+		worker_retire(w, RETIRE_FORKSERVER);
+		if (t != NULL)
+			task_fail(t, w->pid, why);
+	}
+}
+
+/* Fail a busy worker's task for a limit it went past, and kill it. */
+static void
+worker_limit(struct worker *w, enum retire_cause cause, const char *why)
+{
+	struct task	*t = worker_pop(w);
+
+	log_warn("worker %ld: %s", (long)w->pid, why);
+	worker_retire(w, cause);
+	task_fail(t, w->pid, why);
+}
+
+/* Check a busy worker against workers.task_timeout and max_memory. */
+static void
+worker_check(struct worker *w, uint64_t now)
+{
+	uint64_t	rss;
+	char		why[160];
+
+	if (ember_conf.workers_task_timeout > 0 && now - w->task_ms >
+	    (uint64_t)ember_conf.workers_task_timeout) {
+		snprintf(why, sizeof why, "exceeded workers.task_timeout "
+		    "(%lldms): killed after %llums",
+		    (long long)ember_conf.workers_task_timeout,
+		    (unsigned long long)(now - w->task_ms));
+		worker_limit(w, RETIRE_TASK_TIMEOUT, why);
+		return;
+	}
+	if (ember_conf.workers_max_memory > 0 && (rss = worker_rss(w->pid)) >
+	    (uint64_t)ember_conf.workers_max_memory) {
+		snprintf(why, sizeof why, "exceeded workers.max_memory "
+		    "(resident %llu MiB, limit %llu MiB): killed",
+		    (unsigned long long)(rss >> 20),
+		    (unsigned long long)(ember_conf.workers_max_memory >> 20));
+		worker_limit(w, RETIRE_MAX_MEMORY, why);
+	}
+}
+
+/* Check every busy worker's limits. */
+void
+worker_check_limits(void)
+{
+	struct worker	*w, *next;
+	uint64_t	 now = ember_now_ms();
+
+	TAILQ_FOREACH_SAFE(w, &workers, entry, next) {
+		if (w->state == WORKER_BUSY)
+			worker_check(w, now);
+	}
+}
+
+/* Retire p's idle workers past workers.idle_timeout, keeping keep. */
+void
+worker_expire_idle(struct pool *p, int keep)
+{
+	struct worker	*w, *next;
+	uint64_t	 now = ember_now_ms();
+
+	/* Most recently idle first: the oldest are last. */
+	TAILQ_FOREACH_SAFE(w, &workers_idle, idle_entry, next) {
+		if (w->pool != p || keep-- > 0)
+			continue;
+		if (ember_conf.workers_idle_timeout > 0 && now - w->idle_ms >
+		    (uint64_t)ember_conf.workers_idle_timeout)
+			worker_retire(w, RETIRE_IDLE_TIMEOUT);
+	}
+}
+
+/* Retire the newest idle worker of another pool. */
+int
+worker_evict_other(const struct pool *p)
+{
+	struct worker	*w;
+
+	TAILQ_FOREACH_REVERSE(w, &workers, worker_list, entry) {
+		if (w->state == WORKER_IDLE && w->pool != p) {
+			worker_retire(w, RETIRE_EVICTED);
+			return (0);
+		}
+	}
+	return (-1);
+}
+
+/* Describe one worker for status. */
+static json_t *
+worker_status(const struct worker *w, uint64_t now)
+{
+	json_t		*o, *held;
+	struct task	*t;
+	size_t		 i;
+
+	o = json_pack("{s:I,s:s,s:I,s:I,s:I}", "pid", (json_int_t)w->pid,
+	    "state", worker_state_names[w->state], "tasks",
+	    (json_int_t)w->tasks_run, "age_ms",
+	    (json_int_t)(now - w->started_ms), "rss_kb",
+	    (json_int_t)(worker_rss(w->pid) >> 10));
+	held = json_array();
+	for (i = 0; i < w->nheld; i++)
+		json_array_append_new(held, json_integer(w->held[i]));
+	json_object_set_new(o, "broadcasts", held);
+	if ((t = TAILQ_FIRST(&w->tasks)) != NULL)
+		json_object_set_new(o, "task", json_pack("{s:s,s:i,s:I}",
+		    "operation", operation_id(t->op), "partition",
+		    t->partition, "age_ms", (json_int_t)(now - w->task_ms)));
+	return (o);
+}
+
+/* Describe every worker for status. */
+json_t *
+worker_status_all(void)
+{
+	json_t		*a = json_array();
+	struct worker	*w;
+	uint64_t	 now = ember_now_ms();
+
+	TAILQ_FOREACH(w, &workers, entry)
+		json_array_append_new(a, worker_status(w, now));
+	return (a);
+}

@@ -17,11 +17,13 @@ main(void)
 	sr = srunner_create(conf_suite());
 	srunner_add_suite(sr, frame_suite());
 	srunner_add_suite(sr, jread_suite());
+	srunner_add_suite(sr, log_suite());
 	srunner_add_suite(sr, plan_suite());
 	srunner_add_suite(sr, plugin_suite());
 	srunner_add_suite(sr, broadcast_suite());
 	srunner_add_suite(sr, ops_suite());
 	srunner_add_suite(sr, split_suite());
+	srunner_add_suite(sr, wmsg_suite());
 
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);

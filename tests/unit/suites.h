@@ -8,9 +8,11 @@ Suite	*broadcast_suite(void);
 Suite	*conf_suite(void);
 Suite	*frame_suite(void);
 Suite	*jread_suite(void);
+Suite	*log_suite(void);
 Suite	*ops_suite(void);
 Suite	*plan_suite(void);
 Suite	*plugin_suite(void);
 Suite	*split_suite(void);
+Suite	*wmsg_suite(void);
 
 #endif

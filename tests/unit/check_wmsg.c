@@ -1,0 +1,329 @@
+/*
+ * Tests for common/wmsg.c and common/taskdesc.c: every worker message and
+ * task descriptor decodes to what was encoded, and a message of the wrong
+ * length or with a field out of range is refused with a reason.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "frame.h"
+#include "protocol.h"
+#include "suites.h"
+#include "taskdesc.h"
+#include "wmsg.h"
+
+/* Encode m, check its size, decode it and compare. */
+static void
+wmsg_round_trip(const struct wmsg *m, size_t size)
+{
+	unsigned char	 buf[WMSG_MAX_SIZE + 4];
+	struct wmsg	 got;
+	const char	*err = NULL;
+
+	ck_assert_uint_eq(wmsg_put(buf, m), size);
+	ck_assert_uint_eq(wmsg_size(m->type), size);
+	ck_assert_int_eq(be32_get(buf), m->type);
+	ck_assert_int_eq(wmsg_get(buf, size, &got, &err), 0);
+	ck_assert_int_eq(got.type, m->type);
+	ck_assert_int_eq(got.records, m->records);
+	ck_assert_int_eq(got.length, m->length);
+	/* One byte less is short, one more is not at the end. */
+	ck_assert_int_eq(wmsg_get(buf, size - 1, &got, &err), -1);
+	ck_assert_str_eq(err, "message too short");
+	ck_assert_int_eq(wmsg_get(buf, size + 1, &got, &err), -1);
+	ck_assert_str_eq(err, "not at end");
+}
+
+START_TEST(test_wmsg_round_trip)
+{
+	struct wmsg	batch = { EMBER_RECORD_BATCH, 7, 1234 };
+	struct wmsg	timing = { EMBER_TIMING_DATA, 0, EMBER_METRIC_COUNT };
+	struct wmsg	error = { EMBER_EXCEPTION_THROWN, 0, 5 };
+	struct wmsg	eod = { EMBER_END_OF_DATA_SECTION, 0, 0 };
+	struct wmsg	eos = { EMBER_END_OF_STREAM, 0, 0 };
+
+	wmsg_round_trip(&batch, 12);
+	wmsg_round_trip(&timing, 8);
+	wmsg_round_trip(&error, 8);
+	wmsg_round_trip(&eod, 4);
+	wmsg_round_trip(&eos, 4);
+	ck_assert_uint_eq(wmsg_payload(&batch), 1234);
+	ck_assert_uint_eq(wmsg_payload(&timing), 8 * EMBER_METRIC_COUNT);
+	ck_assert_uint_eq(wmsg_payload(&error), 5);
+	ck_assert_uint_eq(wmsg_payload(&eos), 0);
+}
+END_TEST
+
+START_TEST(test_wmsg_names)
+{
+	ck_assert_str_eq(wmsg_type_name(EMBER_RECORD_BATCH), "RECORD_BATCH");
+	ck_assert_str_eq(wmsg_type_name(EMBER_TIMING_DATA), "TIMING_DATA");
+	ck_assert_str_eq(wmsg_type_name(EMBER_EXCEPTION_THROWN),
+	    "EXCEPTION_THROWN");
+	ck_assert_str_eq(wmsg_type_name(EMBER_END_OF_DATA_SECTION),
+	    "END_OF_DATA_SECTION");
+	ck_assert_str_eq(wmsg_type_name(EMBER_END_OF_STREAM), "END_OF_STREAM");
+	ck_assert_str_eq(wmsg_type_name(EMBER_NULL), "unknown");
+	ck_assert_str_eq(wmsg_type_name(42), "unknown");
+}
+END_TEST
+
+/* Decode a header built by hand; return the error, NULL if it decoded. */
+static const char *
+wmsg_decode3(int32_t type, int32_t a, int32_t b, size_t len)
+{
+	unsigned char	 buf[12];
+	struct wmsg	 m;
+	const char	*err = NULL;
+
+	be32_put(buf, type);
+	be32_put(buf + 4, a);
+	be32_put(buf + 8, b);
+	if (wmsg_get(buf, len, &m, &err) == 0)
+		return (NULL);
+	return (err);
+}
+
+START_TEST(test_wmsg_refused)
+{
+	ck_assert_ptr_null(wmsg_decode3(EMBER_RECORD_BATCH, 0, 0, 12));
+	ck_assert_str_eq(wmsg_decode3(EMBER_RECORD_BATCH, -1, 0, 12),
+	    "bad record batch");
+	ck_assert_str_eq(wmsg_decode3(EMBER_RECORD_BATCH, 1, -1, 12),
+	    "bad record batch");
+	ck_assert_str_eq(wmsg_decode3(EMBER_RECORD_BATCH, 1,
+	    EMBER_MAX_BATCH + 1, 12), "bad record batch");
+	ck_assert_ptr_null(wmsg_decode3(EMBER_RECORD_BATCH, 1,
+	    EMBER_MAX_BATCH, 12));
+	ck_assert_str_eq(wmsg_decode3(EMBER_TIMING_DATA, -1, 0, 8),
+	    "bad metrics count");
+	ck_assert_str_eq(wmsg_decode3(EMBER_TIMING_DATA, WMSG_MAX_METRICS + 1,
+	    0, 8), "bad metrics count");
+	ck_assert_ptr_null(wmsg_decode3(EMBER_TIMING_DATA, WMSG_MAX_METRICS,
+	    0, 8));
+	ck_assert_str_eq(wmsg_decode3(EMBER_EXCEPTION_THROWN,
+	    EMBER_MAX_ERROR_FRAME + 1, 0, 8), "bad error frame");
+	ck_assert_str_eq(wmsg_decode3(EMBER_EXCEPTION_THROWN, -1, 0, 8),
+	    "bad error frame");
+	ck_assert_str_eq(wmsg_decode3(EMBER_NULL, 0, 0, 4), "unknown message");
+	ck_assert_str_eq(wmsg_decode3(7, 0, 0, 4), "unknown message");
+	ck_assert_str_eq(wmsg_decode3(EMBER_END_OF_STREAM, 0, 0, 3),
+	    "message too short");
+	ck_assert_str_eq(wmsg_decode3(EMBER_END_OF_STREAM, 0, 0, 0),
+	    "message too short");
+}
+END_TEST
+
+START_TEST(test_wmsg_metrics)
+{
+	const int64_t	 in[3] = { 1, -2, INT64_MAX };
+	int64_t		 out[EMBER_METRIC_COUNT], small[2];
+	unsigned char	 buf[3 * WMSG_METRIC_SIZE + 1];
+	const char	*err;
+
+	ck_assert_uint_eq(wmsg_put_metrics(buf, in, 3), 24);
+	memset(out, 0x55, sizeof out);
+	ck_assert_int_eq(wmsg_get_metrics(buf, 24, 3, out, EMBER_METRIC_COUNT,
+	    &err), 0);
+	ck_assert_int_eq(out[0], 1);
+	ck_assert_int_eq(out[1], -2);
+	ck_assert_int_eq(out[2], INT64_MAX);
+	/* The ones not sent stay as they were. */
+	ck_assert_int_eq(out[3], 0x5555555555555555LL);
+	/* Those past what the reader knows are skipped. */
+	ck_assert_int_eq(wmsg_get_metrics(buf, 24, 3, small, 2, &err), 0);
+	ck_assert_int_eq(small[1], -2);
+	ck_assert_int_eq(wmsg_get_metrics(buf, 23, 3, out, 5, &err), -1);
+	ck_assert_str_eq(err, "message too short");
+	ck_assert_int_eq(wmsg_get_metrics(buf, 25, 3, out, 5, &err), -1);
+	ck_assert_str_eq(err, "not at end");
+	ck_assert_int_eq(wmsg_get_metrics(buf, 0, -1, out, 5, &err), -1);
+	ck_assert_str_eq(err, "bad metrics count");
+}
+END_TEST
+
+/* Encode d, take the frame off and decode it into got. */
+static void
+taskdesc_round_trip(const struct taskdesc *d,
+    const struct taskdesc_broadcast *b, size_t nb, const char *plan,
+    struct taskdesc *got)
+{
+	struct evbuffer	*out = evbuffer_new();
+	unsigned char	*data;
+	size_t		 len;
+	char		*err = NULL;
+
+	taskdesc_encode(out, d, b, nb, plan);
+	len = evbuffer_get_length(out);
+	ck_assert_uint_ge(len, 4);
+	data = evbuffer_pullup(out, -1);
+	ck_assert_uint_eq((size_t)be32_get(data), len - 4);
+	if (taskdesc_decode((char *)data + 4, len - 4, got, &err) != 0)
+		ck_abort_msg("decode: %s", err);
+	evbuffer_free(out);
+	ck_assert_str_eq(got->operation, d->operation);
+	ck_assert_int_eq(got->partition, d->partition);
+	ck_assert_int_eq(got->partitions, d->partitions);
+	ck_assert_int_eq(got->mode, d->mode);
+}
+
+START_TEST(test_taskdesc_modes)
+{
+	struct taskdesc	d = { .operation = "op-1", .partition = 2,
+			    .partitions = 3 };
+	struct taskdesc	got;
+	int		mode, fn;
+
+	for (mode = MODE_RECORDS; mode <= MODE_COUNT_BY_VALUE; mode++) {
+		d.mode = (enum taskdesc_mode)mode;
+		taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+		ck_assert_ptr_null(got.plan);
+		ck_assert_ptr_null(got.broadcasts);
+		taskdesc_clear(&got);
+	}
+	d.mode = MODE_REDUCE;
+	for (fn = REDUCE_SUM; fn <= REDUCE_MAX; fn++) {
+		d.fn = (enum reduce_fn)fn;
+		taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+		ck_assert_int_eq(got.fn, fn);
+		taskdesc_clear(&got);
+	}
+}
+END_TEST
+
+START_TEST(test_taskdesc_save_plan_broadcasts)
+{
+	struct taskdesc			d = { .operation = "op-\"2\"",
+					    .partition = 0, .partitions = 1,
+					    .mode = MODE_SAVE,
+					    .save_dir = "/out/dir \"q\"\\",
+					    .save_name = "part-00000" };
+	struct taskdesc_broadcast	b[2] = {
+		{ 5, "/var/lib/é\"x", 1234 },
+		{ 3, NULL, 0 },
+	};
+	struct taskdesc			got;
+	json_t				*plan = json_pack("{s:{s:{s:i,s:i}}}",
+					    "source", "range", "start", 0,
+					    "end", 10);
+	json_t				*files = json_pack("[{s:s,s:i}]",
+					    "path", "/a", "size", 7);
+	char				*members;
+
+	members = taskdesc_encode_plan(plan, files);
+	taskdesc_round_trip(&d, b, 2, members, &got);
+	ck_assert_str_eq(got.save_dir, d.save_dir);
+	ck_assert_str_eq(got.save_name, d.save_name);
+	ck_assert(json_equal(got.plan, plan));
+	ck_assert_uint_eq(json_array_size(got.files), 1);
+	ck_assert_uint_eq(json_array_size(got.broadcasts), 2);
+	ck_assert_int_eq(json_integer_value(json_object_get(
+	    json_array_get(got.broadcasts, 0), "id")), 5);
+	ck_assert_str_eq(json_string_value(json_object_get(
+	    json_array_get(got.broadcasts, 0), "path")), "/var/lib/é\"x");
+	ck_assert_int_eq(json_integer_value(json_object_get(
+	    json_array_get(got.broadcasts, 0), "size")), 1234);
+	/* A removal of broadcast 3 is written -3-1. */
+	ck_assert_int_eq(json_integer_value(json_object_get(
+	    json_array_get(got.broadcasts, 1), "id")), -4);
+	taskdesc_clear(&got);
+	free(members);
+	json_decref(plan);
+}
+END_TEST
+
+/* Decode a descriptor text; return the error, NULL if it decoded. */
+static char *
+taskdesc_error(const char *text)
+{
+	struct taskdesc	 d;
+	char		*err = NULL;
+	int		 rc;
+
+	rc = taskdesc_decode(text, strlen(text), &d, &err);
+	taskdesc_clear(&d);
+	if (rc == 0)
+		return (NULL);
+	ck_assert_ptr_nonnull(err);
+	return (err);
+}
+
+/* Check that text is refused with want. */
+static void
+taskdesc_refused(const char *text, const char *want)
+{
+	char	*err = taskdesc_error(text);
+
+	if (err == NULL)
+		ck_abort_msg("%s: decoded", text);
+	ck_assert_str_eq(err, want);
+	free(err);
+}
+
+START_TEST(test_taskdesc_refused)
+{
+	ck_assert_ptr_null(taskdesc_error("{\"operation\":\"o\","
+	    "\"partition\":0,\"partitions\":1}"));
+	taskdesc_refused("[1]", "not a JSON object");
+	taskdesc_refused("{\"partition\":0,\"partitions\":1}",
+	    "operation: missing");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":1,"
+	    "\"partitions\":1}", "partition: must be from 0 to 0");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":0}", "partitions: must be from 1 to 1000000");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":1,\"mode\":\"sort\"}", "mode: unknown mode \"sort\"");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":1,\"mode\":\"reduce\",\"fn\":\"avg\"}",
+	    "fn: expected \"sum\", \"min\" or \"max\"");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":1,\"mode\":\"save\",\"save\":{\"dir\":\"/d\","
+	    "\"name\":\"../x\"}}", "save.name: \"../x\" is not a file name");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":1,\"mode\":\"save\",\"save\":{\"dir\":\"\","
+	    "\"name\":\"x\"}}", "save.dir: is empty");
+}
+END_TEST
+
+START_TEST(test_taskdesc_names)
+{
+	enum taskdesc_mode	mode;
+	enum reduce_fn		fn;
+
+	ck_assert_int_eq(taskdesc_mode_from_string("count_by_value", &mode),
+	    0);
+	ck_assert_int_eq(mode, MODE_COUNT_BY_VALUE);
+	ck_assert_str_eq(taskdesc_mode_name(MODE_SAVE), "save");
+	ck_assert_int_eq(taskdesc_mode_from_string("iterate", &mode), -1);
+	ck_assert_int_eq(reduce_fn_from_string("min", &fn), 0);
+	ck_assert_int_eq(fn, REDUCE_MIN);
+	ck_assert_str_eq(reduce_fn_name(REDUCE_MAX), "max");
+	ck_assert_int_eq(reduce_fn_from_string("Sum", &fn), -1);
+}
+END_TEST
+
+Suite *
+wmsg_suite(void)
+{
+	Suite	*s = suite_create("wmsg");
+	TCase	*tc;
+
+	tc = tcase_create("worker messages");
+	tcase_add_test(tc, test_wmsg_round_trip);
+	tcase_add_test(tc, test_wmsg_names);
+	tcase_add_test(tc, test_wmsg_refused);
+	tcase_add_test(tc, test_wmsg_metrics);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("task descriptors");
+	tcase_add_test(tc, test_taskdesc_modes);
+	tcase_add_test(tc, test_taskdesc_save_plan_broadcasts);
+	tcase_add_test(tc, test_taskdesc_refused);
+	tcase_add_test(tc, test_taskdesc_names);
+	suite_add_tcase(s, tc);
+	return (s);
+}

@@ -1,3 +1,4 @@
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,19 +263,25 @@ operation_retire(struct operation *op, struct task *t)
 	task_free(t);
 }
 
-/* Free an operation: its tasks are stopped and its workers not reused. */
+/*
+ * Free an operation: its tasks are stopped and its workers not reused.
+ * One refused before it started is in no list and has no task.
+ */
 static void
 operation_free(struct operation *op)
 {
 	struct task	*t;
+	int		 started = op->session != NULL;
 
 	while ((t = TAILQ_FIRST(&op->tasks)) != NULL)
 		operation_retire(op, t);
-	log_debug("operation %s ended: %lld records sent", op->id,
-	    (long long)op->records_sent);
-	TAILQ_REMOVE(&operations, op, entry);
-	noperations--;
-	session_remove_operation(op->session, op);
+	if (started) {
+		log_debug("operation %s ended: %lld records sent", op->id,
+		    (long long)op->records_sent);
+		TAILQ_REMOVE(&operations, op, entry);
+		noperations--;
+		session_remove_operation(op->session, op);
+	}
 	if (op->commit != NULL) {
 		commit_abort(op->commit);	/* a no-op once committed */
 		commit_free(op->commit);
@@ -287,7 +294,8 @@ operation_free(struct operation *op)
 	plan_free(op->plan);
 	free(op->plan_text);
 	free(op);
-	ember_check_drained();
+	if (started)
+		ember_check_drained();
 }
 
 /* Give the connection back to control frames and free the operation. */
@@ -625,17 +633,6 @@ operation_option_keys(enum action action)
 	}
 }
 
-/* Free an operation refused before it started. */
-static void
-operation_discard(struct operation *op)
-{
-	while (op->nbroadcasts > 0)
-		broadcast_unuse(op->broadcasts[--op->nbroadcasts]);
-	free(op->broadcasts);
-	plan_free(op->plan);
-	free(op);
-}
-
 /* Read the options of an action; -1 with *err.  *path, *overwrite: save. */
 static int
 operation_read_options(struct operation *op, json_t *options,
@@ -680,125 +677,137 @@ fail:
 	return (-1);
 }
 
-void
-operation_execute(struct connection *c, struct session *s, json_t *req)
+/* Set the class and message of a refused request; returns -1. */
+static int
+operation_refuse(const char **class, char **err, const char *c,
+    const char *fmt, ...)
+{
+	va_list	ap;
+
+	*class = c;
+	va_start(ap, fmt);
+	xvasprintf(err, fmt, ap);
+	va_end(ap);
+	return (-1);
+}
+
+/* Read the request's members but the plan: its action, options and id. */
+static int
+operation_read_head(struct operation *op, json_t *req, const char **save_path,
+    int *overwrite, const char **class, char **err)
 {
 	static const char *const keys[] = { "op", "plan", "action", "options",
 	    "operation", NULL };
-	struct operation	*op;
-	const char		*action = NULL, *id = NULL;
-	json_t			*plan_json = NULL, *options = NULL;
-	struct plan		*plan = NULL;
-	const char		*save_path = NULL;
-	int			 overwrite = 0;
-	uid_t			 job_uid;
-	gid_t			 job_gid;
-	char			*err = NULL;
-	uuid_t			 u;
-	size_t			 i;
+	const char	*action = NULL, *id = NULL;
+	json_t		*options = NULL;
+	char		*e = NULL;
+	uuid_t		 u;
+	size_t		 i;
 
-	if (jread_only(req, "", keys, &err) == -1 ||
+	if (jread_only(req, "", keys, &e) == -1 ||
 	    jread_string(req, "", "action", JREAD_REQUIRED, &action,
-	    &err) == -1 ||
+	    &e) == -1 ||
 	    jread_object(req, "", "options", JREAD_OPTIONAL, &options,
-	    &err) == -1 ||
-	    jread_string(req, "", "operation", JREAD_OPTIONAL, &id,
-	    &err) == -1) {
-		connection_reply_error(c, "REQUEST_INVALID", "execute: %s", err);
-		free(err);
-		return;
+	    &e) == -1 ||
+	    jread_string(req, "", "operation", JREAD_OPTIONAL, &id, &e) == -1) {
+		operation_refuse(class, err, "REQUEST_INVALID", "execute: %s",
+		    e);
+		free(e);
+		return (-1);
 	}
-	if (id != NULL && (uuid_parse(id, u) == -1 || strlen(id) != 36)) {
-		connection_reply_error(c, "REQUEST_INVALID",
-		    "operation: \"%s\" is not a UUID", id);
-		return;
-	}
-	if (id != NULL && operation_find(id) != NULL) {
-		connection_reply_error(c, "OPERATION_EXISTS",
-		    "operation %s already exists", id);
-		return;
-	}
-	op = xcalloc(1, sizeof *op);
+	if (id != NULL && (uuid_parse(id, u) == -1 || strlen(id) != 36))
+		return (operation_refuse(class, err, "REQUEST_INVALID",
+		    "operation: \"%s\" is not a UUID", id));
+	if (id != NULL && operation_find(id) != NULL)
+		return (operation_refuse(class, err, "OPERATION_EXISTS",
+		    "operation %s already exists", id));
 	for (i = 0; i < sizeof action_names / sizeof action_names[0]; i++) {
 		if (strcmp(action, action_names[i]) == 0)
 			break;
 	}
-	if (i == sizeof action_names / sizeof action_names[0]) {
-		connection_reply_error(c, "ACTION_INVALID", "action: unknown "
-		    "action \"%s\" (expected iterate, collect, count, "
-		    "count_by_value, reduce or save)", action);
-		free(op);
-		return;
-	}
+	if (i == sizeof action_names / sizeof action_names[0])
+		return (operation_refuse(class, err, "ACTION_INVALID",
+		    "action: unknown action \"%s\" (expected iterate, collect, "
+		    "count, count_by_value, reduce or save)", action));
 	op->action = (enum action)i;
-	if (operation_read_options(op, options, &save_path, &overwrite,
-	    &err) == -1) {
-		connection_reply_error(c, "ACTION_INVALID", "%s", err);
-		free(err);
-		free(op);
-		return;
-	}
-
-	plan_json = json_object_get(req, "plan");
-	if (plan_json == NULL) {
-		connection_reply_error(c, "PLAN_INVALID", "plan: missing");
-		free(op);
-		return;
-	}
-	if (plan_parse(plan_json, &plan, &err) == -1 ||
-	    plan_check_resources(plan, &err) == -1) {
-		connection_reply_error(c, "PLAN_INVALID", "%s", err);
-		free(err);
-		if (plan != NULL)
-			plan_free(plan);
-		free(op);
-		return;
-	}
-	plan_set_partitions(plan, ember_workers_max());
-	op->plan = plan;
-	if (operation_find_broadcasts(op, s, &err) == -1) {
-		connection_reply_error(c, "PLAN_INVALID", "%s", err);
-		free(err);
-		operation_discard(op);
-		return;
-	}
-
+	*class = "ACTION_INVALID";
+	if (operation_read_options(op, options, save_path, overwrite,
+	    err) == -1)
+		return (-1);
 	if (id != NULL)
 		strcpy(op->id, id);
 	else {
 		uuid_generate(u);
 		uuid_unparse_lower(u, op->id);
 	}
-	if (op->action == ACTION_SAVE && (session_job_user(session_uid(s),
-	    session_gid(s), &job_uid, &job_gid) == -1 ||
-	    (op->commit = commit_begin(save_path, overwrite, op->id, job_uid,
-	    job_gid, &err)) == NULL)) {
-		if (err == NULL)
-			err = xstrdup("options.path: no user to write it as");
-		connection_reply_error(c, "ACTION_INVALID", "%s", err);
-		free(err);
-		operation_discard(op);
-		return;
-	}
+	return (0);
+}
+
+/* Read and check the plan, and find the broadcasts it uses. */
+static int
+operation_read_plan(struct operation *op, struct session *s, json_t *req,
+    const char **class, char **err)
+{
+	json_t	*plan_json = json_object_get(req, "plan");
+
+	*class = "PLAN_INVALID";
+	if (plan_json == NULL)
+		return (operation_refuse(class, err, "PLAN_INVALID",
+		    "plan: missing"));
+	if (plan_parse(plan_json, &op->plan, err) == -1 ||
+	    plan_check_resources(op->plan, err) == -1 ||
+	    operation_find_broadcasts(op, s, err) == -1)
+		return (-1);
+	plan_set_partitions(op->plan, ember_workers_max());
+	op->npartitions = op->plan->partitions;
+	op->plan_text = taskdesc_encode_plan(plan_json,
+	    op->plan->source == PLAN_SOURCE_TEXT ?
+	    plan_files_to_json(op->plan) : NULL);
+	return (0);
+}
+
+/* Make what the action gathers: the result, or the save's commit. */
+static int
+operation_prepare(struct operation *op, struct session *s,
+    const char *save_path, int overwrite, const char **class, char **err)
+{
+	uid_t	uid;
+	gid_t	gid;
+
 	if (op->action == ACTION_COUNT_BY_VALUE)
 		op->result = result_create(RESULT_COUNT_BY_VALUE, op->fn);
 	else if (op->action == ACTION_REDUCE)
 		op->result = result_create(RESULT_REDUCE, op->fn);
+	if (op->action != ACTION_SAVE)
+		return (0);
+	*class = "ACTION_INVALID";
+	if (session_job_user(session_uid(s), session_gid(s), &uid, &gid) == -1)
+		return (operation_refuse(class, err, "ACTION_INVALID",
+		    "options.path: no user to write it as"));
+	if ((op->commit = commit_begin(save_path, overwrite, op->id, uid, gid,
+	    err)) == NULL)
+		return (-1);
+	return (0);
+}
+
+/* Start a checked operation: list it, answer or hold the connection, and
+ * start its first tasks. */
+static void
+operation_start(struct operation *op, struct connection *c,
+    struct session *s)
+{
 	op->serial = operation_next_serial++;
 	op->session = s;
 	op->conn = c;
-	op->plan_text = taskdesc_encode_plan(plan_json,
-	    plan->source == PLAN_SOURCE_TEXT ? plan_files_to_json(plan) : NULL);
-	op->npartitions = plan->partitions;
 	op->requested = op->action == ACTION_COLLECT;
 	op->started_ms = ember_now_ms();
-	TAILQ_INIT(&op->tasks);
 	TAILQ_INSERT_TAIL(&operations, op, entry);
 	noperations++;
 	session_add_operation(s, op);
 	ember_counters.operations++;
 	log_debug("operation %s: %s of %d partitions for pid %ld", op->id,
-	    action, op->npartitions, (long)connection_pid(c));
+	    action_names[op->action], op->npartitions,
+	    (long)connection_pid(c));
 
 	if (!ACTION_STREAMS(op->action)) {
 		connection_busy_begin(c, op);
@@ -810,6 +819,30 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	connection_stream_begin(c, op);
 	operation_fill(op);
 	operation_pump(op);
+}
+
+/* execute: read and check the request, then start the operation. */
+void
+operation_execute(struct connection *c, struct session *s, json_t *req)
+{
+	struct operation	*op;
+	const char		*class = NULL, *save_path = NULL;
+	int			 overwrite = 0;
+	char			*err = NULL;
+
+	op = xcalloc(1, sizeof *op);
+	TAILQ_INIT(&op->tasks);
+	if (operation_read_head(op, req, &save_path, &overwrite, &class,
+	    &err) == -1 ||
+	    operation_read_plan(op, s, req, &class, &err) == -1 ||
+	    operation_prepare(op, s, save_path, overwrite, &class,
+	    &err) == -1) {
+		connection_reply_error(c, class, "%s", err);
+		free(err);
+		operation_free(op);
+		return;
+	}
+	operation_start(op, c, s);
 }
 
 json_t *

@@ -24,14 +24,13 @@ jread_fail(char **err, const char *path, const char *fmt, ...)
 	char	*msg;
 
 	va_start(ap, fmt);
-	if (vasprintf(&msg, fmt, ap) == -1)
-		msg = NULL;
+	xvasprintf(&msg, fmt, ap);
 	va_end(ap);
-	if (path != NULL && *path != '\0')
-		xasprintf(err, "%s: %s", path, msg != NULL ? msg : "invalid");
-	else
-		*err = xstrdup(msg != NULL ? msg : "invalid");
-	free(msg);
+	if (path != NULL && *path != '\0') {
+		xasprintf(err, "%s: %s", path, msg);
+		free(msg);
+	} else
+		*err = msg;
 	return (-1);
 }
 

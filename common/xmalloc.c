@@ -73,15 +73,23 @@ xstrndup(const char *s, size_t n)
 }
 
 int
+xvasprintf(char **out, const char *fmt, va_list ap)
+{
+	int	n;
+
+	if ((n = vasprintf(out, fmt, ap)) == -1)
+		fatal("xvasprintf");
+	return (n);
+}
+
+int
 xasprintf(char **out, const char *fmt, ...)
 {
 	va_list	ap;
 	int	n;
 
 	va_start(ap, fmt);
-	n = vasprintf(out, fmt, ap);
+	n = xvasprintf(out, fmt, ap);
 	va_end(ap);
-	if (n == -1)
-		fatal("xasprintf");
 	return (n);
 }

@@ -2,6 +2,7 @@
 #ifndef EMBER_XMALLOC_H
 #define EMBER_XMALLOC_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 void	*xmalloc(size_t);
@@ -10,6 +11,8 @@ void	*xrealloc(void *, size_t);
 void	*xreallocarray(void *, size_t, size_t);
 char	*xstrdup(const char *);
 char	*xstrndup(const char *, size_t);
+int	 xvasprintf(char **, const char *, va_list)
+	    __attribute__((format(printf, 2, 0)));
 int	 xasprintf(char **, const char *, ...)
 	     __attribute__((format(printf, 2, 3)));
 

@@ -123,8 +123,7 @@ connection_reply_error(struct connection *c, const char *class,
 	char	*msg;
 
 	va_start(ap, fmt);
-	if (vasprintf(&msg, fmt, ap) == -1)
-		fatal("vasprintf");
+	xvasprintf(&msg, fmt, ap);
 	va_end(ap);
 	ember_counters.request_errors++;
 	log_debug("connection %llu (pid %ld): %s: %s",

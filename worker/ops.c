@@ -103,8 +103,7 @@ op_fail(struct op *op, const char *fmt, ...)
 	char	*message;
 
 	va_start(ap, fmt);
-	if (vasprintf(&message, fmt, ap) == -1)
-		fatalx("vasprintf failed");
+	xvasprintf(&message, fmt, ap);
 	va_end(ap);
 	return (op_fail_take(op, message));
 }

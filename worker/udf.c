@@ -520,8 +520,7 @@ ember_udf_error(struct ember_udf *u, const char *fmt, ...)
 	char	*message;
 
 	va_start(ap, fmt);
-	if (vasprintf(&message, fmt, ap) == -1)
-		fatalx("vasprintf failed");
+	xvasprintf(&message, fmt, ap);
 	va_end(ap);
 	free(u->error);
 	u->error = message;

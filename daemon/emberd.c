@@ -297,8 +297,10 @@ ember_load_conf(const char *path, char **sets, int nsets)
 	}
 }
 
-int
-main(int argc, char **argv)
+/* Read the command line: -1 to go on, else the exit status. */
+static int
+ember_parse_args(int argc, char **argv, const char **conf_path,
+    int *foreground, int *dump)
 {
 	static const struct option longopts[] = {
 		{ "conf", required_argument, NULL, 'c' },
@@ -309,27 +311,23 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
-	const char	*conf_path = NULL;
-	char		**sets = NULL;
-	int		 nsets = 0, foreground = 0, dump = 0, ch;
-	enum log_level	 level;
-	enum log_format	 format;
+	int	ch;
 
 	while ((ch = getopt_long(argc, argv, "c:s:fVh", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'c':
-			conf_path = optarg;
+			*conf_path = optarg;
 			break;
 		case 's':
-			sets = xreallocarray(sets, (size_t)nsets + 1,
-			    sizeof *sets);
-			sets[nsets++] = optarg;
+			ember_sets = xreallocarray(ember_sets,
+			    (size_t)ember_nsets + 1, sizeof *ember_sets);
+			ember_sets[ember_nsets++] = optarg;
 			break;
 		case 'f':
-			foreground = 1;
+			*foreground = 1;
 			break;
 		case 'D':
-			dump = 1;
+			*dump = 1;
 			break;
 		case 'V':
 			printf("emberd %s\n", PACKAGE_VERSION);
@@ -346,22 +344,13 @@ main(int argc, char **argv)
 		ember_usage(stderr);
 		return (2);
 	}
-	ember_load_conf(conf_path, sets, nsets);
-	ember_sets = sets;
-	ember_nsets = nsets;
-	if (dump) {
-		conf_dump(&ember_conf, stdout);
-		conf_free(&ember_conf);
-		free(sets);
-		return (0);
-	}
+	return (-1);
+}
 
-	log_level_from_string(ember_conf.daemon_log_level, &level);
-	log_format_from_string(ember_conf.daemon_log_format, &format);
-	log_open("emberd", level, format, !foreground);
-	if (!foreground)
-		ember_daemonize();
-
+/* Make the event loop and its signal events. */
+static void
+ember_open_loop(void)
+{
 	signal(SIGPIPE, SIG_IGN);
 	/*
 	 * Worker output arrives in reads of up to 256 KiB and leaves once the
@@ -389,26 +378,31 @@ main(int argc, char **argv)
 	evsignal_add(ember_sigint, NULL);
 	evsignal_add(ember_sighup, NULL);
 	evsignal_add(ember_sigchld, NULL);
+}
 
+/* Open the socket, the local directory, the scheduler and the pools. */
+static int
+ember_start(void)
+{
 	if (listener_start() == -1)
-		return (1);
+		return (-1);
 	if (ember_open_local() == -1) {
 		listener_stop();
-		return (1);
+		return (-1);
 	}
 	scheduler_init();
 	if (forkserver_init() == -1 || pool_init() == -1) {
 		scheduler_free();
 		listener_stop();
-		return (1);
+		return (-1);
 	}
+	return (0);
+}
 
-	log_info("emberd %s ready on %s (pid %ld, workers.max %d)",
-	    PACKAGE_VERSION, ember_conf.daemon_socket, (long)getpid(),
-	    ember_workers_max());
-	event_base_dispatch(ember_base);
-
-	/* Free in reverse order of creation, so valgrind stays clean. */
+/* Free in reverse order of creation, so valgrind stays clean. */
+static void
+ember_stop(void)
+{
 	listener_stop();
 	operation_interrupt_all("emberd is shutting down");
 	connection_close_all();
@@ -425,6 +419,42 @@ main(int argc, char **argv)
 	event_free(ember_sigint);
 	event_free(ember_sigterm);
 	event_base_free(ember_base);
+}
+
+int
+main(int argc, char **argv)
+{
+	const char	*conf_path = NULL;
+	int		 foreground = 0, dump = 0, rc;
+	enum log_level	 level;
+	enum log_format	 format;
+
+	if ((rc = ember_parse_args(argc, argv, &conf_path, &foreground,
+	    &dump)) != -1)
+		return (rc);
+	ember_load_conf(conf_path, ember_sets, ember_nsets);
+	if (dump) {
+		conf_dump(&ember_conf, stdout);
+		conf_free(&ember_conf);
+		free(ember_sets);
+		return (0);
+	}
+
+	log_level_from_string(ember_conf.daemon_log_level, &level);
+	log_format_from_string(ember_conf.daemon_log_format, &format);
+	log_open("emberd", level, format, !foreground);
+	if (!foreground)
+		ember_daemonize();
+
+	ember_open_loop();
+	if (ember_start() == -1)
+		return (1);
+	log_info("emberd %s ready on %s (pid %ld, workers.max %d)",
+	    PACKAGE_VERSION, ember_conf.daemon_socket, (long)getpid(),
+	    ember_workers_max());
+	event_base_dispatch(ember_base);
+
+	ember_stop();
 	log_info("emberd exited");
 	conf_free(&ember_conf);
 	free(ember_sets);

@@ -11,31 +11,36 @@
 
 struct event_base;
 
-/* Counters shown by status; they only ever grow. */
+/* Counters shown by status, under these names; they only ever grow. */
+#define EMBER_COUNTERS(X)						\
+	X(connections)							\
+	X(connections_refused)						\
+	X(requests)							\
+	X(request_errors)						\
+	X(operations)							\
+	X(operations_completed)						\
+	X(operations_failed)						\
+	X(operations_interrupted)					\
+	X(tasks)							\
+	X(tasks_completed)						\
+	X(tasks_failed)							\
+	X(records_sent)							\
+	X(bytes_sent)							\
+	X(workers_forked)						\
+	X(workers_exited)						\
+	X(workers_killed)						\
+	X(workers_crashed)						\
+	X(worker_reuses)						\
+	X(forkserver_restarts)						\
+	X(broadcasts)							\
+	X(broadcasts_sent)		/* to a worker: once per worker */ \
+	X(broadcast_bytes_sent)						\
+	X(broadcasts_removed)
+
 struct ember_counters {
-	uint64_t	connections;
-	uint64_t	connections_refused;
-	uint64_t	requests;
-	uint64_t	request_errors;
-	uint64_t	operations;
-	uint64_t	operations_completed;
-	uint64_t	operations_failed;
-	uint64_t	operations_interrupted;
-	uint64_t	tasks;
-	uint64_t	tasks_completed;
-	uint64_t	tasks_failed;
-	uint64_t	records_sent;
-	uint64_t	bytes_sent;
-	uint64_t	workers_forked;
-	uint64_t	workers_exited;
-	uint64_t	workers_killed;
-	uint64_t	workers_crashed;
-	uint64_t	worker_reuses;
-	uint64_t	forkserver_restarts;
-	uint64_t	broadcasts;
-	uint64_t	broadcasts_sent;	/* to a worker: once per worker */
-	uint64_t	broadcast_bytes_sent;
-	uint64_t	broadcasts_removed;
+#define EMBER_COUNTER_FIELD(name)	uint64_t name;
+	EMBER_COUNTERS(EMBER_COUNTER_FIELD)
+#undef EMBER_COUNTER_FIELD
 };
 
 extern struct event_base	*ember_base;

@@ -9,37 +9,16 @@
 #include "status.h"
 #include "worker.h"
 
-#define COUNTER(name) json_object_set_new(c, #name, \
-	json_integer((json_int_t)ember_counters.name))
-
+/* The counters, each under its name. */
 static json_t *
 status_counters(void)
 {
 	json_t	*c = json_object();
 
-	COUNTER(connections);
-	COUNTER(connections_refused);
-	COUNTER(requests);
-	COUNTER(request_errors);
-	COUNTER(operations);
-	COUNTER(operations_completed);
-	COUNTER(operations_failed);
-	COUNTER(operations_interrupted);
-	COUNTER(tasks);
-	COUNTER(tasks_completed);
-	COUNTER(tasks_failed);
-	COUNTER(records_sent);
-	COUNTER(bytes_sent);
-	COUNTER(workers_forked);
-	COUNTER(workers_exited);
-	COUNTER(workers_killed);
-	COUNTER(workers_crashed);
-	COUNTER(worker_reuses);
-	COUNTER(forkserver_restarts);
-	COUNTER(broadcasts);
-	COUNTER(broadcasts_sent);
-	COUNTER(broadcast_bytes_sent);
-	COUNTER(broadcasts_removed);
+#define STATUS_COUNTER(name) json_object_set_new(c, #name, \
+	json_integer((json_int_t)ember_counters.name));
+	EMBER_COUNTERS(STATUS_COUNTER)
+#undef STATUS_COUNTER
 	return (c);
 }
 

@@ -1,3 +1,5 @@
+#include <sys/uio.h>
+
 #include <errno.h>
 #include <unistd.h>
 
@@ -41,6 +43,33 @@ fd_write_full(int fd, const void *buf, size_t len)
 			return (-1);
 		p += n;
 		len -= (size_t)n;
+	}
+	return (0);
+}
+
+/* Write all of an iovec array, which is changed on the way. */
+int
+fd_writev_full(int fd, struct iovec *iov, int n)
+{
+	ssize_t	w;
+	size_t	left;
+
+	while (n > 0) {
+		if ((w = writev(fd, iov, n)) == -1) {
+			if (errno == EINTR)
+				continue;
+			return (-1);
+		}
+		left = (size_t)w;
+		while (n > 0 && left >= iov->iov_len) {
+			left -= iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + left;
+			iov->iov_len -= left;
+		}
 	}
 	return (0);
 }

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 struct evbuffer;
+struct iovec;
 
 static inline void
 be32_put(unsigned char *p, int32_t v)
@@ -44,6 +45,8 @@ be64_get(const unsigned char *p)
  * set (EPIPE-like end of file reads as -1 with errno 0). */
 int	fd_read_full(int, void *, size_t);
 int	fd_write_full(int, const void *, size_t);
+/* Write all of n iovecs, which are changed on the way. */
+int	fd_writev_full(int, struct iovec *, int n);
 int	fd_read_int32(int, int32_t *);
 int	fd_write_int32(int, int32_t);
 

@@ -78,9 +78,7 @@ output_broken(const struct output *out)
 static int
 output_writev(struct output *out, struct iovec *vec, int n, char **err)
 {
-	struct iovec	 all[8], *iov = all;
-	ssize_t		 w;
-	size_t		 left;
+	struct iovec	 all[8];
 
 	if (n > 7)
 		fatalx("%s: %d iovecs", __func__, n);
@@ -97,27 +95,11 @@ output_writev(struct output *out, struct iovec *vec, int n, char **err)
 			*err = xstrdup("write to emberd: connection lost");
 		return (-1);
 	}
-	while (n > 0) {
-		w = writev(out->fd, iov, n);
-		if (w == -1) {
-			if (errno == EINTR)
-				continue;
-			out->broken = 1;
-			if (err != NULL)
-				xasprintf(err, "write to emberd: %s",
-				    strerror(errno));
-			return (-1);
-		}
-		left = (size_t)w;
-		while (n > 0 && left >= iov->iov_len) {
-			left -= iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (char *)iov->iov_base + left;
-			iov->iov_len -= left;
-		}
+	if (fd_writev_full(out->fd, all, n) == -1) {
+		out->broken = 1;
+		if (err != NULL)
+			xasprintf(err, "write to emberd: %s", strerror(errno));
+		return (-1);
 	}
 	out->heldlen = 0;
 	return (0);

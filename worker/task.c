@@ -476,27 +476,9 @@ task_reduce_free_cb(struct op *op)
 static int
 task_save_writev(struct task_save *s, struct iovec *iov, int n)
 {
-	ssize_t	w;
-	size_t	left;
-
-	while (n > 0) {
-		if ((w = writev(s->fd, iov, n)) == -1) {
-			if (errno == EINTR)
-				continue;
-			return (op_fail(&s->sink.op, "save: %s: %s", s->tmp,
-			    strerror(errno)));
-		}
-		left = (size_t)w;
-		while (n > 0 && left >= iov->iov_len) {
-			left -= iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (char *)iov->iov_base + left;
-			iov->iov_len -= left;
-		}
-	}
+	if (fd_writev_full(s->fd, iov, n) == -1)
+		return (op_fail(&s->sink.op, "save: %s: %s", s->tmp,
+		    strerror(errno)));
 	return (OP_OK);
 }
 

@@ -3,6 +3,7 @@
  * frames on evbuffers and file descriptors, fork-server messages.
  */
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 
 #include <errno.h>
@@ -246,6 +247,45 @@ START_TEST(test_fd_full)
 }
 END_TEST
 
+START_TEST(test_fd_writev_full)
+{
+	const size_t	 size = 3 * 1024 * 1024 + 17;
+	unsigned char	*out, *in;
+	struct iovec	 iov[3];
+	int		 sv[2], status;
+	size_t		 i;
+	pid_t		 pid;
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	ck_assert_ptr_nonnull(out = malloc(size));
+	ck_assert_ptr_nonnull(in = malloc(size));
+	for (i = 0; i < size; i++)
+		out[i] = (unsigned char)(i * 13 + i / 509);
+
+	/* Uneven iovecs larger than the socket buffer: writes stop inside
+	 * one and the rest must follow from there. */
+	ck_assert_int_ne(pid = fork(), -1);
+	if (pid == 0) {
+		close(sv[0]);
+		iov[0].iov_base = out;
+		iov[0].iov_len = 5;
+		iov[1].iov_base = out + 5;
+		iov[1].iov_len = 2 * 1024 * 1024;
+		iov[2].iov_base = out + 5 + 2 * 1024 * 1024;
+		iov[2].iov_len = size - 5 - 2 * 1024 * 1024;
+		_exit(fd_writev_full(sv[1], iov, 3) == 0 ? 0 : 1);
+	}
+	close(sv[1]);
+	ck_assert_int_eq(fd_read_full(sv[0], in, size), 0);
+	ck_assert_mem_eq(in, out, size);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(sv[0]);
+	free(out);
+	free(in);
+}
+END_TEST
+
 START_TEST(test_fd_eof)
 {
 	unsigned char	buf[8];
@@ -451,6 +491,7 @@ frame_suite(void)
 	tc = tcase_create("fd");
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, test_fd_full);
+	tcase_add_test(tc, test_fd_writev_full);
 	tcase_add_test(tc, test_fd_eof);
 	suite_add_tcase(s, tc);
 

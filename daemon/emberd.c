@@ -23,7 +23,7 @@
 
 #include "connection.h"
 #include "emberd.h"
-#include "forkserver.h"
+#include "fslink.h"
 #include "listener.h"
 #include "log.h"
 #include "operation.h"
@@ -231,7 +231,7 @@ static void
 ember_signal_chld_cb(evutil_socket_t sig, short events, void *arg)
 {
 	(void)sig; (void)events; (void)arg;
-	forkserver_reap();
+	fslink_reap();
 }
 
 static void
@@ -391,7 +391,7 @@ ember_start(void)
 		return (-1);
 	}
 	scheduler_init();
-	if (forkserver_init() == -1 || pool_init() == -1) {
+	if (fslink_init() == -1 || pool_init() == -1) {
 		scheduler_free();
 		listener_stop();
 		return (-1);

@@ -7,7 +7,7 @@
 #include <event2/event.h>
 
 #include "emberd.h"
-#include "forkserver.h"
+#include "fslink.h"
 #include "log.h"
 #include "operation.h"
 #include "pool.h"
@@ -32,7 +32,7 @@ struct pool {
 	uid_t			 client;	/* the uid whose jobs it runs */
 	uid_t			 uid;		/* what its workers run as */
 	gid_t			 gid;
-	struct forkserver	*fs;
+	struct fslink	*fs;
 	int			 pending;	/* fork requests not answered */
 	int			 wanted;	/* tasks waiting, this dispatch */
 	int			 crashes;	/* in a row */
@@ -52,8 +52,8 @@ static void	pool_grow(struct pool *, size_t);
 static struct pool *pool_get(uid_t, gid_t);
 
 /* Return the fork-server of a pool. */
-struct forkserver *
-pool_forkserver(struct pool *p)
+struct fslink *
+pool_fslink(struct pool *p)
 {
 	return (p->fs);
 }
@@ -130,7 +130,7 @@ pool_shutdown(void)
 	struct pool	*p;
 
 	worker_free_all();
-	forkserver_stop_all();
+	fslink_stop_all();
 	while ((p = TAILQ_FIRST(&pools)) != NULL) {
 		TAILQ_REMOVE(&pools, p, entry);
 		if (p->backoff != NULL)
@@ -173,7 +173,7 @@ pool_get(uid_t client, gid_t gid)
 		return (NULL);
 	}
 	TAILQ_INSERT_TAIL(&pools, p, entry);
-	p->fs = forkserver_create(p, p->uid, p->gid);
+	p->fs = fslink_create(p, p->uid, p->gid);
 	return (p);
 }
 
@@ -230,7 +230,7 @@ pool_grow(struct pool *p, size_t wanted)
 	uint64_t	now, delay;
 	int		room, all, idle;
 
-	if (!forkserver_running(p->fs) || wanted <= (size_t)p->pending)
+	if (!fslink_running(p->fs) || wanted <= (size_t)p->pending)
 		return;
 	room = ember_workers_max() - worker_count() - pool_pending;
 	worker_count_pool(p, &all, &idle);
@@ -260,7 +260,7 @@ pool_grow(struct pool *p, size_t wanted)
 	if ((size_t)room > wanted - (size_t)p->pending)
 		room = (int)(wanted - (size_t)p->pending);
 	while (room-- > 0) {
-		if (forkserver_fork(p->fs, pool_next_request++) == -1)
+		if (fslink_fork(p->fs, pool_next_request++) == -1)
 			return;
 		p->pending++;
 		pool_pending++;
@@ -362,8 +362,8 @@ pool_status(uid_t uid)
 		    "starting", p->pending,
 		    "crashes_in_a_row", p->crashes, "forks",
 		    (json_int_t)p->forks, "reuses", (json_int_t)p->reuses,
-		    "retired", retired, "forkserver", forkserver_running(p->fs) ?
-		    (int)forkserver_pid(p->fs) : 0));
+		    "retired", retired, "forkserver", fslink_running(p->fs) ?
+		    (int)fslink_pid(p->fs) : 0));
 	}
 	return (a);
 }

@@ -17,7 +17,7 @@
 
 #include "worker.h"
 
-struct forkserver;
+struct fslink;
 struct pool;
 struct task;
 
@@ -46,7 +46,7 @@ void		 pool_forkserver_lost(struct pool *, const char *why,
 		     int before_hello);
 
 /* From its workers: what status counts, and the crash-storm count. */
-struct forkserver *pool_forkserver(struct pool *);
+struct fslink *pool_fslink(struct pool *);
 void		 pool_count_retired(struct pool *, enum retire_cause);
 void		 pool_count_reuse(struct pool *);
 void		 pool_count_crash(struct pool *);

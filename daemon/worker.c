@@ -11,7 +11,7 @@
 #include "broadcast.h"
 #include "channel.h"
 #include "emberd.h"
-#include "forkserver.h"
+#include "fslink.h"
 #include "frame.h"
 #include "log.h"
 #include "operation.h"
@@ -247,7 +247,7 @@ worker_retire(struct worker *w, enum retire_cause cause)
 	}
 	if (RETIRE_KILLS(cause) && !w->exited) {
 		ember_counters.workers_killed++;
-		forkserver_kill(pool_forkserver(w->pool), w->pid, SIGKILL);
+		fslink_kill(pool_fslink(w->pool), w->pid, SIGKILL);
 	}
 	if (w->exited)
 		event_active(w->kick, 0, 1);	/* free it outside the caller */

@@ -18,12 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "broadcast.h"
+#include "held.h"
 #include "fdpass.h"
 #include "forkserver.h"
 #include "log.h"
 #include "protocol.h"
-#include "worker.h"
+#include "serve.h"
 #include "xmalloc.h"
 
 /* Seconds to wait for the children to die when exiting. */
@@ -225,8 +225,8 @@ forkserver_child(struct forkserver *fs, int sv[2])
 	forkserver_set_title("ember-worker: worker");
 	sigemptyset(&set);
 	sigprocmask(SIG_SETMASK, &set, NULL);
-	rc = worker_main(sv[1]);
-	broadcast_clear();
+	rc = serve_main(sv[1]);
+	held_clear();
 	_exit(rc);
 }
 

@@ -8,7 +8,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "broadcast.h"
+#include "held.h"
 #include "log.h"
 #include "ops.h"
 #include "output.h"
@@ -50,7 +50,7 @@ struct ops_regex {
 /* filter in_broadcast: the worker's set of the broadcast's lines. */
 struct ops_broadcast {
 	struct op			 op;
-	const struct broadcast_set	*set;
+	const struct held_set	*set;
 };
 
 /* map upper, lower, trim, field, json; flat_map split. */
@@ -216,7 +216,7 @@ ops_broadcast_push_cb(struct op *op, const struct record *r)
 {
 	struct ops_broadcast	*b = (struct ops_broadcast *)op;
 
-	if (r->null || !broadcast_set_contains(b->set, r->data, r->len))
+	if (r->null || !held_set_contains(b->set, r->data, r->len))
 		return (OP_OK);
 	return (op_next(op, r));
 }
@@ -568,7 +568,7 @@ ops_create(const struct plan_op *p, int partition, struct chain *chain,
 	struct ops_contains	*f;
 	struct ops_broadcast	*b;
 	struct ops_limit	*l;
-	const struct broadcast_set *set;
+	const struct held_set *set;
 
 	switch (p->type) {
 	case PLAN_OP_FILTER_CONTAINS:
@@ -582,7 +582,7 @@ ops_create(const struct plan_op *p, int partition, struct chain *chain,
 	case PLAN_OP_FILTER_REGEX:
 		return (ops_regex_create(p));
 	case PLAN_OP_FILTER_BROADCAST:
-		if ((set = broadcast_set_get(p->broadcast, err)) == NULL)
+		if ((set = held_set_get(p->broadcast, err)) == NULL)
 			return (NULL);
 		b = xcalloc(1, sizeof *b);
 		b->op.push = ops_broadcast_push_cb;

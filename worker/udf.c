@@ -23,7 +23,7 @@
 #include <jansson.h>
 
 #include "ember/udf.h"
-#include "broadcast.h"
+#include "held.h"
 #include "log.h"
 #include "ops.h"
 #include "plan.h"
@@ -509,7 +509,7 @@ ember_udf_broadcast(__attribute__((unused)) struct ember_udf *u, int64_t id,
 {
 	size_t	dummy;
 
-	return (broadcast_bytes(id, len != NULL ? len : &dummy));
+	return (held_bytes(id, len != NULL ? len : &dummy));
 }
 
 /* Set the function's error message. */

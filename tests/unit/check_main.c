@@ -20,7 +20,7 @@ main(void)
 	srunner_add_suite(sr, log_suite());
 	srunner_add_suite(sr, plan_suite());
 	srunner_add_suite(sr, plugin_suite());
-	srunner_add_suite(sr, broadcast_suite());
+	srunner_add_suite(sr, held_suite());
 	srunner_add_suite(sr, ops_suite());
 	srunner_add_suite(sr, split_suite());
 	srunner_add_suite(sr, wmsg_suite());

@@ -20,7 +20,7 @@
 #include "protocol.h"
 #include "source.h"
 #include "suites.h"
-#include "task.h"
+#include "run.h"
 
 /* What reached the sink: the records' bytes end to end, and each one's
  * place. */
@@ -679,7 +679,7 @@ sent_read(int fd, struct sent *s)
  * 0 or -1 as task_run. */
 static int
 ops_task(const char *records, int partitions, int partition,
-    struct task *t, struct sent *s)
+    struct run *t, struct sent *s)
 {
 	struct output	*out;
 	struct plan	*plan;
@@ -698,7 +698,7 @@ ops_task(const char *records, int partitions, int partition,
 	t->plan = plan;
 	t->partition = partition;
 	output_reset(out);
-	rc = task_run(t, out, metrics, &err);
+	rc = run_execute(t, out, metrics, &err);
 	if (rc == 0)
 		ck_assert_int_eq(output_finish(out, metrics,
 		    EMBER_METRIC_COUNT, 0, &err), 0);
@@ -717,7 +717,7 @@ static void
 ops_reduce(const char *records, enum reduce_fn fn, const char *want,
     const char *want_error)
 {
-	struct task	t = { .mode = MODE_REDUCE, .fn = fn };
+	struct run	t = { .mode = MODE_REDUCE, .fn = fn };
 	struct sent	s;
 	int		rc;
 
@@ -799,7 +799,7 @@ ops_pair_count(const struct capture *c, size_t i)
 
 START_TEST(test_ops_count_by_value)
 {
-	struct task	 t = { .mode = MODE_COUNT_BY_VALUE };
+	struct run	 t = { .mode = MODE_COUNT_BY_VALUE };
 	struct sent	 s;
 	json_t		*records;
 	char		*text, key[32];
@@ -862,7 +862,7 @@ END_TEST
 
 START_TEST(test_ops_count_by_value_wide)
 {
-	struct task	 t = { .mode = MODE_COUNT_BY_VALUE };
+	struct run	 t = { .mode = MODE_COUNT_BY_VALUE };
 	struct sent	 s;
 	json_t		*records;
 	char		*text, key[32];
@@ -892,7 +892,7 @@ END_TEST
 
 START_TEST(test_ops_save)
 {
-	struct task	 t = { .mode = MODE_SAVE, .save_name = "part-00001" };
+	struct run	 t = { .mode = MODE_SAVE, .save_name = "part-00001" };
 	struct sent	 s;
 	char		 dir[] = "/tmp/ember-check-save-XXXXXX", path[128], buf[64];
 	int		 fd;
@@ -943,7 +943,7 @@ END_TEST
 
 START_TEST(test_ops_save_fails_midway)
 {
-	struct task	 t = { .mode = MODE_SAVE, .save_name = "part-00000",
+	struct run	 t = { .mode = MODE_SAVE, .save_name = "part-00000",
 			     .fn = REDUCE_SUM };
 	struct plan	*plan;
 	struct output	*out;
@@ -960,7 +960,7 @@ START_TEST(test_ops_save_fails_midway)
 	plan_set_partitions(plan, 1);
 	t.plan = plan;
 	out = output_create(open("/dev/null", O_WRONLY | O_CLOEXEC));
-	ck_assert_int_eq(task_run(&t, out, metrics, &err), -1);
+	ck_assert_int_eq(run_execute(&t, out, metrics, &err), -1);
 	ck_assert_ptr_nonnull(err);
 	free(err);
 	snprintf(path, sizeof path, "%s/part-00000", dir);

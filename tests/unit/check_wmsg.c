@@ -276,7 +276,8 @@ START_TEST(test_taskdesc_refused)
 	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
 	    "\"partitions\":0}", "partitions: must be from 1 to 1000000");
 	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":1,\"mode\":\"sort\"}", "mode: unknown mode \"sort\"");
+	    "\"partitions\":1,\"mode\":\"sort\"}",
+	    "mode: unknown mode \"sort\"");
 	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
 	    "\"partitions\":1,\"mode\":\"reduce\",\"fn\":\"avg\"}",
 	    "fn: expected \"sum\", \"min\" or \"max\"");

@@ -4,7 +4,7 @@
 
 #include <check.h>
 
-Suite	*broadcast_suite(void);
+Suite	*held_suite(void);
 Suite	*conf_suite(void);
 Suite	*frame_suite(void);
 Suite	*jread_suite(void);

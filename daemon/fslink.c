@@ -15,13 +15,13 @@
 
 #include "emberd.h"
 #include "fdpass.h"
-#include "forkserver.h"
+#include "fslink.h"
 #include "log.h"
 #include "pool.h"
 #include "queue.h"
 #include "xmalloc.h"
 
-struct forkserver {
+struct fslink {
 	struct pool		*pool;
 	uid_t			 uid;
 	gid_t			 gid;
@@ -31,17 +31,17 @@ struct forkserver {
 	struct event		*restart;
 	int			 failures;	/* restarts without a hello */
 	int			 hello;		/* said hello since it started */
-	TAILQ_ENTRY(forkserver)	 entry;
+	TAILQ_ENTRY(fslink)	 entry;
 };
-static TAILQ_HEAD(, forkserver) forkservers =
-    TAILQ_HEAD_INITIALIZER(forkservers);
-static char	*forkserver_path;
+static TAILQ_HEAD(, fslink) fslinks =
+    TAILQ_HEAD_INITIALIZER(fslinks);
+static char	*fslink_path;
 
-static int	forkserver_start(struct forkserver *);
+static int	fslink_start(struct fslink *);
 
 /* ember-worker: the conf's path, else beside emberd, else libexecdir. */
 static char *
-forkserver_find_worker(void)
+fslink_find_worker(void)
 {
 	char	 self[4096], *dir, *path;
 	ssize_t	 n;
@@ -61,13 +61,13 @@ forkserver_find_worker(void)
 }
 
 int
-forkserver_init(void)
+fslink_init(void)
 {
-	if (forkserver_path == NULL)
-		forkserver_path = forkserver_find_worker();
-	if (access(forkserver_path, X_OK) == -1) {
+	if (fslink_path == NULL)
+		fslink_path = fslink_find_worker();
+	if (access(fslink_path, X_OK) == -1) {
 		log_error("ember-worker: %s: %s (set daemon.worker_path)",
-		    forkserver_path, strerror(errno));
+		    fslink_path, strerror(errno));
 		return (-1);
 	}
 	return (0);
@@ -75,7 +75,7 @@ forkserver_init(void)
 
 /* Forget a fork-server's channel. */
 static void
-forkserver_close(struct forkserver *fs)
+fslink_close(struct fslink *fs)
 {
 	if (fs->event != NULL)
 		event_free(fs->event);
@@ -86,9 +86,9 @@ forkserver_close(struct forkserver *fs)
 }
 
 static void
-forkserver_read_cb(evutil_socket_t fd, short events, void *arg)
+fslink_read_cb(evutil_socket_t fd, short events, void *arg)
 {
-	struct forkserver	*fs = arg;
+	struct fslink	*fs = arg;
 	struct fs_msg		 m;
 	int			 passed, n, i;
 
@@ -119,7 +119,7 @@ forkserver_read_cb(evutil_socket_t fd, short events, void *arg)
 			if (passed == -1) {
 				log_error("fork-server sent worker %ld without "
 				    "its socket", (long)m.pid);
-				forkserver_kill(fs, m.pid, SIGKILL);
+				fslink_kill(fs, m.pid, SIGKILL);
 				pool_fork_failed(fs->pool, m.id, EBADMSG);
 				break;
 			}
@@ -142,17 +142,17 @@ forkserver_read_cb(evutil_socket_t fd, short events, void *arg)
 }
 
 static void
-forkserver_restart_cb(evutil_socket_t fd, short events, void *arg)
+fslink_restart_cb(evutil_socket_t fd, short events, void *arg)
 {
 	(void)fd; (void)events;
-	if (forkserver_start(arg) == 0)
+	if (fslink_start(arg) == 0)
 		ember_counters.forkserver_restarts++;
 }
 
 /* The fork-server's command line: --user when emberd is root, and the
  * plugins to preload. */
 static char **
-forkserver_argv(const struct forkserver *fs)
+fslink_argv(const struct fslink *fs)
 {
 	char	**argv, *list, *p, *path;
 	size_t	  n = 0, max = 12;	/* room for the fixed options and NULL */
@@ -190,7 +190,7 @@ forkserver_argv(const struct forkserver *fs)
 }
 
 static int
-forkserver_start(struct forkserver *fs)
+fslink_start(struct fslink *fs)
 {
 	char		**argv;
 	int		  sv[2], i;
@@ -201,7 +201,7 @@ forkserver_start(struct forkserver *fs)
 		log_error("socketpair: %s", strerror(errno));
 		return (-1);
 	}
-	argv = forkserver_argv(fs);
+	argv = fslink_argv(fs);
 
 	/* Block signals so none reaches libevent's handlers in the child. */
 	sigfillset(&all);
@@ -216,8 +216,8 @@ forkserver_start(struct forkserver *fs)
 		if (dup2(sv[1], 3) == -1)
 			_exit(127);
 		close_range(4, ~0U, 0);
-		execv(forkserver_path, argv);
-		fprintf(stderr, "emberd: exec %s: %s\n", forkserver_path,
+		execv(fslink_path, argv);
+		fprintf(stderr, "emberd: exec %s: %s\n", fslink_path,
 		    strerror(errno));
 		_exit(127);
 	}
@@ -235,27 +235,27 @@ forkserver_start(struct forkserver *fs)
 	fs->fd = sv[0];
 	evutil_make_socket_nonblocking(fs->fd);
 	fs->event = event_new(ember_base, fs->fd, EV_READ | EV_PERSIST,
-	    forkserver_read_cb, fs);
+	    fslink_read_cb, fs);
 	event_add(fs->event, NULL);
 	log_debug("started fork-server %ld for uid %ld (%s)", (long)pid,
-	    (long)fs->uid, forkserver_path);
+	    (long)fs->uid, fslink_path);
 	pool_forkserver_ready(fs->pool);
 	return (0);
 }
 
-struct forkserver *
-forkserver_create(struct pool *pool, uid_t uid, gid_t gid)
+struct fslink *
+fslink_create(struct pool *pool, uid_t uid, gid_t gid)
 {
-	struct forkserver	*fs = xcalloc(1, sizeof *fs);
+	struct fslink	*fs = xcalloc(1, sizeof *fs);
 
 	fs->pool = pool;
 	fs->uid = uid;
 	fs->gid = gid;
 	fs->pid = -1;
 	fs->fd = -1;
-	TAILQ_INSERT_TAIL(&forkservers, fs, entry);
-	if (forkserver_start(fs) == -1) {
-		TAILQ_REMOVE(&forkservers, fs, entry);
+	TAILQ_INSERT_TAIL(&fslinks, fs, entry);
+	if (fslink_start(fs) == -1) {
+		TAILQ_REMOVE(&fslinks, fs, entry);
 		free(fs);
 		return (NULL);
 	}
@@ -263,20 +263,20 @@ forkserver_create(struct pool *pool, uid_t uid, gid_t gid)
 }
 
 int
-forkserver_running(const struct forkserver *fs)
+fslink_running(const struct fslink *fs)
 {
 	return (fs != NULL && fs->fd != -1);
 }
 
 pid_t
-forkserver_pid(const struct forkserver *fs)
+fslink_pid(const struct fslink *fs)
 {
 	return (fs->pid);
 }
 
 /* A fork-server exited: fail what ran on it and start it again later. */
 static void
-forkserver_exited(struct forkserver *fs, int status)
+fslink_exited(struct fslink *fs, int status)
 {
 	struct timeval	 tv;
 	char		 how[96], why[128];
@@ -286,7 +286,7 @@ forkserver_exited(struct forkserver *fs, int status)
 	snprintf(why, sizeof why, "the fork-server %s%s",
 	    WIFSIGNALED(status) ? "was " : "", how);
 	fs->pid = -1;
-	forkserver_close(fs);
+	fslink_close(fs);
 	pool_forkserver_lost(fs->pool, why, !fs->hello);
 	fs->hello = 0;
 	if (ember_draining) {
@@ -301,21 +301,21 @@ forkserver_exited(struct forkserver *fs, int status)
 	tv.tv_sec = delay / 1000;
 	tv.tv_usec = (delay % 1000) * 1000;
 	if (fs->restart == NULL)
-		fs->restart = evtimer_new(ember_base, forkserver_restart_cb, fs);
+		fs->restart = evtimer_new(ember_base, fslink_restart_cb, fs);
 	evtimer_add(fs->restart, &tv);
 }
 
 void
-forkserver_reap(void)
+fslink_reap(void)
 {
-	struct forkserver	*fs;
+	struct fslink	*fs;
 	int			 status;
 	pid_t			 pid;
 
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-		TAILQ_FOREACH(fs, &forkservers, entry) {
+		TAILQ_FOREACH(fs, &fslinks, entry) {
 			if (fs->pid == pid) {
-				forkserver_exited(fs, status);
+				fslink_exited(fs, status);
 				break;
 			}
 		}
@@ -323,11 +323,11 @@ forkserver_reap(void)
 }
 
 int
-forkserver_fork(struct forkserver *fs, int32_t request)
+fslink_fork(struct fslink *fs, int32_t request)
 {
 	struct fs_msg	m = { FS_FORK, request, 0, 0 };
 
-	if (!forkserver_running(fs))
+	if (!fslink_running(fs))
 		return (-1);
 	if (fs_msg_send(fs->fd, &m, -1) == -1) {
 		log_error("fork request: %s", strerror(errno));
@@ -337,24 +337,24 @@ forkserver_fork(struct forkserver *fs, int32_t request)
 }
 
 void
-forkserver_kill(struct forkserver *fs, pid_t pid, int sig)
+fslink_kill(struct fslink *fs, pid_t pid, int sig)
 {
 	struct fs_msg	m = { FS_KILL, 0, pid, sig };
 
-	if (forkserver_running(fs) && fs_msg_send(fs->fd, &m, -1) == -1)
+	if (fslink_running(fs) && fs_msg_send(fs->fd, &m, -1) == -1)
 		log_error("kill request for %ld: %s", (long)pid,
 		    strerror(errno));
 }
 
 /* Closing the channel makes a fork-server kill its workers and exit. */
 void
-forkserver_free(struct forkserver *fs)
+fslink_free(struct fslink *fs)
 {
 	int	status, i;
 
 	if (fs->restart != NULL)
 		event_free(fs->restart);
-	forkserver_close(fs);
+	fslink_close(fs);
 	if (fs->pid != -1) {
 		for (i = 0; i < 200; i++) {	/* up to 2 s */
 			if (waitpid(fs->pid, &status, WNOHANG) != 0)
@@ -368,20 +368,20 @@ forkserver_free(struct forkserver *fs)
 			waitpid(fs->pid, &status, 0);
 		}
 	}
-	TAILQ_REMOVE(&forkservers, fs, entry);
+	TAILQ_REMOVE(&fslinks, fs, entry);
 	free(fs);
 }
 
 void
-forkserver_stop_all(void)
+fslink_stop_all(void)
 {
-	struct forkserver	*fs;
+	struct fslink	*fs;
 
 	/* Close every channel first, so they all wind down together. */
-	TAILQ_FOREACH(fs, &forkservers, entry)
-		forkserver_close(fs);
-	while ((fs = TAILQ_FIRST(&forkservers)) != NULL)
-		forkserver_free(fs);
-	free(forkserver_path);
-	forkserver_path = NULL;
+	TAILQ_FOREACH(fs, &fslinks, entry)
+		fslink_close(fs);
+	while ((fs = TAILQ_FIRST(&fslinks)) != NULL)
+		fslink_free(fs);
+	free(fslink_path);
+	fslink_path = NULL;
 }

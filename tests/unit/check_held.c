@@ -1,5 +1,5 @@
 /*
- * Tests for worker/broadcast.c: adding and removing broadcasts (-id-1),
+ * Tests for worker/held.c: adding and removing broadcasts (-id-1),
  * checking their files, and the sets of their lines.
  */
 #include <sys/resource.h>
@@ -17,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "broadcast.h"
+#include "held.h"
 #include "suites.h"
 #include "xmalloc.h"
 
@@ -40,7 +40,7 @@ bc_teardown(void)
 	char	path[256];
 	int	i;
 
-	broadcast_clear();
+	held_clear();
 	for (i = 0; i < bc_files; i++) {
 		snprintf(path, sizeof path, "%s/b%d", bc_dir, i);
 		unlink(path);
@@ -73,7 +73,7 @@ bc_apply(const char *text, char **err)
 
 	j = json_loads(text, 0, &jerr);
 	ck_assert_msg(j != NULL, "bad test JSON: %s", jerr.text);
-	rc = broadcast_apply(j, err);
+	rc = held_apply(j, err);
 	json_decref(j);
 	return (rc);
 }
@@ -88,7 +88,7 @@ bc_add(int64_t id, const void *data, size_t len)
 	path = bc_file(data, len);
 	j = json_pack("[{s:I, s:s, s:I}]", "id", (json_int_t)id, "path", path,
 	    "size", (json_int_t)len);
-	if (broadcast_apply(j, &err) != 0)
+	if (held_apply(j, &err) != 0)
 		ck_abort_msg("add %lld: %s", (long long)id, err);
 	ck_assert_ptr_null(err);
 	json_decref(j);
@@ -106,13 +106,13 @@ bc_remove(int64_t id, char **err)
 }
 
 /* Build the set of broadcast id, which must succeed. */
-static const struct broadcast_set *
+static const struct held_set *
 bc_set(int64_t id)
 {
-	const struct broadcast_set	*set;
+	const struct held_set	*set;
 	char				*err;
 
-	set = broadcast_set_get(id, &err);
+	set = held_set_get(id, &err);
 	if (set == NULL)
 		ck_abort_msg("set of %lld: %s", (long long)id, err);
 	return (set);
@@ -120,9 +120,9 @@ bc_set(int64_t id)
 
 /* Is a C string in the set? */
 static int
-bc_has(const struct broadcast_set *set, const char *s)
+bc_has(const struct held_set *set, const char *s)
 {
-	return (broadcast_set_contains(set, s, strlen(s)));
+	return (held_set_contains(set, s, strlen(s)));
 }
 
 START_TEST(test_add_remove)
@@ -133,29 +133,29 @@ START_TEST(test_add_remove)
 
 	bc_add(0, "zero\n", 5);
 	bc_add(5, "five", 4);
-	ck_assert_uint_eq(broadcast_count(), 2);
-	ck_assert_uint_eq(broadcast_bytes_held(), 9);
-	bytes = broadcast_bytes(0, &len);
+	ck_assert_uint_eq(held_count(), 2);
+	ck_assert_uint_eq(held_bytes_held(), 9);
+	bytes = held_bytes(0, &len);
 	ck_assert_ptr_nonnull(bytes);
 	ck_assert_uint_eq(len, 5);
 	ck_assert_mem_eq(bytes, "zero\n", 5);
-	bytes = broadcast_bytes(5, &len);
+	bytes = held_bytes(5, &len);
 	ck_assert_uint_eq(len, 4);
 	ck_assert_mem_eq(bytes, "five", 4);
-	ck_assert_ptr_null(broadcast_bytes(1, &len));
+	ck_assert_ptr_null(held_bytes(1, &len));
 
 	/* -id-1: -1 removes 0, -6 removes 5. */
 	ck_assert_int_eq(bc_apply("[{\"id\": -1}]", &err), 0);
-	ck_assert_ptr_null(broadcast_bytes(0, &len));
-	ck_assert_ptr_nonnull(broadcast_bytes(5, &len));
+	ck_assert_ptr_null(held_bytes(0, &len));
+	ck_assert_ptr_nonnull(held_bytes(5, &len));
 	ck_assert_int_eq(bc_apply("[{\"id\": -6}]", &err), 0);
-	ck_assert_ptr_null(broadcast_bytes(5, &len));
-	ck_assert_uint_eq(broadcast_count(), 0);
+	ck_assert_ptr_null(held_bytes(5, &len));
+	ck_assert_uint_eq(held_count(), 0);
 
 	/* An id removed may come back. */
 	bc_add(5, "again", 5);
-	ck_assert_uint_eq(broadcast_count(), 1);
-	bytes = broadcast_bytes(5, &len);
+	ck_assert_uint_eq(held_count(), 1);
+	bytes = held_bytes(5, &len);
 	ck_assert_mem_eq(bytes, "again", 5);
 }
 END_TEST
@@ -170,20 +170,20 @@ START_TEST(test_in_order)
 	snprintf(text, sizeof text, "[{\"id\": 1, \"path\": \"%s\", "
 	    "\"size\": 2}, {\"id\": -2}]", path);
 	ck_assert_int_eq(bc_apply(text, &err), 0);
-	ck_assert_uint_eq(broadcast_count(), 0);
+	ck_assert_uint_eq(held_count(), 0);
 
 	/* Removed, then added again under the same id. */
 	bc_add(1, "old\n", 4);
 	snprintf(text, sizeof text, "[{\"id\": -2}, {\"id\": 1, \"path\": "
 	    "\"%s\", \"size\": 2}]", path);
 	ck_assert_int_eq(bc_apply(text, &err), 0);
-	ck_assert_mem_eq(broadcast_bytes(1, &len), "x\n", 2);
+	ck_assert_mem_eq(held_bytes(1, &len), "x\n", 2);
 	ck_assert_uint_eq(len, 2);
 
 	/* An empty list changes nothing; so does none at all. */
 	ck_assert_int_eq(bc_apply("[]", &err), 0);
-	ck_assert_int_eq(broadcast_apply(NULL, &err), 0);
-	ck_assert_uint_eq(broadcast_count(), 1);
+	ck_assert_int_eq(held_apply(NULL, &err), 0);
+	ck_assert_uint_eq(held_count(), 1);
 	free(path);
 }
 END_TEST
@@ -201,7 +201,7 @@ START_TEST(test_already_held)
 	ck_assert_str_eq(err, "broadcast 3: already held");
 	free(err);
 	/* The one held is untouched. */
-	ck_assert_mem_eq(broadcast_bytes(3, &len), "abc", 3);
+	ck_assert_mem_eq(held_bytes(3, &len), "abc", 3);
 	free(path);
 }
 END_TEST
@@ -215,7 +215,7 @@ START_TEST(test_remove_not_held)
 	ck_assert_ptr_nonnull(strstr(err, "broadcast 3"));
 	ck_assert_ptr_nonnull(strstr(err, "not held"));
 	free(err);
-	ck_assert_uint_eq(broadcast_count(), 1);
+	ck_assert_uint_eq(held_count(), 1);
 
 	/* The most negative id removes INT64_MAX, which is not held. */
 	ck_assert_int_eq(bc_apply("[{\"id\": -9223372036854775808}]", &err),
@@ -237,7 +237,7 @@ START_TEST(test_size_mismatch)
 	ck_assert_ptr_nonnull(strstr(err, path));
 	ck_assert_ptr_nonnull(strstr(err, "10 bytes, expected 9"));
 	free(err);
-	ck_assert_uint_eq(broadcast_count(), 0);
+	ck_assert_uint_eq(held_count(), 0);
 	free(path);
 }
 END_TEST
@@ -260,7 +260,7 @@ START_TEST(test_bad_file)
 	ck_assert_int_eq(bc_apply(text, &err), -1);
 	ck_assert_ptr_nonnull(strstr(err, "not a regular file"));
 	free(err);
-	ck_assert_uint_eq(broadcast_count(), 0);
+	ck_assert_uint_eq(held_count(), 0);
 }
 END_TEST
 
@@ -295,16 +295,16 @@ END_TEST
 
 START_TEST(test_empty)
 {
-	const struct broadcast_set	*set;
+	const struct held_set	*set;
 	const char			*bytes;
 	size_t				 len = 99;
 
 	bc_add(0, "", 0);
-	bytes = broadcast_bytes(0, &len);
+	bytes = held_bytes(0, &len);
 	ck_assert_ptr_nonnull(bytes);
 	ck_assert_uint_eq(len, 0);
 	set = bc_set(0);
-	ck_assert_uint_eq(broadcast_set_size(set), 0);
+	ck_assert_uint_eq(held_set_size(set), 0);
 	ck_assert_int_eq(bc_has(set, ""), 0);
 	ck_assert_int_eq(bc_has(set, "a"), 0);
 }
@@ -313,11 +313,11 @@ END_TEST
 START_TEST(test_set_lines)
 {
 	static const char		 data[] = "a\nbb\n\nccc\r\nlast";
-	const struct broadcast_set	*set;
+	const struct held_set	*set;
 
 	bc_add(1, data, sizeof data - 1);
 	set = bc_set(1);
-	ck_assert_uint_eq(broadcast_set_size(set), 5);
+	ck_assert_uint_eq(held_set_size(set), 5);
 	ck_assert_int_eq(bc_has(set, "a"), 1);
 	ck_assert_int_eq(bc_has(set, "bb"), 1);
 	ck_assert_int_eq(bc_has(set, ""), 1);
@@ -339,12 +339,12 @@ END_TEST
 
 START_TEST(test_final_newline)
 {
-	const struct broadcast_set	*set;
+	const struct held_set	*set;
 
 	/* The empty piece after the last newline is not a line. */
 	bc_add(1, "x\ny\n", 4);
 	set = bc_set(1);
-	ck_assert_uint_eq(broadcast_set_size(set), 2);
+	ck_assert_uint_eq(held_set_size(set), 2);
 	ck_assert_int_eq(bc_has(set, "x"), 1);
 	ck_assert_int_eq(bc_has(set, "y"), 1);
 	ck_assert_int_eq(bc_has(set, ""), 0);
@@ -352,20 +352,20 @@ START_TEST(test_final_newline)
 	/* But an empty line before it is. */
 	bc_add(2, "x\n\n", 3);
 	set = bc_set(2);
-	ck_assert_uint_eq(broadcast_set_size(set), 2);
+	ck_assert_uint_eq(held_set_size(set), 2);
 	ck_assert_int_eq(bc_has(set, ""), 1);
 
 	/* A lone newline is one empty line. */
 	bc_add(3, "\n", 1);
 	set = bc_set(3);
-	ck_assert_uint_eq(broadcast_set_size(set), 1);
+	ck_assert_uint_eq(held_set_size(set), 1);
 	ck_assert_int_eq(bc_has(set, ""), 1);
 	ck_assert_int_eq(bc_has(set, "x"), 0);
 
 	/* One line without a newline. */
 	bc_add(4, "only", 4);
 	set = bc_set(4);
-	ck_assert_uint_eq(broadcast_set_size(set), 1);
+	ck_assert_uint_eq(held_set_size(set), 1);
 	ck_assert_int_eq(bc_has(set, "only"), 1);
 	ck_assert_int_eq(bc_has(set, ""), 0);
 }
@@ -374,11 +374,11 @@ END_TEST
 START_TEST(test_duplicates)
 {
 	static const char		 data[] = "1\n2\n1\n1\n\n2\n\n10\n1";
-	const struct broadcast_set	*set;
+	const struct held_set	*set;
 
 	bc_add(1, data, sizeof data - 1);
 	set = bc_set(1);
-	ck_assert_uint_eq(broadcast_set_size(set), 4);
+	ck_assert_uint_eq(held_set_size(set), 4);
 	ck_assert_int_eq(bc_has(set, "1"), 1);
 	ck_assert_int_eq(bc_has(set, "2"), 1);
 	ck_assert_int_eq(bc_has(set, "10"), 1);
@@ -390,25 +390,25 @@ END_TEST
 START_TEST(test_nul_bytes)
 {
 	static const char		 data[] = "a\0b\n\0\n\0\0\nc";
-	const struct broadcast_set	*set;
+	const struct held_set	*set;
 
 	bc_add(1, data, sizeof data - 1);
 	set = bc_set(1);
-	ck_assert_uint_eq(broadcast_set_size(set), 4);
-	ck_assert_int_eq(broadcast_set_contains(set, "a\0b", 3), 1);
-	ck_assert_int_eq(broadcast_set_contains(set, "\0", 1), 1);
-	ck_assert_int_eq(broadcast_set_contains(set, "\0\0", 2), 1);
-	ck_assert_int_eq(broadcast_set_contains(set, "c", 1), 1);
-	ck_assert_int_eq(broadcast_set_contains(set, "a", 1), 0);
-	ck_assert_int_eq(broadcast_set_contains(set, "a\0", 2), 0);
-	ck_assert_int_eq(broadcast_set_contains(set, "\0\0\0", 3), 0);
-	ck_assert_int_eq(broadcast_set_contains(set, "", 0), 0);
+	ck_assert_uint_eq(held_set_size(set), 4);
+	ck_assert_int_eq(held_set_contains(set, "a\0b", 3), 1);
+	ck_assert_int_eq(held_set_contains(set, "\0", 1), 1);
+	ck_assert_int_eq(held_set_contains(set, "\0\0", 2), 1);
+	ck_assert_int_eq(held_set_contains(set, "c", 1), 1);
+	ck_assert_int_eq(held_set_contains(set, "a", 1), 0);
+	ck_assert_int_eq(held_set_contains(set, "a\0", 2), 0);
+	ck_assert_int_eq(held_set_contains(set, "\0\0\0", 3), 0);
+	ck_assert_int_eq(held_set_contains(set, "", 0), 0);
 }
 END_TEST
 
 START_TEST(test_lengths)
 {
-	const struct broadcast_set	*set;
+	const struct held_set	*set;
 	char				*data, *p, line[300];
 	size_t				 len, i, j;
 
@@ -427,31 +427,31 @@ START_TEST(test_lengths)
 	len = (size_t)(p - data);
 	bc_add(9, data, len);
 	set = bc_set(9);
-	ck_assert_uint_eq(broadcast_set_size(set), 2 * 201 - 1);
+	ck_assert_uint_eq(held_set_size(set), 2 * 201 - 1);
 	for (i = 0; i <= 200; i++) {
 		for (j = 0; j < i; j++)
 			line[j] = (char)('a' + (i + j) % 26);
-		ck_assert_int_eq(broadcast_set_contains(set, line, i), 1);
+		ck_assert_int_eq(held_set_contains(set, line, i), 1);
 		if (i > 0) {
 			/* One byte changed, at either end. */
 			line[i - 1] ^= 0x20;
-			ck_assert_int_eq(broadcast_set_contains(set, line, i),
+			ck_assert_int_eq(held_set_contains(set, line, i),
 			    0);
 			line[i - 1] ^= 0x20;
 			line[0] ^= 0x01;
-			ck_assert_int_eq(broadcast_set_contains(set, line, i),
+			ck_assert_int_eq(held_set_contains(set, line, i),
 			    0);
 			line[0] ^= 0x01;
 		}
 		for (j = 0; j < i; j++)
 			line[j] = (char)('A' + j % 26);
-		ck_assert_int_eq(broadcast_set_contains(set, line, i), 1);
+		ck_assert_int_eq(held_set_contains(set, line, i), 1);
 		/* A prefix of a line is another line only where one is. */
 		if (i > 1)
-			ck_assert_int_eq(broadcast_set_contains(set, line,
+			ck_assert_int_eq(held_set_contains(set, line,
 			    i - 1), 1);
 		line[i] = 'x';
-		ck_assert_int_eq(broadcast_set_contains(set, line, i + 1), 0);
+		ck_assert_int_eq(held_set_contains(set, line, i + 1), 0);
 	}
 	free(data);
 }
@@ -459,12 +459,12 @@ END_TEST
 
 START_TEST(test_set_kept)
 {
-	const struct broadcast_set	*set, *again;
+	const struct held_set	*set, *again;
 	char				*err;
 
 	bc_add(7, "a\nb\n", 4);
 	set = bc_set(7);
-	ck_assert_uint_ne(broadcast_set_bytes_held(), 0);
+	ck_assert_uint_ne(held_set_bytes_held(), 0);
 
 	/* The next "task" adds another broadcast and finds the same set. */
 	bc_add(8, "c\n", 2);
@@ -474,10 +474,10 @@ START_TEST(test_set_kept)
 
 	/* Removing it drops the set; its id is no longer known. */
 	ck_assert_int_eq(bc_remove(7, &err), 0);
-	ck_assert_ptr_null(broadcast_set_get(7, &err));
+	ck_assert_ptr_null(held_set_get(7, &err));
 	ck_assert_str_eq(err, "broadcast 7 is not held by this worker");
 	free(err);
-	ck_assert_ptr_null(broadcast_set_get(99, &err));
+	ck_assert_ptr_null(held_set_get(99, &err));
 	ck_assert_str_eq(err, "broadcast 99 is not held by this worker");
 	free(err);
 	ck_assert_int_eq(bc_has(bc_set(8), "c"), 1);
@@ -486,7 +486,7 @@ END_TEST
 
 START_TEST(test_large)
 {
-	const struct broadcast_set	*set;
+	const struct held_set	*set;
 	struct timespec			 a, b;
 	char				*data, line[32];
 	size_t				 len = 0, size, i, n = 1000000;
@@ -504,18 +504,18 @@ START_TEST(test_large)
 	set = bc_set(1);
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	ms = (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
-	ck_assert_uint_eq(broadcast_set_size(set), n);
+	ck_assert_uint_eq(held_set_size(set), n);
 	/* Generous, for valgrind and slow machines: about 50 ms natively. */
 	ck_assert_msg(ms < 10000, "building a set of %zu lines took %.0f ms",
 	    n, ms);
 	/* Compact: 8 bytes a slot, at most 4/3 slots a line, in whole huge
 	 * pages. */
-	ck_assert_uint_le(broadcast_set_bytes_held(),
+	ck_assert_uint_le(held_set_bytes_held(),
 	    n * 8 * 4 / 3 + (2 << 20));
 
 	for (i = 0; i < n * 7; i += 3) {
 		k = snprintf(line, sizeof line, "%zu", i);
-		ck_assert_int_eq(broadcast_set_contains(set, line, (size_t)k),
+		ck_assert_int_eq(held_set_contains(set, line, (size_t)k),
 		    i % 7 == 0);
 	}
 }
@@ -523,7 +523,7 @@ END_TEST
 
 START_TEST(test_memory_limit)
 {
-	const struct broadcast_set	*set;
+	const struct held_set	*set;
 	struct rlimit			 rl;
 	char				*data, *err;
 	size_t				 len = 0, i, n = 1000000;
@@ -548,7 +548,7 @@ START_TEST(test_memory_limit)
 		rl.rlim_cur = rl.rlim_max = pages * 4096 + (1 << 20);
 		if (setrlimit(RLIMIT_AS, &rl) == -1)
 			_exit(3);
-		set = broadcast_set_get(1, &err);
+		set = held_set_get(1, &err);
 		if (set != NULL)
 			_exit(4);
 		if (strstr(err, "broadcast 1") == NULL ||
@@ -568,12 +568,12 @@ END_TEST
 
 /* The broadcast store's suite. */
 Suite *
-broadcast_suite(void)
+held_suite(void)
 {
 	Suite	*s;
 	TCase	*tc;
 
-	s = suite_create("broadcast");
+	s = suite_create("held");
 
 	tc = tcase_create("changes");
 	tcase_add_checked_fixture(tc, bc_setup, bc_teardown);

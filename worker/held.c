@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "broadcast.h"
+#include "held.h"
 #include "jread.h"
 #include "log.h"
 #include "xmalloc.h"
@@ -29,7 +29,7 @@
 /* Lines hashed ahead of their insertion, so their slots are prefetched. */
 #define SET_BATCH	32
 
-struct broadcast_set {
+struct held_set {
 	const unsigned char	*base;
 	size_t			 size;
 	uint64_t		*slots;
@@ -38,23 +38,23 @@ struct broadcast_set {
 	size_t			 lines;
 };
 
-struct broadcast {
+struct held {
 	int64_t			 id;
 	char			*path;
 	unsigned char		*map;		/* NULL when empty */
 	size_t			 size;
-	struct broadcast_set	*set;
+	struct held_set	*set;
 };
 
 /* A line waiting for its slot during a build. */
-struct broadcast_line {
+struct held_line {
 	uint64_t		 hash;
 	size_t			 off;
 	size_t			 len;
 	size_t			 slot;
 };
 
-static struct broadcast	**broadcasts;
+static struct held	**broadcasts;
 static size_t		  nbroadcasts, broadcasts_size;
 
 /* Multipliers of the hash (odd, with well spread bits). */
@@ -64,7 +64,7 @@ static size_t		  nbroadcasts, broadcasts_size;
 
 /* Multiply to 128 bits and fold the halves. */
 static inline uint64_t
-broadcast_mix(uint64_t a, uint64_t b)
+held_mix(uint64_t a, uint64_t b)
 {
 	__uint128_t	r = (__uint128_t)a * b;
 
@@ -73,7 +73,7 @@ broadcast_mix(uint64_t a, uint64_t b)
 
 /* Load 8 bytes, unaligned. */
 static inline uint64_t
-broadcast_load8(const unsigned char *p)
+held_load8(const unsigned char *p)
 {
 	uint64_t	v;
 
@@ -83,7 +83,7 @@ broadcast_load8(const unsigned char *p)
 
 /* Load 4 bytes, unaligned. */
 static inline uint64_t
-broadcast_load4(const unsigned char *p)
+held_load4(const unsigned char *p)
 {
 	uint32_t	v;
 
@@ -96,7 +96,7 @@ broadcast_load4(const unsigned char *p)
  * 16 bytes (numbers, ids, words) take two loads and two multiplies.
  */
 static inline uint64_t
-broadcast_hash(const unsigned char *p, size_t len)
+held_hash(const unsigned char *p, size_t len)
 {
 	uint64_t	a, b, seed = HASH_K2;
 	size_t		left = len, step;
@@ -105,10 +105,10 @@ broadcast_hash(const unsigned char *p, size_t len)
 	if (len <= 16) {
 		if (len >= 4) {
 			step = (len >> 3) << 2;
-			a = (broadcast_load4(p) << 32) |
-			    broadcast_load4(p + step);
-			b = (broadcast_load4(p + len - 4) << 32) |
-			    broadcast_load4(p + len - 4 - step);
+			a = (held_load4(p) << 32) |
+			    held_load4(p + step);
+			b = (held_load4(p + len - 4) << 32) |
+			    held_load4(p + len - 4 - step);
 		} else if (len > 0) {
 			a = ((uint64_t)p[0] << 16) |
 			    ((uint64_t)p[len >> 1] << 8) | p[len - 1];
@@ -117,29 +117,29 @@ broadcast_hash(const unsigned char *p, size_t len)
 			a = b = 0;
 	} else {
 		while (left > 16) {
-			seed = broadcast_mix(broadcast_load8(p) ^ HASH_K1,
-			    broadcast_load8(p + 8) ^ seed);
+			seed = held_mix(held_load8(p) ^ HASH_K1,
+			    held_load8(p + 8) ^ seed);
 			p += 16;
 			left -= 16;
 		}
-		a = broadcast_load8(p + left - 16);
-		b = broadcast_load8(p + left - 8);
+		a = held_load8(p + left - 16);
+		b = held_load8(p + left - 8);
 	}
 	r = (__uint128_t)(a ^ HASH_K1) * (b ^ seed);
-	return (broadcast_mix((uint64_t)r ^ HASH_K0 ^ len,
+	return (held_mix((uint64_t)r ^ HASH_K0 ^ len,
 	    (uint64_t)(r >> 64) ^ HASH_K1));
 }
 
 /* The first slot to probe for a hash: its high bits scaled to the table. */
 static inline size_t
-broadcast_set_slot(const struct broadcast_set *set, uint64_t hash)
+held_set_slot(const struct held_set *set, uint64_t hash)
 {
 	return ((size_t)(((__uint128_t)hash * set->nslots) >> 64));
 }
 
 /* Is the line at off equal to data? */
 static inline int
-broadcast_set_equal(const struct broadcast_set *set, size_t off,
+held_set_equal(const struct held_set *set, size_t off,
     const unsigned char *data, size_t len)
 {
 	if (len > set->size - off)
@@ -151,7 +151,7 @@ broadcast_set_equal(const struct broadcast_set *set, size_t off,
 
 /* Find a line: its slot, or the empty slot where it belongs. */
 static inline size_t
-broadcast_set_find(const struct broadcast_set *set, uint64_t hash,
+held_set_find(const struct held_set *set, uint64_t hash,
     size_t slot, const unsigned char *data, size_t len, int *found)
 {
 	uint64_t	s, tag = hash & SET_TAG_MASK;
@@ -162,7 +162,7 @@ broadcast_set_find(const struct broadcast_set *set, uint64_t hash,
 			*found = 0;
 			return (slot);
 		}
-		if ((s & SET_TAG_MASK) == tag && broadcast_set_equal(set,
+		if ((s & SET_TAG_MASK) == tag && held_set_equal(set,
 		    (size_t)(s >> SET_TAG_BITS) - 1, data, len)) {
 			*found = 1;
 			return (slot);
@@ -178,7 +178,7 @@ broadcast_set_find(const struct broadcast_set *set, uint64_t hash,
  * marks one.
  */
 static size_t
-broadcast_count_lines(const unsigned char *p, size_t size)
+held_count_lines(const unsigned char *p, size_t size)
 {
 	const uint64_t	ones = UINT64_C(0x0101010101010101);
 	const uint64_t	low7 = UINT64_C(0x7f7f7f7f7f7f7f7f);
@@ -186,7 +186,7 @@ broadcast_count_lines(const unsigned char *p, size_t size)
 	size_t		i = 0, n = 0;
 
 	for (; i + 8 <= size; i += 8) {
-		x = broadcast_load8(p + i) ^ (ones * '\n');
+		x = held_load8(p + i) ^ (ones * '\n');
 		t = ~(((x & low7) + low7) | x | low7);
 		n += (size_t)__builtin_popcountll(t);
 	}
@@ -203,7 +203,7 @@ broadcast_count_lines(const unsigned char *p, size_t size)
 
 /* The bytes a table of n slots maps: whole pages, huge ones if large. */
 static size_t
-broadcast_set_mapped_size(size_t nslots)
+held_set_mapped_size(size_t nslots)
 {
 	size_t	bytes = nslots * sizeof (uint64_t), unit = 4096;
 
@@ -220,10 +220,10 @@ broadcast_set_mapped_size(size_t nslots)
  * message instead of killing the worker.  NULL with errno on failure.
  */
 static uint64_t *
-broadcast_set_map(size_t nslots)
+held_set_map(size_t nslots)
 {
 	unsigned char	*p, *aligned;
-	size_t		 bytes = broadcast_set_mapped_size(nslots), head;
+	size_t		 bytes = held_set_mapped_size(nslots), head;
 
 	if (bytes < SET_HUGE_FROM) {
 		p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
@@ -252,7 +252,7 @@ broadcast_set_map(size_t nslots)
 
 /* Why memory ran out, if the worker's address-space limit is why. */
 static const char *
-broadcast_limit_hint(void)
+held_limit_hint(void)
 {
 	static char	hint[96];
 	struct rlimit	rl;
@@ -267,7 +267,7 @@ broadcast_limit_hint(void)
 
 /* Milliseconds since a. */
 static double
-broadcast_ms_since(const struct timespec *a)
+held_ms_since(const struct timespec *a)
 {
 	struct timespec	b;
 
@@ -277,14 +277,14 @@ broadcast_ms_since(const struct timespec *a)
 
 /* Insert a batch of hashed lines whose slots were prefetched. */
 static void
-broadcast_set_insert(struct broadcast_set *set, struct broadcast_line *batch,
+held_set_insert(struct held_set *set, struct held_line *batch,
     size_t n)
 {
 	size_t	i, slot;
 	int	found;
 
 	for (i = 0; i < n; i++) {
-		slot = broadcast_set_find(set, batch[i].hash, batch[i].slot,
+		slot = held_set_find(set, batch[i].hash, batch[i].slot,
 		    set->base + batch[i].off, batch[i].len, &found);
 		if (found)
 			continue;
@@ -301,10 +301,10 @@ broadcast_set_insert(struct broadcast_set *set, struct broadcast_line *batch,
  * a batch overlap.
  */
 static int
-broadcast_set_build(struct broadcast *b, char **err)
+held_set_build(struct held *b, char **err)
 {
-	struct broadcast_set	*set;
-	struct broadcast_line	 batch[SET_BATCH];
+	struct held_set	*set;
+	struct held_line	 batch[SET_BATCH];
 	struct timespec		 start;
 	const unsigned char	*p, *end, *nl;
 	size_t			 n, len;
@@ -320,14 +320,14 @@ broadcast_set_build(struct broadcast *b, char **err)
 	set->size = b->size;
 	if (b->size != 0)
 		madvise(b->map, b->size, MADV_WILLNEED);
-	set->lines = broadcast_count_lines(b->map, b->size);
+	set->lines = held_count_lines(b->map, b->size);
 	set->nslots = set->lines + set->lines / 3 + 8;
-	set->slots = broadcast_set_map(set->nslots);
+	set->slots = held_set_map(set->nslots);
 	if (set->slots == NULL) {
 		xasprintf(err, "broadcast %" PRId64 " (%s): no memory for a "
 		    "set of %zu lines (%zu MiB): %s%s", b->id, b->path,
-		    set->lines, broadcast_set_mapped_size(set->nslots) >> 20,
-		    strerror(errno), broadcast_limit_hint());
+		    set->lines, held_set_mapped_size(set->nslots) >> 20,
+		    strerror(errno), held_limit_hint());
 		free(set);
 		return (-1);
 	}
@@ -340,34 +340,34 @@ broadcast_set_build(struct broadcast *b, char **err)
 			len = (size_t)((nl != NULL ? nl : end) - p);
 			batch[n].off = (size_t)(p - b->map);
 			batch[n].len = len;
-			batch[n].hash = broadcast_hash(p, len);
-			batch[n].slot = broadcast_set_slot(set, batch[n].hash);
+			batch[n].hash = held_hash(p, len);
+			batch[n].slot = held_set_slot(set, batch[n].hash);
 			__builtin_prefetch(&set->slots[batch[n].slot], 1);
 			p = nl != NULL ? nl + 1 : end;
 		}
-		broadcast_set_insert(set, batch, n);
+		held_set_insert(set, batch, n);
 	}
 	b->set = set;
 	log_debug("broadcast %" PRId64 ": set of %zu lines (%zu distinct, "
 	    "%zu MiB) built in %.1f ms", b->id, set->lines, set->count,
-	    broadcast_set_mapped_size(set->nslots) >> 20,
-	    broadcast_ms_since(&start));
+	    held_set_mapped_size(set->nslots) >> 20,
+	    held_ms_since(&start));
 	return (0);
 }
 
 /* Free a set. */
 static void
-broadcast_set_free(struct broadcast_set *set)
+held_set_free(struct held_set *set)
 {
 	if (set == NULL)
 		return;
-	munmap(set->slots, broadcast_set_mapped_size(set->nslots));
+	munmap(set->slots, held_set_mapped_size(set->nslots));
 	free(set);
 }
 
 /* Find a held broadcast; its index, or -1. */
 static ssize_t
-broadcast_find(int64_t id)
+held_find(int64_t id)
 {
 	size_t	i;
 
@@ -380,9 +380,9 @@ broadcast_find(int64_t id)
 
 /* Unmap and free a broadcast. */
 static void
-broadcast_free(struct broadcast *b)
+held_free(struct held *b)
 {
-	broadcast_set_free(b->set);
+	held_set_free(b->set);
 	if (b->map != NULL)
 		munmap(b->map, b->size);
 	free(b->path);
@@ -391,14 +391,14 @@ broadcast_free(struct broadcast *b)
 
 /* Map the file of a new broadcast. */
 static int
-broadcast_add(int64_t id, const char *path, json_int_t size, char **err)
+held_add(int64_t id, const char *path, json_int_t size, char **err)
 {
-	struct broadcast	*b;
+	struct held	*b;
 	struct stat		 st;
 	void			*map = NULL;
 	int			 fd;
 
-	if (broadcast_find(id) != -1) {
+	if (held_find(id) != -1) {
 		xasprintf(err, "broadcast %" PRId64 ": already held", id);
 		return (-1);
 	}
@@ -427,7 +427,7 @@ broadcast_add(int64_t id, const char *path, json_int_t size, char **err)
 		map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
 		if (map == MAP_FAILED) {
 			xasprintf(err, "broadcast %" PRId64 ": %s: mmap: %s%s",
-			    id, path, strerror(errno), broadcast_limit_hint());
+			    id, path, strerror(errno), held_limit_hint());
 			goto fail;
 		}
 	}
@@ -455,24 +455,24 @@ fail:
 
 /* Drop a held broadcast. */
 static int
-broadcast_remove(int64_t id, char **err)
+held_remove(int64_t id, char **err)
 {
 	ssize_t	i;
 
-	if ((i = broadcast_find(id)) == -1) {
+	if ((i = held_find(id)) == -1) {
 		xasprintf(err, "broadcast %" PRId64 ": not held, cannot remove "
 		    "it", id);
 		return (-1);
 	}
 	log_debug("broadcast %" PRId64 ": removed", id);
-	broadcast_free(broadcasts[i]);
+	held_free(broadcasts[i]);
 	broadcasts[i] = broadcasts[--nbroadcasts];
 	return (0);
 }
 
 /* Apply a descriptor's broadcast changes in order. */
 int
-broadcast_apply(json_t *changes, char **err)
+held_apply(json_t *changes, char **err)
 {
 	json_t		*c;
 	const char	*path;
@@ -493,7 +493,7 @@ broadcast_apply(json_t *changes, char **err)
 			return (-1);
 		if (id < 0) {
 			/* -id-1, written so that INT64_MIN cannot overflow. */
-			if (broadcast_remove(-(id + 1), err) == -1)
+			if (held_remove(-(id + 1), err) == -1)
 				return (-1);
 			continue;
 		}
@@ -505,7 +505,7 @@ broadcast_apply(json_t *changes, char **err)
 		if (size < 0)
 			return (jread_fail(err, where, "size: must not be "
 			    "negative"));
-		if (broadcast_add(id, path, size, err) == -1)
+		if (held_add(id, path, size, err) == -1)
 			return (-1);
 	}
 	return (0);
@@ -513,11 +513,11 @@ broadcast_apply(json_t *changes, char **err)
 
 /* The bytes of a held broadcast. */
 const void *
-broadcast_bytes(int64_t id, size_t *len)
+held_bytes(int64_t id, size_t *len)
 {
 	ssize_t	i;
 
-	if ((i = broadcast_find(id)) == -1) {
+	if ((i = held_find(id)) == -1) {
 		*len = 0;
 		return (NULL);
 	}
@@ -528,26 +528,26 @@ broadcast_bytes(int64_t id, size_t *len)
 }
 
 /* The set of a held broadcast's lines, built on first use. */
-const struct broadcast_set *
-broadcast_set_get(int64_t id, char **err)
+const struct held_set *
+held_set_get(int64_t id, char **err)
 {
 	ssize_t	i;
 
 	*err = NULL;
-	if ((i = broadcast_find(id)) == -1) {
+	if ((i = held_find(id)) == -1) {
 		xasprintf(err, "broadcast %" PRId64 " is not held by this "
 		    "worker", id);
 		return (NULL);
 	}
 	if (broadcasts[i]->set == NULL &&
-	    broadcast_set_build(broadcasts[i], err) == -1)
+	    held_set_build(broadcasts[i], err) == -1)
 		return (NULL);
 	return (broadcasts[i]->set);
 }
 
 /* Look a record up in a set. */
 int
-broadcast_set_contains(const struct broadcast_set *set, const char *data,
+held_set_contains(const struct held_set *set, const char *data,
     size_t len)
 {
 	uint64_t	hash;
@@ -557,27 +557,27 @@ broadcast_set_contains(const struct broadcast_set *set, const char *data,
 	 * lines. */
 	if (set->count == 0 || (len != 0 && memchr(data, '\n', len) != NULL))
 		return (0);
-	hash = broadcast_hash((const unsigned char *)data, len);
-	broadcast_set_find(set, hash, broadcast_set_slot(set, hash),
+	hash = held_hash((const unsigned char *)data, len);
+	held_set_find(set, hash, held_set_slot(set, hash),
 	    (const unsigned char *)data, len, &found);
 	return (found);
 }
 
 /* The number of distinct lines of a set. */
 size_t
-broadcast_set_size(const struct broadcast_set *set)
+held_set_size(const struct held_set *set)
 {
 	return (set->count);
 }
 
 /* Drop every broadcast. */
 void
-broadcast_clear(void)
+held_clear(void)
 {
 	size_t	i;
 
 	for (i = 0; i < nbroadcasts; i++)
-		broadcast_free(broadcasts[i]);
+		held_free(broadcasts[i]);
 	free(broadcasts);
 	broadcasts = NULL;
 	nbroadcasts = broadcasts_size = 0;
@@ -585,14 +585,14 @@ broadcast_clear(void)
 
 /* How many broadcasts are held. */
 size_t
-broadcast_count(void)
+held_count(void)
 {
 	return (nbroadcasts);
 }
 
 /* The bytes of the broadcasts held. */
 size_t
-broadcast_bytes_held(void)
+held_bytes_held(void)
 {
 	size_t	i, n = 0;
 
@@ -603,13 +603,13 @@ broadcast_bytes_held(void)
 
 /* The bytes of the sets built. */
 size_t
-broadcast_set_bytes_held(void)
+held_set_bytes_held(void)
 {
 	size_t	i, n = 0;
 
 	for (i = 0; i < nbroadcasts; i++) {
 		if (broadcasts[i]->set != NULL)
-			n += broadcast_set_mapped_size(
+			n += held_set_mapped_size(
 			    broadcasts[i]->set->nslots);
 	}
 	return (n);

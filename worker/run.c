@@ -14,20 +14,20 @@
 #include "output.h"
 #include "plan.h"
 #include "source.h"
-#include "task.h"
+#include "run.h"
 #include "xmalloc.h"
 
 /* count_by_value's table starts with this many slots, a power of two. */
-#define TASK_CBV_SLOTS		1024
+#define RUN_CBV_SLOTS		1024
 /* Its records are copied into chunks of this size (or one record's). */
-#define TASK_CBV_CHUNK		(1024 * 1024)
+#define RUN_CBV_CHUNK		(1024 * 1024)
 /* save writes through a buffer of this size. */
-#define TASK_SAVE_BUFFER	(256 * 1024)
+#define RUN_SAVE_BUFFER	(256 * 1024)
 /* How much of a record a reduce error shows. */
-#define TASK_REDUCE_SHOWN	64
+#define RUN_REDUCE_SHOWN	64
 
 /* What every sink has: the records that reached it. */
-struct task_sink {
+struct run_sink {
 	struct op	 op;
 	struct output	*out;
 	int64_t		 records;
@@ -35,30 +35,30 @@ struct task_sink {
 
 /* count_by_value: an open-addressing table (linear probing) of records
  * and counts; a slot with count 0 is free. */
-struct task_cbv_slot {
+struct run_cbv_slot {
 	const char	*key;
 	size_t		 len;
 	uint64_t	 hash;
 	int64_t		 count;
 };
 
-struct task_cbv_chunk {
-	struct task_cbv_chunk	*next;
+struct run_cbv_chunk {
+	struct run_cbv_chunk	*next;
 	size_t			 used, size;
 	char			 data[];
 };
 
-struct task_cbv {
-	struct task_sink	 sink;
-	struct task_cbv_slot	*slots;
+struct run_cbv {
+	struct run_sink	 sink;
+	struct run_cbv_slot	*slots;
 	size_t			 mask, used;
 	int64_t			 nulls;
-	struct task_cbv_chunk	*chunks;
+	struct run_cbv_chunk	*chunks;
 };
 
 /* reduce: exact while every record is an integer and the result fits. */
-struct task_reducer {
-	struct task_sink	 sink;
+struct run_reducer {
+	struct run_sink	 sink;
 	enum reduce_fn	 fn;
 	int			 real;
 	int64_t			 i;
@@ -68,8 +68,8 @@ struct task_reducer {
 };
 
 /* save: the part file being written under a temporary name. */
-struct task_save {
-	struct task_sink	 sink;
+struct run_save {
+	struct run_sink	 sink;
 	char			*dir, *tmp, *path;
 	int			 fd;
 	int			 committed;
@@ -79,7 +79,7 @@ struct task_save {
 
 /* Tell whether a task is answered without reading its source. */
 int
-task_is_quick(const struct task *t)
+run_is_quick(const struct run *t)
 {
 	int64_t	count;
 
@@ -89,23 +89,23 @@ task_is_quick(const struct task *t)
 
 /* Sink: nothing is left to finish. */
 static int
-task_finish_nothing_cb(__attribute__((unused)) struct op *op)
+run_finish_nothing_cb(__attribute__((unused)) struct op *op)
 {
 	return (OP_OK);
 }
 
 /* Free a sink that owns nothing else. */
 static void
-task_free_cb(struct op *op)
+run_free_cb(struct op *op)
 {
 	free(op);
 }
 
 /* records: send a record to emberd. */
 static int
-task_records_push_cb(struct op *op, const struct record *r)
+run_records_push_cb(struct op *op, const struct record *r)
 {
-	struct task_sink	*s = (struct task_sink *)op;
+	struct run_sink	*s = (struct run_sink *)op;
 	char			*err;
 
 	s->records++;
@@ -116,16 +116,16 @@ task_records_push_cb(struct op *op, const struct record *r)
 
 /* count: count a record. */
 static int
-task_count_push_cb(struct op *op, __attribute__((unused))
+run_count_push_cb(struct op *op, __attribute__((unused))
     const struct record *r)
 {
-	((struct task_sink *)op)->records++;
+	((struct run_sink *)op)->records++;
 	return (OP_OK);
 }
 
 /* Read 8 bytes, unaligned, in host order. */
 static inline uint64_t
-task_load64(const char *p)
+run_load64(const char *p)
 {
 	uint64_t	v;
 
@@ -135,7 +135,7 @@ task_load64(const char *p)
 
 /* Multiply to 128 bits and fold. */
 static inline uint64_t
-task_mix(uint64_t a, uint64_t b)
+run_mix(uint64_t a, uint64_t b)
 {
 	__uint128_t	r = (__uint128_t)a * b;
 
@@ -144,7 +144,7 @@ task_mix(uint64_t a, uint64_t b)
 
 /* Hash a record, 16 bytes a step (in the manner of wyhash). */
 static uint64_t
-task_hash(const char *p, size_t len)
+run_hash(const char *p, size_t len)
 {
 	static const uint64_t	k0 = 0xa0761d6478bd642fULL,
 				k1 = 0xe7037ed1a0b428dbULL,
@@ -153,13 +153,13 @@ task_hash(const char *p, size_t len)
 	size_t			n = len;
 
 	while (n > 16) {
-		h = task_mix(task_load64(p) ^ k1, task_load64(p + 8) ^ h);
+		h = run_mix(run_load64(p) ^ k1, run_load64(p + 8) ^ h);
 		p += 16;
 		n -= 16;
 	}
 	if (n >= 8) {
-		a = task_load64(p);
-		b = task_load64(p + n - 8);
+		a = run_load64(p);
+		b = run_load64(p + n - 8);
 	} else if (n >= 4) {
 		uint32_t	x, y;
 
@@ -174,18 +174,18 @@ task_hash(const char *p, size_t len)
 		b = 0;
 	} else
 		a = b = 0;
-	return (task_mix(k1 ^ len, task_mix(a ^ k2, b ^ h)));
+	return (run_mix(k1 ^ len, run_mix(a ^ k2, b ^ h)));
 }
 
 /* Copy a record's bytes into the table's chunks. */
 static const char *
-task_cbv_copy(struct task_cbv *c, const char *data, size_t len)
+run_cbv_copy(struct run_cbv *c, const char *data, size_t len)
 {
-	struct task_cbv_chunk	*k = c->chunks;
+	struct run_cbv_chunk	*k = c->chunks;
 	size_t			 size;
 
 	if (k == NULL || k->size - k->used < len) {
-		size = len > TASK_CBV_CHUNK ? len : TASK_CBV_CHUNK;
+		size = len > RUN_CBV_CHUNK ? len : RUN_CBV_CHUNK;
 		k = xmalloc(sizeof *k + size);
 		k->size = size;
 		k->used = 0;
@@ -199,9 +199,9 @@ task_cbv_copy(struct task_cbv *c, const char *data, size_t len)
 
 /* Double the table. */
 static void
-task_cbv_grow(struct task_cbv *c)
+run_cbv_grow(struct run_cbv *c)
 {
-	struct task_cbv_slot	*old = c->slots, *s;
+	struct run_cbv_slot	*old = c->slots, *s;
 	size_t			 oldsize = c->mask + 1, i, j;
 
 	c->mask = oldsize * 2 - 1;
@@ -220,10 +220,10 @@ task_cbv_grow(struct task_cbv *c)
 
 /* count_by_value: count a record. */
 static int
-task_cbv_push_cb(struct op *op, const struct record *r)
+run_cbv_push_cb(struct op *op, const struct record *r)
 {
-	struct task_cbv		*c = (struct task_cbv *)op;
-	struct task_cbv_slot	*s;
+	struct run_cbv		*c = (struct run_cbv *)op;
+	struct run_cbv_slot	*s;
 	uint64_t		 h;
 	size_t			 i;
 
@@ -232,7 +232,7 @@ task_cbv_push_cb(struct op *op, const struct record *r)
 		c->nulls++;
 		return (OP_OK);
 	}
-	h = task_hash(r->data, r->len);
+	h = run_hash(r->data, r->len);
 	for (i = h & c->mask;; i = (i + 1) & c->mask) {
 		s = &c->slots[i];
 		if (s->count == 0)
@@ -243,19 +243,19 @@ task_cbv_push_cb(struct op *op, const struct record *r)
 			return (OP_OK);
 		}
 	}
-	s->key = r->len == 0 ? "" : task_cbv_copy(c, r->data, r->len);
+	s->key = r->len == 0 ? "" : run_cbv_copy(c, r->data, r->len);
 	s->len = r->len;
 	s->hash = h;
 	s->count = 1;
 	/* Grow at 70% full: linear probing slows down past that. */
 	if (++c->used * 10 >= (c->mask + 1) * 7)
-		task_cbv_grow(c);
+		run_cbv_grow(c);
 	return (OP_OK);
 }
 
 /* Send a record and its count. */
 static int
-task_cbv_send(struct task_cbv *c, const char *key, size_t len, int null,
+run_cbv_send(struct run_cbv *c, const char *key, size_t len, int null,
     int64_t count)
 {
 	unsigned char	 be[8];
@@ -269,18 +269,18 @@ task_cbv_send(struct task_cbv *c, const char *key, size_t len, int null,
 
 /* count_by_value: send the pairs. */
 static int
-task_cbv_finish_cb(struct op *op)
+run_cbv_finish_cb(struct op *op)
 {
-	struct task_cbv		*c = (struct task_cbv *)op;
-	struct task_cbv_slot	*s;
+	struct run_cbv		*c = (struct run_cbv *)op;
+	struct run_cbv_slot	*s;
 	size_t			 i;
 
-	if (c->nulls != 0 && task_cbv_send(c, NULL, 0, 1, c->nulls) != OP_OK)
+	if (c->nulls != 0 && run_cbv_send(c, NULL, 0, 1, c->nulls) != OP_OK)
 		return (OP_FAIL);
 	for (i = 0; i <= c->mask; i++) {
 		s = &c->slots[i];
 		if (s->count != 0 &&
-		    task_cbv_send(c, s->key, s->len, 0, s->count) != OP_OK)
+		    run_cbv_send(c, s->key, s->len, 0, s->count) != OP_OK)
 			return (OP_FAIL);
 	}
 	return (OP_OK);
@@ -288,10 +288,10 @@ task_cbv_finish_cb(struct op *op)
 
 /* Free the table and its chunks. */
 static void
-task_cbv_free_cb(struct op *op)
+run_cbv_free_cb(struct op *op)
 {
-	struct task_cbv		*c = (struct task_cbv *)op;
-	struct task_cbv_chunk	*k, *next;
+	struct run_cbv		*c = (struct run_cbv *)op;
+	struct run_cbv_chunk	*k, *next;
 
 	for (k = c->chunks; k != NULL; k = next) {
 		next = k->next;
@@ -301,12 +301,12 @@ task_cbv_free_cb(struct op *op)
 	free(c);
 }
 
-/* Write up to TASK_REDUCE_SHOWN bytes of a record, escaped, for an error. */
+/* Write up to RUN_REDUCE_SHOWN bytes of a record, escaped, for an error. */
 static void
-task_reduce_show(const struct record *r, char *buf, size_t size)
+run_reduce_show(const struct record *r, char *buf, size_t size)
 {
-	size_t		 i, n = r->len < TASK_REDUCE_SHOWN ? r->len :
-			     TASK_REDUCE_SHOWN, used = 0;
+	size_t		 i, n = r->len < RUN_REDUCE_SHOWN ? r->len :
+			     RUN_REDUCE_SHOWN, used = 0;
 	unsigned char	 c;
 
 	for (i = 0; i < n && used + 5 < size; i++) {
@@ -333,7 +333,7 @@ task_reduce_show(const struct record *r, char *buf, size_t size)
  * integer too large for an int64 is read as a real.
  */
 static int
-task_reduce_parse(struct task_reducer *x, const struct record *r, int64_t *i,
+run_reduce_parse(struct run_reducer *x, const struct record *r, int64_t *i,
     double *d)
 {
 	char	*s, *end;
@@ -377,18 +377,18 @@ task_reduce_parse(struct task_reducer *x, const struct record *r, int64_t *i,
 
 /* reduce: fold a record in. */
 static int
-task_reduce_push_cb(struct op *op, const struct record *r)
+run_reduce_push_cb(struct op *op, const struct record *r)
 {
-	struct task_reducer	*x = (struct task_reducer *)op;
-	char			 shown[4 * TASK_REDUCE_SHOWN + 8];
+	struct run_reducer	*x = (struct run_reducer *)op;
+	char			 shown[4 * RUN_REDUCE_SHOWN + 8];
 	int64_t			 i = 0, sum;
 	double			 d = 0;
 	int			 kind, first = x->sink.records == 0;
 
 	if (r->null)
 		return (op_fail(op, "reduce: record null is not a number"));
-	if ((kind = task_reduce_parse(x, r, &i, &d)) == 0) {
-		task_reduce_show(r, shown, sizeof shown);
+	if ((kind = run_reduce_parse(x, r, &i, &d)) == 0) {
+		run_reduce_show(r, shown, sizeof shown);
 		return (op_fail(op, "reduce: record \"%s\" is not a number",
 		    shown));
 	}
@@ -441,9 +441,9 @@ task_reduce_push_cb(struct op *op, const struct record *r)
 
 /* reduce: send the partial result as JSON text. */
 static int
-task_reduce_finish_cb(struct op *op)
+run_reduce_finish_cb(struct op *op)
 {
-	struct task_reducer	*x = (struct task_reducer *)op;
+	struct run_reducer	*x = (struct run_reducer *)op;
 	char			 buf[128], *err;
 	int			 n;
 
@@ -464,9 +464,9 @@ task_reduce_finish_cb(struct op *op)
 
 /* Free a reduce sink. */
 static void
-task_reduce_free_cb(struct op *op)
+run_reduce_free_cb(struct op *op)
 {
-	struct task_reducer	*x = (struct task_reducer *)op;
+	struct run_reducer	*x = (struct run_reducer *)op;
 
 	free(x->scratch);
 	free(x);
@@ -474,7 +474,7 @@ task_reduce_free_cb(struct op *op)
 
 /* Write all of an iovec array to the part file. */
 static int
-task_save_writev(struct task_save *s, struct iovec *iov, int n)
+run_save_writev(struct run_save *s, struct iovec *iov, int n)
 {
 	if (fd_writev_full(s->fd, iov, n) == -1)
 		return (op_fail(&s->sink.op, "save: %s: %s", s->tmp,
@@ -484,7 +484,7 @@ task_save_writev(struct task_save *s, struct iovec *iov, int n)
 
 /* Write out what is buffered. */
 static int
-task_save_flush(struct task_save *s)
+run_save_flush(struct run_save *s)
 {
 	struct iovec	iov;
 
@@ -493,18 +493,18 @@ task_save_flush(struct task_save *s)
 	iov.iov_base = s->buf;
 	iov.iov_len = s->used;
 	s->used = 0;
-	return (task_save_writev(s, &iov, 1));
+	return (run_save_writev(s, &iov, 1));
 }
 
 /* save: a record and a newline; a null is an empty line. */
 static int
-task_save_push_cb(struct op *op, const struct record *r)
+run_save_push_cb(struct op *op, const struct record *r)
 {
-	struct task_save	*s = (struct task_save *)op;
+	struct run_save	*s = (struct run_save *)op;
 	struct iovec		 iov[3];
 
 	s->sink.records++;
-	if (s->used + r->len + 1 <= TASK_SAVE_BUFFER) {
+	if (s->used + r->len + 1 <= RUN_SAVE_BUFFER) {
 		if (r->len != 0)
 			memcpy(s->buf + s->used, r->data, r->len);
 		s->buf[s->used + r->len] = '\n';
@@ -519,16 +519,16 @@ task_save_push_cb(struct op *op, const struct record *r)
 	iov[2].iov_base = (void *)"\n";
 	iov[2].iov_len = 1;
 	s->used = 0;
-	return (task_save_writev(s, iov, 3));
+	return (run_save_writev(s, iov, 3));
 }
 
-/* save: flush and sync the file; task_save_commit renames it. */
+/* save: flush and sync the file; run_save_commit renames it. */
 static int
-task_save_finish_cb(struct op *op)
+run_save_finish_cb(struct op *op)
 {
-	struct task_save	*s = (struct task_save *)op;
+	struct run_save	*s = (struct run_save *)op;
 
-	if (task_save_flush(s) != OP_OK)
+	if (run_save_flush(s) != OP_OK)
 		return (OP_FAIL);
 	if (fsync(s->fd) == -1)
 		return (op_fail(op, "save: %s: fsync: %s", s->tmp,
@@ -538,7 +538,7 @@ task_save_finish_cb(struct op *op)
 
 /* Give the part file its name, now that the task has succeeded. */
 static int
-task_save_commit(struct task_save *s, char **err)
+run_save_commit(struct run_save *s, char **err)
 {
 	int	fd;
 
@@ -564,9 +564,9 @@ task_save_commit(struct task_save *s, char **err)
 
 /* Free a save sink; a file not committed is removed. */
 static void
-task_save_free_cb(struct op *op)
+run_save_free_cb(struct op *op)
 {
-	struct task_save	*s = (struct task_save *)op;
+	struct run_save	*s = (struct run_save *)op;
 
 	if (s->fd != -1)
 		close(s->fd);
@@ -580,10 +580,10 @@ task_save_free_cb(struct op *op)
 }
 
 /* Make the save sink: create the temporary file. */
-static struct task_sink *
-task_save_create(const struct task *t, char **err)
+static struct run_sink *
+run_save_create(const struct run *t, char **err)
 {
-	struct task_save	*s;
+	struct run_save	*s;
 
 	s = xcalloc(1, sizeof *s);
 	s->dir = xstrdup(t->save_dir);
@@ -593,52 +593,52 @@ task_save_create(const struct task *t, char **err)
 	if (s->fd == -1) {
 		xasprintf(err, "save: %s: %s", s->tmp, strerror(errno));
 		s->committed = 1;	/* not ours to remove */
-		task_save_free_cb(&s->sink.op);
+		run_save_free_cb(&s->sink.op);
 		return (NULL);
 	}
-	s->buf = xmalloc(TASK_SAVE_BUFFER);
-	s->sink.op.push = task_save_push_cb;
-	s->sink.op.finish = task_save_finish_cb;
-	s->sink.op.free = task_save_free_cb;
+	s->buf = xmalloc(RUN_SAVE_BUFFER);
+	s->sink.op.push = run_save_push_cb;
+	s->sink.op.finish = run_save_finish_cb;
+	s->sink.op.free = run_save_free_cb;
 	return (&s->sink);
 }
 
 /* Make the sink of a task's mode. */
-static struct task_sink *
-task_sink_create(const struct task *t, struct output *out, char **err)
+static struct run_sink *
+run_sink_create(const struct run *t, struct output *out, char **err)
 {
-	struct task_sink	*s = NULL;
-	struct task_cbv		*c;
-	struct task_reducer	*x;
+	struct run_sink	*s = NULL;
+	struct run_cbv		*c;
+	struct run_reducer	*x;
 
 	switch (t->mode) {
 	case MODE_RECORDS:
 	case MODE_COUNT:
 		s = xcalloc(1, sizeof *s);
-		s->op.push = t->mode == MODE_RECORDS ? task_records_push_cb :
-		    task_count_push_cb;
-		s->op.finish = task_finish_nothing_cb;
-		s->op.free = task_free_cb;
+		s->op.push = t->mode == MODE_RECORDS ? run_records_push_cb :
+		    run_count_push_cb;
+		s->op.finish = run_finish_nothing_cb;
+		s->op.free = run_free_cb;
 		break;
 	case MODE_COUNT_BY_VALUE:
 		c = xcalloc(1, sizeof *c);
-		c->mask = TASK_CBV_SLOTS - 1;
-		c->slots = xcalloc(TASK_CBV_SLOTS, sizeof *c->slots);
+		c->mask = RUN_CBV_SLOTS - 1;
+		c->slots = xcalloc(RUN_CBV_SLOTS, sizeof *c->slots);
 		s = &c->sink;
-		s->op.push = task_cbv_push_cb;
-		s->op.finish = task_cbv_finish_cb;
-		s->op.free = task_cbv_free_cb;
+		s->op.push = run_cbv_push_cb;
+		s->op.finish = run_cbv_finish_cb;
+		s->op.free = run_cbv_free_cb;
 		break;
 	case MODE_REDUCE:
 		x = xcalloc(1, sizeof *x);
 		x->fn = t->fn;
 		s = &x->sink;
-		s->op.push = task_reduce_push_cb;
-		s->op.finish = task_reduce_finish_cb;
-		s->op.free = task_reduce_free_cb;
+		s->op.push = run_reduce_push_cb;
+		s->op.finish = run_reduce_finish_cb;
+		s->op.free = run_reduce_free_cb;
 		break;
 	case MODE_SAVE:
-		if ((s = task_save_create(t, err)) == NULL)
+		if ((s = run_save_create(t, err)) == NULL)
 			return (NULL);
 		break;
 	}
@@ -648,10 +648,10 @@ task_sink_create(const struct task *t, struct output *out, char **err)
 
 /* Run a task and gather its metrics. */
 int
-task_run(const struct task *t, struct output *out,
+run_execute(const struct run *t, struct output *out,
     int64_t metrics[EMBER_METRIC_COUNT], char **err)
 {
-	struct task_sink	*sink;
+	struct run_sink	*sink;
 	struct chain		*chain;
 	int64_t			 in = 0, count;
 	char			*serr = NULL;
@@ -661,14 +661,14 @@ task_run(const struct task *t, struct output *out,
 	*err = NULL;
 
 	/* Counting a source that knows its size needs no reading. */
-	if (task_is_quick(t)) {
+	if (run_is_quick(t)) {
 		source_count(t->plan, t->partition, &count);
 		metrics[EMBER_METRIC_RECORDS_IN] = count;
 		metrics[EMBER_METRIC_RECORDS_OUT] = count;
 		return (0);
 	}
 
-	if ((sink = task_sink_create(t, out, err)) == NULL)
+	if ((sink = run_sink_create(t, out, err)) == NULL)
 		return (-1);
 	chain = chain_create(t->plan, t->partition, out, &sink->op, err);
 	if (chain == NULL)
@@ -684,7 +684,7 @@ task_run(const struct task *t, struct output *out,
 		else
 			*err = xstrdup("task failed");
 	} else if (t->mode == MODE_SAVE &&
-	    task_save_commit((struct task_save *)sink, err) == -1)
+	    run_save_commit((struct run_save *)sink, err) == -1)
 		rc = OP_FAIL;
 	metrics[EMBER_METRIC_RECORDS_IN] = in;
 	metrics[EMBER_METRIC_RECORDS_OUT] = sink->records;

@@ -1,9 +1,10 @@
 /*
- * One task: a partition of a plan through its ops into what the task's
- * mode makes of the records (docs/protocol.md, "Task output").
+ * A run: one task as the worker runs it, a partition of a plan through
+ * its ops into what the task's mode makes of the records (docs/protocol.md,
+ * "Task output").  emberd's side of a task is daemon/task.c.
  */
-#ifndef EMBER_WORKER_TASK_H
-#define EMBER_WORKER_TASK_H
+#ifndef EMBER_WORKER_RUN_H
+#define EMBER_WORKER_RUN_H
 
 #include <stdint.h>
 
@@ -13,7 +14,7 @@
 struct output;
 struct plan;
 
-struct task {
+struct run {
 	const struct plan	*plan;
 	int			 partition;
 	enum taskdesc_mode	 mode;
@@ -28,11 +29,11 @@ struct task {
  * caller adds the elapsed time).  0, or -1 with *err allocated.  The last
  * batch stays buffered either way, for output_finish or output_fail.
  */
-int	task_run(const struct task *, struct output *,
+int	run_execute(const struct run *, struct output *,
 	    int64_t metrics[EMBER_METRIC_COUNT], char **err);
 
 /* Whether a task takes no time worth waiting for (it is counted without
  * reading anything), so that the end of the one before may wait for it. */
-int	task_is_quick(const struct task *);
+int	run_is_quick(const struct run *);
 
 #endif

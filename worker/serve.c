@@ -7,22 +7,22 @@
 
 #include <jansson.h>
 
-#include "broadcast.h"
+#include "held.h"
 #include "frame.h"
 #include "log.h"
 #include "output.h"
 #include "plan.h"
 #include "protocol.h"
-#include "task.h"
+#include "run.h"
 #include "taskdesc.h"
-#include "worker.h"
+#include "serve.h"
 #include "xmalloc.h"
 
 /* Descriptors are read through a buffer of this size (more for a larger
  * one), so that one read() takes a descriptor and any sent behind it. */
-#define WORKER_BUFFER	(64 * 1024)
+#define SERVE_BUFFER	(64 * 1024)
 
-struct worker {
+struct server {
 	int		 fd;
 	char		*buf;
 	size_t		 size, start, end;
@@ -33,15 +33,15 @@ struct worker {
 	struct plan	*plan;
 };
 
-/* A task, and the decoded descriptor its strings point into. */
-struct worker_task {
-	struct task	 task;
+/* A run, and the decoded descriptor its strings point into. */
+struct serve_run {
+	struct run	 run;
 	struct taskdesc	 desc;
 };
 
 /* Read until len bytes are buffered: 1, 0 on end of file, -1 on error. */
 static int
-worker_fill(struct worker *w, size_t len)
+serve_fill(struct server *w, size_t len)
 {
 	ssize_t	n;
 
@@ -70,7 +70,7 @@ worker_fill(struct worker *w, size_t len)
 
 /* Tell whether a whole frame is buffered. */
 static int
-worker_has_frame(struct worker *w)
+serve_has_frame(struct server *w)
 {
 	size_t	avail = w->end - w->start;
 
@@ -80,39 +80,39 @@ worker_has_frame(struct worker *w)
 
 /* Drop a consumed frame; give back the memory a large one took. */
 static void
-worker_consume(struct worker *w, size_t len)
+serve_consume(struct server *w, size_t len)
 {
 	w->start += len;
 	if (w->start != w->end)
 		return;
 	w->start = w->end = 0;
-	if (w->size > WORKER_BUFFER) {
-		w->size = WORKER_BUFFER;
+	if (w->size > SERVE_BUFFER) {
+		w->size = SERVE_BUFFER;
 		w->buf = xrealloc(w->buf, w->size);
 	}
 }
 
 /*
  * Read the next descriptor frame: 1 with *data and *len (valid until
- * worker_consume), 0 when emberd closed the socket, -1 with *err for a
+ * serve_consume), 0 when emberd closed the socket, -1 with *err for a
  * broken frame or a read error.
  */
 static int
-worker_read_frame(struct worker *w, const char **data, size_t *len,
+serve_read_frame(struct server *w, const char **data, size_t *len,
     char **err)
 {
 	int32_t	n;
 	int	rc;
 
 	*err = NULL;
-	if ((rc = worker_fill(w, 4)) <= 0)
+	if ((rc = serve_fill(w, 4)) <= 0)
 		goto fail;
 	n = be32_get((unsigned char *)w->buf + w->start);
 	if (n < 0 || n > EMBER_MAX_TASK_FRAME) {
 		xasprintf(err, "frame length %d", n);
 		return (-1);
 	}
-	if ((rc = worker_fill(w, 4 + (size_t)n)) <= 0)
+	if ((rc = serve_fill(w, 4 + (size_t)n)) <= 0)
 		goto fail;
 	*data = w->buf + w->start + 4;
 	*len = (size_t)n;
@@ -128,7 +128,7 @@ fail:
 /* Take the plan of a descriptor, or the cached one of its operation: 0,
  * -1 for a bad plan, -2 for none. */
 static int
-worker_plan(struct worker *w, json_t *j, const char *operation,
+serve_plan(struct server *w, json_t *j, const char *operation,
     struct plan **out, char **err)
 {
 	if (j == NULL) {
@@ -153,7 +153,7 @@ worker_plan(struct worker *w, json_t *j, const char *operation,
 
 /* Free what a parsed task holds. */
 static void
-worker_task_clear(struct worker_task *wt)
+serve_task_clear(struct serve_run *wt)
 {
 	taskdesc_clear(&wt->desc);
 	memset(wt, 0, sizeof *wt);
@@ -163,11 +163,11 @@ worker_task_clear(struct worker_task *wt)
  * when it cannot run (no plan and none cached, a broadcast that cannot be
  * taken). */
 static int
-worker_parse(struct worker *w, const char *data, size_t len,
-    struct worker_task *wt, char **err)
+serve_parse(struct server *w, const char *data, size_t len,
+    struct serve_run *wt, char **err)
 {
 	struct taskdesc	*d = &wt->desc;
-	struct task	*t = &wt->task;
+	struct run	*t = &wt->run;
 	struct plan	*plan;
 	size_t		 i;
 	int		 rc = -1;
@@ -176,11 +176,12 @@ worker_parse(struct worker *w, const char *data, size_t len,
 	if (taskdesc_decode(data, len, d, err) == -1)
 		goto out;
 	/* The broadcasts change whatever happens to this task. */
-	if (d->broadcasts != NULL && broadcast_apply(d->broadcasts, err) == -1) {
+	if (d->broadcasts != NULL &&
+	    held_apply(d->broadcasts, err) == -1) {
 		rc = -2;
 		goto out;
 	}
-	if ((rc = worker_plan(w, d->plan, d->operation, &plan, err)) != 0)
+	if ((rc = serve_plan(w, d->plan, d->operation, &plan, err)) != 0)
 		goto out;
 	rc = -1;
 	if (d->files != NULL && plan_files_from_json(plan, d->files,
@@ -202,13 +203,13 @@ worker_parse(struct worker *w, const char *data, size_t len,
 	rc = 0;
 out:
 	if (rc != 0)
-		worker_task_clear(wt);
+		serve_task_clear(wt);
 	return (rc);
 }
 
 /* Report a failed task and give up on this worker. */
 static int
-worker_fail(struct worker *w, const char *prefix, char *err)
+serve_fail(struct server *w, const char *prefix, char *err)
 {
 	char	*message;
 
@@ -225,7 +226,7 @@ worker_fail(struct worker *w, const char *prefix, char *err)
 
 /* Nanoseconds from a to b. */
 static int64_t
-worker_elapsed(const struct timespec *a, const struct timespec *b)
+serve_elapsed(const struct timespec *a, const struct timespec *b)
 {
 	return ((int64_t)(b->tv_sec - a->tv_sec) * 1000000000 +
 	    (b->tv_nsec - a->tv_nsec));
@@ -233,9 +234,9 @@ worker_elapsed(const struct timespec *a, const struct timespec *b)
 
 /* Serve tasks until emberd closes the socket or one fails. */
 static int
-worker_loop(struct worker *w)
+serve_loop(struct server *w)
 {
-	struct worker_task	 t;
+	struct serve_run	 t;
 	struct timespec		 begin, end;
 	int64_t			 metrics[EMBER_METRIC_COUNT];
 	const char		*data;
@@ -244,40 +245,40 @@ worker_loop(struct worker *w)
 	int			 rc;
 
 	for (;;) {
-		if ((rc = worker_read_frame(w, &data, &len, &err)) == 0)
+		if ((rc = serve_read_frame(w, &data, &len, &err)) == 0)
 			return (0);
 		if (rc == -1) {
 			if (err == NULL)
 				return (1);
-			return (worker_fail(w, "bad task descriptor: ", err));
+			return (serve_fail(w, "bad task descriptor: ", err));
 		}
 		clock_gettime(CLOCK_MONOTONIC, &begin);
-		rc = worker_parse(w, data, len, &t, &err);
-		worker_consume(w, 4 + len);
+		rc = serve_parse(w, data, len, &t, &err);
+		serve_consume(w, 4 + len);
 		if (rc == -1)
-			return (worker_fail(w, "bad task descriptor: ", err));
+			return (serve_fail(w, "bad task descriptor: ", err));
 		if (rc == -2)
-			return (worker_fail(w, NULL, err));
+			return (serve_fail(w, NULL, err));
 
 		/*
 		 * The end of the task before may have been held back, betting
 		 * on this one being quick too; if it is not, send it now.
 		 */
-		if (!task_is_quick(&t.task) &&
+		if (!run_is_quick(&t.run) &&
 		    output_flush(w->out, NULL) == -1) {
-			worker_task_clear(&t);
+			serve_task_clear(&t);
 			return (1);
 		}
 
 		output_reset(w->out);
-		rc = task_run(&t.task, w->out, metrics, &err);
-		worker_task_clear(&t);
+		rc = run_execute(&t.run, w->out, metrics, &err);
+		serve_task_clear(&t);
 		if (rc == -1)
-			return (worker_fail(w, NULL, err));
+			return (serve_fail(w, NULL, err));
 		clock_gettime(CLOCK_MONOTONIC, &end);
-		metrics[EMBER_METRIC_ELAPSED_NS] = worker_elapsed(&begin, &end);
+		metrics[EMBER_METRIC_ELAPSED_NS] = serve_elapsed(&begin, &end);
 		if (output_finish(w->out, metrics, EMBER_METRIC_COUNT,
-		    worker_has_frame(w), &err) == -1) {
+		    serve_has_frame(w), &err) == -1) {
 			log_debug("%s", err);
 			free(err);
 			return (1);
@@ -287,19 +288,19 @@ worker_loop(struct worker *w)
 
 /* Run a worker on its socket; returns the exit code. */
 int
-worker_main(int fd)
+serve_main(int fd)
 {
-	struct worker	w;
+	struct server	w;
 	int		rc;
 
 	signal(SIGPIPE, SIG_IGN);
 	memset(&w, 0, sizeof w);
 	w.fd = fd;
-	w.size = WORKER_BUFFER;
+	w.size = SERVE_BUFFER;
 	w.buf = xmalloc(w.size);
 	w.out = output_create(fd);
 
-	rc = worker_loop(&w);
+	rc = serve_loop(&w);
 
 	output_free(w.out);
 	plan_free(w.plan);

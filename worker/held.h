@@ -1,6 +1,7 @@
 /*
- * The broadcasts a worker holds, across tasks until emberd removes them
- * (docs/protocol.md, section 3).  Each broadcast is a file emberd wrote,
+ * Held broadcasts: the broadcasts a worker holds, across tasks until
+ * emberd removes them (docs/protocol.md, section 3); emberd's uploaded
+ * broadcasts are daemon/broadcast.c.  Each broadcast is a file emberd wrote,
  * mapped read-only and shared: no worker copies its bytes, so a broadcast
  * costs the same for every task that uses it after the first.
  *
@@ -8,15 +9,15 @@
  * broadcast is removed.  It stores offsets into the mapping, never the
  * bytes: 8 bytes a slot, about 11 bytes a distinct line.
  */
-#ifndef EMBER_WORKER_BROADCAST_H
-#define EMBER_WORKER_BROADCAST_H
+#ifndef EMBER_WORKER_HELD_H
+#define EMBER_WORKER_HELD_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
 
-struct broadcast_set;
+struct held_set;
 
 /*
  * Apply a descriptor's "broadcasts" array in order: {"id": N, "path": P,
@@ -25,11 +26,11 @@ struct broadcast_set;
  * one not held is an error.  0, or -1 with *err allocated; the changes
  * before the failing one stay applied (the task fails and the worker exits).
  */
-int	 broadcast_apply(json_t *changes, char **err);
+int	 held_apply(json_t *changes, char **err);
 
 /* The bytes of broadcast id and their length, or NULL if not held.  An
  * empty broadcast has bytes of length 0, never NULL. */
-const void *broadcast_bytes(int64_t id, size_t *len);
+const void *held_bytes(int64_t id, size_t *len);
 
 /*
  * The set of broadcast id's lines, built now if not yet built: lines end
@@ -38,21 +39,21 @@ const void *broadcast_bytes(int64_t id, size_t *len);
  * same set is returned until the broadcast is removed.  NULL with *err
  * allocated if id is not held or the set cannot be built.
  */
-const struct broadcast_set *broadcast_set_get(int64_t id, char **err);
+const struct held_set *held_set_get(int64_t id, char **err);
 
 /* Is data one of the set's lines? */
-int	 broadcast_set_contains(const struct broadcast_set *,
+int	 held_set_contains(const struct held_set *,
 	     const char *data, size_t len);
 
 /* The number of distinct lines of a set. */
-size_t	 broadcast_set_size(const struct broadcast_set *);
+size_t	 held_set_size(const struct held_set *);
 
 /* Drop every broadcast and set (at exit, so nothing is left to free). */
-void	 broadcast_clear(void);
+void	 held_clear(void);
 
 /* For diagnostics: broadcasts held, their bytes, and the sets' bytes. */
-size_t	 broadcast_count(void);
-size_t	 broadcast_bytes_held(void);
-size_t	 broadcast_set_bytes_held(void);
+size_t	 held_count(void);
+size_t	 held_bytes_held(void);
+size_t	 held_set_bytes_held(void);
 
 #endif

@@ -104,3 +104,25 @@ fs_msg_recv(int sock, struct fs_msg *m, int *fd)
 	m->value = be32_get(buf + 12);
 	return (1);
 }
+
+/* Name a fork-server message type. */
+const char *
+fs_msg_type_name(int32_t type)
+{
+	switch (type) {
+	case FS_HELLO:
+		return ("FS_HELLO");
+	case FS_FORK:
+		return ("FS_FORK");
+	case FS_FORKED:
+		return ("FS_FORKED");
+	case FS_FORK_FAILED:
+		return ("FS_FORK_FAILED");
+	case FS_KILL:
+		return ("FS_KILL");
+	case FS_EXIT:
+		return ("FS_EXIT");
+	default:
+		return ("unknown");
+	}
+}

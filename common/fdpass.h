@@ -21,4 +21,7 @@ int	fs_msg_send(int sock, const struct fs_msg *, int fd);
  */
 int	fs_msg_recv(int sock, struct fs_msg *, int *fd);
 
+/* The name of a message type, for logs ("FS_FORKED"; "unknown"). */
+const char *fs_msg_type_name(int32_t);
+
 #endif

@@ -106,6 +106,9 @@ fslink_read_cb(evutil_socket_t fd, short events, void *arg)
 			event_del(fs->event);
 			return;
 		}
+		log_debug("fork-server %ld: %s id %d pid %d value %d",
+		    (long)fs->pid, fs_msg_type_name(m.type), m.id, m.pid,
+		    m.value);
 		if (m.type != FS_FORKED && passed != -1)
 			close(passed);
 		switch (m.type) {

@@ -381,8 +381,8 @@ forkserver_dispatch(struct forkserver *fs)
 		forkserver_exit(fs, 0);
 	}
 	if (fd != -1) {
-		log_error("unexpected descriptor from emberd (type %d)",
-		    m.type);
+		log_error("unexpected descriptor from emberd (%s)",
+		    fs_msg_type_name(m.type));
 		close(fd);
 		forkserver_exit(fs, 1);
 	}

@@ -360,6 +360,19 @@ START_TEST(test_fs_msg)
 }
 END_TEST
 
+START_TEST(test_fs_msg_names)
+{
+	ck_assert_str_eq(fs_msg_type_name(FS_HELLO), "FS_HELLO");
+	ck_assert_str_eq(fs_msg_type_name(FS_FORK), "FS_FORK");
+	ck_assert_str_eq(fs_msg_type_name(FS_FORKED), "FS_FORKED");
+	ck_assert_str_eq(fs_msg_type_name(FS_FORK_FAILED), "FS_FORK_FAILED");
+	ck_assert_str_eq(fs_msg_type_name(FS_KILL), "FS_KILL");
+	ck_assert_str_eq(fs_msg_type_name(FS_EXIT), "FS_EXIT");
+	ck_assert_str_eq(fs_msg_type_name(0), "unknown");
+	ck_assert_str_eq(fs_msg_type_name(7), "unknown");
+}
+END_TEST
+
 START_TEST(test_fs_msg_fd)
 {
 	struct fs_msg	out = { FS_FORKED, 3, 1234, 0 }, in;
@@ -498,6 +511,7 @@ frame_suite(void)
 	tc = tcase_create("fdpass");
 	tcase_set_timeout(tc, 5);
 	tcase_add_test(tc, test_fs_msg);
+	tcase_add_test(tc, test_fs_msg_names);
 	tcase_add_test(tc, test_fs_msg_fd);
 	tcase_add_test(tc, test_fs_msg_bad_size);
 	tcase_add_test(tc, test_fs_msg_bad_size_fd);

@@ -1,3 +1,4 @@
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,12 +213,64 @@ taskdesc_decode_mode(json_t *root, struct taskdesc *t, char **err)
 	return (0);
 }
 
+/* Decode one change of the broadcasts member. */
+static int
+taskdesc_decode_broadcast(json_t *c, const char *where,
+    struct taskdesc_broadcast *b, char **err)
+{
+	json_int_t	id, size;
+
+	if (!json_is_object(c))
+		return (jread_fail(err, where, "expected an object"));
+	if (jread_int(c, where, "id", JREAD_REQUIRED, &id, err) == -1)
+		return (-1);
+	if (id < 0) {
+		/* -id-1, written so that INT64_MIN cannot overflow. */
+		b->id = -(id + 1);
+		b->path = NULL;
+		b->size = 0;
+		return (0);
+	}
+	if (jread_string(c, where, "path", JREAD_REQUIRED, &b->path,
+	    err) == -1 ||
+	    jread_int(c, where, "size", JREAD_REQUIRED, &size, err) == -1)
+		return (-1);
+	if (size < 0)
+		return (jread_fail(err, where, "size: must not be negative"));
+	b->id = id;
+	b->size = size;
+	return (0);
+}
+
+/* Decode the broadcasts member: adds and removals, in order. */
+int
+taskdesc_decode_broadcasts(json_t *changes, struct taskdesc *t, char **err)
+{
+	json_t	*c;
+	char	 where[64];
+	size_t	 i;
+
+	if (!json_is_array(changes))
+		return (jread_fail(err, "broadcasts", "expected an array"));
+	t->broadcasts = xreallocarray(NULL, json_array_size(changes) + 1,
+	    sizeof *t->broadcasts);
+	json_array_foreach(changes, i, c) {
+		snprintf(where, sizeof where, "broadcasts[%zu]", i);
+		if (taskdesc_decode_broadcast(c, where, &t->broadcasts[i],
+		    err) == -1)
+			return (-1);
+		t->nbroadcasts++;
+	}
+	return (0);
+}
+
 /* Decode a descriptor. */
 int
 taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 {
 	json_error_t	 jerr;
 	json_int_t	 partition, partitions;
+	json_t		*broadcasts = NULL;
 
 	memset(t, 0, sizeof *t);
 	if ((t->root = json_loadb(data, len, JSON_ALLOW_NUL, &jerr)) == NULL) {
@@ -239,7 +292,7 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 	    jread_array(t->root, "", "files", JREAD_OPTIONAL, &t->files,
 	    err) == -1 ||
 	    jread_array(t->root, "", "broadcasts", JREAD_OPTIONAL,
-	    &t->broadcasts, err) == -1)
+	    &broadcasts, err) == -1)
 		return (-1);
 	if (partitions < 1 || partitions > PLAN_MAX_PARTITIONS)
 		return (jread_fail(err, "partitions", "must be from 1 to %d",
@@ -249,13 +302,18 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 		    (long long)partitions - 1));
 	t->partition = (int)partition;
 	t->partitions = (int)partitions;
-	return (taskdesc_decode_mode(t->root, t, err));
+	if (taskdesc_decode_mode(t->root, t, err) == -1)
+		return (-1);
+	if (broadcasts != NULL)
+		return (taskdesc_decode_broadcasts(broadcasts, t, err));
+	return (0);
 }
 
 /* Free what a decoded descriptor holds. */
 void
 taskdesc_clear(struct taskdesc *t)
 {
+	free(t->broadcasts);
 	if (t->root != NULL)
 		json_decref(t->root);
 	memset(t, 0, sizeof *t);

@@ -48,10 +48,11 @@ struct taskdesc {
 	const char		*save_name;	/* and the part file's name */
 
 	/* Decoded, and owned by the descriptor until taskdesc_clear; NULL
-	 * when absent.  broadcasts is applied by the worker's broadcasts. */
+	 * when absent. */
 	json_t			*plan;
 	json_t			*files;
-	json_t			*broadcasts;
+	struct taskdesc_broadcast *broadcasts;	/* in order */
+	size_t			 nbroadcasts;
 	json_t			*root;
 };
 
@@ -77,5 +78,8 @@ void		 taskdesc_encode(struct evbuffer *, const struct taskdesc *,
 int		 taskdesc_decode(const char *, size_t, struct taskdesc *,
 		     char **err);
 void		 taskdesc_clear(struct taskdesc *);
+/* Decode the broadcasts member alone (an array), into t. */
+int		 taskdesc_decode_broadcasts(json_t *, struct taskdesc *,
+		     char **err);
 
 #endif

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "held.h"
-#include "jread.h"
+#include "taskdesc.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -472,40 +472,17 @@ held_remove(int64_t id, char **err)
 
 /* Apply a descriptor's broadcast changes in order. */
 int
-held_apply(json_t *changes, char **err)
+held_apply(const struct taskdesc_broadcast *changes, size_t n, char **err)
 {
-	json_t		*c;
-	const char	*path;
-	json_int_t	 id, size;
-	char		 where[64];
-	size_t		 i;
+	size_t	i;
 
 	*err = NULL;
-	if (changes == NULL)
-		return (0);
-	if (!json_is_array(changes))
-		return (jread_fail(err, "broadcasts", "expected an array"));
-	json_array_foreach(changes, i, c) {
-		snprintf(where, sizeof where, "broadcasts[%zu]", i);
-		if (!json_is_object(c))
-			return (jread_fail(err, where, "expected an object"));
-		if (jread_int(c, where, "id", JREAD_REQUIRED, &id, err) == -1)
-			return (-1);
-		if (id < 0) {
-			/* -id-1, written so that INT64_MIN cannot overflow. */
-			if (held_remove(-(id + 1), err) == -1)
+	for (i = 0; i < n; i++) {
+		if (changes[i].path == NULL) {
+			if (held_remove(changes[i].id, err) == -1)
 				return (-1);
-			continue;
-		}
-		if (jread_string(c, where, "path", JREAD_REQUIRED, &path,
-		    err) == -1 ||
-		    jread_int(c, where, "size", JREAD_REQUIRED, &size,
-		    err) == -1)
-			return (-1);
-		if (size < 0)
-			return (jread_fail(err, where, "size: must not be "
-			    "negative"));
-		if (held_add(id, path, size, err) == -1)
+		} else if (held_add(changes[i].id, changes[i].path,
+		    changes[i].size, err) == -1)
 			return (-1);
 	}
 	return (0);

@@ -19,14 +19,16 @@
 
 struct held_set;
 
+struct taskdesc_broadcast;
+
 /*
- * Apply a descriptor's "broadcasts" array in order: {"id": N, "path": P,
- * "size": S} adds broadcast N (the file P, which must still be S bytes);
- * {"id": -K} removes broadcast K-1.  Adding one already held or removing
+ * Apply a descriptor's n broadcast changes in order (common/taskdesc.h):
+ * one with a path adds that broadcast (the file, which must still be of
+ * its size); one without removes it.  Adding one already held or removing
  * one not held is an error.  0, or -1 with *err allocated; the changes
  * before the failing one stay applied (the task fails and the worker exits).
  */
-int	 held_apply(json_t *changes, char **err);
+int	 held_apply(const struct taskdesc_broadcast *, size_t n, char **err);
 
 /* The bytes of broadcast id and their length, or NULL if not held.  An
  * empty broadcast has bytes of length 0, never NULL. */

@@ -176,8 +176,7 @@ serve_parse(struct server *w, const char *data, size_t len,
 	if (taskdesc_decode(data, len, d, err) == -1)
 		goto out;
 	/* The broadcasts change whatever happens to this task. */
-	if (d->broadcasts != NULL &&
-	    held_apply(d->broadcasts, err) == -1) {
+	if (held_apply(d->broadcasts, d->nbroadcasts, err) == -1) {
 		rc = -2;
 		goto out;
 	}

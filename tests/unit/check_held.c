@@ -19,6 +19,7 @@
 
 #include "held.h"
 #include "suites.h"
+#include "taskdesc.h"
 #include "xmalloc.h"
 
 static char	bc_dir[] = "/tmp/check_broadcast.XXXXXX";
@@ -63,6 +64,23 @@ bc_file(const void *data, size_t len)
 	return (path);
 }
 
+/* Decode and apply changes given as a descriptor's broadcasts member, as
+ * the worker does: 0, or -1 with *err. */
+static int
+bc_apply_json(json_t *j, char **err)
+{
+	struct taskdesc	d;
+	int		rc;
+
+	memset(&d, 0, sizeof d);
+	*err = NULL;
+	rc = taskdesc_decode_broadcasts(j, &d, err);
+	if (rc == 0)
+		rc = held_apply(d.broadcasts, d.nbroadcasts, err);
+	taskdesc_clear(&d);
+	return (rc);
+}
+
 /* Apply changes given as JSON text: 0, or -1 with *err. */
 static int
 bc_apply(const char *text, char **err)
@@ -73,7 +91,7 @@ bc_apply(const char *text, char **err)
 
 	j = json_loads(text, 0, &jerr);
 	ck_assert_msg(j != NULL, "bad test JSON: %s", jerr.text);
-	rc = held_apply(j, err);
+	rc = bc_apply_json(j, err);
 	json_decref(j);
 	return (rc);
 }
@@ -88,7 +106,7 @@ bc_add(int64_t id, const void *data, size_t len)
 	path = bc_file(data, len);
 	j = json_pack("[{s:I, s:s, s:I}]", "id", (json_int_t)id, "path", path,
 	    "size", (json_int_t)len);
-	if (held_apply(j, &err) != 0)
+	if (bc_apply_json(j, &err) != 0)
 		ck_abort_msg("add %lld: %s", (long long)id, err);
 	ck_assert_ptr_null(err);
 	json_decref(j);
@@ -182,7 +200,7 @@ START_TEST(test_in_order)
 
 	/* An empty list changes nothing; so does none at all. */
 	ck_assert_int_eq(bc_apply("[]", &err), 0);
-	ck_assert_int_eq(held_apply(NULL, &err), 0);
+	ck_assert_int_eq(held_apply(NULL, 0, &err), 0);
 	ck_assert_uint_eq(held_count(), 1);
 	free(path);
 }

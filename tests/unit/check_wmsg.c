@@ -182,7 +182,7 @@ START_TEST(test_taskdesc_modes)
 		d.mode = (enum taskdesc_mode)mode;
 		taskdesc_round_trip(&d, NULL, 0, NULL, &got);
 		ck_assert_ptr_null(got.plan);
-		ck_assert_ptr_null(got.broadcasts);
+		ck_assert_uint_eq(got.nbroadcasts, 0);
 		taskdesc_clear(&got);
 	}
 	d.mode = MODE_REDUCE;
@@ -212,7 +212,7 @@ START_TEST(test_taskdesc_save_plan_broadcasts)
 					    "end", 10);
 	json_t				*files = json_pack("[{s:s,s:i}]",
 					    "path", "/a", "size", 7);
-	char				*members;
+	char				*members, *text;
 
 	members = taskdesc_encode_plan(plan, files);
 	taskdesc_round_trip(&d, b, 2, members, &got);
@@ -220,16 +220,16 @@ START_TEST(test_taskdesc_save_plan_broadcasts)
 	ck_assert_str_eq(got.save_name, d.save_name);
 	ck_assert(json_equal(got.plan, plan));
 	ck_assert_uint_eq(json_array_size(got.files), 1);
-	ck_assert_uint_eq(json_array_size(got.broadcasts), 2);
-	ck_assert_int_eq(json_integer_value(json_object_get(
-	    json_array_get(got.broadcasts, 0), "id")), 5);
-	ck_assert_str_eq(json_string_value(json_object_get(
-	    json_array_get(got.broadcasts, 0), "path")), "/var/lib/é\"x");
-	ck_assert_int_eq(json_integer_value(json_object_get(
-	    json_array_get(got.broadcasts, 0), "size")), 1234);
-	/* A removal of broadcast 3 is written -3-1. */
-	ck_assert_int_eq(json_integer_value(json_object_get(
-	    json_array_get(got.broadcasts, 1), "id")), -4);
+	ck_assert_uint_eq(got.nbroadcasts, 2);
+	ck_assert_int_eq(got.broadcasts[0].id, 5);
+	ck_assert_str_eq(got.broadcasts[0].path, "/var/lib/é\"x");
+	ck_assert_int_eq(got.broadcasts[0].size, 1234);
+	/* A removal of broadcast 3: written -3-1, read back as 3. */
+	ck_assert_int_eq(got.broadcasts[1].id, 3);
+	ck_assert_ptr_null(got.broadcasts[1].path);
+	text = json_dumps(got.root, JSON_COMPACT);
+	ck_assert_ptr_nonnull(strstr(text, "{\"id\":-4}"));
+	free(text);
 	taskdesc_clear(&got);
 	free(members);
 	json_decref(plan);

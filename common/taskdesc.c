@@ -75,9 +75,20 @@ reduce_fn_from_string(const char *s, enum reduce_fn *fn)
 static void
 taskdesc_add_string(struct evbuffer *out, const char *s)
 {
-	json_t	*js = json_string(s);
-	char	*text;
+	json_t		*js;
+	char		*text;
+	const char	*p;
 
+	/* Plain ASCII, as an operation id always is, needs no escaping. */
+	for (p = s; *p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\'; p++)
+		;
+	if (*p == '\0') {
+		evbuffer_add(out, "\"", 1);
+		evbuffer_add(out, s, (size_t)(p - s));
+		evbuffer_add(out, "\"", 1);
+		return;
+	}
+	js = json_string(s);
 	if (js == NULL || (text = json_dumps(js, JSON_ENCODE_ANY |
 	    JSON_COMPACT)) == NULL)
 		fatalx("%s: cannot encode a string", __func__);

@@ -601,7 +601,10 @@ worker_broadcast_diff(struct worker *w, const struct task *t,
 	size_t				 nuse, i, j, kept, n = 0;
 
 	use = operation_broadcasts(t->op, &nuse);
-	d = xreallocarray(NULL, nuse + w->nheld + 1, sizeof *d);
+	*out = NULL;
+	if (nuse == 0 && w->nheld == 0)
+		return (0);
+	d = xreallocarray(NULL, nuse + w->nheld, sizeof *d);
 	for (i = 0; i < nuse; i++) {
 		if (worker_holds(w, broadcast_id(use[i])))
 			continue;

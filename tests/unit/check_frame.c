@@ -201,19 +201,29 @@ START_TEST(test_evbuffer_add_frame)
 }
 END_TEST
 
+/* Make a socketpair and size bytes of a pattern to send over it. */
+static unsigned char *
+frame_pattern(size_t size, int sv[2])
+{
+	unsigned char	*out;
+	size_t		 i;
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	ck_assert_ptr_nonnull(out = malloc(size));
+	for (i = 0; i < size; i++)
+		out[i] = (unsigned char)(i * 7 + i / 251);
+	return (out);
+}
+
 START_TEST(test_fd_full)
 {
 	const size_t	 size = 4 * 1024 * 1024;
 	unsigned char	*out, *in;
 	int		 sv[2], status;
-	size_t		 i;
 	pid_t		 pid;
 
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	ck_assert_ptr_nonnull(out = malloc(size));
+	out = frame_pattern(size, sv);
 	ck_assert_ptr_nonnull(in = malloc(size));
-	for (i = 0; i < size; i++)
-		out[i] = (unsigned char)(i * 7 + i / 251);
 
 	/* More than a socket buffer: both sides see short counts. */
 	ck_assert_int_ne(pid = fork(), -1);
@@ -253,14 +263,10 @@ START_TEST(test_fd_writev_full)
 	unsigned char	*out, *in;
 	struct iovec	 iov[3];
 	int		 sv[2], status;
-	size_t		 i;
 	pid_t		 pid;
 
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	ck_assert_ptr_nonnull(out = malloc(size));
+	out = frame_pattern(size, sv);
 	ck_assert_ptr_nonnull(in = malloc(size));
-	for (i = 0; i < size; i++)
-		out[i] = (unsigned char)(i * 13 + i / 509);
 
 	/* Uneven iovecs larger than the socket buffer: writes stop inside
 	 * one and the rest must follow from there. */

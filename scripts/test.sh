@@ -23,7 +23,8 @@ make -j"$jobs" check VERBOSE=1 || status=$?
 
 # One closing line for the whole suite, summed over every test program's
 # log: Check's "Checks: N, Failures: F, Errors: E" and the integration
-# runner's "N passed, M failed".
+# runner's "N passed, M failed" (and "K skipped", apart: a skipped test
+# neither passed nor failed).
 cat tests/unit/*.log tests/integration/*.log 2>/dev/null | awk '
 	/Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+/ {
 		line = $0
@@ -32,7 +33,12 @@ cat tests/unit/*.log tests/integration/*.log 2>/dev/null | awk '
 		passed += f[1] - f[2] - f[3]; failed += f[2] + f[3]
 	}
 	/^[0-9]+ passed, [0-9]+ failed$/ { passed += $1; failed += $3 }
-	END { printf "suite: %d passed, %d failed\n", passed, failed }'
+	/^[0-9]+ skipped$/ { skipped += $1 }
+	END {
+		if (skipped > 0)
+			printf "suite: %d skipped\n", skipped
+		printf "suite: %d passed, %d failed\n", passed, failed
+	}'
 if [ "$status" -eq 0 ]; then
 	echo "==> all tests passed" >&2
 else

@@ -208,6 +208,28 @@ def assert_no_processes_left(sid, pids=(), timeout=5.0):
             "%d (%s)" % (p, c) for p, c in left))
 
 
+_sanitizers = None
+
+
+def build_sanitizers():
+    """The sanitizers emberd was built with: a set of "address" and
+    "undefined", read from the runtime's symbols in the binary, so that it
+    holds however the build was configured."""
+    global _sanitizers
+    if _sanitizers is None:
+        try:
+            with open(EMBERD, "rb") as f:
+                image = f.read()
+        except OSError:
+            image = b""
+        _sanitizers = set()
+        if b"__asan_init" in image:
+            _sanitizers.add("address")
+        if b"__ubsan_handle_" in image:
+            _sanitizers.add("undefined")
+    return _sanitizers
+
+
 def vm_rss_kb(pid):
     """Resident set size of pid in kB (from /proc/PID/status)."""
     with open("/proc/%d/status" % pid) as f:
@@ -906,6 +928,23 @@ def no_daemon(fn):
     return fn
 
 
+def skip_with_sanitizer(sanitizer, why):
+    """Decorate a test that cannot hold in a build with sanitizer ("address"
+    or "undefined"): there it is skipped, and says why."""
+    def mark(fn):
+        fn.skip_with = (sanitizer, why)
+        return fn
+    return mark
+
+
+def skip_reason(fn):
+    """Why fn cannot run in this build, or None."""
+    sanitizer, why = getattr(fn, "skip_with", (None, None))
+    if sanitizer is not None and sanitizer in build_sanitizers():
+        return "built with -fsanitize=%s: %s" % (sanitizer, why)
+    return None
+
+
 def _alarm_cb(signum, frame):
     raise TestTimeout()
 
@@ -974,7 +1013,12 @@ def _stop_daemons():
 
 
 def _run_one(name, fn, deadline):
-    """Run one test; True if it passed."""
+    """Run one test; True if it passed, None if it was skipped."""
+    reason = skip_reason(fn)
+    if reason is not None:
+        print("SKIP %s: %s" % (name, reason))
+        sys.stdout.flush()
+        return None
     trace = _run_body(fn, getattr(fn, "daemon_kwargs", {}), deadline)
     stopped = _stop_daemons()
     if trace is None:
@@ -1003,7 +1047,7 @@ def run_tests(module_globals, watchdog=FILE_WATCHDOG):
     signal.signal(signal.SIGALRM, _alarm_cb)
     deadline = time.monotonic() + watchdog
     only = sys.argv[1:]
-    passed = failed = 0
+    passed = failed = skipped = 0
     for name, fn in _tests_of(module_globals):
         if only and name not in only:
             continue
@@ -1012,10 +1056,15 @@ def run_tests(module_globals, watchdog=FILE_WATCHDOG):
                   (name, watchdog))
             failed += 1
             continue
-        if _run_one(name, fn, deadline):
+        ok = _run_one(name, fn, deadline)
+        if ok is None:
+            skipped += 1
+        elif ok:
             passed += 1
         else:
             failed += 1
+    if skipped:
+        print("%d skipped" % skipped)
     print("%d passed, %d failed" % (passed, failed))
     sys.stdout.flush()
     sys.exit(0 if failed == 0 else 1)

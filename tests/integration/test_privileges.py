@@ -288,6 +288,9 @@ def test_plugins_preloaded_before_fork(d):
     check("preloaded %s" % PLUGIN in d.log_text(), "no preload in the log")
 
 
+@skip_with_sanitizer("address", "AddressSanitizer maps terabytes of shadow "
+                     "memory, more than the 2 GiB address-space limit of "
+                     "workers.max_memory=1g lets a worker start with")
 @with_daemon(sets=SETS + ["workers.max_memory=1g"])
 def test_memory_limit_on_workers(d):
     """Twice workers.max_memory is each worker's address-space limit,

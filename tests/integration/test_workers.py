@@ -383,6 +383,9 @@ def test_max_tasks_with_queued_counts(d):
     check_eq(p["retired"]["interrupted"], 0, "retired as interrupted")
 
 
+@skip_with_sanitizer("address", "AddressSanitizer maps terabytes of shadow "
+                     "memory, more than the 64 MiB address-space limit of "
+                     "workers.max_memory=32m lets a worker start with")
 @with_daemon(sets=["workers.max=1", "workers.max_memory=32m"])
 def test_max_memory(d):
     """A worker whose memory grows past workers.max_memory is killed and its

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Build ember from a clean tree and run every test: the unit tests and the
-# integration tests against the real binaries.  Exits with the suite's status.
+# Build ember from a clean tree (make distclean first if it was built) and
+# run every test: the unit tests and the integration tests against the real
+# binaries.  Exits with the suite's status.
 # Arguments go to ./configure (scripts/test.sh --enable-sanitizers).
 set -eu
 
@@ -11,6 +12,13 @@ jobs=${EMBER_JOBS:-2}
 
 scripts/install-deps.sh
 
+# A tree configured before, maybe with other flags, starts again from
+# nothing: objects built without the sanitizers must not be linked with
+# ones built with them.
+if [ -f Makefile ]; then
+	echo "==> make distclean" >&2
+	make distclean >/dev/null
+fi
 echo "==> autoreconf" >&2
 autoreconf -fi
 echo "==> configure" >&2

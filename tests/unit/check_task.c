@@ -8,15 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <check.h>
 
 #include "emberd.h"
 #include "operation.h"
 #include "scheduler.h"
+#include "suites.h"
 #include "task.h"
 #include "worker.h"
-
-struct ember_counters	 ember_counters;
 
 static struct task	*stub_finished, *stub_failed, *stub_removed;
 static struct task	*stub_cancelled;
@@ -231,7 +229,7 @@ START_TEST(test_task_requeue_queued)
 }
 END_TEST
 
-static Suite *
+Suite *
 task_suite(void)
 {
 	Suite	*s = suite_create("task");
@@ -255,18 +253,4 @@ task_suite(void)
 	tcase_add_exit_test(tc, test_task_requeue_queued, 1);
 	suite_add_tcase(s, tc);
 	return (s);
-}
-
-/* Run the daemon's unit suites. */
-int
-main(void)
-{
-	SRunner	*sr;
-	int	 failed;
-
-	sr = srunner_create(task_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return (failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE);
 }

@@ -1,18 +1,25 @@
-/* The unit test suites, one per module of common/ and of the worker. */
+/*
+ * The unit test suites, one per module: of common/ and of the worker in
+ * check_common, of daemon/ in check_daemon.
+ */
 #ifndef EMBER_SUITES_H
 #define EMBER_SUITES_H
 
 #include <check.h>
 
-Suite	*held_suite(void);
+Suite	*channel_suite(void);
+Suite	*commit_suite(void);
 Suite	*conf_suite(void);
 Suite	*frame_suite(void);
+Suite	*held_suite(void);
 Suite	*jread_suite(void);
 Suite	*log_suite(void);
 Suite	*ops_suite(void);
 Suite	*plan_suite(void);
 Suite	*plugin_suite(void);
+Suite	*result_suite(void);
 Suite	*split_suite(void);
+Suite	*task_suite(void);
 Suite	*wmsg_suite(void);
 
 #endif

@@ -1,0 +1,301 @@
+/*
+ * Tests for daemon/channel.c, emberd's end of a worker's socketpair: reads
+ * up to the high mark and no further, the mark raised for a big message,
+ * writes that go at once and the rest when the socket takes it, the end of
+ * file, and the liveness probe.
+ */
+#include <sys/socket.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "channel.h"
+#include "emberd.h"
+#include "suites.h"
+
+#define HIGH		(64 * 1024)
+
+static struct channel	*ch;
+static int		 peer;		/* the worker's end */
+static int		 calls;		/* of read_cb */
+
+static void
+read_cb(void *arg)
+{
+	ck_assert_ptr_eq(arg, &calls);
+	calls++;
+}
+
+static void
+channel_setup(void)
+{
+	int	sv[2];
+
+	ck_assert_ptr_nonnull(ember_base = event_base_new());
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+	    0);
+	ck_assert_int_ne(fcntl(sv[1], F_SETFL, O_NONBLOCK), -1);
+	peer = sv[1];
+	calls = 0;
+	ch = channel_create(sv[0], HIGH, read_cb, &calls);
+}
+
+static void
+channel_teardown(void)
+{
+	if (ch != NULL)
+		channel_free(ch);
+	if (peer != -1)
+		close(peer);
+	event_base_free(ember_base);
+	ember_base = NULL;
+}
+
+/* Run the loop over what is ready now, a few times. */
+static void
+run_loop(void)
+{
+	int	i;
+
+	for (i = 0; i < 8; i++)
+		ck_assert_int_ne(event_base_loop(ember_base, EVLOOP_NONBLOCK),
+		    -1);
+}
+
+/* Write as much as the peer's socket takes, up to len; what it took. */
+static size_t
+peer_fill(size_t len)
+{
+	static char	buf[64 * 1024];
+	size_t		done = 0;
+	ssize_t		n;
+
+	memset(buf, 'w', sizeof buf);
+	while (done < len) {
+		n = write(peer, buf, len - done < sizeof buf ? len - done :
+		    sizeof buf);
+		if (n == -1 && errno == EAGAIN)
+			break;
+		ck_assert_int_gt(n, 0);
+		done += (size_t)n;
+	}
+	return (done);
+}
+
+/* Read what the peer has, up to len bytes, into buf. */
+static size_t
+peer_read(char *buf, size_t len)
+{
+	ssize_t	n = read(peer, buf, len);
+
+	if (n == -1 && errno == EAGAIN)
+		return (0);
+	ck_assert_int_ge(n, 0);
+	return ((size_t)n);
+}
+
+START_TEST(test_channel_reads_input)
+{
+	char	got[16];
+
+	ck_assert_int_eq(write(peer, "hello", 5), 5);
+	run_loop();
+	ck_assert_int_ge(calls, 1);
+	ck_assert_uint_eq(evbuffer_get_length(channel_input(ch)), 5);
+	evbuffer_copyout(channel_input(ch), got, 5);
+	ck_assert_mem_eq(got, "hello", 5);
+	ck_assert_int_eq(channel_eof(ch), 0);
+	ck_assert_int_eq(channel_alive(ch), 1);
+}
+END_TEST
+
+/* Past the high mark the channel stops reading, so the worker's writes
+ * block, and it reads again once the input is consumed. */
+START_TEST(test_channel_high_mark)
+{
+	struct evbuffer	*in = channel_input(ch);
+	size_t		 sent, len;
+
+	sent = peer_fill(16 * HIGH);
+	run_loop();
+	len = evbuffer_get_length(in);
+	ck_assert_uint_ge(len, HIGH);
+	ck_assert_uint_lt(len, sent);		/* the rest waits */
+	sent += peer_fill(16 * HIGH);
+	run_loop();
+	ck_assert_uint_eq(evbuffer_get_length(in), len);	/* stopped */
+
+	evbuffer_drain(in, len);
+	channel_resume(ch);
+	run_loop();
+	ck_assert_uint_ge(evbuffer_get_length(in), sent - len < HIGH ?
+	    sent - len : HIGH);
+	ck_assert_int_eq(channel_eof(ch), 0);
+}
+END_TEST
+
+/* channel_want raises the mark for a message bigger than it; 0 puts the
+ * default back. */
+START_TEST(test_channel_want)
+{
+	struct evbuffer	*in = channel_input(ch);
+	size_t		 sent, len;
+
+	channel_want(ch, 3 * HIGH);
+	sent = peer_fill(16 * HIGH);
+	run_loop();
+	sent += peer_fill(16 * HIGH);
+	run_loop();
+	len = evbuffer_get_length(in);
+	ck_assert_uint_ge(len, 3 * HIGH);
+	ck_assert_uint_lt(len, sent);
+
+	/* Back to the default: HIGH / 2 left is below it, so it reads. */
+	channel_want(ch, 0);
+	evbuffer_drain(in, len - HIGH / 2);
+	sent += peer_fill(16 * HIGH);
+	channel_resume(ch);
+	run_loop();
+	len = evbuffer_get_length(in);
+	ck_assert_uint_ge(len, HIGH);
+	ck_assert_uint_lt(len, 3 * HIGH);
+	run_loop();
+	ck_assert_uint_eq(evbuffer_get_length(in), len);
+}
+END_TEST
+
+/* A small message is written by channel_flush itself, not a loop turn
+ * later. */
+START_TEST(test_channel_flush_now)
+{
+	char	got[16];
+
+	evbuffer_add(channel_output(ch), "task", 4);
+	channel_flush(ch);
+	ck_assert_uint_eq(evbuffer_get_length(channel_output(ch)), 0);
+	ck_assert_uint_eq(peer_read(got, sizeof got), 4);
+	ck_assert_mem_eq(got, "task", 4);
+}
+END_TEST
+
+/* What the socket does not take at once goes, in order, as the peer
+ * reads. */
+START_TEST(test_channel_flush_rest)
+{
+	const size_t	 total = 4 * 1024 * 1024;
+	unsigned char	*data, *got;
+	size_t		 i, n = 0;
+	int		 rounds;
+
+	data = malloc(total);
+	got = malloc(total);
+	ck_assert(data != NULL && got != NULL);
+	for (i = 0; i < total; i++)
+		data[i] = (unsigned char)(i * 7 + i / 4096);
+	evbuffer_add(channel_output(ch), data, total);
+	channel_flush(ch);
+	ck_assert_uint_gt(evbuffer_get_length(channel_output(ch)), 0);
+	for (rounds = 0; n < total && rounds < 100000; rounds++) {
+		n += peer_read((char *)got + n, total - n);
+		run_loop();
+	}
+	ck_assert_uint_eq(n, total);
+	ck_assert(memcmp(got, data, total) == 0);
+	ck_assert_uint_eq(evbuffer_get_length(channel_output(ch)), 0);
+	free(data);
+	free(got);
+}
+END_TEST
+
+/* The worker's end closing: read_cb runs once more, with channel_eof. */
+START_TEST(test_channel_eof)
+{
+	ck_assert_int_eq(write(peer, "last", 4), 4);
+	close(peer);
+	peer = -1;
+	run_loop();
+	ck_assert_int_ge(calls, 1);
+	ck_assert_int_eq(channel_eof(ch), 1);
+	ck_assert_uint_eq(evbuffer_get_length(channel_input(ch)), 4);
+	ck_assert_int_eq(channel_alive(ch), 0);
+}
+END_TEST
+
+/* channel_alive asks the socket: a peer that is gone is not alive even
+ * before the loop has seen it, nor is one that has something to say. */
+START_TEST(test_channel_alive)
+{
+	ck_assert_int_eq(channel_alive(ch), 1);
+	ck_assert_int_eq(write(peer, "x", 1), 1);
+	ck_assert_int_eq(channel_alive(ch), 0);
+	run_loop();
+	ck_assert_int_eq(channel_alive(ch), 1);
+	close(peer);
+	peer = -1;
+	ck_assert_int_eq(channel_alive(ch), 0);
+	ck_assert_int_eq(calls, 1);
+}
+END_TEST
+
+/* A stopped channel neither reads nor writes; freeing it closes the
+ * socket. */
+START_TEST(test_channel_stop)
+{
+	char	got[4];
+	ssize_t	n;
+
+	channel_stop(ch);
+	ck_assert_int_eq(channel_alive(ch), 0);
+	ck_assert_int_eq(write(peer, "late", 4), 4);
+	run_loop();
+	ck_assert_int_eq(calls, 0);
+	ck_assert_uint_eq(evbuffer_get_length(channel_input(ch)), 0);
+	evbuffer_add(channel_output(ch), "kept", 4);
+	channel_flush(ch);
+	ck_assert_uint_eq(evbuffer_get_length(channel_output(ch)), 4);
+	ck_assert_uint_eq(peer_read(got, sizeof got), 0);
+
+	/* Closed: an end of file, or a reset for the unread "late". */
+	channel_free(ch);
+	ch = NULL;
+	n = read(peer, got, sizeof got);
+	ck_assert_msg(n == 0 || (n == -1 && errno == ECONNRESET),
+	    "read %zd (%s) from a closed channel's peer", n, strerror(errno));
+}
+END_TEST
+
+Suite *
+channel_suite(void)
+{
+	Suite	*s = suite_create("channel");
+	TCase	*tc;
+
+	tc = tcase_create("input");
+	tcase_add_checked_fixture(tc, channel_setup, channel_teardown);
+	tcase_add_test(tc, test_channel_reads_input);
+	tcase_add_test(tc, test_channel_high_mark);
+	tcase_add_test(tc, test_channel_want);
+	tcase_add_test(tc, test_channel_eof);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("output");
+	tcase_set_timeout(tc, 10);
+	tcase_add_checked_fixture(tc, channel_setup, channel_teardown);
+	tcase_add_test(tc, test_channel_flush_now);
+	tcase_add_test(tc, test_channel_flush_rest);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("state");
+	tcase_add_checked_fixture(tc, channel_setup, channel_teardown);
+	tcase_add_test(tc, test_channel_alive);
+	tcase_add_test(tc, test_channel_stop);
+	suite_add_tcase(s, tc);
+
+	return (s);
+}

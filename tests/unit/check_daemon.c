@@ -1,0 +1,33 @@
+/*
+ * Run the suites of emberd's modules, linked from libdaemon.a.  This file
+ * stands in for daemon/emberd.c: it holds the process-wide state the
+ * modules under test use, and the tests set it up.  CK_VERBOSITY and
+ * CK_FORK work as in check_common.
+ */
+#include <stdlib.h>
+
+#include "emberd.h"
+#include "suites.h"
+#include "unit.h"
+
+struct event_base	*ember_base;	/* each channel test makes its own */
+struct ember_counters	 ember_counters;
+
+/* Run every suite. */
+int
+main(void)
+{
+	SRunner	*sr;
+	int	 failed;
+
+	unit_init();
+	sr = srunner_create(result_suite());
+	srunner_add_suite(sr, commit_suite());
+	srunner_add_suite(sr, channel_suite());
+	srunner_add_suite(sr, task_suite());
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return (failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE);
+}

@@ -24,6 +24,7 @@ struct result {
 	size_t			 slots, used;
 	size_t			 bytes;
 	int64_t			 nulls;
+	int64_t			 total;		/* every count, nulls too */
 	char			*key;		/* a pair split between batches */
 	size_t			 keylen;
 	int			 have_key, key_null;
@@ -133,6 +134,21 @@ result_add(struct result *r, const char *data, size_t len, int64_t n)
 	r->bytes += len + 1;
 }
 
+/*
+ * Add a worker's count to a sum, or -1 if no worker could have sent it:
+ * below zero, or past what an int64 holds (no job has that many records).
+ */
+static int
+result_add_count(int64_t *sum, int64_t n)
+{
+	int64_t	new;
+
+	if (n < 0 || __builtin_add_overflow(*sum, n, &new))
+		return (-1);
+	*sum = new;
+	return (0);
+}
+
 /* Fold one partition's partial reduce, JSON text from the worker. */
 static int
 result_fold(struct result *r, const unsigned char *data, size_t len,
@@ -151,7 +167,12 @@ result_fold(struct result *r, const unsigned char *data, size_t len,
 		return (-1);
 	}
 	count = json_integer_value(json_object_get(j, "count"));
-	r->count += count;
+	if (result_add_count(&r->count, count) == -1) {
+		json_decref(j);
+		*err = xstrdup("bad record count in a partial reduce from "
+		    "worker");
+		return (-1);
+	}
 	if ((v = json_object_get(j, "int")) != NULL && json_is_integer(v) &&
 	    !r->is_real) {
 		json_int_t	i = json_integer_value(v);
@@ -194,7 +215,9 @@ result_fold(struct result *r, const unsigned char *data, size_t len,
 /*
  * Take a batch of record frames.  count_by_value's come in pairs, a record
  * then its count; a batch may end between the two, so the record waits in
- * r->key for the next batch.
+ * r->key for the next batch.  The counts' total is checked, so no sum of
+ * some of them (a record's, the nulls', or the records result_counts
+ * merges) can overflow.
  */
 int
 result_absorb(struct result *r, const unsigned char *p, size_t len,
@@ -227,7 +250,8 @@ result_absorb(struct result *r, const unsigned char *p, size_t len,
 			key = (const char *)p;
 			r->have_key = 1;
 		} else {
-			if (n != 8)
+			if (n != 8 ||
+			    result_add_count(&r->total, be64_get(p)) == -1)
 				goto bad;
 			if (r->key_null)
 				r->nulls += be64_get(p);

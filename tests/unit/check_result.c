@@ -4,6 +4,7 @@
  * record frames as a worker sends them, and the refusal of what no worker
  * could have sent.
  */
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,16 @@ absorb(struct result *r, const struct batch *b)
 	} else
 		ck_assert_ptr_null(err);
 	return (rc);
+}
+
+/* Absorb one batch holding a single pair. */
+static int
+absorb_pair(struct result *r, const char *record, int64_t n)
+{
+	struct batch	b = { .len = 0 };
+
+	batch_pair(&b, record, n);
+	return (absorb(r, &b));
 }
 
 /* Absorb one partial reduce, JSON text. */
@@ -306,6 +317,53 @@ START_TEST(test_counts_malformed)
 }
 END_TEST
 
+/*
+ * Counts no worker could have sent: one below zero, or ones that add up
+ * past what an int64 holds (the records of one job cannot), for one
+ * record, for nulls, or for records the reply's UTF-8 repair would merge.
+ */
+START_TEST(test_counts_refused)
+{
+	struct result	*r;
+	json_t		*reply;
+
+	r = result_create(RESULT_COUNT_BY_VALUE, REDUCE_SUM);
+	ck_assert_int_eq(absorb_pair(r, "a", INT64_MAX), 0);
+	ck_assert_int_eq(absorb_pair(r, "a", 1), -1);
+	result_free(r);
+
+	r = result_create(RESULT_COUNT_BY_VALUE, REDUCE_SUM);
+	ck_assert_int_eq(absorb_pair(r, NULL, INT64_MAX - 1), 0);
+	ck_assert_int_eq(absorb_pair(r, NULL, 2), -1);
+	result_free(r);
+
+	r = result_create(RESULT_COUNT_BY_VALUE, REDUCE_SUM);
+	ck_assert_int_eq(absorb_pair(r, "k\xff", INT64_MAX / 2 + 1), 0);
+	ck_assert_int_eq(absorb_pair(r, "k\xfe", INT64_MAX / 2 + 1), -1);
+	result_free(r);
+
+	r = result_create(RESULT_COUNT_BY_VALUE, REDUCE_SUM);
+	ck_assert_int_eq(absorb_pair(r, "a", 3), 0);
+	ck_assert_int_eq(absorb_pair(r, "a", -1), -1);
+	result_free(r);
+	r = result_create(RESULT_COUNT_BY_VALUE, REDUCE_SUM);
+	ck_assert_int_eq(absorb_pair(r, NULL, INT64_MIN), -1);
+	result_free(r);
+
+	/* Up to the limit, every count is taken. */
+	r = result_create(RESULT_COUNT_BY_VALUE, REDUCE_SUM);
+	ck_assert_int_eq(absorb_pair(r, "a", INT64_MAX - 2), 0);
+	ck_assert_int_eq(absorb_pair(r, "b", 1), 0);
+	ck_assert_int_eq(absorb_pair(r, NULL, 1), 0);
+	ck_assert_int_eq(absorb_pair(r, "c", 0), 0);
+	reply = result_reply(r);
+	ck_assert_int_eq(reply_count(reply, "a"), INT64_MAX - 2);
+	ck_assert_int_eq(reply_int(reply, "nulls"), 1);
+	json_decref(reply);
+	result_free(r);
+}
+END_TEST
+
 START_TEST(test_reduce_sum)
 {
 	struct result	*r = result_create(RESULT_REDUCE, REDUCE_SUM);
@@ -424,6 +482,27 @@ START_TEST(test_reduce_null_value)
 }
 END_TEST
 
+/* A record count below zero, or counts past an int64, are refused. */
+START_TEST(test_reduce_count_refused)
+{
+	struct result	*r;
+	char		 json[96];
+
+	r = result_create(RESULT_REDUCE, REDUCE_SUM);
+	snprintf(json, sizeof json, "{\"count\": %" PRId64 ", \"int\": 1}",
+	    INT64_MAX);
+	ck_assert_int_eq(absorb_partial(r, json), 0);
+	ck_assert_int_eq(absorb_partial(r, "{\"count\": 1, \"int\": 1}"), -1);
+	result_free(r);
+
+	r = result_create(RESULT_REDUCE, REDUCE_MAX);
+	ck_assert_int_eq(absorb_partial(r, "{\"count\": 1, \"int\": 1}"), 0);
+	ck_assert_int_eq(absorb_partial(r, "{\"count\": -1, \"int\": 1}"),
+	    -1);
+	result_free(r);
+}
+END_TEST
+
 START_TEST(test_reduce_malformed)
 {
 	static const char *const bad[] = {
@@ -462,6 +541,7 @@ result_suite(void)
 	tcase_add_test(tc, test_counts_not_utf8);
 	tcase_add_test(tc, test_counts_many);
 	tcase_add_test(tc, test_counts_malformed);
+	tcase_add_test(tc, test_counts_refused);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("reduce");
@@ -471,6 +551,7 @@ result_suite(void)
 	tcase_add_test(tc, test_reduce_sum_overflows_to_real);
 	tcase_add_test(tc, test_reduce_reals);
 	tcase_add_test(tc, test_reduce_null_value);
+	tcase_add_test(tc, test_reduce_count_refused);
 	tcase_add_test(tc, test_reduce_malformed);
 	suite_add_tcase(s, tc);
 

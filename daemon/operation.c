@@ -482,6 +482,33 @@ operation_relay_batch(struct operation *op, struct task *t,
 	return (0);
 }
 
+/*
+ * Can the task end with the metrics its worker sent?  Not if one is below
+ * zero, nor if its records or time would take the operation's sums past an
+ * int64: no real worker sends those.  Checked at END_OF_STREAM, just
+ * before operation_task_finished adds them, so another task cannot come
+ * between.
+ */
+int
+operation_check_metrics(const struct operation *op, const struct task *t)
+{
+	const int64_t	*m = t->metrics;
+	int64_t		 sum;
+	int		 i;
+
+	for (i = 0; i < EMBER_METRIC_COUNT; i++) {
+		if (m[i] < 0)
+			return (-1);
+	}
+	if (ACTION_STREAMS(op->action))
+		return (0);
+	if (__builtin_add_overflow(op->count, m[EMBER_METRIC_RECORDS_OUT],
+	    &sum) || __builtin_add_overflow(op->task_ns,
+	    m[EMBER_METRIC_ELAPSED_NS], &sum))
+		return (-1);
+	return (0);
+}
+
 /* A task ended cleanly: deliver it, or count it and go on. */
 void
 operation_task_finished(struct operation *op, struct task *t)

@@ -67,6 +67,9 @@ struct broadcast *const *operation_broadcasts(const struct operation *,
 int		 operation_accepts_batch(struct operation *, struct task *);
 int		 operation_relay_batch(struct operation *, struct task *,
 		     struct evbuffer *, size_t bytes, int32_t records);
+/* Are the task's metrics possible?  -1 makes its worker corrupt. */
+int		 operation_check_metrics(const struct operation *,
+		     const struct task *);
 /* Called by task.c as a task of op ends. */
 void		 operation_task_finished(struct operation *, struct task *);
 void		 operation_task_failed(struct operation *, struct task *);

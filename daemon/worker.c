@@ -415,6 +415,10 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 	case EMBER_TIMING_DATA:
 		return (worker_timing(w, t, in, &m));
 	case EMBER_END_OF_STREAM:
+		if (operation_check_metrics(t->op, t) == -1) {
+			worker_corrupt(w, "metrics out of range");
+			return (WORKER_STOPPED);
+		}
 		return (worker_end(w, in));
 	case EMBER_EXCEPTION_THROWN:
 		return (worker_exception(w, in, &m));

@@ -1,0 +1,92 @@
+"""Worker messages that no real worker sends: counts and metrics below
+zero or past an int64, forged onto a worker's socket by forge_udf.so.
+emberd refuses each as a corrupt worker message (docs/protocol.md): it
+kills the worker, fails the task, and stays up for the next job."""
+
+import os
+import re
+
+from harness import *
+
+FORGE = job_readable(os.path.join(BUILDDIR, "tests", "integration",
+                                  "forge_udf.so"))
+INT64_MAX = (1 << 63) - 1
+RECORDS_OUT = 1		# common/protocol.h: enum ember_metric
+ELAPSED_NS = 3
+
+
+def forged(records, message, value, metric=None):
+    """A plan of one partition per record whose last partition ends with
+    the forged message, the others as they run."""
+    args = {"partition": len(records) - 1, "message": message,
+            "value": value}
+    if metric is not None:
+        args["metric"] = metric
+    return records_plan(records, len(records), ops=[{"udf": {
+        "library": FORGE, "symbol": "udf_forge", "args": args}}])
+
+
+def wait_forgers_gone(d):
+    """Wait until emberd has retired every worker that forged a message:
+    killed as corrupt, or seen exiting after a forgery it took (until then
+    it may hand that worker the next task)."""
+    def gone():
+        log = d.log_text()
+        pids = re.findall(r"forge_udf: worker (\d+) forged", log)
+        return pids and all("worker %s retired" % p in log for p in pids)
+    check(wait_until(gone, 10), "forging workers not retired:\n%s" %
+          d.log_tail())
+
+
+def refused(d, c, plan, action):
+    """The job fails as a corrupt worker message, its worker is killed, and
+    a job after it runs."""
+    check_error(c.execute(plan, action), "TASK_FAILED",
+                "worker sent a corrupt message")
+    check("; killing it" in d.log_text(), "no worker killed as corrupt:\n%s"
+          % d.log_tail())
+    wait_forgers_gone(d)
+    check_eq(c.count(range_plan(0, 100, 2)), 100, "count after")
+
+
+def test_forged_in_range_taken(d):
+    """What the plugin forges is taken while it is in range: the other
+    cases fail for their values alone."""
+    c = d.client()
+    check_eq(c.count(forged(["x", "y"], "metrics", 5, RECORDS_OUT)), 6,
+             "count of a real partition and a forged one")
+    wait_forgers_gone(d)
+    reply = c.execute(forged(["a", "a"], "counts", 3), "count_by_value")
+    check(reply["ok"], "count_by_value: %r" % reply)
+    check_eq(reply["counts"], {"a": 4}, "counts")
+
+
+def test_records_out_overflow(d):
+    """A partition that claims INT64_MAX records, after one that has one."""
+    refused(d, d.client(), forged(["x", "y"], "metrics", INT64_MAX,
+                                  RECORDS_OUT), "count")
+
+
+def test_records_out_negative(d):
+    refused(d, d.client(), forged(["x"], "metrics", -5, RECORDS_OUT),
+            "count")
+
+
+def test_elapsed_overflow(d):
+    """The tasks' elapsed times past an int64 of nanoseconds."""
+    refused(d, d.client(), forged(["x", "y"], "metrics", INT64_MAX,
+                                  ELAPSED_NS), "count")
+
+
+def test_counts_overflow(d):
+    """count_by_value's partial counts of one record past an int64."""
+    refused(d, d.client(), forged(["a", "a"], "counts", INT64_MAX),
+            "count_by_value")
+
+
+def test_counts_negative(d):
+    refused(d, d.client(), forged(["x"], "counts", -1), "count_by_value")
+
+
+if __name__ == "__main__":
+    run_tests(globals())

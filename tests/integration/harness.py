@@ -192,6 +192,36 @@ def wait_until(predicate, timeout, interval=0.05):
         time.sleep(interval)
 
 
+def wait_steady(value, timeout, settle=0.3, interval=0.05):
+    """Poll value() until it has not changed for settle seconds (a flow
+    that stopped: a buffer that filled up); that value.  Raise if it still
+    changes after timeout."""
+    deadline = time.monotonic() + timeout
+    last, since = value(), time.monotonic()
+    while True:
+        time.sleep(interval)
+        now, current = time.monotonic(), value()
+        if current != last:
+            last, since = current, now
+        elif now - since >= settle:
+            return current
+        if now >= deadline:
+            raise AssertionError("still changing after %ss: %r" %
+                                 (timeout, current))
+
+
+def check_during(predicate, seconds, message, interval=0.05):
+    """Assert that predicate() holds at every poll for seconds: that
+    something does not happen too soon."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if not predicate():
+            raise AssertionError(message)
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(interval)
+
+
 def assert_no_processes_left(sid, pids=(), timeout=5.0):
     """Assert that, within timeout, no process of session sid is running and
     none of pids (pid, starttime) pairs is either."""

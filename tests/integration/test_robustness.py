@@ -5,7 +5,6 @@ import os
 import re
 import signal
 import socket
-import time
 
 from harness import *
 
@@ -64,7 +63,9 @@ def test_idle_workers_killed(d):
     workers = d.worker_pids()
     for pid in workers:
         kill_quietly(pid)
-    time.sleep(0.3)
+    check(wait_until(lambda: all("worker %d retired" % p in d.log_text()
+                                 for p in workers), 10),
+          "emberd did not see its idle workers die:\n%s" % d.log_tail())
     check(d.alive(), "emberd died")
     check_eq(c.iterate_all(range_plan(0, 1000, 8)), numbers(1000),
              "a job after the idle workers died")
@@ -108,14 +109,28 @@ def test_connections_past_nofile(d):
                 s.close()
                 break
             socks.append(s)
-        time.sleep(0.5)
+        # emberd takes them all, or runs out of descriptors and pauses.
+        # (The harness's own probe was the first connection.)
+        check(wait_until(lambda: d.log_text().count(" from pid ") >
+                         len(socks) or "pausing accept" in d.log_text(), 10),
+              "emberd did not take the connections:\n%s" % d.log_tail())
         check(d.alive(), "emberd died with %d connections" % len(socks))
     finally:
         for s in socks:
             s.close()
-    time.sleep(1.5)
+    check(wait_until(lambda: _serves(d), 10),
+          "emberd does not serve once the connections closed")
     check_eq(d.client().count(range_plan(0, 1000, 4)), 1000,
              "a job once the connections closed")
+
+
+def _serves(d):
+    """Does a new client get its hello answered within a second?"""
+    try:
+        with d.client(timeout=1):
+            return True
+    except (OSError, AssertionError):
+        return False
 
 
 def test_connect_and_vanish(d):

@@ -70,8 +70,8 @@ def test_sigterm_refuses_new_work(_):
     c.write_int(REQUEST_NEXT)
     d.worker_running("sleep 30")
     d.signal(signal.SIGTERM)
-    time.sleep(0.3)
-    check(not os.path.exists(d.socket) or not _accepts(d.socket),
+    check(wait_until(lambda: not os.path.exists(d.socket) or
+                     not _accepts(d.socket), 5),
           "still accepting after SIGTERM")
     check_eq(d.wait(10), 0, "exit status")
 
@@ -185,7 +185,8 @@ def test_sighup_rereads_the_conf(_):
           "workers_max after SIGHUP")
     write_file(conf, "[workers]\nmax = lots\n")
     d.signal(signal.SIGHUP)
-    time.sleep(0.3)
+    check(wait_until(lambda: "keeping the running conf" in d.log_text(), 5),
+          "no word of the broken conf:\n%s" % d.log_tail())
     check(d.alive(), "emberd died on a broken conf")
     check_eq(d.client().status()["workers_max"], 3, "workers_max kept")
     check_eq(d.client().count(range_plan(0, 100, 4)), 100, "count")

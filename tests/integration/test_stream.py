@@ -89,7 +89,7 @@ def test_prefetch_does_not_run_ahead_unbounded(d):
     c.execute_ok(range_plan(0, 600, 6), "iterate", {"prefetch": 1})
     got = []
     for i in range(6):
-        time.sleep(0.1)
+        time.sleep(0.1)		# the slow reader itself, not a wait
         c.write_int(REQUEST_NEXT)
         status, recs = c.read_partition()
         check_eq(status, STREAM_PARTITION, "partition %d" % i)
@@ -117,9 +117,16 @@ def _abandon(d, action, read_bytes):
         chunk = c.recv_some(65536)
         check(chunk, "stream ended early")
         got += len(chunk)
-    # Let the worker fill every buffer on the way.
-    time.sleep(0.5)
+    _wait_blocked(d)
     c.close_abruptly()
+
+
+def _wait_blocked(d):
+    """Wait until emberd relays no more to a client that does not read:
+    the worker has filled every buffer on the way."""
+    with d.client() as watcher:
+        wait_steady(lambda: [op["records_sent"] for op in
+                             watcher.status()["operations"]], 20)
 
 
 @with_daemon(sets=["workers.max=1"])
@@ -151,7 +158,7 @@ def test_abandon_pipe(d):
     c.write_int(REQUEST_NEXT)
     check_eq(c.read_int(), STREAM_PARTITION, "response")
     check_eq(c.read_record(), b"xxxxxxxx", "first record")
-    time.sleep(0.5)
+    _wait_blocked(d)
     c.close()
     _served_quickly(d, 3.0)
     _idle(d, no_operations=True)

@@ -222,6 +222,15 @@ def test_idle_workers_sigkill(d):
     _idle_workers_killed(d, signal.SIGKILL)
 
 
+def _all_idle(d, c):
+    """Are the fork-server's live workers all there, and idle, in emberd's
+    status?"""
+    workers = status_workers(c)
+    live = set(d.worker_pids())
+    return (live and set(workers) == live and
+            all(w["state"] == "idle" for w in workers.values()))
+
+
 @with_daemon(sets=["workers.max=2"])
 def test_idle_workers_killed_just_before_a_job(d):
     """Idle workers killed the moment before a job arrives: the job's tasks
@@ -230,8 +239,11 @@ def test_idle_workers_killed_just_before_a_job(d):
     for sig in (signal.SIGKILL, signal.SIGTERM):
         check_eq(c.count(range_plan(0, 100, 2)), 100, "a job to start "
                  "workers")
+        # Idle in emberd's eyes, every one: a worker still forking when
+        # it is killed may get the job's task before emberd knows.
+        check(wait_until(lambda: _all_idle(d, c), 10),
+              "workers not all idle: %r" % status_workers(c))
         idle = d.worker_pids()
-        check(idle, "no idle workers")
         for pid in idle:
             os.kill(pid, sig)
         reply = c.execute(range_plan(0, 100, 2), "count")

@@ -320,6 +320,8 @@ def test_min_idle_kept_past_idle_timeout(d):
     pids = set(job_pids(c, 4, "cat >/dev/null; sleep 0.3; echo $PPID"))
     check_eq(len(pids), 4, "workers of the job")
     wait_until(lambda: retired(c)["idle_timeout"] >= 2, 3)
+    check(wait_until(lambda: len(status_workers(c)) == 2, 5),
+          "workers left after idle_timeout: %s" % sorted(status_workers(c)))
     # Another idle_timeout: still two.
     check_during(lambda: len(status_workers(c)) == 2, 1.2,
                  "not two workers left past idle_timeout")

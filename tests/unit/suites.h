@@ -18,6 +18,7 @@ Suite	*ops_suite(void);
 Suite	*plan_suite(void);
 Suite	*plugin_suite(void);
 Suite	*result_suite(void);
+Suite	*retry_suite(void);
 Suite	*split_suite(void);
 Suite	*task_suite(void);
 Suite	*wmsg_suite(void);

@@ -67,6 +67,17 @@ static const struct conf_key conf_keys[] = {
 	KEY("workers", "root_user", CONF_STRING, workers_root_user, "nobody",
 	    0),
 	KEY("stream", "buffer", CONF_SIZE, stream_buffer, "1m", 4096),
+	KEY("stream", "retry_buffer", CONF_SIZE, stream_retry_buffer, "1m", 0),
+	KEY("stream", "max_duration", CONF_DURATION, stream_max_duration, "5m",
+	    0),
+	KEY("stream", "max_bytes", CONF_SIZE, stream_max_bytes, "1g", 0),
+	KEY("operation", "detached_timeout", CONF_DURATION,
+	    operation_detached_timeout, "5m", 0),
+	KEY("operation", "maintenance_interval", CONF_DURATION,
+	    operation_maintenance_interval, "30s", 10),
+	KEY("operation", "tombstones", CONF_INT, operation_tombstones, "1024",
+	    0),
+	KEY("session", "timeout", CONF_DURATION, session_timeout, "5m", 0),
 };
 #define NKEYS (sizeof conf_keys / sizeof conf_keys[0])
 

@@ -35,6 +35,15 @@ struct conf {
 	char		*workers_root_user;	/* runs root's jobs */
 
 	int64_t		 stream_buffer;		/* bytes queued to a client */
+	int64_t		 stream_retry_buffer;	/* bytes kept to resend */
+	int64_t		 stream_max_duration;	/* ms, 0: no cut */
+	int64_t		 stream_max_bytes;	/* bytes, 0: no cut */
+
+	int64_t		 operation_detached_timeout;	/* ms, 0: never */
+	int64_t		 operation_maintenance_interval; /* ms */
+	int64_t		 operation_tombstones;	/* removed ids remembered */
+
+	int64_t		 session_timeout;	/* ms without a connection */
 };
 
 void	 conf_init(struct conf *);

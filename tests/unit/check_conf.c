@@ -106,6 +106,13 @@ START_TEST(test_conf_defaults)
 	ck_assert_int_eq(conf.workers_max, 0);
 	ck_assert_int_eq(conf.workers_fork_backoff, 1000);
 	ck_assert_int_eq(conf.stream_buffer, 1024 * 1024);
+	ck_assert_int_eq(conf.stream_retry_buffer, 1024 * 1024);
+	ck_assert_int_eq(conf.stream_max_duration, 5 * 60 * 1000);
+	ck_assert_int_eq(conf.stream_max_bytes, 1024 * 1024 * 1024);
+	ck_assert_int_eq(conf.operation_detached_timeout, 5 * 60 * 1000);
+	ck_assert_int_eq(conf.operation_maintenance_interval, 30 * 1000);
+	ck_assert_int_eq(conf.operation_tombstones, 1024);
+	ck_assert_int_eq(conf.session_timeout, 5 * 60 * 1000);
 	conf_free(&conf);
 	ck_assert_ptr_null(conf.daemon_socket);
 }

@@ -669,6 +669,20 @@ plan_check_udf(const struct plan_op *op, size_t index, char **err)
 	return (-1);
 }
 
+int
+plan_is_deterministic(const struct plan *plan)
+{
+	size_t	i;
+
+	for (i = 0; i < plan->nops; i++) {
+		if (plan->ops[i].type == PLAN_OP_PIPE ||
+		    (plan->ops[i].type == PLAN_OP_UDF &&
+		    !plan->ops[i].udf_deterministic))
+			return (0);
+	}
+	return (1);
+}
+
 /* Check the files and plugins a plan names. */
 int
 plan_check_resources(struct plan *plan, char **err)

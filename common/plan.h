@@ -66,6 +66,7 @@ struct plan_op {
 	char			*udf_args;
 	int64_t			*udf_broadcasts; /* the broadcasts it reads */
 	size_t			 udf_nbroadcasts;
+	int			 udf_deterministic; /* its plugin says so */
 };
 
 struct plan_file {
@@ -105,6 +106,11 @@ void	 plan_set_partitions(struct plan *, int default_partitions);
  * its size; check each udf's library and symbol.
  */
 int	 plan_check_resources(struct plan *, char **err);
+
+/* Whether the plan gives the same records every time it runs, so that a
+ * partition can be computed again: not with a pipe, nor with a udf its
+ * plugin does not mark deterministic (after plan_check_resources). */
+int	 plan_is_deterministic(const struct plan *);
 
 /* The files and sizes as JSON ([{"path":..,"size":..}]), and back: the
  * worker takes emberd's expanded list in place of the plan's paths. */

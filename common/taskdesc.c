@@ -158,6 +158,8 @@ taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
 	    taskdesc_mode_name(t->mode));
 	if (t->mode == MODE_REDUCE)
 		evbuffer_add_printf(d, ",\"fn\":\"%s\"", reduce_fn_name(t->fn));
+	if (t->mode == MODE_RECORDS && t->skip > 0)
+		evbuffer_add_printf(d, ",\"skip\":%lld", (long long)t->skip);
 	if (t->mode == MODE_SAVE) {
 		evbuffer_add(d, ",\"save\":{\"dir\":", 15);
 		taskdesc_add_string(d, t->save_dir);
@@ -280,7 +282,7 @@ int
 taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 {
 	json_error_t	 jerr;
-	json_int_t	 partition, partitions;
+	json_int_t	 partition, partitions, skip = 0;
 	json_t		*broadcasts = NULL;
 
 	memset(t, 0, sizeof *t);
@@ -303,8 +305,12 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 	    jread_array(t->root, "", "files", JREAD_OPTIONAL, &t->files,
 	    err) == -1 ||
 	    jread_array(t->root, "", "broadcasts", JREAD_OPTIONAL,
-	    &broadcasts, err) == -1)
+	    &broadcasts, err) == -1 ||
+	    jread_int(t->root, "", "skip", JREAD_OPTIONAL, &skip, err) == -1)
 		return (-1);
+	if (skip < 0)
+		return (jread_fail(err, "skip", "must not be negative"));
+	t->skip = skip;
 	if (partitions < 1 || partitions > PLAN_MAX_PARTITIONS)
 		return (jread_fail(err, "partitions", "must be from 1 to %d",
 		    PLAN_MAX_PARTITIONS));

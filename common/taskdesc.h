@@ -46,6 +46,8 @@ struct taskdesc {
 	enum reduce_fn		 fn;		/* MODE_REDUCE */
 	const char		*save_dir;	/* MODE_SAVE: the directory */
 	const char		*save_name;	/* and the part file's name */
+	int64_t			 skip;		/* MODE_RECORDS: records to
+						   drop first (a recompute) */
 
 	/* Decoded, and owned by the descriptor until taskdesc_clear; NULL
 	 * when absent. */

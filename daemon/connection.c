@@ -51,6 +51,8 @@ struct connection {
 	pid_t			 pid;
 	struct session		*session;	/* after hello */
 	struct operation	*op;		/* CONN_BUSY, CONN_STREAM */
+	struct operation	*completed;	/* its stream ended here; the
+						   next request confirms it */
 	struct broadcast	*upload;	/* CONN_UPLOAD */
 	TAILQ_ENTRY(connection)	 entry;
 };
@@ -165,6 +167,12 @@ connection_stream_end(struct connection *c)
 	c->state = CONN_CONTROL;
 	c->op = NULL;
 	event_active(c->kick, EV_READ, 1);
+}
+
+void
+connection_set_completed(struct connection *c, struct operation *op)
+{
+	c->completed = op;
 }
 
 void
@@ -317,10 +325,29 @@ connection_status(struct connection *c, json_t *req)
 }
 
 static void
+connection_reattach(struct connection *c, json_t *req)
+{
+	operation_reattach(c, c->session, req);
+}
+
+static void
+connection_release(struct connection *c, json_t *req)
+{
+	operation_release(c, c->session, req);
+}
+
+static void
+connection_interrupt(struct connection *c, json_t *req)
+{
+	operation_interrupt(c, c->session, req);
+}
+
+static void
 connection_close_session(struct connection *c, json_t *req)
 {
 	(void)req;
-	session_close(c->session);
+	session_close(c->session, "session closed");
+	session_release(c->session);
 	c->session = NULL;
 	connection_reply_ok(c, NULL);
 }
@@ -328,6 +355,9 @@ connection_close_session(struct connection *c, json_t *req)
 static const struct connection_request connection_requests[] = {
 	{ "hello", 0, connection_hello },
 	{ "execute", 1, connection_execute },
+	{ "reattach", 1, connection_reattach },
+	{ "release", 1, connection_release },
+	{ "interrupt", 1, connection_interrupt },
 	{ "status", 1, connection_status },
 	{ "close_session", 1, connection_close_session },
 	{ "broadcast_put", 1, connection_broadcast_put },
@@ -362,7 +392,20 @@ connection_dispatch(struct connection *c, const char *data, size_t len)
 		r = &connection_requests[i];
 		if (strcmp(r->op, json_string_value(op)) != 0)
 			continue;
-		if (r->needs_hello && c->session == NULL)
+		/* A request after a stream's end shows the end arrived;
+		 * release and reattach name their operation themselves. */
+		if (c->completed != NULL && strcmp(r->op, "release") != 0 &&
+		    strcmp(r->op, "reattach") != 0)
+			operation_confirm(c->completed);
+		if (r->needs_hello && c->session != NULL &&
+		    session_closed(c->session)) {
+			/* Closed from another connection, or expired. */
+			session_release(c->session);
+			c->session = NULL;
+			connection_reply_error(c, "HELLO_REQUIRED",
+			    "%s: the session was closed; say hello again",
+			    r->op);
+		} else if (r->needs_hello && c->session == NULL)
 			connection_reply_error(c, "HELLO_REQUIRED",
 			    "%s: say hello first", r->op);
 		else
@@ -705,6 +748,8 @@ connection_free(struct connection *c)
 	log_debug("connection %llu closed", (unsigned long long)c->id);
 	if (c->op != NULL)
 		operation_detach(c->op);
+	if (c->completed != NULL)
+		operation_forget_connection(c->completed);
 	if (c->upload != NULL)
 		broadcast_abandon(c->upload);
 	while (c->nfds > 0)
@@ -718,6 +763,12 @@ connection_free(struct connection *c)
 	bufferevent_free(c->bev);
 	free(c);
 	ember_check_drained();
+}
+
+void
+connection_close_now(struct connection *c)
+{
+	connection_free(c);
 }
 
 void

@@ -16,6 +16,8 @@ struct evbuffer;
 struct operation;
 
 void		 connection_create(int fd);
+/* Close a connection now; its operation, if any, is detached. */
+void		 connection_close_now(struct connection *);
 /* Close every connection now (exit). */
 void		 connection_close_all(void);
 /* Drain: close connections with nothing running once their output is
@@ -40,6 +42,10 @@ void		 connection_stream_end(struct connection *);
 void		 connection_busy_begin(struct connection *, struct operation *);
 void		 connection_busy_end(struct connection *);
 struct evbuffer	*connection_output(struct connection *);
+/* The operation whose stream ended on the connection and waits for a sign
+ * that its end arrived (NULL: none). */
+void		 connection_set_completed(struct connection *,
+		     struct operation *);
 /* Has the client fallen behind by more than stream.buffer? */
 int		 connection_output_full(struct connection *);
 

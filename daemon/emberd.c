@@ -29,7 +29,7 @@
 #include "operation.h"
 #include "pool.h"
 #include "scheduler.h"
-#include "scheduler.h"
+#include "session.h"
 #include "xmalloc.h"
 
 struct event_base	*ember_base;
@@ -396,6 +396,7 @@ ember_start(void)
 		listener_stop();
 		return (-1);
 	}
+	operation_maintenance_start();
 	return (0);
 }
 
@@ -406,6 +407,8 @@ ember_stop(void)
 	listener_stop();
 	operation_interrupt_all("emberd is shutting down");
 	connection_close_all();
+	session_close_all();
+	operation_maintenance_stop();
 	pool_shutdown();
 	scheduler_free();
 	ember_clean_local();

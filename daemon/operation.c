@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <uuid/uuid.h>
 
 #include "connection.h"
@@ -16,6 +17,7 @@
 #include "broadcast.h"
 #include "commit.h"
 #include "result.h"
+#include "retry.h"
 #include "scheduler.h"
 #include "session.h"
 #include "task.h"
@@ -70,12 +72,42 @@ struct operation {
 	size_t			 nbroadcasts;
 	int64_t			 records_sent;
 	uint64_t		 started_ms;
+
+	/* Reattachable operations (docs/protocol.md, "Reattach"). */
+	int			 reattachable;
+	int			 deterministic;	/* its plan can be recomputed */
+	struct retry		*retry;		/* reattachable streams */
+	int64_t			 delivered;	/* records of next_deliver sent
+						   on this attachment */
+	int			 complete;	/* its end went out; it waits
+						   for release all */
+	json_t			*reply;		/* a reply action's, kept for
+						   a reattach */
+	struct connection	*completed_on;	/* its end went out there */
+	uint64_t		 detached_ms;	/* when it lost its client */
+	uint64_t		 attached_ms;	/* when its stream began */
+	uint64_t		 attached_bytes; /* sent on that stream */
+	int			 skip_partition; /* the next task of it skips */
+	int64_t			 skip;
+
 	TAILQ_HEAD(, task)	 tasks;		/* live tasks, by partition */
 	TAILQ_ENTRY(operation)	 entry;
 };
 static TAILQ_HEAD(, operation) operations = TAILQ_HEAD_INITIALIZER(operations);
 static size_t	 noperations;
 static uint64_t	 operation_next_serial = 1;
+
+/* An operation that is gone but remembered, to tell a late reattach why. */
+struct tombstone {
+	char			 id[37];
+	uid_t			 uid;
+	const char		*class;		/* OPERATION_ABANDONED, ... */
+	char			*message;
+	TAILQ_ENTRY(tombstone)	 entry;
+};
+static TAILQ_HEAD(, tombstone) tombstones = TAILQ_HEAD_INITIALIZER(tombstones);
+static size_t	 ntombstones;
+static struct event *operation_timer;
 
 static void	operation_pump(struct operation *);
 static void	operation_reply(struct operation *);
@@ -189,6 +221,7 @@ operation_describe_task(const struct operation *op, const struct task *t,
 	d->partitions = op->npartitions;
 	d->mode = action_modes[op->action];
 	d->fn = op->fn;
+	d->skip = t->skip;
 	if (op->action == ACTION_SAVE) {
 		snprintf(name, len, "part-%05d", t->partition);
 		d->save_dir = commit_task_dir(op->commit);
@@ -199,19 +232,75 @@ operation_describe_task(const struct operation *op, const struct task *t,
 size_t
 operation_count(void)
 {
-	return (noperations);
+	struct operation	*op;
+	size_t			 n = 0;
+
+	TAILQ_FOREACH(op, &operations, entry) {
+		if (op->conn != NULL)
+			n++;
+	}
+	return (n);
 }
 
+/* Find uid's operation id: ids are the uid's own. */
 static struct operation *
-operation_find(const char *id)
+operation_find(uid_t uid, const char *id)
 {
 	struct operation	*op;
 
 	TAILQ_FOREACH(op, &operations, entry) {
-		if (strcmp(op->id, id) == 0)
+		if (operation_uid(op) == uid && strcmp(op->id, id) == 0)
 			return (op);
 	}
 	return (NULL);
+}
+
+/* Find uid's tombstone for id. */
+static struct tombstone *
+operation_find_tombstone(uid_t uid, const char *id)
+{
+	struct tombstone	*ts;
+
+	TAILQ_FOREACH(ts, &tombstones, entry) {
+		if (ts->uid == uid && strcmp(ts->id, id) == 0)
+			return (ts);
+	}
+	return (NULL);
+}
+
+/* Forget the oldest tombstone. */
+static void
+operation_drop_tombstone(void)
+{
+	struct tombstone	*ts = TAILQ_FIRST(&tombstones);
+
+	TAILQ_REMOVE(&tombstones, ts, entry);
+	ntombstones--;
+	free(ts->message);
+	free(ts);
+}
+
+/* Remember why a reattachable operation is gone, in a bounded list. */
+static void __attribute__((format(printf, 3, 4)))
+operation_bury(struct operation *op, const char *class, const char *fmt, ...)
+{
+	struct tombstone	*ts;
+	va_list			 ap;
+
+	if (!op->reattachable || ember_conf.operation_tombstones == 0)
+		return;
+	while (ntombstones >= (size_t)ember_conf.operation_tombstones)
+		operation_drop_tombstone();
+	ts = xcalloc(1, sizeof *ts);
+	memcpy(ts->id, op->id, sizeof ts->id);
+	ts->uid = operation_uid(op);
+	ts->class = class;
+	va_start(ap, fmt);
+	if (vasprintf(&ts->message, fmt, ap) == -1)
+		fatal("vasprintf");
+	va_end(ap);
+	TAILQ_INSERT_TAIL(&tombstones, ts, entry);
+	ntombstones++;
 }
 
 int
@@ -248,6 +337,10 @@ operation_fill(struct operation *op)
 	    op->live < operation_window(op)) {
 		t = task_create(op, op->next_start++,
 		    !ACTION_STREAMS(op->action));
+		if (op->skip > 0 && t->partition == op->skip_partition) {
+			t->skip = op->skip;
+			op->skip = 0;
+		}
 		TAILQ_INSERT_TAIL(&op->tasks, t, op_entry);
 		op->live++;
 		scheduler_submit(t);
@@ -280,6 +373,8 @@ operation_free(struct operation *op)
 		    (long long)op->records_sent);
 		TAILQ_REMOVE(&operations, op, entry);
 		noperations--;
+		if (op->completed_on != NULL)
+			connection_set_completed(op->completed_on, NULL);
 		session_remove_operation(op->session, op);
 	}
 	if (op->commit != NULL) {
@@ -288,6 +383,9 @@ operation_free(struct operation *op)
 	}
 	result_free(op->result);
 	free(op->result_error);
+	retry_free(op->retry);
+	if (op->reply != NULL)
+		json_decref(op->reply);
 	while (op->nbroadcasts > 0)
 		broadcast_unuse(op->broadcasts[--op->nbroadcasts]);
 	free(op->broadcasts);
@@ -332,6 +430,8 @@ operation_stream_error(struct operation *op, const char *msg)
 static void
 operation_abort(struct operation *op, const char *class, const char *why)
 {
+	operation_bury(op, "OPERATION_FINISHED", "operation %s was "
+	    "interrupted: %s", op->id, why);
 	if (op->conn != NULL) {
 		if (ACTION_STREAMS(op->action))
 			operation_stream_error(op, why);
@@ -363,15 +463,125 @@ operation_interrupt_session(struct session *s, const char *why)
 	}
 }
 
+/* Keep what a detached stream needs, and no more than its bound. */
+static void
+operation_unplug(struct operation *op)
+{
+	op->conn = NULL;
+	op->detached_ms = ember_now_ms();
+	op->partition_open = 0;
+	op->requested = op->action == ACTION_COLLECT;
+	if (op->retry != NULL)
+		retry_trim(op->retry, (size_t)(ember_conf.stream_retry_buffer +
+		    ember_conf.stream_buffer));
+}
+
 void
 operation_detach(struct operation *op)
 {
-	/* Nobody to deliver to: stop the tasks, free the workers. */
 	log_debug("operation %s: client went away at partition %d of %d",
 	    op->id, op->next_deliver, op->npartitions);
+	if (op->reattachable) {
+		/* Its tasks go on as far as their buffers let them. */
+		operation_unplug(op);
+		return;
+	}
+	/* Nobody to deliver to: stop the tasks, free the workers. */
 	op->conn = NULL;
 	ember_counters.operations_interrupted++;
 	operation_free(op);
+}
+
+/* Has the attached stream run long enough to be cut at a boundary? */
+static int
+operation_cut_due(const struct operation *op)
+{
+	if (!op->reattachable)
+		return (0);
+	if (ember_conf.stream_max_bytes > 0 &&
+	    op->attached_bytes >= (uint64_t)ember_conf.stream_max_bytes)
+		return (1);
+	return (ember_conf.stream_max_duration > 0 &&
+	    ember_now_ms() - op->attached_ms >=
+	    (uint64_t)ember_conf.stream_max_duration);
+}
+
+/* End the attached stream with DETACHED: the operation goes on. */
+static void
+operation_cut(struct operation *op)
+{
+	struct connection	*c = op->conn;
+
+	log_debug("operation %s: stream cut at partition %d after %llu bytes",
+	    op->id, op->next_deliver, (unsigned long long)op->attached_bytes);
+	evbuffer_add_int32(connection_output(c), EMBER_STREAM_DETACHED);
+	operation_unplug(op);
+	connection_stream_end(c);
+}
+
+/* The stream's 0 went out: a reattachable one waits for its release (its
+ * end may not have reached the client), any other ends. */
+static void
+operation_complete(struct operation *op)
+{
+	struct connection	*c = op->conn;
+
+	ember_counters.operations_completed++;
+	if (!op->reattachable) {
+		operation_end(op);
+		return;
+	}
+	op->complete = 1;
+	operation_unplug(op);
+	connection_stream_end(c);
+	op->completed_on = c;
+	connection_set_completed(c, op);
+}
+
+void
+operation_confirm(struct operation *op)
+{
+	log_debug("operation %s: its end arrived", op->id);
+	op->reattachable = 0;	/* as a release: no tombstone */
+	operation_end(op);
+}
+
+void
+operation_forget_connection(struct operation *op)
+{
+	op->completed_on = NULL;
+}
+
+/*
+ * Send from the retry buffer what the attached client is behind: the rest
+ * of partition next_deliver up to what was sent.  1 if that partition
+ * ended there (the caller goes on with the next), else 0: the live task
+ * of next_deliver relays the rest.
+ */
+static int
+operation_replay(struct operation *op, struct evbuffer *out)
+{
+	struct position	pos = { op->next_deliver, op->delivered };
+	size_t		before = evbuffer_get_length(out);
+
+	if (op->retry == NULL || position_cmp(&pos, retry_sent(op->retry)) >= 0)
+		return (0);
+	if (!op->partition_open) {
+		evbuffer_add_int32(out, EMBER_STREAM_PARTITION);
+		op->partition_open = 1;
+	}
+	if (!retry_replay(op->retry, &pos, out)) {
+		op->delivered = pos.offset;
+		op->attached_bytes += evbuffer_get_length(out) - before;
+		return (0);
+	}
+	evbuffer_add_int32(out, EMBER_END_OF_DATA_SECTION);
+	op->attached_bytes += evbuffer_get_length(out) - before;
+	op->partition_open = 0;
+	op->next_deliver++;
+	op->delivered = 0;
+	op->requested = op->action == ACTION_COLLECT;
+	return (1);
 }
 
 /* Deliver what can be delivered, in partition order. */
@@ -387,10 +597,15 @@ operation_pump(struct operation *op)
 		out = connection_output(op->conn);
 		if (op->next_deliver == op->npartitions) {
 			evbuffer_add_int32(out, EMBER_STREAM_DONE);
-			ember_counters.operations_completed++;
-			operation_end(op);
+			operation_complete(op);
 			return;
 		}
+		if (!op->partition_open && operation_cut_due(op)) {
+			operation_cut(op);
+			return;
+		}
+		if (operation_replay(op, out))
+			continue;
 		operation_fill(op);
 		t = TAILQ_FIRST(&op->tasks);
 		if (t == NULL || t->partition != op->next_deliver)
@@ -401,13 +616,18 @@ operation_pump(struct operation *op)
 			if (!op->partition_open)
 				evbuffer_add_int32(out, EMBER_STREAM_PARTITION);
 			evbuffer_add_int32(out, EMBER_END_OF_DATA_SECTION);
+			if (op->retry != NULL)
+				retry_end_partition(op->retry);
 			op->partition_open = 0;
+			op->delivered = 0;
 			op->next_deliver++;
 			op->requested = op->action == ACTION_COLLECT;
 			operation_retire(op, t);
 			break;
 		case TASK_FAILED:
 			ember_counters.operations_failed++;
+			operation_bury(op, "OPERATION_FINISHED", "operation %s "
+			    "failed: %s", op->id, t->error);
 			operation_stream_error(op, t->error);
 			operation_end(op);
 			return;
@@ -429,7 +649,8 @@ operation_accepts_batch(struct operation *op, struct task *t)
 	if (!ACTION_STREAMS(op->action))
 		return (1);	/* a partial result: taken at once */
 	return (op->conn != NULL && op->requested &&
-	    TAILQ_FIRST(&op->tasks) == t && !connection_output_full(op->conn));
+	    TAILQ_FIRST(&op->tasks) == t && op->next_deliver == t->partition &&
+	    !connection_output_full(op->conn));
 }
 
 /* Merge a partial result; one over the bound fails the operation when its
@@ -472,9 +693,16 @@ operation_relay_batch(struct operation *op, struct task *t,
 		evbuffer_add_int32(out, EMBER_STREAM_PARTITION);
 		op->partition_open = 1;
 	}
-	/* Moves whole chains where it can: the records are not copied. */
-	if (evbuffer_remove_buffer(from, out, bytes) != (int)bytes)
+	if (op->retry != NULL) {
+		/* The buffer keeps the chains; the output shares them. */
+		retry_append(op->retry, from, bytes, records, out);
+		retry_trim(op->retry, (size_t)ember_conf.stream_retry_buffer +
+		    evbuffer_get_length(out));
+	} else if (evbuffer_remove_buffer(from, out, bytes) != (int)bytes)
 		fatalx("evbuffer_remove_buffer came up short");
+	/* (Either way whole chains move: the records are not copied.) */
+	op->delivered += records;
+	op->attached_bytes += bytes;
 	t->records += records;
 	op->records_sent += records;
 	ember_counters.records_sent += (uint64_t)records;
@@ -547,6 +775,8 @@ operation_task_failed(struct operation *op, struct task *t)
 		return;
 	}
 	ember_counters.operations_failed++;
+	operation_bury(op, "OPERATION_FINISHED", "operation %s failed: %s",
+	    op->id, t->error);
 	if (op->conn != NULL)
 		connection_reply_error(op->conn, "TASK_FAILED", "%s", t->error);
 	operation_end(op);
@@ -588,6 +818,14 @@ operation_reply(struct operation *op)
 		fatalx("operation %s: no reply for a stream", op->id);
 	}
 	ember_counters.operations_completed++;
+	if (op->conn == NULL && op->reattachable) {
+		/* Kept for the client to reattach and take. */
+		op->reply = reply;
+		op->complete = 1;
+		return;
+	}
+	operation_bury(op, "OPERATION_FINISHED", "operation %s is complete "
+	    "and its reply was sent", op->id);
 	if (op->conn != NULL)
 		connection_reply_ok(op->conn, reply);
 	else
@@ -603,6 +841,8 @@ operation_stop(struct operation *op)
 	    "partitions", op->id, op->next_deliver, op->npartitions);
 	evbuffer_add_int32(connection_output(op->conn), EMBER_STREAM_DONE);
 	ember_counters.operations_interrupted++;
+	operation_bury(op, "OPERATION_FINISHED", "operation %s was stopped by "
+	    "its client", op->id);
 	operation_end(op);
 }
 
@@ -697,6 +937,7 @@ operation_read_options(struct operation *op, json_t *options,
 		goto fail;
 	}
 	op->prefetch = (int)prefetch;
+	op->reattachable = reattachable;
 	json_decref(options);
 	return (0);
 fail:
@@ -720,8 +961,8 @@ operation_refuse(const char **class, char **err, const char *c,
 
 /* Read the request's members but the plan: its action, options and id. */
 static int
-operation_read_head(struct operation *op, json_t *req, const char **save_path,
-    int *overwrite, const char **class, char **err)
+operation_read_head(struct operation *op, uid_t uid, json_t *req,
+    const char **save_path, int *overwrite, const char **class, char **err)
 {
 	static const char *const keys[] = { "op", "plan", "action", "options",
 	    "operation", NULL };
@@ -745,8 +986,9 @@ operation_read_head(struct operation *op, json_t *req, const char **save_path,
 	if (id != NULL && (uuid_parse(id, u) == -1 || strlen(id) != 36))
 		return (operation_refuse(class, err, "REQUEST_INVALID",
 		    "operation: \"%s\" is not a UUID", id));
-	if (id != NULL && operation_find(id) != NULL)
-		return (operation_refuse(class, err, "OPERATION_EXISTS",
+	if (id != NULL && (operation_find(uid, id) != NULL ||
+	    operation_find_tombstone(uid, id) != NULL))
+		return (operation_refuse(class, err, "OPERATION_ALREADY_EXISTS",
 		    "operation %s already exists", id));
 	for (i = 0; i < sizeof action_names / sizeof action_names[0]; i++) {
 		if (strcmp(action, action_names[i]) == 0)
@@ -828,6 +1070,10 @@ operation_start(struct operation *op, struct connection *c,
 	op->conn = c;
 	op->requested = op->action == ACTION_COLLECT;
 	op->started_ms = ember_now_ms();
+	op->attached_ms = op->started_ms;
+	op->deterministic = plan_is_deterministic(op->plan);
+	if (op->reattachable && ACTION_STREAMS(op->action))
+		op->retry = retry_create(op->npartitions);
 	TAILQ_INSERT_TAIL(&operations, op, entry);
 	noperations++;
 	session_add_operation(s, op);
@@ -841,8 +1087,8 @@ operation_start(struct operation *op, struct connection *c,
 		operation_fill(op);
 		return;
 	}
-	connection_reply_ok(c, json_pack("{s:s,s:i}", "operation", op->id,
-	    "partitions", op->npartitions));
+	connection_reply_ok(c, json_pack("{s:s,s:i,s:b}", "operation", op->id,
+	    "partitions", op->npartitions, "reattachable", op->reattachable));
 	connection_stream_begin(c, op);
 	operation_fill(op);
 	operation_pump(op);
@@ -859,8 +1105,8 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 
 	op = xcalloc(1, sizeof *op);
 	TAILQ_INIT(&op->tasks);
-	if (operation_read_head(op, req, &save_path, &overwrite, &class,
-	    &err) == -1 ||
+	if (operation_read_head(op, session_uid(s), req, &save_path,
+	    &overwrite, &class, &err) == -1 ||
 	    operation_read_plan(op, s, req, &class, &err) == -1 ||
 	    operation_prepare(op, s, save_path, overwrite, &class,
 	    &err) == -1) {
@@ -872,24 +1118,379 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	operation_start(op, c, s);
 }
 
+/* "p:k", for status. */
+static json_t *
+operation_position_json(const struct position *pos)
+{
+	char	buf[48];
+
+	snprintf(buf, sizeof buf, "%lld:%lld", (long long)pos->partition,
+	    (long long)pos->offset);
+	return (json_string(buf));
+}
+
+/* What state an operation is in, for status. */
+static const char *
+operation_state(const struct operation *op)
+{
+	if (op->complete)
+		return ("complete");
+	return (op->conn != NULL ? "attached" : "detached");
+}
+
 json_t *
 operation_status(uid_t uid)
 {
-	json_t			*a = json_array();
+	json_t			*a = json_array(), *o;
 	struct operation	*op;
 	uint64_t		 now = ember_now_ms();
 
 	TAILQ_FOREACH(op, &operations, entry) {
 		if (uid != 0 && session_uid(op->session) != uid)
 			continue;
-		json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,"
-		    "s:b,s:I,s:I}", "id", op->id, "session",
-		    session_id(op->session), "action", action_names[op->action],
+		o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:b,s:I,s:I}",
+		    "id", op->id, "session", session_id(op->session),
+		    "action", action_names[op->action],
+		    "state", operation_state(op),
 		    "partitions", op->npartitions, "done",
 		    ACTION_STREAMS(op->action) ? op->next_deliver : op->done,
 		    "running", op->live, "attached", op->conn != NULL,
 		    "records_sent", (json_int_t)op->records_sent, "age_ms",
-		    (json_int_t)(now - op->started_ms)));
+		    (json_int_t)(now - op->started_ms));
+		if (op->conn == NULL && op->reattachable)
+			json_object_set_new(o, "detached_ms",
+			    json_integer((json_int_t)(now - op->detached_ms)));
+		if (op->retry != NULL) {
+			json_object_set_new(o, "sent",
+			    operation_position_json(retry_sent(op->retry)));
+			json_object_set_new(o, "buffered_from",
+			    operation_position_json(retry_start(op->retry)));
+			json_object_set_new(o, "buffered_bytes", json_integer(
+			    (json_int_t)retry_bytes(op->retry)));
+		}
+		json_array_append_new(a, o);
 	}
 	return (a);
+}
+
+/*
+ * Find the operation a reattach, release or interrupt names: uid's own,
+ * in session s.  NULL after an error reply: OPERATION_NOT_FOUND (also to
+ * another uid), the tombstone's class for one that is gone, or
+ * SESSION_MISMATCH.  With gone_ok, a tombstone answers ok instead.
+ */
+static struct operation *
+operation_lookup(struct connection *c, struct session *s, json_t *req,
+    const char *what, const char *const *keys, int gone_ok)
+{
+	struct operation	*op;
+	struct tombstone	*ts;
+	const char		*id = NULL;
+	char			*err;
+
+	if (jread_only(req, "", keys, &err) == -1 ||
+	    jread_string(req, "", "operation", JREAD_REQUIRED, &id,
+	    &err) == -1) {
+		connection_reply_error(c, "REQUEST_INVALID", "%s: %s", what,
+		    err);
+		free(err);
+		return (NULL);
+	}
+	if ((op = operation_find(session_uid(s), id)) == NULL) {
+		if ((ts = operation_find_tombstone(session_uid(s), id)) == NULL)
+			connection_reply_error(c, "OPERATION_NOT_FOUND",
+			    "%s: no operation %s", what, id);
+		else if (gone_ok)
+			connection_reply_ok(c, NULL);
+		else
+			connection_reply_error(c, ts->class, "%s: %s", what,
+			    ts->message);
+		return (NULL);
+	}
+	if (op->session != s) {
+		connection_reply_error(c, "SESSION_MISMATCH", "%s: operation "
+		    "%s belongs to another session of this user (hello with "
+		    "session %s first)", what, id, session_id(op->session));
+		return (NULL);
+	}
+	return (op);
+}
+
+/* Read a request's position; -1 after an error reply. */
+static int
+operation_read_position(struct connection *c, json_t *req, const char *what,
+    int required, struct position *pos)
+{
+	json_int_t	 partition = 0, offset = 0;
+	char		*err;
+
+	if (jread_int(req, "", "partition", required, &partition,
+	    &err) == -1 ||
+	    jread_int(req, "", "offset", required, &offset, &err) == -1) {
+		connection_reply_error(c, "REQUEST_INVALID", "%s: %s", what,
+		    err);
+		free(err);
+		return (-1);
+	}
+	pos->partition = partition;
+	pos->offset = offset;
+	return (0);
+}
+
+/*
+ * Check a stream position for op; -1 after an error reply.  One that left
+ * the buffer is recomputed when the plan allows (*rewind), else refused.
+ */
+static int
+operation_check_position(struct connection *c, struct operation *op,
+    const char *what, const struct position *pos, int *rewind)
+{
+	char	why[256];
+
+	if (rewind != NULL)
+		*rewind = 0;
+	switch (retry_check(op->retry, pos, why, sizeof why)) {
+	case POSITION_BUFFERED:
+		return (0);
+	case POSITION_RELEASED:
+		if (rewind != NULL && op->deterministic) {
+			*rewind = 1;
+			return (0);
+		}
+		if (rewind == NULL)
+			return (0);
+		connection_reply_error(c, "POSITION_NOT_AVAILABLE", "%s: "
+		    "operation %s: %s, and its plan cannot be computed again "
+		    "(it has a pipe, or a udf not marked deterministic)", what,
+		    op->id, why);
+		return (-1);
+	default:
+		connection_reply_error(c, "POSITION_INVALID", "%s: operation "
+		    "%s: %s", what, op->id, why);
+		return (-1);
+	}
+}
+
+/* Restart op's stream at pos, computed again from the plan: every task
+ * goes, and the task of pos's partition skips pos's offset records. */
+static void
+operation_rewind(struct operation *op, const struct position *pos)
+{
+	struct task	*t;
+
+	log_debug("operation %s: recomputing from partition %lld, offset %lld",
+	    op->id, (long long)pos->partition, (long long)pos->offset);
+	while ((t = TAILQ_FIRST(&op->tasks)) != NULL)
+		operation_retire(op, t);
+	retry_rewind(op->retry, pos);
+	op->next_start = (int)pos->partition;
+	op->skip_partition = (int)pos->partition;
+	op->skip = pos->offset;
+	op->complete = 0;
+}
+
+/* Take op's stream away from the connection that carries it: that
+ * connection is closed, as its client is presumably gone. */
+static void
+operation_take(struct operation *op)
+{
+	struct connection	*old = op->conn;
+
+	log_debug("operation %s: reattached elsewhere; closing connection %p",
+	    op->id, (void *)old);
+	connection_close_now(old);	/* detaches op */
+	if (op->conn != NULL)
+		fatalx("operation %s: still attached", op->id);
+}
+
+/* Reattach a reply action: its reply now, or when it comes. */
+static void
+operation_reattach_reply(struct connection *c, struct operation *op)
+{
+	if (op->reply != NULL) {
+		connection_reply_ok(c, json_incref(op->reply));
+		operation_bury(op, "OPERATION_FINISHED", "operation %s is "
+		    "complete and its reply was sent", op->id);
+		operation_end(op);
+		return;
+	}
+	op->conn = c;
+	connection_busy_begin(c, op);
+}
+
+void
+operation_reattach(struct connection *c, struct session *s, json_t *req)
+{
+	static const char *const keys[] = { "op", "operation", "partition",
+	    "offset", NULL };
+	struct operation	*op;
+	struct position		 pos;
+	int			 rewind = 0;
+
+	if ((op = operation_lookup(c, s, req, "reattach", keys, 0)) == NULL)
+		return;
+	if (!op->reattachable) {
+		connection_reply_error(c, "OPERATION_NOT_REATTACHABLE",
+		    "reattach: operation %s was executed with "
+		    "options.reattachable false", op->id);
+		return;
+	}
+	if (operation_read_position(c, req, "reattach",
+	    ACTION_STREAMS(op->action), &pos) == -1)
+		return;
+	if (ACTION_STREAMS(op->action) && operation_check_position(c, op,
+	    "reattach", &pos, &rewind) == -1)
+		return;
+	if (op->conn != NULL)
+		operation_take(op);
+	if (op->completed_on != NULL) {
+		connection_set_completed(op->completed_on, NULL);
+		op->completed_on = NULL;
+	}
+	log_debug("operation %s: reattached by pid %ld at partition %lld, "
+	    "offset %lld", op->id, (long)connection_pid(c),
+	    (long long)pos.partition, (long long)pos.offset);
+	if (!ACTION_STREAMS(op->action)) {
+		operation_reattach_reply(c, op);
+		return;
+	}
+	if (rewind)
+		operation_rewind(op, &pos);
+	op->conn = c;
+	op->next_deliver = (int)pos.partition;
+	op->delivered = pos.offset;
+	op->partition_open = 0;
+	op->requested = op->action == ACTION_COLLECT;
+	op->attached_ms = ember_now_ms();
+	op->attached_bytes = 0;
+	connection_reply_ok(c, json_pack("{s:s,s:i,s:I,s:I}", "operation",
+	    op->id, "partitions", op->npartitions, "partition",
+	    (json_int_t)pos.partition, "offset", (json_int_t)pos.offset));
+	connection_stream_begin(c, op);
+	operation_fill(op);
+	operation_pump(op);
+}
+
+void
+operation_release(struct connection *c, struct session *s, json_t *req)
+{
+	static const char *const keys[] = { "op", "operation", "partition",
+	    "offset", "all", NULL };
+	struct operation	*op;
+	struct position		 pos;
+	int			 all = 0;
+	char			*err;
+
+	if (jread_bool(req, "", "all", JREAD_OPTIONAL, &all, &err) == -1) {
+		connection_reply_error(c, "REQUEST_INVALID", "release: %s",
+		    err);
+		free(err);
+		return;
+	}
+	if ((op = operation_lookup(c, s, req, "release", keys, all)) == NULL)
+		return;
+	if (all) {
+		log_debug("operation %s: released", op->id);
+		op->reattachable = 0;	/* no tombstone: its id is gone */
+		if (op->conn != NULL && op->conn != c)
+			operation_abort(op, "INTERRUPTED", "released");
+		else {
+			if (op->conn == c)
+				op->conn = NULL;	/* cannot be: busy */
+			operation_end(op);
+		}
+		connection_reply_ok(c, NULL);
+		return;
+	}
+	if (operation_read_position(c, req, "release", JREAD_REQUIRED,
+	    &pos) == -1)
+		return;
+	if (op->retry != NULL) {
+		if (operation_check_position(c, op, "release", &pos,
+		    NULL) == -1)
+			return;
+		retry_release(op->retry, &pos);
+	}
+	connection_reply_ok(c, NULL);
+}
+
+void
+operation_interrupt(struct connection *c, struct session *s, json_t *req)
+{
+	static const char *const keys[] = { "op", "operation", NULL };
+	struct operation	*op;
+
+	if ((op = operation_lookup(c, s, req, "interrupt", keys, 0)) == NULL)
+		return;
+	log_debug("operation %s: interrupted by pid %ld", op->id,
+	    (long)connection_pid(c));
+	operation_abort(op, "INTERRUPTED", "interrupted by the client");
+	connection_reply_ok(c, NULL);
+}
+
+/* Remove the operations detached for operation.detached_timeout. */
+static void
+operation_reap(uint64_t now)
+{
+	struct operation	*op, *next;
+	uint64_t		 timeout;
+
+	if (ember_conf.operation_detached_timeout == 0)
+		return;
+	timeout = (uint64_t)ember_conf.operation_detached_timeout;
+	TAILQ_FOREACH_SAFE(op, &operations, entry, next) {
+		if (op->conn != NULL || !op->reattachable ||
+		    now - op->detached_ms < timeout)
+			continue;
+		log_info("operation %s: removed after %llums detached", op->id,
+		    (unsigned long long)(now - op->detached_ms));
+		operation_bury(op, "OPERATION_ABANDONED", "operation %s was "
+		    "removed after %llums without a client "
+		    "(operation.detached_timeout)", op->id,
+		    (unsigned long long)(now - op->detached_ms));
+		if (!op->complete)
+			ember_counters.operations_interrupted++;
+		operation_end(op);
+	}
+}
+
+/* Arm the maintenance timer for operation.maintenance_interval. */
+static void
+operation_maintenance_arm(void)
+{
+	struct timeval	tv;
+	int64_t		ms = ember_conf.operation_maintenance_interval;
+
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	evtimer_add(operation_timer, &tv);
+}
+
+static void
+operation_maintenance_cb(evutil_socket_t fd, short events, void *arg)
+{
+	uint64_t	now = ember_now_ms();
+
+	(void)fd; (void)events; (void)arg;
+	operation_reap(now);
+	session_expire(now);
+	operation_maintenance_arm();
+}
+
+void
+operation_maintenance_start(void)
+{
+	operation_timer = evtimer_new(ember_base, operation_maintenance_cb,
+	    NULL);
+	operation_maintenance_arm();
+}
+
+void
+operation_maintenance_stop(void)
+{
+	if (operation_timer != NULL)
+		event_free(operation_timer);
+	operation_timer = NULL;
+	while (ntombstones > 0)
+		operation_drop_tombstone();
 }

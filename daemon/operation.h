@@ -32,12 +32,32 @@ void		 operation_execute(struct connection *, struct session *,
 int		 operation_stream_input(struct operation *, struct evbuffer *);
 /* The client's output drained: relay more. */
 void		 operation_stream_writable(struct operation *);
-/* The connection went away. */
+/* The connection went away: a reattachable operation is detached and
+ * goes on, any other ends. */
 void		 operation_detach(struct operation *);
+/* The client of a complete stream sent another request on the connection
+ * it ended on: it has the end, so the operation ends.  And the connection
+ * a complete stream ended on went away. */
+void		 operation_confirm(struct operation *);
+void		 operation_forget_connection(struct operation *);
+
+/* reattach, release and interrupt, from any connection of the session. */
+void		 operation_reattach(struct connection *, struct session *,
+		     json_t *request);
+void		 operation_release(struct connection *, struct session *,
+		     json_t *request);
+void		 operation_interrupt(struct connection *, struct session *,
+		     json_t *request);
+
+/* The maintenance timer: the reaper of detached operations, and session
+ * expiry.  Started with emberd, stopped at exit. */
+void		 operation_maintenance_start(void);
+void		 operation_maintenance_stop(void);
 
 /* Interrupt operations, telling their clients why. */
 void		 operation_interrupt_all(const char *why);
 void		 operation_interrupt_session(struct session *, const char *why);
+/* Operations a drain waits for: those with a client attached. */
 size_t		 operation_count(void);
 json_t		*operation_status(uid_t);
 

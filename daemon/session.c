@@ -14,14 +14,20 @@
 #include "session.h"
 #include "xmalloc.h"
 
+/*
+ * A session stays in the list until it is closed; it is freed once closed
+ * and no longer held (by a connection that still points at it, or by an
+ * operation that is ending).
+ */
 struct session {
 	char			 id[37];
 	uid_t			 uid;
 	gid_t			 gid;
-	int			 holds;		/* connections using it */
+	int			 connections;	/* connections using it */
+	size_t			 noperations;
 	int			 closed;
 	uint64_t		 created_ms;
-	size_t			 noperations;
+	uint64_t		 idle_ms;	/* when the last connection went */
 	TAILQ_ENTRY(session)	 entry;
 };
 static TAILQ_HEAD(, session) sessions = TAILQ_HEAD_INITIALIZER(sessions);
@@ -36,7 +42,7 @@ session_create(uid_t uid, gid_t gid)
 	uuid_unparse_lower(u, s->id);
 	s->uid = uid;
 	s->gid = gid;
-	s->holds = 1;
+	s->connections = 1;
 	s->created_ms = ember_now_ms();
 	TAILQ_INSERT_TAIL(&sessions, s, entry);
 	log_debug("session %s created for uid %ld", s->id, (long)uid);
@@ -50,19 +56,20 @@ session_resume(const char *id, uid_t uid)
 
 	TAILQ_FOREACH(s, &sessions, entry) {
 		if (s->uid == uid && !s->closed && strcmp(s->id, id) == 0) {
-			s->holds++;
+			s->connections++;
+			log_debug("session %s resumed", s->id);
 			return (s);
 		}
 	}
 	return (NULL);
 }
 
-/* Free a session nobody holds (each operation holds its session). */
+/* Free a closed session nobody holds any more. */
 static void
-session_free(struct session *s)
+session_free_unheld(struct session *s)
 {
-	broadcast_drop_session(s);
-	TAILQ_REMOVE(&sessions, s, entry);
+	if (!s->closed || s->connections > 0 || s->noperations > 0)
+		return;
 	log_debug("session %s freed", s->id);
 	free(s);
 }
@@ -70,17 +77,55 @@ session_free(struct session *s)
 void
 session_release(struct session *s)
 {
-	if (--s->holds == 0)
-		session_free(s);
+	if (--s->connections > 0)
+		return;
+	s->idle_ms = ember_now_ms();
+	if (!s->closed && ember_conf.session_timeout == 0)
+		session_close(s, "its last connection closed");
+	session_free_unheld(s);
 }
 
 void
-session_close(struct session *s)
+session_close(struct session *s, const char *why)
 {
+	if (s->closed)
+		return;
+	log_debug("session %s closed: %s", s->id, why);
 	s->closed = 1;
-	operation_interrupt_session(s, "session closed");
+	TAILQ_REMOVE(&sessions, s, entry);
+	/* Held while its operations end, so that s outlives the loop. */
+	s->connections++;
+	operation_interrupt_session(s, why);
 	broadcast_drop_session(s);
-	session_release(s);
+	s->connections--;
+	session_free_unheld(s);
+}
+
+int
+session_closed(const struct session *s)
+{
+	return (s->closed);
+}
+
+void
+session_expire(uint64_t now)
+{
+	struct session	*s, *next;
+	uint64_t	 timeout = (uint64_t)ember_conf.session_timeout;
+
+	TAILQ_FOREACH_SAFE(s, &sessions, entry, next) {
+		if (s->connections == 0 && now - s->idle_ms >= timeout)
+			session_close(s, "session expired");
+	}
+}
+
+void
+session_close_all(void)
+{
+	struct session	*s;
+
+	while ((s = TAILQ_FIRST(&sessions)) != NULL)
+		session_close(s, "emberd is shutting down");
 }
 
 const char *
@@ -106,7 +151,6 @@ session_add_operation(struct session *s, struct operation *op)
 {
 	(void)op;
 	s->noperations++;
-	s->holds++;
 }
 
 void
@@ -114,7 +158,7 @@ session_remove_operation(struct session *s, struct operation *op)
 {
 	(void)op;
 	s->noperations--;
-	session_release(s);
+	session_free_unheld(s);
 }
 
 json_t *
@@ -127,11 +171,13 @@ session_status(uid_t uid)
 	TAILQ_FOREACH(s, &sessions, entry) {
 		if (uid != 0 && s->uid != uid)
 			continue;
-		json_array_append_new(a, json_pack("{s:s,s:I,s:i,s:I,s:I}",
+		json_array_append_new(a, json_pack("{s:s,s:I,s:i,s:I,s:I,s:I}",
 		    "id", s->id, "uid", (json_int_t)s->uid,
-		    "connections", s->holds - (int)s->noperations,
+		    "connections", s->connections,
 		    "operations", (json_int_t)s->noperations,
-		    "age_ms", (json_int_t)(now - s->created_ms)));
+		    "age_ms", (json_int_t)(now - s->created_ms),
+		    "idle_ms", (json_int_t)(s->connections > 0 ? 0 :
+		    now - s->idle_ms)));
 	}
 	return (a);
 }

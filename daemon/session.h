@@ -1,25 +1,37 @@
 /*
  * Sessions: bound to the peer uid that said hello.  A session owns its
- * operations; another uid cannot see or resume it.  A session lives while a
- * connection holds it; the last one to let go interrupts what it owns.
+ * operations and broadcasts; another uid cannot see or resume it.  It
+ * outlives the connection that made it: a later hello of the same uid with
+ * its id resumes it, and one left with no connection for session.timeout
+ * is closed (session_expire), interrupting what it owns.
  */
 #ifndef EMBER_SESSION_H
 #define EMBER_SESSION_H
 
 #include <sys/types.h>
 
+#include <stdint.h>
+
 #include <jansson.h>
 
 struct session;
 struct operation;
 
-/* A new session for the peer uid:gid, held once by the caller. */
+/* A new session for the peer uid:gid, held by the calling connection. */
 struct session	*session_create(uid_t, gid_t);
-/* The session with id if uid owns it (held once more), else NULL. */
+/* The open session with id if uid owns it, now held by one more
+ * connection; else NULL. */
 struct session	*session_resume(const char *id, uid_t);
+/* A connection lets go of the session. */
 void		 session_release(struct session *);
-/* End a session now: interrupt its operations (close_session). */
-void		 session_close(struct session *);
+/* End a session now: interrupt its operations, drop its broadcasts
+ * (close_session, expiry, exit). */
+void		 session_close(struct session *, const char *why);
+int		 session_closed(const struct session *);
+/* Close the sessions with no connection for session.timeout. */
+void		 session_expire(uint64_t now_ms);
+/* Close every session (exit). */
+void		 session_close_all(void);
 
 const char	*session_id(const struct session *);
 uid_t		 session_uid(const struct session *);

@@ -45,6 +45,8 @@ struct task {
 	enum task_state		 state;
 	struct worker		*worker;	/* TASK_ASSIGNED, until it ends */
 	int64_t			 records;	/* records relayed so far */
+	int64_t			 skip;		/* records the worker drops
+						   first: a recompute */
 	int64_t			 metrics[EMBER_METRIC_COUNT];
 	char			*error;		/* TASK_FAILED */
 	uint64_t		 queued_ms;

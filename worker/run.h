@@ -21,6 +21,7 @@ struct run {
 	enum reduce_fn		 fn;		/* reduce */
 	const char		*save_dir;	/* save: the directory, */
 	const char		*save_name;	/* and the part file's name */
+	int64_t			 skip;		/* records: drop the first */
 };
 
 /*

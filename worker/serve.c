@@ -199,6 +199,7 @@ serve_parse(struct server *w, const char *data, size_t len,
 	t->fn = d->fn;
 	t->save_dir = d->save_dir;
 	t->save_name = d->save_name;
+	t->skip = d->skip;
 	rc = 0;
 out:
 	if (rc != 0)

@@ -205,7 +205,7 @@ def test_save_abandoned_by_its_client(d):
     c = d.client()
     plan = range_plan(0, 4, 2, ops=[{"pipe": {"command": "cat; sleep 30"}}])
     c.send_json({"op": "execute", "plan": plan, "action": "save",
-                 "options": {"path": out}})
+                 "options": {"path": out, "reattachable": False}})
     d.worker_running("sleep 30")
     c.close_abruptly()
     check(wait_until(lambda: not os.path.exists(

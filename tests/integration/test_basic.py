@@ -265,7 +265,7 @@ def test_client_chosen_operation_id(d):
     check_eq(r["operation"], op, "operation id")
     other = d.client()
     check_error(other.execute(range_plan(0, 10, 1), "count", operation=op),
-                "OPERATION_EXISTS")
+                "OPERATION_ALREADY_EXISTS")
     check_eq(c.read_stream(pull=True), [numbers(0, 25), numbers(25, 50),
                                     numbers(50, 75), numbers(75, 100)],
              "the stream of the first")

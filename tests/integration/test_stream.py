@@ -107,9 +107,10 @@ def _served_quickly(d, within):
     check(took < within, "the next client waited %.1fs" % took)
 
 
-def _abandon(d, action, read_bytes):
+def _abandon(d, action, read_bytes, options=None):
     c = d.client()
-    c.execute_ok(BIG, action)
+    c.execute_ok(BIG, action, {"reattachable": False} if options is None
+                 else options)
     if action == "iterate":
         c.write_int(REQUEST_NEXT)
     got = 0
@@ -154,7 +155,8 @@ def test_abandon_collect(d):
 def test_abandon_pipe(d):
     c = d.client()
     c.execute_ok(records_plan(["x"], 1, ops=[{"pipe": {
-        "command": "yes xxxxxxxx | head -c 50000000"}}]), "iterate")
+        "command": "yes xxxxxxxx | head -c 50000000"}}]), "iterate",
+        {"reattachable": False})
     c.write_int(REQUEST_NEXT)
     check_eq(c.read_int(), STREAM_PARTITION, "response")
     check_eq(c.read_record(), b"xxxxxxxx", "first record")
@@ -169,6 +171,19 @@ def test_abandon_repeatedly(d):
     for _ in range(5):
         _abandon(d, "iterate", 20000)
     _served_quickly(d, 3.0)
+    _idle(d, no_operations=True)
+
+
+@with_daemon(sets=["workers.max=1", "operation.detached_timeout=300ms",
+                  "operation.maintenance_interval=100ms"])
+def test_abandon_reattachable_reaped(d):
+    """A reattachable operation outlives its client until the reaper
+    removes it; then its worker is free again."""
+    _abandon(d, "iterate", 100000, options={})
+    with d.client() as c:
+        check_eq(len(c.request_ok({"op": "status"})["operations"]), 1,
+                 "the detached operation is kept")
+    _served_quickly(d, 5.0)
     _idle(d, no_operations=True)
 
 

@@ -146,10 +146,11 @@ def test_worker_gone_after_killed_task(d):
 
 @with_daemon(sets=["workers.max=1"])
 def test_worker_gone_after_client_leaves(d):
-    """A client that closes mid-task gets its worker and command killed."""
+    """A client that closes mid-task gets its worker and command killed
+    (the operation is not reattachable: it ends with its connection)."""
     c = d.client()
     c.execute_ok(records_plan(["x"], 1, ops=[{"pipe": {
-        "command": "exec sleep 31"}}]), "collect")
+        "command": "exec sleep 31"}}]), "collect", {"reattachable": False})
     pid = d.worker_running("sleep 31")
     sleeper = [p for p in descendants(pid) if "sleep 31" in cmdline(p)]
     check(sleeper, "no sleep under worker %d" % pid)

@@ -14,12 +14,22 @@
  *	PROTOCOL_ERROR	emberd sent something the protocol does not allow
  *	STREAM_ACTIVE	a control request while a result stream is open
  *	NO_STREAM	ember_next or ember_stop without a result stream
- *	DETACHED	emberd ended the stream early (response 2); the
- *			operation goes on and can be reattached
+ *	DETACHED	emberd ended the stream early (response 2) of an
+ *			operation that is not reattachable
  *	NO_MEMORY	out of memory
  *
  * After IO_ERROR or PROTOCOL_ERROR the connection is unusable: every later
  * call fails with the same error; close it and connect again.
+ *
+ * Reattach.  The result stream of a reattachable operation (the default)
+ * survives a broken connection and emberd's graceful cuts: ember_next
+ * connects again, resumes the session and reattaches after the last record
+ * it returned, with exponential, jittered backoff (ember_set_reattach);
+ * past that budget it fails with IO_ERROR ("gave up reattaching").  If
+ * emberd refuses the reattach (OPERATION_ABANDONED, POSITION_NOT_AVAILABLE,
+ * ...) the stream ends with emberd's class.  As the caller consumes
+ * records, the library releases them on a second connection of the
+ * session, without waiting, so that emberd's retry buffer stays small.
  *
  * The library never changes the process's signal dispositions: it writes
  * with MSG_NOSIGNAL, so a closed socket is an IO_ERROR, not a SIGPIPE.
@@ -44,8 +54,18 @@ struct ember;
  */
 struct ember	*ember_connect(const char *socket_path, char **errmsg);
 
-/* Close the connection; an open result stream ends its operation. */
+/* Close the connection; an open result stream ends its operation (it is
+ * released), as does a finished one emberd keeps for a reattach. */
 void		 ember_close(struct ember *);
+
+/*
+ * How hard ember_next tries to reattach a broken stream: attempts per
+ * outage (0: never reattach), the first wait and the longest, in
+ * milliseconds; each wait doubles, jittered to between half and all of
+ * it.  The defaults are 10 attempts, 20 ms, 1000 ms.
+ */
+void		 ember_set_reattach(struct ember *, int attempts, int first_ms,
+		     int max_ms);
 
 /*
  * The last error's message and class, as errno: meaningful after a call

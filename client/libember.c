@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -36,6 +37,12 @@
 #define EMBER_MAX_RECORD	EMBER_MAX_BATCH
 /* emberd adds context (partition, worker) to a worker's message. */
 #define EMBER_MAX_ERROR		(1024 * 1024)
+/* Release what the caller consumed once this much of it is unreleased. */
+#define EMBER_RELEASE_EVERY	(256 * 1024)
+/* Reattach: attempts per outage, and the backoff between them. */
+#define EMBER_RETRY_ATTEMPTS	10
+#define EMBER_RETRY_FIRST_MS	20
+#define EMBER_RETRY_MAX_MS	1000
 
 enum ember_state {
 	EMBER_CONTROL,		/* control requests and replies */
@@ -47,9 +54,25 @@ enum ember_state {
 struct ember {
 	int			 fd;
 	enum ember_state	 state;
+	char			*socket_path;
 
 	char			*session;
 	char			*operation;	/* of the open stream */
+
+	/*
+	 * Reattach.  The position is what the caller was given: offset
+	 * records of partition, or, once its end was read (ended), all of
+	 * it.  resume: the next "1" continues that partition.
+	 */
+	int			 reattachable;
+	int			 in_stream;
+	int			 resume;
+	int			 ended;
+	int64_t			 offset;
+	size_t			 unreleased;	/* bytes given since a release */
+	int			 unconfirmed;	/* a stream ended here with 0 */
+	int			 rfd;		/* for releases, or -1 */
+	int			 attempts, first_ms, max_ms;
 
 	int			 push;		/* collect: no requests */
 	int			 requested;	/* iterate: a request is unanswered */
@@ -68,6 +91,10 @@ struct ember {
 
 static int	ember_call(struct ember *, json_t *, char **, json_t **);
 static int	ember_reply(struct ember *, int, int, char **, json_t **);
+static int	ember_dial(const char *, char **);
+static int	ember_resume(struct ember *);
+static int	ember_reconnect(struct ember *);
+static void	ember_release_consumed(struct ember *);
 
 /* Set the error to class and a formatted message. */
 static void
@@ -294,6 +321,7 @@ ember_end_stream(struct ember *e)
 	e->streamed = 1;
 	e->stopping = 0;
 	e->requested = 0;
+	e->in_stream = 0;
 
 	/* Give back what a big record made the buffer grow to. */
 	if (e->size > EMBER_BUFFER_SIZE && have <= EMBER_BUFFER_SIZE) {
@@ -338,6 +366,13 @@ ember_start_stream(struct ember *e, int push, json_t *reply)
 	e->stopping = 0;
 	e->streamed = 0;
 	e->partition = -1;
+	e->reattachable = json_is_true(json_object_get(reply,
+	    "reattachable")) && e->attempts > 0;
+	e->in_stream = 1;
+	e->resume = 0;
+	e->ended = 1;
+	e->offset = 0;
+	e->unreleased = 0;
 }
 
 /* Read a response between partitions; 1 (records follow), 0 or -1. */
@@ -363,14 +398,26 @@ ember_next_partition(struct ember *e)
 	switch (resp) {
 	case EMBER_STREAM_PARTITION:
 		e->state = EMBER_RECORDS;
-		e->partition++;
+		if (e->resume)
+			e->resume = 0;	/* the rest of the same partition */
+		else {
+			e->partition++;
+			e->offset = 0;
+		}
+		e->ended = 0;
 		return (1);
 	case EMBER_STREAM_DONE:
 		ember_end_stream(e);
+		e->unconfirmed = e->reattachable;
 		return (0);
 	case EMBER_STREAM_ERROR:
 		return (ember_stream_error(e));
 	case EMBER_STREAM_DETACHED:
+		if (e->reattachable) {
+			/* A graceful cut: reattach on this connection. */
+			e->state = EMBER_CONTROL;
+			return (ember_resume(e) == 0 ? 2 : -1);
+		}
 		ember_end_stream(e);
 		return (ember_fail(e, "DETACHED", "operation %s: emberd "
 		    "detached the stream after partition %lld",
@@ -388,9 +435,9 @@ ember_partition(const struct ember *e)
 	return (e->partition);
 }
 
-/* Read the next record of the result stream. */
-int
-ember_next(struct ember *e, const void **data, size_t *len)
+/* Read the next record, or a stream response; 2: reattached, go on. */
+static int
+ember_next_once(struct ember *e, const void **data, size_t *len)
 {
 	int32_t	n;
 	int	rc;
@@ -425,6 +472,8 @@ ember_next(struct ember *e, const void **data, size_t *len)
 			*data = e->buf + e->start + 4;
 			*len = (size_t)n;
 			e->start += 4 + (size_t)n;
+			e->offset++;
+			e->unreleased += 4 + (size_t)n;
 			return (1);
 		}
 		e->start += 4;
@@ -432,9 +481,12 @@ ember_next(struct ember *e, const void **data, size_t *len)
 		case EMBER_NULL:
 			*data = NULL;
 			*len = 0;
+			e->offset++;
+			e->unreleased += 4;
 			return (1);
 		case EMBER_END_OF_DATA_SECTION:
 			e->state = EMBER_BETWEEN;
+			e->ended = 1;
 			continue;
 		case EMBER_EXCEPTION_THROWN:
 			return (ember_stream_error(e));
@@ -443,6 +495,31 @@ ember_next(struct ember *e, const void **data, size_t *len)
 			    "%lld: unexpected length %d", (long long)e->partition,
 			    n));
 		}
+	}
+}
+
+/* Read the next record of the result stream, reattaching as needed. */
+int
+ember_next(struct ember *e, const void **data, size_t *len)
+{
+	int	rc;
+
+	/* What the caller was given before this call, it has consumed. */
+	if (e->in_stream && e->reattachable &&
+	    e->unreleased >= EMBER_RELEASE_EVERY)
+		ember_release_consumed(e);
+	for (;;) {
+		rc = ember_next_once(e, data, len);
+		if (rc == 2)
+			continue;
+		if (rc == -1 && e->state == EMBER_BROKEN && e->in_stream &&
+		    e->reattachable && e->error_class != NULL &&
+		    strcmp(e->error_class, "IO_ERROR") == 0) {
+			if (ember_reconnect(e) == -1)
+				return (-1);
+			continue;
+		}
+		return (rc);
 	}
 }
 
@@ -548,6 +625,14 @@ ember_connect(const char *socket_path, char **errmsg)
 	e->fd = fd;
 	e->size = EMBER_BUFFER_SIZE;
 	e->state = EMBER_CONTROL;
+	e->rfd = -1;
+	e->attempts = EMBER_RETRY_ATTEMPTS;
+	e->first_ms = EMBER_RETRY_FIRST_MS;
+	e->max_ms = EMBER_RETRY_MAX_MS;
+	if ((e->socket_path = strdup(socket_path)) == NULL) {
+		ember_fail(e, "NO_MEMORY", "out of memory");
+		goto fail_hello;
+	}
 
 	req = json_pack("{s:s,s:i,s:s}", "op", "hello", "version",
 	    EMBER_PROTOCOL_VERSION, "client", "libember/" PACKAGE_VERSION);
@@ -577,14 +662,271 @@ fail:
 	return (NULL);
 }
 
+/* Send a frame without waiting, and without blocking: 0, or -1. */
+static int
+ember_send_nowait(int fd, const char *text)
+{
+	unsigned char	hdr[4];
+	struct iovec	iov[2];
+	struct msghdr	mh;
+	size_t		len = strlen(text);
+
+	be32_put(hdr, (int32_t)len);
+	iov[0].iov_base = hdr;
+	iov[0].iov_len = sizeof hdr;
+	iov[1].iov_base = (void *)text;
+	iov[1].iov_len = len;
+	memset(&mh, 0, sizeof mh);
+	mh.msg_iov = iov;
+	mh.msg_iovlen = 2;
+	return (sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+	    (ssize_t)(len + 4) ? 0 : -1);
+}
+
+/* The release connection, made on first use: a second connection of the
+ * session, written to without waiting for its replies. */
+static int
+ember_release_fd(struct ember *e)
+{
+	char	*why = NULL, *hello;
+	int	 fd;
+
+	if (e->rfd != -1)
+		return (e->rfd);
+	if ((fd = ember_dial(e->socket_path, &why)) == -1) {
+		free(why);
+		return (-1);
+	}
+	if (asprintf(&hello, "{\"op\":\"hello\",\"version\":%d,"
+	    "\"session\":\"%s\",\"client\":\"libember/" PACKAGE_VERSION
+	    " (release)\"}", EMBER_PROTOCOL_VERSION, ember_session(e)) == -1) {
+		close(fd);
+		return (-1);
+	}
+	if (ember_send_nowait(fd, hello) == -1) {
+		free(hello);
+		close(fd);
+		return (-1);
+	}
+	free(hello);
+	e->rfd = fd;
+	return (fd);
+}
+
+/* Send a release on the release connection; its reply is not waited
+ * for (and dropped, as the replies before it). */
+static void
+ember_release_send(struct ember *e, const char *text)
+{
+	char	buf[4096];
+	ssize_t	n;
+	int	fd;
+
+	if ((fd = ember_release_fd(e)) == -1)
+		return;
+	if (ember_send_nowait(fd, text) == -1) {
+		close(fd);
+		e->rfd = -1;
+		return;
+	}
+	while ((n = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+		/* drop */;
+	if (n == 0) {
+		close(fd);
+		e->rfd = -1;
+	}
+}
+
+/* The position of what the caller was given. */
+static void
+ember_position(const struct ember *e, int64_t *partition, int64_t *offset)
+{
+	if (e->ended) {
+		*partition = e->partition + 1;
+		*offset = 0;
+	} else {
+		*partition = e->partition;
+		*offset = e->offset;
+	}
+}
+
+/* Release what the caller has consumed, so that emberd's buffer stays
+ * small. */
+static void
+ember_release_consumed(struct ember *e)
+{
+	int64_t	 p, k;
+	char	*text;
+
+	ember_position(e, &p, &k);
+	if (asprintf(&text, "{\"op\":\"release\",\"operation\":\"%s\","
+	    "\"partition\":%lld,\"offset\":%lld}", e->operation,
+	    (long long)p, (long long)k) == -1)
+		return;
+	ember_release_send(e, text);
+	free(text);
+	e->unreleased = 0;
+}
+
+/* Reattach to the stream's operation on the connection, after the
+ * position.  0; or -1, the stream ended with the error if emberd refused. */
+static int
+ember_resume(struct ember *e)
+{
+	json_t	*req;
+	int64_t	 p, k;
+	char	*msg;
+
+	ember_position(e, &p, &k);
+	req = json_pack("{s:s,s:s,s:I,s:I}", "op", "reattach", "operation",
+	    e->operation, "partition", (json_int_t)p, "offset", (json_int_t)k);
+	if (req == NULL)
+		return (ember_fail(e, "NO_MEMORY", "out of memory"));
+	if (ember_call(e, req, NULL, NULL) == -1) {
+		if (e->state == EMBER_BROKEN)
+			return (-1);
+		msg = e->error;
+		e->error = NULL;
+		ember_end_stream(e);
+		ember_fail(e, ember_error_class(e), "operation %s: reattach "
+		    "at partition %lld, offset %lld: %s", e->operation,
+		    (long long)p, (long long)k, msg != NULL ? msg : "");
+		free(msg);
+		return (-1);
+	}
+	e->state = EMBER_BETWEEN;
+	e->requested = 0;
+	e->resume = !e->ended;
+	return (0);
+}
+
+/* Wait before reattach attempt n (from 1): exponential, jittered. */
+static void
+ember_backoff(struct ember *e, int n)
+{
+	static uint64_t	 seed;
+	struct timespec	 ts;
+	uint64_t	 ms;
+
+	if (seed == 0) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		seed = ((uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_nsec) | 1;
+	}
+	seed ^= seed << 13;
+	seed ^= seed >> 7;
+	seed ^= seed << 17;
+	ms = (uint64_t)e->first_ms << (n - 1 < 20 ? n - 1 : 20);
+	if (ms > (uint64_t)e->max_ms)
+		ms = (uint64_t)e->max_ms;
+	ms = ms / 2 + seed % (ms / 2 + 1);
+	ts.tv_sec = (time_t)(ms / 1000);
+	ts.tv_nsec = (long)(ms % 1000) * 1000000;
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		/* go on */;
+}
+
+/* The connection broke mid-stream: connect again, resume the session and
+ * reattach after the last record given to the caller.  0, or -1 with the
+ * error (past the budget, or emberd's refusal). */
+static int
+ember_reconnect(struct ember *e)
+{
+	json_t	*req;
+	char	*last = NULL, *why;
+	int	 i, fd;
+
+	if (e->rfd != -1) {
+		close(e->rfd);
+		e->rfd = -1;
+	}
+	for (i = 0; i < e->attempts; i++) {
+		if (i > 0)
+			ember_backoff(e, i);
+		if (e->fd != -1)
+			close(e->fd);
+		e->fd = -1;
+		e->start = e->end = 0;
+		free(last);
+		last = e->error != NULL ? strdup(e->error) : NULL;
+		if ((fd = ember_dial(e->socket_path, &why)) == -1) {
+			free(last);
+			last = why;
+			continue;
+		}
+		e->fd = fd;
+		e->state = EMBER_CONTROL;
+		req = json_pack("{s:s,s:i,s:s,s:s}", "op", "hello", "version",
+		    EMBER_PROTOCOL_VERSION, "session", ember_session(e),
+		    "client", "libember/" PACKAGE_VERSION);
+		if (req == NULL)
+			break;
+		if (ember_call(e, req, NULL, NULL) == -1) {
+			if (e->state == EMBER_BROKEN)
+				continue;
+			free(last);
+			ember_end_stream(e);
+			return (ember_fail(e, ember_error_class(e), "operation "
+			    "%s: resuming session %s to reattach: %s",
+			    e->operation, ember_session(e), ember_error(e)));
+		}
+		if (ember_resume(e) == 0) {
+			free(last);
+			return (0);
+		}
+		if (e->state != EMBER_BROKEN) {
+			free(last);
+			return (-1);
+		}
+	}
+	ember_break(e, "IO_ERROR", "operation %s: gave up reattaching after "
+	    "%d attempts: %s", e->operation, e->attempts,
+	    last != NULL ? last : "out of memory");
+	free(last);
+	e->in_stream = 0;
+	return (-1);
+}
+
+/* Set how hard to try reattaching. */
+void
+ember_set_reattach(struct ember *e, int attempts, int first_ms, int max_ms)
+{
+	e->attempts = attempts < 0 ? 0 : attempts;
+	e->first_ms = first_ms < 1 ? 1 : first_ms;
+	e->max_ms = max_ms < e->first_ms ? e->first_ms : max_ms;
+}
+
+/* Tell emberd the handle is done with its operation: its end arrived, or
+ * the caller stops reading. */
+static void
+ember_let_go(struct ember *e)
+{
+	char	*text;
+
+	if (e->operation == NULL || (!e->unconfirmed && !(e->in_stream &&
+	    e->reattachable)))
+		return;
+	if (asprintf(&text, "{\"op\":\"release\",\"operation\":\"%s\","
+	    "\"all\":true}", e->operation) == -1)
+		return;
+	if (e->unconfirmed && e->fd != -1)
+		(void)ember_send_nowait(e->fd, text);
+	else
+		ember_release_send(e, text);
+	free(text);
+}
+
 /* Close the connection and free the handle. */
 void
 ember_close(struct ember *e)
 {
 	if (e == NULL)
 		return;
+	ember_let_go(e);
+	if (e->rfd != -1)
+		close(e->rfd);
 	if (e->fd != -1)
 		close(e->fd);
+	free(e->socket_path);
 	free(e->buf);
 	free(e->session);
 	free(e->operation);
@@ -639,6 +981,7 @@ ember_call(struct ember *e, json_t *req, char **reply_json, json_t **reply_out)
 		json_decref(req);
 		return (-1);
 	}
+	e->unconfirmed = 0;	/* a request shows the stream's end arrived */
 
 	op = json_string_value(json_object_get(req, "op"));
 	action = json_string_value(json_object_get(req, "action"));

@@ -1,0 +1,801 @@
+"""
+Reattachable execution, after Spark Connect's ReattachableExecuteSuite:
+sessions that outlive connections, streams cut on purpose and reattached
+mid-partition and at boundaries in both modes, release, recompute beyond
+the buffer, the reaper, session expiry, interrupt, another uid, and the
+CLI through a proxy that cuts every connection.
+"""
+
+import json
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import threading
+import time
+import traceback
+
+from harness import (EMBER, REQUEST_NEXT, REQUEST_STOP, STREAM_DETACHED,
+                     STREAM_DONE, STREAM_ERROR, STREAM_PARTITION,
+                     END_OF_DATA_SECTION, check, check_eq, check_error,
+                     numbers, range_plan, records_plan, run_cli, run_tests,
+                     wait_until, with_daemon)
+
+ROOT = os.geteuid() == 0
+PLAN = range_plan(0, 20000, 4)		# 5000 records a partition
+PARTS = [numbers(i * 5000, (i + 1) * 5000) for i in range(4)]
+
+
+def read_records(c, n):
+    """Read n records of the open partition."""
+    got = []
+    for _ in range(n):
+        rec = c.read_record()
+        check(isinstance(rec, bytes), "expected a record, got %r" % (rec,))
+        got.append(rec)
+    return got
+
+
+def read_rest(c):
+    """Read records up to END_OF_DATA_SECTION."""
+    got = []
+    while True:
+        rec = c.read_record()
+        if rec == END_OF_DATA_SECTION:
+            return got
+        check(isinstance(rec, bytes), "expected a record, got %r" % (rec,))
+        got.append(rec)
+
+
+def reattach(d, session, op, partition, offset, expect_ok=True):
+    """A new connection that resumes session and reattaches to op."""
+    c = d.client(hello=False)
+    c.request_ok({"op": "hello", "version": 1, "session": session})
+    c.session = session
+    reply = c.request({"op": "reattach", "operation": op,
+                       "partition": partition, "offset": offset})
+    if expect_ok:
+        check(reply.get("ok"), "reattach: %r" % reply)
+        check_eq(reply["operation"], op, "reattach reply")
+    return c, reply
+
+
+def read_to_end(c, pull, first_partition):
+    """Read whole partitions until 0; return them."""
+    parts = []
+    while True:
+        if pull:
+            c.write_int(REQUEST_NEXT)
+        status, payload = c.read_partition()
+        if status == STREAM_DONE:
+            return parts
+        check_eq(status, STREAM_PARTITION, "response after %d partitions "
+                 "(from %d): %r" % (len(parts), first_partition, payload))
+        parts.append(payload)
+
+
+def status_of(d, op):
+    with d.client() as c:
+        for o in c.status()["operations"]:
+            if o["id"] == op:
+                return o
+    return None
+
+
+def release_all(c, op):
+    c.request_ok({"op": "release", "operation": op, "all": True})
+
+
+# ---------------------------------------------------------------------------
+# Reattach in both modes
+
+def test_iterate_mid_partition(d):
+    """A connection lost inside partition 1; the stream goes on from the
+    last record received, nothing missing, nothing repeated."""
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_partition(), (STREAM_PARTITION, PARTS[0]), "partition 0")
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    head = read_records(c, 1234)
+    c.close_abruptly()
+    c2, reply = reattach(d, c.session, op, 1, 1234)
+    check_eq((reply["partition"], reply["offset"]), (1, 1234), "position")
+    c2.write_int(REQUEST_NEXT)
+    check_eq(c2.read_int(), STREAM_PARTITION, "response after reattach")
+    check_eq(head + read_rest(c2), PARTS[1], "partition 1")
+    check_eq(read_to_end(c2, True, 2), PARTS[2:], "partitions 2 and 3")
+    # Another request on that connection shows the end arrived.
+    c2.status()
+    check(wait_until(lambda: status_of(d, op) is None, 5),
+          "the operation outlived its confirmed end")
+
+
+def test_iterate_at_boundary(d):
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_partition(), (STREAM_PARTITION, PARTS[0]), "partition 0")
+    c.close()
+    # (0, 5000) and (1, 0) are the same point; the first still shows the
+    # end of partition 0.
+    c2, _ = reattach(d, c.session, op, 0, 5000)
+    c2.write_int(REQUEST_NEXT)
+    check_eq(c2.read_partition(), (STREAM_PARTITION, []), "end of 0")
+    c2.close()
+    c3, _ = reattach(d, c.session, op, 1, 0)
+    check_eq(read_to_end(c3, True, 1), PARTS[1:], "partitions 1 to 3")
+
+
+def test_collect_mid_partition_and_boundary(d):
+    c = d.client()
+    op = c.execute_ok(PLAN, "collect")["operation"]
+    check_eq(c.read_partition(), (STREAM_PARTITION, PARTS[0]), "partition 0")
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    head = read_records(c, 777)
+    c.close_abruptly()
+    c2, _ = reattach(d, c.session, op, 1, 777)
+    check_eq(c2.read_int(), STREAM_PARTITION, "pushed after reattach")
+    check_eq(head + read_rest(c2), PARTS[1], "partition 1")
+    check_eq(c2.read_partition(), (STREAM_PARTITION, PARTS[2]), "partition 2")
+    c2.close()
+    c3, _ = reattach(d, c.session, op, 3, 0)
+    check_eq(read_to_end(c3, False, 3), PARTS[3:], "partition 3")
+
+
+def test_reattach_repeatedly_same_position(d):
+    """Reattaching twice at one position sends the same records twice."""
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    read_records(c, 10)
+    c.close()
+    for _ in range(3):
+        c2, _ = reattach(d, c.session, op, 0, 10)
+        c2.write_int(REQUEST_NEXT)
+        check_eq(c2.read_int(), STREAM_PARTITION, "response")
+        check_eq(read_records(c2, 100), PARTS[0][10:110], "records")
+        c2.close_abruptly()
+
+
+def test_new_attach_detaches_old(d):
+    """One attached stream per operation: a reattach takes the stream from
+    the connection that had it, which is closed."""
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    read_records(c, 5)
+    c2, _ = reattach(d, c.session, op, 0, 5)
+    check(c.at_eof(5.0), "the old connection stays open")
+    c2.write_int(REQUEST_NEXT)
+    check_eq(c2.read_int(), STREAM_PARTITION, "response")
+    check_eq(read_rest(c2), PARTS[0][5:], "partition 0")
+    check_eq(read_to_end(c2, True, 1), PARTS[1:], "the rest")
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_prefetched_partitions_survive_detach(d):
+    """Partitions computed ahead are not lost by a detach: a pipe plan
+    (which could not be computed again) reattaches without a task more."""
+    plan = range_plan(0, 6000, 6, ops=[{"pipe": {"command": "cat"}}])
+    with d.client() as s:
+        before = s.status()["counters"]["tasks"]
+    c = d.client()
+    op = c.execute_ok(plan, "iterate", {"prefetch": 3})["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_partition(), (STREAM_PARTITION, numbers(0, 1000)),
+             "partition 0")
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    read_records(c, 10)
+    time.sleep(0.3)
+    c.close_abruptly()
+    c2, _ = reattach(d, c.session, op, 1, 10)
+    c2.write_int(REQUEST_NEXT)
+    check_eq(c2.read_int(), STREAM_PARTITION, "response")
+    check_eq(read_rest(c2), numbers(1010, 2000), "partition 1")
+    got = read_to_end(c2, True, 2)
+    check_eq(got, [numbers(i * 1000, (i + 1) * 1000) for i in range(2, 6)],
+             "partitions 2 to 5")
+    with d.client() as s:
+        check_eq(s.status()["counters"]["tasks"] - before, 6,
+                 "tasks run (none again)")
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_reply_action_reattached(d):
+    """A count outlives its connection; a reattach gets its reply."""
+    plan = range_plan(0, 100, 2, ops=[{"pipe": {"command": "sleep 1; cat"}}])
+    c = d.client()
+    c.send_json({"op": "execute", "plan": plan, "action": "count",
+                 "operation": "0b9c8a52-0d3e-4b7a-9c51-2f0e8b1d7a44"})
+    d.worker_running("sleep 1")
+    c.close_abruptly()
+    c2, reply = reattach(d, c.session,
+                         "0b9c8a52-0d3e-4b7a-9c51-2f0e8b1d7a44", 0, 0)
+    check_eq(reply["count"], 100, "count after reattach")
+    check_error(c2.request({"op": "reattach", "operation":
+                            "0b9c8a52-0d3e-4b7a-9c51-2f0e8b1d7a44",
+                            "partition": 0, "offset": 0}),
+                "OPERATION_FINISHED", "complete")
+
+
+# ---------------------------------------------------------------------------
+# Graceful cuts
+
+@with_daemon(sets=["stream.max_bytes=1k"])
+def test_cut_by_max_bytes_iterate(d):
+    """Past stream.max_bytes the stream ends at a partition boundary with
+    2 (DETACHED); the client reattaches on the same connection.  The real
+    end is still 0."""
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    got, cuts, p = [], 0, 0
+    while True:
+        c.write_int(REQUEST_NEXT)
+        status, payload = c.read_partition()
+        if status == STREAM_DONE:
+            break
+        if status == STREAM_DETACHED:
+            cuts += 1
+            c.request_ok({"op": "reattach", "operation": op,
+                          "partition": p, "offset": 0})
+            continue
+        check_eq(status, STREAM_PARTITION, "response")
+        got.append(payload)
+        p += 1
+    check_eq(got, PARTS, "partitions")
+    check_eq(cuts, 3, "cuts (one after each partition but the last)")
+
+
+@with_daemon(sets=["stream.max_bytes=1k"])
+def test_cut_by_max_bytes_collect(d):
+    c = d.client()
+    op = c.execute_ok(PLAN, "collect")["operation"]
+    got, cuts = [], 0
+    while True:
+        status, payload = c.read_partition()
+        if status == STREAM_DONE:
+            break
+        if status == STREAM_DETACHED:
+            cuts += 1
+            c.request_ok({"op": "reattach", "operation": op,
+                          "partition": len(got), "offset": 0})
+            continue
+        got.append(payload)
+    check_eq(got, PARTS, "partitions")
+    check_eq(cuts, 3, "cuts")
+
+
+@with_daemon(sets=["stream.max_duration=200ms"])
+def test_cut_by_max_duration(d):
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_partition(), (STREAM_PARTITION, PARTS[0]), "partition 0")
+    time.sleep(0.4)
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_DETACHED, "response after max_duration")
+    st = status_of(d, op)
+    check_eq(st["state"], "detached", "state after the cut")
+    c.request_ok({"op": "reattach", "operation": op, "partition": 1,
+                  "offset": 0})
+    check_eq(read_to_end(c, True, 1), PARTS[1:], "the rest")
+
+
+# ---------------------------------------------------------------------------
+# Release, the buffer's bound, recompute
+
+def test_release_then_recompute(d):
+    """A released position is computed again from a deterministic plan."""
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    read_records(c, 3000)
+    with d.client(hello=False) as side:
+        side.request_ok({"op": "hello", "version": 1,
+                         "session": c.session})
+        side.request_ok({"op": "release", "operation": op, "partition": 0,
+                         "offset": 2500})
+        st = [o for o in side.status()["operations"] if o["id"] == op][0]
+        check_eq(st["buffered_from"], "0:2500", "buffer start")
+    c.close_abruptly()
+    # Released, but the plan is deterministic: recomputed from 2000.
+    c2, _ = reattach(d, c.session, op, 0, 2000)
+    c2.write_int(REQUEST_NEXT)
+    check_eq(c2.read_int(), STREAM_PARTITION, "response")
+    check_eq(read_rest(c2), PARTS[0][2000:], "partition 0 recomputed")
+    check_eq(read_to_end(c2, True, 1), PARTS[1:], "the rest")
+
+
+@with_daemon(sets=["stream.retry_buffer=0", "stream.buffer=4k"])
+def test_beyond_the_buffer_recomputed(d):
+    """With no retry buffer, positions behind the stream are recomputed,
+    mid-partition, in both modes."""
+    plan = range_plan(0, 200000, 4)
+    want = [numbers(i * 50000, (i + 1) * 50000) for i in range(4)]
+    for action in ("iterate", "collect"):
+        c = d.client()
+        op = c.execute_ok(plan, action)["operation"]
+        if action == "iterate":
+            c.write_int(REQUEST_NEXT)
+        check_eq(c.read_int(), STREAM_PARTITION, "response")
+        read_records(c, 10)
+        time.sleep(0.3)		# emberd sends far beyond record 10
+        c.close_abruptly()
+        st = wait_until(lambda: status_of(d, op)["state"] == "detached"
+                        and status_of(d, op), 5)
+        check(st["buffered_from"] != "0:0", "the buffer kept it all: %r"
+              % st)
+        c2, _ = reattach(d, c.session, op, 0, 10)
+        if action == "iterate":
+            c2.write_int(REQUEST_NEXT)
+        check_eq(c2.read_int(), STREAM_PARTITION, "response")
+        check_eq(read_rest(c2), want[0][10:], "partition 0 (%s)" % action)
+        check_eq(read_to_end(c2, action == "iterate", 1), want[1:],
+                 "the rest (%s)" % action)
+
+
+def test_pipe_not_recomputed(d):
+    """A pipe plan is not deterministic: a released position is gone."""
+    plan = range_plan(0, 4000, 2, ops=[{"pipe": {"command": "cat"}}])
+    c = d.client()
+    op = c.execute_ok(plan, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    read_records(c, 500)
+    with d.client(hello=False) as side:
+        side.request_ok({"op": "hello", "version": 1,
+                         "session": c.session})
+        side.request_ok({"op": "release", "operation": op, "partition": 0,
+                         "offset": 400})
+    c.close_abruptly()
+    _, reply = reattach(d, c.session, op, 0, 300, expect_ok=False)
+    check_error(reply, "POSITION_NOT_AVAILABLE", "pipe")
+    c3, _ = reattach(d, c.session, op, 0, 450)
+    c3.write_int(REQUEST_NEXT)
+    check_eq(c3.read_int(), STREAM_PARTITION, "response")
+    check_eq(read_rest(c3), numbers(450, 2000), "from the buffer")
+
+
+def test_release_all_ends_the_operation(d):
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_partition(), (STREAM_PARTITION, PARTS[0]), "partition 0")
+    c.close()
+    with d.client(hello=False) as side:
+        side.request_ok({"op": "hello", "version": 1,
+                         "session": c.session})
+        release_all(side, op)
+        check(status_of(d, op) is None, "still in status after release")
+        check_error(side.request({"op": "reattach", "operation": op,
+                                  "partition": 1, "offset": 0}),
+                    "OPERATION_NOT_FOUND")
+
+
+@with_daemon(sets=["workers.max=2", "stream.buffer=64k",
+                   "stream.retry_buffer=256k"])
+def test_detached_memory_is_bounded(d):
+    """An iterate of ~1 GB whose client vanishes costs emberd at most its
+    retry buffer and stream buffers."""
+    big = range_plan(0, 100000000, 2)
+    with d.client() as warm:
+        check_eq(warm.count(range_plan(0, 1000, 2)), 1000, "warm-up")
+    baseline = d.rss_kb()
+    c = d.client()
+    op = c.execute_ok(big, "iterate", {"prefetch": 1})["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    read_records(c, 100000)
+    c.close_abruptly()
+    time.sleep(1.0)
+    grew = (d.rss_kb() - baseline) / 1024.0
+    st = status_of(d, op)
+    check(st["buffered_bytes"] <= 256 * 1024 + 64 * 1024 + 65536,
+          "buffered %d bytes" % st["buffered_bytes"])
+    check(grew < 32, "emberd's RSS grew %.1f MB" % grew)
+
+
+# ---------------------------------------------------------------------------
+# Errors, each of its own class
+
+def test_position_errors(d):
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_partition(), (STREAM_PARTITION, PARTS[0]), "partition 0")
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    read_records(c, 10)
+    c.close_abruptly()
+    with d.client(hello=False) as s:
+        s.request_ok({"op": "hello", "version": 1, "session": c.session})
+
+        def attempt(p, k):
+            return s.request({"op": "reattach", "operation": op,
+                              "partition": p, "offset": k})
+        check_error(attempt(-1, 0), "POSITION_INVALID", "negative")
+        check_error(attempt(0, -5), "POSITION_INVALID", "negative")
+        check_error(attempt(9, 0), "POSITION_INVALID", "4 partitions")
+        check_error(attempt(0, 5001), "POSITION_INVALID", "has 5000 records")
+        check_error(attempt(3, 0), "POSITION_INVALID", "were sent")
+        check_error(s.request({"op": "reattach", "operation": op,
+                               "partition": "x", "offset": 0}),
+                    "REQUEST_INVALID", "partition")
+        check_error(s.request({"op": "release", "operation": op,
+                               "partition": 7, "offset": 0}),
+                    "POSITION_INVALID")
+        check_error(s.request({"op": "reattach", "operation":
+                               "00000000-0000-4000-8000-000000000000",
+                               "partition": 0, "offset": 0}),
+                    "OPERATION_NOT_FOUND")
+        # Still serving, and the operation still reattachable.
+        s.request_ok({"op": "reattach", "operation": op, "partition": 1,
+                      "offset": 10})
+        s.write_int(REQUEST_NEXT)
+        check_eq(s.read_int(), STREAM_PARTITION, "response")
+        check_eq(read_rest(s), PARTS[1][10:], "partition 1")
+        s.write_int(REQUEST_STOP)
+        check_eq(s.read_int(), STREAM_DONE, "stopped")
+        # A stopped operation is finished, and says so.
+        check_error(s.request({"op": "reattach", "operation": op,
+                               "partition": 2, "offset": 0}),
+                    "OPERATION_FINISHED", "stopped")
+
+
+def test_wrong_session(d):
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.close()
+    with d.client() as other:	# the same uid, another session
+        check_error(other.request({"op": "reattach", "operation": op,
+                                   "partition": 0, "offset": 0}),
+                    "SESSION_MISMATCH", c.session)
+        check_error(other.request({"op": "interrupt", "operation": op}),
+                    "SESSION_MISMATCH")
+        check_error(other.request({"op": "release", "operation": op,
+                                   "all": True}), "SESSION_MISMATCH")
+
+
+def test_failed_operation_is_finished(d):
+    plan = range_plan(0, 10, 1, ops=[{"pipe": {"command": "exit 3"}}])
+    c = d.client()
+    op = c.execute_ok(plan, "collect")["operation"]
+    status, msg = c.read_partition()
+    check_eq(status, STREAM_ERROR, "the task failed")
+    check_error(c.request({"op": "reattach", "operation": op,
+                           "partition": 0, "offset": 0}),
+                "OPERATION_FINISHED", "failed")
+
+
+def test_not_reattachable(d):
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate", {"reattachable": False})
+    check_eq(op["reattachable"], False, "reply says so")
+    c.close()
+    with d.client(hello=False) as s:
+        s.request_ok({"op": "hello", "version": 1, "session": c.session})
+        check(wait_until(lambda: status_of(d, op["operation"]) is None, 5),
+              "a non-reattachable operation outlived its connection")
+        check_error(s.request({"op": "reattach", "operation":
+                               op["operation"], "partition": 0,
+                               "offset": 0}), "OPERATION_NOT_FOUND")
+
+
+def test_client_chosen_id(d):
+    oid = "3f2c8a52-0d3e-4b7a-9c51-2f0e8b1d7a44"
+    c = d.client()
+    check_eq(c.execute(PLAN, "iterate", operation=oid)["operation"], oid,
+             "operation id")
+    with d.client() as other:
+        check_error(other.execute(PLAN, "iterate", operation=oid),
+                    "OPERATION_ALREADY_EXISTS")
+
+
+# ---------------------------------------------------------------------------
+# The reaper, sessions, interrupt
+
+@with_daemon(sets=["operation.detached_timeout=300ms",
+                   "operation.maintenance_interval=50ms"])
+def test_reaper_removes_detached(d):
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    c.close_abruptly()
+    check(wait_until(lambda: status_of(d, op) is None, 5),
+          "the reaper left the operation")
+    with d.client(hello=False) as s:
+        s.request_ok({"op": "hello", "version": 1, "session": c.session})
+        check_error(s.request({"op": "reattach", "operation": op,
+                               "partition": 0, "offset": 0}),
+                    "OPERATION_ABANDONED", "detached_timeout")
+        # A tombstoned id is not run again.
+        check_error(s.execute(PLAN, "iterate", operation=op),
+                    "OPERATION_ALREADY_EXISTS")
+        # An attached operation is never reaped, however long it runs.
+        op2 = s.execute_ok(PLAN, "iterate")["operation"]
+        time.sleep(0.6)
+        check_eq(read_to_end(s, True, 0), PARTS, "attached stream")
+
+
+@with_daemon(sets=["session.timeout=400ms",
+                   "operation.maintenance_interval=50ms"])
+def test_session_resume_and_expiry(d):
+    c = d.client()
+    sid = c.session
+    bid = c.broadcast_put(b"a\nb\n")
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.close()
+    # Resumed within the timeout: its broadcasts and operations are there.
+    with d.client(hello=False) as s:
+        check_eq(s.request_ok({"op": "hello", "version": 1,
+                               "session": sid})["session"], sid, "resumed")
+        st = s.status()
+        mine = [x for x in st["sessions"] if x["id"] == sid]
+        check_eq(mine[0]["connections"], 1, "connections of the session")
+        check([o for o in st["operations"] if o["id"] == op],
+              "the operation is kept")
+        check_eq(s.collect_all(records_plan(["a", "c"], 1, ops=[{
+            "filter": {"in_broadcast": bid}}])), [b"a"], "broadcast kept")
+    # Left alone past the timeout: closed, its operations interrupted.
+    check(wait_until(lambda: status_of(d, op) is None, 5),
+          "the operation of an expired session")
+    with d.client(hello=False) as s:
+        check_error(s.request({"op": "hello", "version": 1,
+                               "session": sid}), "SESSION_NOT_FOUND")
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_interrupt(d):
+    """interrupt from another connection of the session: the attached
+    stream ends with -1 and a message, the worker is freed."""
+    plan = range_plan(0, 10, 1, ops=[{"pipe": {"command": "sleep 30"}}])
+    c = d.client()
+    op = c.execute_ok(plan, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    d.worker_running("sleep 30")
+    with d.client(hello=False) as s:
+        s.request_ok({"op": "hello", "version": 1, "session": c.session})
+        s.request_ok({"op": "interrupt", "operation": op})
+        status, msg = c.read_partition()
+        check_eq(status, STREAM_ERROR, "the stream's end")
+        check("interrupted" in msg, "message %r" % msg)
+        check_error(s.request({"op": "reattach", "operation": op,
+                               "partition": 0, "offset": 0}),
+                    "OPERATION_FINISHED", "interrupted")
+        # The connection is back to control frames, the worker free.
+        check_eq(c.count(range_plan(0, 10, 1)), 10, "next job")
+
+
+# ---------------------------------------------------------------------------
+# Another uid
+
+def other_user():
+    for name in ("nobody",):
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return (pw.pw_uid, pw.pw_gid)
+    return None
+
+
+def as_user(user, fn):
+    """Run fn() as user in a child; its JSON result."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            signal.alarm(60)
+            os.setgroups([])
+            os.setgid(user[1])
+            os.setuid(user[0])
+            out = {"result": fn()}
+        except BaseException:
+            out = {"error": traceback.format_exc()}
+        with os.fdopen(w, "w") as f:
+            f.write(json.dumps(out))
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    out = json.loads(data)
+    if "error" in out:
+        raise AssertionError(out["error"])
+    return out["result"]
+
+
+@with_daemon(sets=["daemon.socket_mode=0666"])
+def test_other_uid_sees_nothing(d):
+    """To another uid, a session and its operations do not exist."""
+    user = other_user()
+    if not ROOT or user is None:
+        print("skip: needs root and a nobody user")
+        return
+    os.chmod(d.tmpdir, 0o711)
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    read_records(c, 10)
+    sid = c.session
+
+    def probe():
+        out = {}
+        with d.client(hello=False) as o:
+            out["hello"] = o.request({"op": "hello", "version": 1,
+                                      "session": sid})
+        with d.client() as o:
+            st = o.status()
+            out["sees"] = [x["id"] for x in st["sessions"] +
+                           st["operations"] if x["id"] in (sid, op)]
+            out["reattach"] = o.request({"op": "reattach", "operation": op,
+                                         "partition": 0, "offset": 0})
+            out["release"] = o.request({"op": "release", "operation": op,
+                                        "all": True})
+            out["interrupt"] = o.request({"op": "interrupt",
+                                          "operation": op})
+            out["execute"] = o.execute(PLAN, "count", operation=op)
+        return out
+    out = as_user(user, probe)
+    check_error(out["hello"], "SESSION_NOT_FOUND")
+    check_eq(out["sees"], [], "what the other uid sees")
+    for what in ("reattach", "release", "interrupt"):
+        check_error(out[what], "OPERATION_NOT_FOUND")
+    check(out["execute"].get("ok"), "ids are per uid: %r" % out["execute"])
+    # Untouched: the stream goes on.
+    check_eq(read_rest(c), PARTS[0][10:], "partition 0")
+
+
+# ---------------------------------------------------------------------------
+# Status
+
+def test_status_shows_detached(d):
+    c = d.client()
+    op = c.execute_ok(PLAN, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_partition(), (STREAM_PARTITION, PARTS[0]), "partition 0")
+    c.close()
+    st = wait_until(lambda: status_of(d, op)["state"] == "detached" and
+                    status_of(d, op), 5)
+    check_eq(st["sent"], "1:0", "sent position")
+    check(st["buffered_bytes"] > 0, "buffered bytes %r" % st)
+    check("detached_ms" in st, "detached_ms")
+    r = d.cli(["status"])
+    check_eq(r.returncode, 0, "ember status (stderr %r)" % r.stderr)
+    for needle in (op, "detached", "BUFFERED_BYTES", "CONNECTIONS"):
+        check(needle in r.stdout, "ember status lacks %r:\n%s" %
+              (needle, r.stdout))
+
+
+# ---------------------------------------------------------------------------
+# The CLI through a proxy that cuts every connection
+
+class CuttingProxy:
+    """A Unix socket proxy to emberd that closes each connection after
+    `cut` bytes from emberd to the client."""
+
+    def __init__(self, target, path, cut):
+        self.target, self.path, self.cut = target, path, cut
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(64)
+        self.cuts = 0
+        self.stopping = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while not self.stopping:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.relay, args=(client,),
+                             daemon=True).start()
+
+    def relay(self, client):
+        up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            up.connect(self.target)
+        except OSError:
+            client.close()
+            return
+
+        def upward():
+            try:
+                while True:
+                    data = client.recv(65536)
+                    if not data:
+                        break
+                    up.sendall(data)
+            except OSError:
+                pass
+            try:
+                up.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        threading.Thread(target=upward, daemon=True).start()
+        sent = 0
+        try:
+            while sent < self.cut:
+                data = up.recv(min(65536, self.cut - sent))
+                if not data:
+                    break
+                client.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        if sent >= self.cut:
+            self.cuts += 1
+        for s in (client, up):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self.stopping = True
+        self.sock.close()
+
+
+def test_cli_through_cutting_proxy(d):
+    """`ember run` through connections that break every 300 KB prints
+    exactly what an unbroken run prints, in both modes."""
+    plan = d.path("plan.json")
+    with open(plan, "w") as f:
+        json.dump(range_plan(0, 1000000, 7, ops=[{"map": "upper"}]), f)
+    proxy = CuttingProxy(d.socket, d.path("proxy.sock"), 300 * 1024)
+    try:
+        for mode in ([], ["--collect"]):
+            direct = d.cli(["run"] + mode + [plan], timeout=120)
+            check_eq(direct.returncode, 0, "direct run (%r)" % direct.stderr)
+            cuts = proxy.cuts
+            cut = run_cli(["run"] + mode + [plan], socket_path=proxy.path,
+                          timeout=120)
+            check_eq(cut.returncode, 0, "run through the proxy (stderr %r)"
+                     % cut.stderr[-2000:])
+            check(proxy.cuts - cuts >= 10, "the proxy cut only %d times" %
+                  (proxy.cuts - cuts))
+            check(cut.stdout == direct.stdout, "output differs (%d bytes "
+                  "against %d)" % (len(cut.stdout), len(direct.stdout)))
+    finally:
+        proxy.close()
+    # Everything was released: no operation is left behind.
+    check(wait_until(lambda: not d.client().status()["operations"], 5),
+          "operations left after the CLI runs")
+
+
+def test_cli_gives_up_past_its_budget(d):
+    """When emberd is gone for good, the CLI says so after its retries."""
+    plan = d.path("plan.json")
+    with open(plan, "w") as f:
+        json.dump(range_plan(0, 3000000, 2), f)
+    proxy = CuttingProxy(d.socket, d.path("proxy.sock"), 200 * 1024)
+    p = subprocess.Popen([EMBER, "--socket", proxy.path, "run", plan],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    wait_until(lambda: proxy.cuts > 0, 10)
+    proxy.close()
+    os.unlink(proxy.path)
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise AssertionError("the CLI kept retrying")
+    check(p.returncode != 0, "exit status %d" % p.returncode)
+    check("reattach" in err and "gave up" in err, "stderr %r" % err)
+
+
+if __name__ == "__main__":
+    run_tests(globals())

@@ -656,12 +656,13 @@ plan_check_files(struct plan *plan, char **err)
 
 /* Check a udf's library and symbol, without loading the library. */
 static int
-plan_check_udf(const struct plan_op *op, size_t index, char **err)
+plan_check_udf(struct plan_op *op, size_t index, char **err)
 {
 	char	*perr = NULL;
 	int	 rc;
 
-	if ((rc = plugin_check(op->udf_library, op->udf_symbol, &perr)) == 0)
+	if ((rc = plugin_check(op->udf_library, op->udf_symbol,
+	    &op->udf_deterministic, &perr)) == 0)
 		return (0);
 	xasprintf(err, "plan.ops[%zu].udf.%s: %s", index,
 	    rc == PLUGIN_BAD_SYMBOL ? "symbol" : "library", perr);

@@ -15,6 +15,8 @@
 #include "xmalloc.h"
 
 #define PLUGIN_ABI_SYMBOL	"ember_udf_abi_version"
+/* EMBER_UDF_DETERMINISTIC(fn) defines this prefix followed by fn. */
+#define PLUGIN_DETERMINISTIC_PREFIX "ember_udf_deterministic_"
 
 /* Keep in step with include/ember/udf.h and worker/udf.syms. */
 const char *const plugin_udf_functions[] = {
@@ -33,6 +35,7 @@ const char *const plugin_udf_functions[] = {
 struct plugin_syms {
 	int		 found_symbol;
 	int		 found_abi;
+	int		 deterministic;	/* its marker is there */
 	GElf_Sym	 abi;
 	const char	*missing;	/* an ember_udf_ function we lack */
 };
@@ -122,6 +125,12 @@ plugin_scan(Elf *elf, const char *symbol, struct plugin_syms *ps)
 			    strcmp(name, symbol) == 0)
 				ps->found_symbol = 1;
 			if (type == STT_OBJECT &&
+			    strncmp(name, PLUGIN_DETERMINISTIC_PREFIX,
+			    strlen(PLUGIN_DETERMINISTIC_PREFIX)) == 0 &&
+			    strcmp(name + strlen(PLUGIN_DETERMINISTIC_PREFIX),
+			    symbol) == 0)
+				ps->deterministic = 1;
+			if (type == STT_OBJECT &&
 			    strcmp(name, PLUGIN_ABI_SYMBOL) == 0) {
 				ps->found_abi = 1;
 				ps->abi = sym;
@@ -166,7 +175,7 @@ plugin_read_int(Elf *elf, const GElf_Sym *sym, int *value)
 /* Check an open ELF file; 0 or an error as plugin_check. */
 static int
 plugin_check_elf(Elf *elf, const char *library, const char *symbol,
-    char **err)
+    int *deterministic, char **err)
 {
 	struct plugin_syms	 ps;
 	GElf_Ehdr		 eh;
@@ -215,6 +224,8 @@ plugin_check_elf(Elf *elf, const char *library, const char *symbol,
 		xasprintf(err, "no function \"%s\" in %s", symbol, library);
 		return (PLUGIN_BAD_SYMBOL);
 	}
+	if (deterministic != NULL)
+		*deterministic = ps.deterministic;
 	return (0);
 
 not_shared:
@@ -224,7 +235,8 @@ not_shared:
 
 /* Check a plugin without loading it. */
 int
-plugin_check(const char *library, const char *symbol, char **err)
+plugin_check(const char *library, const char *symbol, int *deterministic,
+    char **err)
 {
 	struct stat	 sb;
 	Elf		*elf;
@@ -256,7 +268,7 @@ plugin_check(const char *library, const char *symbol, char **err)
 		xasprintf(err, "%s: not an ELF shared object", library);
 		return (PLUGIN_BAD_LIBRARY);
 	}
-	rc = plugin_check_elf(elf, library, symbol, err);
+	rc = plugin_check_elf(elf, library, symbol, deterministic, err);
 	elf_end(elf);
 	close(fd);
 	return (rc);

@@ -15,9 +15,12 @@
  * this ember's UDF ABI, needing no ember_udf_ function this ember lacks,
  * and defining symbol as a function.  0, or PLUGIN_BAD_LIBRARY or
  * PLUGIN_BAD_SYMBOL with *err allocated ("PATH: why", without the plan
- * field, which the caller knows from the return value).
+ * field, which the caller knows from the return value).  *deterministic
+ * (unless NULL) says whether the plugin marks symbol deterministic
+ * (EMBER_UDF_DETERMINISTIC).
  */
-int	 plugin_check(const char *library, const char *symbol, char **err);
+int	 plugin_check(const char *library, const char *symbol,
+	     int *deterministic, char **err);
 
 /* The ember_udf_ functions the worker provides to plugins, NULL-ended. */
 extern const char *const plugin_udf_functions[];

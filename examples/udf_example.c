@@ -25,6 +25,10 @@ EMBER_UDF_EXPORT int	udf_fail(struct ember_udf *);
 EMBER_UDF_EXPORT int	udf_hog(struct ember_udf *);
 EMBER_UDF_EXPORT int	udf_in_broadcast(struct ember_udf *);
 
+/* The same records in, the same records out: these may be recomputed. */
+EMBER_UDF_DETERMINISTIC(udf_wordlen)
+EMBER_UDF_DETERMINISTIC(udf_prefix)
+
 /* Emit the length of each record in bytes, as decimal text; null stays
  * null. */
 int

@@ -64,6 +64,18 @@ extern "C" {
 
 extern EMBER_UDF_EXPORT const int ember_udf_abi_version;
 
+/*
+ * Mark partition function fn deterministic, once, at file scope: given the
+ * same records, args and broadcasts, it emits the same records every time
+ * it runs.  A plan whose udfs are all marked can have a partition computed
+ * again, when a client reattaches to a stream at a position emberd no
+ * longer buffers; an unmarked udf makes that position unavailable.  Added
+ * without a change of ABI version: an older ember ignores the mark.
+ */
+#define EMBER_UDF_DETERMINISTIC(fn)					\
+	EMBER_UDF_LINKAGE EMBER_UDF_EXPORT __attribute__((used))	\
+	    const int ember_udf_deterministic_##fn = 1;
+
 /* One run of a partition function: opaque, valid only during the call. */
 struct ember_udf;
 

@@ -375,5 +375,39 @@ def test_preloaded(d):
     check("preloaded %s" % PLUGIN in d.log_text(), "no preload in the log")
 
 
+def _reattach_released(d, ops):
+    """Iterate a udf plan, release past record 300 of partition 0, lose
+    the connection, and reattach at record 100: the reattach reply."""
+    plan = records_plan(["w" * (i % 9) for i in range(2000)], 2, ops=ops)
+    c = d.client()
+    op = c.execute_ok(plan, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    for _ in range(400):
+        c.read_record()
+    with d.client(hello=False) as side:
+        side.request_ok({"op": "hello", "version": 1, "session": c.session})
+        side.request_ok({"op": "release", "operation": op, "partition": 0,
+                         "offset": 300})
+    c.close_abruptly()
+    c2 = d.client(hello=False)
+    c2.request_ok({"op": "hello", "version": 1, "session": c.session})
+    return c2, c2.request({"op": "reattach", "operation": op,
+                           "partition": 0, "offset": 100})
+
+
+def test_deterministic_udf_recomputed(d):
+    """A udf its plugin marks deterministic is computed again past the
+    retry buffer; an unmarked one is not (POSITION_NOT_AVAILABLE)."""
+    c2, reply = _reattach_released(d, [udf("udf_wordlen")])
+    check(reply["ok"], "reattach: %r" % reply)
+    c2.write_int(REQUEST_NEXT)
+    status, recs = c2.read_partition()
+    check_eq(recs, lengths([b"w" * (i % 9) for i in range(100, 1000)]),
+             "partition 0 from record 100")
+    _, reply = _reattach_released(d, [udf("udf_hog", {"mb": 0})])
+    check_error(reply, "POSITION_NOT_AVAILABLE", "udf")
+
+
 if __name__ == "__main__":
     run_tests(globals())

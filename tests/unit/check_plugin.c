@@ -150,7 +150,7 @@ plugin_expect(const char *library, const char *symbol, int rc,
 	char	*err = NULL;
 	int	 got;
 
-	got = plugin_check(library, symbol, &err);
+	got = plugin_check(library, symbol, NULL, &err);
 	ck_assert_msg(got == rc, "%s %s: got %d (%s), want %d", library,
 	    symbol, got, err != NULL ? err : "no error", rc);
 	if (rc == 0)
@@ -181,6 +181,22 @@ START_TEST(test_plugin_example)
 	/* Undefined in the plugin: ember's own, not the plugin's. */
 	plugin_expect(plugin_example, "ember_udf_next", PLUGIN_BAD_SYMBOL,
 	    NULL);
+}
+END_TEST
+
+START_TEST(test_plugin_deterministic_mark)
+{
+	char	*err = NULL;
+	int	 det = -1;
+
+	ck_assert_int_eq(plugin_check(plugin_example, "udf_wordlen", &det,
+	    &err), 0);
+	ck_assert_int_eq(det, 1);
+	det = -1;
+	ck_assert_int_eq(plugin_check(plugin_example, "udf_fail", &det, &err),
+	    0);
+	ck_assert_int_eq(det, 0);
+	ck_assert_ptr_null(err);
 }
 END_TEST
 
@@ -257,7 +273,7 @@ START_TEST(test_plugin_not_a_plugin)
 	char	*err = NULL;
 
 	/* This program: an executable, or a PIE without the version. */
-	ck_assert_int_eq(plugin_check("/proc/self/exe", "main", &err),
+	ck_assert_int_eq(plugin_check("/proc/self/exe", "main", NULL, &err),
 	    PLUGIN_BAD_LIBRARY);
 	ck_assert_ptr_nonnull(err);
 	free(err);
@@ -273,6 +289,7 @@ plugin_suite(void)
 
 	tc = tcase_create("check");
 	tcase_add_checked_fixture(tc, plugin_setup, plugin_teardown);
+	tcase_add_test(tc, test_plugin_deterministic_mark);
 	tcase_add_test(tc, test_plugin_example);
 	tcase_add_test(tc, test_plugin_not_a_file);
 	tcase_add_test(tc, test_plugin_not_elf);

@@ -2,6 +2,7 @@
 # Run ember's benchmarks against a private emberd and print one summary.
 #
 # usage: run.sh [tasks] [stream] [wordcount] [regex] [reuse] [broadcast]
+#               [reattach]
 # (no name: all of them).  Run from the build directory (`make bench`
 # does); EMBER_BUILDDIR overrides.  Every figure is printed beside a
 # baseline measured in the same run.
@@ -11,7 +12,7 @@ set -eu
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${EMBER_BUILDDIR:-$(pwd)}
 python=${PYTHON3:-python3}
-all="tasks stream wordcount regex reuse broadcast"
+all="tasks stream wordcount regex reuse broadcast reattach"
 
 if [ $# -eq 0 ]; then
 	# shellcheck disable=SC2086
@@ -38,7 +39,7 @@ want() {
 
 cd "$builddir"
 progs="emberd ember-worker ember bench/bench_tasks bench/bench_stream"
-progs="$progs bench/bench_reuse bench/gen_words"
+progs="$progs bench/bench_reuse bench/bench_reattach bench/gen_words"
 for p in $progs; do
 	if [ ! -x "$p" ]; then
 		# shellcheck disable=SC2086
@@ -101,6 +102,9 @@ sock=$dir/on/e.sock
 if want reuse || want broadcast; then
 	start_emberd "$dir/off" --set workers.reuse=no
 fi
+if want reattach; then
+	start_emberd "$dir/cut" --set stream.max_bytes=1m
+fi
 
 # Run a benchmark named $1 (the command follows), showing its output and
 # keeping it in $dir/$1.out; stop the whole run if it fails.
@@ -149,9 +153,13 @@ if want broadcast; then
 	run bench_broadcast bench/bench_reuse --socket "$sock" \
 	    --socket-off "$dir/off/e.sock" --only broadcast
 fi
+if want reattach; then
+	run bench_reattach bench/bench_reattach --socket "$sock" \
+	    --socket-cut "$dir/cut/e.sock" --dir "$dir"
+fi
 t_end=$(date +%s)
 
-for d in on off; do
+for d in on off cut; do
 	if [ -s "$dir/$d/emberd.log" ]; then
 		echo "== emberd log ($d)"
 		cat "$dir/$d/emberd.log"
@@ -249,4 +257,16 @@ if want broadcast; then
 	    "$(div "$boff" "$bon" 1)"
 	printf '[target on <= 1.5x one build: %s]\n' \
 	    "$(verdict "$bon <= 1.5 * $bb")"
+fi
+if want reattach; then
+	rmed=$(result reattach_median_us)
+	rp99=$(result reattach_p99_us)
+	cratio=$(result cut_ratio)
+	printf 'reattach (1000 drops): drop to first record median %s us, ' \
+	    "$rmed"
+	printf 'p99 %s us | stream cut every 1 MiB %s GB/s against ' "$rp99" \
+	    "$(result cut_gbs)"
+	printf 'unbroken %s GB/s, ratio %s  [target >= 0.5: %s]\n' \
+	    "$(result cut_unbroken_gbs)" "$cratio" \
+	    "$(verdict "$cratio >= 0.5")"
 fi

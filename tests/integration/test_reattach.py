@@ -48,11 +48,28 @@ def read_rest(c):
         got.append(rec)
 
 
-def reattach(d, session, op, partition, offset, expect_ok=True):
-    """A new connection that resumes session and reattaches to op."""
+def in_session(d, session):
+    """A new connection that resumes session."""
     c = d.client(hello=False)
     c.request_ok({"op": "hello", "version": 1, "session": session})
     c.session = session
+    return c
+
+
+def open_stream(d, action="iterate", plan=PLAN, options=None):
+    """Execute plan; for iterate, ask for partition 0.  Past its "1":
+    (client, operation id)."""
+    c = d.client()
+    op = c.execute_ok(plan, action, options)["operation"]
+    if action == "iterate":
+        c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    return c, op
+
+
+def reattach(d, session, op, partition, offset, expect_ok=True):
+    """A new connection that resumes session and reattaches to op."""
+    c = in_session(d, session)
     reply = c.request({"op": "reattach", "operation": op,
                        "partition": partition, "offset": offset})
     if expect_ok:
@@ -147,10 +164,7 @@ def test_collect_mid_partition_and_boundary(d):
 
 def test_reattach_repeatedly_same_position(d):
     """Reattaching twice at one position sends the same records twice."""
-    c = d.client()
-    op = c.execute_ok(PLAN, "iterate")["operation"]
-    c.write_int(REQUEST_NEXT)
-    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    c, op = open_stream(d)
     read_records(c, 10)
     c.close()
     for _ in range(3):
@@ -164,10 +178,7 @@ def test_reattach_repeatedly_same_position(d):
 def test_new_attach_detaches_old(d):
     """One attached stream per operation: a reattach takes the stream from
     the connection that had it, which is closed."""
-    c = d.client()
-    op = c.execute_ok(PLAN, "iterate")["operation"]
-    c.write_int(REQUEST_NEXT)
-    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    c, op = open_stream(d)
     read_records(c, 5)
     c2, _ = reattach(d, c.session, op, 0, 5)
     check(c.at_eof(5.0), "the old connection stays open")
@@ -227,48 +238,37 @@ def test_reply_action_reattached(d):
 # ---------------------------------------------------------------------------
 # Graceful cuts
 
-@with_daemon(sets=["stream.max_bytes=1k"])
-def test_cut_by_max_bytes_iterate(d):
-    """Past stream.max_bytes the stream ends at a partition boundary with
-    2 (DETACHED); the client reattaches on the same connection.  The real
-    end is still 0."""
+def _read_through_cuts(d, action):
+    """Read a stream that emberd cuts, reattaching on the same connection
+    after each 2; (partitions, cuts)."""
     c = d.client()
-    op = c.execute_ok(PLAN, "iterate")["operation"]
-    got, cuts, p = [], 0, 0
-    while True:
-        c.write_int(REQUEST_NEXT)
-        status, payload = c.read_partition()
-        if status == STREAM_DONE:
-            break
-        if status == STREAM_DETACHED:
-            cuts += 1
-            c.request_ok({"op": "reattach", "operation": op,
-                          "partition": p, "offset": 0})
-            continue
-        check_eq(status, STREAM_PARTITION, "response")
-        got.append(payload)
-        p += 1
-    check_eq(got, PARTS, "partitions")
-    check_eq(cuts, 3, "cuts (one after each partition but the last)")
-
-
-@with_daemon(sets=["stream.max_bytes=1k"])
-def test_cut_by_max_bytes_collect(d):
-    c = d.client()
-    op = c.execute_ok(PLAN, "collect")["operation"]
+    op = c.execute_ok(PLAN, action)["operation"]
     got, cuts = [], 0
     while True:
+        if action == "iterate":
+            c.write_int(REQUEST_NEXT)
         status, payload = c.read_partition()
         if status == STREAM_DONE:
-            break
+            return got, cuts
         if status == STREAM_DETACHED:
             cuts += 1
             c.request_ok({"op": "reattach", "operation": op,
                           "partition": len(got), "offset": 0})
             continue
+        check_eq(status, STREAM_PARTITION, "response")
         got.append(payload)
-    check_eq(got, PARTS, "partitions")
-    check_eq(cuts, 3, "cuts")
+
+
+@with_daemon(sets=["stream.max_bytes=1k"])
+def test_cut_by_max_bytes(d):
+    """Past stream.max_bytes the stream ends at a partition boundary with
+    2 (DETACHED), in both modes; the client reattaches on the same
+    connection.  The real end is still 0."""
+    for action in ("iterate", "collect"):
+        got, cuts = _read_through_cuts(d, action)
+        check_eq(got, PARTS, "partitions (%s)" % action)
+        check_eq(cuts, 3, "cuts, one after each partition but the last "
+                 "(%s)" % action)
 
 
 @with_daemon(sets=["stream.max_duration=200ms"])
@@ -292,14 +292,9 @@ def test_cut_by_max_duration(d):
 
 def test_release_then_recompute(d):
     """A released position is computed again from a deterministic plan."""
-    c = d.client()
-    op = c.execute_ok(PLAN, "iterate")["operation"]
-    c.write_int(REQUEST_NEXT)
-    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    c, op = open_stream(d)
     read_records(c, 3000)
-    with d.client(hello=False) as side:
-        side.request_ok({"op": "hello", "version": 1,
-                         "session": c.session})
+    with in_session(d, c.session) as side:
         side.request_ok({"op": "release", "operation": op, "partition": 0,
                          "offset": 2500})
         st = [o for o in side.status()["operations"] if o["id"] == op][0]
@@ -349,9 +344,7 @@ def test_pipe_not_recomputed(d):
     c.write_int(REQUEST_NEXT)
     check_eq(c.read_int(), STREAM_PARTITION, "response")
     read_records(c, 500)
-    with d.client(hello=False) as side:
-        side.request_ok({"op": "hello", "version": 1,
-                         "session": c.session})
+    with in_session(d, c.session) as side:
         side.request_ok({"op": "release", "operation": op, "partition": 0,
                          "offset": 400})
     c.close_abruptly()
@@ -369,9 +362,7 @@ def test_release_all_ends_the_operation(d):
     c.write_int(REQUEST_NEXT)
     check_eq(c.read_partition(), (STREAM_PARTITION, PARTS[0]), "partition 0")
     c.close()
-    with d.client(hello=False) as side:
-        side.request_ok({"op": "hello", "version": 1,
-                         "session": c.session})
+    with in_session(d, c.session) as side:
         release_all(side, op)
         check(status_of(d, op) is None, "still in status after release")
         check_error(side.request({"op": "reattach", "operation": op,
@@ -414,8 +405,7 @@ def test_position_errors(d):
     check_eq(c.read_int(), STREAM_PARTITION, "response")
     read_records(c, 10)
     c.close_abruptly()
-    with d.client(hello=False) as s:
-        s.request_ok({"op": "hello", "version": 1, "session": c.session})
+    with in_session(d, c.session) as s:
 
         def attempt(p, k):
             return s.request({"op": "reattach", "operation": op,
@@ -479,8 +469,7 @@ def test_not_reattachable(d):
     op = c.execute_ok(PLAN, "iterate", {"reattachable": False})
     check_eq(op["reattachable"], False, "reply says so")
     c.close()
-    with d.client(hello=False) as s:
-        s.request_ok({"op": "hello", "version": 1, "session": c.session})
+    with in_session(d, c.session) as s:
         check(wait_until(lambda: status_of(d, op["operation"]) is None, 5),
               "a non-reattachable operation outlived its connection")
         check_error(s.request({"op": "reattach", "operation":
@@ -504,15 +493,11 @@ def test_client_chosen_id(d):
 @with_daemon(sets=["operation.detached_timeout=300ms",
                    "operation.maintenance_interval=50ms"])
 def test_reaper_removes_detached(d):
-    c = d.client()
-    op = c.execute_ok(PLAN, "iterate")["operation"]
-    c.write_int(REQUEST_NEXT)
-    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    c, op = open_stream(d)
     c.close_abruptly()
     check(wait_until(lambda: status_of(d, op) is None, 5),
           "the reaper left the operation")
-    with d.client(hello=False) as s:
-        s.request_ok({"op": "hello", "version": 1, "session": c.session})
+    with in_session(d, c.session) as s:
         check_error(s.request({"op": "reattach", "operation": op,
                                "partition": 0, "offset": 0}),
                     "OPERATION_ABANDONED", "detached_timeout")
@@ -561,8 +546,7 @@ def test_interrupt(d):
     op = c.execute_ok(plan, "iterate")["operation"]
     c.write_int(REQUEST_NEXT)
     d.worker_running("sleep 30")
-    with d.client(hello=False) as s:
-        s.request_ok({"op": "hello", "version": 1, "session": c.session})
+    with in_session(d, c.session) as s:
         s.request_ok({"op": "interrupt", "operation": op})
         status, msg = c.read_partition()
         check_eq(status, STREAM_ERROR, "the stream's end")
@@ -622,10 +606,7 @@ def test_other_uid_sees_nothing(d):
         print("skip: needs root and a nobody user")
         return
     os.chmod(d.tmpdir, 0o711)
-    c = d.client()
-    op = c.execute_ok(PLAN, "iterate")["operation"]
-    c.write_int(REQUEST_NEXT)
-    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    c, op = open_stream(d)
     read_records(c, 10)
     sid = c.session
 

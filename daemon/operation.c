@@ -1341,8 +1341,13 @@ operation_reattach(struct connection *c, struct session *s, json_t *req)
 	if (ACTION_STREAMS(op->action) && operation_check_position(c, op,
 	    "reattach", &pos, &rewind) == -1)
 		return;
-	if (op->conn != NULL)
+	if (op->conn != NULL) {
+		/* Its detach may trim the buffer: check the position again. */
 		operation_take(op);
+		if (ACTION_STREAMS(op->action) && operation_check_position(c,
+		    op, "reattach", &pos, &rewind) == -1)
+			return;
+	}
 	if (op->completed_on != NULL) {
 		connection_set_completed(op->completed_on, NULL);
 		op->completed_on = NULL;

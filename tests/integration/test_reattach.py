@@ -188,6 +188,20 @@ def test_new_attach_detaches_old(d):
     check_eq(read_to_end(c2, True, 1), PARTS[1:], "the rest")
 
 
+@with_daemon(sets=["stream.retry_buffer=0", "stream.buffer=4k"])
+def test_take_from_a_full_connection(d):
+    """A reattach taking the stream from a connection whose output is full:
+    the detach trims the buffer under the position, which is then
+    recomputed, not replayed from a hole."""
+    plan = range_plan(0, 2000000, 2)
+    c, op = open_stream(d, plan=plan)
+    time.sleep(0.3)		# c reads nothing: its output fills
+    c2, _ = reattach(d, c.session, op, 0, 0)
+    c2.write_int(REQUEST_NEXT)
+    check_eq(c2.read_int(), STREAM_PARTITION, "response")
+    check_eq(read_records(c2, 50000), numbers(0, 50000), "partition 0")
+
+
 @with_daemon(sets=["workers.max=2"])
 def test_prefetched_partitions_survive_detach(d):
     """Partitions computed ahead are not lost by a detach: a pipe plan

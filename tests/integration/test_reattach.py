@@ -746,13 +746,18 @@ class CuttingProxy:
 
 def test_cli_through_cutting_proxy(d):
     """`ember run` through connections that break every 300 KB prints
-    exactly what an unbroken run prints, in both modes."""
-    plan = d.path("plan.json")
-    with open(plan, "w") as f:
-        json.dump(range_plan(0, 1000000, 7, ops=[{"map": "upper"}]), f)
+    exactly what an unbroken run prints, in both modes, from the retry
+    buffer alone too (a pipe cannot be computed again)."""
     proxy = CuttingProxy(d.socket, d.path("proxy.sock"), 300 * 1024)
+    runs = []
+    for i, op in enumerate(({"map": "upper"}, {"pipe": {"command": "cat"}})):
+        plan = d.path("plan%d.json" % i)
+        with open(plan, "w") as f:
+            json.dump(range_plan(0, 1000000, 7, ops=[op]), f)
+        runs += [[plan], ["--collect", plan]]
     try:
-        for mode in ([], ["--collect"]):
+        for args in runs:
+            mode, plan = args[:-1], args[-1]
             direct = d.cli(["run"] + mode + [plan], timeout=120)
             check_eq(direct.returncode, 0, "direct run (%r)" % direct.stderr)
             cuts = proxy.cuts

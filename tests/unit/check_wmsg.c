@@ -185,6 +185,17 @@ START_TEST(test_taskdesc_modes)
 		ck_assert_uint_eq(got.nbroadcasts, 0);
 		taskdesc_clear(&got);
 	}
+	/* A recompute: records skips its first records, only records. */
+	d.mode = MODE_RECORDS;
+	d.skip = 12345678901LL;
+	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+	ck_assert_int_eq(got.skip, 12345678901LL);
+	taskdesc_clear(&got);
+	d.mode = MODE_COUNT;
+	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+	ck_assert_int_eq(got.skip, 0);
+	taskdesc_clear(&got);
+	d.skip = 0;
 	d.mode = MODE_REDUCE;
 	for (fn = REDUCE_SUM; fn <= REDUCE_MAX; fn++) {
 		d.fn = (enum reduce_fn)fn;
@@ -287,6 +298,8 @@ START_TEST(test_taskdesc_refused)
 	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
 	    "\"partitions\":1,\"mode\":\"save\",\"save\":{\"dir\":\"\","
 	    "\"name\":\"x\"}}", "save.dir: is empty");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":1,\"skip\":-1}", "skip: must not be negative");
 }
 END_TEST
 

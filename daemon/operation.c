@@ -20,6 +20,7 @@
 #include "session.h"
 #include "task.h"
 #include "taskdesc.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 #define OPERATION_MAX_PREFETCH	1024
@@ -324,8 +325,8 @@ operation_stream_error(struct operation *op, const char *msg)
 
 	evbuffer_add_int32(out, op->partition_open ? EMBER_EXCEPTION_THROWN :
 	    EMBER_STREAM_ERROR);
-	evbuffer_add_frame(out, msg, len > EMBER_MAX_ERROR_FRAME ?
-	    EMBER_MAX_ERROR_FRAME : len);
+	evbuffer_add_frame(out, msg, utf8_cut(msg, len,
+	    EMBER_MAX_ERROR_FRAME));
 }
 
 /* Interrupt op and tell its client, if any, why. */

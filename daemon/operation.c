@@ -634,6 +634,35 @@ operation_option_keys(enum action action)
 	}
 }
 
+/* An option of another action: name the action it belongs to.  -1 with
+ * *err when options holds one, else 0. */
+static int
+operation_foreign_option(enum action action, json_t *options, char **err)
+{
+	const char *const	*mine = operation_option_keys(action), *const *k;
+	const char		*key;
+	json_t			*v;
+	size_t			 a;
+
+	json_object_foreach(options, key, v) {
+		for (k = mine; *k != NULL && strcmp(*k, key) != 0; k++)
+			;
+		if (*k != NULL)
+			continue;
+		for (a = 0; a < sizeof action_names / sizeof *action_names;
+		    a++) {
+			for (k = operation_option_keys((enum action)a);
+			    *k != NULL && strcmp(*k, key) != 0; k++)
+				;
+			if (*k != NULL)
+				return (jread_fail(err, NULL, "options.%s "
+				    "belongs to action %s, not %s", key,
+				    action_names[a], action_names[action]));
+		}
+	}
+	return (0);
+}
+
 /* Read the options of an action; -1 with *err.  *path, *overwrite: save. */
 static int
 operation_read_options(struct operation *op, json_t *options,
@@ -647,7 +676,8 @@ operation_read_options(struct operation *op, json_t *options,
 		options = json_object();
 	else
 		json_incref(options);
-	if (jread_only(options, "options", operation_option_keys(op->action),
+	if (operation_foreign_option(op->action, options, err) == -1 ||
+	    jread_only(options, "options", operation_option_keys(op->action),
 	    err) == -1 ||
 	    jread_int(options, "options", "prefetch", JREAD_OPTIONAL,
 	    &prefetch, err) == -1 ||

@@ -16,6 +16,7 @@
 
 #include "ember.h"
 #include "progress.h"
+#include "status.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -47,7 +48,8 @@ usage(FILE *f, int full)
 	    "           partition instead of iterating; --count prints the\n"
 	    "           number of records.  --action takes any action:\n"
 	    "           iterate, collect, count, count_by_value (prints\n"
-	    "           count<TAB>record, largest first), reduce (with\n"
+	    "           count<TAB>record, largest first; null records as\n"
+	    "           count<TAB>\\N), reduce (with\n"
 	    "           --option fn=sum|min|max), save (with --option\n"
 	    "           path=/abs/dir, and overwrite=true).  --option values\n"
 	    "           are JSON when they parse as JSON, else text.  On a\n"
@@ -203,6 +205,32 @@ output_record(struct output *o, const void *data, size_t len)
 	return (0);
 }
 
+/*
+ * Check the plan is a JSON object before sending it, so that an error
+ * names the line and column in the file (or standard input) it came from.
+ */
+static int
+run_check_plan(const char *path, const char *plan)
+{
+	json_error_t	 jerr;
+	json_t		*j;
+	const char	*name = strcmp(path, "-") == 0 ? "<stdin>" : path;
+
+	if ((j = json_loads(plan, JSON_ALLOW_NUL, &jerr)) == NULL) {
+		fprintf(stderr, "ember: %s:%d:%d: %s\n", name, jerr.line,
+		    jerr.column, jerr.text);
+		return (-1);
+	}
+	if (!json_is_object(j)) {
+		fprintf(stderr, "ember: %s: the plan must be a JSON object "
+		    "({\"source\": ...})\n", name);
+		json_decref(j);
+		return (-1);
+	}
+	json_decref(j);
+	return (0);
+}
+
 /* Add key=value to options: the value as JSON if it parses, else text. */
 static int
 run_option(json_t *options, const char *kv)
@@ -316,7 +344,7 @@ run_print_reply(const char *action, json_t *reply)
 		free(rows);
 		v = json_object_get(reply, "nulls");
 		if (json_integer_value(v) > 0)
-			printf("%" JSON_INTEGER_FORMAT "\t\n",
+			printf("%" JSON_INTEGER_FORMAT "\t\\N\n",
 			    json_integer_value(v));
 	} else if (strcmp(action, "reduce") == 0) {
 		v = json_object_get(reply, "value");
@@ -356,8 +384,9 @@ run_reply(struct ember *e, const char *plan, const char *action,
 	uuid_generate(u);
 	uuid_unparse_lower(u, id);
 	request = json_pack("{s:s,s:o,s:s,s:o,s:s}", "op", "execute", "plan",
-	    json_loads(plan, 0, NULL), "action", action, "options",
-	    options != NULL ? json_loads(options, 0, NULL) : json_object(),
+	    json_loads(plan, JSON_ALLOW_NUL, NULL), "action", action, "options",
+	    options != NULL ? json_loads(options, JSON_ALLOW_NUL, NULL) :
+	    json_object(),
 	    "operation", id);
 	if (request == NULL) {
 		fprintf(stderr, "ember: run: the plan is not a JSON object\n");
@@ -372,7 +401,7 @@ run_reply(struct ember *e, const char *plan, const char *action,
 	free(text);
 	if (rc == -1)
 		ember_die(e);
-	reply = json_loads(reply_text, 0, NULL);
+	reply = json_loads(reply_text, JSON_ALLOW_NUL, NULL);
 	free(reply_text);
 	run_print_reply(action, reply);
 	json_decref(reply);
@@ -401,7 +430,7 @@ cmd_run(int argc, char **argv)
 	int		 ch, rc;
 
 	optind = 0;
-	while ((ch = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'a':
 		case 'C':
@@ -430,6 +459,12 @@ cmd_run(int argc, char **argv)
 		}
 	}
 	if (argc - optind != 1) {
+		if (argc - optind == 0)
+			fprintf(stderr, "ember: run: missing the plan: a file "
+			    "of JSON, or - for standard input\n");
+		else
+			fprintf(stderr, "ember: run: one plan only; what is "
+			    "\"%s\"?\n", argv[optind + 1]);
 		usage(stderr, 0);
 		return (EXIT_USAGE);
 	}
@@ -440,6 +475,11 @@ cmd_run(int argc, char **argv)
 	json_decref(options);
 
 	plan = ember_read_file(argv[optind]);
+	if (run_check_plan(argv[optind], plan) == -1) {
+		free(plan);
+		free(opts);
+		return (1);
+	}
 	e = ember_open();
 	if (strcmp(action, "iterate") == 0 || strcmp(action, "collect") == 0)
 		rc = run_stream(e, plan, action, opts);
@@ -449,195 +489,6 @@ cmd_run(int argc, char **argv)
 	free(opts);
 	ember_close(e);
 	return (rc);
-}
-
-/* Print a JSON value as a table cell or a line's value. */
-static void
-status_print_value(json_t *v)
-{
-	char	*s;
-
-	switch (json_typeof(v)) {
-	case JSON_STRING:
-		fputs(json_string_value(v), stdout);
-		break;
-	case JSON_INTEGER:
-		printf("%" JSON_INTEGER_FORMAT, json_integer_value(v));
-		break;
-	default:
-		s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-		fputs(s != NULL ? s : "?", stdout);
-		free(s);
-		break;
-	}
-}
-
-/* The width of a value as status_print_value prints it. */
-static int
-status_value_width(json_t *v)
-{
-	char	*s;
-	int	 n;
-
-	switch (json_typeof(v)) {
-	case JSON_STRING:
-		return ((int)strlen(json_string_value(v)));
-	case JSON_INTEGER:
-		return (snprintf(NULL, 0, "%" JSON_INTEGER_FORMAT,
-		    json_integer_value(v)));
-	default:
-		s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-		n = s != NULL ? (int)strlen(s) : 1;
-		free(s);
-		return (n);
-	}
-}
-
-/*
- * Print an array of objects as a table: one column per key, in the order
- * the keys first appear.
- */
-static void
-status_print_table(json_t *rows)
-{
-	json_t		*columns, *row, *v, *column;
-	const char	*key;
-	size_t		 i, j;
-	int		*width, w;
-
-	columns = json_array();
-	json_array_foreach(rows, i, row) {
-		json_object_foreach(row, key, v) {
-			json_array_foreach(columns, j, column) {
-				if (strcmp(json_string_value(column), key) == 0)
-					break;
-			}
-			if (j == json_array_size(columns))
-				json_array_append_new(columns,
-				    json_string(key));
-		}
-	}
-	if (json_array_size(columns) == 0) {
-		json_decref(columns);
-		return;
-	}
-	if ((width = calloc(json_array_size(columns), sizeof *width)) == NULL) {
-		json_decref(columns);
-		return;
-	}
-	json_array_foreach(columns, j, v) {
-		width[j] = (int)strlen(json_string_value(v));
-		json_array_foreach(rows, i, row) {
-			json_t *cell = json_object_get(row,
-			    json_string_value(v));
-			if (cell != NULL && (w = status_value_width(cell)) >
-			    width[j])
-				width[j] = w;
-		}
-	}
-
-	fputs("   ", stdout);
-	json_array_foreach(columns, j, v) {
-		const char *p;
-
-		putchar(' ');
-		for (p = json_string_value(v); *p != '\0'; p++)
-			putchar(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
-		if (j + 1 < json_array_size(columns))
-			printf("%*s", width[j] - (int)strlen(
-			    json_string_value(v)) + 1, "");
-	}
-	putchar('\n');
-	json_array_foreach(rows, i, row) {
-		fputs("   ", stdout);
-		json_array_foreach(columns, j, v) {
-			json_t *cell = json_object_get(row,
-			    json_string_value(v));
-
-			putchar(' ');
-			if (cell == NULL) {
-				putchar('-');
-				w = 1;
-			} else {
-				status_print_value(cell);
-				w = status_value_width(cell);
-			}
-			if (j + 1 < json_array_size(columns))
-				printf("%*s", width[j] - w + 1, "");
-		}
-		putchar('\n');
-	}
-	free(width);
-	json_decref(columns);
-}
-
-/* Print a duration in milliseconds as 1d 2h 3m 4s. */
-static void
-status_print_uptime(json_int_t ms)
-{
-	json_int_t	s = ms / 1000;
-
-	if (s >= 86400)
-		printf("%" JSON_INTEGER_FORMAT "d ", s / 86400);
-	if (s >= 3600)
-		printf("%" JSON_INTEGER_FORMAT "h ", s / 3600 % 24);
-	if (s >= 60)
-		printf("%" JSON_INTEGER_FORMAT "m ", s / 60 % 60);
-	printf("%" JSON_INTEGER_FORMAT "s\n", s % 60);
-}
-
-/*
- * Print the status reply for people.  Nothing of its shape is assumed
- * beyond it being an object: scalars print as "key value", arrays as a
- * count and a table, objects as indented "key value" lines.
- */
-static void
-status_print(json_t *reply)
-{
-	const char	*key, *k;
-	json_t		*v, *item, *sub;
-	size_t		 i;
-	int		 tabular;
-
-	json_object_foreach(reply, key, v) {
-		if (strcmp(key, "ok") == 0)
-			continue;
-		if (strcmp(key, "uptime_ms") == 0 && json_is_integer(v)) {
-			printf("%-12s ", "uptime");
-			status_print_uptime(json_integer_value(v));
-			continue;
-		}
-		if (json_is_array(v)) {
-			printf("%-12s %zu\n", key, json_array_size(v));
-			tabular = 1;
-			json_array_foreach(v, i, item) {
-				if (!json_is_object(item))
-					tabular = 0;
-			}
-			if (tabular)
-				status_print_table(v);
-			else {
-				json_array_foreach(v, i, item) {
-					printf("    ");
-					status_print_value(item);
-					putchar('\n');
-				}
-			}
-			continue;
-		}
-		if (json_is_object(v)) {
-			printf("%s\n", key);
-			json_object_foreach(v, k, sub) {
-				printf("    %-24s ", k);
-				status_print_value(sub);
-				putchar('\n');
-			}
-			continue;
-		}
-		printf("%-12s ", key);
-		status_print_value(v);
-		putchar('\n');
-	}
 }
 
 /* Show emberd's status. */
@@ -657,7 +508,7 @@ cmd_status(int argc, char **argv)
 	int		 ch, raw = 0;
 
 	optind = 0;
-	while ((ch = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'j':
 			raw = 1;
@@ -674,6 +525,8 @@ cmd_status(int argc, char **argv)
 		}
 	}
 	if (optind != argc) {
+		fprintf(stderr, "ember: status: takes no argument; what is "
+		    "\"%s\"?\n", argv[optind]);
 		usage(stderr, 0);
 		return (EXIT_USAGE);
 	}
@@ -714,7 +567,7 @@ main(int argc, char **argv)
 	};
 	int	ch;
 
-	while ((ch = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "+hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'S':
 			socket_path = optarg;
@@ -733,6 +586,7 @@ main(int argc, char **argv)
 	argc -= optind;
 	argv += optind;
 	if (argc == 0) {
+		fprintf(stderr, "ember: missing a command: run or status\n");
 		usage(stderr, 0);
 		return (EXIT_USAGE);
 	}

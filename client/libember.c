@@ -1,8 +1,10 @@
 #include <sys/types.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include <errno.h>
+#include <grp.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -547,6 +549,42 @@ ember_stop(struct ember *e)
 	return (0);
 }
 
+/*
+ * Say why connecting to path failed, and what to do about it: a file that
+ * is not a socket, a socket only its group may use, no emberd listening.
+ */
+static void
+ember_dial_failed(const char *path, int err, char **why)
+{
+	struct stat	 st;
+	struct group	*gr;
+	char		 hint[256];
+
+	hint[0] = '\0';
+	if ((err == ECONNREFUSED || err == ENOTSOCK) && stat(path, &st) == 0 &&
+	    !S_ISSOCK(st.st_mode)) {
+		if (asprintf(why, "%s is not a socket (--socket names "
+		    "emberd's socket, daemon.socket in its conf)", path) == -1)
+			*why = NULL;
+		return;
+	}
+	if (err == EACCES) {
+		if (stat(path, &st) == 0 &&
+		    (gr = getgrgid(st.st_gid)) != NULL && st.st_gid != 0)
+			snprintf(hint, sizeof hint, " (only members of group "
+			    "%s may connect: ask to be added to it, then log "
+			    "in again)", gr->gr_name);
+		else
+			snprintf(hint, sizeof hint, " (emberd's "
+			    "daemon.socket_group and socket_mode say who may "
+			    "connect)");
+	} else if (err == ENOENT || err == ECONNREFUSED)
+		snprintf(hint, sizeof hint, " (is emberd running? start it "
+		    "with `systemctl start emberd`, or run `emberd`)");
+	if (asprintf(why, "connect %s: %s%s", path, strerror(err), hint) == -1)
+		*why = NULL;
+}
+
 /* Connect the socket; -1 with a message in *why. */
 static int
 ember_dial(const char *path, char **why)
@@ -588,10 +626,7 @@ ember_dial(const char *path, char **why)
 	}
 	saved = err;
 	close(fd);
-	if (asprintf(why, "connect %s: %s%s", path, strerror(saved),
-	    saved == ENOENT || saved == ECONNREFUSED ?
-	    " (is emberd running?)" : "") == -1)
-		*why = NULL;
+	ember_dial_failed(path, saved, why);
 	return (-1);
 }
 
@@ -1017,7 +1052,7 @@ ember_reply(struct ember *e, int stream, int push, char **reply_json,
 
 	if (ember_read_frame(e, EMBER_MAX_REPLY, "reply", &data, &len) == -1)
 		return (-1);
-	reply = json_loadb((const char *)data, len, 0, &jerr);
+	reply = json_loadb((const char *)data, len, JSON_ALLOW_NUL, &jerr);
 	if (reply == NULL || !json_is_object(reply) ||
 	    !json_is_boolean(ok = json_object_get(reply, "ok"))) {
 		json_decref(reply);
@@ -1064,7 +1099,7 @@ ember_parse(struct ember *e, const char *text, const char *what,
 		ember_fail(e, class, "%s: missing", what);
 		return (NULL);
 	}
-	j = json_loads(text, JSON_DECODE_ANY, &jerr);
+	j = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
 	if (j == NULL)
 		ember_fail(e, class, "%s: line %d column %d: %s", what,
 		    jerr.line, jerr.column, jerr.text);

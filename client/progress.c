@@ -1,4 +1,7 @@
+#include <sys/stat.h>
+
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,43 @@ struct progress {
 	char		*operation;
 };
 
+/* The line on screen, for the exit and signal handlers to erase. */
+static volatile sig_atomic_t	progress_shown;
+
+/* Erase the line, if one is shown; async-signal-safe. */
+static void
+progress_erase(void)
+{
+	if (progress_shown) {
+		(void)write(STDERR_FILENO, "\r\033[K", 4);
+		progress_shown = 0;
+	}
+}
+
+/* Ctrl-C or a kill: erase the line, then die of the signal. */
+static void
+progress_signal(int sig)
+{
+	progress_erase();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* Whether standard output and standard error are the same terminal: the
+ * line would then be drawn over the records. */
+static int
+progress_same_terminal(void)
+{
+	struct stat	out, err;
+
+	if (!isatty(STDOUT_FILENO))
+		return (0);
+	if (fstat(STDOUT_FILENO, &out) == -1 || fstat(STDERR_FILENO, &err) ==
+	    -1)
+		return (1);
+	return (out.st_rdev == err.st_rdev);
+}
+
 static uint64_t
 progress_now_ms(void)
 {
@@ -39,10 +79,19 @@ progress_create(int64_t partitions)
 {
 	struct progress	*p;
 
-	if (!isatty(STDERR_FILENO))
+	static int	 handlers;
+
+	if (!isatty(STDERR_FILENO) || progress_same_terminal())
 		return (NULL);
 	if ((p = calloc(1, sizeof *p)) == NULL)
 		return (NULL);
+	if (!handlers) {
+		handlers = 1;
+		atexit(progress_erase);
+		signal(SIGINT, progress_signal);
+		signal(SIGTERM, progress_signal);
+		signal(SIGHUP, progress_signal);
+	}
 	p->partitions = partitions;
 	p->started_ms = progress_now_ms();
 	pthread_mutex_init(&p->lock, NULL);
@@ -59,6 +108,7 @@ progress_draw(struct progress *p, int64_t done, int64_t records, int force)
 		return;
 	p->drawn_ms = now;
 	p->drawn = 1;
+	progress_shown = 1;
 	fprintf(stderr, "\r\033[K%lld/%lld partitions", (long long)done,
 	    (long long)p->partitions);
 	if (records >= 0)
@@ -104,6 +154,9 @@ progress_watch_main(void *arg)
 			    p->operation) != 0)
 				continue;
 			pthread_mutex_lock(&p->lock);
+			if (json_is_integer(json_object_get(op, "partitions")))
+				p->partitions = json_integer_value(
+				    json_object_get(op, "partitions"));
 			if (!p->stop)
 				progress_draw(p, json_integer_value(
 				    json_object_get(op, "done")), -1, 1);
@@ -137,8 +190,7 @@ progress_free(struct progress *p)
 		return;
 	pthread_mutex_lock(&p->lock);
 	p->stop = 1;
-	if (p->drawn)
-		fputs("\r\033[K", stderr);
+	progress_erase();
 	pthread_mutex_unlock(&p->lock);
 	if (p->watching)
 		pthread_join(p->thread, NULL);

@@ -10,7 +10,9 @@
 
 struct progress;
 
-/* NULL (and every call a no-op) when standard error is not a terminal. */
+/* NULL (and every call a no-op) when standard error is not a terminal or
+ * is the terminal standard output writes to.  The line is erased at exit
+ * and on SIGINT, SIGTERM and SIGHUP too. */
 struct progress	*progress_create(int64_t partitions);
 /* A stream's position, from the loop that reads it. */
 void		 progress_stream(struct progress *, int64_t done,

@@ -52,6 +52,7 @@ static const struct conf_key conf_keys[] = {
 	KEY("daemon", "max_result", CONF_SIZE, daemon_max_result, "256m", 4096),
 	KEY("daemon", "max_broadcast", CONF_SIZE, daemon_max_broadcast, "1g", 0),
 	KEY("daemon", "local_dir", CONF_STRING, daemon_local_dir, "", 0),
+	KEY("daemon", "pidfile", CONF_STRING, daemon_pidfile, "", 0),
 	KEY("workers", "max", CONF_COUNT, workers_max, "auto", 0),
 	KEY("workers", "fork_backoff", CONF_DURATION, workers_fork_backoff,
 	    "1s", 1),
@@ -398,8 +399,40 @@ conf_load_file(struct conf *conf, const char *path, char **err)
 	return (0);
 }
 
+/* Print a size with the largest unit that divides it. */
+static void
+conf_dump_size(FILE *f, int64_t n)
+{
+	static const char	units[] = "kmg";
+	int			i;
+	int64_t			unit;
+
+	for (i = 2; i >= 0; i--) {
+		unit = (int64_t)1 << (10 * (i + 1));
+		if (n != 0 && n % unit == 0) {
+			fprintf(f, "%" PRId64 "%c", n / unit, units[i]);
+			return;
+		}
+	}
+	fprintf(f, "%" PRId64, n);
+}
+
+/* Print a duration with the largest unit that divides it. */
+static void
+conf_dump_duration(FILE *f, int64_t ms)
+{
+	if (ms != 0 && ms % 3600000 == 0)
+		fprintf(f, "%" PRId64 "h", ms / 3600000);
+	else if (ms != 0 && ms % 60000 == 0)
+		fprintf(f, "%" PRId64 "m", ms / 60000);
+	else if (ms % 1000 == 0)
+		fprintf(f, "%" PRId64 "s", ms / 1000);
+	else
+		fprintf(f, "%" PRId64 "ms", ms);
+}
+
 void
-conf_dump(const struct conf *conf, FILE *f)
+conf_dump(const struct conf *conf, FILE *f, int64_t cpus)
 {
 	const char	*section = "";
 	size_t		 i;
@@ -407,40 +440,42 @@ conf_dump(const struct conf *conf, FILE *f)
 	for (i = 0; i < NKEYS; i++) {
 		const struct conf_key	*k = &conf_keys[i];
 		const void		*field = (const char *)conf + k->offset;
+		int64_t			 n = *(const int64_t *)field;
 
 		if (strcmp(section, k->section) != 0) {
 			fprintf(f, "%s[%s]\n", i == 0 ? "" : "\n", k->section);
 			section = k->section;
 		}
+		fprintf(f, "%s = ", k->key);
 		switch (k->type) {
 		case CONF_STRING:
 		case CONF_LOG_LEVEL:
 		case CONF_LOG_FORMAT:
-			fprintf(f, "%s = %s\n", k->key, *(char *const *)field);
+			fprintf(f, "%s", *(char *const *)field);
 			break;
 		case CONF_MODE:
-			fprintf(f, "%s = %04" PRIo64 "\n", k->key,
-			    *(const int64_t *)field);
+			fprintf(f, "%04" PRIo64, n);
 			break;
 		case CONF_DURATION:
-			fprintf(f, "%s = %" PRId64 "ms\n", k->key,
-			    *(const int64_t *)field);
+			conf_dump_duration(f, n);
 			break;
 		case CONF_BOOL:
-			fprintf(f, "%s = %s\n", k->key,
-			    *(const int64_t *)field ? "yes" : "no");
+			fprintf(f, "%s", n ? "yes" : "no");
 			break;
 		case CONF_COUNT:
-			if (*(const int64_t *)field == 0) {
-				fprintf(f, "%s = auto\n", k->key);
-				break;
-			}
-			/* FALLTHROUGH */
+			if (n == 0)
+				fprintf(f, "auto ; %" PRId64 " here (one per "
+				    "CPU)", cpus);
+			else
+				fprintf(f, "%" PRId64, n);
+			break;
 		case CONF_INT:
+			fprintf(f, "%" PRId64, n);
+			break;
 		case CONF_SIZE:
-			fprintf(f, "%s = %" PRId64 "\n", k->key,
-			    *(const int64_t *)field);
+			conf_dump_size(f, n);
 			break;
 		}
+		fputc('\n', f);
 	}
 }

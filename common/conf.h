@@ -22,6 +22,7 @@ struct conf {
 	int64_t		 daemon_max_result;	/* bytes of a merged result */
 	int64_t		 daemon_max_broadcast;	/* bytes */
 	char		*daemon_local_dir;
+	char		*daemon_pidfile;
 
 	int64_t		 workers_max;		/* 0: one per CPU */
 	int64_t		 workers_fork_backoff;	/* ms */
@@ -53,8 +54,10 @@ int	 conf_load_file(struct conf *, const char *path, char **err);
 int	 conf_set(struct conf *, const char *assignment, char **err);
 int	 conf_set_key(struct conf *, const char *section, const char *key,
 	     const char *value, char **err);
-/* Print every key with its value, as an INI file. */
-void	 conf_dump(const struct conf *, FILE *);
+/* Print every key with its value, as an INI file, sizes and durations
+ * with units; after an "auto" count, what it is here (cpus) as an
+ * inline comment, so that the dump still loads as it is. */
+void	 conf_dump(const struct conf *, FILE *, int64_t cpus);
 
 /* Value parsers, shared with the tests: 0, or -1 on bad input. */
 int	 conf_parse_duration(const char *, int64_t *ms);

@@ -16,6 +16,7 @@ static const char	*log_name = "ember";
 static enum log_level	 log_level = LOG_LEVEL_INFO;
 static enum log_format	 log_format = LOG_FORMAT_TEXT;
 static int		 log_syslog;
+static int		 log_copy_fd = -1;
 
 static const char *const log_level_names[] = { "error", "warn", "info", "debug" };
 
@@ -30,6 +31,14 @@ log_open(const char *name, enum log_level level, enum log_format format,
 	log_syslog = use_syslog;
 	if (use_syslog)
 		openlog(name, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+}
+
+/* Also write each error, as a line "E message", to fd (-1: stop): a
+ * detached emberd's start-up errors reach the process that waits for it. */
+void
+log_copy_errors(int fd)
+{
+	log_copy_fd = fd;
 }
 
 void
@@ -103,6 +112,8 @@ log_vwrite(enum log_level level, const char *fmt, va_list ap, const char *suffix
 		size_t used = strlen(msg);
 		snprintf(msg + used, sizeof msg - used, ": %s", suffix);
 	}
+	if (level == LOG_LEVEL_ERROR && log_copy_fd != -1)
+		dprintf(log_copy_fd, "E%s\n", msg);
 	if (log_syslog) {
 		syslog(syslog_prio[level], "%s", msg);
 		errno = saved;

@@ -11,6 +11,7 @@ enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBU
 enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 
 void	log_open(const char *name, enum log_level, enum log_format, int syslog);
+void	log_copy_errors(int fd);
 void	log_set_level(enum log_level);
 int	log_level_from_string(const char *, enum log_level *);
 int	log_format_from_string(const char *, enum log_format *);

@@ -374,7 +374,8 @@ connection_dispatch(struct connection *c, const char *data, size_t len)
 	size_t				 i;
 
 	ember_counters.requests++;
-	req = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+	req = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+	    &jerr);
 	if (req == NULL) {
 		connection_reply_error(c, "REQUEST_INVALID",
 		    "not JSON: %s (at byte %d)", jerr.text, jerr.position);

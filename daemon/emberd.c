@@ -30,6 +30,7 @@
 #include "pool.h"
 #include "scheduler.h"
 #include "session.h"
+#include "service.h"
 #include "xmalloc.h"
 
 struct event_base	*ember_base;
@@ -110,6 +111,8 @@ ember_open_local(void)
 	if (mkdir(ember_local, 0711) == -1 && errno != EEXIST) {
 		log_error("daemon.local_dir: %s: %s", ember_local,
 		    strerror(errno));
+		free(ember_local);
+		ember_local = NULL;
 		return (-1);
 	}
 	ember_clean_local();
@@ -166,6 +169,7 @@ ember_signal_drain_cb(evutil_socket_t sig, short events, void *arg)
 	log_info("SIG%s: draining (grace %lldms)", sigabbrev_np((int)sig),
 	    (long long)ember_conf.daemon_shutdown_grace);
 	ember_draining = 1;
+	service_stopping();
 	listener_stop();
 	tv.tv_sec = ember_conf.daemon_shutdown_grace / 1000;
 	tv.tv_usec = (ember_conf.daemon_shutdown_grace % 1000) * 1000;
@@ -188,6 +192,7 @@ ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 	enum log_level	 level;
 
 	(void)sig; (void)events; (void)arg;
+	service_reloading();
 	conf_init(&fresh);
 	if (ember_conf_path != NULL &&
 	    conf_load_file(&fresh, ember_conf_path, &err) == -1)
@@ -201,9 +206,11 @@ ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 	    strcmp(fresh.daemon_socket_group,
 	    ember_conf.daemon_socket_group) != 0 ||
 	    strcmp(fresh.daemon_worker_path,
-	    ember_conf.daemon_worker_path) != 0)
-		log_warn("SIGHUP: daemon.socket, socket_mode, socket_group and "
-		    "worker_path change on restart only; keeping the old ones");
+	    ember_conf.daemon_worker_path) != 0 ||
+	    strcmp(fresh.daemon_pidfile, ember_conf.daemon_pidfile) != 0)
+		log_warn("SIGHUP: daemon.socket, socket_mode, socket_group, "
+		    "worker_path and pidfile change on restart only; keeping "
+		    "the old ones");
 	free(fresh.daemon_socket);
 	fresh.daemon_socket = xstrdup(ember_conf.daemon_socket);
 	fresh.daemon_socket_mode = ember_conf.daemon_socket_mode;
@@ -211,6 +218,8 @@ ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 	fresh.daemon_socket_group = xstrdup(ember_conf.daemon_socket_group);
 	free(fresh.daemon_worker_path);
 	fresh.daemon_worker_path = xstrdup(ember_conf.daemon_worker_path);
+	free(fresh.daemon_pidfile);
+	fresh.daemon_pidfile = xstrdup(ember_conf.daemon_pidfile);
 	old = ember_conf;
 	ember_conf = fresh;
 	conf_free(&old);
@@ -218,11 +227,13 @@ ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 	log_set_level(level);
 	log_info("SIGHUP: conf reloaded (workers.max %d)", ember_workers_max());
 	scheduler_kick();
+	service_reloaded();
 	return;
 fail:
 	log_error("SIGHUP: %s; keeping the running conf", err);
 	free(err);
 	conf_free(&fresh);
+	service_reloaded();
 }
 
 /* SIGCHLD: emberd's children are the fork-servers, one per pool (the
@@ -247,31 +258,6 @@ ember_usage(FILE *f)
 	    "      --dump-conf   print the effective conf and exit\n"
 	    "  -V, --version     print the version and exit\n",
 	    EMBER_SYSCONFDIR);
-}
-
-/* Detach from the terminal: fork, new session, stdio to /dev/null. */
-static void
-ember_daemonize(void)
-{
-	int	fd;
-
-	switch (fork()) {
-	case -1:
-		fatal("fork");
-	case 0:
-		break;
-	default:
-		_exit(0);
-	}
-	if (setsid() == -1)
-		fatal("setsid");
-	if ((fd = open("/dev/null", O_RDWR)) == -1)
-		fatal("/dev/null");
-	dup2(fd, STDIN_FILENO);
-	dup2(fd, STDOUT_FILENO);
-	dup2(fd, STDERR_FILENO);
-	if (fd > STDERR_FILENO)
-		close(fd);
 }
 
 /* Read the conf file then apply every --set, in order. */
@@ -380,23 +366,45 @@ ember_open_loop(void)
 	evsignal_add(ember_sigchld, NULL);
 }
 
-/* Open the socket, the local directory, the scheduler and the pools. */
+/* Undo a start that failed: the socket, the local directory, the pidfile. */
+static void
+ember_failed_start(void)
+{
+	listener_stop();
+	if (ember_local != NULL) {
+		ember_clean_local();
+		rmdir(ember_local);
+	}
+	service_exit();
+}
+
+/*
+ * Open the socket, the pidfile, the local directory, then detach (without
+ * -f), then the scheduler and the pools: what can fail is checked while a
+ * failure still reaches the terminal.
+ */
 static int
-ember_start(void)
+ember_start(int foreground, enum log_level level, enum log_format format)
 {
 	if (listener_start() == -1)
 		return (-1);
-	if (ember_open_local() == -1) {
-		listener_stop();
+	if (service_open_pidfile(foreground) == -1 ||
+	    ember_open_local() == -1 || fslink_init() == -1) {
+		ember_failed_start();
 		return (-1);
 	}
+	if (!foreground) {
+		service_detach();
+		log_open("emberd", level, format, 1);
+	}
 	scheduler_init();
-	if (fslink_init() == -1 || pool_init() == -1) {
+	if (pool_init() == -1) {
 		scheduler_free();
-		listener_stop();
+		ember_failed_start();
 		return (-1);
 	}
 	operation_maintenance_start();
+	service_started(geteuid() != 0);
 	return (0);
 }
 
@@ -412,8 +420,10 @@ ember_stop(void)
 	pool_shutdown();
 	scheduler_free();
 	ember_clean_local();
-	rmdir(ember_local);
+	if (ember_local != NULL)
+		rmdir(ember_local);
 	free(ember_local);
+	service_exit();
 	if (ember_grace != NULL)
 		event_free(ember_grace);
 	event_free(ember_drain);
@@ -437,7 +447,7 @@ main(int argc, char **argv)
 		return (rc);
 	ember_load_conf(conf_path, ember_sets, ember_nsets);
 	if (dump) {
-		conf_dump(&ember_conf, stdout);
+		conf_dump(&ember_conf, stdout, ember_workers_max());
 		conf_free(&ember_conf);
 		free(ember_sets);
 		return (0);
@@ -445,21 +455,19 @@ main(int argc, char **argv)
 
 	log_level_from_string(ember_conf.daemon_log_level, &level);
 	log_format_from_string(ember_conf.daemon_log_format, &format);
-	log_open("emberd", level, format, !foreground);
+	/* Until it has detached, emberd's errors go to the terminal. */
+	log_open("emberd", level, format, 0);
 	if (!foreground)
-		ember_daemonize();
+		service_absolute_paths();
 
 	ember_open_loop();
-	if (ember_start() == -1)
+	if (ember_start(foreground, level, format) == -1)
 		return (1);
-	log_info("emberd %s ready on %s (pid %ld, workers.max %d)",
-	    PACKAGE_VERSION, ember_conf.daemon_socket, (long)getpid(),
-	    ember_workers_max());
 	event_base_dispatch(ember_base);
 
 	ember_stop();
 	log_info("emberd exited");
 	conf_free(&ember_conf);
 	free(ember_sets);
-	return (0);
+	return (service_failed() ? 1 : 0);
 }

@@ -18,6 +18,7 @@
 #include "fslink.h"
 #include "log.h"
 #include "pool.h"
+#include "service.h"
 #include "queue.h"
 #include "xmalloc.h"
 
@@ -117,6 +118,7 @@ fslink_read_cb(evutil_socket_t fd, short events, void *arg)
 			    "%d)", (long)m.pid, (long)fs->uid, m.id);
 			fs->failures = 0;
 			fs->hello = 1;
+			pool_forkserver_hello(fs->pool);
 			break;
 		case FS_FORKED:
 			if (passed == -1) {
@@ -292,7 +294,7 @@ fslink_exited(struct fslink *fs, int status)
 	fslink_close(fs);
 	pool_forkserver_lost(fs->pool, why, !fs->hello);
 	fs->hello = 0;
-	if (ember_draining) {
+	if (ember_draining || service_failed()) {
 		log_info("%s", why);
 		return;
 	}

@@ -22,6 +22,7 @@
 #include "session.h"
 #include "task.h"
 #include "taskdesc.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 #define OPERATION_MAX_PREFETCH	1024
@@ -71,6 +72,9 @@ struct operation {
 	struct broadcast	**broadcasts;	/* the plan uses, each once */
 	size_t			 nbroadcasts;
 	int64_t			 records_sent;
+	int64_t			 limit;		/* records in all, 0: no limit */
+	int			 limit_reached;
+	struct event		*limit_ev;	/* ends a stream at its limit */
 	uint64_t		 started_ms;
 
 	/* Reattachable operations (docs/protocol.md, "Reattach"). */
@@ -381,6 +385,8 @@ operation_free(struct operation *op)
 		commit_abort(op->commit);	/* a no-op once committed */
 		commit_free(op->commit);
 	}
+	if (op->limit_ev != NULL)
+		event_free(op->limit_ev);
 	result_free(op->result);
 	free(op->result_error);
 	retry_free(op->retry);
@@ -422,8 +428,8 @@ operation_stream_error(struct operation *op, const char *msg)
 
 	evbuffer_add_int32(out, op->partition_open ? EMBER_EXCEPTION_THROWN :
 	    EMBER_STREAM_ERROR);
-	evbuffer_add_frame(out, msg, len > EMBER_MAX_ERROR_FRAME ?
-	    EMBER_MAX_ERROR_FRAME : len);
+	evbuffer_add_frame(out, msg, utf8_cut(msg, len,
+	    EMBER_MAX_ERROR_FRAME));
 }
 
 /* Interrupt op and tell its client, if any, why. */
@@ -595,7 +601,13 @@ operation_pump(struct operation *op)
 		if (op->action == ACTION_ITERATE && !op->requested)
 			return;
 		out = connection_output(op->conn);
-		if (op->next_deliver == op->npartitions) {
+		if (op->limit_reached && op->partition_open) {
+			evbuffer_add_int32(out, EMBER_END_OF_DATA_SECTION);
+			op->partition_open = 0;
+			op->requested = op->action == ACTION_COLLECT;
+			continue;
+		}
+		if (op->next_deliver == op->npartitions || op->limit_reached) {
 			evbuffer_add_int32(out, EMBER_STREAM_DONE);
 			operation_complete(op);
 			return;
@@ -676,6 +688,72 @@ operation_absorb(struct operation *op, struct evbuffer *from, size_t bytes)
 	return (rc);
 }
 
+/*
+ * options.limit: the stream ends once it has sent limit records.  From the
+ * loop, not underneath the worker that relayed them: close the partition
+ * and stop every task; collect ends at once, iterate answers 0 to the
+ * client's next request.
+ */
+static void
+operation_limit_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct operation	*op = arg;
+	struct evbuffer		*out;
+	struct task		*t;
+
+	(void)fd; (void)events;
+	log_debug("operation %s: options.limit of %lld records reached",
+	    op->id, (long long)op->limit);
+	while ((t = TAILQ_FIRST(&op->tasks)) != NULL)
+		operation_retire(op, t);
+	op->next_start = op->npartitions;
+	if (op->conn == NULL)
+		return;
+	out = connection_output(op->conn);
+	if (op->partition_open)
+		evbuffer_add_int32(out, EMBER_END_OF_DATA_SECTION);
+	op->partition_open = 0;
+	op->requested = op->action == ACTION_COLLECT;
+	operation_pump(op);
+}
+
+/* The batch cut to its first n records: drain what lies after them, say
+ * the limit is reached, and return the bytes of those kept. */
+static size_t
+operation_limit_batch(struct operation *op, struct evbuffer *from,
+    size_t bytes, int32_t n)
+{
+	struct evbuffer_ptr	 pos;
+	unsigned char		 b[4];
+	size_t			 keep = 0;
+	int32_t			 len;
+
+	while (n-- > 0) {
+		evbuffer_ptr_set(from, &pos, keep, EVBUFFER_PTR_SET);
+		if (evbuffer_copyout_from(from, &pos, b, sizeof b) != 4)
+			fatalx("operation %s: short batch", op->id);
+		len = be32_get(b);
+		keep += 4 + (len > 0 ? (size_t)len : 0);
+	}
+	if (keep > bytes)
+		fatalx("operation %s: batch overrun", op->id);
+	if (keep < bytes) {
+		/* The rest of the batch sits after what is kept. */
+		struct evbuffer	*rest = evbuffer_new();
+
+		evbuffer_remove_buffer(from, rest, keep);
+		evbuffer_drain(from, bytes - keep);
+		evbuffer_prepend_buffer(from, rest);
+		evbuffer_free(rest);
+	}
+	op->limit_reached = 1;
+	if (op->limit_ev == NULL)
+		op->limit_ev = event_new(ember_base, -1, 0, operation_limit_cb,
+		    op);
+	event_active(op->limit_ev, 0, 1);
+	return (keep);
+}
+
 /* Relay a batch of t's records to the client, or merge them. */
 int
 operation_relay_batch(struct operation *op, struct task *t,
@@ -687,6 +765,14 @@ operation_relay_batch(struct operation *op, struct task *t,
 		if (op->result == NULL)
 			return (-1);	/* count and save send no records */
 		return (operation_absorb(op, from, bytes));
+	}
+	if (op->limit_reached) {
+		evbuffer_drain(from, bytes);	/* past options.limit */
+		return (0);
+	}
+	if (op->limit > 0 && records >= op->limit - op->records_sent) {
+		records = (int32_t)(op->limit - op->records_sent);
+		bytes = operation_limit_batch(op, from, bytes, records);
 	}
 	out = connection_output(op->conn);
 	if (!op->partition_open) {
@@ -881,8 +967,9 @@ operation_stream_writable(struct operation *op)
 static const char *const *
 operation_option_keys(enum action action)
 {
-	static const char *const iterate[] = { "prefetch", "reattachable",
-	    NULL };
+	static const char *const iterate[] = { "prefetch", "limit",
+	    "reattachable", NULL };
+	static const char *const collect[] = { "limit", "reattachable", NULL };
 	static const char *const reduce[] = { "fn", "reattachable", NULL };
 	static const char *const save[] = { "path", "overwrite",
 	    "reattachable", NULL };
@@ -891,6 +978,8 @@ operation_option_keys(enum action action)
 	switch (action) {
 	case ACTION_ITERATE:
 		return (iterate);
+	case ACTION_COLLECT:
+		return (collect);
 	case ACTION_REDUCE:
 		return (reduce);
 	case ACTION_SAVE:
@@ -900,12 +989,41 @@ operation_option_keys(enum action action)
 	}
 }
 
+/* An option of another action: name the action it belongs to.  -1 with
+ * *err when options holds one, else 0. */
+static int
+operation_foreign_option(enum action action, json_t *options, char **err)
+{
+	const char *const	*mine = operation_option_keys(action), *const *k;
+	const char		*key;
+	json_t			*v;
+	size_t			 a;
+
+	json_object_foreach(options, key, v) {
+		for (k = mine; *k != NULL && strcmp(*k, key) != 0; k++)
+			;
+		if (*k != NULL)
+			continue;
+		for (a = 0; a < sizeof action_names / sizeof *action_names;
+		    a++) {
+			for (k = operation_option_keys((enum action)a);
+			    *k != NULL && strcmp(*k, key) != 0; k++)
+				;
+			if (*k != NULL)
+				return (jread_fail(err, NULL, "options.%s "
+				    "belongs to action %s, not %s", key,
+				    action_names[a], action_names[action]));
+		}
+	}
+	return (0);
+}
+
 /* Read the options of an action; -1 with *err.  *path, *overwrite: save. */
 static int
 operation_read_options(struct operation *op, json_t *options,
     const char **path, int *overwrite, char **err)
 {
-	json_int_t	 prefetch = 0;
+	json_int_t	 prefetch = 0, limit = 0;
 	int		 reattachable = 1;
 	const char	*fn = NULL;
 
@@ -913,10 +1031,13 @@ operation_read_options(struct operation *op, json_t *options,
 		options = json_object();
 	else
 		json_incref(options);
-	if (jread_only(options, "options", operation_option_keys(op->action),
+	if (operation_foreign_option(op->action, options, err) == -1 ||
+	    jread_only(options, "options", operation_option_keys(op->action),
 	    err) == -1 ||
 	    jread_int(options, "options", "prefetch", JREAD_OPTIONAL,
 	    &prefetch, err) == -1 ||
+	    jread_int(options, "options", "limit", JREAD_OPTIONAL,
+	    &limit, err) == -1 ||
 	    jread_bool(options, "options", "reattachable", JREAD_OPTIONAL,
 	    &reattachable, err) == -1 ||
 	    jread_string(options, "options", "fn", op->action == ACTION_REDUCE,
@@ -936,8 +1057,13 @@ operation_read_options(struct operation *op, json_t *options,
 		    "\"max\", not \"%s\"", fn);
 		goto fail;
 	}
+	if (limit < 0) {
+		jread_fail(err, "options.limit", "must not be negative");
+		goto fail;
+	}
 	op->prefetch = (int)prefetch;
 	op->reattachable = reattachable;
+	op->limit = limit;
 	json_decref(options);
 	return (0);
 fail:

@@ -12,6 +12,7 @@
 #include "operation.h"
 #include "pool.h"
 #include "scheduler.h"
+#include "service.h"
 #include "session.h"
 #include "task.h"
 #include "worker.h"
@@ -36,6 +37,7 @@ struct pool {
 	int			 pending;	/* fork requests not answered */
 	int			 wanted;	/* tasks waiting, this dispatch */
 	int			 crashes;	/* in a row */
+	int			 ready;		/* its fork-server said hello */
 	uint64_t		 fork_after_ms;	/* crash-storm back-off */
 	struct event		*backoff;
 	uint64_t		 forks, reuses;
@@ -292,6 +294,7 @@ pool_worker_forked(struct pool *p, int32_t request, pid_t pid, int fd)
 	ember_counters.workers_forked++;
 	log_debug("worker %ld started as uid %ld", (long)pid, (long)p->uid);
 	scheduler_kick();
+	service_check_ready();
 }
 
 void
@@ -328,12 +331,36 @@ pool_forkserver_ready(struct pool *p)
 }
 
 void
+pool_forkserver_hello(struct pool *p)
+{
+	p->ready = 1;
+	service_check_ready();
+}
+
+int
+pool_first_warm(void)
+{
+	struct pool	*p = TAILQ_FIRST(&pools);
+	int64_t		 warm = ember_conf.workers_min_idle;
+	int		 all, idle;
+
+	if (p == NULL || !p->ready)
+		return (0);
+	if (warm > ember_workers_max())
+		warm = ember_workers_max();
+	worker_count_pool(p, &all, &idle);
+	return (idle >= warm);
+}
+
+void
 pool_forkserver_lost(struct pool *p, const char *why, int before_hello)
 {
 	/* One that dies before it says hello cannot make workers: fail the
 	 * tasks waiting for it rather than keep them waiting. */
-	if (before_hello)
+	if (before_hello) {
 		scheduler_fail_pool(p, why);
+		service_start_failed(why);
+	}
 
 	pool_pending -= p->pending;
 	p->pending = 0;

@@ -42,6 +42,9 @@ void		 pool_worker_forked(struct pool *, int32_t request, pid_t,
 void		 pool_fork_failed(struct pool *, int32_t request, int error);
 void		 pool_worker_exited(struct pool *, pid_t, int status);
 void		 pool_forkserver_ready(struct pool *);
+void		 pool_forkserver_hello(struct pool *);
+/* Whether the first pool's fork-server is up with min_idle workers idle. */
+int		 pool_first_warm(void);
 void		 pool_forkserver_lost(struct pool *, const char *why,
 		     int before_hello);
 

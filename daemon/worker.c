@@ -22,6 +22,7 @@
 #include "taskdesc.h"
 #include "wmsg.h"
 #include "worker.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 /* Output buffered from one worker before emberd stops reading it. */
@@ -368,16 +369,18 @@ static enum worker_progress
 worker_exception(struct worker *w, struct evbuffer *in, const struct wmsg *m)
 {
 	struct task	*t;
-	char		*msg;
+	char		*msg, *clean;
 
 	evbuffer_drain(in, WMSG_ERROR_SIZE);
 	msg = xmalloc((size_t)m->length + 1);
 	evbuffer_remove(in, msg, (size_t)m->length);
-	msg[m->length] = '\0';
+	/* A command's stderr may be any bytes: the client gets UTF-8. */
+	clean = utf8_clean(msg, (size_t)m->length, EMBER_MAX_ERROR_FRAME);
+	free(msg);
 	t = worker_pop(w);
 	worker_retire(w, RETIRE_FAILED);
-	task_fail(t, w->pid, msg);
-	free(msg);
+	task_fail(t, w->pid, clean);
+	free(clean);
 	return (WORKER_STOPPED);
 }
 

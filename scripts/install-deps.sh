@@ -5,8 +5,13 @@
 set -eu
 
 PACKAGES="build-essential autoconf automake libtool pkg-config libevent-dev
-libjansson-dev libinih-dev uuid-dev libpcre2-dev libelf-dev check python3
-procps util-linux"
+libjansson-dev libinih-dev uuid-dev libpcre2-dev libelf-dev libunistring-dev
+libsystemd-dev check python3 procps util-linux"
+
+# What the build needs, by command and by pkg-config module, for systems
+# without dpkg (libunistring has no .pc file: its header is looked for).
+TOOLS="cc make autoreconf automake libtoolize pkg-config python3"
+MODULES="libevent jansson inih uuid libpcre2-8 libelf check"
 
 # Print the packages of PACKAGES that are not installed.
 missing_packages()
@@ -20,10 +25,29 @@ missing_packages()
 	done
 }
 
+# Print what of TOOLS and MODULES is missing.
+missing_tools()
+{
+	for t in $TOOLS; do
+		command -v "$t" >/dev/null 2>&1 || printf '%s\n' "$t"
+	done
+	command -v pkg-config >/dev/null 2>&1 || return 0
+	for m in $MODULES; do
+		pkg-config --exists "$m" 2>/dev/null || printf '%s\n' "$m"
+	done
+	printf '#include <unicase.h>\n' | cc -E -x c - >/dev/null 2>&1 ||
+	    printf '%s\n' libunistring
+}
+
 if ! command -v dpkg-query >/dev/null 2>&1; then
-	echo "install-deps: not a Debian system; install by hand:" >&2
-	echo "  $PACKAGES" | tr '\n' ' ' >&2
-	echo >&2
+	missing=$(missing_tools | tr '\n' ' ' | sed 's/ *$//')
+	if [ -z "$missing" ]; then
+		echo "install-deps: not a Debian system; the tools and" \
+		    "libraries are there, going on" >&2
+		exit 0
+	fi
+	echo "install-deps: not a Debian system, and missing: $missing" >&2
+	echo "install-deps: install them (Debian names: $(echo $PACKAGES))" >&2
 	exit 1
 fi
 

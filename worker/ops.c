@@ -7,6 +7,8 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <unicase.h>
+#include <unistr.h>
 
 #include "held.h"
 #include "log.h"
@@ -233,6 +235,70 @@ ops_map_scratch(struct ops_map *m, size_t len)
 	return (m->scratch);
 }
 
+/* Grow the scratch buffer to hold used + more bytes, keeping the first used. */
+static char *
+ops_map_reserve(struct ops_map *m, size_t used, size_t more)
+{
+	if (used + more > m->size) {
+		m->size = used + more < 256 ? 256 : (used + more) * 2;
+		m->scratch = xrealloc(m->scratch, m->size);
+	}
+	return (m->scratch + used);
+}
+
+/*
+ * map upper or lower: Unicode full case mapping (libunistring, as Python's
+ * str.upper: "straße" -> "STRASSE") on the record's valid UTF-8, with any
+ * byte that is not valid UTF-8 passed through as it is.  All ASCII takes
+ * a loop of its own.
+ */
+static void
+ops_map_case(struct ops_map *m, const struct record *r, struct record *out,
+    int upper)
+{
+	const uint8_t	*p = (const uint8_t *)r->data, *end = p + r->len, *bad;
+	uint8_t		*mapped;
+	size_t		 i, used = 0, n;
+	char		*s;
+
+	for (i = 0; i < r->len && p[i] < 0x80; i++)
+		;
+	if (i == r->len) {
+		s = ops_map_scratch(m, r->len);
+		for (i = 0; i < r->len; i++) {
+			char c = r->data[i];
+			if (upper)
+				s[i] = (c >= 'a' && c <= 'z') ? c - 'a' + 'A' : c;
+			else
+				s[i] = (c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c;
+		}
+		out->data = s;
+		out->len = r->len;
+		return;
+	}
+	while (p < end) {
+		if ((bad = u8_check(p, (size_t)(end - p))) == NULL)
+			bad = end;
+		if (bad > p) {
+			mapped = (upper ? u8_toupper : u8_tolower)(p,
+			    (size_t)(bad - p), NULL, NULL, NULL, &n);
+			if (mapped == NULL)
+				fatal("u8_to%s", upper ? "upper" : "lower");
+			memcpy(ops_map_reserve(m, used, n), mapped, n);
+			used += n;
+			free(mapped);
+			p = bad;
+		}
+		if (p < end) {
+			/* One byte that starts no valid character, as it is. */
+			*ops_map_reserve(m, used, 1) = (char)*p++;
+			used++;
+		}
+	}
+	out->data = m->scratch;
+	out->len = used;
+}
+
 /* Is c ASCII whitespace? */
 static int
 ops_is_space(char c)
@@ -381,27 +447,13 @@ ops_map_push_cb(struct op *op, const struct record *r)
 {
 	struct ops_map	*m = (struct ops_map *)op;
 	struct record	 out = *r;
-	char		*s;
-	size_t		 i;
 
 	if (r->null)
 		return (op_next(op, r));
 	switch (m->p->type) {
 	case PLAN_OP_MAP_UPPER:
-		s = ops_map_scratch(m, r->len);
-		for (i = 0; i < r->len; i++) {
-			char c = r->data[i];
-			s[i] = (c >= 'a' && c <= 'z') ? c - 'a' + 'A' : c;
-		}
-		out.data = s;
-		break;
 	case PLAN_OP_MAP_LOWER:
-		s = ops_map_scratch(m, r->len);
-		for (i = 0; i < r->len; i++) {
-			char c = r->data[i];
-			s[i] = (c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c;
-		}
-		out.data = s;
+		ops_map_case(m, r, &out, m->p->type == PLAN_OP_MAP_UPPER);
 		break;
 	case PLAN_OP_MAP_TRIM:
 		while (out.len > 0 && ops_is_space(out.data[0])) {

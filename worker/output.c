@@ -7,6 +7,7 @@
 #include "frame.h"
 #include "log.h"
 #include "output.h"
+#include "utf8.h"
 #include "protocol.h"
 #include "wmsg.h"
 #include "xmalloc.h"
@@ -293,19 +294,6 @@ output_finish(struct output *out, const int64_t *metrics, int nmetrics,
 	return (0);
 }
 
-/* Find where to cut a UTF-8 string to at most max bytes. */
-static size_t
-output_utf8_cut(const char *s, size_t len, size_t max)
-{
-	if (len <= max)
-		return (len);
-	len = max;
-	/* Step back over continuation bytes to a character boundary. */
-	while (len > 0 && ((unsigned char)s[len] & 0xc0) == 0x80)
-		len--;
-	return (len);
-}
-
 /* End a failed task. */
 int
 output_fail(struct output *out, const char *message)
@@ -317,7 +305,7 @@ output_fail(struct output *out, const char *message)
 	size_t		len;
 	int		n;
 
-	len = output_utf8_cut(message, strlen(message), EMBER_MAX_ERROR_FRAME);
+	len = utf8_cut(message, strlen(message), EMBER_MAX_ERROR_FRAME);
 	n = output_batch_iov(out, hdr, iov);
 	m.length = (int32_t)len;
 	wmsg_put(tail, &m);

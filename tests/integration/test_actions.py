@@ -238,5 +238,27 @@ def test_cli_actions(d):
           "stderr %r" % r.stderr)
 
 
+def test_options_limit_is_global(d):
+    c = d.client()
+    plan = range_plan(0, 100000, 8)
+    for action, limit in (("iterate", 12345), ("collect", 7)):
+        c.execute_ok(plan, action, options={"limit": limit})
+        got = []
+        while True:	# fewer partitions than execute said: read by hand
+            if action == "iterate":
+                c.write_int(REQUEST_NEXT)
+            status, payload = c.read_partition()
+            if status == STREAM_DONE:
+                break
+            check_eq(status, STREAM_PARTITION, "%s response" % action)
+            got += payload
+        check_eq(got, numbers(limit), "%s with limit" % action)
+    check_eq(c.collect_all(plan, options={"limit": 200000}), numbers(100000),
+             "a limit past the end")
+    check_error(c.execute(plan, "count", options={"limit": 3}),
+                "ACTION_INVALID", "options.limit belongs to action")
+    check_eq(c.count(plan), 100000, "the next job")
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -108,6 +108,40 @@ def test_collect_error(d):
     _next_job_works(c)
 
 
+def _raw_error_frame(c, plan):
+    """Run plan with iterate; the error frame's bytes, undecoded."""
+    c.execute_ok(plan, "iterate")
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_ERROR, "response")
+    return c.recv_frame()
+
+
+def test_error_frames_are_utf8(d):
+    c = d.client()
+    # stderr longer than the tail a worker keeps, its cut falling inside
+    # a character (the tail's 4096 bytes start 1 byte into a euro sign),
+    # and bytes that are not UTF-8 at all.
+    raw = _raw_error_frame(c, records_plan(["x"], 1, ops=[{"pipe": {
+        "command": "i=0; while [ $i -lt 3001 ]; do printf '\\342\\202\\254' "
+                   ">&2; i=$((i+1)); done; printf 'bad \\377\\376 end!' >&2; "
+                   "exit 3"}}]))
+    text = raw.decode("utf-8")	# strict: raises if not UTF-8
+    check("\u20ac" * 100 in text and "bad \ufffd\ufffd end" in text,
+          "message %r" % text[-80:])
+    # A message past the frame's limit, cut by the worker and by emberd.
+    big = "é" * 40000
+    raw = _raw_error_frame(c, records_plan(["x"], 1, ops=[{"pipe": {
+        "command": "exit 3 # " + big}}]))
+    check(len(raw) <= 64 * 1024, "frame of %d bytes" % len(raw))
+    text = raw.decode("utf-8")
+    check("éééé" in text, "message %r" % text[:80])
+    # The same in a JSON reply.
+    msg = check_error(c.execute(records_plan(["x"], 1, ops=[{"pipe": {
+        "command": "printf 'x \\377' >&2; exit 3"}}]), "count"),
+        "TASK_FAILED", "x \ufffd")
+    _next_job_works(c)
+
+
 def test_count_task_failed(d):
     c = d.client()
     plan = records_plan(["x", "y"], 2, ops=[

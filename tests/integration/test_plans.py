@@ -33,6 +33,73 @@ def test_filter_contains_and_regex(d):
              "count of a regex")
 
 
+# Case mapping beyond ASCII: full mappings (one letter to two), title
+# case digraphs, final sigma, letters whose mapping changes their length.
+_UNICODE = ["straße", "ǅemal ǈudi ǋuna", "ΟΔΥΣΣΕΥΣ", "ὈΔΥΣΣΕΎΣ σοφός",
+            "İstanbul", "ﬁne ﬂow", "Ǆ ǆ ǅ", "ŉ ǰ ΐ", "Ⅻ ⓐ", "ĳ Ĳ",
+            "ａｂｃ ＡＢＣ", "ⱥ Ⱥ ɐ", "plain ascii", "日本語 Ωmega"]
+
+
+def test_map_case_is_unicode(d):
+    c = d.client()
+    for fn in ("upper", "lower"):
+        got = c.collect_all(records_plan(_UNICODE, 3, ops=[{"map": fn}]))
+        want = [getattr(r, fn)().encode() for r in _UNICODE]
+        for r, g, w in zip(_UNICODE, got, want):
+            check_eq(g, w, "map %s of %r (Python says %r)" % (fn, r, w))
+
+
+def test_map_case_passes_invalid_utf8_through(d):
+    # Bytes that are not UTF-8 stay as they are; the valid text around
+    # them is mapped as Python maps it.
+    lines = [b"caf\xe9 ok", b"\xff\xfe stra\xc3\x9fe", b"\xc3", b"ab\xe2\x82",
+             b"\xed\xa0\x80 surrogate", b"\xc0\xaf overlong"]
+    path = job_readable(write_file(d.path("bad.txt"),
+                                   b"\n".join(lines) + b"\n"))
+    for fn in ("upper", "lower"):
+        got = d.client().collect_all(text_plan([path], 1, ops=[{"map": fn}]))
+        want = []
+        for line in lines:
+            # Python's own answer on each valid piece, bad bytes kept.
+            parts = re.split(rb"((?:[\x80-\xff])+)", line)
+            out = b""
+            for part in parts:
+                try:
+                    out += getattr(part.decode(), fn)().encode()
+                except UnicodeDecodeError:
+                    # A run holding some valid characters and some not.
+                    text = part.decode(errors="surrogateescape")
+                    out += "".join(
+                        getattr(ch, fn)() if not 0xdc80 <= ord(ch) <= 0xdcff
+                        else ch for ch in text).encode(
+                            errors="surrogateescape")
+            want.append(out)
+        check_eq(got, want, "map %s of invalid UTF-8" % fn)
+
+
+def test_regex_sees_utf8_characters(d):
+    # docs/plans.md: UTF-8 characters, invalid bytes never matched, \\w
+    # ASCII unless (*UCP).
+    lines = ["é", "日", "ab", "Éclair", "éclair", "naïve"]
+    raw = [l.encode() for l in lines] + [b"\xff", b"a\xffb", b"\xe9t\xe9"]
+    path = job_readable(write_file(d.path("re.txt"), b"\n".join(raw) + b"\n"))
+    c = d.client()
+
+    def grep(pattern):
+        return c.collect_all(text_plan([path], 1, ops=[
+            {"filter": {"regex": pattern}}]))
+    check_eq(grep("^.$"), [b"\xc3\xa9", "日".encode()], "one character")
+    check_eq(grep("b"), [b"ab", b"a\xffb"], "a match beside a bad byte")
+    check_eq(grep("^a.b$"), [], "dot never matches a bad byte")
+    check_eq(grep("(?i)^éclair$"), ["Éclair".encode(), "éclair".encode()],
+             "caseless beyond ASCII")
+    check_eq(grep(r"^\w+$"), [b"ab"], "\\w is ASCII")
+    check_eq(grep(r"(*UCP)^\w+$"),
+             [l.encode() for l in lines],
+             "\\w with (*UCP)")
+    check_eq(grep("t"), [b"\xe9t\xe9"], "t between latin-1 bytes")
+
+
 def test_maps(d):
     c = d.client()
     check_eq(c.collect_all(_recs({"map": "upper"})),

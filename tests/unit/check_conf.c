@@ -454,7 +454,7 @@ conf_check_round_trip(const struct conf *conf)
 	FILE		*f;
 
 	ck_assert_ptr_nonnull(f = open_memstream(&text, &len));
-	conf_dump(conf, f);
+	conf_dump(conf, f, 3);
 	ck_assert_int_eq(fclose(f), 0);
 	path = conf_write("dump.conf", text);
 
@@ -476,6 +476,10 @@ conf_check_round_trip(const struct conf *conf)
 	ck_assert_int_eq(again.workers_fork_backoff,
 	    conf->workers_fork_backoff);
 	ck_assert_int_eq(again.stream_buffer, conf->stream_buffer);
+	ck_assert_int_eq(again.daemon_max_result, conf->daemon_max_result);
+	ck_assert_int_eq(again.workers_idle_timeout,
+	    conf->workers_idle_timeout);
+	ck_assert_str_eq(again.daemon_pidfile, conf->daemon_pidfile);
 	conf_free(&again);
 	free(text);
 	unlink(path);
@@ -491,6 +495,8 @@ START_TEST(test_conf_dump)
 		"daemon.max_frame=3m", "daemon.max_connections_per_uid=9",
 		"daemon.shutdown_grace=1500ms", "workers.max=5",
 		"workers.fork_backoff=1h", "stream.buffer=1g",
+		"daemon.max_result=4097", "workers.idle_timeout=1500ms",
+		"daemon.pidfile=/run/e.pid",
 	};
 	struct conf	 conf;
 	char		*text = NULL;
@@ -502,14 +508,19 @@ START_TEST(test_conf_dump)
 
 	/* The dump of the defaults is an INI file with every section. */
 	ck_assert_ptr_nonnull(f = open_memstream(&text, &len));
-	conf_dump(&conf, f);
+	conf_dump(&conf, f, 3);
 	ck_assert_int_eq(fclose(f), 0);
 	ck_assert_ptr_nonnull(strstr(text, "[daemon]\n"));
 	ck_assert_ptr_nonnull(strstr(text, "\n[workers]\n"));
 	ck_assert_ptr_nonnull(strstr(text, "\n[stream]\n"));
 	ck_assert_ptr_nonnull(strstr(text, "socket_mode = 0660\n"));
-	ck_assert_ptr_nonnull(strstr(text, "max = auto\n"));
-	ck_assert_ptr_nonnull(strstr(text, "shutdown_grace = 10000ms\n"));
+	ck_assert_ptr_nonnull(strstr(text,
+	    "max = auto ; 3 here (one per CPU)\n"));
+	ck_assert_ptr_nonnull(strstr(text, "shutdown_grace = 10s\n"));
+	ck_assert_ptr_nonnull(strstr(text, "max_frame = 16m\n"));
+	ck_assert_ptr_nonnull(strstr(text, "max_broadcast = 1g\n"));
+	ck_assert_ptr_nonnull(strstr(text, "idle_timeout = 1m\n"));
+	ck_assert_ptr_nonnull(strstr(text, "task_timeout = 0s\n"));
 	free(text);
 
 	for (i = 0; i < sizeof sets / sizeof *sets; i++)

@@ -1,0 +1,471 @@
+/*
+ * ember status for people: the status reply with ages as 3m12s, users by
+ * name, ids cut to 8 characters, retirement causes as failed=6 idle=2,
+ * every table within 80 columns.  Keys this file does not know print as
+ * they come, so a newer emberd's fields still show.
+ */
+#include <sys/types.h>
+
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "status.h"
+
+/* Table headings shorter than the reply's keys. */
+static const struct {
+	const char	*key;
+	const char	*heading;
+} status_headings[] = {
+	{ "crashes_in_a_row", "crashes" },
+	{ "connections", "conns" },
+	{ "operations", "ops" },
+	{ "partitions", "parts" },
+	{ "records_sent", "records" },
+	{ "forkserver", "fs_pid" },
+	{ "broadcasts", "bcasts" },
+	{ "starting", "start" },
+	{ "buffered_bytes", "buffered" },
+};
+
+/* Operation members left to --json, so the table fits 80 columns: the
+ * state says attached or detached, the sessions table lists sessions. */
+static const char *const status_operation_hidden[] = { "session",
+    "attached", "buffered_from", NULL };
+
+/* Is key an operation member the table leaves out? */
+static int
+status_operation_hides(const char *key)
+{
+	size_t	i;
+
+	for (i = 0; status_operation_hidden[i] != NULL; i++) {
+		if (strcmp(key, status_operation_hidden[i]) == 0)
+			return (1);
+	}
+	return (0);
+}
+
+/* Retirement causes, shorter. */
+static const struct {
+	const char	*cause;
+	const char	*shown;
+} status_causes[] = {
+	{ "idle_timeout", "idle" },
+	{ "task_timeout", "timeout" },
+	{ "forkserver_lost", "fs_lost" },
+	{ "max_memory", "memory" },
+	{ "max_tasks", "recycled" },
+};
+
+/* Format milliseconds as 812ms, 4.2s, 12s, 3m12s, 2h03m or 3d04h. */
+void
+status_format_age(json_int_t ms, char *buf, size_t len)
+{
+	json_int_t	s = ms / 1000;
+
+	if (ms < 1000)
+		snprintf(buf, len, "%lldms", (long long)ms);
+	else if (ms < 10000)
+		snprintf(buf, len, "%.1fs", (double)ms / 1000.0);
+	else if (s < 60)
+		snprintf(buf, len, "%llds", (long long)s);
+	else if (s < 3600)
+		snprintf(buf, len, "%lldm%02llds", (long long)(s / 60),
+		    (long long)(s % 60));
+	else if (s < 86400)
+		snprintf(buf, len, "%lldh%02lldm", (long long)(s / 3600),
+		    (long long)(s / 60 % 60));
+	else
+		snprintf(buf, len, "%lldd%02lldh", (long long)(s / 86400),
+		    (long long)(s / 3600 % 24));
+}
+
+/* A uid as its user's name, or the number. */
+static json_t *
+status_user(json_t *uid)
+{
+	struct passwd	*pw;
+	char		 buf[32];
+
+	if (!json_is_integer(uid))
+		return (json_incref(uid));
+	if ((pw = getpwuid((uid_t)json_integer_value(uid))) != NULL)
+		return (json_string(pw->pw_name));
+	snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(uid));
+	return (json_string(buf));
+}
+
+/* A 36-character id, cut to its first 8. */
+static json_t *
+status_short_id(json_t *id)
+{
+	const char	*s = json_string_value(id);
+
+	if (s == NULL || strlen(s) != 36)
+		return (json_incref(id));
+	return (json_stringn(s, 8));
+}
+
+/* Retirement counts as "failed=6 idle=2", the zeros left out. */
+static json_t *
+status_causes_text(json_t *retired)
+{
+	const char	*cause, *shown;
+	json_t		*n;
+	char		 buf[512];
+	size_t		 used = 0, i;
+
+	buf[0] = '\0';
+	json_object_foreach(retired, cause, n) {
+		if (json_integer_value(n) == 0)
+			continue;
+		shown = cause;
+		for (i = 0; i < sizeof status_causes / sizeof *status_causes;
+		    i++) {
+			if (strcmp(cause, status_causes[i].cause) == 0)
+				shown = status_causes[i].shown;
+		}
+		used += (size_t)snprintf(buf + used, used < sizeof buf ?
+		    sizeof buf - used : 0, "%s%s=%lld", used > 0 ? " " : "",
+		    shown, (long long)json_integer_value(n));
+		if (used >= sizeof buf)
+			break;
+	}
+	return (json_string(used > 0 ? buf : "-"));
+}
+
+/* A worker's task as "06e2db47/p3 1.2s". */
+static json_t *
+status_task_text(json_t *task)
+{
+	const char	*op = json_string_value(json_object_get(task,
+			    "operation"));
+	char		 age[32], buf[96];
+
+	if (op == NULL)
+		return (json_incref(task));
+	status_format_age(json_integer_value(json_object_get(task, "age_ms")),
+	    age, sizeof age);
+	snprintf(buf, sizeof buf, "%.8s/p%lld %s", op, (long long)
+	    json_integer_value(json_object_get(task, "partition")), age);
+	return (json_string(buf));
+}
+
+/* Rewrite one table row for people. */
+static json_t *
+status_row(json_t *row, int operations)
+{
+	json_t		*out = json_object(), *v, *done, *running, *parts;
+	const char	*key;
+	char		 buf[64], name[64];
+	size_t		 n;
+
+	json_object_foreach(row, key, v) {
+		n = strlen(key);
+		if (operations && status_operation_hides(key))
+			continue;
+		if (n > 3 && strcmp(key + n - 3, "_ms") == 0 &&
+		    json_is_integer(v)) {
+			status_format_age(json_integer_value(v), buf,
+			    sizeof buf);
+			snprintf(name, sizeof name, "%.*s", (int)(n - 3), key);
+			json_object_set_new(out, name, json_string(buf));
+		} else if (strcmp(key, "uid") == 0 ||
+		    strcmp(key, "client") == 0)
+			json_object_set_new(out, key, status_user(v));
+		else if (strcmp(key, "gid") == 0)
+			continue;
+		else if (strcmp(key, "id") == 0 ||
+		    strcmp(key, "session") == 0 ||
+		    strcmp(key, "operation") == 0)
+			json_object_set_new(out, key, status_short_id(v));
+		else if (strcmp(key, "retired") == 0 && json_is_object(v))
+			continue;	/* last, it is the widest */
+		else if (strcmp(key, "task") == 0 && json_is_object(v))
+			json_object_set_new(out, key, status_task_text(v));
+		else if (strcmp(key, "rss_kb") == 0 && json_is_integer(v)) {
+			if (json_integer_value(v) >= 10240)
+				snprintf(buf, sizeof buf, "%lldM", (long long)
+				    (json_integer_value(v) / 1024));
+			else
+				snprintf(buf, sizeof buf, "%lldk",
+				    (long long)json_integer_value(v));
+			json_object_set_new(out, "rss", json_string(buf));
+		} else if (json_is_array(v))
+			json_object_set_new(out, key,
+			    json_integer((json_int_t)json_array_size(v)));
+		else
+			json_object_set(out, key, v);
+		/* Tasks an operation has still to run, after its running. */
+		if (operations && strcmp(key, "running") == 0) {
+			parts = json_object_get(row, "partitions");
+			done = json_object_get(row, "done");
+			running = v;
+			if (json_is_integer(parts) && json_is_integer(done))
+				json_object_set_new(out, "waiting",
+				    json_integer(json_integer_value(parts) -
+				    json_integer_value(done) -
+				    json_integer_value(running)));
+		}
+	}
+	if ((v = json_object_get(row, "retired")) != NULL && json_is_object(v))
+		json_object_set_new(out, "retired", status_causes_text(v));
+	return (out);
+}
+
+/* The heading of a column. */
+static const char *
+status_heading(const char *key)
+{
+	size_t	i;
+
+	for (i = 0; i < sizeof status_headings / sizeof *status_headings; i++) {
+		if (strcmp(key, status_headings[i].key) == 0)
+			return (status_headings[i].heading);
+	}
+	return (key);
+}
+
+/* Print a JSON value as a table cell or a line's value. */
+static void
+status_print_value(json_t *v)
+{
+	char	*s;
+
+	switch (json_typeof(v)) {
+	case JSON_STRING:
+		fputs(json_string_value(v), stdout);
+		break;
+	case JSON_INTEGER:
+		printf("%" JSON_INTEGER_FORMAT, json_integer_value(v));
+		break;
+	default:
+		s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		fputs(s != NULL ? s : "?", stdout);
+		free(s);
+		break;
+	}
+}
+
+/* The width of a value as status_print_value prints it. */
+static int
+status_value_width(json_t *v)
+{
+	char	*s;
+	int	 n;
+
+	switch (json_typeof(v)) {
+	case JSON_STRING:
+		return ((int)strlen(json_string_value(v)));
+	case JSON_INTEGER:
+		return (snprintf(NULL, 0, "%" JSON_INTEGER_FORMAT,
+		    json_integer_value(v)));
+	default:
+		s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		n = s != NULL ? (int)strlen(s) : 1;
+		free(s);
+		return (n);
+	}
+}
+
+/*
+ * Print an array of objects as a table: one column per key, in the order
+ * the keys first appear.
+ */
+static void
+status_print_table(json_t *rows)
+{
+	json_t		*columns, *row, *v, *column;
+	const char	*key;
+	size_t		 i, j;
+	int		*width, w;
+
+	columns = json_array();
+	json_array_foreach(rows, i, row) {
+		json_object_foreach(row, key, v) {
+			json_array_foreach(columns, j, column) {
+				if (strcmp(json_string_value(column), key) == 0)
+					break;
+			}
+			if (j == json_array_size(columns))
+				json_array_append_new(columns,
+				    json_string(key));
+		}
+	}
+	if (json_array_size(columns) == 0) {
+		json_decref(columns);
+		return;
+	}
+	if ((width = calloc(json_array_size(columns), sizeof *width)) == NULL) {
+		json_decref(columns);
+		return;
+	}
+	json_array_foreach(columns, j, v) {
+		width[j] = (int)strlen(status_heading(json_string_value(v)));
+		json_array_foreach(rows, i, row) {
+			json_t *cell = json_object_get(row,
+			    json_string_value(v));
+			if (cell != NULL && (w = status_value_width(cell)) >
+			    width[j])
+				width[j] = w;
+		}
+	}
+
+	json_array_foreach(columns, j, v) {
+		const char *p;
+
+		if (j > 0)
+			putchar(' ');
+		for (p = status_heading(json_string_value(v)); *p != '\0';
+		    p++)
+			putchar(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+		if (j + 1 < json_array_size(columns))
+			printf("%*s", width[j] - (int)strlen(
+			    status_heading(json_string_value(v))), "");
+	}
+	putchar('\n');
+	json_array_foreach(rows, i, row) {
+		json_array_foreach(columns, j, v) {
+			json_t *cell = json_object_get(row,
+			    json_string_value(v));
+
+			if (j > 0)
+				putchar(' ');
+			if (cell == NULL) {
+				putchar('-');
+				w = 1;
+			} else {
+				status_print_value(cell);
+				w = status_value_width(cell);
+			}
+			if (j + 1 < json_array_size(columns))
+				printf("%*s", width[j] - w, "");
+		}
+		putchar('\n');
+	}
+	free(width);
+	json_decref(columns);
+}
+
+/* Print the counters, two to a line, the zeros too. */
+static void
+status_print_counters(json_t *counters)
+{
+	const char	*key;
+	json_t		*v;
+	int		 n = 0;
+
+	printf("counters\n");
+	json_object_foreach(counters, key, v) {
+		printf("  %-24.24s %12lld", key,
+		    (long long)json_integer_value(v));
+		if (++n % 2 == 0)
+			putchar('\n');
+	}
+	if (n % 2 != 0)
+		putchar('\n');
+}
+
+/* The first line: who, since when, how busy. */
+static void
+status_print_summary(json_t *reply)
+{
+	json_t		*workers = json_object_get(reply, "workers"), *w;
+	char		 age[32];
+	size_t		 i;
+	int		 busy = 0;
+
+	json_array_foreach(workers, i, w) {
+		const char *state = json_string_value(json_object_get(w,
+		    "state"));
+
+		if (state != NULL && strcmp(state, "busy") == 0)
+			busy++;
+	}
+	status_format_age(json_integer_value(json_object_get(reply,
+	    "uptime_ms")), age, sizeof age);
+	printf("%s, pid %lld, up %s%s\n", json_string_value(json_object_get(
+	    reply, "server")) != NULL ? json_string_value(json_object_get(
+	    reply, "server")) : "emberd", (long long)json_integer_value(
+	    json_object_get(reply, "pid")), age, json_is_true(json_object_get(
+	    reply, "draining")) ? ", draining" : "");
+	printf("tasks: %d running, %lld queued; workers: %zu of %lld\n", busy,
+	    (long long)json_integer_value(json_object_get(reply,
+	    "tasks_queued")), json_array_size(workers),
+	    (long long)json_integer_value(json_object_get(reply,
+	    "workers_max")));
+}
+
+/* The keys the summary line shows. */
+static int
+status_in_summary(const char *key)
+{
+	static const char *const keys[] = { "ok", "server", "pid",
+	    "uptime_ms", "draining", "tasks_queued", "workers_max", NULL };
+	int	i;
+
+	for (i = 0; keys[i] != NULL; i++) {
+		if (strcmp(key, keys[i]) == 0)
+			return (1);
+	}
+	return (0);
+}
+
+void
+status_print(json_t *reply)
+{
+	const char	*key, *k;
+	json_t		*v, *item, *sub, *rows;
+	size_t		 i;
+	int		 tabular;
+
+	status_print_summary(reply);
+	json_object_foreach(reply, key, v) {
+		if (status_in_summary(key))
+			continue;
+		if (strcmp(key, "counters") == 0 && json_is_object(v)) {
+			putchar('\n');
+			status_print_counters(v);
+			continue;
+		}
+		if (json_is_array(v)) {
+			printf("\n%s: %zu\n", key, json_array_size(v));
+			tabular = 1;
+			json_array_foreach(v, i, item) {
+				if (!json_is_object(item))
+					tabular = 0;
+			}
+			if (!tabular) {
+				json_array_foreach(v, i, item) {
+					printf("  ");
+					status_print_value(item);
+					putchar('\n');
+				}
+				continue;
+			}
+			rows = json_array();
+			json_array_foreach(v, i, item)
+				json_array_append_new(rows, status_row(item,
+				    strcmp(key, "operations") == 0));
+			status_print_table(rows);
+			json_decref(rows);
+			continue;
+		}
+		if (json_is_object(v)) {
+			printf("\n%s\n", key);
+			json_object_foreach(v, k, sub) {
+				printf("  %-24s ", k);
+				status_print_value(sub);
+				putchar('\n');
+			}
+			continue;
+		}
+		printf("%-12s ", key);
+		status_print_value(v);
+		putchar('\n');
+	}
+}

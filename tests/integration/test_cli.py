@@ -1,0 +1,272 @@
+"""The ember CLI as a person meets it: help, messages that say what is
+wrong and what to do, the progress line on a terminal, ember status."""
+
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from harness import *
+
+# Seven partitions that take a moment each: the progress line shows.
+SLOW = range_plan(0, 70000, 7, ops=[{"pipe": {"command": "sleep 0.4; cat"}}])
+
+
+@no_daemon
+def test_help_and_version(_):
+    for flag in ("-h", "--help"):
+        r = run_cli([flag])
+        check_eq(r.returncode, 0, "exit status of %s" % flag)
+        check("usage: ember" in r.stdout and "status" in r.stdout,
+              "%s output %r" % (flag, r.stdout))
+    for flag in ("-V", "--version"):
+        r = run_cli([flag])
+        check_eq(r.returncode, 0, "exit status of %s" % flag)
+        check(re.match(r"ember \d+\.\d+", r.stdout), "%s: %r" % (flag,
+                                                                  r.stdout))
+    r = run_cli(["run", "--help"])
+    check_eq(r.returncode, 0, "run --help")
+
+
+def _usage_error(args, *needles):
+    r = run_cli(args)
+    check_eq(r.returncode, 2, "exit status of ember %s" % " ".join(args))
+    for n in needles:
+        check(n in r.stderr, "ember %s: stderr %r lacks %r" %
+              (" ".join(args), r.stderr, n))
+
+
+@no_daemon
+def test_missing_and_extra_arguments(_):
+    _usage_error([], "missing a command", "run or status")
+    _usage_error(["run"], "missing the plan", "- for standard input")
+    _usage_error(["run", "a.json", "b.json"], "one plan only", '"b.json"')
+    _usage_error(["status", "extra"], "takes no argument", '"extra"')
+    _usage_error(["frobnicate"], 'unknown command "frobnicate"')
+
+
+@no_daemon
+def test_socket_messages(_):
+    tmp = tempfile.mkdtemp(prefix="ember-cli-")
+    try:
+        plain = write_file(os.path.join(tmp, "plain"), "x")
+        r = run_cli(["status"], socket_path=plain)
+        check_eq(r.returncode, 1, "exit status")
+        check("is not a socket" in r.stderr and plain in r.stderr,
+              "not a socket: %r" % r.stderr)
+        gone = os.path.join(tmp, "gone.sock")
+        r = run_cli(["status"], socket_path=gone)
+        check("is emberd running?" in r.stderr and "systemctl start emberd"
+              in r.stderr, "not running: %r" % r.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@no_daemon
+def test_permission_denied_names_the_group(_):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        print("SKIP: needs root and setpriv to connect as nobody")
+        return
+    d = Daemon(sets=["daemon.socket_group=daemon",
+                     "daemon.socket_mode=0660"])
+    r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup",
+                        "--clear-groups", EMBER, "--socket", d.socket,
+                        "status"], capture_output=True, text=True,
+                       timeout=30, stdin=subprocess.DEVNULL)
+    check_eq(r.returncode, 1, "exit status")
+    check("Permission denied" in r.stderr and "group daemon" in r.stderr,
+          "stderr %r" % r.stderr)
+    # A member of the group gets in.
+    r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup",
+                        "--groups=daemon", EMBER, "--socket", d.socket,
+                        "status", "--json"], capture_output=True, text=True,
+                       timeout=30, stdin=subprocess.DEVNULL)
+    check_eq(r.returncode, 0, "a member of the group (stderr %r)" % r.stderr)
+
+
+def test_option_of_another_action(d):
+    plan = write_file(d.path("p.json"), json.dumps(range_plan(0, 10, 2)))
+    r = d.cli(["run", "--count", "--option", "path=/tmp/x", plan])
+    check_eq(r.returncode, 1, "exit status")
+    check("options.path belongs to action save, not count" in r.stderr,
+          "stderr %r" % r.stderr)
+    r = d.cli(["run", "--option", "fn=sum", plan])
+    check("options.fn belongs to action reduce, not iterate" in r.stderr,
+          "stderr %r" % r.stderr)
+
+
+def test_json_errors_name_line_and_column(d):
+    bad = '{"source":\n  {"range": nope}}\n'
+    path = write_file(d.path("bad.json"), bad)
+    r = d.cli(["run", path])
+    check_eq(r.returncode, 1, "exit status")
+    check("%s:2:16:" % path in r.stderr, "file: %r" % r.stderr)
+    r = d.cli(["run", "-"], input=bad)
+    check("<stdin>:2:16:" in r.stderr, "stdin: %r" % r.stderr)
+    r = d.cli(["run", "-"], input="[1, 2]")
+    check("must be a JSON object" in r.stderr, "array: %r" % r.stderr)
+
+
+def test_count_by_value_null_and_empty(d):
+    plan = records_plan(["a", "", None, "", None, None, "a", "a"], 3)
+    reply = d.client().execute_ok(plan, "count_by_value")
+    check_eq(reply["counts"], {"a": 3, "": 2}, "counts")
+    check_eq(reply["nulls"], 3, "nulls")
+    path = write_file(d.path("cbv.json"), json.dumps(plan))
+    r = d.cli(["run", "--action", "count_by_value", path])
+    check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+    check_eq(r.stdout, "3\ta\n2\t\n3\t\\N\n", "CLI output")
+
+
+def test_nul_in_plan_strings(d):
+    records = ["a\0b", "ab", "xa\0bx", "", "\0"]
+    plan = records_plan(records, 2, ops=[{"filter": {"contains": "a\0b"}}])
+    c = d.client()
+    check_eq(c.collect_all(plan), [b"a\0b", b"xa\0bx"], "contains a NUL")
+    check_eq(c.collect_all(records_plan(records, 3)),
+             [r.encode() for r in records], "parallelize with NULs")
+    check_eq(c.collect_all(records_plan(records, 1, ops=[
+        {"flat_map": {"split": "\0"}}])),
+        [b"a", b"b", b"ab", b"xa", b"bx", b"", b"", b""], "split on NUL")
+    path = write_file(d.path("nul.json"), json.dumps(plan))
+    r = subprocess.run([EMBER, "--socket", d.socket, "run", path],
+                       capture_output=True, timeout=60)
+    check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+    check_eq(r.stdout, b"a\0b\nxa\0bx\n", "CLI output")
+
+
+def test_status_for_people(d):
+    c = d.client()
+    fail = records_plan(["x"], 1, ops=[{"pipe": {"command": "exit 3"}}])
+    check_error(c.execute(fail, "count"), "TASK_FAILED")
+    busy = d.client()
+    busy.execute_ok(records_plan(["x"], 1, ops=[
+        {"pipe": {"command": "sleep 30"}}]), "iterate")
+    busy.write_int(REQUEST_NEXT)
+    d.worker_running("sleep 30")
+    r = d.cli(["status"])
+    check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+    wide = [l for l in r.stdout.split("\n") if len(l) > 80]
+    check_eq(wide, [], "lines past 80 columns")
+    check("failed=1" in r.stdout, "retirement causes:\n%s" % r.stdout)
+    check("retired" not in r.stdout.lower() or "{" not in r.stdout,
+          "raw JSON in:\n%s" % r.stdout)
+    import pwd
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    check(re.search(r"\b%s\b" % re.escape(me), r.stdout),
+          "no user name %r in:\n%s" % (me, r.stdout))
+    check(re.search(r"\b\d+(ms|\.\ds|s|m\d\ds)\b", r.stdout),
+          "no age in:\n%s" % r.stdout)
+    check(re.search(r"tasks: 1 running, \d+ queued", r.stdout),
+          "running and queued:\n%s" % r.stdout)
+    check(re.search(r"RUNNING +WAITING", r.stdout), "operations:\n%s"
+          % r.stdout)
+    r = d.cli(["status", "--json"])
+    reply = json.loads(r.stdout)
+    check(reply["ok"] and isinstance(reply["operations"], list),
+          "--json %r" % r.stdout[:200])
+    busy.close()
+
+
+def _on_a_pty(d, args, same_terminal=False, interrupt_after=None):
+    """Run ember with standard error on a pseudo-terminal (and standard
+    output too with same_terminal); return (status, what the terminal
+    got)."""
+    master, slave = pty.openpty()
+    out = open(d.path("cli.out"), "wb")
+    p = subprocess.Popen([EMBER, "--socket", d.socket] + args,
+                         stdin=subprocess.DEVNULL,
+                         stdout=slave if same_terminal else out,
+                         stderr=slave)
+    os.close(slave)
+    got = b""
+    start = time.monotonic()
+    sent = False
+    while True:
+        if (interrupt_after is not None and not sent and
+                interrupt_after(got)):
+            p.send_signal(signal.SIGINT)
+            sent = True
+        r, _, _ = select.select([master], [], [], 0.1)
+        if r:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            got += chunk
+        elif p.poll() is not None:
+            break
+        check(time.monotonic() - start < 60, "ember did not end")
+    os.close(master)
+    out.close()
+    return p.wait(10), got
+
+
+def test_progress_line_totals(d):
+    plan = write_file(d.path("slow.json"), json.dumps(SLOW))
+    for action in ("count", "count_by_value", "reduce", "iterate",
+                   "collect"):
+        args = ["run", "--action", action, plan]
+        if action == "reduce":
+            args[3:3] = ["--option", "fn=sum"]
+        status, got = _on_a_pty(d, args)
+        check_eq(status, 0, "%s: exit status (%r)" % (action, got))
+        check(re.search(rb"\d/7 partitions", got),
+              "%s: no progress line with the total: %r" % (action, got))
+        check(b"/0 partitions" not in got, "%s: %r" % (action, got))
+        check(got.endswith(b"\r\033[K"), "%s: not erased: %r" % (action,
+                                                                   got[-40:]))
+
+
+def test_no_progress_on_the_same_terminal(d):
+    plan = write_file(d.path("slow.json"), json.dumps(SLOW))
+    status, got = _on_a_pty(d, ["run", "--count", plan], same_terminal=True)
+    check_eq(status, 0, "exit status")
+    check(b"partitions" not in got, "progress drawn over stdout: %r" % got)
+    check(b"70000" in got, "the count: %r" % got)
+
+
+def test_progress_erased_on_ctrl_c(d):
+    plan = write_file(d.path("slow.json"), json.dumps(SLOW))
+    status, got = _on_a_pty(d, ["run", "--count", plan],
+                            interrupt_after=lambda got: b"partitions" in got)
+    check_eq(status, -signal.SIGINT, "killed by SIGINT")
+    check(got.endswith(b"\r\033[K"), "not erased: %r" % got[-40:])
+
+
+def test_progress_erased_on_epipe(d):
+    big = write_file(d.path("big.json"), json.dumps(range_plan(
+        0, 3000000, 6, ops=[{"pipe": {"command": "sleep 0.3; cat"}}])))
+    master, slave = pty.openpty()
+    p = subprocess.Popen("%s --socket %s run %s | head -1 >/dev/null" %
+                         (EMBER, d.socket, big), shell=True,
+                         stdin=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    got = b""
+    while True:
+        r, _, _ = select.select([master], [], [], 30)
+        if not r:
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    check_eq(p.wait(30), 0, "exit status of the pipeline")
+    check(b"partitions" in got, "no progress line: %r" % got)
+    check(got.endswith(b"\r\033[K"), "not erased: %r" % got[-40:])
+
+
+if __name__ == "__main__":
+    run_tests(globals())

@@ -1,0 +1,281 @@
+"""emberd as a system service: sd_notify, detaching, the pidfile, the unit."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+from harness import *
+
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+def _can_be_nobody():
+    """Whether this test can run emberd as nobody (root and setpriv)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        print("SKIP: needs root and setpriv to run emberd as nobody")
+        return False
+    return True
+
+
+def _open_tmpdir():
+    tmp = tempfile.mkdtemp(prefix="ember-sd-", dir="/tmp")
+    os.chmod(tmp, 0o777)
+    return tmp
+
+
+class Notify:
+    """A NOTIFY_SOCKET of our own that records what emberd says."""
+
+    def __init__(self, tmp):
+        self.path = os.path.join(tmp, "notify")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        os.chmod(self.path, 0o777)
+        self.sock.settimeout(0.2)
+        self.messages = []
+
+    def wait_for(self, field, timeout=10):
+        """Wait for a message with field (e.g. "READY=1"); return it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for m in self.messages:
+                if field in m.split("\n"):
+                    self.messages.remove(m)
+                    return m
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except socket.timeout:
+                pass
+        raise AssertionError("no %s in %r" % (field, self.messages))
+
+    def wait_prefix(self, prefix, timeout=10):
+        """Wait for a line starting with prefix; return the line."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for m in self.messages:
+                for line in m.split("\n"):
+                    if line.startswith(prefix):
+                        self.messages.remove(m)
+                        return line
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except socket.timeout:
+                pass
+        raise AssertionError("no %s... in %r" % (prefix, self.messages))
+
+
+def _workers_of(pid):
+    return [p for p in descendants(pid)
+            if "ember-worker" in cmdline(p) and "fork-server" not in
+            cmdline(p)]
+
+
+def _start(tmp, argv, env=None, nobody=False):
+    full = dict(os.environ)
+    full.update(env or {})
+    log = open(os.path.join(tmp, "emberd.log"), "ab")
+    try:
+        return subprocess.Popen((NOBODY if nobody else []) + argv,
+                                stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=log, env=full, start_new_session=True)
+    finally:
+        log.close()
+
+
+def _emberd(tmp, *sets, foreground=True):
+    argv = [EMBERD] + (["-f"] if foreground else []) + [
+        "-c", DEFAULT_CONF, "--set", "daemon.socket=%s/emberd.sock" % tmp]
+    for s in sets:
+        argv += ["--set", s]
+    return argv
+
+
+@no_daemon
+def test_notify_ready_once_the_pool_is_warm(_):
+    if not _can_be_nobody():
+        return
+    tmp = _open_tmpdir()
+    n = Notify(tmp)
+    p = _start(tmp, _emberd(tmp, "workers.min_idle=2", "workers.max=2"),
+               env={"NOTIFY_SOCKET": n.path}, nobody=True)
+    try:
+        n.wait_for("READY=1")
+        # Ready means min_idle workers are up already, not on their way.
+        check(len(_workers_of(p.pid)) >= 2, "READY=1 before 2 warm workers:"
+              " %r" % _workers_of(p.pid))
+        status = n.wait_prefix("STATUS=")
+        check("2 worker(s)" in status and "operation(s)" in status,
+              "status %r" % status)
+        p.send_signal(signal.SIGHUP)
+        reload = n.wait_for("RELOADING=1")
+        check("MONOTONIC_USEC=" in reload, "reload message %r" % reload)
+        n.wait_for("READY=1")
+        p.send_signal(signal.SIGTERM)
+        n.wait_for("STOPPING=1")
+        check_eq(p.wait(15), 0, "exit status")
+    finally:
+        kill_quietly(p.pid)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@no_daemon
+def test_notify_never_ready_when_the_pool_fails(_):
+    if not _can_be_nobody():
+        return
+    tmp = _open_tmpdir()
+    n = Notify(tmp)
+    p = _start(tmp, _emberd(tmp, "daemon.worker_path=/bin/true"),
+               env={"NOTIFY_SOCKET": n.path}, nobody=True)
+    try:
+        check(p.wait(15) != 0, "emberd without a fork-server exited 0")
+        check(not any("READY=1" in m.split("\n") for m in n.messages),
+              "READY=1 sent: %r" % n.messages)
+    finally:
+        kill_quietly(p.pid)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _detach(tmp, *sets, nobody=False):
+    argv = (NOBODY if nobody else []) + _emberd(tmp, *sets, foreground=False)
+    return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=30)
+
+
+@no_daemon
+def test_detach_pidfile_and_chdir(_):
+    tmp = _open_tmpdir()
+    pidfile = os.path.join(tmp, "emberd.pid")
+    r = _detach(tmp, "daemon.pidfile=" + pidfile)
+    try:
+        check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+        check_eq(r.stderr, "", "stderr of a good start")
+        pid = int(open(pidfile).read())
+        check(is_running(pid), "pidfile names no running process")
+        check_eq(os.readlink("/proc/%d/cwd" % pid), "/", "working directory")
+        check(os.getsid(pid) != pid, "emberd is a session leader")
+        check_eq(os.readlink("/proc/%d/fd/2" % pid), "/dev/null", "stderr")
+        check_eq(Client(os.path.join(tmp, "emberd.sock")).count(
+            range_plan(0, 100, 4)), 100, "count")
+        # A second one on the same pidfile says who holds it.
+        second = _detach(tmp, "daemon.pidfile=" + pidfile,
+                         "daemon.socket=%s/other.sock" % tmp)
+        check(second.returncode != 0, "a second emberd took the pidfile")
+        check("another emberd (pid %d)" % pid in second.stderr,
+              "stderr %r" % second.stderr)
+        check(not os.path.exists(os.path.join(tmp, "other.sock")),
+              "the refused emberd left its socket")
+        check(not os.path.exists(os.path.join(tmp, "other.sock.local")),
+              "the refused emberd left its local directory")
+        os.kill(pid, signal.SIGTERM)
+        check(wait_until(lambda: not is_running(pid), 15), "still running")
+        check(not os.path.exists(pidfile), "pidfile left behind")
+        check(not os.path.exists(os.path.join(tmp, "emberd.sock")),
+              "socket left behind")
+    finally:
+        if os.path.exists(pidfile):
+            kill_quietly(int(open(pidfile).read() or 0) or -1)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@no_daemon
+def test_detach_default_pidfile_beside_the_socket(_):
+    tmp = _open_tmpdir()
+    r = _detach(tmp)
+    pidfile = os.path.join(tmp, "emberd.sock.pid")
+    try:
+        check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+        pid = int(open(pidfile).read())
+        os.kill(pid, signal.SIGTERM)
+        check(wait_until(lambda: not os.path.exists(pidfile), 15),
+              "pidfile left behind")
+    finally:
+        if os.path.exists(pidfile):
+            kill_quietly(int(open(pidfile).read() or 0) or -1)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@no_daemon
+def test_detach_failures_are_a_message_and_an_exit(_):
+    tmp = _open_tmpdir()
+    try:
+        r = _detach(tmp, "daemon.socket=%s/no/such/dir/s.sock" % tmp)
+        check(r.returncode != 0, "exit 0 on a socket it cannot bind")
+        check("s.sock" in r.stderr, "stderr %r" % r.stderr)
+        r = _detach(tmp, "daemon.worker_path=/nonexistent/ember-worker")
+        check(r.returncode != 0, "exit 0 without ember-worker")
+        check("/nonexistent/ember-worker" in r.stderr, "stderr %r" % r.stderr)
+        check_eq(sorted(os.listdir(tmp)), [], "left behind")
+        if not _can_be_nobody():
+            return
+        # Found only once detached: the fork-server dies before its hello.
+        r = _detach(tmp, "daemon.worker_path=/bin/true", nobody=True)
+        check(r.returncode != 0, "exit 0 with a fork-server that dies")
+        check("fork-server exited" in r.stderr, "stderr %r" % r.stderr)
+        check_eq(sorted(os.listdir(tmp)), [], "left behind")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _unit_dir():
+    return os.path.join(BUILDDIR, "systemd")
+
+
+@no_daemon
+def test_unit_verifies(_):
+    unit = os.path.join(_unit_dir(), "emberd.service")
+    check(os.path.exists(unit), "%s not built" % unit)
+    text = open(unit).read()
+    check("Type=notify" in text, "not Type=notify")
+    check("ExecStart=/" in text and "/emberd -f\n" in text,
+          "ExecStart: %r" % [l for l in text.split("\n")
+                             if l.startswith("ExecStart")])
+    if shutil.which("systemd-analyze") is None:
+        print("SKIP: systemd-analyze verify: no systemd-analyze")
+        return
+    # Verify against this build's emberd, wherever ExecStart points.
+    tmp = tempfile.mkdtemp(prefix="ember-unit-")
+    try:
+        copy = os.path.join(tmp, "emberd.service")
+        with open(copy, "w") as f:
+            for line in text.split("\n"):
+                if line.startswith("ExecStart="):
+                    line = "ExecStart=%s -f" % EMBERD
+                f.write(line + "\n")
+        r = subprocess.run(["systemd-analyze", "verify", "--man=no", copy],
+                           capture_output=True, text=True, timeout=60)
+        bad = [l for l in r.stderr.split("\n")
+               if "emberd.service" in l]
+        check(r.returncode == 0 and not bad,
+              "systemd-analyze verify: %d %r" % (r.returncode, r.stderr))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@no_daemon
+def test_tmpfiles_entry(_):
+    path = os.path.join(_unit_dir(), "ember.conf")
+    check(os.path.exists(path), "%s not built" % path)
+    lines = [l.split() for l in open(path) if l.strip() and l[0] != "#"]
+    check_eq(lines, [["d", "/run/ember", "0755", "root", "root", "-"]],
+             "tmpfiles entry")
+    if shutil.which("systemd-tmpfiles") is None or os.geteuid() != 0:
+        print("SKIP: systemd-tmpfiles --create: needs root and the tool")
+        return
+    root = tempfile.mkdtemp(prefix="ember-tmpfiles-")
+    try:
+        r = subprocess.run(["systemd-tmpfiles", "--create", "--root", root,
+                            path], capture_output=True, text=True,
+                           timeout=60)
+        check_eq(r.returncode, 0, "systemd-tmpfiles (%r)" % r.stderr)
+        st = os.stat(os.path.join(root, "run/ember"))
+        check_eq(st.st_mode & 0o7777, 0o755, "mode of /run/ember")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run_tests(globals())

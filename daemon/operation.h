@@ -34,6 +34,8 @@ int		 operation_stream_input(struct operation *, struct evbuffer *);
 void		 operation_stream_writable(struct operation *);
 /* The connection went away. */
 void		 operation_detach(struct operation *);
+/* Does the stream wait for the client's request for the next partition? */
+int		 operation_stream_waiting(const struct operation *);
 
 /* Interrupt operations, telling their clients why. */
 void		 operation_interrupt_all(const char *why);

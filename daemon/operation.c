@@ -568,7 +568,7 @@ operation_task_finished(struct operation *op, struct task *t)
 		ember_counters.operations_failed++;
 		if (op->conn != NULL)
 			connection_reply_error(op->conn, op->result_class,
-			    "operation %s: %s", op->id, op->result_error);
+			    "%s; operation %s", op->result_error, op->id);
 		operation_end(op);
 		return;
 	}

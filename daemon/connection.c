@@ -131,22 +131,40 @@ connection_reply_ok(struct connection *c, json_t *fields)
 	connection_send(c, reply);
 }
 
-void
-connection_reply_error(struct connection *c, const char *class,
-    const char *fmt, ...)
+/* Write an error reply, its message made from fmt and ap. */
+static void
+connection_reply_verror(struct connection *c, const char *class,
+    const char *fmt, va_list ap)
 {
-	va_list	 ap;
 	char	*msg;
 
-	va_start(ap, fmt);
 	xvasprintf(&msg, fmt, ap);
-	va_end(ap);
 	ember_counters.request_errors++;
 	log_debug("connection %llu (pid %ld): %s: %s",
 	    (unsigned long long)c->id, (long)c->pid, class, msg);
 	connection_send(c, json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error",
 	    "class", class, "message", msg));
 	free(msg);
+}
+
+void
+connection_reply_error(struct connection *c, const char *class,
+    const char *fmt, ...)
+{
+	va_list	ap;
+
+	va_start(ap, fmt);
+	connection_reply_verror(c, class, fmt, ap);
+	va_end(ap);
+}
+
+/* Let go of what the frame being read holds of daemon.max_input. */
+static void
+connection_release_frame(struct connection *c)
+{
+	if (c->reserved > 0)
+		limit_release(c->uid, LIMIT_INPUT, c->reserved);
+	c->reserved = 0;
 }
 
 /* Close once the output is flushed; what the client sent is dropped. */
@@ -157,9 +175,7 @@ connection_close_after_flush(struct connection *c)
 	c->active_ms = ember_now_ms();
 	evbuffer_drain(bufferevent_get_input(c->bev),
 	    evbuffer_get_length(bufferevent_get_input(c->bev)));
-	if (c->reserved > 0)
-		limit_release(c->uid, LIMIT_INPUT, c->reserved);
-	c->reserved = 0;
+	connection_release_frame(c);
 	event_del(c->rev);
 	c->reading = 0;
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
@@ -172,15 +188,11 @@ connection_close_after_flush(struct connection *c)
 static void __attribute__((format(printf, 3, 4)))
 connection_fail(struct connection *c, const char *class, const char *fmt, ...)
 {
-	va_list	 ap;
-	char	*msg;
+	va_list	ap;
 
 	va_start(ap, fmt);
-	if (vasprintf(&msg, fmt, ap) == -1)
-		fatal("vasprintf");
+	connection_reply_verror(c, class, fmt, ap);
 	va_end(ap);
-	connection_reply_error(c, class, "%s", msg);
-	free(msg);
 	connection_close_after_flush(c);
 }
 
@@ -231,9 +243,7 @@ connection_take_frame(struct connection *c, size_t len)
 	struct evbuffer	*in = bufferevent_get_input(c->bev);
 
 	evbuffer_drain(in, len);
-	if (c->reserved > 0)
-		limit_release(c->uid, LIMIT_INPUT, c->reserved);
-	c->reserved = 0;
+	connection_release_frame(c);
 	c->frame_ms = evbuffer_get_length(in) > 0 ? ember_now_ms() : 0;
 }
 
@@ -684,14 +694,11 @@ connection_process_input(struct connection *c)
 }
 
 
-/* Is it the client's turn, with nothing of emberd's running or queued
- * for it?  Such a connection is closed after daemon.idle_timeout. */
+/* Is it the client's turn to send: no request of its runs, and a stream
+ * waits for its next request? */
 static int
-connection_idle(struct connection *c)
+connection_clients_turn(struct connection *c)
 {
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 ||
-	    evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
-		return (0);
 	switch (c->state) {
 	case CONN_CONTROL:
 	case CONN_UPLOAD:
@@ -703,23 +710,24 @@ connection_idle(struct connection *c)
 	}
 }
 
+/* Is it the client's turn, with nothing of emberd's left to write or to
+ * read?  Such a connection is closed after daemon.idle_timeout. */
+static int
+connection_idle(struct connection *c)
+{
+	return (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
+	    evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
+	    connection_clients_turn(c));
+}
+
 /* Does emberd wait for the rest of something the client started to send?
  * It must come within daemon.request_timeout. */
 static int
 connection_waits_input(struct connection *c)
 {
-	if (c->frame_ms == 0 ||
-	    evbuffer_get_length(bufferevent_get_input(c->bev)) == 0)
-		return (0);
-	switch (c->state) {
-	case CONN_CONTROL:
-	case CONN_UPLOAD:
-		return (1);
-	case CONN_STREAM:
-		return (operation_stream_waiting(c->op));
-	default:
-		return (0);
-	}
+	return (c->frame_ms != 0 &&
+	    evbuffer_get_length(bufferevent_get_input(c->bev)) > 0 &&
+	    connection_clients_turn(c));
 }
 
 /* Set the timer for the next deadline: the frame being read, a last reply
@@ -904,8 +912,7 @@ connection_free(struct connection *c)
 		close(c->fds[--c->nfds]);
 	if (c->session != NULL)
 		session_release(c->session);
-	if (c->reserved > 0)
-		limit_release(c->uid, LIMIT_INPUT, c->reserved);
+	connection_release_frame(c);
 	if (c->counted)
 		limit_release(c->uid, LIMIT_CONNECTIONS, 1);
 	TAILQ_REMOVE(&connections, c, entry);

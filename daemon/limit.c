@@ -17,8 +17,9 @@ struct limit_def {
 	const char	*total_key;
 	size_t		 total_offset;
 };
-#define DEF(what, field) { what, \
-	"daemon." #field "_per_uid", offsetof(struct conf, daemon_##field##_per_uid), \
+#define DEF(what, field) { what,					\
+	"daemon." #field "_per_uid",					\
+	offsetof(struct conf, daemon_##field##_per_uid),		\
 	"daemon." #field, offsetof(struct conf, daemon_##field) }
 static const struct limit_def limit_defs[LIMIT_KINDS] = {
 	DEF("connections", max_connections),

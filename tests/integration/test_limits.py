@@ -182,6 +182,14 @@ def as_user(tag, fn):
     return AsUser(USERS[tag], lambda ctl: fn()).result()
 
 
+def check_limit(err, key_is, what):
+    """err, an (class, message) pair, is LIMIT_EXCEEDED naming the limit:
+    its message starts with key_is ("daemon.max_x is N")."""
+    check(err is not None, "%s: no error" % what)
+    check_eq(err[0], "LIMIT_EXCEEDED", "%s (message %r)" % (what, err[1]))
+    check(err[1].startswith(key_is), "%s: message %r" % (what, err[1]))
+
+
 def error_of(reply):
     """(class, message) of an error reply, or None."""
     if reply.get("ok") is not False:
@@ -370,18 +378,15 @@ def test_connection_limits_name_their_keys(d):
     a = AsUser(USERS["a"], lambda ctl: hold(3, ctl))
     try:
         err = a.wait_ready()
-        check_eq(err[0], "LIMIT_EXCEEDED", "a's 4th connection")
-        check(err[1].startswith("daemon.max_connections_per_uid is 3"),
-              "message %r" % err[1])
+        check_limit(err, "daemon.max_connections_per_uid is 3",
+                    "a's 4th connection")
 
         def two_then_refused():
             held = [d.client(), d.client()]
             extra = d.client(hello=False)
             return [error_of(extra.recv_json()), len(held)]
         err, _ = as_user("b", two_then_refused)
-        check_eq(err[0], "LIMIT_EXCEEDED", "b's 3rd connection")
-        check(err[1].startswith("daemon.max_connections is 5"),
-              "message %r" % err[1])
+        check_limit(err, "daemon.max_connections is 5", "b's 3rd connection")
     finally:
         a.close()
     with d.client() as c:
@@ -396,9 +401,8 @@ def test_input_limit_names_its_key(d):
         c.send(struct.pack(">i", 100 * 1024) + b"{")
         return [error_of(c.recv_json()), c.at_eof(5)]
     err, closed = as_user("a", big_frame)
-    check_eq(err[0], "LIMIT_EXCEEDED", "a frame over the input limit")
-    check(err[1].startswith("daemon.max_input_per_uid is 65536"),
-          "message %r" % err[1])
+    check_limit(err, "daemon.max_input_per_uid is 65536",
+                "a frame over the input limit")
     check(closed, "the connection stays open")
     with d.client() as c:
         check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
@@ -418,9 +422,7 @@ def test_request_and_idle_timeouts(d):
         err = error_of(c.recv_json())
         return [err, c.at_eof(5), time.monotonic() - start]
     err, closed, took = as_user("a", partial)
-    check_eq(err[0], "LIMIT_EXCEEDED", "a partial frame")
-    check(err[1].startswith("daemon.request_timeout is 1000ms"),
-          "message %r" % err[1])
+    check_limit(err, "daemon.request_timeout is 1000ms", "a partial frame")
     check(closed and 0.9 < took < 4, "closed %r after %.2fs" % (closed, took))
 
     def idle():
@@ -482,9 +484,8 @@ def test_operation_limits_name_their_keys(d):
     a = AsUser(USERS["a"], lambda ctl: hold(2, ctl))
     try:
         err = a.wait_ready()
-        check_eq(err[0], "LIMIT_EXCEEDED", "a's 3rd operation")
-        check(err[1].startswith("daemon.max_operations_per_uid is 2"),
-              "message %r" % err[1])
+        check_limit(err, "daemon.max_operations_per_uid is 2",
+                    "a's 3rd operation")
 
         def b_ops():
             c1 = d.client()
@@ -492,9 +493,8 @@ def test_operation_limits_name_their_keys(d):
             c2 = d.client()
             return error_of(c2.execute(_sleeper(), "iterate"))
         err = as_user("b", b_ops)
-        check_eq(err[0], "LIMIT_EXCEEDED", "b's 2nd operation, 4th in all")
-        check(err[1].startswith("daemon.max_operations is 3"),
-              "message %r" % err[1])
+        check_limit(err, "daemon.max_operations is 3",
+                    "b's 2nd operation, 4th in all")
     finally:
         a.close()
 
@@ -547,10 +547,8 @@ def test_concurrent_count_by_value_bounded(d):
         a.close()
     grew = watch.stop()
     for err in results:
-        check(err is not None and err[0] == "LIMIT_EXCEEDED",
-              "a count_by_value of 3M values: %r" % (err,))
-        check(err[1].startswith("daemon.max_results_per_uid is 67108864"),
-              "message %r" % err[1])
+        check_limit(err, "daemon.max_results_per_uid is 67108864",
+                    "a count_by_value of 3M values")
     check_eq(small_counts, 1000, "a's small count_by_value after")
     check(grew < 64 + 160, "emberd grew by %d MiB" % grew)
 
@@ -563,9 +561,8 @@ def test_total_results_limit_names_its_key(d):
             return error_of(c.execute(range_plan(0, 200000, 2),
                                       "count_by_value"))
     err = as_user("a", big)
-    check_eq(err[0], "LIMIT_EXCEEDED", "over daemon.max_results")
-    check(err[1].startswith("daemon.max_results is 4194304"),
-          "message %r" % err[1])
+    check_limit(err, "daemon.max_results is 4194304",
+                "over daemon.max_results")
 
 
 def _refused_put(c, size):
@@ -593,13 +590,11 @@ def test_broadcast_limits_name_their_keys(d):
     a = AsUser(USERS["a"], a_puts)
     try:
         over_bytes, over_count = a.wait_ready()
-        check_eq(over_bytes[0], "LIMIT_EXCEEDED", "a's 600k more")
-        check(over_bytes[1].startswith(
-            "daemon.max_broadcast_bytes_per_uid is 1048576"),
-            "message %r" % over_bytes[1])
-        check_eq(over_count[0], "LIMIT_EXCEEDED", "a's 3rd broadcast")
-        check(over_count[1].startswith("daemon.max_broadcasts_per_uid is 2"),
-              "message %r" % over_count[1])
+        check_limit(over_bytes,
+                    "daemon.max_broadcast_bytes_per_uid is 1048576",
+                    "a's 600k more")
+        check_limit(over_count, "daemon.max_broadcasts_per_uid is 2",
+                    "a's 3rd broadcast")
 
         def b_puts():
             c = d.client()
@@ -610,12 +605,10 @@ def test_broadcast_limits_name_their_keys(d):
         over_bytes, over_count = as_user("b", b_puts)
     finally:
         a.close()
-    check_eq(over_bytes[0], "LIMIT_EXCEEDED", "b over the total bytes")
-    check(over_bytes[1].startswith("daemon.max_broadcast_bytes is 1536000"),
-          "message %r" % over_bytes[1])
-    check_eq(over_count[0], "LIMIT_EXCEEDED", "b over the total count")
-    check(over_count[1].startswith("daemon.max_broadcasts is 3"),
-          "message %r" % over_count[1])
+    check_limit(over_bytes, "daemon.max_broadcast_bytes is 1536000",
+                "b over the total bytes")
+    check_limit(over_count, "daemon.max_broadcasts is 3",
+                "b over the total count")
 
 
 # ---------------------------------------------------------------------------

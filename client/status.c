@@ -415,6 +415,39 @@ status_in_summary(const char *key)
 	return (0);
 }
 
+/* Print limits as "key used of max", one a line. */
+static void
+status_print_limit_uses(const char *indent, json_t *limits)
+{
+	const char	*k;
+	json_t		*use;
+
+	json_object_foreach(limits, k, use) {
+		printf("%s%-36s %lld of %lld\n", indent, k, (long long)
+		    json_integer_value(json_object_get(use, "used")),
+		    (long long)json_integer_value(json_object_get(use, "max")));
+	}
+}
+
+/* Print the limits member: each uid's use, then everyone's. */
+static void
+status_print_limits(json_t *limits)
+{
+	json_t	*user, *total;
+	size_t	 i;
+
+	printf("\nlimits\n");
+	json_array_foreach(json_object_get(limits, "users"), i, user) {
+		printf("  uid %lld\n", (long long)json_integer_value(
+		    json_object_get(user, "uid")));
+		status_print_limit_uses("    ", json_object_get(user, "limits"));
+	}
+	if (json_is_object(total = json_object_get(limits, "total"))) {
+		printf("  all users\n");
+		status_print_limit_uses("    ", total);
+	}
+}
+
 void
 status_print(json_t *reply)
 {
@@ -453,6 +486,10 @@ status_print(json_t *reply)
 				    strcmp(key, "operations") == 0));
 			status_print_table(rows);
 			json_decref(rows);
+			continue;
+		}
+		if (strcmp(key, "limits") == 0 && json_is_object(v)) {
+			status_print_limits(v);
 			continue;
 		}
 		if (json_is_object(v)) {

@@ -18,9 +18,22 @@ struct conf {
 	char		*daemon_worker_path;
 	int64_t		 daemon_max_frame;
 	int64_t		 daemon_max_connections_per_uid;
+	int64_t		 daemon_max_connections; /* 0: from RLIMIT_NOFILE */
+	int64_t		 daemon_request_timeout; /* ms to complete a frame */
+	int64_t		 daemon_idle_timeout;	/* ms, 0: never */
+	int64_t		 daemon_max_input_per_uid; /* bytes of frames read */
+	int64_t		 daemon_max_input;
+	int64_t		 daemon_max_operations_per_uid;
+	int64_t		 daemon_max_operations;
 	int64_t		 daemon_shutdown_grace;	/* ms */
 	int64_t		 daemon_max_result;	/* bytes of a merged result */
+	int64_t		 daemon_max_results_per_uid; /* bytes, all results */
+	int64_t		 daemon_max_results;
 	int64_t		 daemon_max_broadcast;	/* bytes */
+	int64_t		 daemon_max_broadcasts_per_uid;
+	int64_t		 daemon_max_broadcasts;
+	int64_t		 daemon_max_broadcast_bytes_per_uid;
+	int64_t		 daemon_max_broadcast_bytes;
 	char		*daemon_local_dir;
 	char		*daemon_pidfile;
 

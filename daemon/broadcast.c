@@ -9,6 +9,7 @@
 
 #include "broadcast.h"
 #include "emberd.h"
+#include "limit.h"
 #include "log.h"
 #include "pool.h"
 #include "queue.h"
@@ -18,6 +19,8 @@
 struct broadcast {
 	int64_t			 id;
 	struct session		*session;	/* NULL once dropped */
+	uid_t			 uid;		/* its session's */
+	int64_t			 charged;	/* daemon.max_broadcast_bytes */
 	char			*path;
 	int			 fd;		/* while uploading */
 	int64_t			 size, written;
@@ -35,25 +38,53 @@ broadcast_free(struct broadcast *b)
 	if (b->fd != -1)
 		close(b->fd);
 	unlink(b->path);
+	limit_release(b->uid, LIMIT_BROADCASTS, 1);
+	if (b->charged > 0)
+		limit_release(b->uid, LIMIT_BROADCAST_BYTES, b->charged);
 	TAILQ_REMOVE(&broadcasts, b, entry);
 	log_debug("broadcast %lld freed", (long long)b->id);
 	free(b->path);
 	free(b);
 }
 
+/* Hold size bytes against the uid's and everyone's broadcast bytes. */
+static int
+broadcast_charge(struct broadcast *b, int64_t size, const char **class,
+    char **err)
+{
+	if (limit_charge(b->uid, LIMIT_BROADCAST_BYTES, size, err) == -1) {
+		*class = "LIMIT_EXCEEDED";
+		return (-1);
+	}
+	b->charged = size;
+	return (0);
+}
+
 struct broadcast *
-broadcast_create(struct session *s, int64_t size, char **err)
+broadcast_create(struct session *s, int64_t size, const char **class,
+    char **err)
 {
 	struct broadcast	*b;
 	uid_t			 uid;
 	gid_t			 gid;
 
+	*class = "REQUEST_INVALID";
 	if (size < 0 || size > ember_conf.daemon_max_broadcast) {
 		xasprintf(err, "size: must be from 0 to daemon.max_broadcast "
 		    "(%lld)", (long long)ember_conf.daemon_max_broadcast);
 		return (NULL);
 	}
+	if (limit_charge(session_uid(s), LIMIT_BROADCASTS, 1, err) == -1) {
+		*class = "LIMIT_EXCEEDED";
+		return (NULL);
+	}
 	b = xcalloc(1, sizeof *b);
+	b->uid = session_uid(s);
+	if (size > 0 && broadcast_charge(b, size, class, err) == -1) {
+		limit_release(b->uid, LIMIT_BROADCASTS, 1);
+		free(b);
+		return (NULL);
+	}
 	b->id = broadcast_next_id++;
 	b->session = s;
 	b->size = size;
@@ -62,6 +93,10 @@ broadcast_create(struct session *s, int64_t size, char **err)
 	b->fd = open(b->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (b->fd == -1) {
 		xasprintf(err, "%s: %s", b->path, strerror(errno));
+		*class = "INTERNAL";
+		limit_release(b->uid, LIMIT_BROADCASTS, 1);
+		if (b->charged > 0)
+			limit_release(b->uid, LIMIT_BROADCAST_BYTES, b->charged);
 		free(b->path);
 		free(b);
 		return (NULL);
@@ -125,22 +160,26 @@ broadcast_copy_read(struct broadcast *b, int fd, off_t off, char **err)
 }
 
 int
-broadcast_copy_fd(struct broadcast *b, int fd, char **err)
+broadcast_copy_fd(struct broadcast *b, int fd, const char **class,
+    char **err)
 {
 	struct stat	st;
 	ssize_t		n;
 	loff_t		off = 0;
 
+	*class = "REQUEST_INVALID";
 	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
 		xasprintf(err, "fd: not a regular file");
 		return (-1);
 	}
-	b->size = st.st_size;
-	if (b->size > ember_conf.daemon_max_broadcast) {
+	if (st.st_size > ember_conf.daemon_max_broadcast) {
 		xasprintf(err, "fd: %lld bytes, over daemon.max_broadcast",
-		    (long long)b->size);
+		    (long long)st.st_size);
 		return (-1);
 	}
+	if (broadcast_charge(b, st.st_size, class, err) == -1)
+		return (-1);
+	b->size = st.st_size;
 	/* The kernel copies: the bytes never cross the client's socket.  An
 	 * explicit offset leaves the client's file position alone. */
 	while (b->written < b->size) {

@@ -18,14 +18,20 @@
 struct broadcast;
 struct session;
 
-/* Start an upload of size bytes: a file to write them into. */
+/*
+ * Start an upload of size bytes: a file to write them into.  On error
+ * *class is the error class for the client: REQUEST_INVALID, or
+ * LIMIT_EXCEEDED when the uid's broadcasts (count or bytes) or everyone's
+ * would pass their bound.
+ */
 struct broadcast	*broadcast_create(struct session *, int64_t size,
-			     char **err);
+			     const char **class, char **err);
 /* Append uploaded bytes; -1 with *err on a write error. */
 int			 broadcast_write(struct broadcast *, const void *, size_t,
 			     char **err);
 /* Take the whole file behind fd (passed by the client) as the bytes. */
-int			 broadcast_copy_fd(struct broadcast *, int fd, char **err);
+int			 broadcast_copy_fd(struct broadcast *, int fd,
+			     const char **class, char **err);
 /* How many bytes the upload still expects. */
 int64_t			 broadcast_missing(const struct broadcast *);
 /* The upload is complete: the broadcast can be used. */

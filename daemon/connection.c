@@ -17,6 +17,7 @@
 #include "emberd.h"
 #include "frame.h"
 #include "jread.h"
+#include "limit.h"
 #include "log.h"
 #include "operation.h"
 #include "protocol.h"
@@ -26,8 +27,16 @@
 
 /* Frames handled per read event before yielding to other connections. */
 #define CONNECTION_BATCH	64
-/* Descriptors a client may pass ahead of the request that takes them. */
-#define CONNECTION_FDS		4
+/*
+ * Descriptors a client may pass ahead of the request that takes them: one,
+ * so that a connection costs emberd two descriptors at most (more are
+ * closed as they come), which daemon.max_connections "auto" counts on.
+ */
+#define CONNECTION_FDS		1
+/* Input read beyond the frame being read, whose bytes are reserved. */
+#define CONNECTION_READ_AHEAD	(64 * 1024)
+/* Timeouts are looked at this often, at most. */
+#define CONNECTION_TICK_MS	50
 
 enum connection_state {
 	CONN_CONTROL,	/* reading control frames */
@@ -46,6 +55,12 @@ struct connection {
 	int			 nfds;
 	struct event		*kick;		/* resume reading input */
 	enum connection_state	 state;
+	struct event		*timer;		/* request and idle timeouts */
+	uint64_t		 active_ms;	/* last input, output or change */
+	uint64_t		 frame_ms;	/* input waiting to complete */
+	int64_t			 reserved;	/* bytes of the frame being read,
+						   held against daemon.max_input */
+	int			 counted;	/* in daemon.max_connections */
 	uid_t			 uid;
 	gid_t			 gid;
 	pid_t			 pid;
@@ -72,6 +87,7 @@ static void	connection_process(struct connection *);
 static void	connection_process_input(struct connection *);
 static int	connection_take_fd(struct connection *);
 static void	connection_upload_done(struct connection *);
+static void	connection_arm(struct connection *);
 
 pid_t
 connection_pid(const struct connection *c)
@@ -117,16 +133,14 @@ connection_reply_ok(struct connection *c, json_t *fields)
 	connection_send(c, reply);
 }
 
-void
-connection_reply_error(struct connection *c, const char *class,
-    const char *fmt, ...)
+/* Write an error reply, its message made from fmt and ap. */
+static void
+connection_reply_verror(struct connection *c, const char *class,
+    const char *fmt, va_list ap)
 {
-	va_list	 ap;
 	char	*msg;
 
-	va_start(ap, fmt);
 	xvasprintf(&msg, fmt, ap);
-	va_end(ap);
 	ember_counters.request_errors++;
 	log_debug("connection %llu (pid %ld): %s: %s",
 	    (unsigned long long)c->id, (long)c->pid, class, msg);
@@ -135,23 +149,104 @@ connection_reply_error(struct connection *c, const char *class,
 	free(msg);
 }
 
-/* Close once the output is flushed. */
+void
+connection_reply_error(struct connection *c, const char *class,
+    const char *fmt, ...)
+{
+	va_list	ap;
+
+	va_start(ap, fmt);
+	connection_reply_verror(c, class, fmt, ap);
+	va_end(ap);
+}
+
+/* Let go of what the frame being read holds of daemon.max_input. */
+static void
+connection_release_frame(struct connection *c)
+{
+	if (c->reserved > 0)
+		limit_release(c->uid, LIMIT_INPUT, c->reserved);
+	c->reserved = 0;
+}
+
+/* Close once the output is flushed; what the client sent is dropped. */
 static void
 connection_close_after_flush(struct connection *c)
 {
 	c->state = CONN_CLOSING;
+	c->active_ms = ember_now_ms();
+	evbuffer_drain(bufferevent_get_input(c->bev),
+	    evbuffer_get_length(bufferevent_get_input(c->bev)));
+	connection_release_frame(c);
 	event_del(c->rev);
 	c->reading = 0;
 	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
 	event_active(c->kick, EV_WRITE, 1);
+	connection_arm(c);
 }
 
-/* Reply with an error, then close: the framing is broken. */
-static void
-connection_fail(struct connection *c, const char *class, const char *msg)
+/* Reply with an error, then close: the framing is broken, or a limit
+ * leaves no way to go on. */
+static void __attribute__((format(printf, 3, 4)))
+connection_fail(struct connection *c, const char *class, const char *fmt, ...)
 {
-	connection_reply_error(c, class, "%s", msg);
+	va_list	ap;
+
+	va_start(ap, fmt);
+	connection_reply_verror(c, class, fmt, ap);
+	va_end(ap);
 	connection_close_after_flush(c);
+}
+
+enum connection_frame {
+	CONN_FRAME_WAIT,	/* not all of it is here yet */
+	CONN_FRAME_READY,	/* 4 + len bytes are buffered (or a special
+				   length) */
+	CONN_FRAME_REFUSED,	/* the connection is failing */
+};
+
+/*
+ * Look at the frame at the head of the input.  From the moment its header
+ * is in, its bytes are held against daemon.max_input_per_uid and
+ * daemon.max_input, and emberd reads no more of it than those allow.
+ */
+static enum connection_frame
+connection_peek_frame(struct connection *c, int32_t *len)
+{
+	struct evbuffer		*in = bufferevent_get_input(c->bev);
+	enum frame_status	 st;
+	char			*err;
+
+	st = frame_peek(in, (size_t)ember_conf.daemon_max_frame, len);
+	if (st == FRAME_TOO_LARGE) {
+		connection_fail(c, "FRAME_INVALID", "frame of %ld bytes is over "
+		    "daemon.max_frame (%lld)", (long)*len,
+		    (long long)ember_conf.daemon_max_frame);
+		return (CONN_FRAME_REFUSED);
+	}
+	if (evbuffer_get_length(in) >= 4 && *len > 0 && c->reserved == 0) {
+		if (limit_charge(c->uid, LIMIT_INPUT, *len, &err) == -1) {
+			connection_fail(c, "LIMIT_EXCEEDED", "%s; a frame of "
+			    "%ld bytes refused, closing the connection", err,
+			    (long)*len);
+			free(err);
+			return (CONN_FRAME_REFUSED);
+		}
+		c->reserved = *len;
+	}
+	return (st == FRAME_OK ? CONN_FRAME_READY : CONN_FRAME_WAIT);
+}
+
+/* The frame at the head of the input is taken (len bytes with its
+ * header): release what it held. */
+static void
+connection_take_frame(struct connection *c, size_t len)
+{
+	struct evbuffer	*in = bufferevent_get_input(c->bev);
+
+	evbuffer_drain(in, len);
+	connection_release_frame(c);
+	c->frame_ms = evbuffer_get_length(in) > 0 ? ember_now_ms() : 0;
 }
 
 void
@@ -159,6 +254,7 @@ connection_stream_begin(struct connection *c, struct operation *op)
 {
 	c->state = CONN_STREAM;
 	c->op = op;
+	c->active_ms = ember_now_ms();
 }
 
 void
@@ -166,6 +262,10 @@ connection_stream_end(struct connection *c)
 {
 	c->state = CONN_CONTROL;
 	c->op = NULL;
+	/* What the client sent meanwhile is waited for from now on. */
+	c->active_ms = ember_now_ms();
+	c->frame_ms = evbuffer_get_length(bufferevent_get_input(c->bev)) > 0 ?
+	    c->active_ms : 0;
 	event_active(c->kick, EV_READ, 1);
 }
 
@@ -180,6 +280,7 @@ connection_busy_begin(struct connection *c, struct operation *op)
 {
 	c->state = CONN_BUSY;
 	c->op = op;
+	c->active_ms = ember_now_ms();
 }
 
 void
@@ -259,6 +360,7 @@ connection_broadcast_put(struct connection *c, json_t *req)
 	static const char *const keys[] = { "op", "size", "fd", NULL };
 	json_int_t	 size = 0;
 	int		 use_fd = 0, fd;
+	const char	*class = "REQUEST_INVALID";
 	char		*err;
 
 	if (jread_only(req, "", keys, &err) == -1 ||
@@ -270,11 +372,12 @@ connection_broadcast_put(struct connection *c, json_t *req)
 			err = xstrdup("fd: no descriptor came with the request");
 			goto fail;
 		}
-		if ((c->upload = broadcast_create(c->session, 0, &err)) == NULL) {
+		if ((c->upload = broadcast_create(c->session, 0, &class,
+		    &err)) == NULL) {
 			close(fd);
 			goto fail;
 		}
-		if (broadcast_copy_fd(c->upload, fd, &err) == -1) {
+		if (broadcast_copy_fd(c->upload, fd, &class, &err) == -1) {
 			close(fd);
 			broadcast_abandon(c->upload);
 			c->upload = NULL;
@@ -284,14 +387,18 @@ connection_broadcast_put(struct connection *c, json_t *req)
 		connection_upload_done(c);
 		return;
 	}
-	if ((c->upload = broadcast_create(c->session, size, &err)) == NULL)
+	if ((c->upload = broadcast_create(c->session, size, &class,
+	    &err)) == NULL)
 		goto fail;
 	c->state = CONN_UPLOAD;
 	if (size == 0)
 		connection_upload_done(c);
 	return;
 fail:
-	connection_reply_error(c, "REQUEST_INVALID", "broadcast_put: %s", err);
+	if (strcmp(class, "LIMIT_EXCEEDED") == 0)
+		connection_reply_error(c, class, "%s", err);
+	else
+		connection_reply_error(c, class, "broadcast_put: %s", err);
 	free(err);
 }
 
@@ -425,31 +532,18 @@ connection_read_control(struct connection *c)
 {
 	struct evbuffer	*in = bufferevent_get_input(c->bev);
 	int32_t		 len;
-	char		 msg[128];
 	unsigned char	*data;
 
-	switch (frame_peek(in, (size_t)ember_conf.daemon_max_frame, &len)) {
-	case FRAME_INCOMPLETE:
+	if (connection_peek_frame(c, &len) != CONN_FRAME_READY)
 		return (0);
-	case FRAME_TOO_LARGE:
-		snprintf(msg, sizeof msg, "frame of %ld bytes is over "
-		    "daemon.max_frame (%lld)", (long)len,
-		    (long long)ember_conf.daemon_max_frame);
-		connection_fail(c, "FRAME_INVALID", msg);
-		return (0);
-	case FRAME_OK:
-		break;
-	}
 	if (len < 0) {
-		snprintf(msg, sizeof msg, "expected a control frame, got "
-		    "length %ld", (long)len);
-		connection_fail(c, "FRAME_INVALID", msg);
+		connection_fail(c, "FRAME_INVALID", "expected a control frame, "
+		    "got length %ld", (long)len);
 		return (0);
 	}
-	evbuffer_drain(in, 4);
-	data = evbuffer_pullup(in, len);
-	connection_dispatch(c, (const char *)data, (size_t)len);
-	evbuffer_drain(in, (size_t)len);
+	data = evbuffer_pullup(in, len + 4);
+	connection_dispatch(c, (const char *)data + 4, (size_t)len);
+	connection_take_frame(c, (size_t)len + 4);
 	return (1);
 }
 
@@ -475,13 +569,14 @@ connection_read_upload(struct connection *c)
 	int32_t		 len;
 	char		*err;
 
-	switch (frame_peek(in, (size_t)ember_conf.daemon_max_frame, &len)) {
-	case FRAME_INCOMPLETE:
+	switch (connection_peek_frame(c, &len)) {
+	case CONN_FRAME_WAIT:
 		return (0);
-	case FRAME_TOO_LARGE:
-		len = -1;
-		break;
-	case FRAME_OK:
+	case CONN_FRAME_REFUSED:
+		broadcast_abandon(c->upload);
+		c->upload = NULL;
+		return (0);
+	case CONN_FRAME_READY:
 		break;
 	}
 	if (len < 0 || len > broadcast_missing(c->upload)) {
@@ -491,10 +586,9 @@ connection_read_upload(struct connection *c)
 		    "frames adding up to its size");
 		return (0);
 	}
-	evbuffer_drain(in, 4);
-	if (broadcast_write(c->upload, evbuffer_pullup(in, len), (size_t)len,
-	    &err) == -1) {
-		evbuffer_drain(in, (size_t)len);
+	if (broadcast_write(c->upload, evbuffer_pullup(in, len + 4) + 4,
+	    (size_t)len, &err) == -1) {
+		connection_take_frame(c, (size_t)len + 4);
 		broadcast_abandon(c->upload);
 		c->upload = NULL;
 		c->state = CONN_CONTROL;
@@ -502,10 +596,18 @@ connection_read_upload(struct connection *c)
 		free(err);
 		return (1);
 	}
-	evbuffer_drain(in, (size_t)len);
+	connection_take_frame(c, (size_t)len + 4);
 	if (broadcast_missing(c->upload) == 0)
 		connection_upload_done(c);
 	return (1);
+}
+
+/* How much input may be buffered: the frame being read, whose bytes are
+ * reserved, and a little more. */
+static size_t
+connection_input_room(const struct connection *c)
+{
+	return ((size_t)c->reserved + 4 + CONNECTION_READ_AHEAD);
 }
 
 /*
@@ -531,7 +633,7 @@ connection_recv_cb(evutil_socket_t fd, short events, void *arg)
 	int			*fds;
 
 	(void)events;
-	if (evbuffer_get_length(in) >= (size_t)ember_conf.daemon_max_frame + 4) {
+	if (evbuffer_get_length(in) >= connection_input_room(c)) {
 		event_del(c->rev);
 		c->reading = 0;
 		connection_process(c);
@@ -568,6 +670,11 @@ connection_recv_cb(evutil_socket_t fd, short events, void *arg)
 				close(fds[i]);
 		}
 	}
+	c->active_ms = ember_now_ms();
+	if (evbuffer_get_length(in) == 0) {
+		c->frame_ms = c->active_ms;
+		connection_arm(c);
+	}
 	vec[0].iov_len = (size_t)n;
 	evbuffer_commit_space(in, vec, 1);
 	connection_process(c);
@@ -592,9 +699,12 @@ static void
 connection_process(struct connection *c)
 {
 	connection_process_input(c);
+	if (c->state == CONN_CLOSING)
+		return;
+	connection_arm(c);
 	if (!c->reading && c->state != CONN_CLOSING &&
 	    evbuffer_get_length(bufferevent_get_input(c->bev)) <
-	    (size_t)ember_conf.daemon_max_frame + 4) {
+	    connection_input_room(c)) {
 		event_add(c->rev, NULL);
 		c->reading = 1;
 	}
@@ -628,6 +738,106 @@ connection_process_input(struct connection *c)
 }
 
 
+/* Is it the client's turn to send: no request of its runs, and a stream
+ * waits for its next request? */
+static int
+connection_clients_turn(struct connection *c)
+{
+	switch (c->state) {
+	case CONN_CONTROL:
+	case CONN_UPLOAD:
+		return (1);
+	case CONN_STREAM:
+		return (operation_stream_waiting(c->op));
+	default:
+		return (0);
+	}
+}
+
+/* Is it the client's turn, with nothing of emberd's left to write or to
+ * read?  Such a connection is closed after daemon.idle_timeout. */
+static int
+connection_idle(struct connection *c)
+{
+	return (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
+	    evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
+	    connection_clients_turn(c));
+}
+
+/* Does emberd wait for the rest of something the client started to send?
+ * It must come within daemon.request_timeout. */
+static int
+connection_waits_input(struct connection *c)
+{
+	return (c->frame_ms != 0 &&
+	    evbuffer_get_length(bufferevent_get_input(c->bev)) > 0 &&
+	    connection_clients_turn(c));
+}
+
+/* Set the timer for the next deadline: the frame being read, a last reply
+ * the client does not take, or idleness; else look again later, as a
+ * stream or a request may end meanwhile. */
+static void
+connection_arm(struct connection *c)
+{
+	uint64_t	now = ember_now_ms(), at;
+	uint64_t	rt = (uint64_t)ember_conf.daemon_request_timeout;
+	uint64_t	it = (uint64_t)ember_conf.daemon_idle_timeout;
+	struct timeval	tv;
+
+	if (c->state == CONN_CLOSING)
+		at = c->active_ms + rt;
+	else if (connection_waits_input(c))
+		at = c->frame_ms + rt;
+	else if (it > 0 && connection_idle(c))
+		at = c->active_ms + it;
+	else
+		at = now + (it > 0 && it < rt ? it : rt);
+	if (at < now + CONNECTION_TICK_MS)
+		at = now + CONNECTION_TICK_MS;
+	tv.tv_sec = (time_t)((at - now) / 1000);
+	tv.tv_usec = (suseconds_t)((at - now) % 1000) * 1000;
+	evtimer_add(c->timer, &tv);
+}
+
+/* A deadline passed, perhaps. */
+static void
+connection_timer_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct connection	*c = arg;
+	uint64_t		 now = ember_now_ms();
+	uint64_t		 rt = (uint64_t)ember_conf.daemon_request_timeout;
+	uint64_t		 it = (uint64_t)ember_conf.daemon_idle_timeout;
+
+	(void)fd; (void)events;
+	if (c->state == CONN_CLOSING) {
+		if (now - c->active_ms >= rt) {
+			log_info("connection %llu (pid %ld): the client took not "
+			    "its last reply in daemon.request_timeout; closed",
+			    (unsigned long long)c->id, (long)c->pid);
+			connection_free(c);
+			return;
+		}
+	} else if (connection_waits_input(c) && now - c->frame_ms >= rt) {
+		ember_counters.connections_timed_out++;
+		log_info("connection %llu (pid %ld, uid %ld): a frame incomplete "
+		    "after daemon.request_timeout; closing",
+		    (unsigned long long)c->id, (long)c->pid, (long)c->uid);
+		connection_fail(c, "LIMIT_EXCEEDED", "daemon.request_timeout is "
+		    "%llums: a frame took longer to arrive; closing the "
+		    "connection", (unsigned long long)rt);
+	} else if (it > 0 && connection_idle(c) && now - c->active_ms >= it) {
+		ember_counters.connections_timed_out++;
+		log_info("connection %llu (pid %ld, uid %ld): idle past "
+		    "daemon.idle_timeout (%llums); closed",
+		    (unsigned long long)c->id, (long)c->pid, (long)c->uid,
+		    (unsigned long long)it);
+		connection_free(c);
+		return;
+	}
+	connection_arm(c);
+}
+
 /* Output drained below the low watermark (or empty, when closing). */
 static void
 connection_write_cb(struct bufferevent *bev, void *arg)
@@ -639,8 +849,10 @@ connection_write_cb(struct bufferevent *bev, void *arg)
 			connection_free(c);
 		return;
 	}
+	c->active_ms = ember_now_ms();
 	if (c->state == CONN_STREAM)
 		operation_stream_writable(c->op);
+	connection_arm(c);
 }
 
 static void
@@ -671,25 +883,13 @@ connection_kick_cb(evutil_socket_t fd, short events, void *arg)
 		connection_process(c);
 }
 
-static int
-connection_count_uid(uid_t uid)
-{
-	struct connection	*c;
-	int			 n = 0;
-
-	TAILQ_FOREACH(c, &connections, entry) {
-		if (c->uid == uid)
-			n++;
-	}
-	return (n);
-}
-
 void
 connection_create(int fd)
 {
 	struct connection	*c;
 	struct ucred		 cred;
 	socklen_t		 len = sizeof cred;
+	char			*err;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == -1) {
 		log_warn("SO_PEERCRED: %s", strerror(errno));
@@ -706,6 +906,8 @@ connection_create(int fd)
 	if (c->bev == NULL)
 		fatalx("bufferevent_socket_new failed");
 	c->kick = event_new(ember_base, -1, 0, connection_kick_cb, c);
+	c->timer = evtimer_new(ember_base, connection_timer_cb, c);
+	c->active_ms = ember_now_ms();
 	/* emberd fills the input itself (connection_recv_cb): a bufferevent
 	 * keeps the end of its input frozen to all but its own reads. */
 	evbuffer_unfreeze(bufferevent_get_input(c->bev), 0);
@@ -724,23 +926,22 @@ connection_create(int fd)
 	connection_count++;
 	ember_counters.connections++;
 
-	if (connection_count_uid(c->uid) >
-	    ember_conf.daemon_max_connections_per_uid) {
+	if (limit_charge(c->uid, LIMIT_CONNECTIONS, 1, &err) == -1) {
 		ember_counters.connections_refused++;
-		log_warn("uid %ld has more than %lld connections; refusing pid "
-		    "%ld", (long)c->uid,
-		    (long long)ember_conf.daemon_max_connections_per_uid,
-		    (long)c->pid);
-		connection_fail(c, "LIMIT_EXCEEDED", "too many connections "
-		    "for this user (daemon.max_connections_per_uid)");
+		log_warn("refusing a connection of pid %ld: %s", (long)c->pid,
+		    err);
+		connection_fail(c, "LIMIT_EXCEEDED", "%s", err);
+		free(err);
 		bufferevent_enable(c->bev, EV_WRITE);
 		return;
 	}
+	c->counted = 1;
 	log_debug("connection %llu from pid %ld uid %ld",
 	    (unsigned long long)c->id, (long)c->pid, (long)c->uid);
 	bufferevent_enable(c->bev, EV_WRITE);
 	event_add(c->rev, NULL);
 	c->reading = 1;
+	connection_arm(c);
 }
 
 static void
@@ -757,8 +958,12 @@ connection_free(struct connection *c)
 		close(c->fds[--c->nfds]);
 	if (c->session != NULL)
 		session_release(c->session);
+	connection_release_frame(c);
+	if (c->counted)
+		limit_release(c->uid, LIMIT_CONNECTIONS, 1);
 	TAILQ_REMOVE(&connections, c, entry);
 	connection_count--;
+	event_free(c->timer);
 	event_free(c->rev);
 	event_free(c->kick);
 	bufferevent_free(c->bev);
@@ -777,8 +982,30 @@ connection_close_all(void)
 {
 	struct connection	*c;
 
-	while ((c = TAILQ_FIRST(&connections)) != NULL)
+	while ((c = TAILQ_FIRST(&connections)) != NULL) {
+		/* A last error frame is worth a try: it may fit. */
+		evbuffer_write(bufferevent_get_output(c->bev),
+		    bufferevent_getfd(c->bev));
 		connection_free(c);
+	}
+}
+
+void
+connection_shutdown(void)
+{
+	struct connection	*c;
+
+	TAILQ_FOREACH(c, &connections, entry) {
+		if (c->state == CONN_UPLOAD) {
+			broadcast_abandon(c->upload);
+			c->upload = NULL;
+			c->state = CONN_CONTROL;
+			connection_reply_error(c, "SHUTTING_DOWN", "emberd is "
+			    "shutting down; the broadcast was not kept");
+		}
+		if (c->state == CONN_CONTROL)
+			connection_close_after_flush(c);
+	}
 }
 
 size_t

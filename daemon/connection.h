@@ -18,8 +18,12 @@ struct operation;
 void		 connection_create(int fd);
 /* Close a connection now; its operation, if any, is detached. */
 void		 connection_close_now(struct connection *);
-/* Close every connection now (exit). */
+/* Close every connection now (exit), writing what the socket takes of
+ * their output first. */
 void		 connection_close_all(void);
+/* The shutdown grace is over: refuse uploads in progress (SHUTTING_DOWN)
+ * and close every connection once its output is flushed. */
+void		 connection_shutdown(void);
 /* Drain: close connections with nothing running once their output is
  * flushed; returns how many connections are left. */
 size_t		 connection_close_flushed(void);

@@ -46,6 +46,10 @@ static int		 ember_nsets;
 
 static struct event	*ember_sigterm, *ember_sigint, *ember_sighup;
 static struct event	*ember_sigchld, *ember_grace, *ember_drain;
+static struct event	*ember_flushed;
+
+/* How long interrupted clients have to take their last frame. */
+#define EMBER_FLUSH_MS	2000
 
 uint64_t
 ember_now_ms(void)
@@ -142,15 +146,36 @@ ember_check_drained(void)
 		event_active(ember_drain, 0, 1);
 }
 
-/* Grace period over: interrupt what is still running. */
+/* The interrupted clients' SHUTTING_DOWN frames had their time. */
+static void
+ember_flushed_cb(evutil_socket_t fd, short events, void *arg)
+{
+	(void)fd; (void)events; (void)arg;
+	log_info("exiting with %zu connection(s) not flushed",
+	    connection_close_flushed());
+	event_base_loopexit(ember_base, NULL);
+}
+
+/*
+ * Grace period over: interrupt what is still running.  Each interrupted
+ * client gets SHUTTING_DOWN (an error reply, or a stream's error frame);
+ * emberd exits once those are written, or after EMBER_FLUSH_MS for clients
+ * that do not read.
+ */
 static void
 ember_grace_cb(evutil_socket_t fd, short events, void *arg)
 {
+	struct timeval	tv = { EMBER_FLUSH_MS / 1000,
+			    (EMBER_FLUSH_MS % 1000) * 1000 };
+
 	(void)fd; (void)events; (void)arg;
 	log_warn("shutdown grace period over: interrupting %zu operation(s)",
 	    operation_count());
 	operation_interrupt_all("emberd is shutting down");
-	event_base_loopexit(ember_base, NULL);
+	connection_shutdown();
+	ember_flushed = evtimer_new(ember_base, ember_flushed_cb, NULL);
+	evtimer_add(ember_flushed, &tv);
+	ember_check_drained();
 }
 
 /* SIGTERM or SIGINT: stop accepting, let operations finish, then exit. */
@@ -426,6 +451,8 @@ ember_stop(void)
 	service_exit();
 	if (ember_grace != NULL)
 		event_free(ember_grace);
+	if (ember_flushed != NULL)
+		event_free(ember_flushed);
 	event_free(ember_drain);
 	event_free(ember_sigchld);
 	event_free(ember_sighup);

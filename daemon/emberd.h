@@ -15,6 +15,7 @@ struct event_base;
 #define EMBER_COUNTERS(X)						\
 	X(connections)							\
 	X(connections_refused)						\
+	X(connections_timed_out)	/* request or idle timeout */ \
 	X(requests)							\
 	X(request_errors)						\
 	X(operations)							\

@@ -11,6 +11,7 @@
 #include "emberd.h"
 #include "frame.h"
 #include "jread.h"
+#include "limit.h"
 #include "log.h"
 #include "operation.h"
 #include "plan.h"
@@ -66,7 +67,12 @@ struct operation {
 	int64_t			 count;		/* records out, tasks retired */
 	int64_t			 task_ns;	/* elapsed, tasks retired */
 	struct result		*result;	/* count_by_value, reduce */
-	char			*result_error;	/* result over its bound */
+	int64_t			 result_charged; /* to daemon.max_results */
+	int64_t			 count_distinct; /* records in the result */
+	uid_t			 uid;		/* counted in daemon.max_operations */
+	int			 counted;
+	const char		*result_class;	/* result over its bound: */
+	char			*result_error;	/* freed, and the op fails */
 	enum reduce_fn		 fn;
 	struct commit		*commit;	/* save */
 	struct broadcast	**broadcasts;	/* the plan uses, each once */
@@ -360,6 +366,18 @@ operation_retire(struct operation *op, struct task *t)
 	task_free(t);
 }
 
+/* Free the merged result and what it held of daemon.max_results. */
+static void
+operation_drop_result(struct operation *op)
+{
+	if (op->result_charged > 0)
+		limit_release(session_uid(op->session), LIMIT_RESULTS,
+		    op->result_charged);
+	op->result_charged = 0;
+	result_free(op->result);
+	op->result = NULL;
+}
+
 /*
  * Free an operation: its tasks are stopped and its workers not reused.
  * One refused before it started is in no list and has no task.
@@ -379,15 +397,18 @@ operation_free(struct operation *op)
 		noperations--;
 		if (op->completed_on != NULL)
 			connection_set_completed(op->completed_on, NULL);
+		operation_drop_result(op);
 		session_remove_operation(op->session, op);
 	}
+	result_free(op->result);	/* refused before it started */
+	if (op->counted)
+		limit_release(op->uid, LIMIT_OPERATIONS, 1);
 	if (op->commit != NULL) {
 		commit_abort(op->commit);	/* a no-op once committed */
 		commit_free(op->commit);
 	}
 	if (op->limit_ev != NULL)
 		event_free(op->limit_ev);
-	result_free(op->result);
 	free(op->result_error);
 	retry_free(op->retry);
 	if (op->reply != NULL)
@@ -432,16 +453,22 @@ operation_stream_error(struct operation *op, const char *msg)
 	    EMBER_MAX_ERROR_FRAME));
 }
 
-/* Interrupt op and tell its client, if any, why. */
+/* Interrupt op and tell its client, if any, why: an error reply, or on a
+ * stream an error frame that starts with the same class. */
 static void
 operation_abort(struct operation *op, const char *class, const char *why)
 {
+	char	*msg;
+
 	operation_bury(op, "OPERATION_FINISHED", "operation %s was "
 	    "interrupted: %s", op->id, why);
 	if (op->conn != NULL) {
-		if (ACTION_STREAMS(op->action))
-			operation_stream_error(op, why);
-		else
+		if (ACTION_STREAMS(op->action)) {
+			xasprintf(&msg, "%s: operation %s: %s at partition %d",
+			    class, op->id, why, op->next_deliver);
+			operation_stream_error(op, msg);
+			free(msg);
+		} else
 			connection_reply_error(op->conn, class, "operation %s: %s",
 			    op->id, why);
 	}
@@ -665,26 +692,68 @@ operation_accepts_batch(struct operation *op, struct task *t)
 	    !connection_output_full(op->conn));
 }
 
-/* Merge a partial result; one over the bound fails the operation when its
- * task ends. */
+/*
+ * The merged result would pass a bound: free it now, and fail the
+ * operation when its task ends.  The bound is the operation's own
+ * (daemon.max_result), or what the uid's results, or everyone's, may hold.
+ */
+static void
+operation_result_over(struct operation *op, int own, size_t wanted)
+{
+	char	*err;
+
+	if (own) {
+		op->result_class = "RESULT_TOO_LARGE";
+		xasprintf(&op->result_error, "the result is over "
+		    "daemon.max_result (%lld bytes)",
+		    (long long)ember_conf.daemon_max_result);
+	} else {
+		op->result_class = "LIMIT_EXCEEDED";
+		if (limit_charge(session_uid(op->session), LIMIT_RESULTS,
+		    (int64_t)wanted, &err) == 0)
+			fatalx("operation %s: a refused result fits", op->id);
+		xasprintf(&op->result_error, "%s (merging the counts of %lld "
+		    "distinct records)", err, (long long)op->count_distinct);
+		free(err);
+	}
+	log_info("operation %s: %s", op->id, op->result_error);
+	operation_drop_result(op);
+}
+
+/* Merge a partial result within the bounds, and charge what it grew. */
 static int
 operation_absorb(struct operation *op, struct evbuffer *from, size_t bytes)
 {
 	unsigned char	*data;
 	char		*err;
-	int		 rc = 0;
+	size_t		 before, own, room, wanted;
+	int		 rc;
 
+	if (op->result_error != NULL) {
+		evbuffer_drain(from, bytes);	/* it failed: nothing to keep */
+		return (0);
+	}
+	before = result_size(op->result);
+	own = (size_t)ember_conf.daemon_max_result > before ?
+	    (size_t)ember_conf.daemon_max_result - before : 0;
+	room = (size_t)limit_room(session_uid(op->session), LIMIT_RESULTS);
+	result_set_budget(op->result, before + (own < room ? own : room));
 	data = evbuffer_pullup(from, (ev_ssize_t)bytes);
-	if (op->result_error == NULL &&
-	    (rc = result_absorb(op->result, data, bytes, &err)) == -1) {
+	if ((rc = result_absorb(op->result, data, bytes, &err)) == -1) {
 		log_error("operation %s: %s", op->id, err);
 		free(err);
-	} else if (op->result_error == NULL &&
-	    result_size(op->result) > (size_t)ember_conf.daemon_max_result)
-		xasprintf(&op->result_error, "the result is over "
-		    "daemon.max_result (%lld bytes)",
-		    (long long)ember_conf.daemon_max_result);
+	}
 	evbuffer_drain(from, bytes);
+	if (result_size(op->result) > before) {
+		if (limit_charge(session_uid(op->session), LIMIT_RESULTS,
+		    (int64_t)(result_size(op->result) - before), &err) == -1)
+			fatalx("operation %s: %s", op->id, err);
+		op->result_charged += (int64_t)(result_size(op->result) -
+		    before);
+	}
+	op->count_distinct = (int64_t)result_distinct(op->result);
+	if ((wanted = result_over(op->result)) > 0)
+		operation_result_over(op, own <= room, wanted);
 	return (rc);
 }
 
@@ -762,7 +831,7 @@ operation_relay_batch(struct operation *op, struct task *t,
 	struct evbuffer		*out;
 
 	if (!ACTION_STREAMS(op->action)) {
-		if (op->result == NULL)
+		if (op->result == NULL && op->result_error == NULL)
 			return (-1);	/* count and save send no records */
 		return (operation_absorb(op, from, bytes));
 	}
@@ -839,8 +908,8 @@ operation_task_finished(struct operation *op, struct task *t)
 	if (op->result_error != NULL) {
 		ember_counters.operations_failed++;
 		if (op->conn != NULL)
-			connection_reply_error(op->conn, "RESULT_TOO_LARGE",
-			    "operation %s: %s", op->id, op->result_error);
+			connection_reply_error(op->conn, op->result_class,
+			    "%s; operation %s", op->result_error, op->id);
 		operation_end(op);
 		return;
 	}
@@ -930,6 +999,12 @@ operation_stop(struct operation *op)
 	operation_bury(op, "OPERATION_FINISHED", "operation %s was stopped by "
 	    "its client", op->id);
 	operation_end(op);
+}
+
+int
+operation_stream_waiting(const struct operation *op)
+{
+	return (op->action == ACTION_ITERATE && !op->requested);
 }
 
 int
@@ -1138,6 +1213,20 @@ operation_read_head(struct operation *op, uid_t uid, json_t *req,
 	return (0);
 }
 
+/* Count the operation in daemon.max_operations_per_uid and
+ * daemon.max_operations. */
+static int
+operation_count_in(struct operation *op, struct session *s,
+    const char **class, char **err)
+{
+	*class = "LIMIT_EXCEEDED";
+	if (limit_charge(session_uid(s), LIMIT_OPERATIONS, 1, err) == -1)
+		return (-1);
+	op->uid = session_uid(s);
+	op->counted = 1;
+	return (0);
+}
+
 /* Read and check the plan, and find the broadcasts it uses. */
 static int
 operation_read_plan(struct operation *op, struct session *s, json_t *req,
@@ -1234,6 +1323,7 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	if (operation_read_head(op, session_uid(s), req, &save_path,
 	    &overwrite, &class, &err) == -1 ||
 	    operation_read_plan(op, s, req, &class, &err) == -1 ||
+	    operation_count_in(op, s, &class, &err) == -1 ||
 	    operation_prepare(op, s, save_path, overwrite, &class,
 	    &err) == -1) {
 		connection_reply_error(c, class, "%s", err);

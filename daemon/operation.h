@@ -53,6 +53,8 @@ void		 operation_interrupt(struct connection *, struct session *,
  * expiry.  Started with emberd, stopped at exit. */
 void		 operation_maintenance_start(void);
 void		 operation_maintenance_stop(void);
+/* Does the stream wait for the client's request for the next partition? */
+int		 operation_stream_waiting(const struct operation *);
 
 /* Interrupt operations, telling their clients why. */
 void		 operation_interrupt_all(const char *why);

@@ -22,7 +22,9 @@ struct result {
 
 	struct result_entry	*table;		/* count_by_value */
 	size_t			 slots, used;
-	size_t			 bytes;
+	size_t			 bytes;		/* of the records, as allocated */
+	size_t			 budget;	/* the most result_size may be */
+	size_t			 over;		/* bytes wanted past the budget */
 	int64_t			 nulls;
 	int64_t			 total;		/* every count, nulls too */
 	char			*key;		/* a pair split between batches */
@@ -42,6 +44,7 @@ result_create(enum result_kind kind, enum reduce_fn fn)
 
 	r->kind = kind;
 	r->fn = fn;
+	r->budget = SIZE_MAX;
 	return (r);
 }
 
@@ -63,6 +66,45 @@ size_t
 result_size(const struct result *r)
 {
 	return (r->bytes + r->slots * sizeof *r->table);
+}
+
+void
+result_set_budget(struct result *r, size_t budget)
+{
+	r->budget = budget;
+}
+
+size_t
+result_over(const struct result *r)
+{
+	return (r->over);
+}
+
+size_t
+result_distinct(const struct result *r)
+{
+	return (r->used);
+}
+
+/* What a record of len bytes costs in the heap: malloc's chunk, header
+ * included, not just the bytes. */
+static size_t
+result_record_cost(size_t len)
+{
+	size_t	n = (len + 1 + 8 + 15) & ~(size_t)15;
+
+	return (n < 32 ? 32 : n);
+}
+
+/* May the result grow by n bytes?  If not, say so in r->over. */
+static int
+result_may_grow(struct result *r, size_t n)
+{
+	if (r->over == 0 && result_size(r) + n <= r->budget)
+		return (1);
+	if (r->over == 0)
+		r->over = n;
+	return (0);
 }
 
 /* FNV-1a, then a final mix so the low bits index the table well. */
@@ -113,8 +155,14 @@ result_add(struct result *r, const char *data, size_t len, int64_t n)
 	uint64_t		 h = result_hash(data, len);
 	size_t			 i;
 
-	if ((r->used + 1) * 4 > r->slots * 3)
+	if (r->over > 0)
+		return;
+	if ((r->used + 1) * 4 > r->slots * 3) {
+		if (!result_may_grow(r, (r->slots == 0 ? 1024 : r->slots) *
+		    sizeof *r->table))
+			return;
 		result_grow(r);
+	}
 	for (i = h & (r->slots - 1);; i = (i + 1) & (r->slots - 1)) {
 		e = &r->table[i];
 		if (e->data == NULL)
@@ -125,13 +173,15 @@ result_add(struct result *r, const char *data, size_t len, int64_t n)
 			return;
 		}
 	}
+	if (!result_may_grow(r, result_record_cost(len)))
+		return;
 	e->data = xmalloc(len + 1);	/* never NULL, even when empty */
 	memcpy(e->data, data, len);
 	e->len = len;
 	e->hash = h;
 	e->count = n;
 	r->used++;
-	r->bytes += len + 1;
+	r->bytes += result_record_cost(len);
 }
 
 /*

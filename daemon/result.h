@@ -28,6 +28,12 @@ int		 result_absorb(struct result *, const unsigned char *, size_t,
 		     char **err);
 /* Bytes the merged result holds, to bound it. */
 size_t		 result_size(const struct result *);
+/* The most result_size may grow to: what would pass it is not merged,
+ * and result_over says how many bytes more were wanted (0: none). */
+void		 result_set_budget(struct result *, size_t);
+size_t		 result_over(const struct result *);
+/* How many distinct records count_by_value holds. */
+size_t		 result_distinct(const struct result *);
 /* The reply fields: counts and nulls, or value and count. */
 json_t		*result_reply(struct result *);
 

@@ -2,6 +2,7 @@
 
 #include "broadcast.h"
 #include "emberd.h"
+#include "limit.h"
 #include "operation.h"
 #include "pool.h"
 #include "scheduler.h"
@@ -25,7 +26,8 @@ status_counters(void)
 json_t *
 status_build(uid_t uid)
 {
-	return (json_pack("{s:s,s:I,s:I,s:b,s:i,s:I,s:o,s:o,s:o,s:o,s:o,s:o}",
+	return (json_pack("{s:s,s:I,s:I,s:b,s:i,s:I,s:o,s:o,s:o,s:o,s:o,s:o,"
+	    "s:o}",
 	    "server", "emberd " PACKAGE_VERSION,
 	    "pid", (json_int_t)getpid(),
 	    "uptime_ms", (json_int_t)(ember_now_ms() - ember_started_ms),
@@ -37,5 +39,6 @@ status_build(uid_t uid)
 	    "sessions", session_status(uid),
 	    "operations", operation_status(uid),
 	    "broadcasts", broadcast_status(uid),
+	    "limits", limit_status(uid),
 	    "counters", status_counters()));
 }

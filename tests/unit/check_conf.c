@@ -102,6 +102,13 @@ START_TEST(test_conf_defaults)
 	ck_assert_str_eq(conf.daemon_worker_path, "");
 	ck_assert_int_eq(conf.daemon_max_frame, 16 * 1024 * 1024);
 	ck_assert_int_eq(conf.daemon_max_connections_per_uid, 64);
+	ck_assert_int_eq(conf.daemon_max_connections, 0);
+	ck_assert_int_eq(conf.daemon_request_timeout, 30000);
+	ck_assert_int_eq(conf.daemon_idle_timeout, 600000);
+	ck_assert_int_eq(conf.daemon_max_input_per_uid, 64 * 1024 * 1024);
+	ck_assert_int_eq(conf.daemon_max_operations_per_uid, 64);
+	ck_assert_int_eq(conf.daemon_max_results_per_uid, 512 * 1024 * 1024);
+	ck_assert_int_eq(conf.daemon_max_broadcasts_per_uid, 64);
 	ck_assert_int_eq(conf.daemon_shutdown_grace, 10000);
 	ck_assert_int_eq(conf.workers_max, 0);
 	ck_assert_int_eq(conf.workers_fork_backoff, 1000);

@@ -1,0 +1,647 @@
+"""
+One user must not starve another, nor make emberd grow without bound.
+
+Run as root (as CI does), these tests create two unprivileged users of
+their own (removed at the end), run emberd as root, and attack it as one
+user while the other, or root, checks that it is still served: limits hit
+with LIMIT_EXCEEDED naming their conf key, partial frames timed out, merged
+results bounded, passed descriptors that cannot lock others out, stalled
+streams that do not hold the workers.  Not root, the tests that need users
+say so and do nothing; the shutdown test runs either way.
+"""
+
+import atexit
+import json
+import os
+import pwd
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *	# noqa: E402,F403
+
+ROOT = os.geteuid() == 0
+USER_PREFIX = "emlim"
+USERS = {}		# "a", "b" -> (uid, gid, name)
+SHARED = ["daemon.socket_mode=0666"]
+
+
+# ---------------------------------------------------------------------------
+# Users of the test's own
+
+def _userdel(name):
+    subprocess.run(["userdel", name], capture_output=True)
+
+
+def _remove_stale_users():
+    """Users a killed run of this file left behind."""
+    pattern = re.compile(r"^%s(\d+)[ab]$" % USER_PREFIX)
+    for pw in pwd.getpwall():
+        m = pattern.match(pw.pw_name)
+        if m and not os.path.exists("/proc/%s" % m.group(1)):
+            _userdel(pw.pw_name)
+
+
+def _remove_users():
+    for _, _, name in USERS.values():
+        _userdel(name)
+    USERS.clear()
+
+
+def make_users():
+    """Create users a and b (once); they go when the file ends."""
+    if USERS or not ROOT:
+        return
+    _remove_stale_users()
+    atexit.register(_remove_users)
+    for tag in ("a", "b"):
+        name = "%s%d%s" % (USER_PREFIX, os.getpid(), tag)
+        r = subprocess.run(["useradd", "--system", "--no-create-home",
+                            "--home-dir", "/nonexistent", "--shell",
+                            "/usr/sbin/nologin", "--user-group", name],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, "useradd %s: %s" % (name, r.stderr))
+        pw = pwd.getpwnam(name)
+        USERS[tag] = (pw.pw_uid, pw.pw_gid, name)
+
+
+def needs_users(fn):
+    """Skip, saying why, unless root: the test creates users."""
+    def test(d):
+        if not ROOT:
+            print("skip %s: needs root to create two users" % fn.__name__)
+            return None
+        make_users()
+        os.chmod(d.tmpdir, 0o755)
+        return fn(d)
+    test.__name__ = fn.__name__
+    test.__doc__ = fn.__doc__
+    test.daemon_kwargs = getattr(fn, "daemon_kwargs", {})
+    return test
+
+
+class AsUser:
+    """Run fn(ctl) in a child process that became user for good.
+
+    ctl.ready(value) hands value to the parent's wait_ready(); ctl.wait_go()
+    blocks until the parent's go().  result() is what fn returned (JSON
+    values only), or raises the child's failure."""
+
+    def __init__(self, user, fn, timeout=100):
+        self.user = user
+        up_r, up_w = os.pipe()
+        down_r, down_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            self._child(fn, timeout, up_w, down_r, (up_r, down_w))
+        os.close(up_w)
+        os.close(down_r)
+        self.up = os.fdopen(up_r)
+        self.down = down_w
+        self.done = None
+
+    def _child(self, fn, timeout, up_w, down_r, theirs):
+        out = None
+        try:
+            for fd in theirs:
+                os.close(fd)
+            signal.alarm(timeout)
+            os.setgroups([])
+            os.setgid(self.user[1])
+            os.setuid(self.user[0])
+            out = {"result": fn(_Ctl(up_w, down_r))}
+        except BaseException:
+            out = {"error": traceback.format_exc()}
+        finally:
+            try:
+                os.write(up_w, (json.dumps(out) + "\n").encode())
+            finally:
+                os._exit(0)
+
+    def _line(self):
+        line = self.up.readline()
+        if not line:
+            raise AssertionError("the client as %s died" % self.user[2])
+        msg = json.loads(line)
+        if "error" in msg:
+            raise AssertionError("as %s:\n%s" % (self.user[2], msg["error"]))
+        return msg
+
+    def wait_ready(self):
+        msg = self._line()
+        if "ready" not in msg:
+            self.done = msg
+            raise AssertionError("as %s: ended before ready: %r" %
+                                 (self.user[2], msg))
+        return msg["ready"]
+
+    def go(self):
+        os.write(self.down, b"g")
+
+    def result(self):
+        try:
+            msg = self.done or self._line()
+            return msg["result"]
+        finally:
+            self.close()
+
+    def close(self):
+        if self.pid is None:
+            return
+        try:
+            os.close(self.down)
+        except OSError:
+            pass
+        kill_quietly(self.pid)
+        os.waitpid(self.pid, 0)
+        self.up.close()
+        self.pid = None
+
+
+class _Ctl:
+    def __init__(self, up, down):
+        self.up = up
+        self.down = down
+
+    def ready(self, value=None):
+        os.write(self.up, (json.dumps({"ready": value}) + "\n").encode())
+
+    def wait_go(self):
+        os.read(self.down, 1)
+
+
+def as_user(tag, fn):
+    """fn() run as user tag; what it returned."""
+    return AsUser(USERS[tag], lambda ctl: fn()).result()
+
+
+def check_limit(err, key_is, what):
+    """err, an (class, message) pair, is LIMIT_EXCEEDED naming the limit:
+    its message starts with key_is ("daemon.max_x is N")."""
+    check(err is not None, "%s: no error" % what)
+    check_eq(err[0], "LIMIT_EXCEEDED", "%s (message %r)" % (what, err[1]))
+    check(err[1].startswith(key_is), "%s: message %r" % (what, err[1]))
+
+
+def error_of(reply):
+    """(class, message) of an error reply, or None."""
+    if reply.get("ok") is not False:
+        return None
+    return (reply["error"]["class"], reply["error"]["message"])
+
+
+class RssWatch:
+    """Sample emberd's resident memory every 20 ms until stopped."""
+
+    def __init__(self, d):
+        self.d = d
+        self.start_kb = d.rss_kb()
+        self.peak_kb = self.start_kb
+        self.running = True
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while self.running:
+            try:
+                self.peak_kb = max(self.peak_kb, self.d.rss_kb())
+            except (OSError, AssertionError):
+                return
+            time.sleep(0.02)
+
+    def stop(self):
+        self.running = False
+        self.thread.join()
+        return (self.peak_kb - self.start_kb) // 1024
+
+
+# ---------------------------------------------------------------------------
+# Fairness and stalls
+
+def _long_lines(d, n=2000, width=4000):
+    lines = ["%05d %s" % (i, "x" * width) for i in range(n)]
+    path = write_file(d.path("long.txt"), "\n".join(lines) + "\n")
+    os.chmod(path, 0o644)
+    return path, [l.encode() for l in lines]
+
+
+# ---------------------------------------------------------------------------
+# Frames, connections, descriptors
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.request_timeout=2s"])
+def test_stalled_partial_frames_are_closed(d):
+    """64 connections of user a each send most of a 16 MiB frame and stop:
+    emberd holds no more of them than daemon.max_input_per_uid allows,
+    closes every one within the request timeout, and its RSS stays
+    bounded; user b is served all along."""
+    size = 16 * 1024 * 1024 - 64
+    body = b"{" + b" " * (size - 1024)
+
+    def attack(ctl):
+        results = [None] * 64
+
+        def one(i):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(15)
+            s.connect(d.socket)
+            start = time.monotonic()
+            reply = None
+            try:
+                s.sendall(struct.pack(">i", size) + body)
+            except OSError:
+                pass
+            buf = b""
+            try:
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+            except OSError:
+                pass
+            if len(buf) >= 4:
+                n = struct.unpack(">i", buf[:4])[0]
+                if 0 <= n <= len(buf) - 4:
+                    reply = json.loads(buf[4:4 + n])
+            results[i] = [time.monotonic() - start,
+                          error_of(reply) if reply else None]
+            s.close()
+        threads = [threading.Thread(target=one, args=(i,))
+                   for i in range(64)]
+        for t in threads:
+            t.start()
+        ctl.ready()
+        for t in threads:
+            t.join()
+        return results
+
+    watch = RssWatch(d)
+    a = AsUser(USERS["a"], attack)
+    try:
+        a.wait_ready()
+        time.sleep(0.5)
+
+        def status_round_trip():
+            with d.client() as c:
+                start = time.monotonic()
+                c.status()
+                return time.monotonic() - start
+        took = as_user("b", status_round_trip)
+        check(took < 1.0, "b's status took %.2fs during the attack" % took)
+        results = a.result()
+    finally:
+        a.close()
+    grew = watch.stop()
+    check(grew < 200, "emberd grew by %d MiB" % grew)
+    for took, err in results:
+        check(took < 2.0 + 4.0, "a stalled frame's connection was closed "
+              "after %.1fs" % took)
+    errors = [e for _, e in results if e is not None]
+    check(all(e[0] == "LIMIT_EXCEEDED" for e in errors),
+          "errors: %r" % errors[:3])
+    timed = [e for e in errors if e[1].startswith("daemon.request_timeout")]
+    refused = [e for e in errors if e[1].startswith(
+        "daemon.max_input_per_uid")]
+    check(timed, "no connection was told daemon.request_timeout: %r" %
+          errors[:3])
+    check(refused, "no frame was refused by daemon.max_input_per_uid: %r" %
+          errors[:3])
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_connections_per_uid=120"],
+             nofile=1024)
+def test_passed_descriptors_do_not_lock_others_out(d):
+    """With nofile at 1024, users a and b each hold 120 connections that
+    passed descriptors with every frame: root still connects and is
+    served."""
+    target = d.path("passed")
+    write_file(target, "x")
+    os.chmod(target, 0o644)
+
+    def hold(ctl):
+        socks = []
+        for _ in range(120):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(5)
+            try:
+                s.connect(d.socket)
+            except OSError:
+                break
+            fds = [os.open(target, os.O_RDONLY) for _ in range(4)]
+            try:
+                socket.send_fds(s, [struct.pack(">i", 2) + b"{}"], fds)
+            except OSError:
+                pass
+            for fd in fds:
+                os.close(fd)
+            socks.append(s)
+        ctl.ready(len(socks))
+        ctl.wait_go()
+        return len(socks)
+
+    holders = [AsUser(USERS[tag], hold) for tag in ("a", "b")]
+    try:
+        for h in holders:
+            h.wait_ready()
+        time.sleep(0.5)
+        c = d.client(timeout=5)
+        check_eq(c.count(range_plan(0, 100, 2)), 100, "root's job")
+        c.close()
+    finally:
+        for h in holders:
+            h.close()
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_connections_per_uid=3",
+                            "daemon.max_connections=5"])
+def test_connection_limits_name_their_keys(d):
+    """The per-uid and the total connection limits, each by its key."""
+    def hold(n, ctl):
+        clients = [d.client() for _ in range(n)]
+        extra = d.client(hello=False)
+        ctl.ready(error_of(extra.recv_json()))
+        ctl.wait_go()
+        return len(clients)
+
+    a = AsUser(USERS["a"], lambda ctl: hold(3, ctl))
+    try:
+        err = a.wait_ready()
+        check_limit(err, "daemon.max_connections_per_uid is 3",
+                    "a's 4th connection")
+
+        def two_then_refused():
+            held = [d.client(), d.client()]
+            extra = d.client(hello=False)
+            return [error_of(extra.recv_json()), len(held)]
+        err, _ = as_user("b", two_then_refused)
+        check_limit(err, "daemon.max_connections is 5", "b's 3rd connection")
+    finally:
+        a.close()
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 10, 2)), 10, "a job once a left")
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_input_per_uid=64k"])
+def test_input_limit_names_its_key(d):
+    def big_frame():
+        c = d.client()
+        c.send(struct.pack(">i", 100 * 1024) + b"{")
+        return [error_of(c.recv_json()), c.at_eof(5)]
+    err, closed = as_user("a", big_frame)
+    check_limit(err, "daemon.max_input_per_uid is 65536",
+                "a frame over the input limit")
+    check(closed, "the connection stays open")
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.request_timeout=1s",
+                            "daemon.idle_timeout=1500ms"])
+def test_request_and_idle_timeouts(d):
+    """A partial frame is closed after daemon.request_timeout, an idle
+    connection after daemon.idle_timeout; a stream being read slowly is
+    not idle."""
+    def partial():
+        c = d.client()
+        start = time.monotonic()
+        c.send(struct.pack(">i", 1000) + b"{\"op\"")
+        err = error_of(c.recv_json())
+        return [err, c.at_eof(5), time.monotonic() - start]
+    err, closed, took = as_user("a", partial)
+    check_limit(err, "daemon.request_timeout is 1000ms", "a partial frame")
+    check(closed and 0.9 < took < 4, "closed %r after %.2fs" % (closed, took))
+
+    def idle():
+        c = d.client()
+        start = time.monotonic()
+        closed = c.at_eof(6)
+        return [closed, time.monotonic() - start]
+    closed, took = as_user("b", idle)
+    check(closed and 1.4 < took < 5, "idle connection closed %r after "
+          "%.2fs" % (closed, took))
+
+    path, lines = _long_lines(d)
+
+    def slow_reader():
+        c = d.client()
+        c.execute_ok(text_plan([path], 1), "iterate")
+        c.write_int(REQUEST_NEXT)
+        check_eq(c.read_int(), STREAM_PARTITION, "partition")
+        got = []
+        start = time.monotonic()
+        while True:
+            rec = c.read_record()
+            if rec == END_OF_DATA_SECTION:
+                break
+            got.append(rec)
+            time.sleep(0.002)
+        c.write_int(REQUEST_NEXT)
+        return [c.read_partition()[0], got == lines,
+                time.monotonic() - start]
+    done, same, took = as_user("a", slow_reader)
+    check_eq(done, STREAM_DONE, "the slow stream's end")
+    check(same, "the slow stream's records")
+    check(took > 3, "the stream was read in %.1fs, not slowly" % took)
+
+
+# ---------------------------------------------------------------------------
+# Operations, results, broadcasts
+
+def _sleeper(n=1):
+    return records_plan(["x"] * n, n, ops=[{"pipe": {"command":
+                                                     "sleep 30"}}])
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_operations_per_uid=2",
+                            "daemon.max_operations=3", "workers.max=4"])
+def test_operation_limits_name_their_keys(d):
+    def hold(n, ctl):
+        clients = []
+        for _ in range(n):
+            c = d.client()
+            # Not reattachable: closing the client ends it, so the
+            # limit is free again for served() below.
+            c.execute_ok(_sleeper(), "iterate", {"reattachable": False})
+            clients.append(c)
+        extra = d.client()
+        ctl.ready(error_of(extra.execute(_sleeper(), "iterate")))
+        ctl.wait_go()
+        return n
+
+    a = AsUser(USERS["a"], lambda ctl: hold(2, ctl))
+    try:
+        err = a.wait_ready()
+        check_limit(err, "daemon.max_operations_per_uid is 2",
+                    "a's 3rd operation")
+
+        def b_ops():
+            c1 = d.client()
+            c1.execute_ok(_sleeper(), "iterate", {"reattachable": False})
+            c2 = d.client()
+            return error_of(c2.execute(_sleeper(), "iterate"))
+        err = as_user("b", b_ops)
+        check_limit(err, "daemon.max_operations is 3",
+                    "b's 2nd operation, 4th in all")
+    finally:
+        a.close()
+
+    def served():
+        with d.client() as c:
+            return c.count(range_plan(0, 10, 2)) == 10
+    check(wait_until(lambda: as_user("a", served), 10, 0.2),
+          "a is not served once its operations ended")
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_results_per_uid=64m",
+                            "workers.max=2"])
+def test_concurrent_count_by_value_bounded(d):
+    """Four concurrent count_by_value jobs of user a with 3M distinct values
+    each are refused by daemon.max_results_per_uid and emberd's RSS stays
+    bounded; meanwhile user b's count_by_value is answered, and a's next
+    small one too."""
+    plan = range_plan(0, 3000000, 4)
+
+    def attack(ctl):
+        results = [None] * 4
+
+        def one(i):
+            with d.client(timeout=90) as c:
+                results[i] = error_of(c.execute(plan, "count_by_value"))
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        ctl.ready()
+        for t in threads:
+            t.join()
+        with d.client() as c:
+            small = c.execute(range_plan(0, 1000, 4), "count_by_value")
+            check(small["ok"], "a's small count_by_value: %r" % small)
+        return [results, len(small.get("counts", {}))]
+
+    watch = RssWatch(d)
+    a = AsUser(USERS["a"], attack)
+    try:
+        a.wait_ready()
+
+        def small():
+            with d.client(timeout=90) as c:
+                return c.execute(records_plan(["x", "y", "x"], 2),
+                                 "count_by_value").get("counts")
+        check_eq(as_user("b", small), {"x": 2, "y": 1}, "b's counts")
+        results, small_counts = a.result()
+    finally:
+        a.close()
+    grew = watch.stop()
+    for err in results:
+        check_limit(err, "daemon.max_results_per_uid is 67108864",
+                    "a count_by_value of 3M values")
+    check_eq(small_counts, 1000, "a's small count_by_value after")
+    check(grew < 64 + 160, "emberd grew by %d MiB" % grew)
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_results=4m"])
+def test_total_results_limit_names_its_key(d):
+    def big():
+        with d.client() as c:
+            return error_of(c.execute(range_plan(0, 200000, 2),
+                                      "count_by_value"))
+    err = as_user("a", big)
+    check_limit(err, "daemon.max_results is 4194304",
+                "over daemon.max_results")
+
+
+def _refused_put(c, size):
+    """broadcast_put of size bytes, refused at once: (class, message)."""
+    return error_of(c.request({"op": "broadcast_put", "size": size}))
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_broadcasts_per_uid=2",
+                            "daemon.max_broadcasts=3",
+                            "daemon.max_broadcast_bytes_per_uid=1m",
+                            "daemon.max_broadcast_bytes=1500k"])
+def test_broadcast_limits_name_their_keys(d):
+    """Per uid and in all, the count and the bytes of broadcasts kept."""
+    def a_puts(ctl):
+        c = d.client()
+        c.broadcast_put(b"x" * (600 * 1024))
+        over_bytes = _refused_put(c, 600 * 1024)
+        c.broadcast_put(b"1\n")
+        over_count = _refused_put(c, 2)
+        ctl.ready([over_bytes, over_count])
+        ctl.wait_go()
+        return None
+
+    a = AsUser(USERS["a"], a_puts)
+    try:
+        over_bytes, over_count = a.wait_ready()
+        check_limit(over_bytes,
+                    "daemon.max_broadcast_bytes_per_uid is 1048576",
+                    "a's 600k more")
+        check_limit(over_count, "daemon.max_broadcasts_per_uid is 2",
+                    "a's 3rd broadcast")
+
+        def b_puts():
+            c = d.client()
+            over_bytes = _refused_put(c, 1000 * 1024)
+            c.broadcast_put(b"x" * (800 * 1024))
+            over_count = _refused_put(c, 2)
+            return [over_bytes, over_count]
+        over_bytes, over_count = as_user("b", b_puts)
+    finally:
+        a.close()
+    check_limit(over_bytes, "daemon.max_broadcast_bytes is 1536000",
+                "b over the total bytes")
+    check_limit(over_count, "daemon.max_broadcasts is 3",
+                "b over the total count")
+
+
+# ---------------------------------------------------------------------------
+# Shutdown
+
+@no_daemon
+def test_shutting_down_frames(_):
+    """When the grace runs out, an interrupted stream gets an error frame
+    that starts with SHUTTING_DOWN and an interrupted count the error
+    class, both written before emberd closes."""
+    d = Daemon(sets=["daemon.shutdown_grace=1s", "workers.max=2"])
+    stream = d.client()
+    stream.execute_ok(_sleeper(), "iterate")
+    stream.write_int(REQUEST_NEXT)
+    counting = d.client()
+    counting.send_json({"op": "execute", "plan": _sleeper(), "action":
+                        "count"})
+    wait_until(lambda: len([p for p in d.snapshot()
+                            if "sleep 30" in cmdline(p)]) >= 2, 10)
+    d.signal(signal.SIGTERM)
+    status, message = stream.read_partition()
+    check(status in (STREAM_ERROR, EXCEPTION_THROWN), "stream status %d" %
+          status)
+    if status == EXCEPTION_THROWN:
+        message = message[1]
+    check(message.startswith("SHUTTING_DOWN: "), "stream's error frame %r"
+          % message)
+    check_error(counting.recv_json(), "SHUTTING_DOWN")
+    check(stream.at_eof(5) and counting.at_eof(5), "connections left open")
+    check_eq(d.wait(10), 0, "exit status")
+
+
+if __name__ == "__main__":
+    run_tests(globals())

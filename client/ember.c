@@ -438,24 +438,25 @@ cmd_run(int argc, char **argv)
 			if (action != NULL) {
 				fprintf(stderr, "ember: run: give one action "
 				    "(--action, --collect or --count)\n");
-				return (EXIT_USAGE);
+				goto usage_error;
 			}
 			action = ch == 'a' ? optarg : ch == 'C' ? "collect" :
 			    "count";
 			break;
 		case 'o':
 			if (run_option(options, optarg) == -1)
-				return (EXIT_USAGE);
+				goto usage_error;
 			break;
 		case 'S':
 			socket_path = optarg;
 			break;
 		case 'h':
 			usage(stdout, 1);
+			json_decref(options);
 			return (0);
 		default:
 			usage(stderr, 0);
-			return (EXIT_USAGE);
+			goto usage_error;
 		}
 	}
 	if (argc - optind != 1) {
@@ -466,7 +467,7 @@ cmd_run(int argc, char **argv)
 			fprintf(stderr, "ember: run: one plan only; what is "
 			    "\"%s\"?\n", argv[optind + 1]);
 		usage(stderr, 0);
-		return (EXIT_USAGE);
+		goto usage_error;
 	}
 	if (action == NULL)
 		action = "iterate";
@@ -489,6 +490,10 @@ cmd_run(int argc, char **argv)
 	free(opts);
 	ember_close(e);
 	return (rc);
+
+usage_error:
+	json_decref(options);
+	return (EXIT_USAGE);
 }
 
 /* Show emberd's status. */

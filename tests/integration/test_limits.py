@@ -300,7 +300,7 @@ def test_stalled_partial_frames_are_closed(d):
     finally:
         a.close()
     grew = watch.stop()
-    check(grew < 200, "emberd grew by %d MiB" % grew)
+    check(grew < 200 + _asan_slack(), "emberd grew by %d MiB" % grew)
     for took, err in results:
         check(took < 2.0 + 4.0, "a stalled frame's connection was closed "
               "after %.1fs" % took)
@@ -461,6 +461,12 @@ def test_request_and_idle_timeouts(d):
 # ---------------------------------------------------------------------------
 # Operations, results, broadcasts
 
+def _asan_slack():
+    """MiB that AddressSanitizer keeps of freed memory (its quarantine,
+    256 MiB by default) and that RSS then counts: not emberd's growth."""
+    return 256 if "address" in build_sanitizers() else 0
+
+
 def _sleeper(n=1):
     return records_plan(["x"] * n, n, ops=[{"pipe": {"command":
                                                      "sleep 30"}}])
@@ -552,7 +558,7 @@ def test_concurrent_count_by_value_bounded(d):
         check_limit(err, "daemon.max_results_per_uid is 67108864",
                     "a count_by_value of 3M values")
     check_eq(small_counts, 1000, "a's small count_by_value after")
-    check(grew < 64 + 160, "emberd grew by %d MiB" % grew)
+    check(grew < 64 + 160 + _asan_slack(), "emberd grew by %d MiB" % grew)
 
 
 @needs_users

@@ -68,10 +68,19 @@ class Notify:
         raise AssertionError("no %s... in %r" % (prefix, self.messages))
 
 
+def _parent_of(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _workers_of(pid):
-    return [p for p in descendants(pid)
-            if "ember-worker" in cmdline(p) and "fork-server" not in
-            cmdline(p)]
+    # A worker is a child of a fork-server: its own title may not be set
+    # yet when emberd already holds it, so go by the parent.
+    servers = [p for p in descendants(pid) if "fork-server" in cmdline(p)]
+    return [p for p in descendants(pid) if _parent_of(p) in servers]
 
 
 def _start(tmp, argv, env=None, nobody=False):

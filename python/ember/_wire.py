@@ -50,6 +50,7 @@ class Wire:
     def __init__(self, path: str, timeout: Optional[float] = None):
         self.path = path
         self.broken = False
+        self._dead = None
         self.buf = b""
         self.pos = 0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -67,10 +68,29 @@ class Wire:
     def close(self) -> None:
         """Close the socket; an open result stream ends its operation."""
         self.broken = True
+        for sock in (self.sock, self._dead):
+            try:
+                if sock is not None:
+                    sock.close()
+            except OSError:
+                pass
+
+    def _refusal(self):
+        """The error emberd sent before it closed a connection whose write
+        just failed (LIMIT_EXCEEDED, SHUTTING_DOWN), or None."""
+        sock = self.sock
         try:
-            self.sock.close()
-        except OSError:
+            sock.settimeout(1.0)
+            data = sock.recv(65536)
+            (n,) = _unpack_int(data, 0)
+            reply = json.loads(data[4:4 + n].decode("utf-8"))
+            if isinstance(reply, dict) and reply.get("ok") is False:
+                return error_from_reply(reply)
+        except (OSError, ValueError, struct.error):
             pass
+        finally:
+            self.close()
+        return None
 
     def _fail(self, what: str, e: BaseException) -> ConnectionFailed:
         self.close()
@@ -90,7 +110,12 @@ class Wire:
         try:
             self.sock.sendall(data)
         except OSError as e:
-            raise self._fail("write", e) from e
+            # Keep the socket to read what emberd said before closing.
+            self.broken = True
+            self._dead = self.sock
+            reason = e.strerror or str(e)
+            raise ConnectionFailed("write %s: %s" % (self.path, reason)) \
+                from e
 
     def send_with_fd(self, data: bytes, fd: int) -> None:
         """Send data with fd passed alongside (SCM_RIGHTS)."""
@@ -168,7 +193,10 @@ class Wire:
     def request(self, obj: dict) -> dict:
         """Send a control request; its reply, raising the error it names
         when "ok" is false."""
-        self.send_json(obj)
+        try:
+            self.send_json(obj)
+        except ConnectionFailed as e:
+            raise self._refusal() or e
         reply = self.recv_json()
         if not reply["ok"]:
             raise error_from_reply(reply)

@@ -1,0 +1,281 @@
+"""One connection to emberd: frames, JSON control messages and the records
+of a result stream (docs/protocol.md, section 1).
+
+Every integer is a big-endian int32; a frame is a length and that many
+bytes; negative lengths are the special values below.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import struct
+from typing import List, Optional, Sequence, Tuple, Union
+
+from .errors import ConnectionFailed, ProtocolError, error_from_reply
+
+# Special lengths (PySpark's SpecialLengths).
+END_OF_DATA_SECTION = -1
+EXCEPTION_THROWN = -2
+NULL = -5
+
+# Result stream responses and requests.
+STREAM_DONE = 0
+STREAM_PARTITION = 1
+STREAM_DETACHED = 2
+STREAM_ERROR = -1
+REQUEST_STOP = 0
+REQUEST_NEXT = 1
+
+PROTOCOL_VERSION = 1
+CHUNK = 1 << 20			# bytes asked of one recv
+MAX_FRAME = 16 << 20		# emberd's default daemon.max_frame
+
+_INT = struct.Struct(">i")
+_unpack_int = _INT.unpack_from
+
+RawRecord = Optional[bytes]
+
+
+class Wire:
+    """A connected, blocking AF_UNIX socket to emberd with a read buffer.
+
+    Any failure of the socket raises ConnectionFailed and leaves the wire
+    ``broken``; bytes the protocol does not allow raise ProtocolError and
+    break it too.
+    """
+
+    def __init__(self, path: str, timeout: Optional[float] = None):
+        self.path = path
+        self.broken = False
+        self._dead = None
+        self.buf = b""
+        self.pos = 0
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.settimeout(timeout)
+            self.sock.connect(path)
+        except OSError as e:
+            self.sock.close()
+            hint = ""
+            if e.errno in (errno.ENOENT, errno.ECONNREFUSED):
+                hint = " (is emberd running?)"
+            raise ConnectionFailed("connect %s: %s%s" %
+                                   (path, e.strerror or e, hint)) from e
+
+    def close(self) -> None:
+        """Close the socket; an open result stream ends its operation."""
+        self.broken = True
+        for sock in (self.sock, self._dead):
+            try:
+                if sock is not None:
+                    sock.close()
+            except OSError:
+                pass
+
+    def _refusal(self):
+        """The error emberd sent before it closed a connection whose write
+        just failed (LIMIT_EXCEEDED, SHUTTING_DOWN), or None."""
+        sock = self.sock
+        try:
+            sock.settimeout(1.0)
+            data = sock.recv(65536)
+            (n,) = _unpack_int(data, 0)
+            reply = json.loads(data[4:4 + n].decode("utf-8"))
+            if isinstance(reply, dict) and reply.get("ok") is False:
+                return error_from_reply(reply)
+        except (OSError, ValueError, struct.error):
+            pass
+        finally:
+            self.close()
+        return None
+
+    def _fail(self, what: str, e: BaseException) -> ConnectionFailed:
+        self.close()
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        return ConnectionFailed("%s %s: %s" % (what, self.path, reason))
+
+    def _protocol(self, message: str) -> ProtocolError:
+        self.close()
+        return ProtocolError(message)
+
+    # Bytes.
+
+    def send(self, data: bytes) -> None:
+        if self.broken:
+            raise ConnectionFailed("write %s: the connection is closed"
+                                   % self.path)
+        try:
+            self.sock.sendall(data)
+        except OSError as e:
+            # Keep the socket to read what emberd said before closing.
+            self.broken = True
+            self._dead = self.sock
+            reason = e.strerror or str(e)
+            raise ConnectionFailed("write %s: %s" % (self.path, reason)) \
+                from e
+
+    def send_with_fd(self, data: bytes, fd: int) -> None:
+        """Send data with fd passed alongside (SCM_RIGHTS)."""
+        try:
+            sent = socket.send_fds(self.sock, [data], [fd])
+            if sent < len(data):
+                self.sock.sendall(data[sent:])
+        except OSError as e:
+            raise self._fail("write", e) from e
+
+    def _fill(self, need: int = 1) -> None:
+        """Read until at least need bytes are buffered past pos."""
+        have = len(self.buf) - self.pos
+        chunks = [self.buf[self.pos:]] if have else []
+        while have < need:
+            try:
+                data = self.sock.recv(max(CHUNK, need - have))
+            except OSError as e:
+                raise self._fail("read", e) from e
+            if not data:
+                self.close()
+                raise ConnectionFailed("read %s: emberd closed the "
+                                       "connection" % self.path)
+            chunks.append(data)
+            have += len(data)
+        self.buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self.pos = 0
+
+    def recv_exact(self, n: int) -> bytes:
+        if len(self.buf) - self.pos < n:
+            self._fill(n)
+        data = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return data
+
+    # Integers and frames.
+
+    def read_int(self) -> int:
+        if len(self.buf) - self.pos < 4:
+            self._fill(4)
+        (n,) = _unpack_int(self.buf, self.pos)
+        self.pos += 4
+        return n
+
+    def write_int(self, n: int) -> None:
+        self.send(_INT.pack(n))
+
+    def send_frame(self, data: bytes) -> None:
+        self.send(_INT.pack(len(data)) + data)
+
+    def recv_frame(self) -> bytes:
+        n = self.read_int()
+        if n < 0 or n > MAX_FRAME:
+            raise self._protocol("expected a frame, got length %d" % n)
+        return self.recv_exact(n)
+
+    # Control messages.
+
+    def send_json(self, obj: dict) -> None:
+        self.send_frame(json.dumps(obj, separators=(",", ":")).encode())
+
+    def recv_json(self) -> dict:
+        """One reply: the object, whatever its "ok" says."""
+        data = self.recv_frame()
+        try:
+            obj = json.loads(data.decode("utf-8"))
+        except ValueError as e:
+            raise self._protocol("reply is not JSON (%s): %r" %
+                                 (e, data[:200])) from e
+        if not isinstance(obj, dict) or not isinstance(obj.get("ok"), bool):
+            raise self._protocol("reply is not {\"ok\": bool, ...}: %r"
+                                 % (obj,))
+        return obj
+
+    def request(self, obj: dict) -> dict:
+        """Send a control request; its reply, raising the error it names
+        when "ok" is false."""
+        try:
+            self.send_json(obj)
+        except ConnectionFailed as e:
+            raise self._refusal() or e
+        reply = self.recv_json()
+        if not reply["ok"]:
+            raise error_from_reply(reply)
+        return reply
+
+    def hello(self, session: Optional[str], client: str) -> dict:
+        """Say hello, resuming session if given."""
+        req = {"op": "hello", "version": PROTOCOL_VERSION, "client": client}
+        if session is not None:
+            req["session"] = session
+        return self.request(req)
+
+    # The result stream.
+
+    def read_error_frame(self) -> str:
+        return self.recv_frame().decode("utf-8", "replace")
+
+    def read_batch(self) -> Tuple[List[RawRecord], int]:
+        """The records of the open partition that are buffered (reading
+        more when none is), and what ends them: 0 if more records follow,
+        END_OF_DATA_SECTION, or EXCEPTION_THROWN (an error frame follows,
+        still unread)."""
+        while True:
+            records, status = self._parse_batch()
+            if records or status:
+                return records, status
+            self._fill(self._next_need())
+
+    def _next_need(self) -> int:
+        """Bytes needed past pos for the next record to be whole."""
+        have = len(self.buf) - self.pos
+        if have < 4:
+            return 4
+        (n,) = _unpack_int(self.buf, self.pos)
+        return 4 + n if n > 0 else 4
+
+    def _parse_batch(self) -> Tuple[List[RawRecord], int]:
+        buf, pos = self.buf, self.pos
+        end = len(buf)
+        out: List[RawRecord] = []
+        append = out.append
+        status = 0
+        while end - pos >= 4:
+            (n,) = _unpack_int(buf, pos)
+            if n >= 0:
+                if n > MAX_FRAME:
+                    raise self._protocol("record of %d bytes" % n)
+                if end - pos - 4 < n:
+                    break
+                append(buf[pos + 4:pos + 4 + n])
+                pos += 4 + n
+            elif n == NULL:
+                append(None)
+                pos += 4
+            elif n == END_OF_DATA_SECTION or n == EXCEPTION_THROWN:
+                status = n
+                pos += 4
+                break
+            else:
+                raise self._protocol("unexpected length %d in a partition"
+                                     % n)
+        self.pos = pos
+        return out, status
+
+
+def close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def path_list(paths: Union[str, os.PathLike, Sequence]) -> List[str]:
+    """paths (one or several, str or path-like) made absolute here: emberd
+    and its workers have another working directory."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    out = []
+    for p in paths:
+        p = os.fsdecode(os.fspath(p))
+        out.append(os.path.abspath(p))
+    return out

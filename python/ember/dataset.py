@@ -1,0 +1,353 @@
+"""Datasets: plans built lazily, op by op, run by their actions."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Optional,
+                    Tuple, Union)
+
+from .errors import ProtocolError, TaskFailed
+
+if TYPE_CHECKING:
+    from ._stream import ResultStream
+    from .session import Broadcast, Session
+
+Record = Union[str, bytes, None]
+Number = Union[int, float]
+
+
+def text_of(value: Union[str, bytes], what: str) -> str:
+    """value as the JSON string a plan carries: str, or UTF-8 bytes."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError("%s: plans carry text; %r is not UTF-8"
+                             % (what, value)) from e
+    if not isinstance(value, str):
+        raise TypeError("%s: expected str or bytes, got %r" % (what, value))
+    return value
+
+
+def _broadcast_id(b: Union["Broadcast", int]) -> int:
+    bid = getattr(b, "id", b)
+    if not isinstance(bid, int) or isinstance(bid, bool):
+        raise TypeError("expected a Broadcast or its id, got %r" % (b,))
+    return bid
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    """What a save wrote: ``files`` part files holding ``records``
+    records, under ``path``."""
+
+    path: str
+    files: int
+    records: int
+
+
+class Dataset:
+    """A lazy dataset: a source, a partition count and operations.
+
+    Nothing runs until an action (count, collect, to_local_iterator, ...).
+    Each op returns a new Dataset and leaves this one as it was; ``plan``
+    is the JSON plan of docs/plans.md, as a dict.
+    """
+
+    def __init__(self, session: "Session", source: dict,
+                 partitions: Optional[int] = None, ops: Tuple = ()):
+        if partitions is not None and (not isinstance(partitions, int) or
+                                       isinstance(partitions, bool)):
+            raise TypeError("partitions: expected an int, got %r"
+                            % (partitions,))
+        self.session = session
+        self._source = source
+        self._partitions = partitions
+        self._ops = tuple(ops)
+
+    @property
+    def plan(self) -> dict:
+        """The plan sent to emberd (a fresh copy: changing it changes
+        nothing here)."""
+        plan: Dict[str, Any] = {"source": copy.deepcopy(self._source)}
+        if self._partitions is not None:
+            plan["partitions"] = self._partitions
+        if self._ops:
+            plan["ops"] = copy.deepcopy(list(self._ops))
+        return plan
+
+    def __repr__(self) -> str:
+        return "<ember.Dataset %r>" % (self.plan,)
+
+    def _with(self, op: dict) -> "Dataset":
+        return Dataset(self.session, self._source, self._partitions,
+                       self._ops + (op,))
+
+    def with_partitions(self, partitions: int) -> "Dataset":
+        """The same plan split into another number of partitions."""
+        return Dataset(self.session, self._source, partitions, self._ops)
+
+    # Ops (docs/plans.md, "Operations").
+
+    def filter_contains(self, substring: Union[str, bytes]) -> "Dataset":
+        """Keep the records holding substring."""
+        return self._with({"filter": {"contains": text_of(
+            substring, "filter_contains")}})
+
+    def filter_regex(self, pattern: Union[str, bytes]) -> "Dataset":
+        """Keep the records the PCRE2 pattern matches anywhere."""
+        return self._with({"filter": {"regex": text_of(
+            pattern, "filter_regex")}})
+
+    def filter_in(self, broadcast: Union["Broadcast", int]) -> "Dataset":
+        """Keep the records that are one of the broadcast's lines."""
+        return self._with({"filter": {"in_broadcast":
+                                      _broadcast_id(broadcast)}})
+
+    def map_upper(self) -> "Dataset":
+        """ASCII upper case."""
+        return self._with({"map": "upper"})
+
+    def map_lower(self) -> "Dataset":
+        """ASCII lower case."""
+        return self._with({"map": "lower"})
+
+    def map_trim(self) -> "Dataset":
+        """Remove ASCII whitespace at both ends."""
+        return self._with({"map": "trim"})
+
+    def map_field(self, sep: Union[str, bytes], index: int) -> "Dataset":
+        """The index-th field (negative: from the end) of the record split
+        by sep; a missing field is an empty record."""
+        return self._with({"map": {"field": {
+            "sep": text_of(sep, "map_field sep"), "index": index}}})
+
+    def map_json(self, path: str) -> "Dataset":
+        """The value at a dotted path of a JSON record; records without
+        one are dropped."""
+        return self._with({"map": {"json": text_of(path, "map_json")}})
+
+    def flat_map_split(self, sep: Union[str, bytes]) -> "Dataset":
+        """Each piece of the record split by sep, as str.split(sep)."""
+        return self._with({"flat_map": {"split": text_of(
+            sep, "flat_map_split")}})
+
+    def sample(self, fraction: float, seed: int = 0) -> "Dataset":
+        """Keep each record with probability fraction; deterministic per
+        partition and seed."""
+        return self._with({"sample": {"fraction": fraction, "seed": seed}})
+
+    def limit(self, n: int) -> "Dataset":
+        """The first n records of each partition."""
+        return self._with({"limit": n})
+
+    def pipe(self, command: str) -> "Dataset":
+        """Each partition through ``/bin/sh -c command``, one record per
+        line each way."""
+        return self._with({"pipe": {"command": text_of(command, "pipe")}})
+
+    def udf(self, library: Union[str, os.PathLike], symbol: str,
+            broadcasts: Tuple = (), **args: Any) -> "Dataset":
+        """A function of a plugin (docs/udf.md).  args become the op's
+        ``args`` object; a Broadcast among them is given as its id and
+        added to ``broadcasts``, the broadcasts the function reads."""
+        ids = [_broadcast_id(b) for b in broadcasts]
+        plain = {}
+        for k, v in args.items():
+            if hasattr(v, "id") and hasattr(v, "drop"):
+                v = _broadcast_id(v)
+                if v not in ids:
+                    ids.append(v)
+            plain[k] = v
+        op: Dict[str, Any] = {"library": os.path.abspath(os.fspath(library)),
+                              "symbol": symbol, "args": plain}
+        if ids:
+            op["broadcasts"] = ids
+        return self._with({"udf": op})
+
+    # Actions.
+
+    def _decoding(self, decode: Optional[bool], errors: Optional[str]):
+        decode = self.session.decode if decode is None else decode
+        errors = self.session.errors if errors is None else errors
+        if not decode:
+            return None
+        return lambda rs: [r.decode("utf-8", errors) if r is not None
+                           else None for r in rs]
+
+    def count(self) -> int:
+        """The number of records."""
+        reply = self.session.execute(self.plan, "count")
+        n = reply.get("count")
+        if not isinstance(n, int):
+            raise ProtocolError("count reply without count: %r" % (reply,))
+        return n
+
+    def collect(self, *, decode: Optional[bool] = None,
+                errors: Optional[str] = None) -> List[Record]:
+        """Every record, in order (emberd pushes every partition).  A
+        failed task raises TaskFailed, its ``records`` holding what came
+        before."""
+        convert = self._decoding(decode, errors)
+        stream = self.session.stream(self.plan, "collect")
+        out: List[Record] = []
+        try:
+            for batch in stream.batches():
+                out.extend(convert(batch) if convert else batch)
+        except TaskFailed as e:
+            e.records = out
+            raise
+        return out
+
+    def to_local_iterator(self, prefetch: int = 0, *,
+                          decode: Optional[bool] = None,
+                          errors: Optional[str] = None) -> Iterator[Record]:
+        """The records, one partition at a time: a partition is asked for
+        when the one before is consumed, and prefetch partitions are
+        computed ahead meanwhile.
+
+        Breaking out of the loop, or closing the generator, stops the
+        operation cleanly (the rest of the partition being read is drained,
+        then emberd stops the remaining tasks).  A failed task raises
+        TaskFailed after the records before it.  A reattachable operation
+        whose connection breaks resumes right after the last record
+        yielded.
+        """
+        convert = self._decoding(decode, errors)
+        options = {"prefetch": prefetch} if prefetch else None
+        stream = self.session.stream(self.plan, "iterate", options)
+        records = _iterate(stream, convert)
+        next(records)		# started: closing it now stops the stream
+        return records
+
+    def __iter__(self) -> Iterator[Record]:
+        return self.to_local_iterator()
+
+    def take(self, n: int, **kw: Any) -> List[Record]:
+        """The first n records (stopping the operation after them)."""
+        it = self.to_local_iterator(**kw)
+        try:
+            return list(itertools.islice(it, n))
+        finally:
+            it.close()
+
+    def first(self, **kw: Any) -> Record:
+        """The first record; ValueError if there is none."""
+        got = self.take(1, **kw)
+        if not got:
+            raise ValueError("first: the dataset is empty")
+        return got[0]
+
+    def count_by_value(self, *, decode: Optional[bool] = None
+                       ) -> "Counter[Record]":
+        """Each distinct record with its count, as a Counter (None counts
+        the nulls).  emberd merges the counts as text: bytes that are not
+        UTF-8 come back as U+FFFD; with decode=False the keys are that
+        text's UTF-8 bytes."""
+        reply = self.session.execute(self.plan, "count_by_value")
+        counts = reply.get("counts")
+        if not isinstance(counts, dict):
+            raise ProtocolError("count_by_value reply without counts: %r"
+                                % (reply,))
+        decode = self.session.decode if decode is None else decode
+        c: "Counter[Record]" = Counter(
+            counts if decode else {k.encode("utf-8"): v
+                                   for k, v in counts.items()})
+        nulls = reply.get("nulls") or 0
+        if nulls:
+            c[None] = nulls
+        return c
+
+    def reduce(self, fn: str) -> Optional[Number]:
+        """Reduce the records, each a number, with "sum", "min" or "max":
+        an int while exact, else a float; None when there is no record."""
+        reply = self.session.execute(self.plan, "reduce", {"fn": fn})
+        if "value" not in reply:
+            raise ProtocolError("reduce reply without value: %r" % (reply,))
+        return reply["value"]
+
+    def sum(self) -> Number:
+        """reduce("sum"), 0 when empty."""
+        v = self.reduce("sum")
+        return 0 if v is None else v
+
+    def min(self) -> Optional[Number]:
+        """reduce("min")."""
+        return self.reduce("min")
+
+    def max(self) -> Optional[Number]:
+        """reduce("max")."""
+        return self.reduce("max")
+
+    def save(self, path: Union[str, os.PathLike],
+             overwrite: bool = False) -> SaveResult:
+        """Write one part file per partition under path (made absolute),
+        committed with a _SUCCESS marker once all are written."""
+        path = os.path.abspath(os.fspath(path))
+        reply = self.session.execute(self.plan, "save",
+                                     {"path": path, "overwrite": overwrite})
+        return SaveResult(path, reply.get("files", 0),
+                          reply.get("records", 0))
+
+    def checkpoint(self, local: bool = False,
+                   eager: bool = True) -> "Checkpoint":
+        """Materialize the dataset; a dataset reading the checkpoint.
+
+        local: kept in emberd's local directory and removed with the
+        session; otherwise written under checkpoint.dir, where it survives
+        emberd and stays until dropped.  eager=False materializes it on
+        first use.
+        """
+        reply = self.session.execute(self.plan, "checkpoint",
+                                     {"local": local, "eager": eager})
+        cid = reply.get("checkpoint")
+        if not isinstance(cid, str):
+            raise ProtocolError("checkpoint reply without checkpoint: %r"
+                                % (reply,))
+        cp = Checkpoint(self.session, cid, local, self._partitions)
+        self.session._checkpoints.append(cp)
+        return cp
+
+
+class Checkpoint(Dataset):
+    """A dataset whose source is a checkpoint: ``id`` names it (give it
+    to Session.from_checkpoint in a later session, for a reliable one).
+    ``drop()``, or leaving it as a context manager, removes it."""
+
+    def __init__(self, session: "Session", cid: str, local: bool,
+                 partitions: Optional[int] = None):
+        Dataset.__init__(self, session, {"checkpoint": cid}, partitions)
+        self.id = cid
+        self.local = local
+        self.dropped = False
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.dropped and not self.session.closed:
+            self.drop()
+
+    def drop(self) -> None:
+        """Remove the checkpoint (checkpoint_drop)."""
+        self.session.request({"op": "checkpoint_drop", "checkpoint": self.id})
+        self.dropped = True
+
+
+def _iterate(stream: "ResultStream", convert) -> Iterator[Record]:
+    """The records of stream, one by one, after a first None that only
+    starts the generator (so that closing it before any record still
+    stops the operation)."""
+    batches = stream.batches()
+    try:
+        yield None
+        for batch in batches:
+            yield from (convert(batch) if convert else batch)
+    finally:
+        batches.close()
+        if not stream.finished:
+            stream.stop()

@@ -1,0 +1,248 @@
+"""The exceptions of the ember client.
+
+Every error emberd reports carries a stable class string
+(docs/protocol.md, "Error classes"); each has an exception named after it
+here, and all of them derive from EmberError.  A class this module does not
+know yet still raises EmberError, with ``error_class`` set.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Type
+
+__all__ = [
+    "EmberError", "ConnectionFailed", "ProtocolError", "StreamActive",
+    "FrameInvalid", "RequestInvalid", "HelloRequired", "VersionMismatch",
+    "PlanInvalid", "ActionInvalid", "OperationExists", "TaskFailed",
+    "ResultTooLarge", "SaveFailed", "SessionNotFound", "BroadcastNotFound",
+    "Interrupted", "LimitExceeded", "ShuttingDown", "Internal",
+    "OperationNotFound", "OperationAbandoned", "PositionNotAvailable",
+    "CheckpointNotFound", "error_from_reply",
+]
+
+
+class EmberError(Exception):
+    """An error from emberd or from the client.
+
+    ``error_class`` is emberd's class string (``"PLAN_INVALID"``) or one of
+    the client's own (``"IO_ERROR"``, ``"PROTOCOL_ERROR"``), and ``message``
+    the text that came with it.
+    """
+
+    error_class: str = "EMBER_ERROR"
+
+    def __init__(self, message: str, error_class: Optional[str] = None):
+        Exception.__init__(self, message)
+        self.message = message
+        if error_class is not None:
+            self.error_class = error_class
+
+    def __str__(self) -> str:
+        return "%s: %s" % (self.error_class, self.message)
+
+
+class ConnectionFailed(EmberError, ConnectionError):
+    """The socket could not be reached, or broke (the client's IO_ERROR).
+
+    An operation that cannot be reattached ends with its connection.
+    """
+
+    error_class = "IO_ERROR"
+
+
+class ProtocolError(EmberError):
+    """emberd sent something the protocol does not allow."""
+
+    error_class = "PROTOCOL_ERROR"
+
+
+class StreamActive(EmberError):
+    """A request was made on a connection whose result stream is open."""
+
+    error_class = "STREAM_ACTIVE"
+
+
+class FrameInvalid(EmberError):
+    """emberd found the framing broken and closed the connection."""
+
+    error_class = "FRAME_INVALID"
+
+
+class RequestInvalid(EmberError):
+    """emberd refused a request: bad JSON, unknown op, wrong field type."""
+
+    error_class = "REQUEST_INVALID"
+
+
+class HelloRequired(EmberError):
+    """A request came before hello."""
+
+    error_class = "HELLO_REQUIRED"
+
+
+class VersionMismatch(EmberError):
+    """emberd does not speak this client's protocol version."""
+
+    error_class = "VERSION_MISMATCH"
+
+
+class PlanInvalid(EmberError, ValueError):
+    """The plan was refused; the message starts with the field at fault
+    (``plan.ops[2].filter.regex: ...``)."""
+
+    error_class = "PLAN_INVALID"
+
+
+class ActionInvalid(EmberError, ValueError):
+    """Unknown action, or bad options for it."""
+
+    error_class = "ACTION_INVALID"
+
+
+class OperationExists(EmberError):
+    """The client-chosen operation id is in use."""
+
+    error_class = "OPERATION_EXISTS"
+
+
+_TASK_MESSAGE = re.compile(r"partition (\d+): (?:worker (\d+): )?(.*)\Z",
+                           re.DOTALL)
+
+
+class TaskFailed(EmberError):
+    """A task failed in a worker.
+
+    ``partition`` is the partition's index and ``worker`` the worker's pid
+    (either None when emberd did not say), ``reason`` the worker's own
+    message (or the signal that killed it).  ``records`` holds what an
+    action that returns a list (collect) received before the failure; an
+    iterator has already yielded those records, and leaves it empty.
+    """
+
+    error_class = "TASK_FAILED"
+
+    def __init__(self, message: str, error_class: Optional[str] = None,
+                 records: Optional[list] = None):
+        EmberError.__init__(self, message, error_class)
+        self.partition: Optional[int] = None
+        self.worker: Optional[int] = None
+        self.reason: str = message
+        self.records: list = records if records is not None else []
+        m = _TASK_MESSAGE.search(message)
+        if m is not None:
+            self.partition = int(m.group(1))
+            if m.group(2) is not None:
+                self.worker = int(m.group(2))
+            self.reason = m.group(3)
+
+
+class ResultTooLarge(EmberError):
+    """A count_by_value result grew past emberd's daemon.max_result."""
+
+    error_class = "RESULT_TOO_LARGE"
+
+
+class SaveFailed(EmberError):
+    """The commit of a save failed."""
+
+    error_class = "SAVE_FAILED"
+
+
+class SessionNotFound(EmberError):
+    """The session to resume is gone (it ended with its last connection,
+    expired, or was closed)."""
+
+    error_class = "SESSION_NOT_FOUND"
+
+
+class BroadcastNotFound(EmberError, KeyError):
+    """The session has no such broadcast."""
+
+    error_class = "BROADCAST_NOT_FOUND"
+
+    __str__ = EmberError.__str__
+
+
+class Interrupted(EmberError):
+    """The operation was stopped: its session was closed, or emberd
+    interrupted it."""
+
+    error_class = "INTERRUPTED"
+
+
+class LimitExceeded(EmberError):
+    """A per-uid limit of emberd was reached."""
+
+    error_class = "LIMIT_EXCEEDED"
+
+
+class ShuttingDown(EmberError):
+    """emberd is draining and takes no new work."""
+
+    error_class = "SHUTTING_DOWN"
+
+
+class Internal(EmberError):
+    """A bug in emberd; its log says more."""
+
+    error_class = "INTERNAL"
+
+
+class OperationNotFound(EmberError):
+    """No such operation (reattach, release, interrupt)."""
+
+    error_class = "OPERATION_NOT_FOUND"
+
+
+class OperationAbandoned(EmberError):
+    """The operation was detached too long and removed; a late reattach
+    gets this rather than a silent new run."""
+
+    error_class = "OPERATION_ABANDONED"
+
+
+class PositionNotAvailable(EmberError):
+    """A reattach asked for a position emberd can neither replay nor
+    recompute (the plan is not deterministic)."""
+
+    error_class = "POSITION_NOT_AVAILABLE"
+
+
+class CheckpointNotFound(EmberError, KeyError):
+    """No such checkpoint."""
+
+    error_class = "CHECKPOINT_NOT_FOUND"
+
+    __str__ = EmberError.__str__
+
+
+_BY_CLASS: Dict[str, Type[EmberError]] = {
+    cls.error_class: cls for cls in (
+        ConnectionFailed, ProtocolError, StreamActive, FrameInvalid,
+        RequestInvalid, HelloRequired, VersionMismatch, PlanInvalid,
+        ActionInvalid, OperationExists, TaskFailed, ResultTooLarge,
+        SaveFailed, SessionNotFound, BroadcastNotFound, Interrupted,
+        LimitExceeded, ShuttingDown, Internal, OperationNotFound,
+        OperationAbandoned, PositionNotAvailable, CheckpointNotFound)
+}
+
+
+def error_from_reply(reply: dict) -> EmberError:
+    """The exception for an ``{"ok": false, "error": {...}}`` reply."""
+    err = reply.get("error")
+    if not isinstance(err, dict):
+        return ProtocolError("error reply without an error object: %r"
+                             % (reply,))
+    error_class = err.get("class")
+    message = err.get("message")
+    if not isinstance(error_class, str) or not isinstance(message, str):
+        return ProtocolError("error reply without class and message: %r"
+                             % (reply,))
+    cls = _BY_CLASS.get(error_class, EmberError)
+    return cls(message, error_class)
+
+
+def error_classes() -> List[str]:
+    """The error classes that have an exception of their own."""
+    return sorted(_BY_CLASS)

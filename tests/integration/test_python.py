@@ -1,0 +1,431 @@
+"""The Python client (python/ember) against a real emberd: every op and
+action against Python's own answers, early stops, errors, broadcasts, a
+connection cut by a proxy, and pip's offline install."""
+
+import collections
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+
+from harness import *
+
+sys.path.insert(0, os.path.join(SRCDIR, "python"))
+import ember  # noqa: E402
+
+PLUGIN = job_readable(os.path.join(BUILDDIR, "examples", "udf_example.so"))
+
+
+def _session(d, **kw):
+    return ember.connect(d.socket, **kw)
+
+
+def _no_operations(d):
+    def quiet():
+        with d.client() as c:
+            return not c.status()["operations"]
+    check(wait_until(quiet, 10), "operations left behind")
+
+
+def test_connect_default_socket(d):
+    old = os.environ.get("EMBER_SOCKET")
+    try:
+        os.environ["EMBER_SOCKET"] = d.socket
+        with ember.connect() as s:
+            check_eq(s.socket_path, d.socket, "socket from $EMBER_SOCKET")
+            sid = s.id
+            check_eq(s.range(10).count(), 10, "count")
+        with d.client() as c:
+            ids = [x["id"] for x in c.status()["sessions"]]
+        check(sid not in ids, "the session outlived its context")
+        del os.environ["EMBER_SOCKET"]
+        check_eq(ember.default_socket(), "/run/ember/emberd.sock",
+                 "the system socket")
+        try:
+            ember.connect(d.path("nothere.sock"))
+        except ember.ConnectionFailed as e:
+            check("is emberd running?" in e.message, e.message)
+        else:
+            raise AssertionError("connect to a missing socket")
+    finally:
+        if old is None:
+            os.environ.pop("EMBER_SOCKET", None)
+        else:
+            os.environ["EMBER_SOCKET"] = old
+
+
+def test_sources(d):
+    with _session(d) as s:
+        for args in [(100,), (5, 50, 7), (10, 0, -3), (0, 0)]:
+            check_eq(s.range(*args, partitions=3).collect(),
+                     [str(i) for i in range(*args)], "range%r" % (args,))
+        recs = ["a", None, "", "b", "c"]
+        check_eq(s.parallelize(recs, partitions=2).collect(), recs,
+                 "parallelize")
+        text = "one\ntwo\n\nthree"
+        write_file(d.path("a.txt"), text)
+        os.chmod(d.path("a.txt"), 0o644)
+        cwd = os.getcwd()
+        os.chdir(d.tmpdir)
+        try:
+            ds = s.text_file("a.txt", partitions=2)
+        finally:
+            os.chdir(cwd)
+        check_eq(ds.plan["source"]["text"]["paths"], [d.path("a.txt")],
+                 "paths made absolute")
+        check_eq(ds.collect(), text.split("\n"), "text_file")
+        check_eq(s.text_file([d.path("*.txt")]).count(), 4, "a glob")
+
+
+def test_ops(d):
+    with _session(d) as s:
+        nums = [str(i) for i in range(2000)]
+        base = s.range(2000, partitions=4)
+        cases = [
+            (base.filter_contains("7"), [n for n in nums if "7" in n]),
+            (base.filter_regex("^1[0-9]5$"),
+             [n for n in nums if re.search("^1[0-9]5$", n)]),
+            (base.limit(3), [n for p in range(4)
+                             for n in nums[p * 500:p * 500 + 3]]),
+            (base.pipe("tr 0-9 a-j"),
+             [n.translate(str.maketrans("0123456789", "abcdefghij"))
+              for n in nums]),
+            (base.udf(PLUGIN, "udf_wordlen"), [str(len(n)) for n in nums]),
+            (base.udf(PLUGIN, "udf_prefix", prefix="> "),
+             ["> " + n for n in nums]),
+        ]
+        words = ["Hello World ", " a,b,c", "x", "  Mixed,Case  "]
+        w = s.parallelize(words, partitions=2)
+        cases += [
+            (w.map_upper(), [x.upper() for x in words]),
+            (w.map_lower(), [x.lower() for x in words]),
+            (w.map_trim(), [x.strip() for x in words]),
+            (w.map_field(",", 1), [(x.split(",") + [""])[1]
+                                   if len(x.split(",")) > 1 else ""
+                                   for x in words]),
+            (w.map_field(",", -1), [x.split(",")[-1] for x in words]),
+            (w.flat_map_split(" "), [p for x in words for p in x.split(" ")]),
+        ]
+        docs = [json.dumps({"u": {"city": c}}) for c in ["Oslo", "Rome"]]
+        cases.append((s.parallelize(docs + ["not json"]).map_json("u.city"),
+                      ["Oslo", "Rome"]))
+        for ds, want in cases:
+            check_eq(ds.collect(), want, "op %r" % (ds.plan["ops"],))
+        a = base.sample(0.3, seed=7).collect()
+        check_eq(base.sample(0.3, seed=7).collect(), a, "sample repeats")
+        check(0 < len(a) < 2000 and set(a) <= set(nums), "a sample")
+        check_eq(base.sample(0).count(), 0, "fraction 0")
+        check_eq(base.sample(1).count(), 2000, "fraction 1")
+        plan = base.filter_contains("1").map_upper().plan
+        check_eq(plan, {"source": {"range": {"start": 0, "end": 2000,
+                                             "step": 1}},
+                        "partitions": 4,
+                        "ops": [{"filter": {"contains": "1"}},
+                                {"map": "upper"}]}, "plan")
+        check("ops" not in base.plan, "an op leaves its parent alone")
+
+
+def test_actions(d):
+    with _session(d) as s:
+        words = ["b", "a", "b", None, "c", "b", ""]
+        ds = s.parallelize(words, partitions=3)
+        check_eq(ds.count(), len(words), "count")
+        check_eq(ds.count_by_value(), collections.Counter(words),
+                 "count_by_value")
+        check_eq(ds.count_by_value(decode=False),
+                 collections.Counter(None if w is None else w.encode()
+                                     for w in words), "bytes keys")
+        r = s.range(-50, 1000, 3, partitions=4)
+        want = list(range(-50, 1000, 3))
+        check_eq((r.reduce("sum"), r.min(), r.max(), r.sum()),
+                 (sum(want), min(want), max(want), sum(want)), "reduce")
+        check_eq(s.parallelize(["0.5", "1"]).sum(), 1.5, "a real sum")
+        check_eq(s.range(0).reduce("max"), None, "empty max")
+        check_eq(s.range(0).sum(), 0, "empty sum")
+        out = d.path("saved")
+        res = r.save(out)
+        check_eq((res.files, res.records), (4, len(want)), "save")
+        got = []
+        for name in sorted(os.listdir(out)):
+            if name.startswith("part-"):
+                with open(os.path.join(out, name)) as f:
+                    got += f.read().splitlines()
+        check_eq(got, [str(i) for i in want], "saved records")
+        check(os.path.exists(os.path.join(out, "_SUCCESS")), "_SUCCESS")
+        try:
+            r.save(out)
+        except ember.EmberError as e:
+            check("overwrite" in e.message, e.message)
+        else:
+            raise AssertionError("a save over a save without overwrite")
+        check_eq(r.save(out, overwrite=True).records, len(want), "overwrite")
+        check_eq(s.range(100).take(5), ["0", "1", "2", "3", "4"], "take")
+        check_eq(s.range(3, 9).first(), "3", "first")
+
+
+def test_decoding(d):
+    data = b"caf\xc3\xa9\nbad\xff\n"
+    write_file(d.path("b.txt"), data)
+    os.chmod(d.path("b.txt"), 0o644)
+    with _session(d) as s:
+        ds = s.text_file(d.path("b.txt"))
+        check_eq(ds.collect(decode=False), [b"caf\xc3\xa9", b"bad\xff"],
+                 "bytes")
+        check_eq(list(ds.to_local_iterator(errors="replace")),
+                 ["café", "bad\ufffd"], "errors=replace")
+        try:
+            ds.collect()
+        except UnicodeDecodeError:
+            pass
+        else:
+            raise AssertionError("strict decoding passed bad UTF-8")
+    with _session(d, decode=False) as s:
+        check_eq(s.parallelize(["x", None]).collect(), [b"x", None],
+                 "session default")
+
+
+def test_iterator(d):
+    with _session(d) as s:
+        ds = s.range(100000, partitions=10)
+        for prefetch in (0, 1, 4):
+            check_eq(list(ds.to_local_iterator(prefetch=prefetch)),
+                     [str(i) for i in range(100000)], "prefetch %d" %
+                     prefetch)
+        got = []
+        for rec in ds:
+            got.append(rec)
+            if rec == "25001":		# mid-partition 2
+                break
+        check_eq(got, [str(i) for i in range(25002)], "before the break")
+        _no_operations(d)
+        it = ds.to_local_iterator()
+        check_eq(next(it), "0", "first record")
+        it.close()
+        ds.to_local_iterator(prefetch=2).close()	# never iterated
+        _no_operations(d)
+        # A request while an iterator is open runs on another connection
+        # of the same session.
+        it = iter(s.range(1000, partitions=4))
+        check_eq(next(it), "0", "open iterator")
+        check_eq(s.range(10).count(), 10, "count meanwhile")
+        check_eq(len(list(it)), 999, "the iterator goes on")
+        check_eq(s.range(5).collect(), ["0", "1", "2", "3", "4"],
+                 "the session goes on after the stops")
+
+
+def test_errors(d):
+    with _session(d) as s:
+        for bad, cls, needle in [
+                (lambda: s.range(10).map_field("", 0).count(),
+                 ember.PlanInvalid, "plan.ops[0].map.field.sep"),
+                (lambda: s.range(10).filter_regex("(").collect(),
+                 ember.PlanInvalid, "plan.ops[0].filter.regex"),
+                (lambda: s.range(10).reduce("avg"), ember.ActionInvalid,
+                 "fn"),
+                (lambda: s.range(10).pipe("exit 3").count(),
+                 ember.TaskFailed, "exited with status 3")]:
+            try:
+                bad()
+            except cls as e:
+                check(needle in e.message, "%r lacks %r" % (e.message,
+                                                            needle))
+                check(isinstance(e, ember.EmberError), "under EmberError")
+            else:
+                raise AssertionError("no %s" % cls.__name__)
+        # A failure after records: they come first, then the error.
+        ds = s.parallelize(["x"]).pipe("echo a; echo b; sleep 1; "
+                                       "echo late >&2; exit 4")
+        got = []
+        try:
+            for rec in ds:
+                got.append(rec)
+        except ember.TaskFailed as e:
+            check_eq((e.partition, "late" in e.reason, e.worker > 0),
+                     (0, True, True), "partition, reason, worker")
+        else:
+            raise AssertionError("no TaskFailed")
+        check_eq(got, ["a", "b"], "records before the failure")
+        try:
+            ds.collect()
+        except ember.TaskFailed as e:
+            check_eq(e.records, ["a", "b"], "collect's records")
+        check_eq(s.range(10).count(), 10, "a job after the failures")
+
+
+def test_interrupted(d):
+    with _session(d) as s:
+        it = iter(s.range(1000, partitions=10))
+        check_eq(next(it), "0", "first record")
+        for _ in range(99):
+            next(it)
+        with d.client(hello=False) as other:
+            other.hello(session=s.id)
+            other.request_ok({"op": "close_session"})
+        try:
+            list(it)
+        except ember.Interrupted as e:
+            check("session closed" in e.message, e.message)
+        else:
+            raise AssertionError("no Interrupted")
+
+
+@with_daemon(sets=["daemon.max_connections_per_uid=2"])
+def test_limit_exceeded(d):
+    held = [d.client(), d.client()]
+    try:
+        ember.connect(d.socket)
+    except ember.LimitExceeded as e:
+        check_eq(e.error_class, "LIMIT_EXCEEDED", "class")
+    else:
+        raise AssertionError("no LimitExceeded")
+    for c in held:
+        c.close()
+
+
+def test_broadcasts(d):
+    with _session(d) as s:
+        ds = s.range(100, partitions=3)
+        want = ["3", "42", "77"]
+        lines = "\n".join(want) + "\n"
+        path = write_file(d.path("set.txt"), lines)
+        for data in (lines.encode(), lines, want, iter(want),
+                     [w + "\n" for w in want]):
+            with s.broadcast(data) as b:
+                check_eq(ds.filter_in(b).collect(), want, "from %r" % (data,))
+        with open(path, "rb") as f:
+            b = s.broadcast(f)
+        check_eq(b.size, len(lines), "size from the descriptor")
+        check_eq(ds.filter_in(b.id).collect(), want, "by descriptor")
+        check_eq(ds.udf(PLUGIN, "udf_in_broadcast", broadcast=b).plan[
+            "ops"][0]["udf"]["broadcasts"], [b.id], "udf broadcasts")
+        check_eq(ds.udf(PLUGIN, "udf_in_broadcast", broadcast=b).collect(),
+                 want, "udf_in_broadcast")
+        b.drop()
+        try:
+            ds.filter_in(b).count()
+        except ember.PlanInvalid:
+            pass
+        else:
+            raise AssertionError("a dropped broadcast still in use")
+        try:
+            b.drop()
+        except ember.BroadcastNotFound:
+            pass
+        else:
+            raise AssertionError("dropped twice")
+
+
+class CuttingProxy:
+    """A Unix-socket proxy to emberd that cuts every connection after
+    emberd has sent `after` bytes on it."""
+
+    def __init__(self, target, path, after):
+        self.target, self.path, self.after = target, path, after
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(8)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.connect(self.target)
+            threading.Thread(target=self._pump, args=(client, server, None),
+                             daemon=True).start()
+            threading.Thread(target=self._pump,
+                             args=(server, client, self.after),
+                             daemon=True).start()
+
+    def _pump(self, src, dst, limit):
+        sent = 0
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if limit is not None and sent + len(data) > limit:
+                    dst.sendall(data[:limit - sent])
+                    break
+                dst.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+
+def test_connection_cut(d):
+    """A proxy cuts every connection after 300 kB: the iterator reattaches
+    each time right after the last record it yielded, and the records come
+    once each, in order; the operation is released at the end."""
+    proxy = CuttingProxy(d.socket, d.path("proxy.sock"), 300000)
+    with ember.connect(proxy.path) as s:
+        got = list(s.range(1000000, partitions=4))
+        check_eq(len(got), 1000000, "records through the cuts")
+        check(got == [str(i) for i in range(1000000)], "records in order")
+    check("reattached" in d.log_text(), "no reattach in emberd's log")
+    _no_operations(d)
+    proxy.listener.close()
+
+
+def test_wordcount_example(d):
+    """examples/wordcount.py prints what the CLI's count_by_value does."""
+    corpus = d.path("corpus")
+    os.mkdir(corpus)
+    for name in ("README.md", "HACKING"):
+        shutil.copy(os.path.join(SRCDIR, name), corpus)
+    os.chmod(corpus, 0o755)
+    for name in os.listdir(corpus):
+        os.chmod(os.path.join(corpus, name), 0o644)
+    env = dict(os.environ, EMBER_SOCKET=d.socket,
+               PYTHONPATH=os.path.join(SRCDIR, "python"))
+    out = subprocess.run([sys.executable,
+                          os.path.join(SRCDIR, "examples", "wordcount.py"),
+                          os.path.join(corpus, "*"), "15"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    check_eq(out.returncode, 0, "exit status (stderr %r)" % out.stderr)
+    plan = {"source": {"text": {"paths": [os.path.join(corpus, "*")]}},
+            "partitions": 4,
+            "ops": [{"map": "lower"}, {"flat_map": {"split": " "}},
+                    {"filter": {"regex": "^[a-z]{3,}$"}}]}
+    cli = d.cli(["run", "--action", "count_by_value", "-"],
+                input=json.dumps(plan))
+    check_eq(out.stdout.splitlines(), cli.stdout.splitlines()[:15],
+             "the top 15 words")
+
+
+def test_pip_install_offline(d):
+    """pip install ./python in a fresh venv, with no index at all."""
+    venv = d.path("venv")
+    r = subprocess.run([sys.executable, "-m", "venv", venv],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        print("skip: python3 -m venv failed: %s" % r.stderr.strip())
+        return
+    py = os.path.join(venv, "bin", "python")
+    r = subprocess.run([py, "-m", "pip", "install", "--no-index", "-q",
+                        os.path.join(SRCDIR, "python")],
+                       capture_output=True, text=True, timeout=120)
+    check_eq(r.returncode, 0, "pip install (%s)" % r.stderr)
+    r = subprocess.run([py, "-c", "import ember, sys; "
+                        "s = ember.connect(sys.argv[1]); "
+                        "print(ember.__file__, s.range(10).sum())",
+                        d.socket], capture_output=True, text=True,
+                       timeout=60, cwd=d.tmpdir)
+    check_eq(r.returncode, 0, "the installed package (%s)" % r.stderr)
+    check(r.stdout.startswith(venv) and r.stdout.split()[-1] == "45",
+          "imported from the venv: %r" % r.stdout)
+
+
+if __name__ == "__main__":
+    run_tests(globals())

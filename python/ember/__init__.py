@@ -33,14 +33,8 @@ all under EmberError.
 
 from ._stream import ReattachPolicy
 from .dataset import Checkpoint, Dataset, Record, SaveResult
-from .errors import (ActionInvalid, BroadcastNotFound, CheckpointNotFound,
-                     ConnectionFailed, EmberError, FrameInvalid,
-                     HelloRequired, Internal, Interrupted, LimitExceeded,
-                     OperationAbandoned, OperationExists, OperationNotFound,
-                     PlanInvalid, PositionNotAvailable, ProtocolError,
-                     RequestInvalid, ResultTooLarge, SaveFailed,
-                     SessionNotFound, ShuttingDown, StreamActive, TaskFailed,
-                     VersionMismatch)
+from . import errors as _errors
+from .errors import *  # noqa: F401,F403 (the classes of errors.__all__)
 from .session import (DEFAULT_SOCKET, SOCKET_ENV, Broadcast, Session,
                       connect, default_socket)
 
@@ -50,11 +44,4 @@ __all__ = [
     "connect", "default_socket", "Session", "Dataset", "Checkpoint",
     "Broadcast", "SaveResult", "Record", "ReattachPolicy", "DEFAULT_SOCKET",
     "SOCKET_ENV",
-    "EmberError", "ConnectionFailed", "ProtocolError", "StreamActive",
-    "FrameInvalid", "RequestInvalid", "HelloRequired", "VersionMismatch",
-    "PlanInvalid", "ActionInvalid", "OperationExists", "TaskFailed",
-    "ResultTooLarge", "SaveFailed", "SessionNotFound", "BroadcastNotFound",
-    "Interrupted", "LimitExceeded", "ShuttingDown", "Internal",
-    "OperationNotFound", "OperationAbandoned", "PositionNotAvailable",
-    "CheckpointNotFound",
-]
+] + [name for name in _errors.__all__ if name != "error_from_reply"]

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "operation.h"
 #include "protocol.h"
+#include "request.h"
 #include "session.h"
 #include "status.h"
 #include "xmalloc.h"
@@ -476,25 +477,17 @@ static void
 connection_dispatch(struct connection *c, const char *data, size_t len)
 {
 	const struct connection_request	*r;
-	json_error_t			 jerr;
 	json_t				*req, *op;
 	size_t				 i;
+	char				*err;
 
 	ember_counters.requests++;
-	req = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
-	    &jerr);
-	if (req == NULL) {
-		connection_reply_error(c, "REQUEST_INVALID",
-		    "not JSON: %s (at byte %d)", jerr.text, jerr.position);
+	if ((req = request_parse(data, len, &err)) == NULL) {
+		connection_reply_error(c, "REQUEST_INVALID", "%s", err);
+		free(err);
 		return;
 	}
-	if (!json_is_object(req) || !json_is_string(op =
-	    json_object_get(req, "op"))) {
-		connection_reply_error(c, "REQUEST_INVALID",
-		    "a request is a JSON object with a string \"op\"");
-		json_decref(req);
-		return;
-	}
+	op = json_object_get(req, "op");
 	for (i = 0; i < sizeof connection_requests /
 	    sizeof connection_requests[0]; i++) {
 		r = &connection_requests[i];

@@ -1,0 +1,83 @@
+/*
+ * Fuzzing target: emberd's control-frame reader on the bytes a client
+ * sends.  The bytes are split into frames as a connection splits them
+ * (common/frame.c's frame_peek on an evbuffer, under a frame limit), each
+ * frame parsed as a request (daemon/request.c), and an execute request's
+ * plan parsed as emberd parses it.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "frame.h"
+#include "fuzz.h"
+#include "plan.h"
+#include "request.h"
+
+/* A small daemon.max_frame, so that large lengths are refused too. */
+#define FUZZ_MAX_FRAME	(64 * 1024)
+
+/* Parse an execute request's plan, as operation.c does before it looks at
+ * files. */
+static void
+fuzz_plan(json_t *req)
+{
+	struct plan	*plan = NULL;
+	json_t		*j;
+	char		*err = NULL;
+
+	if ((j = json_object_get(req, "plan")) == NULL)
+		return;
+	if (plan_parse(j, &plan, &err) == -1) {
+		if (err == NULL)
+			abort();
+		free(err);
+		return;
+	}
+	plan_set_partitions(plan, 2);
+	plan_free(plan);
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct evbuffer	*in;
+	unsigned char	*frame;
+	json_t		*req;
+	int32_t		 len;
+	char		*err;
+
+	if ((in = evbuffer_new()) == NULL)
+		abort();
+	if (size > 0 && evbuffer_add(in, data, size) == -1)
+		abort();
+	for (;;) {
+		if (frame_peek(in, FUZZ_MAX_FRAME, &len) != FRAME_OK)
+			break;
+		/* A special length where a request is due closes the
+		 * connection. */
+		if (len < 0)
+			break;
+		frame = evbuffer_pullup(in, (ev_ssize_t)len + 4);
+		if (frame == NULL)
+			abort();
+		err = NULL;
+		if ((req = request_parse(frame + 4, (size_t)len,
+		    &err)) == NULL) {
+			if (err == NULL)
+				abort();
+			free(err);
+		} else {
+			if (strcmp(json_string_value(json_object_get(req,
+			    "op")), "execute") == 0)
+				fuzz_plan(req);
+			json_decref(req);
+		}
+		evbuffer_drain(in, (size_t)len + 4);
+	}
+	evbuffer_free(in);
+	return (0);
+}

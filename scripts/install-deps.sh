@@ -1,17 +1,33 @@
 #!/bin/sh
 # Install the Debian packages ember needs to build and test, when missing.
 # Runs apt-get as root, through sudo otherwise; without either it prints the
-# command to run and fails.
+# command to run and fails.  With --fuzzing, also clang and its libFuzzer
+# runtime, for ./configure --enable-fuzzing (scripts/fuzz.sh).
 set -eu
+
+fuzzing=no
+case "${1:-}" in
+--fuzzing) fuzzing=yes ;;
+"") ;;
+*) echo "usage: install-deps.sh [--fuzzing]" >&2; exit 2 ;;
+esac
 
 PACKAGES="build-essential autoconf automake libtool pkg-config libevent-dev
 libjansson-dev libinih-dev uuid-dev libpcre2-dev libelf-dev libunistring-dev
 libsystemd-dev check python3 procps util-linux"
 
+if [ "$fuzzing" = yes ]; then
+	# libFuzzer is in the runtime package of clang's own version.
+	llvm=$(apt-cache show clang 2>/dev/null |
+	    sed -n 's/^Depends:.*clang-\([0-9][0-9]*\).*/\1/p' | head -1)
+	PACKAGES="$PACKAGES clang libclang-rt-${llvm:-14}-dev"
+fi
+
 # What the build needs, by command and by pkg-config module, for systems
 # without dpkg (libunistring has no .pc file: its header is looked for).
 TOOLS="cc make autoreconf automake libtoolize pkg-config python3"
 MODULES="libevent jansson inih uuid libpcre2-8 libelf check"
+[ "$fuzzing" = no ] || TOOLS="$TOOLS clang"
 
 # Print the packages of PACKAGES that are not installed.
 missing_packages()

@@ -456,7 +456,7 @@ conf_dump_duration(FILE *f, int64_t ms)
 }
 
 void
-conf_dump(const struct conf *conf, FILE *f, int64_t cpus)
+conf_dump(const struct conf *conf, FILE *f, int64_t cpus, int64_t connections)
 {
 	const char	*section = "";
 	size_t		 i;
@@ -487,7 +487,10 @@ conf_dump(const struct conf *conf, FILE *f, int64_t cpus)
 			fprintf(f, "%s", n ? "yes" : "no");
 			break;
 		case CONF_COUNT:
-			if (n == 0)
+			if (n == 0 && strcmp(k->key, "max_connections") == 0)
+				fprintf(f, "auto ; %" PRId64 " here (from "
+				    "RLIMIT_NOFILE)", connections);
+			else if (n == 0)
 				fprintf(f, "auto ; %" PRId64 " here (one per "
 				    "CPU)", cpus);
 			else

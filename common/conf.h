@@ -68,9 +68,11 @@ int	 conf_set(struct conf *, const char *assignment, char **err);
 int	 conf_set_key(struct conf *, const char *section, const char *key,
 	     const char *value, char **err);
 /* Print every key with its value, as an INI file, sizes and durations
- * with units; after an "auto" count, what it is here (cpus) as an
- * inline comment, so that the dump still loads as it is. */
-void	 conf_dump(const struct conf *, FILE *, int64_t cpus);
+ * with units; after an "auto" count, what it is here (cpus, or for
+ * daemon.max_connections connections) as an inline comment, so that the
+ * dump still loads as it is. */
+void	 conf_dump(const struct conf *, FILE *, int64_t cpus,
+	     int64_t connections);
 
 /* Value parsers, shared with the tests: 0, or -1 on bad input. */
 int	 conf_parse_duration(const char *, int64_t *ms);

@@ -25,6 +25,7 @@
 #include "emberd.h"
 #include "fslink.h"
 #include "listener.h"
+#include "limit.h"
 #include "log.h"
 #include "operation.h"
 #include "pool.h"
@@ -205,8 +206,9 @@ ember_signal_drain_cb(evutil_socket_t sig, short events, void *arg)
 
 /*
  * SIGHUP: read the conf file and the --set overrides again.  Everything
- * but the socket and the worker path applies to what starts from now on;
- * those two need a restart.  A broken file changes nothing.
+ * but the socket, its mode and group, the worker path, the pidfile, the
+ * local directory and the log format applies to what starts from now on;
+ * those need a restart.  A broken file changes nothing.
  */
 static void
 ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
@@ -232,10 +234,12 @@ ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 	    ember_conf.daemon_socket_group) != 0 ||
 	    strcmp(fresh.daemon_worker_path,
 	    ember_conf.daemon_worker_path) != 0 ||
-	    strcmp(fresh.daemon_pidfile, ember_conf.daemon_pidfile) != 0)
+	    strcmp(fresh.daemon_pidfile, ember_conf.daemon_pidfile) != 0 ||
+	    strcmp(fresh.daemon_local_dir, ember_conf.daemon_local_dir) != 0 ||
+	    strcmp(fresh.daemon_log_format, ember_conf.daemon_log_format) != 0)
 		log_warn("SIGHUP: daemon.socket, socket_mode, socket_group, "
-		    "worker_path and pidfile change on restart only; keeping "
-		    "the old ones");
+		    "worker_path, pidfile, local_dir and log_format change on "
+		    "restart only; keeping the old ones");
 	free(fresh.daemon_socket);
 	fresh.daemon_socket = xstrdup(ember_conf.daemon_socket);
 	fresh.daemon_socket_mode = ember_conf.daemon_socket_mode;
@@ -245,6 +249,10 @@ ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 	fresh.daemon_worker_path = xstrdup(ember_conf.daemon_worker_path);
 	free(fresh.daemon_pidfile);
 	fresh.daemon_pidfile = xstrdup(ember_conf.daemon_pidfile);
+	free(fresh.daemon_local_dir);
+	fresh.daemon_local_dir = xstrdup(ember_conf.daemon_local_dir);
+	free(fresh.daemon_log_format);
+	fresh.daemon_log_format = xstrdup(ember_conf.daemon_log_format);
 	old = ember_conf;
 	ember_conf = fresh;
 	conf_free(&old);
@@ -474,7 +482,8 @@ main(int argc, char **argv)
 		return (rc);
 	ember_load_conf(conf_path, ember_sets, ember_nsets);
 	if (dump) {
-		conf_dump(&ember_conf, stdout, ember_workers_max());
+		conf_dump(&ember_conf, stdout, ember_workers_max(),
+		    limit_total(LIMIT_CONNECTIONS));
 		conf_free(&ember_conf);
 		free(ember_sets);
 		return (0);

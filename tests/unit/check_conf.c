@@ -461,7 +461,7 @@ conf_check_round_trip(const struct conf *conf)
 	FILE		*f;
 
 	ck_assert_ptr_nonnull(f = open_memstream(&text, &len));
-	conf_dump(conf, f, 3);
+	conf_dump(conf, f, 3, 448);
 	ck_assert_int_eq(fclose(f), 0);
 	path = conf_write("dump.conf", text);
 
@@ -515,7 +515,7 @@ START_TEST(test_conf_dump)
 
 	/* The dump of the defaults is an INI file with every section. */
 	ck_assert_ptr_nonnull(f = open_memstream(&text, &len));
-	conf_dump(&conf, f, 3);
+	conf_dump(&conf, f, 3, 448);
 	ck_assert_int_eq(fclose(f), 0);
 	ck_assert_ptr_nonnull(strstr(text, "[daemon]\n"));
 	ck_assert_ptr_nonnull(strstr(text, "\n[workers]\n"));
@@ -523,6 +523,8 @@ START_TEST(test_conf_dump)
 	ck_assert_ptr_nonnull(strstr(text, "socket_mode = 0660\n"));
 	ck_assert_ptr_nonnull(strstr(text,
 	    "max = auto ; 3 here (one per CPU)\n"));
+	ck_assert_ptr_nonnull(strstr(text,
+	    "max_connections = auto ; 448 here (from RLIMIT_NOFILE)\n"));
 	ck_assert_ptr_nonnull(strstr(text, "shutdown_grace = 10s\n"));
 	ck_assert_ptr_nonnull(strstr(text, "max_frame = 16m\n"));
 	ck_assert_ptr_nonnull(strstr(text, "max_broadcast = 1g\n"));

@@ -1,0 +1,132 @@
+"""The documents that must change with the code: every key of emberd's
+conf table (common/conf.c, as emberd --dump-conf prints it) is in
+conf/ember.conf and in ember.conf(5), with the same default, and each
+entry of the man page says whether SIGHUP changes it."""
+
+import os
+import re
+
+from harness import *
+
+MAN = os.path.join(SRCDIR, "man", "ember.conf.5")
+
+
+def dump(args):
+    """emberd --dump-conf's keys: {"section.key": value}, in order."""
+    r = run_emberd(["--dump-conf"] + args, conf="/dev/null")
+    check_eq(r.returncode, 0, "emberd --dump-conf %s (stderr %r)" %
+             (" ".join(args), r.stderr))
+    keys, section = {}, None
+    for line in r.stdout.splitlines():
+        m = re.match(r"^\[(\w+)\]$", line)
+        if m:
+            section = m.group(1)
+            continue
+        m = re.match(r"^(\w+) = ?(.*?)(?: ; .*)?$", line)
+        if m:
+            keys["%s.%s" % (section, m.group(1))] = m.group(2)
+    check(len(keys) > 40, "dump parsed: %d keys" % len(keys))
+    return keys
+
+
+def man_entries():
+    """ember.conf(5)'s keys: {"section.key": (default, entry text)}."""
+    entries, section, key = {}, None, None
+    with open(MAN, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            m = re.match(r"^\.Sh (\w+) SECTION$", line)
+            if m:
+                section, key = m.group(1).lower(), None
+                continue
+            if line.startswith(".Sh "):
+                section, key = None, None
+                continue
+            m = re.match(r"^\.It Cm (\w+) Li = (.*)$", line)
+            if m and section is not None:
+                key = "%s.%s" % (section, m.group(1))
+                check(key not in entries, "%s twice in ember.conf(5)" % key)
+                default = m.group(2)
+                default = re.sub(r"^Pa ", "", default)
+                default = re.sub(r" ?Pq .*$", "", default)
+                default = re.sub(r"^Pq empty$", "", default)
+                entries[key] = [default, ""]
+                continue
+            if line == ".El":
+                key = None
+            elif key is not None:
+                entries[key][1] += line + "\n"
+    return entries
+
+
+@no_daemon
+def test_every_key_is_in_the_man_page(_):
+    defaults = dump([])
+    entries = man_entries()
+    for key in defaults:
+        check(key in entries, "%s is not in ember.conf(5)" % key)
+    for key in entries:
+        check(key in defaults, "ember.conf(5) has %s, which emberd does "
+              "not know" % key)
+    for key, (default, text) in entries.items():
+        check("SIGHUP:" in text or ".Em restart" in text,
+              "ember.conf(5): %s does not say whether SIGHUP changes it"
+              % key)
+    # The defaults written in the page are emberd's: set to them, every
+    # key dumps as it does by default.
+    sets = []
+    for key, (default, _) in entries.items():
+        sets += ["--set", "%s=%s" % (key, default)]
+    check_eq(dump(sets), defaults, "the man page's defaults")
+
+
+@no_daemon
+def test_every_key_is_in_the_shipped_conf(_):
+    defaults = dump([])
+    section, listed = None, set()
+    with open(DEFAULT_CONF, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"^\[(\w+)\]\s*$", line)
+            if m:
+                section = m.group(1)
+            m = re.match(r"^(\w+)\s*=", line)
+            if m:
+                listed.add("%s.%s" % (section, m.group(1)))
+    for key in defaults:
+        check(key in listed, "%s is not in conf/ember.conf" % key)
+    # And the shipped file changes nothing.
+    r = run_emberd(["--dump-conf"], conf=DEFAULT_CONF)
+    check_eq(r.returncode, 0, "dump with conf/ember.conf")
+    with_conf = {}
+    section = None
+    for line in r.stdout.splitlines():
+        m = re.match(r"^\[(\w+)\]$", line)
+        if m:
+            section = m.group(1)
+        m = re.match(r"^(\w+) = ?(.*?)(?: ; .*)?$", line)
+        if m:
+            with_conf["%s.%s" % (section, m.group(1))] = m.group(2)
+    check_eq(with_conf, defaults, "conf/ember.conf's values")
+
+
+@no_daemon
+def test_restart_only_keys_agree_with_sighup(_):
+    # The keys the man page marks restart are those emberd keeps on
+    # SIGHUP: its warning names them all.
+    entries = man_entries()
+    restart = sorted(k for k, (_, text) in entries.items()
+                     if ".Em restart" in text)
+    with open(os.path.join(SRCDIR, "daemon", "emberd.c"),
+              encoding="utf-8") as f:
+        src = f.read()
+    m = re.search(r'log_warn\("SIGHUP: (.*?)change on', src, re.S)
+    check(m is not None, "emberd.c's SIGHUP warning not found")
+    names = re.sub(r'"\s*"', "", m.group(1))
+    named = sorted("daemon." + n for n in
+                   re.findall(r"(\w+)", names.replace("daemon.", ""))
+                   if n != "and")
+    check_eq(restart, named, "restart-only keys")
+
+
+if __name__ == "__main__":
+    run_tests(globals())

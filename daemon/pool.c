@@ -53,6 +53,13 @@ static struct event	*pool_maintain;
 static void	pool_grow(struct pool *, size_t);
 static struct pool *pool_get(uid_t, gid_t);
 
+/* Return the uid whose jobs a pool runs. */
+uid_t
+pool_client(const struct pool *p)
+{
+	return (p->client);
+}
+
 /* Return the fork-server of a pool. */
 struct fslink *
 pool_fslink(struct pool *p)

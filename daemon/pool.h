@@ -33,6 +33,8 @@ struct worker	*pool_take_worker(struct pool *, const struct task *);
 void		 pool_want_worker(struct pool *);
 /* After a dispatch: ask for the workers the tasks left waiting need. */
 void		 pool_grow_wanted(void);
+/* The uid whose jobs p runs (emberd's own when it is not root). */
+uid_t		 pool_client(const struct pool *);
 /* The pool that runs t's client's jobs (made on first use), or NULL. */
 struct pool	*pool_of_task(const struct task *);
 

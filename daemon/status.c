@@ -34,7 +34,7 @@ status_build(uid_t uid)
 	    "draining", ember_draining,
 	    "workers_max", ember_workers_max(),
 	    "tasks_queued", (json_int_t)scheduler_queued(),
-	    "workers", worker_status_all(),
+	    "workers", worker_status_all(uid),
 	    "pools", pool_status(uid),
 	    "sessions", session_status(uid),
 	    "operations", operation_status(uid),

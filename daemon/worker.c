@@ -848,15 +848,32 @@ worker_status(const struct worker *w, uint64_t now)
 	return (o);
 }
 
-/* Describe every worker for status. */
+/*
+ * Does uid see w in status: root sees every worker, a user those of its
+ * own pool and (with a non-root emberd, whose one pool runs everyone's
+ * jobs) the one running its task.
+ */
+static int
+worker_visible(const struct worker *w, uid_t uid)
+{
+	const struct task	*t = TAILQ_FIRST(&w->tasks);
+
+	return (uid == 0 || pool_client(w->pool) == uid ||
+	    (t != NULL && operation_uid(t->op) == uid));
+}
+
+/* Describe for status the workers uid's jobs run on: all of them for
+ * root. */
 json_t *
-worker_status_all(void)
+worker_status_all(uid_t uid)
 {
 	json_t		*a = json_array();
 	struct worker	*w;
 	uint64_t	 now = ember_now_ms();
 
-	TAILQ_FOREACH(w, &workers, entry)
-		json_array_append_new(a, worker_status(w, now));
+	TAILQ_FOREACH(w, &workers, entry) {
+		if (worker_visible(w, uid))
+			json_array_append_new(a, worker_status(w, now));
+	}
 	return (a);
 }

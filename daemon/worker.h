@@ -84,6 +84,7 @@ void		 worker_expire_idle(struct pool *, int keep);
  * there is none. */
 int		 worker_evict_other(const struct pool *);
 
-json_t		*worker_status_all(void);
+/* The workers uid's jobs run on (all for root), for status. */
+json_t		*worker_status_all(uid_t);
 
 #endif

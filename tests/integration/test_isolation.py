@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""
+Each user alone, and nobody starved.
+
+Run as root (as CI does), these tests create two unprivileged users of
+their own (removed at the end), run emberd as root and check, as one user
+against the other: that status and every error show a user only what is
+theirs; that operation ids are the uid's own; that a job's commands start
+in a clean environment (PATH from workers.path, the user's HOME, USER,
+LOGNAME and SHELL, workers.env's variables and nothing else of emberd's)
+in the user's home or /; that workers are shared fairly; and that a
+client that stops reading does not hold a worker past
+stream.stall_timeout, yet gets every record exactly once when it reads
+again.  Not root, they say so and do nothing.
+"""
+
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *	# noqa: E402,F403
+from users import *	# noqa: E402,F403
+
+SHARED = ["daemon.socket_mode=0666"]
+SECRET = "ember-secret-%d" % os.getpid()
+# emberd's own environment in the tests that look at a job's.
+DAEMON_ENV = {"EMBER_TEST_SECRET": SECRET, "LANG": "C.UTF-8",
+              "LC_PAPER": "C", "PATH": "/root/secret-bin:/usr/bin:/bin"}
+# What /bin/sh may add of its own.
+SHELL_VARS = {"PWD", "OLDPWD", "SHLVL", "_"}
+
+
+def error_of(reply):
+    """(class, message) of an error reply, or None."""
+    if reply.get("ok") is not False:
+        return None
+    return (reply["error"]["class"], reply["error"]["message"])
+
+
+def sleeper(n=1):
+    """A plan whose tasks hold a worker for a while."""
+    return records_plan(["x"] * n, n, ops=[{"pipe": {"command":
+                                                     "sleep 30"}}])
+
+
+def pipe_output(d, command):
+    """The lines command prints, run through a pipe op by the caller."""
+    with d.client() as c:
+        recs = c.collect_all(records_plan(["x"], 1, ops=[
+            {"pipe": {"command": command}}]))
+        return [r.decode("utf-8", "replace") for r in recs]
+
+
+def env_of(lines):
+    env = {}
+    for line in lines:
+        k, _, v = line.partition("=")
+        env[k] = v
+    return env
+
+
+# ---------------------------------------------------------------------------
+# What a user sees
+
+def _holding_a(d, op_id, path):
+    """As a: a session with a broadcast and an operation (id op_id, a text
+    plan on path, then a pipe) that holds a worker; ready with what b must
+    not see."""
+    def run(ctl):
+        c = d.client()
+        bid = c.broadcast_put(b"a's broadcast\n")
+        plan = text_plan([path], 1, ops=[{"pipe": {"command": "sleep 30"}}])
+        reply = c.execute(plan, "iterate", operation=op_id)
+        check(reply["ok"], "a's execute: %r" % reply)
+        c.write_int(REQUEST_NEXT)
+        # The stream holds c: look from another connection of the session.
+        c2 = d.client(hello=False)
+        c2.hello(session=c.session)
+
+        def busy():
+            st = c2.status()
+            return st if any(w.get("task", {}).get("operation") == op_id
+                             for w in st["workers"]) else None
+        st = wait_until(busy, 10)
+        check(st is not None, "a's task never ran")
+        ctl.ready({"session": c.session, "broadcast": bid,
+                   "workers": [w["pid"] for w in st["workers"]],
+                   "operations": [o["id"] for o in st["operations"]]})
+        ctl.wait_go()
+        return True
+    return run
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=2"])
+def test_status_shows_a_user_only_theirs(d):
+    """b's status holds none of a's sessions, operations, workers, pools,
+    broadcasts or limits; a sees its own; root sees both."""
+    path = write_file(d.path("a-private-input.txt"), "one\ntwo\n")
+    os.chmod(path, 0o644)
+    op_id = str(uuid.uuid4())
+    a = AsUser(USERS["a"], _holding_a(d, op_id, path))
+    try:
+        mine = a.wait_ready()
+        check_eq(mine["operations"], [op_id], "a's operations")
+        check(len(mine["workers"]) == 1, "a's workers: %r" % mine)
+        root_c = d.client()
+        root_op = root_c.execute_ok(sleeper(), "iterate")["operation"]
+        root_c.write_int(REQUEST_NEXT)
+
+        def b_status():
+            with d.client() as c:
+                return c.status()
+        st = as_user("b", b_status)
+        text = json.dumps(st)
+        a_uid, _, a_name = USERS["a"]
+        for what, value in (("operation id", op_id),
+                            ("session", mine["session"]),
+                            ("path", path), ("name", a_name),
+                            ("root's operation", root_op)):
+            check(value not in text, "b's status shows a's %s %s: %s" %
+                  (what, value, text))
+        for w in st["workers"]:
+            check(w["pid"] not in mine["workers"], "b sees a's worker %d"
+                  % w["pid"])
+        for p in st["pools"]:
+            check(p["client"] != a_uid, "b sees a's pool: %r" % p)
+        for u in st["limits"]["users"]:
+            check(u["uid"] != a_uid, "b sees a's limits: %r" % u)
+        check(all(s["uid"] == USERS["b"][0] for s in st["sessions"]),
+              "b sees others' sessions: %r" % st["sessions"])
+        check_eq(len(st["broadcasts"]), 0, "broadcasts b sees (b's own "
+                 "session is another)")
+
+        # The CLI renders what b may see, and nothing of a's.
+        def b_cli():
+            r = run_cli(["status"], socket_path=d.socket)
+            return [r.returncode, r.stdout, r.stderr]
+        rc, out, err = as_user("b", b_cli)
+        check_eq(rc, 0, "ember status as b (stderr %r)" % err)
+        check("workers" in out.lower(), "ember status as b: %r" % out)
+        for value in [op_id, mine["session"]] + [str(p) for p in
+                                                 mine["workers"]]:
+            check(not re.search(r"\b%s\b" % value, out),
+                  "ember status shows b %s of a's:\n%s" % (value, out))
+
+        with d.client() as c:
+            root = c.status()
+        check(op_id in json.dumps(root["operations"]), "root does not see "
+              "a's operation")
+        check(set(mine["workers"]) <= {w["pid"] for w in root["workers"]},
+              "root does not see a's workers")
+        check(any(p["client"] == a_uid for p in root["pools"]),
+              "root does not see a's pool")
+    finally:
+        a.close()
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=2"])
+def test_operation_ids_are_the_users_own(d):
+    """Another uid's operation id is OPERATION_NOT_FOUND to reattach,
+    release and interrupt, and a free id for its execute; a's tombstone
+    is a's alone."""
+    path = write_file(d.path("a-private-input.txt"), "one\ntwo\n")
+    os.chmod(path, 0o644)
+    op_id = str(uuid.uuid4())
+    a = AsUser(USERS["a"], _holding_a(d, op_id, path))
+    try:
+        mine = a.wait_ready()
+
+        def b_tries():
+            out = []
+            with d.client() as c:
+                out.append(error_of(c.request({
+                    "op": "reattach", "operation": op_id, "partition": 0,
+                    "offset": 0})))
+                out.append(error_of(c.request({
+                    "op": "release", "operation": op_id, "partition": 0,
+                    "offset": 0})))
+                out.append(error_of(c.request({
+                    "op": "interrupt", "operation": op_id})))
+                reply = c.execute(range_plan(0, 5, 1), "count",
+                                  operation=op_id)
+                out.append(reply)
+                out.append(error_of(c.execute(range_plan(0, 5, 1),
+                                              "count", operation=op_id)))
+            return out
+        got = as_user("b", b_tries)
+        for err, what in zip(got[:3], ("reattach", "release", "interrupt")):
+            check(err is not None and err[0] == "OPERATION_NOT_FOUND",
+                  "b's %s of a's id: %r" % (what, err))
+        check(got[3].get("ok") is True and got[3].get("count") == 5,
+              "b's execute with a's id: %r" % got[3])
+        # b's own count left a tombstone of b's: now the id is b's too.
+        check(got[4] is not None and got[4][0] in
+              ("OPERATION_ALREADY_EXISTS",), "b's second execute with "
+              "the same id: %r" % (got[4],))
+        for err in got[:3] + [got[4]]:
+            for value in (mine["session"], path, USERS["a"][2]):
+                check(value not in err[1], "b's error names a's %s: %r" %
+                      (value, err))
+    finally:
+        a.close()
+
+    # a's operation is gone (its client closed): its tombstone answers a,
+    # and b still gets OPERATION_NOT_FOUND, never a's reason.
+    def reattach():
+        with d.client() as c:
+            return error_of(c.request({"op": "reattach", "operation": op_id,
+                                       "partition": 0, "offset": 0}))
+
+    def a_sees_interrupted():
+        def interrupt():
+            with d.client() as c:
+                return c.request({"op": "interrupt", "operation": op_id})
+        return as_user("a", interrupt)
+    a_sees_interrupted()
+    err = as_user("a", reattach)
+    check(err is not None and err[0] != "OPERATION_NOT_FOUND",
+          "a's own reattach of its ended operation: %r" % (err,))
+    err_b = as_user("b", reattach)
+    check(err_b is not None and err_b[0] in ("OPERATION_FINISHED",
+                                             "OPERATION_NOT_FOUND"),
+          "b's reattach: %r" % (err_b,))
+    check(err_b[1] != err[1], "b gets a's tombstone message: %r" % (err_b,))
+
+
+# ---------------------------------------------------------------------------
+# The environment a job starts in
+
+@needs_users
+@with_daemon(sets=SHARED, env=DAEMON_ENV)
+def test_pipe_environment_is_clean(d):
+    """A pipe command gets PATH from workers.path, the user's HOME, USER,
+    LOGNAME and SHELL, LANG (named by workers.env's default) and nothing
+    else of emberd's: not its secret, not its PATH, not LC_PAPER."""
+    env = env_of(as_user("a", lambda: pipe_output(d, "env")))
+    name = USERS["a"][2]
+    pw = pwd.getpwnam(name)
+    check_eq(env.get("PATH"), "/usr/local/bin:/usr/bin:/bin", "PATH")
+    check_eq(env.get("HOME"), pw.pw_dir, "HOME")
+    check_eq(env.get("USER"), name, "USER")
+    check_eq(env.get("LOGNAME"), name, "LOGNAME")
+    check_eq(env.get("SHELL"), pw.pw_shell, "SHELL")
+    check_eq(env.get("LANG"), "C.UTF-8", "LANG")
+    extra = set(env) - {"PATH", "HOME", "USER", "LOGNAME", "SHELL",
+                        "LANG"} - SHELL_VARS
+    check_eq(sorted(extra), [], "variables a job got of emberd's")
+    check(SECRET not in json.dumps(env), "emberd's secret reached a job")
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.path=/bin:/usr/bin",
+                            "workers.env=LC_PAPER, TZ"],
+             env=dict(DAEMON_ENV, TZ="UTC"))
+def test_pipe_environment_follows_the_conf(d):
+    """workers.path and workers.env say what a job gets."""
+    env = env_of(as_user("b", lambda: pipe_output(d, "env")))
+    check_eq(env.get("PATH"), "/bin:/usr/bin", "PATH")
+    check_eq(env.get("LC_PAPER"), "C", "LC_PAPER")
+    check_eq(env.get("TZ"), "UTC", "TZ")
+    check("LANG" not in env, "LANG, not in workers.env: %r" % env)
+    check(SECRET not in json.dumps(env), "emberd's secret reached a job")
+
+
+@no_daemon
+def test_bad_workers_env_is_refused(_):
+    """A workers.env word that is no variable name is refused, naming the
+    key."""
+    r = run_emberd(["-f", "--set", "daemon.socket=/nonexistent/x.sock",
+                    "--set", "workers.env=LANG x-y"])
+    check(r.returncode != 0, "emberd ran with workers.env \"LANG x-y\"")
+    check("workers.env" in r.stderr and "environment variable" in r.stderr,
+          "the refusal: %r" % r.stderr)
+
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_pipe_working_directory(d):
+    """A job runs in its user's home when the user can enter it, else in
+    /; never in emberd's working directory."""
+    a_name, b_name = USERS["a"][2], USERS["b"][2]
+    home = d.path("home-b")
+    os.mkdir(home, 0o700)
+    os.chown(home, USERS["b"][0], USERS["b"][1])
+    closed = d.path("home-closed")
+    os.mkdir(closed, 0o700)		# root's: a cannot enter it
+    subprocess.run(["usermod", "-d", home, b_name], check=True,
+                   capture_output=True)
+    subprocess.run(["usermod", "-d", closed, a_name], check=True,
+                   capture_output=True)
+    check_eq(as_user("b", lambda: pipe_output(d, "pwd; echo $HOME")),
+             [home, home], "b's working directory and HOME")
+    check_eq(as_user("a", lambda: pipe_output(d, "pwd; echo $HOME")),
+             ["/", closed], "a's working directory (a home it cannot "
+             "enter) and HOME")
+
+
+if __name__ == "__main__":
+    run_tests(globals())

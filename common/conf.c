@@ -22,6 +22,8 @@ enum conf_type {
 	CONF_LOG_LEVEL,
 	CONF_LOG_FORMAT,
 	CONF_BOOL,	/* stored as 0 or 1 */
+	CONF_NAMES,	/* environment variable names, spaces or commas
+			   between */
 };
 
 struct conf_key {
@@ -89,6 +91,11 @@ static const struct conf_key conf_keys[] = {
 	KEY("workers", "task_timeout", CONF_DURATION, workers_task_timeout,
 	    "0", 0),
 	KEY("workers", "preload", CONF_STRING, workers_preload, "", 0),
+	KEY("workers", "path", CONF_STRING, workers_path,
+	    "/usr/local/bin:/usr/bin:/bin", 0),
+	KEY("workers", "env", CONF_NAMES, workers_env,
+	    "LANG LC_ALL LC_CTYPE LC_COLLATE LC_MESSAGES LC_NUMERIC LC_TIME "
+	    "LC_MONETARY", 0),
 	KEY("workers", "root_user", CONF_STRING, workers_root_user, "nobody",
 	    0),
 	KEY("stream", "buffer", CONF_SIZE, stream_buffer, "1m", 4096),
@@ -200,6 +207,27 @@ conf_find(const char *section, const char *key)
 	return (NULL);
 }
 
+/* Is every word of s (spaces or commas between) an environment variable
+ * name: a letter or _, then letters, digits and _? */
+static int
+conf_check_names(const char *s)
+{
+	const char	*sep = " \t,";
+	size_t		 len, i;
+
+	for (s += strspn(s, sep); *s != '\0'; s += strspn(s, sep)) {
+		len = strcspn(s, sep);
+		if (isdigit((unsigned char)*s))
+			return (-1);
+		for (i = 0; i < len; i++) {
+			if (!isalnum((unsigned char)s[i]) && s[i] != '_')
+				return (-1);
+		}
+		s += len;
+	}
+	return (0);
+}
+
 /* Parse value for k into its field; NULL, or what is wrong with it. */
 static const char *
 conf_apply(struct conf *conf, const struct conf_key *k, const char *value)
@@ -219,6 +247,11 @@ conf_apply(struct conf *conf, const struct conf_key *k, const char *value)
 		if (k->type == CONF_LOG_FORMAT &&
 		    log_format_from_string(value, &format) == -1)
 			return ("expected text or json");
+		/* FALLTHROUGH */
+	case CONF_NAMES:
+		if (k->type == CONF_NAMES && conf_check_names(value) == -1)
+			return ("expected names of environment variables "
+			    "(letters, digits and _), spaces between");
 		/* FALLTHROUGH */
 	case CONF_STRING:
 		free(*(char **)field);
@@ -290,6 +323,7 @@ conf_free(struct conf *conf)
 
 	for (i = 0; i < NKEYS; i++) {
 		if (conf_keys[i].type == CONF_STRING ||
+		    conf_keys[i].type == CONF_NAMES ||
 		    conf_keys[i].type == CONF_LOG_LEVEL ||
 		    conf_keys[i].type == CONF_LOG_FORMAT) {
 			char **field = (char **)((char *)conf +
@@ -473,6 +507,7 @@ conf_dump(const struct conf *conf, FILE *f, int64_t cpus, int64_t connections)
 		fprintf(f, "%s = ", k->key);
 		switch (k->type) {
 		case CONF_STRING:
+		case CONF_NAMES:
 		case CONF_LOG_LEVEL:
 		case CONF_LOG_FORMAT:
 			fprintf(f, "%s", *(char *const *)field);

@@ -47,6 +47,9 @@ struct conf {
 	int64_t		 workers_task_timeout;	/* ms, 0: none */
 	char		*workers_preload;	/* comma-separated paths */
 	char		*workers_root_user;	/* runs root's jobs */
+	char		*workers_path;		/* PATH of a job */
+	char		*workers_env;		/* emberd's variables a job
+						   gets, by name */
 
 	int64_t		 stream_buffer;		/* bytes queued to a client */
 	int64_t		 stream_retry_buffer;	/* bytes kept to resend */

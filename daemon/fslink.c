@@ -16,6 +16,7 @@
 #include "emberd.h"
 #include "fdpass.h"
 #include "fslink.h"
+#include "jobenv.h"
 #include "log.h"
 #include "pool.h"
 #include "service.h"
@@ -197,7 +198,7 @@ fslink_argv(const struct fslink *fs)
 static int
 fslink_start(struct fslink *fs)
 {
-	char		**argv;
+	char		**argv, **env;
 	int		  sv[2], i;
 	sigset_t	  all, old;
 	pid_t		  pid;
@@ -207,6 +208,9 @@ fslink_start(struct fslink *fs)
 		return (-1);
 	}
 	argv = fslink_argv(fs);
+	/* Built before the fork: getpwuid is no business of a child of a
+	 * loop.  The fork-server's workers and commands inherit it. */
+	env = jobenv_build(fs->uid);
 
 	/* Block signals so none reaches libevent's handlers in the child. */
 	sigfillset(&all);
@@ -221,7 +225,7 @@ fslink_start(struct fslink *fs)
 		if (dup2(sv[1], 3) == -1)
 			_exit(127);
 		close_range(4, ~0U, 0);
-		execv(fslink_path, argv);
+		execve(fslink_path, argv, env);
 		fprintf(stderr, "emberd: exec %s: %s\n", fslink_path,
 		    strerror(errno));
 		_exit(127);
@@ -230,6 +234,7 @@ fslink_start(struct fslink *fs)
 	for (i = 0; argv[i] != NULL; i++)
 		free(argv[i]);
 	free(argv);
+	jobenv_free(env);
 	close(sv[1]);
 	if (pid == -1) {
 		log_error("fork: %s", strerror(errno));

@@ -423,11 +423,6 @@ forkserver_drop(uid_t uid, gid_t gid)
 		name = xstrdup(pw->pw_name);
 		if (initgroups(name, gid) == -1)
 			fatal("initgroups %s", name);
-		/* What a command expects of its user's environment. */
-		if (setenv("HOME", pw->pw_dir, 1) == -1 ||
-		    setenv("USER", name, 1) == -1 ||
-		    setenv("LOGNAME", name, 1) == -1)
-			fatal("setenv");
 	} else if (setgroups(0, NULL) == -1)
 		fatal("setgroups");
 	if (setresgid(gid, gid, gid) == -1)
@@ -456,6 +451,22 @@ forkserver_drop(uid_t uid, gid_t gid)
 	    name != NULL ? name : "no passwd entry", (unsigned long)gid,
 	    ngroups);
 	free(name);
+}
+
+/*
+ * Start in the user's home, the HOME emberd set: if the user can enter it
+ * (chdir checks that with the user's rights, as it runs after the drop),
+ * else in /.  Never in emberd's working directory.
+ */
+static void
+forkserver_chdir(void)
+{
+	const char	*home = getenv("HOME");
+
+	if (home != NULL && home[0] == '/' && chdir(home) == 0)
+		return;
+	if (chdir("/") == -1)
+		fatal("chdir /");
 }
 
 /*
@@ -501,6 +512,7 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 		    (unsigned long)options->uid);
 	} else
 		forkserver_set_title("ember-worker: fork-server");
+	forkserver_chdir();
 
 	/* Die with emberd; if it is already gone, do not start. */
 	parent = getppid();

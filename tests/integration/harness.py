@@ -321,7 +321,7 @@ class Daemon:
     """
 
     def __init__(self, sets=(), nofile=None, conf=DEFAULT_CONF, args=(),
-                 socket_path=None, log_level="debug", start=True):
+                 socket_path=None, log_level="debug", start=True, env=None):
         self.tmpdir = _make_tmpdir()
         self.socket = socket_path or os.path.join(self.tmpdir, "emberd.sock")
         self.log_path = os.path.join(self.tmpdir, "emberd.log")
@@ -330,6 +330,7 @@ class Daemon:
         self.conf = conf
         self.args = list(args)
         self.log_level = log_level
+        self.env = env		# added to emberd's environment
         self.proc = None
         self.sid = None
         self.known = {}		# pid -> starttime of every descendant seen
@@ -366,11 +367,15 @@ class Daemon:
         """Start emberd and wait until its socket accepts."""
         log = open(self.log_path, "ab")
         preexec = _nofile_preexec(self.nofile) if self.nofile else None
+        env = None
+        if self.env:
+            env = dict(os.environ)
+            env.update(self.env)
         try:
             self.proc = subprocess.Popen(
                 self.argv(), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=log, start_new_session=True, preexec_fn=preexec,
-                cwd=self.tmpdir)
+                cwd=self.tmpdir, env=env)
         finally:
             log.close()
         self.sid = self.proc.pid

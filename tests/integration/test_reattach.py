@@ -10,9 +10,7 @@ import json
 import os
 import pwd
 import signal
-import socket
 import subprocess
-import threading
 import time
 import traceback
 
@@ -21,6 +19,7 @@ from harness import (EMBER, REQUEST_NEXT, REQUEST_STOP, STREAM_DETACHED,
                      END_OF_DATA_SECTION, check, check_eq, check_error,
                      numbers, range_plan, records_plan, run_cli, run_tests,
                      wait_until, with_daemon)
+from proxy import CuttingProxy
 
 ROOT = os.geteuid() == 0
 PLAN = range_plan(0, 20000, 4)		# 5000 records a partition
@@ -675,75 +674,6 @@ def test_status_shows_detached(d):
 
 # ---------------------------------------------------------------------------
 # The CLI through a proxy that cuts every connection
-
-class CuttingProxy:
-    """A Unix socket proxy to emberd that closes each connection after
-    `cut` bytes from emberd to the client."""
-
-    def __init__(self, target, path, cut):
-        self.target, self.path, self.cut = target, path, cut
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        self.sock.listen(64)
-        self.cuts = 0
-        self.stopping = False
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-
-    def serve(self):
-        while not self.stopping:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.relay, args=(client,),
-                             daemon=True).start()
-
-    def relay(self, client):
-        up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            up.connect(self.target)
-        except OSError:
-            client.close()
-            return
-
-        def upward():
-            try:
-                while True:
-                    data = client.recv(65536)
-                    if not data:
-                        break
-                    up.sendall(data)
-            except OSError:
-                pass
-            try:
-                up.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-        threading.Thread(target=upward, daemon=True).start()
-        sent = 0
-        try:
-            while sent < self.cut:
-                data = up.recv(min(65536, self.cut - sent))
-                if not data:
-                    break
-                client.sendall(data)
-                sent += len(data)
-        except OSError:
-            pass
-        if sent >= self.cut:
-            self.cuts += 1
-        for s in (client, up):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def close(self):
-        self.stopping = True
-        self.sock.close()
-
 
 def test_cli_through_cutting_proxy(d):
     """`ember run` through connections that break every 300 KB prints

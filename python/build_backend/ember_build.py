@@ -1,7 +1,7 @@
 """A PEP 517 / PEP 660 build backend for the ember package, standard
 library only, so that ``pip install ./python`` needs nothing from PyPI.
 
-It packs ember/*.py into a pure-Python wheel (or, editable, a wheel whose
+It packs ember/*.py and ember/py.typed into a pure-Python wheel (or, editable, a wheel whose
 .pth file points at this tree), and the tree into an sdist.  The name and
 version come from pyproject.toml, read with a minimal parser (tomllib is
 only in Python 3.11 and later).
@@ -62,11 +62,12 @@ def _wheel_name():
 
 
 def _sources():
-    """(path in the wheel, bytes) of every module of the package."""
+    """(path in the wheel, bytes) of every module of the package, and its
+    py.typed marker (PEP 561: type checkers read its hints)."""
     out = []
     pkg = os.path.join(HERE, PACKAGE)
     for name in sorted(os.listdir(pkg)):
-        if name.endswith(".py"):
+        if name.endswith(".py") or name == "py.typed":
             with open(os.path.join(pkg, name), "rb") as f:
                 out.append((PACKAGE + "/" + name, f.read()))
     return out

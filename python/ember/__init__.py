@@ -6,14 +6,14 @@ process.  This package is its Python client, standard library only::
 
     import ember
 
-    with ember.connect() as sc:                 # $EMBER_SOCKET, else the system socket
+    with ember.connect() as sc:     # $EMBER_SOCKET, else the system socket
         words = (sc.text_file("docs/*.md", partitions=4)
                    .map_lower()
                    .flat_map_split(" ")
                    .filter_regex("^[a-z]{3,}$"))
         print(words.count_by_value().most_common(10))
         for line in sc.range(1000000).filter_contains("777"):
-            print(line)                         # one partition at a time
+            print(line)             # one partition at a time
 
 Datasets are lazy, like RDDs: ``Session.range``, ``Session.text_file``,
 ``Session.parallelize`` and ``Session.from_checkpoint`` make one, each op
@@ -33,8 +33,8 @@ all under EmberError.
 
 from ._stream import ReattachPolicy
 from .dataset import Checkpoint, Dataset, Record, SaveResult
-from . import errors as _errors
 from .errors import *  # noqa: F401,F403 (the classes of errors.__all__)
+from .errors import __all__ as _error_names
 from .session import (DEFAULT_SOCKET, SOCKET_ENV, Broadcast, Session,
                       connect, default_socket)
 
@@ -44,4 +44,4 @@ __all__ = [
     "connect", "default_socket", "Session", "Dataset", "Checkpoint",
     "Broadcast", "SaveResult", "Record", "ReattachPolicy", "DEFAULT_SOCKET",
     "SOCKET_ENV",
-] + [name for name in _errors.__all__ if name != "error_from_reply"]
+] + [name for name in _error_names if not name.startswith("error_")]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional
 from . import _wire
 from ._wire import RawRecord, Wire
 from .errors import (ConnectionFailed, EmberError, Interrupted,
-                     ProtocolError, TaskFailed)
+                     ProtocolError, error_from_stream)
 
 if TYPE_CHECKING:
     from .session import Session
@@ -38,10 +38,14 @@ if TYPE_CHECKING:
 class ReattachPolicy:
     """How a stream reconnects after a broken connection.
 
-    The n-th wait is drawn uniformly from 0 to
-    ``min(max_delay, initial_delay * 2 ** n)`` ("full jitter"); the client
-    gives up after ``attempts`` tries or ``timeout`` seconds, whichever
-    comes first, and raises ConnectionFailed.  ``attempts=0`` turns
+    The first try is at once; the wait before try n + 1 is drawn
+    uniformly from 0 to ``min(max_delay, initial_delay * 2 ** (n - 1))``
+    ("full jitter").  The client gives up after ``attempts`` tries or
+    ``timeout`` seconds, whichever comes first, and raises
+    ConnectionFailed; each try (connect, hello, release, reattach) is
+    bounded by what is left of ``timeout``, so a peer that accepts and
+    never answers cannot hold it longer.  A refusal (the operation was
+    reaped, say) raises its own exception at once.  ``attempts=0`` turns
     reattaching off.
     """
 
@@ -59,21 +63,11 @@ class ReattachPolicy:
                 ceiling = min(self.max_delay, ceiling * 2)
 
 
-def stream_error(message: str) -> EmberError:
-    """The exception for a stream's error frame: a task's failure names its
-    partition; anything else stopped the operation (its session closed,
-    emberd draining)."""
-    err = TaskFailed(message)
-    if err.partition is not None:
-        return err
-    return Interrupted(message)
-
-
 class ResultStream:
     """The records of one iterate or collect operation, partition by
     partition, as lists of raw records (bytes, or None for a null)."""
 
-    def __init__(self, session: "Session", wire: Wire, reply: dict,
+    def __init__(self, session: Session, wire: Wire, reply: dict,
                  pull: bool):
         self.session = session
         self.wire: Optional[Wire] = wire
@@ -114,7 +108,7 @@ class ResultStream:
                     yield records
                     self.offset += len(records)
                 if message is not None:
-                    raise stream_error(message)
+                    raise error_from_stream(message)
                 if status == _wire.END_OF_DATA_SECTION:
                     self.partition += 1
                     self.offset = 0
@@ -149,7 +143,7 @@ class ResultStream:
             if response == _wire.STREAM_ERROR:
                 message = self.wire.read_error_frame()
                 self._finish(released=False)
-                raise stream_error(message)
+                raise error_from_stream(message)
             self.wire.close()
             raise ProtocolError("unexpected stream response %d" % response)
 
@@ -178,17 +172,28 @@ class ResultStream:
             self.finished = True
             raise cause
         self.wire = None
-        deadline = time.monotonic() + policy.timeout
+        start = time.monotonic()
+        deadline = start + policy.timeout
         last: EmberError = cause
+        tries = 0
         for delay in policy.delays(self.session._rng):
-            if time.monotonic() + delay > deadline:
+            if time.monotonic() + delay >= deadline:
                 break
             time.sleep(delay)
+            tries += 1
+            # Each try is bounded by what is left of the timeout, so that
+            # a peer that accepts and never answers cannot hold it.
+            left = max(deadline - time.monotonic(), 0.001)
+            if self.session.timeout is not None:
+                left = min(left, self.session.timeout)
             try:
-                wire = self.session._connect()
+                wire = self.session._connect(timeout=left)
             except ConnectionFailed as e:
                 last = e
                 continue
+            except EmberError:
+                self.finished = True
+                raise
             try:
                 self._reattach(wire)
             except ConnectionFailed as e:
@@ -200,12 +205,15 @@ class ResultStream:
                 wire.close()
                 self.finished = True
                 raise
+            wire.set_timeout(self.session.timeout)
             self.wire = wire
             return
         self.finished = True
         raise ConnectionFailed("operation %s: could not reattach at "
-                               "partition %d offset %d: %s" %
+                               "partition %d offset %d after %d tries in "
+                               "%.1f s: %s" %
                                (self.operation, self.partition, self.offset,
+                                tries, time.monotonic() - start,
                                 last.message)) from cause
 
     def _reattach(self, wire: Wire) -> None:

@@ -65,6 +65,10 @@ class Wire:
             raise ConnectionFailed("connect %s: %s%s" %
                                    (path, e.strerror or e, hint)) from e
 
+    def set_timeout(self, timeout: Optional[float]) -> None:
+        """Seconds any later socket call may take (None: no limit)."""
+        self.sock.settimeout(timeout)
+
     def close(self) -> None:
         """Close the socket; an open result stream ends its operation."""
         self.broken = True

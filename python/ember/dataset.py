@@ -33,7 +33,7 @@ def text_of(value: Union[str, bytes], what: str) -> str:
     return value
 
 
-def _broadcast_id(b: Union["Broadcast", int]) -> int:
+def _broadcast_id(b: Union[Broadcast, int]) -> int:
     bid = getattr(b, "id", b)
     if not isinstance(bid, int) or isinstance(bid, bool):
         raise TypeError("expected a Broadcast or its id, got %r" % (b,))
@@ -58,7 +58,7 @@ class Dataset:
     is the JSON plan of docs/plans.md, as a dict.
     """
 
-    def __init__(self, session: "Session", source: dict,
+    def __init__(self, session: Session, source: dict,
                  partitions: Optional[int] = None, ops: Tuple = ()):
         if partitions is not None and (not isinstance(partitions, int) or
                                        isinstance(partitions, bool)):
@@ -83,75 +83,75 @@ class Dataset:
     def __repr__(self) -> str:
         return "<ember.Dataset %r>" % (self.plan,)
 
-    def _with(self, op: dict) -> "Dataset":
+    def _with(self, op: dict) -> Dataset:
         return Dataset(self.session, self._source, self._partitions,
                        self._ops + (op,))
 
-    def with_partitions(self, partitions: int) -> "Dataset":
+    def with_partitions(self, partitions: int) -> Dataset:
         """The same plan split into another number of partitions."""
         return Dataset(self.session, self._source, partitions, self._ops)
 
     # Ops (docs/plans.md, "Operations").
 
-    def filter_contains(self, substring: Union[str, bytes]) -> "Dataset":
+    def filter_contains(self, substring: Union[str, bytes]) -> Dataset:
         """Keep the records holding substring."""
         return self._with({"filter": {"contains": text_of(
             substring, "filter_contains")}})
 
-    def filter_regex(self, pattern: Union[str, bytes]) -> "Dataset":
+    def filter_regex(self, pattern: Union[str, bytes]) -> Dataset:
         """Keep the records the PCRE2 pattern matches anywhere."""
         return self._with({"filter": {"regex": text_of(
             pattern, "filter_regex")}})
 
-    def filter_in(self, broadcast: Union["Broadcast", int]) -> "Dataset":
+    def filter_in(self, broadcast: Union[Broadcast, int]) -> Dataset:
         """Keep the records that are one of the broadcast's lines."""
         return self._with({"filter": {"in_broadcast":
                                       _broadcast_id(broadcast)}})
 
-    def map_upper(self) -> "Dataset":
+    def map_upper(self) -> Dataset:
         """ASCII upper case."""
         return self._with({"map": "upper"})
 
-    def map_lower(self) -> "Dataset":
+    def map_lower(self) -> Dataset:
         """ASCII lower case."""
         return self._with({"map": "lower"})
 
-    def map_trim(self) -> "Dataset":
+    def map_trim(self) -> Dataset:
         """Remove ASCII whitespace at both ends."""
         return self._with({"map": "trim"})
 
-    def map_field(self, sep: Union[str, bytes], index: int) -> "Dataset":
+    def map_field(self, sep: Union[str, bytes], index: int) -> Dataset:
         """The index-th field (negative: from the end) of the record split
         by sep; a missing field is an empty record."""
         return self._with({"map": {"field": {
             "sep": text_of(sep, "map_field sep"), "index": index}}})
 
-    def map_json(self, path: str) -> "Dataset":
+    def map_json(self, path: str) -> Dataset:
         """The value at a dotted path of a JSON record; records without
         one are dropped."""
         return self._with({"map": {"json": text_of(path, "map_json")}})
 
-    def flat_map_split(self, sep: Union[str, bytes]) -> "Dataset":
+    def flat_map_split(self, sep: Union[str, bytes]) -> Dataset:
         """Each piece of the record split by sep, as str.split(sep)."""
         return self._with({"flat_map": {"split": text_of(
             sep, "flat_map_split")}})
 
-    def sample(self, fraction: float, seed: int = 0) -> "Dataset":
+    def sample(self, fraction: float, seed: int = 0) -> Dataset:
         """Keep each record with probability fraction; deterministic per
         partition and seed."""
         return self._with({"sample": {"fraction": fraction, "seed": seed}})
 
-    def limit(self, n: int) -> "Dataset":
+    def limit(self, n: int) -> Dataset:
         """The first n records of each partition."""
         return self._with({"limit": n})
 
-    def pipe(self, command: str) -> "Dataset":
+    def pipe(self, command: str) -> Dataset:
         """Each partition through ``/bin/sh -c command``, one record per
         line each way."""
         return self._with({"pipe": {"command": text_of(command, "pipe")}})
 
     def udf(self, library: Union[str, os.PathLike], symbol: str,
-            broadcasts: Tuple = (), **args: Any) -> "Dataset":
+            broadcasts: Tuple = (), **args: Any) -> Dataset:
         """A function of a plugin (docs/udf.md).  args become the op's
         ``args`` object; a Broadcast among them is given as its id and
         added to ``broadcasts``, the broadcasts the function reads."""
@@ -243,7 +243,7 @@ class Dataset:
         return got[0]
 
     def count_by_value(self, *, decode: Optional[bool] = None
-                       ) -> "Counter[Record]":
+                       ) -> Counter[Record]:
         """Each distinct record with its count, as a Counter (None counts
         the nulls).  emberd merges the counts as text: bytes that are not
         UTF-8 come back as U+FFFD; with decode=False the keys are that
@@ -254,7 +254,7 @@ class Dataset:
             raise ProtocolError("count_by_value reply without counts: %r"
                                 % (reply,))
         decode = self.session.decode if decode is None else decode
-        c: "Counter[Record]" = Counter(
+        c: Counter[Record] = Counter(
             counts if decode else {k.encode("utf-8"): v
                                    for k, v in counts.items()})
         nulls = reply.get("nulls") or 0
@@ -294,7 +294,7 @@ class Dataset:
                           reply.get("records", 0))
 
     def checkpoint(self, local: bool = False,
-                   eager: bool = True) -> "Checkpoint":
+                   eager: bool = True) -> Checkpoint:
         """Materialize the dataset; a dataset reading the checkpoint.
 
         local: kept in emberd's local directory and removed with the
@@ -318,14 +318,14 @@ class Checkpoint(Dataset):
     to Session.from_checkpoint in a later session, for a reliable one).
     ``drop()``, or leaving it as a context manager, removes it."""
 
-    def __init__(self, session: "Session", cid: str, local: bool,
+    def __init__(self, session: Session, cid: str, local: bool,
                  partitions: Optional[int] = None):
         Dataset.__init__(self, session, {"checkpoint": cid}, partitions)
         self.id = cid
         self.local = local
         self.dropped = False
 
-    def __enter__(self) -> "Checkpoint":
+    def __enter__(self) -> Checkpoint:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -338,7 +338,7 @@ class Checkpoint(Dataset):
         self.dropped = True
 
 
-def _iterate(stream: "ResultStream", convert) -> Iterator[Record]:
+def _iterate(stream: ResultStream, convert) -> Iterator[Record]:
     """The records of stream, one by one, after a first None that only
     starts the generator (so that closing it before any record still
     stops the operation)."""

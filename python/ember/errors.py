@@ -12,13 +12,15 @@ import re
 from typing import Dict, List, Optional, Type
 
 __all__ = [
-    "EmberError", "ConnectionFailed", "ProtocolError", "StreamActive",
+    "EmberError", "ConnectionFailed", "ProtocolError", "SessionClosed",
     "FrameInvalid", "RequestInvalid", "HelloRequired", "VersionMismatch",
-    "PlanInvalid", "ActionInvalid", "OperationExists", "TaskFailed",
-    "ResultTooLarge", "SaveFailed", "SessionNotFound", "BroadcastNotFound",
+    "PlanInvalid", "ActionInvalid", "OperationAlreadyExists",
+    "OperationNotFound", "OperationAbandoned", "OperationFinished",
+    "OperationNotReattachable", "SessionMismatch", "PositionInvalid",
+    "PositionNotAvailable", "TaskFailed", "ResultTooLarge", "SaveFailed",
+    "SessionNotFound", "BroadcastNotFound", "CheckpointNotFound",
     "Interrupted", "LimitExceeded", "ShuttingDown", "Internal",
-    "OperationNotFound", "OperationAbandoned", "PositionNotAvailable",
-    "CheckpointNotFound", "error_from_reply",
+    "error_from_reply", "error_from_stream", "error_classes",
 ]
 
 
@@ -57,10 +59,10 @@ class ProtocolError(EmberError):
     error_class = "PROTOCOL_ERROR"
 
 
-class StreamActive(EmberError):
-    """A request was made on a connection whose result stream is open."""
+class SessionClosed(EmberError):
+    """A request on a session this client has closed."""
 
-    error_class = "STREAM_ACTIVE"
+    error_class = "SESSION_CLOSED"
 
 
 class FrameInvalid(EmberError):
@@ -100,10 +102,11 @@ class ActionInvalid(EmberError, ValueError):
     error_class = "ACTION_INVALID"
 
 
-class OperationExists(EmberError):
-    """The client-chosen operation id is in use."""
+class OperationAlreadyExists(EmberError):
+    """The client-chosen operation id is in use, or was used by an
+    operation emberd still remembers."""
 
-    error_class = "OPERATION_EXISTS"
+    error_class = "OPERATION_ALREADY_EXISTS"
 
 
 _TASK_MESSAGE = re.compile(r"partition (\d+): (?:worker (\d+): )?(.*)\Z",
@@ -196,10 +199,38 @@ class OperationNotFound(EmberError):
 
 
 class OperationAbandoned(EmberError):
-    """The operation was detached too long and removed; a late reattach
-    gets this rather than a silent new run."""
+    """The operation was detached longer than emberd's
+    operation.detached_timeout and removed; a late reattach gets this
+    rather than a silent new run."""
 
     error_class = "OPERATION_ABANDONED"
+
+
+class OperationFinished(EmberError):
+    """A reattach or release of an operation that has ended: failed,
+    interrupted, stopped by its client, or a reply action whose reply was
+    sent; the message says which."""
+
+    error_class = "OPERATION_FINISHED"
+
+
+class OperationNotReattachable(EmberError):
+    """A reattach of an operation executed with reattachable false."""
+
+    error_class = "OPERATION_NOT_REATTACHABLE"
+
+
+class SessionMismatch(EmberError):
+    """The operation belongs to another session of the same uid."""
+
+    error_class = "SESSION_MISMATCH"
+
+
+class PositionInvalid(EmberError, ValueError):
+    """A reattach or release named a position the stream never had: a
+    negative one, one past the partition count, or past what was sent."""
+
+    error_class = "POSITION_INVALID"
 
 
 class PositionNotAvailable(EmberError):
@@ -210,7 +241,8 @@ class PositionNotAvailable(EmberError):
 
 
 class CheckpointNotFound(EmberError, KeyError):
-    """No such checkpoint."""
+    """No such checkpoint: checkpoint_drop of an unknown or dropped one (a
+    plan that reads one is refused with PlanInvalid)."""
 
     error_class = "CHECKPOINT_NOT_FOUND"
 
@@ -218,14 +250,13 @@ class CheckpointNotFound(EmberError, KeyError):
 
 
 _BY_CLASS: Dict[str, Type[EmberError]] = {
-    cls.error_class: cls for cls in (
-        ConnectionFailed, ProtocolError, StreamActive, FrameInvalid,
-        RequestInvalid, HelloRequired, VersionMismatch, PlanInvalid,
-        ActionInvalid, OperationExists, TaskFailed, ResultTooLarge,
-        SaveFailed, SessionNotFound, BroadcastNotFound, Interrupted,
-        LimitExceeded, ShuttingDown, Internal, OperationNotFound,
-        OperationAbandoned, PositionNotAvailable, CheckpointNotFound)
+    cls.error_class: cls
+    for cls in (globals().get(name) for name in __all__)
+    if isinstance(cls, type) and issubclass(cls, EmberError)
+    and cls is not EmberError
 }
+
+_STREAM_CLASS = re.compile(r"([A-Z][A-Z_]*[A-Z]): (.*)\Z", re.DOTALL)
 
 
 def error_from_reply(reply: dict) -> EmberError:
@@ -243,6 +274,25 @@ def error_from_reply(reply: dict) -> EmberError:
     return cls(message, error_class)
 
 
+def error_from_stream(message: str) -> EmberError:
+    """The exception for the error frame that ends a result stream.
+
+    A task's failure names its partition (``partition 3: worker 4242:
+    ...``) and raises TaskFailed; emberd's own reasons start with their
+    class (``SHUTTING_DOWN: operation ...``, ``INTERRUPTED: ...``) and
+    raise its exception; anything else stopped the operation
+    (Interrupted).
+    """
+    m = _STREAM_CLASS.match(message)
+    if m is not None:
+        return _BY_CLASS.get(m.group(1), EmberError)(m.group(2), m.group(1))
+    err = TaskFailed(message)
+    if err.partition is not None:
+        return err
+    return Interrupted(message)
+
+
 def error_classes() -> List[str]:
-    """The error classes that have an exception of their own."""
+    """The error classes that have an exception of their own, emberd's
+    and the client's (IO_ERROR, PROTOCOL_ERROR, SESSION_CLOSED)."""
     return sorted(_BY_CLASS)

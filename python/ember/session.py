@@ -12,7 +12,8 @@ from typing import (IO, TYPE_CHECKING, Any, Iterable, List, Optional,
 from . import _wire
 from ._stream import ReattachPolicy, ResultStream
 from ._wire import Wire, path_list
-from .errors import ConnectionFailed, EmberError, ProtocolError
+from .errors import (ConnectionFailed, EmberError, ProtocolError,
+                     SessionClosed)
 
 if TYPE_CHECKING:
     from .dataset import Checkpoint, Dataset
@@ -35,7 +36,7 @@ def default_socket() -> str:
 def connect(socket: Optional[PathArg] = None, *, decode: bool = True,
             errors: str = "strict", timeout: Optional[float] = None,
             reattach: ReattachPolicy = ReattachPolicy(),
-            client: str = CLIENT_NAME) -> "Session":
+            client: str = CLIENT_NAME) -> Session:
     """Connect to emberd and start a session.
 
     socket: the path of emberd's socket; by default ``$EMBER_SOCKET``,
@@ -81,10 +82,10 @@ class Session:
         self._rng = random.Random()
         self._idle: List[Wire] = []
         self._wires: Set[Wire] = set()
-        self._checkpoints: List["Checkpoint"] = []
+        self._checkpoints: List[Checkpoint] = []
         self._release(self._connect())
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -96,10 +97,13 @@ class Session:
 
     # Connections.
 
-    def _connect(self) -> Wire:
+    def _connect(self, timeout: Optional[float] = None) -> Wire:
         """A new connection past hello, into this session (the first one
-        starts it)."""
-        wire = Wire(self.socket_path, self.timeout)
+        starts it).  timeout, when given, bounds each socket call of the
+        connect and hello instead of the session's timeout; the wire keeps
+        it."""
+        wire = Wire(self.socket_path,
+                    self.timeout if timeout is None else timeout)
         try:
             reply = wire.hello(self.id, self.client)
         except BaseException:
@@ -118,7 +122,7 @@ class Session:
     def _acquire(self) -> Wire:
         """An idle connection, or a new one."""
         if self.closed:
-            raise EmberError("the session is closed", "SESSION_CLOSED")
+            raise SessionClosed("the session is closed")
         while self._idle:
             wire = self._idle.pop()
             if not wire.broken:
@@ -225,7 +229,7 @@ class Session:
     # Datasets.
 
     def range(self, start: int, end: Optional[int] = None, step: int = 1,
-              *, partitions: Optional[int] = None) -> "Dataset":
+              *, partitions: Optional[int] = None) -> Dataset:
         """The integers from start up to end (excluded) by step, as decimal
         text, like Python's range: ``range(10)`` is 0 to 9.  Partition i
         holds the i-th contiguous slice."""
@@ -243,7 +247,7 @@ class Session:
                                         "step": step}}, partitions)
 
     def text_file(self, paths: Union[PathArg, Sequence[PathArg]], *,
-                  partitions: Optional[int] = None) -> "Dataset":
+                  partitions: Optional[int] = None) -> Dataset:
         """The lines of files (one path, or several; globs allowed),
         without their newline.  Relative paths are made absolute here,
         since emberd does not share this process's working directory."""
@@ -253,7 +257,7 @@ class Session:
                        partitions)
 
     def parallelize(self, records: Iterable[Union[str, bytes, None]], *,
-                    partitions: Optional[int] = None) -> "Dataset":
+                    partitions: Optional[int] = None) -> Dataset:
         """The records given (str, UTF-8 bytes, or None for a null),
         carried in the plan itself and split into contiguous slices."""
         from .dataset import Dataset, text_of
@@ -262,8 +266,8 @@ class Session:
                 for r in records]
         return Dataset(self, {"parallelize": {"records": recs}}, partitions)
 
-    def from_checkpoint(self, checkpoint: Union[str, "Checkpoint"], *,
-                        partitions: Optional[int] = None) -> "Dataset":
+    def from_checkpoint(self, checkpoint: Union[str, Checkpoint], *,
+                        partitions: Optional[int] = None) -> Dataset:
         """A dataset reading a checkpoint (a Checkpoint or its id, e.g. a
         reliable checkpoint made by an earlier session)."""
         from .dataset import Checkpoint, Dataset
@@ -274,7 +278,7 @@ class Session:
             raise TypeError("checkpoint: expected an id, got %r" % (cid,))
         return Dataset(self, {"checkpoint": cid}, partitions)
 
-    def drop_checkpoint(self, checkpoint: Union[str, "Checkpoint"]) -> None:
+    def drop_checkpoint(self, checkpoint: Union[str, Checkpoint]) -> None:
         """Remove a checkpoint (checkpoint_drop)."""
         from .dataset import Checkpoint
 
@@ -285,7 +289,7 @@ class Session:
 
     # Broadcasts.
 
-    def broadcast(self, data: BroadcastData) -> "Broadcast":
+    def broadcast(self, data: BroadcastData) -> Broadcast:
         """Upload a broadcast: bytes (or str, as UTF-8), an iterable of
         lines (str or bytes; each gets a newline unless it ends with one),
         or an open file, whose descriptor is passed to emberd, which reads
@@ -313,7 +317,7 @@ class Session:
             f.flush()
             return self._broadcast_fd(f.fileno())
 
-    def _broadcast_bytes(self, data: memoryview) -> "Broadcast":
+    def _broadcast_bytes(self, data: memoryview) -> Broadcast:
         wire = self._acquire()
         try:
             wire.send_json({"op": "broadcast_put", "size": len(data)})
@@ -324,7 +328,7 @@ class Session:
             self._release(wire)
         return self._broadcast_made(reply)
 
-    def _broadcast_fd(self, fd: int) -> "Broadcast":
+    def _broadcast_fd(self, fd: int) -> Broadcast:
         body = b'{"op":"broadcast_put","fd":true}'
         wire = self._acquire()
         try:
@@ -334,7 +338,7 @@ class Session:
             self._release(wire)
         return self._broadcast_made(reply)
 
-    def _broadcast_made(self, reply: dict) -> "Broadcast":
+    def _broadcast_made(self, reply: dict) -> Broadcast:
         from .errors import error_from_reply
 
         if not reply["ok"]:
@@ -357,7 +361,7 @@ class Broadcast:
         self.size = size
         self.dropped = False
 
-    def __enter__(self) -> "Broadcast":
+    def __enter__(self) -> Broadcast:
         return self
 
     def __exit__(self, *exc: Any) -> None:

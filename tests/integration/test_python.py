@@ -1,16 +1,20 @@
 """The Python client (python/ember) against a real emberd: every op and
-action against Python's own answers, early stops, errors, broadcasts, a
-connection cut by a proxy, and pip's offline install."""
+action against Python's own answers, early stops, errors (every class
+emberd sends has its exception), broadcasts, connections cut by a proxy,
+reattach giving up and coming too late, and pip's offline install."""
 
 import collections
 import json
 import re
 import socket
+import signal
 import subprocess
 import sys
-import threading
+import time
+import uuid
 
 from harness import *
+from proxy import REFUSE, RELAY, STALL, CuttingProxy
 
 sys.path.insert(0, os.path.join(SRCDIR, "python"))
 import ember  # noqa: E402
@@ -317,53 +321,6 @@ def test_broadcasts(d):
             raise AssertionError("dropped twice")
 
 
-class CuttingProxy:
-    """A Unix-socket proxy to emberd that cuts every connection after
-    emberd has sent `after` bytes on it."""
-
-    def __init__(self, target, path, after):
-        self.target, self.path, self.after = target, path, after
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen(8)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            server.connect(self.target)
-            threading.Thread(target=self._pump, args=(client, server, None),
-                             daemon=True).start()
-            threading.Thread(target=self._pump,
-                             args=(server, client, self.after),
-                             daemon=True).start()
-
-    def _pump(self, src, dst, limit):
-        sent = 0
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if limit is not None and sent + len(data) > limit:
-                    dst.sendall(data[:limit - sent])
-                    break
-                dst.sendall(data)
-                sent += len(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-
 def test_connection_cut(d):
     """A proxy cuts every connection after 300 kB: the iterator reattaches
     each time right after the last record it yielded, and the records come
@@ -375,7 +332,208 @@ def test_connection_cut(d):
         check(got == [str(i) for i in range(1000000)], "records in order")
     check("reattached" in d.log_text(), "no reattach in emberd's log")
     _no_operations(d)
-    proxy.listener.close()
+    proxy.close()
+
+
+def test_reattach_gives_up(d):
+    """When emberd cannot be reached again, the iterator raises
+    ConnectionFailed in bounded time: a proxy that refuses every reconnect
+    gets exactly the policy's tries, and one that accepts and never
+    answers holds the iterator no longer than the policy's timeout."""
+    cases = [
+        (REFUSE, ember.ReattachPolicy(attempts=5, initial_delay=0.01,
+                                      max_delay=0.05, timeout=30)),
+        (REFUSE, ember.ReattachPolicy(attempts=10000, initial_delay=0.02,
+                                      max_delay=0.1, timeout=1.0)),
+        (STALL, ember.ReattachPolicy(attempts=10000, initial_delay=0.02,
+                                     max_delay=0.1, timeout=1.5)),
+    ]
+    for i, (mode, policy) in enumerate(cases):
+        proxy = CuttingProxy(d.socket, d.path("proxy%d.sock" % i), 300000,
+                             after_cut=mode)
+        s = ember.connect(proxy.path, reattach=policy)
+        got = []
+
+        def read():
+            try:
+                for rec in s.range(1000000, partitions=4):
+                    got.append(rec)
+            except ember.ConnectionFailed as e:
+                return e, time.monotonic()
+            return None, time.monotonic()
+        join = in_thread(read)
+        check(wait_until(lambda: proxy.cuts > 0, 20), "no cut")
+        cut = time.monotonic()
+        err, end = join(30)
+        what = "%s, %r" % (mode, policy)
+        check(err is not None, "%s: no ConnectionFailed" % what)
+        check("could not reattach at partition" in err.message,
+              "%s: %s" % (what, err.message))
+        check(0 < len(got) < 1000000 and
+              got == [str(n) for n in range(len(got))],
+              "%s: records before the cut" % what)
+        tries = proxy.refused + proxy.stalled
+        if policy.attempts == 5:
+            check_eq(tries, 5, "%s: tries" % what)
+            check("after 5 tries" in err.message, err.message)
+        else:
+            check(end - cut >= policy.timeout * 0.8,
+                  "%s: gave up after %.2f s" % (what, end - cut))
+        check(end - cut < policy.timeout + 3,
+              "%s: took %.2f s" % (what, end - cut))
+        # The operation given up on is still emberd's, detached, holding
+        # a worker: release it from a connection of its own into the
+        # session, as another process could.
+        with d.client(hello=False) as c:
+            c.hello(session=s.id)
+            ops = [o["id"] for o in c.status()["operations"]
+                   if o["session"] == s.id]
+            check_eq(len(ops), 1, "%s: the detached operation" % what)
+            c.request_ok({"op": "release", "operation": ops[0],
+                          "all": True})
+        proxy.close()		# the session's close then fails at once
+        s.close()
+    _no_operations(d)
+
+
+@with_daemon(sets=["operation.detached_timeout=300ms",
+                   "operation.maintenance_interval=50ms"])
+def test_operation_abandoned(d):
+    """A stream whose reconnects are refused past
+    operation.detached_timeout is reaped by emberd; the iterator's late
+    reattach raises OperationAbandoned, after each record before the cut
+    exactly once."""
+    proxy = CuttingProxy(d.socket, d.path("proxy.sock"), 300000,
+                         after_cut=REFUSE)
+    policy = ember.ReattachPolicy(attempts=100000, initial_delay=0.02,
+                                  max_delay=0.1, timeout=60)
+
+    def reopen():
+        check(wait_until(lambda: proxy.cuts > 0, 20), "no cut")
+        _no_operations(d)
+        check(proxy.refused > 0, "no reattach was refused")
+        proxy.mode = RELAY
+    join = in_thread(reopen)
+    got = []
+    with ember.connect(proxy.path, reattach=policy) as s:
+        try:
+            for rec in s.range(1000000, partitions=4):
+                got.append(rec)
+        except ember.OperationAbandoned as e:
+            check("detached_timeout" in e.message, e.message)
+        else:
+            raise AssertionError("no OperationAbandoned")
+        join()
+        check(0 < len(got) < 1000000 and
+              got == [str(n) for n in range(len(got))],
+              "records before the cut")
+        check_eq(s.range(10).count(), 10, "the session goes on")
+    proxy.close()
+
+
+def test_error_classes_sent(d):
+    """The classes of execute, reattach and release, met as emberd sends
+    them, raise their own exceptions."""
+    s, other = _session(d), _session(d)
+
+    def raises(session, cls, req):
+        try:
+            session.request(req)
+        except ember.EmberError as e:
+            check(type(e) is cls, "%r raised %r" % (req, e))
+            check_eq(e.error_class, cls.error_class, "class")
+        else:
+            raise AssertionError("%r: no %s" % (req, cls.__name__))
+    plan = s.range(10).plan
+    op = str(uuid.uuid4())
+    count = {"op": "execute", "plan": plan, "action": "count",
+             "operation": op}
+    check_eq(s.request(count)["count"], 10, "count")
+    raises(s, ember.OperationAlreadyExists, count)
+    raises(s, ember.OperationFinished, {"op": "reattach", "operation": op,
+                                        "partition": 0, "offset": 0})
+    raises(s, ember.OperationNotFound, {"op": "release", "operation":
+                                        str(uuid.uuid4()), "all": True})
+    stream = s.stream(s.range(100000, partitions=4).plan, "iterate")
+    where = {"op": "reattach", "operation": stream.operation}
+    raises(s, ember.PositionInvalid, dict(where, partition=9, offset=0))
+    raises(other, ember.SessionMismatch, dict(where, partition=0, offset=0))
+    stream.stop()
+    stream = s.stream(plan, "iterate", {"reattachable": False})
+    raises(s, ember.OperationNotReattachable,
+           dict(where, operation=stream.operation, partition=0, offset=0))
+    stream.stop()
+    raises(s, ember.ActionInvalid, {"op": "execute", "plan": plan,
+                                    "action": "shout"})
+    raises(s, ember.RequestInvalid, {"op": "dance"})
+    raises(s, ember.SessionNotFound, {"op": "hello", "version": 1,
+                                      "session": str(uuid.uuid4())})
+    s.close()
+    other.close()
+    _no_operations(d)
+
+
+@no_daemon
+def test_error_classes_named(_):
+    """Every error class emberd can send (a class string of daemon/'s
+    sources, a row of docs/protocol.md's table) has an exception named
+    after it, under EmberError: a class emberd gains fails here until the
+    package names it."""
+    sent = set()
+    daemon = os.path.join(SRCDIR, "daemon")
+    for name in os.listdir(daemon):
+        if name.endswith((".c", ".h")):
+            with open(os.path.join(daemon, name)) as f:
+                sent |= set(re.findall(r'"([A-Z]{2,}(?:_[A-Z]+)*)"',
+                                       f.read()))
+    with open(os.path.join(SRCDIR, "docs", "protocol.md")) as f:
+        documented = set(re.findall(r"^\| `([A-Z_]+)` \|", f.read(), re.M))
+    check(len(sent) > 15 and len(documented) > 15,
+          "found %d classes in daemon/, %d in docs" % (len(sent),
+                                                        len(documented)))
+    check_eq(sorted(sent - documented), [],
+             "classes emberd sends that docs/protocol.md does not list")
+    for cls in sorted(sent | documented):
+        e = ember.errors.error_from_reply(
+            {"ok": False, "error": {"class": cls, "message": "m"}})
+        want = "".join(w.capitalize() for w in cls.split("_"))
+        check_eq(type(e).__name__, want, "the exception of %s" % cls)
+        check(getattr(ember, want, None) is type(e), "ember.%s" % want)
+        check_eq((e.error_class, e.message, str(e)),
+                 (cls, "m", cls + ": m"), "%s's fields" % want)
+    for msg, cls in [("SHUTTING_DOWN: operation x: grace", "ShuttingDown"),
+                     ("INTERRUPTED: operation x: released", "Interrupted"),
+                     ("partition 3: worker 42: killed", "TaskFailed"),
+                     ("partition 3: no worker", "TaskFailed"),
+                     ("gone", "Interrupted")]:
+        e = ember.errors.error_from_stream(msg)
+        check_eq(type(e).__name__, cls, "the exception of %r" % msg)
+    e = ember.errors.error_from_stream("partition 3: worker 42: killed")
+    check_eq((e.partition, e.worker, e.reason), (3, 42, "killed"),
+             "TaskFailed's fields")
+
+
+@no_daemon
+def test_shutting_down(_):
+    """A stream emberd interrupts when its drain's grace runs out raises
+    ShuttingDown, not Interrupted."""
+    d = Daemon(sets=["daemon.shutdown_grace=1s"])
+    s = _session(d)
+    it = s.parallelize(["x"]).pipe("sleep 30").to_local_iterator()
+
+    def drain():
+        try:
+            list(it)
+        except ember.EmberError as e:
+            return e
+    join = in_thread(drain)
+    d.worker_running("sleep 30")
+    d.signal(signal.SIGTERM)
+    e = join(20)
+    check(type(e) is ember.ShuttingDown, "raised %r" % (e,))
+    check(e.message.startswith("operation "), e.message)
+    check_eq(d.wait(10), 0, "exit status")
+    s.close()
 
 
 def test_wordcount_example(d):

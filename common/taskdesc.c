@@ -163,9 +163,8 @@ taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
 	if (t->mode == MODE_SAVE) {
 		evbuffer_add(d, ",\"save\":{\"dir\":", 15);
 		taskdesc_add_string(d, t->save_dir);
-		evbuffer_add(d, ",\"name\":", 8);
-		taskdesc_add_string(d, t->save_name);
-		evbuffer_add(d, "}", 1);
+		evbuffer_add_printf(d, ",\"attempt\":%lld}",
+		    (long long)t->save_attempt);
 	}
 	taskdesc_encode_broadcasts(d, b, n);
 	if (plan != NULL) {
@@ -180,26 +179,28 @@ taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
 	evbuffer_free(d);
 }
 
-/* Read where a save task writes: a directory and a plain file name. */
+/* Read where a save task writes: a directory, and the attempt that names
+ * its temporary file. */
 static int
 taskdesc_decode_save(json_t *root, struct taskdesc *t, char **err)
 {
-	static const char *const keys[] = { "dir", "name", NULL };
-	json_t	*save;
+	static const char *const keys[] = { "dir", "attempt", NULL };
+	json_t		*save;
+	json_int_t	 attempt;
 
 	if (jread_object(root, "", "save", JREAD_REQUIRED, &save, err) == -1 ||
 	    jread_only(save, "save", keys, err) == -1 ||
 	    jread_string(save, "save", "dir", JREAD_REQUIRED, &t->save_dir,
 	    err) == -1 ||
-	    jread_string(save, "save", "name", JREAD_REQUIRED, &t->save_name,
+	    jread_int(save, "save", "attempt", JREAD_REQUIRED, &attempt,
 	    err) == -1)
 		return (-1);
-	if (*t->save_dir == '\0')
-		return (jread_fail(err, "save.dir", "is empty"));
-	if (*t->save_name == '\0' || strchr(t->save_name, '/') != NULL ||
-	    strcmp(t->save_name, ".") == 0 || strcmp(t->save_name, "..") == 0)
-		return (jread_fail(err, "save.name", "\"%s\" is not a file "
-		    "name", t->save_name));
+	if (*t->save_dir != '/')
+		return (jread_fail(err, "save.dir", "is not an absolute path"));
+	if (attempt < 0)
+		return (jread_fail(err, "save.attempt", "must not be "
+		    "negative"));
+	t->save_attempt = attempt;
 	return (0);
 }
 

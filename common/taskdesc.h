@@ -45,7 +45,8 @@ struct taskdesc {
 	enum taskdesc_mode	 mode;
 	enum reduce_fn		 fn;		/* MODE_REDUCE */
 	const char		*save_dir;	/* MODE_SAVE: the directory */
-	const char		*save_name;	/* and the part file's name */
+	int64_t			 save_attempt;	/* and a number no other
+						   attempt of the task has */
 	int64_t			 skip;		/* MODE_RECORDS: records to
 						   drop first (a recompute) */
 

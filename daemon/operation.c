@@ -75,6 +75,8 @@ struct operation {
 	char			*result_error;	/* freed, and the op fails */
 	enum reduce_fn		 fn;
 	struct commit		*commit;	/* save */
+	uint64_t		 save_attempts;	/* tasks sent, each a number of
+						   its own for its part file */
 	struct broadcast	**broadcasts;	/* the plan uses, each once */
 	size_t			 nbroadcasts;
 	int64_t			 records_sent;
@@ -220,10 +222,10 @@ operation_find_broadcasts(struct operation *op, struct session *s,
 	return (0);
 }
 
-/* Fill in what a task descriptor says of t. */
+/* Fill in what a task descriptor says of t, for one attempt of it. */
 void
-operation_describe_task(const struct operation *op, const struct task *t,
-    struct taskdesc *d, char *name, size_t len)
+operation_describe_task(struct operation *op, const struct task *t,
+    struct taskdesc *d)
 {
 	memset(d, 0, sizeof *d);
 	d->operation = op->id;
@@ -233,9 +235,8 @@ operation_describe_task(const struct operation *op, const struct task *t,
 	d->fn = op->fn;
 	d->skip = t->skip;
 	if (op->action == ACTION_SAVE) {
-		snprintf(name, len, "part-%05d", t->partition);
 		d->save_dir = commit_task_dir(op->commit);
-		d->save_name = name;
+		d->save_attempt = (int64_t)++op->save_attempts;
 	}
 }
 

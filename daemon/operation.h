@@ -74,11 +74,10 @@ gid_t		 operation_gid(const struct operation *);
 int		 operation_pipeline_depth(const struct operation *);
 /* The plan and its resolved files as JSON text, for task descriptors. */
 const char	*operation_plan_text(const struct operation *);
-/* Fill in the descriptor of t but its broadcasts and plan; name (of len
- * bytes) holds a save task's file name. */
-void		 operation_describe_task(const struct operation *,
-		     const struct task *, struct taskdesc *, char *name,
-		     size_t len);
+/* Fill in the descriptor of one attempt of t but its broadcasts and plan
+ * (a save task's attempt gets a number of its own). */
+void		 operation_describe_task(struct operation *,
+		     const struct task *, struct taskdesc *);
 /* The broadcasts the operation's tasks use. */
 struct broadcast *const *operation_broadcasts(const struct operation *,
 		     size_t *);

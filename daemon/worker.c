@@ -655,9 +655,8 @@ worker_assign(struct worker *w, struct task *t)
 	struct taskdesc_broadcast	*b;
 	size_t				 nb;
 	const char			*plan = NULL;
-	char				 name[32];
 
-	operation_describe_task(t->op, t, &d, name, sizeof name);
+	operation_describe_task(t->op, t, &d);
 	nb = worker_broadcast_diff(w, t, &b);
 	if (w->plan_serial != operation_serial(t->op)) {
 		plan = operation_plan_text(t->op);

@@ -15,6 +15,7 @@
 #include "plan.h"
 #include "source.h"
 #include "run.h"
+#include "savecommit.h"
 #include "xmalloc.h"
 
 /* count_by_value's table starts with this many slots, a power of two. */
@@ -71,9 +72,7 @@ struct run_reducer {
 /* save: the part file being written under a temporary name. */
 struct run_save {
 	struct run_sink	 sink;
-	char			*dir, *tmp, *path;
-	int			 fd;
-	int			 committed;
+	struct savecommit_part	*part;
 	char			*buf;
 	size_t			 used;
 };
@@ -482,9 +481,9 @@ run_reduce_free_cb(struct op *op)
 static int
 run_save_writev(struct run_save *s, struct iovec *iov, int n)
 {
-	if (fd_writev_full(s->fd, iov, n) == -1)
-		return (op_fail(&s->sink.op, "save: %s: %s", s->tmp,
-		    strerror(errno)));
+	if (fd_writev_full(savecommit_part_fd(s->part), iov, n) == -1)
+		return (op_fail(&s->sink.op, "save: %s: %s",
+		    savecommit_part_name(s->part), strerror(errno)));
 	return (OP_OK);
 }
 
@@ -528,44 +527,18 @@ run_save_push_cb(struct op *op, const struct record *r)
 	return (run_save_writev(s, iov, 3));
 }
 
-/* save: flush and sync the file; run_save_commit renames it. */
+/* save: write out what is buffered; run_save_commit names the file. */
 static int
 run_save_finish_cb(struct op *op)
 {
-	struct run_save	*s = (struct run_save *)op;
-
-	if (run_save_flush(s) != OP_OK)
-		return (OP_FAIL);
-	if (fsync(s->fd) == -1)
-		return (op_fail(op, "save: %s: fsync: %s", s->tmp,
-		    strerror(errno)));
-	return (OP_OK);
+	return (run_save_flush((struct run_save *)op));
 }
 
 /* Give the part file its name, now that the task has succeeded. */
 static int
 run_save_commit(struct run_save *s, char **err)
 {
-	int	fd;
-
-	if (close(s->fd) == -1) {
-		s->fd = -1;
-		xasprintf(err, "save: %s: %s", s->tmp, strerror(errno));
-		return (-1);
-	}
-	s->fd = -1;
-	if (rename(s->tmp, s->path) == -1) {
-		xasprintf(err, "save: rename %s to %s: %s", s->tmp, s->path,
-		    strerror(errno));
-		return (-1);
-	}
-	s->committed = 1;
-	/* The rename itself must survive a crash. */
-	if ((fd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) != -1) {
-		fsync(fd);
-		close(fd);
-	}
-	return (0);
+	return (savecommit_part_commit(s->part, err));
 }
 
 /* Free a save sink; a file not committed is removed. */
@@ -574,13 +547,7 @@ run_save_free_cb(struct op *op)
 {
 	struct run_save	*s = (struct run_save *)op;
 
-	if (s->fd != -1)
-		close(s->fd);
-	if (!s->committed)
-		unlink(s->tmp);
-	free(s->dir);
-	free(s->tmp);
-	free(s->path);
+	savecommit_part_free(s->part);
 	free(s->buf);
 	free(s);
 }
@@ -589,19 +556,15 @@ run_save_free_cb(struct op *op)
 static struct run_sink *
 run_save_create(const struct run *t, char **err)
 {
-	struct run_save	*s;
+	struct savecommit_part	*part;
+	struct run_save		*s;
 
-	s = xcalloc(1, sizeof *s);
-	s->dir = xstrdup(t->save_dir);
-	xasprintf(&s->tmp, "%s/.%s.tmp", t->save_dir, t->save_name);
-	xasprintf(&s->path, "%s/%s", t->save_dir, t->save_name);
-	s->fd = open(s->tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
-	if (s->fd == -1) {
-		xasprintf(err, "save: %s: %s", s->tmp, strerror(errno));
-		s->committed = 1;	/* not ours to remove */
-		run_save_free_cb(&s->sink.op);
+	part = savecommit_part_create(t->save_dir, t->partition,
+	    t->save_attempt, err);
+	if (part == NULL)
 		return (NULL);
-	}
+	s = xcalloc(1, sizeof *s);
+	s->part = part;
 	s->buf = xmalloc(RUN_SAVE_BUFFER);
 	s->sink.op.push = run_save_push_cb;
 	s->sink.op.finish = run_save_finish_cb;

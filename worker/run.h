@@ -20,7 +20,7 @@ struct run {
 	enum taskdesc_mode	 mode;
 	enum reduce_fn		 fn;		/* reduce */
 	const char		*save_dir;	/* save: the directory, */
-	const char		*save_name;	/* and the part file's name */
+	uint64_t		 save_attempt;	/* and the task's attempt */
 	int64_t			 skip;		/* records: drop the first */
 };
 

@@ -198,7 +198,7 @@ serve_parse(struct server *w, const char *data, size_t len,
 	t->mode = d->mode;
 	t->fn = d->fn;
 	t->save_dir = d->save_dir;
-	t->save_name = d->save_name;
+	t->save_attempt = (uint64_t)d->save_attempt;
 	t->skip = d->skip;
 	rc = 0;
 out:

@@ -894,7 +894,7 @@ END_TEST
 
 START_TEST(test_ops_save)
 {
-	struct run	 t = { .mode = MODE_SAVE, .save_name = "part-00001" };
+	struct run	 t = { .mode = MODE_SAVE, .save_attempt = 4 };
 	struct sent	 s;
 	char		 dir[] = "/tmp/ember-check-save-XXXXXX", path[128], buf[64];
 	int		 fd;
@@ -913,11 +913,10 @@ START_TEST(test_ops_save)
 	close(fd);
 	ck_assert_int_eq(n, 8);
 	ck_assert_mem_eq(buf, "b\0c\nx\ny\n", 8);
-	snprintf(path, sizeof path, "%s/.part-00001.tmp", dir);
+	snprintf(path, sizeof path, "%s/.part-00001.4.tmp", dir);
 	ck_assert_int_eq(access(path, F_OK), -1);
 
 	/* A null and an empty record are both empty lines. */
-	t.save_name = "part-00000";
 	ck_assert_int_eq(ops_task("[\"a\", null, \"\", \"b\"]", 1, 0, &t,
 	    &s), 0);
 	capture_clear(&s.c);
@@ -932,11 +931,9 @@ START_TEST(test_ops_save)
 	unlink(path);
 
 	/* A task that fails leaves nothing behind. */
-	t.save_name = "part-00002";
 	ck_assert_int_eq(rmdir(dir), 0);
-	ck_assert_int_eq(ops_task("[\"a\"]", 1, 0, &t, &s), -1);
-	snprintf(path, sizeof path, "save: %s/.part-00002.tmp: %s", dir,
-	    strerror(ENOENT));
+	ck_assert_int_eq(ops_task("[\"a\"]", 3, 2, &t, &s), -1);
+	snprintf(path, sizeof path, "save: %s: %s", dir, strerror(ENOENT));
 	ck_assert_str_eq(s.error, path);
 	free(s.error);
 	capture_clear(&s.c);
@@ -945,7 +942,7 @@ END_TEST
 
 START_TEST(test_ops_save_fails_midway)
 {
-	struct run	 t = { .mode = MODE_SAVE, .save_name = "part-00000",
+	struct run	 t = { .mode = MODE_SAVE, .save_attempt = 1,
 			     .fn = REDUCE_SUM };
 	struct plan	*plan;
 	struct output	*out;
@@ -967,7 +964,7 @@ START_TEST(test_ops_save_fails_midway)
 	free(err);
 	snprintf(path, sizeof path, "%s/part-00000", dir);
 	ck_assert_int_eq(access(path, F_OK), -1);
-	snprintf(path, sizeof path, "%s/.part-00000.tmp", dir);
+	snprintf(path, sizeof path, "%s/.part-00000.1.tmp", dir);
 	ck_assert_int_eq(access(path, F_OK), -1);
 	ck_assert_int_eq(rmdir(dir), 0);
 	output_free(out);

@@ -212,7 +212,7 @@ START_TEST(test_taskdesc_save_plan_broadcasts)
 					    .partition = 0, .partitions = 1,
 					    .mode = MODE_SAVE,
 					    .save_dir = "/out/dir \"q\"\\",
-					    .save_name = "part-00000" };
+					    .save_attempt = 7 };
 	struct taskdesc_broadcast	b[2] = {
 		{ 5, "/var/lib/é\"x", 1234 },
 		{ 3, NULL, 0 },
@@ -228,7 +228,7 @@ START_TEST(test_taskdesc_save_plan_broadcasts)
 	members = taskdesc_encode_plan(plan, files);
 	taskdesc_round_trip(&d, b, 2, members, &got);
 	ck_assert_str_eq(got.save_dir, d.save_dir);
-	ck_assert_str_eq(got.save_name, d.save_name);
+	ck_assert_int_eq(got.save_attempt, 7);
 	ck_assert(json_equal(got.plan, plan));
 	ck_assert_uint_eq(json_array_size(got.files), 1);
 	ck_assert_uint_eq(got.nbroadcasts, 2);
@@ -294,10 +294,10 @@ START_TEST(test_taskdesc_refused)
 	    "fn: expected \"sum\", \"min\" or \"max\"");
 	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
 	    "\"partitions\":1,\"mode\":\"save\",\"save\":{\"dir\":\"/d\","
-	    "\"name\":\"../x\"}}", "save.name: \"../x\" is not a file name");
+	    "\"attempt\":-1}}", "save.attempt: must not be negative");
 	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":1,\"mode\":\"save\",\"save\":{\"dir\":\"\","
-	    "\"name\":\"x\"}}", "save.dir: is empty");
+	    "\"partitions\":1,\"mode\":\"save\",\"save\":{\"dir\":\"d\","
+	    "\"attempt\":1}}", "save.dir: is not an absolute path");
 	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
 	    "\"partitions\":1,\"skip\":-1}", "skip: must not be negative");
 }

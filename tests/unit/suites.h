@@ -19,6 +19,7 @@ Suite	*plan_suite(void);
 Suite	*plugin_suite(void);
 Suite	*result_suite(void);
 Suite	*retry_suite(void);
+Suite	*savecommit_suite(void);
 Suite	*split_suite(void);
 Suite	*task_suite(void);
 Suite	*wmsg_suite(void);

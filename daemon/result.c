@@ -352,14 +352,20 @@ result_utf8_len(const unsigned char *p, size_t left)
 	return (n);
 }
 
-/* JSON keys are UTF-8: a record that is not has its bad bytes replaced by
- * U+FFFD, and records that become equal share one count. */
+/*
+ * JSON keys are UTF-8: a record that is not has its bad bytes replaced by
+ * U+FFFD, and records that become equal share one count.  A record holding
+ * a NUL byte goes into *withnul instead (a JSON parser may refuse a key
+ * with one, jansson does), kept there as a key too.
+ */
 static json_t *
-result_counts(struct result *r)
+result_counts(struct result *r, json_t **withnul)
 {
-	json_t		*counts = json_object(), *v;
+	json_t		*counts = json_object(), *v, *into;
 	char		*fixed;
 	size_t		 i, j, n, k;
+
+	*withnul = json_object();
 
 	for (i = 0; i < r->slots; i++) {
 		const unsigned char	*d = (unsigned char *)r->table[i].data;
@@ -378,22 +384,65 @@ result_counts(struct result *r)
 				k += n;
 			}
 		}
-		v = json_object_getn(counts, fixed, k);
-		json_object_setn_new_nocheck(counts, fixed, k, json_integer(
+		into = memchr(fixed, '\0', k) != NULL ? *withnul : counts;
+		v = json_object_getn(into, fixed, k);
+		json_object_setn_new_nocheck(into, fixed, k, json_integer(
 		    r->table[i].count + (v != NULL ? json_integer_value(v) : 0)));
 		free(fixed);
 	}
 	return (counts);
 }
 
+/* Order [record, count] pairs by record, bytes compared. */
+static int
+result_pair_cmp(const void *a, const void *b)
+{
+	json_t		*x = json_array_get(*(json_t *const *)a, 0);
+	json_t		*y = json_array_get(*(json_t *const *)b, 0);
+	size_t		 lx = json_string_length(x), ly = json_string_length(y);
+	int		 c;
+
+	c = memcmp(json_string_value(x), json_string_value(y),
+	    lx < ly ? lx : ly);
+	if (c != 0)
+		return (c);
+	return (lx < ly ? -1 : lx > ly);
+}
+
+/* The records with a NUL, as an array of [record, count] pairs in the
+ * order of their bytes. */
+static json_t *
+result_pairs(json_t *withnul)
+{
+	json_t		*pairs, **rows, *v;
+	const char	*key;
+	size_t		 keylen, n = 0, i;
+
+	rows = xcalloc(json_object_size(withnul) + 1, sizeof *rows);
+	json_object_keylen_foreach(withnul, key, keylen, v)
+		rows[n++] = json_pack("[s%,O]", key, keylen, v);
+	qsort(rows, n, sizeof *rows, result_pair_cmp);
+	pairs = json_array();
+	for (i = 0; i < n; i++)
+		json_array_append_new(pairs, rows[i]);
+	free(rows);
+	return (pairs);
+}
+
 json_t *
 result_reply(struct result *r)
 {
-	json_t	*value;
+	json_t	*value, *reply, *withnul;
 
-	if (r->kind == RESULT_COUNT_BY_VALUE)
-		return (json_pack("{s:o,s:I}", "counts", result_counts(r),
-		    "nulls", (json_int_t)r->nulls));
+	if (r->kind == RESULT_COUNT_BY_VALUE) {
+		reply = json_pack("{s:o,s:I}", "counts", result_counts(r,
+		    &withnul), "nulls", (json_int_t)r->nulls);
+		if (json_object_size(withnul) > 0)
+			json_object_set_new(reply, "pairs",
+			    result_pairs(withnul));
+		json_decref(withnul);
+		return (reply);
+	}
 	if (!r->have)
 		value = json_null();
 	else if (r->is_real)

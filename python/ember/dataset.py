@@ -253,10 +253,20 @@ class Dataset:
         if not isinstance(counts, dict):
             raise ProtocolError("count_by_value reply without counts: %r"
                                 % (reply,))
+        pairs = reply.get("pairs", [])
+        if not isinstance(pairs, list) or not all(
+                isinstance(p, list) and len(p) == 2 and
+                isinstance(p[0], str) and isinstance(p[1], int)
+                for p in pairs):
+            raise ProtocolError("count_by_value reply with bad pairs: %r"
+                                % (reply,))
         decode = self.session.decode if decode is None else decode
         c: Counter[Record] = Counter(
             counts if decode else {k.encode("utf-8"): v
                                    for k, v in counts.items()})
+        # Records holding a NUL byte come as [record, count] pairs.
+        for record, n in pairs:
+            c[record if decode else record.encode("utf-8")] += n
         nulls = reply.get("nulls") or 0
         if nulls:
             c[None] = nulls

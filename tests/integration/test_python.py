@@ -141,6 +141,10 @@ def test_actions(d):
         check_eq(ds.count_by_value(decode=False),
                  collections.Counter(None if w is None else w.encode()
                                      for w in words), "bytes keys")
+        # Records with a NUL byte come in the reply's pairs.
+        nul = ["a\0b", "a\0b", "ab", "\0", None, ""]
+        check_eq(s.parallelize(nul, partitions=2).count_by_value(),
+                 collections.Counter(nul), "count_by_value with NULs")
         r = s.range(-50, 1000, 3, partitions=4)
         want = list(range(-50, 1000, 3))
         check_eq((r.reduce("sum"), r.min(), r.max(), r.sum()),

@@ -234,6 +234,75 @@ START_TEST(test_counts_not_utf8)
 }
 END_TEST
 
+/*
+ * Records with a NUL byte are not keys of "counts" (a JSON parser may
+ * refuse such a key): they come as [record, count] pairs in "pairs",
+ * sorted by their bytes, and the reply dumps to text jansson loads back.
+ */
+START_TEST(test_counts_nul_pairs)
+{
+	struct result	*r = result_create(RESULT_COUNT_BY_VALUE, REDUCE_SUM);
+	struct batch	 b = { .len = 0 };
+	json_t		*reply, *pairs, *again;
+	json_error_t	 jerr;
+	char		*text;
+
+	batch_frame(&b, "b\0", 2);
+	batch_count(&b, 1);
+	batch_frame(&b, "a\0b", 3);
+	batch_count(&b, 2);
+	batch_frame(&b, "a\0b", 3);
+	batch_count(&b, 3);
+	batch_frame(&b, "\0", 1);
+	batch_count(&b, 4);
+	batch_pair(&b, "ab", 7);
+	batch_pair(&b, NULL, 9);
+	ck_assert_int_eq(absorb(r, &b), 0);
+
+	reply = result_reply(r);
+	ck_assert_int_eq(json_object_size(json_object_get(reply, "counts")), 1);
+	ck_assert_int_eq(reply_count(reply, "ab"), 7);
+	ck_assert_int_eq(json_integer_value(json_object_get(reply, "nulls")), 9);
+	pairs = json_object_get(reply, "pairs");
+	ck_assert_int_eq(json_array_size(pairs), 3);
+	ck_assert_int_eq(json_string_length(json_array_get(json_array_get(pairs,
+	    0), 0)), 1);
+	ck_assert_int_eq(json_integer_value(json_array_get(json_array_get(pairs,
+	    0), 1)), 4);
+	ck_assert_int_eq(memcmp(json_string_value(json_array_get(
+	    json_array_get(pairs, 1), 0)), "a\0b", 3), 0);
+	ck_assert_int_eq(json_integer_value(json_array_get(json_array_get(pairs,
+	    1), 1)), 5);
+	ck_assert_int_eq(memcmp(json_string_value(json_array_get(
+	    json_array_get(pairs, 2), 0)), "b\0", 2), 0);
+
+	ck_assert_ptr_nonnull(text = json_dumps(reply, JSON_COMPACT));
+	again = json_loads(text, JSON_ALLOW_NUL, &jerr);
+	ck_assert_msg(again != NULL, "%s: %s", text, jerr.text);
+	ck_assert(json_equal(again, reply));
+	json_decref(again);
+	free(text);
+	json_decref(reply);
+	result_free(r);
+}
+END_TEST
+
+/* Without a record holding a NUL there is no "pairs". */
+START_TEST(test_counts_no_pairs)
+{
+	struct result	*r = result_create(RESULT_COUNT_BY_VALUE, REDUCE_SUM);
+	struct batch	 b = { .len = 0 };
+	json_t		*reply;
+
+	batch_pair(&b, "a", 1);
+	ck_assert_int_eq(absorb(r, &b), 0);
+	reply = result_reply(r);
+	ck_assert_ptr_null(json_object_get(reply, "pairs"));
+	json_decref(reply);
+	result_free(r);
+}
+END_TEST
+
 /* Past the table's first size: every record keeps its own count. */
 START_TEST(test_counts_many)
 {
@@ -538,6 +607,8 @@ result_suite(void)
 	tcase_add_test(tc, test_counts_merge);
 	tcase_add_test(tc, test_counts_empty);
 	tcase_add_test(tc, test_counts_pair_split);
+	tcase_add_test(tc, test_counts_nul_pairs);
+	tcase_add_test(tc, test_counts_no_pairs);
 	tcase_add_test(tc, test_counts_not_utf8);
 	tcase_add_test(tc, test_counts_many);
 	tcase_add_test(tc, test_counts_malformed);

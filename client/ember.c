@@ -300,72 +300,100 @@ run_stream(struct ember *e, const char *plan, const char *action,
 	return (0);
 }
 
+/* A count_by_value line: a record of the result and its count. */
+struct run_count {
+	const void	*data;
+	size_t		 len;
+	int64_t		 count;
+};
+
 /* Order count_by_value lines: the largest count first, then by record. */
 static int
 run_count_cmp(const void *a, const void *b)
 {
-	json_t		*x = *(json_t *const *)a, *y = *(json_t *const *)b;
-	json_int_t	 cx = json_integer_value(json_array_get(x, 1));
-	json_int_t	 cy = json_integer_value(json_array_get(y, 1));
+	const struct run_count	*x = a, *y = b;
+	int			 c;
 
-	if (cx != cy)
-		return (cx < cy ? 1 : -1);
-	return (strcmp(json_string_value(json_array_get(x, 0)),
-	    json_string_value(json_array_get(y, 0))));
+	if (x->count != y->count)
+		return (x->count < y->count ? 1 : -1);
+	c = memcmp(x->data, y->data, x->len < y->len ? x->len : y->len);
+	if (c != 0)
+		return (c);
+	return (x->len < y->len ? -1 : x->len > y->len);
+}
+
+/*
+ * Print count_by_value's result as count<TAB>record lines, the record's
+ * bytes as they are (NULs included, as iterate prints them); the nulls'
+ * count last, as count<TAB>\N.
+ */
+static void
+run_print_counts(struct ember *e, const char *reply_text)
+{
+	struct ember_counts	*counts;
+	struct run_count	*rows;
+	size_t			 n, i;
+
+	if ((counts = ember_counts_parse(e, reply_text)) == NULL)
+		ember_die(e);
+	n = ember_counts_size(counts);
+	if ((rows = calloc(n + 1, sizeof *rows)) == NULL) {
+		fprintf(stderr, "ember: out of memory\n");
+		exit(1);
+	}
+	for (i = 0; i < n; i++)
+		rows[i].count = ember_counts_get(counts, i, &rows[i].data,
+		    &rows[i].len);
+	qsort(rows, n, sizeof *rows, run_count_cmp);
+	for (i = 0; i < n; i++) {
+		printf("%" PRId64 "\t", rows[i].count);
+		fwrite(rows[i].data, 1, rows[i].len, stdout);
+		putchar('\n');
+	}
+	if (ember_counts_nulls(counts) > 0)
+		printf("%" PRId64 "\t\\N\n", ember_counts_nulls(counts));
+	free(rows);
+	ember_counts_free(counts);
 }
 
 /* Print an action's reply: count, count<TAB>record lines, value, files. */
 static void
-run_print_reply(const char *action, json_t *reply)
+run_print_reply(struct ember *e, const char *action, const char *reply_text)
 {
-	json_t		*counts, *v, **rows;
-	const char	*key;
-	size_t		 n = 0, i;
+	struct ember_reduced	 reduced;
+	json_t			*reply;
+	char			*text;
 
+	if (strcmp(action, "count_by_value") == 0) {
+		run_print_counts(e, reply_text);
+		return;
+	}
+	if (strcmp(action, "reduce") == 0) {
+		if (ember_reduced_parse(e, reply_text, &reduced) == -1)
+			ember_die(e);
+		if (reduced.type == EMBER_VALUE_INTEGER)
+			printf("%" PRId64 "\n", reduced.integer);
+		else if (reduced.type == EMBER_VALUE_REAL)
+			printf("%.17g\n", reduced.real);
+		else
+			printf("null\n");
+		return;
+	}
+	reply = json_loads(reply_text, JSON_ALLOW_NUL, NULL);
 	if (strcmp(action, "count") == 0)
 		printf("%" JSON_INTEGER_FORMAT "\n",
 		    json_integer_value(json_object_get(reply, "count")));
-	else if (strcmp(action, "count_by_value") == 0) {
-		counts = json_object_get(reply, "counts");
-		rows = calloc(json_object_size(counts) + 1, sizeof *rows);
-		if (rows == NULL) {
-			fprintf(stderr, "ember: out of memory\n");
-			exit(1);
-		}
-		json_object_foreach(counts, key, v)
-			rows[n++] = json_pack("[s,O]", key, v);
-		qsort(rows, n, sizeof *rows, run_count_cmp);
-		for (i = 0; i < n; i++) {
-			printf("%" JSON_INTEGER_FORMAT "\t%s\n",
-			    json_integer_value(json_array_get(rows[i], 1)),
-			    json_string_value(json_array_get(rows[i], 0)));
-			json_decref(rows[i]);
-		}
-		free(rows);
-		v = json_object_get(reply, "nulls");
-		if (json_integer_value(v) > 0)
-			printf("%" JSON_INTEGER_FORMAT "\t\\N\n",
-			    json_integer_value(v));
-	} else if (strcmp(action, "reduce") == 0) {
-		v = json_object_get(reply, "value");
-		if (json_is_integer(v))
-			printf("%" JSON_INTEGER_FORMAT "\n",
-			    json_integer_value(v));
-		else if (json_is_real(v))
-			printf("%.17g\n", json_real_value(v));
-		else
-			printf("null\n");
-	} else if (strcmp(action, "save") == 0)
+	else if (strcmp(action, "save") == 0)
 		printf("%" JSON_INTEGER_FORMAT " records in %"
 		    JSON_INTEGER_FORMAT " files\n",
 		    json_integer_value(json_object_get(reply, "records")),
 		    json_integer_value(json_object_get(reply, "files")));
 	else {
-		char *text = json_dumps(reply, JSON_COMPACT);
-
+		text = json_dumps(reply, JSON_COMPACT);
 		printf("%s\n", text != NULL ? text : "{}");
 		free(text);
 	}
+	json_decref(reply);
 }
 
 /* Run an action that answers with one reply, showing progress meanwhile. */
@@ -374,7 +402,7 @@ run_reply(struct ember *e, const char *plan, const char *action,
     const char *options)
 {
 	struct progress	*progress;
-	json_t		*request, *reply;
+	json_t		*request;
 	char		*text, *reply_text;
 	char		 id[37];
 	uuid_t		 u;
@@ -401,10 +429,8 @@ run_reply(struct ember *e, const char *plan, const char *action,
 	free(text);
 	if (rc == -1)
 		ember_die(e);
-	reply = json_loads(reply_text, JSON_ALLOW_NUL, NULL);
+	run_print_reply(e, action, reply_text);
 	free(reply_text);
-	run_print_reply(action, reply);
-	json_decref(reply);
 	if (fflush(stdout) == EOF)
 		output_failed(e, 0);
 	return (0);

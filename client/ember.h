@@ -148,4 +148,61 @@ int		 ember_count(struct ember *, const char *plan_json,
 /* The status reply as JSON text (caller frees), or NULL on error. */
 char		*ember_status(struct ember *);
 
+/*
+ * count_by_value's result, read: each distinct record with its count, and
+ * how many records were null.  A record is a pointer and a length, never a
+ * C string: it may hold NUL bytes, and is not NUL-terminated.  Records
+ * that are not valid UTF-8 arrive with their bad bytes replaced by U+FFFD
+ * (docs/protocol.md).  The records are sorted by their bytes (memcmp, a
+ * prefix first).
+ */
+struct ember_counts;
+
+/* Execute plan_json with action count_by_value (options_json: NULL, or a
+ * JSON object as text) and read the reply.  0 or -1. */
+int		 ember_count_by_value(struct ember *, const char *plan_json,
+		     const char *options_json, struct ember_counts **);
+/* Read a count_by_value reply (from ember_execute); NULL with the error set
+ * (PROTOCOL_ERROR) if it is not one. */
+struct ember_counts *ember_counts_parse(struct ember *,
+		     const char *reply_json);
+/* How many distinct non-null records. */
+size_t		 ember_counts_size(const struct ember_counts *);
+/* The i-th record (i < ember_counts_size) and its count: *data and *len
+ * stay valid until ember_counts_free. */
+int64_t		 ember_counts_get(const struct ember_counts *, size_t i,
+		     const void **data, size_t *len);
+/* The count of one record, 0 if it did not occur. */
+int64_t		 ember_counts_find(const struct ember_counts *,
+		     const void *data, size_t len);
+/* How many records were null (a null is not an empty record). */
+int64_t		 ember_counts_nulls(const struct ember_counts *);
+void		 ember_counts_free(struct ember_counts *);
+
+/*
+ * reduce's result (docs/protocol.md): the sum, min or max, an integer while
+ * exact, else a real (real also holds an integer's value); none when no
+ * record was reduced.
+ */
+enum ember_value_type {
+	EMBER_VALUE_NONE,
+	EMBER_VALUE_INTEGER,
+	EMBER_VALUE_REAL,
+};
+struct ember_reduced {
+	enum ember_value_type	 type;
+	int64_t			 integer;	/* EMBER_VALUE_INTEGER */
+	double			 real;		/* EMBER_VALUE_REAL */
+	int64_t			 count;		/* records reduced */
+};
+
+/* Execute plan_json with action reduce and fn "sum", "min" or "max", and
+ * read the reply into *out.  0 or -1. */
+int		 ember_reduce(struct ember *, const char *plan_json,
+		     const char *fn, struct ember_reduced *out);
+/* Read a reduce reply (from ember_execute).  0, or -1 with the error set
+ * (PROTOCOL_ERROR). */
+int		 ember_reduced_parse(struct ember *, const char *reply_json,
+		     struct ember_reduced *out);
+
 #endif

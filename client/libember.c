@@ -1288,3 +1288,248 @@ ember_status(struct ember *e)
 	}
 	return (reply);
 }
+
+struct ember_count_entry {
+	char		*data;		/* NUL-terminated for safety only */
+	size_t		 len;
+	int64_t		 count;
+};
+
+struct ember_counts {
+	struct ember_count_entry	*entries;	/* sorted by bytes */
+	size_t				 n;
+	int64_t				 nulls;
+};
+
+/* Order records by their bytes, a prefix first. */
+static int
+ember_count_cmp(const void *a, const void *b)
+{
+	const struct ember_count_entry	*x = a, *y = b;
+	int				 c;
+
+	c = memcmp(x->data, y->data, x->len < y->len ? x->len : y->len);
+	if (c != 0)
+		return (c);
+	return (x->len < y->len ? -1 : x->len > y->len);
+}
+
+/* Add one record and its count; -1 if out of memory. */
+static int
+ember_counts_add(struct ember_counts *c, const char *data, size_t len,
+    json_int_t count)
+{
+	struct ember_count_entry	*ent = &c->entries[c->n];
+
+	if ((ent->data = malloc(len + 1)) == NULL)
+		return (-1);
+	memcpy(ent->data, data, len);
+	ent->data[len] = '\0';
+	ent->len = len;
+	ent->count = count;
+	c->n++;
+	return (0);
+}
+
+/* Fill c from a count_by_value reply: "counts", "pairs" (the records with
+ * a NUL byte) and "nulls".  A message, or NULL. */
+static const char *
+ember_counts_read(struct ember_counts *c, json_t *reply)
+{
+	json_t		*counts, *pairs, *nulls, *v, *pair, *rec, *n;
+	const char	*key;
+	size_t		 keylen, i, total;
+
+	counts = json_object_get(reply, "counts");
+	pairs = json_object_get(reply, "pairs");
+	nulls = json_object_get(reply, "nulls");
+	if (!json_is_object(counts) || !json_is_integer(nulls) ||
+	    (pairs != NULL && !json_is_array(pairs)))
+		return ("count_by_value reply without \"counts\" and \"nulls\"");
+	c->nulls = json_integer_value(nulls);
+	total = json_object_size(counts) + json_array_size(pairs);
+	if ((c->entries = calloc(total + 1, sizeof *c->entries)) == NULL)
+		return ("out of memory");
+	json_object_keylen_foreach(counts, key, keylen, v) {
+		if (!json_is_integer(v))
+			return ("count_by_value reply: a count is not an "
+			    "integer");
+		if (ember_counts_add(c, key, keylen,
+		    json_integer_value(v)) == -1)
+			return ("out of memory");
+	}
+	json_array_foreach(pairs, i, pair) {
+		rec = json_array_get(pair, 0);
+		n = json_array_get(pair, 1);
+		if (json_array_size(pair) != 2 || !json_is_string(rec) ||
+		    !json_is_integer(n))
+			return ("count_by_value reply: \"pairs\" holds "
+			    "something else than [record, count]");
+		if (ember_counts_add(c, json_string_value(rec),
+		    json_string_length(rec), json_integer_value(n)) == -1)
+			return ("out of memory");
+	}
+	qsort(c->entries, c->n, sizeof *c->entries, ember_count_cmp);
+	return (NULL);
+}
+
+/* Read a count_by_value reply. */
+struct ember_counts *
+ember_counts_parse(struct ember *e, const char *reply_json)
+{
+	struct ember_counts	*c;
+	json_t			*reply;
+	json_error_t		 jerr;
+	const char		*why;
+
+	if (reply_json == NULL ||
+	    (reply = json_loads(reply_json, JSON_ALLOW_NUL, &jerr)) == NULL) {
+		ember_fail(e, "PROTOCOL_ERROR", "count_by_value reply: %s",
+		    reply_json == NULL ? "missing" : jerr.text);
+		return (NULL);
+	}
+	if ((c = calloc(1, sizeof *c)) == NULL) {
+		json_decref(reply);
+		ember_fail(e, "NO_MEMORY", "out of memory");
+		return (NULL);
+	}
+	why = ember_counts_read(c, reply);
+	json_decref(reply);
+	if (why != NULL) {
+		ember_counts_free(c);
+		ember_fail(e, strcmp(why, "out of memory") == 0 ? "NO_MEMORY" :
+		    "PROTOCOL_ERROR", "%s", why);
+		return (NULL);
+	}
+	return (c);
+}
+
+/* Execute a plan with count_by_value and read its result. */
+int
+ember_count_by_value(struct ember *e, const char *plan_json,
+    const char *options_json, struct ember_counts **out)
+{
+	char	*reply;
+
+	*out = NULL;
+	if (ember_execute(e, plan_json, "count_by_value", options_json,
+	    &reply) == -1) {
+		free(reply);
+		return (-1);
+	}
+	*out = ember_counts_parse(e, reply);
+	free(reply);
+	return (*out == NULL ? -1 : 0);
+}
+
+size_t
+ember_counts_size(const struct ember_counts *c)
+{
+	return (c->n);
+}
+
+int64_t
+ember_counts_get(const struct ember_counts *c, size_t i, const void **data,
+    size_t *len)
+{
+	if (i >= c->n) {
+		*data = NULL;
+		*len = 0;
+		return (0);
+	}
+	*data = c->entries[i].data;
+	*len = c->entries[i].len;
+	return (c->entries[i].count);
+}
+
+int64_t
+ember_counts_find(const struct ember_counts *c, const void *data, size_t len)
+{
+	struct ember_count_entry	 key, *found;
+
+	key.data = (char *)(uintptr_t)(data != NULL ? data : "");
+	key.len = len;
+	found = bsearch(&key, c->entries, c->n, sizeof *c->entries,
+	    ember_count_cmp);
+	return (found != NULL ? found->count : 0);
+}
+
+int64_t
+ember_counts_nulls(const struct ember_counts *c)
+{
+	return (c->nulls);
+}
+
+void
+ember_counts_free(struct ember_counts *c)
+{
+	size_t	i;
+
+	if (c == NULL)
+		return;
+	for (i = 0; i < c->n; i++)
+		free(c->entries[i].data);
+	free(c->entries);
+	free(c);
+}
+
+/* Read a reduce reply. */
+int
+ember_reduced_parse(struct ember *e, const char *reply_json,
+    struct ember_reduced *out)
+{
+	json_t		*reply, *value, *count;
+	json_error_t	 jerr;
+
+	memset(out, 0, sizeof *out);
+	if (reply_json == NULL ||
+	    (reply = json_loads(reply_json, JSON_ALLOW_NUL, &jerr)) == NULL)
+		return (ember_fail(e, "PROTOCOL_ERROR", "reduce reply: %s",
+		    reply_json == NULL ? "missing" : jerr.text));
+	value = json_object_get(reply, "value");
+	count = json_object_get(reply, "count");
+	if (value == NULL || !json_is_integer(count) || (!json_is_null(value) &&
+	    !json_is_number(value))) {
+		json_decref(reply);
+		return (ember_fail(e, "PROTOCOL_ERROR", "reduce reply without "
+		    "a number or null \"value\" and a \"count\""));
+	}
+	out->count = json_integer_value(count);
+	if (json_is_integer(value)) {
+		out->type = EMBER_VALUE_INTEGER;
+		out->integer = json_integer_value(value);
+		out->real = (double)out->integer;
+	} else if (json_is_real(value)) {
+		out->type = EMBER_VALUE_REAL;
+		out->real = json_real_value(value);
+	} else
+		out->type = EMBER_VALUE_NONE;
+	json_decref(reply);
+	return (0);
+}
+
+/* Execute a plan with reduce and read its result. */
+int
+ember_reduce(struct ember *e, const char *plan_json, const char *fn,
+    struct ember_reduced *out)
+{
+	json_t	*options;
+	char	*text, *reply;
+	int	 rc;
+
+	memset(out, 0, sizeof *out);
+	if (fn == NULL)
+		return (ember_fail(e, "ACTION_INVALID", "fn: missing"));
+	if ((options = json_pack("{s:s}", "fn", fn)) == NULL ||
+	    (text = json_dumps(options, JSON_COMPACT)) == NULL) {
+		json_decref(options);
+		return (ember_fail(e, "NO_MEMORY", "out of memory"));
+	}
+	json_decref(options);
+	rc = ember_execute(e, plan_json, "reduce", text, &reply);
+	free(text);
+	if (rc == 0)
+		rc = ember_reduced_parse(e, reply, out);
+	free(reply);
+	return (rc);
+}

@@ -46,6 +46,29 @@ def test_count_by_value_binary_records(d):
     check_eq(reply["counts"], {"a\ufffd": 1, "ok": 2}, "counts")
 
 
+def test_count_by_value_records_with_nul(d):
+    """A record holding a NUL byte is not a key of counts (jansson, like
+    other parsers, refuses such a key): it comes in pairs, and a C client
+    reads the reply."""
+    records = ["a\0b", "ab", "a\0b", "", None, "\0", "b\0"]
+    c = d.client()
+    reply = _reply(c, records_plan(records, 3), "count_by_value")
+    check_eq(reply["counts"], {"ab": 1, "": 1}, "counts")
+    check_eq(reply["pairs"], [["\0", 1], ["a\0b", 2], ["b\0", 1]], "pairs")
+    check_eq(reply["nulls"], 1, "nulls")
+    # The CLI (libember, jansson) prints each record's bytes, NULs
+    # included; the null as \N, the empty record as nothing.
+    path = write_file(d.path("nul.json"), json.dumps(records_plan(records,
+                                                                  3)))
+    r = d.cli(["run", "--action", "count_by_value", path])
+    check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+    check_eq(r.stdout, "2\ta\0b\n1\t\n1\t\0\n1\tab\n1\tb\0\n1\t\\N\n",
+             "CLI output")
+    # Without such a record the reply is as it always was.
+    reply = _reply(c, records_plan(["x", "y"], 2), "count_by_value")
+    check("pairs" not in reply, "pairs in %r" % reply)
+
+
 def test_word_count(d):
     """Word count: text + flat_map split + count_by_value."""
     path = d.path("words.txt")

@@ -1,0 +1,105 @@
+"""libember as a program outside the tree uses it: installed with make
+install (DESTDIR), the example of libember(3) compiled with nothing but
+the pkg-config line, and run against a test emberd."""
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+
+from harness import *
+
+MAN = os.path.join(SRCDIR, "man", "libember.3")
+
+# What the example prints: its records (NULs as \0), their counts sorted
+# by bytes, the nulls, one lookup and a sum.
+WANT = """to
+be
+or
+not
+to
+be
+a\\0b
+(null)
+1\ta\\0b
+2\tbe
+1\tnot
+1\tor
+2\tto
+1\tnull
+"to" 2 times
+sum 5050 of 101 records
+"""
+
+
+def example_source():
+    """The C program in libember(3)'s EXAMPLES, roff escapes undone."""
+    with open(MAN, encoding="utf-8") as f:
+        page = f.read()
+    m = re.search(r"\n\.Sh EXAMPLES\n.*?\n\.Bd -literal\n(.*?)\n\.Ed\n", page,
+                  re.S)
+    check(m is not None, "no example in libember(3)")
+    lines = []
+    for line in m.group(1).split("\n"):
+        if line.startswith("\\&"):
+            line = line[2:]
+        check(not line.startswith("."), "a request in the example: %r" % line)
+        lines.append(line.replace("\\e", "\\"))
+    return "\n".join(lines) + "\n"
+
+
+def test_example_builds_with_pkg_config(d):
+    if shutil.which("cc") is None or shutil.which("pkg-config") is None:
+        print("SKIP: no cc or pkg-config here")
+        return
+    dest = os.path.join(d.tmpdir, "dest")
+    r = subprocess.run(["make", "-s", "-C", BUILDDIR, "DESTDIR=" + dest,
+                        "install-libLTLIBRARIES", "install-includeHEADERS",
+                        "install-pkgconfigDATA"],
+                       capture_output=True, text=True, timeout=300,
+                       stdin=subprocess.DEVNULL)
+    check_eq(r.returncode, 0, "make install (stderr %r)" % r.stderr[-2000:])
+    pcs = glob.glob(os.path.join(dest, "**", "pkgconfig", "ember.pc"),
+                    recursive=True)
+    check_eq(len(pcs), 1, "ember.pc installed under %s" % dest)
+    libs = glob.glob(os.path.join(dest, "**", "libember.so*"),
+                     recursive=True)
+    check(libs, "libember.so installed")
+    check(glob.glob(os.path.join(dest, "**", "libember.a"), recursive=True),
+          "libember.a installed")
+    headers = glob.glob(os.path.join(dest, "**", "include", "ember.h"),
+                        recursive=True)
+    check_eq(len(headers), 1, "ember.h installed")
+
+    src = os.path.join(d.tmpdir, "ex.c")
+    write_file(src, example_source())
+    # The installed ember.pc names the real prefix; the sysroot puts the
+    # DESTDIR in front of its -I and -L, as for a staged install.
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.dirname(pcs[0]),
+               PKG_CONFIG_SYSROOT_DIR=dest)
+    # A sanitized build's library needs the sanitizers' runtimes.
+    extra = " ".join("-fsanitize=" + s for s in sorted(build_sanitizers()))
+    exe = os.path.join(d.tmpdir, "ex")
+    r = subprocess.run("cc -Wall -Wextra -Werror -o %s %s %s "
+                       "$(pkg-config --cflags --libs ember)" %
+                       (exe, src, extra), shell=True, env=env,
+                       capture_output=True, text=True, timeout=120,
+                       cwd=d.tmpdir, stdin=subprocess.DEVNULL)
+    check_eq(r.returncode, 0, "cc (stderr %r)" % r.stderr)
+
+    env = dict(os.environ, EMBER_SOCKET=d.socket,
+               LD_LIBRARY_PATH=os.path.dirname(libs[0]))
+    r = subprocess.run([exe], env=env, capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    check_eq(r.returncode, 0, "the example's exit status (stderr %r)"
+             % r.stderr)
+    check_eq(r.stdout, WANT, "the example's output")
+    # It ran against the installed library, not one of the build tree.
+    r = subprocess.run(["ldd", exe], env=env, capture_output=True,
+                       text=True, timeout=30)
+    check(dest in r.stdout, "ldd: %r" % r.stdout)
+
+
+if __name__ == "__main__":
+    run_tests(globals())

@@ -29,6 +29,8 @@ Records come back as str (UTF-8; ``errors=`` as for bytes.decode) or as
 bytes with ``decode=False``, and None for a null record.  Errors raise the
 exception named after emberd's error class (PlanInvalid, TaskFailed, ...),
 all under EmberError.
+
+docs/python.md in ember's tree is the guide.
 """
 
 from ._stream import ReattachPolicy

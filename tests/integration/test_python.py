@@ -520,6 +520,21 @@ def test_error_classes_named(_):
 
 
 @no_daemon
+def test_guide_covers_the_package(_):
+    """docs/python.md names every public name of the package and every
+    public method of its classes, so that the guide keeps up with it."""
+    with open(os.path.join(SRCDIR, "docs", "python.md")) as f:
+        guide = f.read()
+    names = set(ember.__all__)
+    for cls in (ember.Session, ember.Dataset, ember.Checkpoint,
+                ember.Broadcast, ember.ReattachPolicy):
+        names |= {n for n in vars(cls) if not n.startswith("_")}
+    missing = sorted(n for n in names
+                     if not re.search(r"\b%s\b" % re.escape(n), guide))
+    check_eq(missing, [], "names docs/python.md does not mention")
+
+
+@no_daemon
 def test_shutting_down(_):
     """A stream emberd interrupts when its drain's grace runs out raises
     ShuttingDown, not Interrupted."""

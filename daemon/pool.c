@@ -35,7 +35,6 @@ struct pool {
 	gid_t			 gid;
 	struct fslink	*fs;
 	int			 pending;	/* fork requests not answered */
-	int			 wanted;	/* tasks waiting, this dispatch */
 	int			 crashes;	/* in a row */
 	int			 ready;		/* its fork-server said hello */
 	uint64_t		 fork_after_ms;	/* crash-storm back-off */
@@ -46,7 +45,7 @@ struct pool {
 };
 
 static TAILQ_HEAD(, pool) pools = TAILQ_HEAD_INITIALIZER(pools);
-static int		 pool_pending;		/* in every pool */
+static int		 pool_pending_all;		/* in every pool */
 static int32_t		 pool_next_request = 1;
 static struct event	*pool_maintain;
 
@@ -188,7 +187,7 @@ pool_get(uid_t client, gid_t gid)
 
 /* Find a worker for t. */
 struct worker *
-pool_take_worker(struct pool *p, const struct task *t)
+pool_take_worker(struct pool *p, const struct task *t, int behind)
 {
 	struct worker	*w;
 
@@ -199,17 +198,31 @@ pool_take_worker(struct pool *p, const struct task *t)
 	 * every worker there may be is there: before, a worker being forked
 	 * would sit idle while another holds the tasks.
 	 */
-	if (t->reply_mode && worker_count() + pool_pending >=
+	if (behind && t->reply_mode && worker_count() + pool_pending_all >=
 	    ember_workers_max())
 		return (worker_take_behind(t));
 	return (NULL);
 }
 
-/* Count a task waiting for a worker of p. */
-void
-pool_want_worker(struct pool *p)
+int
+pool_pending(const struct pool *p)
 {
-	p->wanted++;
+	return (p->pending);
+}
+
+int
+pool_room(void)
+{
+	return (ember_workers_max() - worker_count() - pool_pending_all);
+}
+
+int
+pool_grow_one(struct pool *p)
+{
+	int	before = p->pending;
+
+	pool_grow(p, (size_t)p->pending + 1);
+	return (p->pending > before);
 }
 
 static void
@@ -237,17 +250,13 @@ static void
 pool_grow(struct pool *p, size_t wanted)
 {
 	uint64_t	now, delay;
-	int		room, all, idle;
+	int		room;
 
 	if (!fslink_running(p->fs) || wanted <= (size_t)p->pending)
 		return;
-	room = ember_workers_max() - worker_count() - pool_pending;
-	worker_count_pool(p, &all, &idle);
-	/* At workers.max, stop an idle worker of another pool to make room:
-	 * its exit makes the room. */
-	if (room <= 0 && all + p->pending == 0 && worker_evict_other(p) == 0)
-		return;
-	if (room <= 0)
+	/* At workers.max the scheduler may stop another pool's idle
+	 * worker: its exit makes the room. */
+	if ((room = pool_room()) <= 0)
 		return;
 	now = ember_now_ms();
 	if (p->crashes >= POOL_CRASH_STORM) {
@@ -272,19 +281,7 @@ pool_grow(struct pool *p, size_t wanted)
 		if (fslink_fork(p->fs, pool_next_request++) == -1)
 			return;
 		p->pending++;
-		pool_pending++;
-	}
-}
-
-void
-pool_grow_wanted(void)
-{
-	struct pool	*p;
-
-	TAILQ_FOREACH(p, &pools, entry) {
-		if (p->wanted > 0)
-			pool_grow(p, (size_t)p->wanted);
-		p->wanted = 0;
+		pool_pending_all++;
 	}
 }
 
@@ -294,7 +291,7 @@ pool_worker_forked(struct pool *p, int32_t request, pid_t pid, int fd)
 	(void)request;
 	if (p->pending > 0) {
 		p->pending--;
-		pool_pending--;
+		pool_pending_all--;
 	}
 	worker_create(p, pid, fd);
 	p->forks++;
@@ -310,7 +307,7 @@ pool_fork_failed(struct pool *p, int32_t request, int error)
 	(void)request;
 	if (p->pending > 0) {
 		p->pending--;
-		pool_pending--;
+		pool_pending_all--;
 	}
 	p->crashes++;
 	log_error("fork-server could not fork a worker: %s", strerror(error));
@@ -369,7 +366,7 @@ pool_forkserver_lost(struct pool *p, const char *why, int before_hello)
 		service_start_failed(why);
 	}
 
-	pool_pending -= p->pending;
+	pool_pending_all -= p->pending;
 	p->pending = 0;
 	worker_lost_pool(p, why);
 }

@@ -25,14 +25,16 @@ struct task;
 int		 pool_init(void);
 void		 pool_shutdown(void);
 
-/* A worker of p that can take t now (idle, or pipelining reply tasks),
- * or NULL. */
-struct worker	*pool_take_worker(struct pool *, const struct task *);
-/* A task found no worker of p: p grows by one more at the next
- * pool_grow_wanted. */
-void		 pool_want_worker(struct pool *);
-/* After a dispatch: ask for the workers the tasks left waiting need. */
-void		 pool_grow_wanted(void);
+/* A worker of p that can take t now (idle, or with behind, pipelining
+ * reply tasks behind a busy one), or NULL. */
+struct worker	*pool_take_worker(struct pool *, const struct task *,
+		     int behind);
+/* Ask p's fork-server for one more worker, within workers.max and the
+ * crash-storm back-off: 1 if it was asked. */
+int		 pool_grow_one(struct pool *);
+/* Workers p's fork-server is making; room left within workers.max. */
+int		 pool_pending(const struct pool *);
+int		 pool_room(void);
 /* The uid whose jobs p runs (emberd's own when it is not root). */
 uid_t		 pool_client(const struct pool *);
 /* The pool that runs t's client's jobs (made on first use), or NULL. */

@@ -1,7 +1,9 @@
 /*
- * The scheduler: one run queue of tasks waiting for a worker.  Dispatch is
- * deferred to the event loop, so the code that submits a task never runs a
- * worker's callbacks underneath itself.
+ * The scheduler: the tasks waiting for a worker, shared fairly between
+ * users (client uids) and between a user's operations, within
+ * workers.max and workers.max_per_user.  Dispatch is deferred to the event
+ * loop, so the code that submits a task never runs a worker's callbacks
+ * underneath itself.
  */
 #ifndef EMBER_SCHEDULER_H
 #define EMBER_SCHEDULER_H
@@ -12,7 +14,8 @@ struct task;
 
 void	scheduler_init(void);
 void	scheduler_free(void);
-/* Queue at the back; requeue (a task a dead worker never started) at the front. */
+/* Queue at the back of its operation's flow; requeue (a task a dead
+ * worker never started) at the front. */
 void	scheduler_submit(struct task *);
 void	scheduler_requeue(struct task *);
 void	scheduler_remove(struct task *);

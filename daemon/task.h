@@ -27,6 +27,7 @@
 #include "queue.h"
 
 struct operation;
+struct sched_flow;
 struct worker;
 
 enum task_state {
@@ -50,6 +51,7 @@ struct task {
 	int64_t			 metrics[EMBER_METRIC_COUNT];
 	char			*error;		/* TASK_FAILED */
 	uint64_t		 queued_ms;
+	struct sched_flow	*flow;		/* the scheduler's, queued */
 	TAILQ_ENTRY(task)	 op_entry;	/* the operation's, by partition */
 	TAILQ_ENTRY(task)	 queue_entry;	/* run queue, or the worker's */
 };

@@ -64,6 +64,7 @@ struct worker {
 	int			 unflushed;	/* descriptors not written yet */
 	int			 exited;
 	int			 status;	/* wait status, once exited */
+	int			 evicted;	/* stopped to make room */
 	TAILQ_ENTRY(worker)	 entry;
 	TAILQ_ENTRY(worker)	 idle_entry;
 };
@@ -808,19 +809,53 @@ worker_expire_idle(struct pool *p, int keep)
 	}
 }
 
-/* Retire the newest idle worker of another pool. */
+/* Retire the newest idle worker of another pool than p that may go. */
 int
-worker_evict_other(const struct pool *p)
+worker_evict_other(const struct pool *p,
+    int (*may)(const struct pool *, void *), void *arg)
 {
 	struct worker	*w;
 
 	TAILQ_FOREACH_REVERSE(w, &workers, worker_list, entry) {
-		if (w->state == WORKER_IDLE && w->pool != p) {
+		if (w->state == WORKER_IDLE && w->pool != p &&
+		    may(w->pool, arg)) {
+			w->evicted = 1;
 			worker_retire(w, RETIRE_EVICTED);
 			return (0);
 		}
 	}
 	return (-1);
+}
+
+/* Count the workers stopped to make room whose exit is not known yet. */
+int
+worker_count_evicting(void)
+{
+	struct worker	*w;
+	int		 n = 0;
+
+	TAILQ_FOREACH(w, &workers, entry) {
+		if (w->evicted)
+			n++;
+	}
+	return (n);
+}
+
+/* Count the busy workers running a task of uid's. */
+int
+worker_count_busy(uid_t uid)
+{
+	struct worker	*w;
+	struct task	*t;
+	int		 n = 0;
+
+	TAILQ_FOREACH(w, &workers, entry) {
+		if (w->state == WORKER_BUSY &&
+		    (t = TAILQ_FIRST(&w->tasks)) != NULL &&
+		    operation_uid(t->op) == uid)
+			n++;
+	}
+	return (n);
 }
 
 /* Describe one worker for status. */

@@ -80,9 +80,14 @@ void		 worker_check_limits(void);
 /* Retire p's idle workers past workers.idle_timeout, but the keep most
  * recently idle. */
 void		 worker_expire_idle(struct pool *, int keep);
-/* Retire the newest idle worker of another pool than p: 0, or -1 if
- * there is none. */
-int		 worker_evict_other(const struct pool *);
+/* Retire the newest idle worker of another pool than p for which may
+ * says yes: 0, or -1 if there is none. */
+int		 worker_evict_other(const struct pool *,
+		     int (*may)(const struct pool *, void *), void *);
+/* Workers retired to make room whose exit is not known yet. */
+int		 worker_count_evicting(void);
+/* Busy workers running a task of uid's. */
+int		 worker_count_busy(uid_t);
 
 /* The workers uid's jobs run on (all for root), for status. */
 json_t		*worker_status_all(uid_t);

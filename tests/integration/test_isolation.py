@@ -304,5 +304,102 @@ def test_pipe_working_directory(d):
              "enter) and HOME")
 
 
+
+# ---------------------------------------------------------------------------
+# Fairness
+
+def slow_count_plan(n, seconds):
+    """n partitions of one record, each a task of about seconds."""
+    return records_plan(["x"] * n, n, ops=[{"pipe": {
+        "command": "sleep %s; cat" % seconds}}])
+
+
+def timed_count(d, plan):
+    """[count, seconds it took] of plan, run by the caller."""
+    with d.client() as c:
+        start = time.monotonic()
+        n = c.count(plan)
+        return [n, time.monotonic() - start]
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=2"])
+def test_a_busy_user_does_not_starve_another(d):
+    """While a holds every worker with a long queue of tasks, b's
+    one-record count gets a worker as soon as one of a's tasks ends."""
+    def a_busy(ctl):
+        with d.client() as c:
+            c.send_json({"op": "execute", "action": "count",
+                         "plan": slow_count_plan(40, 0.3)})
+            ctl.ready()
+            reply = c.recv_json()
+            check(reply.get("ok") and reply.get("count") == 40,
+                  "a's count: %r" % reply)
+            return True
+    a = AsUser(USERS["a"], a_busy)
+    try:
+        a.wait_ready()
+
+        def a_running():
+            with d.client() as c:
+                return sum(1 for w in c.status()["workers"]
+                           if "task" in w) == 2
+        check(wait_until(a_running, 10), "a never held both workers")
+        n, took = as_user("b", lambda: timed_count(d, range_plan(0, 1, 1)))
+        check_eq(n, 1, "b's count")
+        check(took < 2.0, "b's one-record count took %.2fs behind a's "
+              "queue" % took)
+        check(a.result(), "a's count")
+    finally:
+        a.close()
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=2"])
+def test_a_users_operations_share_its_workers(d):
+    """A user's second operation does not wait for the whole of its
+    first."""
+    def both():
+        with d.client() as c1, d.client() as c2:
+            c1.send_json({"op": "execute", "action": "count",
+                          "plan": slow_count_plan(40, 0.3)})
+            time.sleep(0.5)
+            n, took = timed_count(d, range_plan(0, 1, 1))
+            reply = c1.recv_json()
+            return [n, took, reply.get("count")]
+    n, took, first = as_user("a", both)
+    check_eq(n, 1, "the second count")
+    check(took < 2.0, "a's second operation took %.2fs behind its first"
+          % took)
+    check_eq(first, 40, "the first count")
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=4", "workers.max_per_user=1"])
+def test_workers_max_per_user_queues(d):
+    """workers.max_per_user caps the workers a user holds at once: the
+    rest of its tasks queue (no error), and another user still gets
+    workers."""
+    busiest = [0]
+
+    def a_job():
+        return timed_count(d, slow_count_plan(4, 0.4))
+    a = AsUser(USERS["a"], lambda ctl: a_job())
+
+    def watch():
+        with d.client() as c:
+            busy = sum(1 for w in c.status()["workers"] if "task" in w)
+        busiest[0] = max(busiest[0], busy)
+        return False
+    check_during(lambda: not watch(), 1.0, "watching")
+    n, took = a.result()
+    check_eq(n, 4, "a's count")
+    check(took >= 1.5, "a's 4 tasks of 0.4s ran in %.2fs: more than one "
+          "worker at once" % took)
+    check(busiest[0] <= 1, "a held %d workers at once" % busiest[0])
+    n, took = as_user("b", lambda: timed_count(d, range_plan(0, 1, 1)))
+    check_eq(n, 1, "b's count")
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -9,19 +9,18 @@
 
 extern char **environ;
 
-/* The variables emberd sets itself: workers.env cannot bring emberd's. */
-static const char *const jobenv_own[] = { "PATH", "HOME", "USER", "LOGNAME",
-    "SHELL", NULL };
+/* The variables emberd sets itself, each with a space either side:
+ * workers.env cannot bring emberd's. */
+static const char jobenv_own[] = " PATH HOME USER LOGNAME SHELL ";
 
 /* Is name one of the variables emberd sets itself? */
 static int
 jobenv_is_own(const char *name, size_t len)
 {
-	size_t	i;
+	const char	*p;
 
-	for (i = 0; jobenv_own[i] != NULL; i++) {
-		if (strlen(jobenv_own[i]) == len &&
-		    strncmp(jobenv_own[i], name, len) == 0)
+	for (p = strstr(jobenv_own, " "); p != NULL; p = strchr(p + 1, ' ')) {
+		if (strncmp(p + 1, name, len) == 0 && p[1 + len] == ' ')
 			return (1);
 	}
 	return (0);
@@ -56,14 +55,14 @@ jobenv_push(char ***env, size_t *n, size_t *max, char *entry)
 	(*env)[*n] = NULL;
 }
 
-/* Add "name=value" to env. */
+/* Add "name=value" to env; name ends with its "=". */
 static void
 jobenv_add(char ***env, size_t *n, size_t *max, const char *name,
     const char *value)
 {
 	char	*entry;
 
-	xasprintf(&entry, "%s=%s", name, value);
+	xasprintf(&entry, "%s%s", name, value);
 	jobenv_push(env, n, max, entry);
 }
 
@@ -85,11 +84,11 @@ jobenv_build(uid_t uid)
 		if (pw->pw_shell != NULL && pw->pw_shell[0] == '/')
 			shell = pw->pw_shell;
 	}
-	jobenv_add(&env, &n, &max, "PATH", ember_conf.workers_path);
-	jobenv_add(&env, &n, &max, "HOME", home);
-	jobenv_add(&env, &n, &max, "USER", name);
-	jobenv_add(&env, &n, &max, "LOGNAME", name);
-	jobenv_add(&env, &n, &max, "SHELL", shell);
+	jobenv_add(&env, &n, &max, "PATH=", ember_conf.workers_path);
+	jobenv_add(&env, &n, &max, "HOME=", home);
+	jobenv_add(&env, &n, &max, "USER=", name);
+	jobenv_add(&env, &n, &max, "LOGNAME=", name);
+	jobenv_add(&env, &n, &max, "SHELL=", shell);
 	for (i = 0; environ[i] != NULL; i++) {
 		if ((eq = strchr(environ[i], '=')) == NULL ||
 		    !jobenv_allowed(environ[i], (size_t)(eq - environ[i])))

@@ -259,10 +259,11 @@ def test_pipe_environment_is_clean(d):
 
 @needs_users
 @with_daemon(sets=SHARED + ["workers.path=/bin:/usr/bin",
-                            "workers.env=LC_PAPER, TZ"],
+                            "workers.env=LC_PAPER, TZ PATH"],
              env=dict(DAEMON_ENV, TZ="UTC"))
 def test_pipe_environment_follows_the_conf(d):
-    """workers.path and workers.env say what a job gets."""
+    """workers.path and workers.env say what a job gets; workers.env
+    cannot bring emberd's PATH."""
     env = env_of(as_user("b", lambda: pipe_output(d, "env")))
     check_eq(env.get("PATH"), "/bin:/usr/bin", "PATH")
     check_eq(env.get("LC_PAPER"), "C", "LC_PAPER")

@@ -32,9 +32,10 @@ static const struct {
 };
 
 /* Operation members left to --json, so the table fits 80 columns: the
- * state says attached or detached, the sessions table lists sessions. */
+ * state says attached or detached, the sessions table lists sessions,
+ * records says how much was sent. */
 static const char *const status_operation_hidden[] = { "session",
-    "attached", "buffered_from", NULL };
+    "attached", "buffered_from", "bytes_sent", NULL };
 
 /* Is key an operation member the table leaves out? */
 static int

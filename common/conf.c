@@ -111,6 +111,11 @@ static const struct conf_key conf_keys[] = {
 	KEY("operation", "tombstones", CONF_INT, operation_tombstones, "1024",
 	    0),
 	KEY("session", "timeout", CONF_DURATION, session_timeout, "5m", 0),
+	KEY("status", "listen", CONF_STRING, status_listen, "", 0),
+	KEY("status", "users", CONF_STRING, status_users, "", 0),
+	KEY("status", "max_connections", CONF_INT, status_max_connections,
+	    "16", 1),
+	KEY("status", "timeout", CONF_DURATION, status_timeout, "10s", 100),
 };
 #define NKEYS (sizeof conf_keys / sizeof conf_keys[0])
 

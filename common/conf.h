@@ -62,6 +62,11 @@ struct conf {
 	int64_t		 operation_tombstones;	/* removed ids remembered */
 
 	int64_t		 session_timeout;	/* ms without a connection */
+
+	char		*status_listen;		/* "": no status listener */
+	char		*status_users;		/* whose operations it shows */
+	int64_t		 status_max_connections;
+	int64_t		 status_timeout;	/* ms to send a request */
 };
 
 void	 conf_init(struct conf *);

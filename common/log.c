@@ -11,12 +11,14 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "utf8.h"
 
 static const char	*log_name = "ember";
 static enum log_level	 log_level = LOG_LEVEL_INFO;
 static enum log_format	 log_format = LOG_FORMAT_TEXT;
 static int		 log_syslog;
 static int		 log_copy_fd = -1;
+static const struct log_context *log_context;
 
 static const char *const log_level_names[] = { "error", "warn", "info", "debug" };
 
@@ -31,6 +33,27 @@ log_open(const char *name, enum log_level level, enum log_format format,
 	log_syslog = use_syslog;
 	if (use_syslog)
 		openlog(name, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+}
+
+void
+log_context_fill(struct log_context *c, const char *session,
+    const char *operation, int partition, long worker)
+{
+	snprintf(c->session, sizeof c->session, "%s",
+	    session != NULL ? session : "");
+	snprintf(c->operation, sizeof c->operation, "%s",
+	    operation != NULL ? operation : "");
+	c->partition = partition;
+	c->worker = worker;
+}
+
+const struct log_context *
+log_set_context(const struct log_context *c)
+{
+	const struct log_context	*prev = log_context;
+
+	log_context = c;
+	return (prev);
 }
 
 /* Also write each error, as a line "E message", to fd (-1: stop): a
@@ -80,19 +103,50 @@ log_format_from_string(const char *s, enum log_format *out)
 }
 
 /* Write a string as a JSON string body. */
+static void	log_json_escape(FILE *, const char *);
+
+/* Write the context's known fields as JSON members, each after a comma. */
+static void
+log_json_context(FILE *f)
+{
+	const struct log_context	*c = log_context;
+
+	if (c == NULL)
+		return;
+	if (c->session[0] != '\0') {
+		fputs(",\"session\":\"", f);
+		log_json_escape(f, c->session);
+		fputc('"', f);
+	}
+	if (c->operation[0] != '\0') {
+		fputs(",\"operation\":\"", f);
+		log_json_escape(f, c->operation);
+		fputc('"', f);
+	}
+	if (c->partition >= 0)
+		fprintf(f, ",\"partition\":%d", c->partition);
+	if (c->worker > 0)
+		fprintf(f, ",\"worker\":%ld", c->worker);
+}
+
 static void
 log_json_escape(FILE *f, const char *s)
 {
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char)*s;
+	char	*clean, *p;
+
+	/* A message may quote bytes that are not UTF-8: JSON must be. */
+	clean = utf8_clean(s, strlen(s), strlen(s) * 3 + 1);
+	for (p = clean; *p != '\0'; p++) {
+		unsigned char c = (unsigned char)*p;
 
 		if (c == '"' || c == '\\')
 			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
+		else if (c < 0x20 || c == 0x7f)
 			fprintf(f, "\\u%04x", c);
 		else
 			fputc(c, f);
 	}
+	free(clean);
 }
 
 static void
@@ -124,9 +178,11 @@ log_vwrite(enum log_level level, const char *fmt, va_list ap, const char *suffix
 	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
 	if (log_format == LOG_FORMAT_JSON) {
 		fprintf(stderr, "{\"time\":\"%s.%03ldZ\",\"level\":\"%s\","
-		    "\"process\":\"%s\",\"pid\":%ld,\"message\":\"", when,
+		    "\"process\":\"%s\",\"pid\":%ld", when,
 		    ts.tv_nsec / 1000000, log_level_names[level], log_name,
 		    (long)getpid());
+		log_json_context(stderr);
+		fputs(",\"message\":\"", stderr);
 		log_json_escape(stderr, msg);
 		fputs("\"}\n", stderr);
 	} else {

@@ -10,7 +10,26 @@
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 
+/*
+ * What the lines logged next are about, for JSON lines (text lines say it
+ * in their message): empty strings, partition -1 and worker 0 when
+ * unknown.  Copies, so that a line logged after the operation is gone
+ * still reads them safely.
+ */
+struct log_context {
+	char	session[64];
+	char	operation[64];
+	int	partition;
+	long	worker;		/* pid */
+};
+
 void	log_open(const char *name, enum log_level, enum log_format, int syslog);
+/* Fill c with what is known (NULL, -1, 0: not known). */
+void	log_context_fill(struct log_context *c, const char *session,
+	    const char *operation, int partition, long worker);
+/* Log the next lines about c (NULL: nothing); return the context it
+ * replaces, for the caller to put back. */
+const struct log_context *log_set_context(const struct log_context *c);
 void	log_copy_errors(int fd);
 void	log_set_level(enum log_level);
 int	log_level_from_string(const char *, enum log_level *);

@@ -472,6 +472,21 @@ static const struct connection_request connection_requests[] = {
 	{ "broadcast_drop", 1, connection_broadcast_drop },
 };
 
+/* Handle a request, its log lines about the connection's session. */
+static void
+connection_handle(struct connection *c, const struct connection_request *r,
+    json_t *req)
+{
+	struct log_context		 ctx;
+	const struct log_context	*prev;
+
+	log_context_fill(&ctx, c->session != NULL ? session_id(c->session) :
+	    NULL, NULL, -1, 0);
+	prev = log_set_context(&ctx);
+	r->handle(c, req);
+	log_set_context(prev);
+}
+
 /* Parse and answer one control frame. */
 static void
 connection_dispatch(struct connection *c, const char *data, size_t len)
@@ -510,7 +525,7 @@ connection_dispatch(struct connection *c, const char *data, size_t len)
 			connection_reply_error(c, "HELLO_REQUIRED",
 			    "%s: say hello first", r->op);
 		else
-			r->handle(c, req);
+			connection_handle(c, r, req);
 		json_decref(req);
 		return;
 	}

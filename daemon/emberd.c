@@ -24,6 +24,7 @@
 #include "connection.h"
 #include "emberd.h"
 #include "fslink.h"
+#include "httpd.h"
 #include "listener.h"
 #include "limit.h"
 #include "log.h"
@@ -259,6 +260,7 @@ ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 	log_level_from_string(ember_conf.daemon_log_level, &level);
 	log_set_level(level);
 	log_info("SIGHUP: conf reloaded (workers.max %d)", ember_workers_max());
+	httpd_reload();
 	scheduler_kick();
 	service_reloaded();
 	return;
@@ -403,6 +405,7 @@ ember_open_loop(void)
 static void
 ember_failed_start(void)
 {
+	httpd_stop();
 	listener_stop();
 	if (ember_local != NULL) {
 		ember_clean_local();
@@ -422,7 +425,8 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 	if (listener_start() == -1)
 		return (-1);
 	if (service_open_pidfile(foreground) == -1 ||
-	    ember_open_local() == -1 || fslink_init() == -1) {
+	    ember_open_local() == -1 || httpd_start() == -1 ||
+	    fslink_init() == -1) {
 		ember_failed_start();
 		return (-1);
 	}
@@ -445,6 +449,7 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 static void
 ember_stop(void)
 {
+	httpd_stop();
 	listener_stop();
 	operation_interrupt_all("emberd is shutting down");
 	connection_close_all();

@@ -13,6 +13,7 @@
 #include "jread.h"
 #include "limit.h"
 #include "log.h"
+#include "metrics.h"
 #include "operation.h"
 #include "plan.h"
 #include "broadcast.h"
@@ -80,6 +81,7 @@ struct operation {
 	struct broadcast	**broadcasts;	/* the plan uses, each once */
 	size_t			 nbroadcasts;
 	int64_t			 records_sent;
+	uint64_t		 bytes_sent;
 	int64_t			 limit;		/* records in all, 0: no limit */
 	int			 limit_reached;
 	struct event		*limit_ev;	/* ends a stream at its limit */
@@ -140,6 +142,12 @@ uid_t
 operation_uid(const struct operation *op)
 {
 	return (session_uid(op->session));
+}
+
+const char *
+operation_session_id(const struct operation *op)
+{
+	return (session_id(op->session));
 }
 
 gid_t
@@ -859,8 +867,11 @@ operation_relay_batch(struct operation *op, struct task *t,
 	/* (Either way whole chains move: the records are not copied.) */
 	op->delivered += records;
 	op->attached_bytes += bytes;
+	if (t->records == 0 && records > 0)
+		metrics_task_first_record(t);
 	t->records += records;
 	op->records_sent += records;
+	op->bytes_sent += bytes;
 	ember_counters.records_sent += (uint64_t)records;
 	ember_counters.bytes_sent += bytes;
 	return (0);
@@ -1374,6 +1385,8 @@ operation_status(uid_t uid)
 		    "running", op->live, "attached", op->conn != NULL,
 		    "records_sent", (json_int_t)op->records_sent, "age_ms",
 		    (json_int_t)(now - op->started_ms));
+		json_object_set_new(o, "bytes_sent",
+		    json_integer((json_int_t)op->bytes_sent));
 		if (op->conn == NULL && op->reattachable)
 			json_object_set_new(o, "detached_ms",
 			    json_integer((json_int_t)(now - op->detached_ms)));

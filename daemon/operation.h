@@ -67,8 +67,9 @@ json_t		*operation_status(uid_t);
 uint64_t	 operation_serial(const struct operation *);
 const char	*operation_id(const struct operation *);
 int		 operation_partitions(const struct operation *);
-/* The uid of the client whose session owns op. */
+/* The uid of the client whose session owns op, and the session's id. */
 uid_t		 operation_uid(const struct operation *);
+const char	*operation_session_id(const struct operation *);
 gid_t		 operation_gid(const struct operation *);
 /* Tasks of op one worker may hold at once (1: no pipelining). */
 int		 operation_pipeline_depth(const struct operation *);

@@ -2,6 +2,7 @@
 
 #include "emberd.h"
 #include "log.h"
+#include "metrics.h"
 #include "operation.h"
 #include "scheduler.h"
 #include "task.h"
@@ -99,7 +100,22 @@ task_finish(struct task *t)
 	t->state = TASK_DONE;
 	t->worker = NULL;
 	ember_counters.tasks_completed++;
+	metrics_task_finished(t);
 	operation_task_finished(t->op, t);
+}
+
+/* Log a task's failure, about its operation, partition and worker. */
+static void
+task_log_failure(const struct task *t, pid_t pid)
+{
+	struct log_context		 c;
+	const struct log_context	*prev;
+
+	log_context_fill(&c, operation_session_id(t->op), operation_id(t->op),
+	    t->partition, (long)pid);
+	prev = log_set_context(&c);
+	log_info("operation %s: %s", operation_id(t->op), t->error);
+	log_set_context(prev);
 }
 
 /* Mark a task failed and tell its operation. */
@@ -115,7 +131,8 @@ task_fail(struct task *t, pid_t pid, const char *cause)
 	else
 		xasprintf(&t->error, "partition %d: %s", t->partition, cause);
 	ember_counters.tasks_failed++;
-	log_info("operation %s: %s", operation_id(t->op), t->error);
+	metrics_task_failed(t);
+	task_log_failure(t, pid);
 	operation_task_failed(t->op, t);
 }
 

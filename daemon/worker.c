@@ -138,10 +138,28 @@ worker_leave_idle(struct worker *w, enum worker_state state)
 	w->state = state;
 }
 
+/* Log what follows as about w and the task it runs. */
+static const struct log_context *
+worker_log_context(const struct worker *w, struct log_context *c)
+{
+	struct task	*t = TAILQ_FIRST(&w->tasks);
+
+	if (t != NULL)
+		log_context_fill(c, operation_session_id(t->op),
+		    operation_id(t->op), t->partition, (long)w->pid);
+	else
+		log_context_fill(c, NULL, NULL, -1, (long)w->pid);
+	return (log_set_context(c));
+}
+
 static void
 worker_read_cb(void *arg)
 {
+	struct log_context		 c;
+	const struct log_context	*prev = worker_log_context(arg, &c);
+
 	worker_process(arg);
+	log_set_context(prev);
 }
 
 static void
@@ -149,13 +167,18 @@ worker_kick_cb(evutil_socket_t fd, short events, void *arg)
 {
 	struct worker	*w = arg;
 
+	struct log_context		 c;
+	const struct log_context	*prev;
+
 	(void)fd; (void)events;
 	if (w->state == WORKER_DEAD) {
 		if (w->exited)
 			worker_free(w);
 		return;
 	}
+	prev = worker_log_context(w, &c);
 	worker_process(w);
+	log_set_context(prev);
 }
 
 /* Make a worker for a process p's fork-server started. */

@@ -23,6 +23,11 @@ if [ "$fuzzing" = yes ]; then
 	PACKAGES="$PACKAGES clang libclang-rt-${llvm:-14}-dev"
 fi
 
+# What some tests use when it is there, and skip (saying so) or replace
+# when it is not: promtool (prometheus) checks /metrics, chromium loads
+# the status page.  A failure to install them never fails this script.
+OPTIONAL="prometheus chromium"
+
 # What the build needs, by command and by pkg-config module, for systems
 # without dpkg (libunistring has no .pc file: its header is looked for).
 TOOLS="cc make autoreconf automake libtoolize pkg-config python3"
@@ -32,7 +37,7 @@ MODULES="libevent jansson inih uuid libpcre2-8 libelf check"
 # Print the packages of PACKAGES that are not installed.
 missing_packages()
 {
-	for p in $PACKAGES; do
+	for p in ${1:-$PACKAGES}; do
 		status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
 		case "$status" in
 		*" installed") ;;
@@ -68,7 +73,8 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
 fi
 
 missing=$(missing_packages | tr '\n' ' ' | sed 's/ *$//')
-if [ -z "$missing" ]; then
+optional=$(missing_packages "$OPTIONAL" | tr '\n' ' ' | sed 's/ *$//')
+if [ -z "$missing" ] && [ -z "$optional" ]; then
 	exit 0
 fi
 
@@ -76,6 +82,9 @@ if [ "$(id -u)" -eq 0 ]; then
 	as_root=""
 elif command -v sudo >/dev/null 2>&1; then
 	as_root="sudo"
+elif [ -z "$missing" ]; then
+	echo "install-deps: not installed, for some tests: $optional" >&2
+	exit 0
 else
 	echo "install-deps: missing packages: $missing" >&2
 	echo "install-deps: as root, run:" >&2
@@ -83,11 +92,22 @@ else
 	exit 1
 fi
 
-echo "install-deps: installing $missing" >&2
 export DEBIAN_FRONTEND=noninteractive
-# shellcheck disable=SC2086
-$as_root env DEBIAN_FRONTEND=noninteractive apt-get -qq update >/dev/null
-# shellcheck disable=SC2086
-$as_root env DEBIAN_FRONTEND=noninteractive apt-get -qq install -y \
-    --no-install-recommends $missing >/dev/null
+$as_root env DEBIAN_FRONTEND=noninteractive apt-get -qq update >/dev/null ||
+    [ -z "$missing" ]
+if [ -n "$missing" ]; then
+	echo "install-deps: installing $missing" >&2
+	# shellcheck disable=SC2086
+	$as_root env DEBIAN_FRONTEND=noninteractive apt-get -qq install -y \
+	    --no-install-recommends $missing >/dev/null
+fi
+if [ -n "$optional" ]; then
+	echo "install-deps: installing, for some tests: $optional" >&2
+	for p in $optional; do
+		$as_root env DEBIAN_FRONTEND=noninteractive apt-get -qq \
+		    install -y --no-install-recommends "$p" >/dev/null 2>&1 ||
+		    echo "install-deps: $p did not install; the tests" \
+		        "that use it skip or fall back" >&2
+	done
+fi
 echo "install-deps: done" >&2

@@ -972,8 +972,20 @@ def skip_with_sanitizer(sanitizer, why):
     return mark
 
 
+def skip_unless(condition, why):
+    """Decorate a test that needs what this machine may lack (a program,
+    say): without it, the test is skipped and says why."""
+    def mark(fn):
+        if not condition:
+            fn.skip_why = why
+        return fn
+    return mark
+
+
 def skip_reason(fn):
     """Why fn cannot run in this build, or None."""
+    if getattr(fn, "skip_why", None) is not None:
+        return fn.skip_why
     sanitizer, why = getattr(fn, "skip_with", (None, None))
     if sanitizer is not None and sanitizer in build_sanitizers():
         return "built with -fsanitize=%s: %s" % (sanitizer, why)

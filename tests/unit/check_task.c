@@ -10,6 +10,7 @@
 
 
 #include "emberd.h"
+#include "metrics.h"
 #include "operation.h"
 #include "scheduler.h"
 #include "suites.h"
@@ -17,6 +18,7 @@
 #include "worker.h"
 
 static struct task	*stub_finished, *stub_failed, *stub_removed;
+static const struct task *stub_measured, *stub_failure;
 static struct task	*stub_cancelled;
 static struct worker	*stub_cancelled_by, *stub_kicked;
 static uint64_t		 stub_now = 1000;
@@ -35,6 +37,13 @@ operation_id(const struct operation *op)
 	return ("op");
 }
 
+const char *
+operation_session_id(const struct operation *op)
+{
+	(void)op;
+	return ("session");
+}
+
 void
 operation_task_finished(struct operation *op, struct task *t)
 {
@@ -47,6 +56,20 @@ operation_task_failed(struct operation *op, struct task *t)
 {
 	(void)op;
 	stub_failed = t;
+}
+
+void
+metrics_task_finished(const struct task *t)
+{
+	stub_measured = t;
+}
+
+void
+metrics_task_failed(const struct task *t)
+{
+	/* Its error is set before the failure is remembered. */
+	ck_assert_ptr_nonnull(t->error);
+	stub_failure = t;
 }
 
 void
@@ -74,6 +97,7 @@ task_setup(void)
 {
 	memset(&ember_counters, 0, sizeof ember_counters);
 	stub_finished = stub_failed = stub_removed = stub_cancelled = NULL;
+	stub_measured = stub_failure = NULL;
 	stub_cancelled_by = stub_kicked = NULL;
 }
 
@@ -102,6 +126,8 @@ START_TEST(test_task_finish)
 	ck_assert_ptr_null(t->worker);
 	ck_assert_ptr_eq(stub_finished, t);
 	ck_assert_ptr_null(stub_failed);
+	ck_assert_ptr_eq(stub_measured, t);
+	ck_assert_ptr_null(stub_failure);
 	ck_assert_uint_eq(ember_counters.tasks_completed, 1);
 	stub_kicked = NULL;
 	task_kick(t);
@@ -146,6 +172,8 @@ START_TEST(test_task_fail)
 	ck_assert_str_eq(t->error,
 	    "partition 4: worker 4242: killed by signal 9 (SIGKILL)");
 	ck_assert_ptr_eq(stub_failed, t);
+	ck_assert_ptr_eq(stub_failure, t);
+	ck_assert_ptr_null(stub_measured);
 	/* A queued task fails without a worker: no pid in the message. */
 	task_queue(u);
 	task_fail(u, 0, "no worker");

@@ -2,7 +2,7 @@
 # Run ember's benchmarks against a private emberd and print one summary.
 #
 # usage: run.sh [tasks] [stream] [wordcount] [regex] [reuse] [broadcast]
-#               [reattach]
+#               [reattach] [python]
 # (no name: all of them).  Run from the build directory (`make bench`
 # does); EMBER_BUILDDIR overrides.  Every figure is printed beside a
 # baseline measured in the same run.
@@ -12,7 +12,7 @@ set -eu
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${EMBER_BUILDDIR:-$(pwd)}
 python=${PYTHON3:-python3}
-all="tasks stream wordcount regex reuse broadcast reattach"
+all="tasks stream wordcount regex reuse broadcast reattach python"
 
 if [ $# -eq 0 ]; then
 	# shellcheck disable=SC2086
@@ -157,6 +157,10 @@ if want reattach; then
 	run bench_reattach bench/bench_reattach --socket "$sock" \
 	    --socket-cut "$dir/cut/e.sock" --dir "$dir"
 fi
+if want python; then
+	run bench_python "$python" "$srcdir/bench/bench_python.py" \
+	    --socket "$sock" --ember ./ember --dir "$dir"
+fi
 t_end=$(date +%s)
 
 for d in on off cut; do
@@ -269,4 +273,25 @@ if want reattach; then
 	printf 'unbroken %s GB/s, ratio %s  [target >= 0.5: %s]\n' \
 	    "$(result cut_unbroken_gbs)" "$cratio" \
 	    "$(verdict "$cratio >= 0.5")"
+fi
+if want python; then
+	ptr=$(result py_tasks_ratio)
+	pir=$(result py_iter_ratio)
+	printf 'python client: tasks (2000 one-record partitions) %s ms | ' \
+	    "$(result py_tasks_ms)"
+	printf 'ember run --count %s ms | package/CLI %s  ' \
+	    "$(result py_tasks_cli_ms)" "$ptr"
+	printf '[target <= 1.1: %s]\n' "$(verdict "$ptr <= 1.1")"
+	printf 'python client: jobs (one partition each) %s us/job on one ' \
+	    "$(result py_job_us)"
+	printf 'session | ember run --count %s us/job, a process each | ' \
+	    "$(result py_job_cli_us)"
+	printf 'package/CLI %s\n' "$(result py_job_ratio)"
+	printf 'python client: iterate (2M records of 100 B) bytes %s MB/s ' \
+	    "$(result py_iter_mbs)"
+	printf '(%s Mrec/s), str %s MB/s | ember run %s MB/s | ' \
+	    "$(result py_iter_mrecs)" "$(result py_iter_str_mbs)" \
+	    "$(result py_iter_cli_mbs)"
+	printf 'package/CLI %s (str %s)  [target >= 0.33: %s]\n' "$pir" \
+	    "$(result py_iter_str_ratio)" "$(verdict "$pir >= 0.33")"
 fi

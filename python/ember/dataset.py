@@ -305,34 +305,58 @@ class Dataset:
 
     def checkpoint(self, local: bool = False,
                    eager: bool = True) -> Checkpoint:
-        """Materialize the dataset; a dataset reading the checkpoint.
+        """Materialize the dataset: a Checkpoint, a dataset whose source is
+        the written records, so that what is built on it never runs this
+        plan again.
 
-        local: kept in emberd's local directory and removed with the
-        session; otherwise written under checkpoint.dir, where it survives
-        emberd and stays until dropped.  eager=False materializes it on
-        first use.
+        eager: compute and write every partition now (the call returns
+        once all of it is written); eager=False returns at once, and the
+        first action that reads the checkpoint writes it.  local: kept in
+        emberd's local directory and removed with the session; otherwise
+        reliable: written under emberd's checkpoint.dir, it belongs to the
+        uid, survives the session and emberd's restarts, and stays until
+        dropped.
         """
+        for name, value in (("local", local), ("eager", eager)):
+            if not isinstance(value, bool):
+                raise TypeError("checkpoint %s: expected a bool, got %r"
+                                % (name, value))
         reply = self.session.execute(self.plan, "checkpoint",
                                      {"local": local, "eager": eager})
         cid = reply.get("checkpoint")
         if not isinstance(cid, str):
             raise ProtocolError("checkpoint reply without checkpoint: %r"
                                 % (reply,))
-        cp = Checkpoint(self.session, cid, local, self._partitions)
+        cp = Checkpoint(self.session, cid, local=local, eager=eager,
+                        partitions=reply.get("partitions"),
+                        records=reply.get("records"),
+                        size=reply.get("bytes"))
         self.session._checkpoints.append(cp)
         return cp
 
 
 class Checkpoint(Dataset):
-    """A dataset whose source is a checkpoint: ``id`` names it (give it
-    to Session.from_checkpoint in a later session, for a reliable one).
-    ``drop()``, or leaving it as a context manager, removes it."""
+    """A dataset whose source is a checkpoint (``{"checkpoint": id}``).
 
-    def __init__(self, session: Session, cid: str, local: bool,
-                 partitions: Optional[int] = None):
-        Dataset.__init__(self, session, {"checkpoint": cid}, partitions)
+    ``id`` names it: give it to Session.from_checkpoint in a later session
+    to read a reliable one again.  ``local`` and ``eager`` are as it was
+    made; ``partitions`` its partition count, and ``records`` and ``size``
+    (bytes) what an eager one holds (0 for a lazy one, None when unknown).
+    Its plan leaves the partition count out: it is the checkpoint's.
+    ``drop()``, or leaving it as a context manager, removes it; closing
+    the session removes a local one.
+    """
+
+    def __init__(self, session: Session, cid: str, *, local: bool = False,
+                 eager: bool = True, partitions: Optional[int] = None,
+                 records: Optional[int] = None, size: Optional[int] = None):
+        Dataset.__init__(self, session, {"checkpoint": cid})
         self.id = cid
         self.local = local
+        self.eager = eager
+        self.partitions = partitions
+        self.records = records
+        self.size = size
         self.dropped = False
 
     def __enter__(self) -> Checkpoint:
@@ -342,8 +366,15 @@ class Checkpoint(Dataset):
         if not self.dropped and not self.session.closed:
             self.drop()
 
+    def __repr__(self) -> str:
+        return "<ember.Checkpoint %s (%s)%s>" % (
+            self.id, "local" if self.local else "reliable",
+            " dropped" if self.dropped else "")
+
     def drop(self) -> None:
-        """Remove the checkpoint (checkpoint_drop)."""
+        """Remove the checkpoint (checkpoint_drop).  Plans made after that
+        are refused with CheckpointNotFound; a read under way finishes
+        first."""
         self.session.request({"op": "checkpoint_drop", "checkpoint": self.id})
         self.dropped = True
 

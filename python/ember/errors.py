@@ -19,6 +19,7 @@ __all__ = [
     "OperationNotReattachable", "SessionMismatch", "PositionInvalid",
     "PositionNotAvailable", "TaskFailed", "ResultTooLarge", "SaveFailed",
     "SessionNotFound", "BroadcastNotFound", "CheckpointNotFound",
+    "CheckpointFailed",
     "Interrupted", "LimitExceeded", "ShuttingDown", "Internal",
     "error_from_reply", "error_from_stream", "error_classes",
 ]
@@ -241,12 +242,22 @@ class PositionNotAvailable(EmberError):
 
 
 class CheckpointNotFound(EmberError, KeyError):
-    """No such checkpoint: checkpoint_drop of an unknown or dropped one (a
-    plan that reads one is refused with PlanInvalid)."""
+    """No such checkpoint for this uid: never made, dropped, removed with
+    its session, or another uid's; from checkpoint_drop, or from a plan
+    that reads it (refused before any task runs)."""
 
     error_class = "CHECKPOINT_NOT_FOUND"
 
     __str__ = EmberError.__str__
+
+
+class CheckpointFailed(EmberError):
+    """A checkpoint could not be made: emberd's checkpoint.dir is not
+    usable, its manifest could not be written, or the computation a lazy
+    checkpoint's first read waited for failed (the next read tries
+    again)."""
+
+    error_class = "CHECKPOINT_FAILED"
 
 
 _BY_CLASS: Dict[str, Type[EmberError]] = {

@@ -266,17 +266,18 @@ class Session:
                 for r in records]
         return Dataset(self, {"parallelize": {"records": recs}}, partitions)
 
-    def from_checkpoint(self, checkpoint: Union[str, Checkpoint], *,
-                        partitions: Optional[int] = None) -> Dataset:
-        """A dataset reading a checkpoint (a Checkpoint or its id, e.g. a
-        reliable checkpoint made by an earlier session)."""
+    def from_checkpoint(self, checkpoint: Union[str, Checkpoint]
+                        ) -> Dataset:
+        """A dataset reading a checkpoint, given as a Checkpoint or its id
+        (a reliable checkpoint made by an earlier session, say).  Its
+        partitions are the checkpoint's."""
         from .dataset import Checkpoint, Dataset
 
         cid = checkpoint.id if isinstance(checkpoint, Checkpoint) \
             else checkpoint
         if not isinstance(cid, str):
             raise TypeError("checkpoint: expected an id, got %r" % (cid,))
-        return Dataset(self, {"checkpoint": cid}, partitions)
+        return Dataset(self, {"checkpoint": cid})
 
     def drop_checkpoint(self, checkpoint: Union[str, Checkpoint]) -> None:
         """Remove a checkpoint (checkpoint_drop)."""

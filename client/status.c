@@ -416,17 +416,55 @@ status_in_summary(const char *key)
 	return (0);
 }
 
-/* Print limits as "key used of max", one a line. */
+/* A number of bytes as ember.conf writes sizes: 512, 15k, 1.5m, 64m. */
+static void
+status_format_size(json_int_t n, char *buf, size_t len)
+{
+	static const char	units[] = "kmg";
+	json_int_t		unit = 1024;
+	int			i;
+
+	if (n < 1024) {
+		snprintf(buf, len, "%lld", (long long)n);
+		return;
+	}
+	for (i = 0; i < 2 && n >= unit * 1024; i++)
+		unit *= 1024;
+	if (n % unit == 0 || n / unit >= 100)
+		snprintf(buf, len, "%lld%c", (long long)(n / unit), units[i]);
+	else
+		snprintf(buf, len, "%.1f%c", (double)n / (double)unit,
+		    units[i]);
+}
+
+/* Is a limit's key a number of bytes? */
+static int
+status_limit_is_size(const char *key)
+{
+	return (strstr(key, "_input") != NULL ||
+	    strstr(key, "_results") != NULL || strstr(key, "_bytes") != NULL);
+}
+
+/* Print limits as "key used of max", one a line, sizes with units. */
 static void
 status_print_limit_uses(const char *indent, json_t *limits)
 {
 	const char	*k;
 	json_t		*use;
+	json_int_t	 used, max;
+	char		 u[32], m[32];
 
 	json_object_foreach(limits, k, use) {
-		printf("%s%-36s %lld of %lld\n", indent, k, (long long)
-		    json_integer_value(json_object_get(use, "used")),
-		    (long long)json_integer_value(json_object_get(use, "max")));
+		used = json_integer_value(json_object_get(use, "used"));
+		max = json_integer_value(json_object_get(use, "max"));
+		if (status_limit_is_size(k)) {
+			status_format_size(used, u, sizeof u);
+			status_format_size(max, m, sizeof m);
+		} else {
+			snprintf(u, sizeof u, "%lld", (long long)used);
+			snprintf(m, sizeof m, "%lld", (long long)max);
+		}
+		printf("%s%-36s %s of %s\n", indent, k, u, m);
 	}
 }
 

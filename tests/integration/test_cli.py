@@ -167,6 +167,13 @@ def test_status_for_people(d):
           "running and queued:\n%s" % r.stdout)
     check(re.search(r"RUNNING +WAITING", r.stdout), "operations:\n%s"
           % r.stdout)
+    # Limits in bytes read as ember.conf writes sizes; counts stay counts.
+    check(re.search(r"daemon\.max_input_per_uid +\d+(\.\d)?[kmg]? of 64m\n",
+                    r.stdout), "max_input_per_uid:\n%s" % r.stdout)
+    check(re.search(r"daemon\.max_broadcast_bytes +0 of 4g\n", r.stdout),
+          "max_broadcast_bytes:\n%s" % r.stdout)
+    check(re.search(r"daemon\.max_operations_per_uid +\d+ of 64\n",
+                    r.stdout), "max_operations_per_uid:\n%s" % r.stdout)
     r = d.cli(["status", "--json"])
     reply = json.loads(r.stdout)
     check(reply["ok"] and isinstance(reply["operations"], list),

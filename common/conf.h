@@ -34,6 +34,9 @@ struct conf {
 	int64_t		 daemon_max_broadcasts;
 	int64_t		 daemon_max_broadcast_bytes_per_uid;
 	int64_t		 daemon_max_broadcast_bytes;
+	int64_t		 daemon_max_helpers_per_uid; /* helpers running */
+	int64_t		 daemon_max_helpers;
+	int64_t		 daemon_helper_timeout;	/* ms */
 	char		*daemon_local_dir;
 	char		*daemon_pidfile;
 

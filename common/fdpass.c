@@ -37,6 +37,88 @@ fd_send_with(int sock, const void *buf, size_t len, int fd)
 	return (n);
 }
 
+ssize_t
+fd_send_many(int sock, const void *buf, size_t len, const int *fds,
+    size_t nfds)
+{
+	struct msghdr	 mh;
+	struct iovec	 iov;
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(sizeof(int) * HELPER_MAX_FDS)];
+	} cmsg;
+	ssize_t		 n;
+
+	if (nfds > HELPER_MAX_FDS) {
+		errno = EINVAL;
+		return (-1);
+	}
+	memset(&mh, 0, sizeof mh);
+	iov.iov_base = (void *)buf;
+	iov.iov_len = len;
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (nfds > 0) {
+		memset(&cmsg, 0, sizeof cmsg);
+		mh.msg_control = cmsg.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		cmsg.hdr.cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		cmsg.hdr.cmsg_level = SOL_SOCKET;
+		cmsg.hdr.cmsg_type = SCM_RIGHTS;
+		memcpy(CMSG_DATA(&cmsg.hdr), fds, sizeof(int) * nfds);
+	}
+	do
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (n == -1 && errno == EINTR);
+	return (n);
+}
+
+ssize_t
+fd_recv_many(int sock, void *buf, size_t len, int *fds, size_t max,
+    size_t *nfds, int *overflow)
+{
+	struct msghdr	 mh;
+	struct iovec	 iov;
+	struct cmsghdr	*c;
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(sizeof(int) * 8)];
+	} cmsg;
+	ssize_t		 n;
+
+	memset(&mh, 0, sizeof mh);
+	iov.iov_base = buf;
+	iov.iov_len = len;
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = cmsg.buf;
+	mh.msg_controllen = sizeof cmsg.buf;
+	do
+		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	while (n == -1 && errno == EINTR);
+	if (n == -1)
+		return (n);
+	if (mh.msg_flags & MSG_CTRUNC)
+		*overflow = 1;
+	for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+		int	*p = (int *)CMSG_DATA(c);
+		size_t	 k, i;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < k; i++) {
+			if (*nfds < max)
+				fds[(*nfds)++] = p[i];
+			else {
+				close(p[i]);
+				*overflow = 1;
+			}
+		}
+	}
+	return (n);
+}
+
 int
 fs_msg_send(int sock, const struct fs_msg *m, int fd)
 {
@@ -122,6 +204,12 @@ fs_msg_type_name(int32_t type)
 		return ("FS_KILL");
 	case FS_EXIT:
 		return ("FS_EXIT");
+	case FS_HELPER:
+		return ("FS_HELPER");
+	case FS_HELPER_FORKED:
+		return ("FS_HELPER_FORKED");
+	case FS_HELPER_FAILED:
+		return ("FS_HELPER_FAILED");
 	default:
 		return ("unknown");
 	}

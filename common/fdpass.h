@@ -11,6 +11,18 @@
  * on EINTR: what sendmsg returns. */
 ssize_t	fd_send_with(int sock, const void *, size_t, int fd);
 
+/* sendmsg len bytes with nfds descriptors passed along, retrying on EINTR:
+ * what sendmsg returns. */
+ssize_t	fd_send_many(int sock, const void *, size_t, const int *fds,
+	    size_t nfds);
+/*
+ * recvmsg up to len bytes, retrying on EINTR; descriptors that come along
+ * (close-on-exec) are appended to fds[*nfds], up to max in all; one past
+ * max is closed and sets *overflow.  What recvmsg returns.
+ */
+ssize_t	fd_recv_many(int sock, void *, size_t, int *fds, size_t max,
+	    size_t *nfds, int *overflow);
+
 /* Send one message, with fd if fd >= 0.  0, or -1 with errno. */
 int	fs_msg_send(int sock, const struct fs_msg *, int fd);
 

@@ -559,8 +559,10 @@ plan_stat_file(struct plan_file *f, const char *field, char **err)
 	struct stat	 st;
 	int		 fd;
 
-	/* Non-blocking: opening a FIFO must not wait for a writer. */
-	if ((fd = open(f->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) == -1)
+	/* Non-blocking: opening a FIFO must not wait for a writer; and a
+	 * terminal named here never becomes anyone's controlling one. */
+	if ((fd = open(f->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC |
+	    O_NOCTTY)) == -1)
 		return (jread_fail(err, field, "%s: %s", f->path,
 		    strerror(errno)));
 	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
@@ -682,6 +684,20 @@ plan_is_deterministic(const struct plan *plan)
 			return (0);
 	}
 	return (1);
+}
+
+int
+plan_names_resources(const struct plan *plan)
+{
+	size_t	i;
+
+	if (plan->source == PLAN_SOURCE_TEXT)
+		return (1);
+	for (i = 0; i < plan->nops; i++) {
+		if (plan->ops[i].type == PLAN_OP_UDF)
+			return (1);
+	}
+	return (0);
 }
 
 /* Check the files and plugins a plan names. */

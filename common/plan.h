@@ -106,6 +106,9 @@ void	 plan_set_partitions(struct plan *, int default_partitions);
  * its size; check each udf's library and symbol.
  */
 int	 plan_check_resources(struct plan *, char **err);
+/* Whether the plan names anything outside itself (text files, udf
+ * libraries) that plan_check_resources would look at. */
+int	 plan_names_resources(const struct plan *);
 
 /* Whether the plan gives the same records every time it runs, so that a
  * partition can be computed again: not with a pipe, nor with a udf its

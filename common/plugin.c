@@ -53,7 +53,8 @@ plugin_host(unsigned char *class, unsigned char *data, GElf_Half *machine)
 
 	if (!done) {
 		done = 1;
-		if ((fd = open("/proc/self/exe", O_RDONLY|O_CLOEXEC)) != -1) {
+		if ((fd = open("/proc/self/exe",
+		    O_RDONLY|O_CLOEXEC|O_NOCTTY)) != -1) {
 			elf = elf_begin(fd, ELF_C_READ, NULL);
 			if (elf != NULL && gelf_getehdr(elf, &eh) != NULL) {
 				hclass = eh.e_ident[EI_CLASS];
@@ -248,7 +249,8 @@ plugin_check(const char *library, const char *symbol, int *deterministic,
 		return (PLUGIN_BAD_LIBRARY);
 	}
 	/* O_NONBLOCK: a FIFO must not hang the daemon. */
-	if ((fd = open(library, O_RDONLY|O_CLOEXEC|O_NONBLOCK)) == -1) {
+	if ((fd = open(library,
+	    O_RDONLY|O_CLOEXEC|O_NONBLOCK|O_NOCTTY)) == -1) {
 		xasprintf(err, "%s: %s", library, strerror(errno));
 		return (PLUGIN_BAD_LIBRARY);
 	}

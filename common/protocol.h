@@ -64,7 +64,11 @@ enum fs_msg_type {
 	FS_FORKED = 3,	/* fs -> emberd: id = request id, pid = worker pid, + fd */
 	FS_FORK_FAILED = 4, /* fs -> emberd: id = request id, value = errno */
 	FS_KILL = 5,	/* emberd -> fs: pid, value = signal */
-	FS_EXIT = 6,	/* fs -> emberd: pid, value = wait status */
+	FS_EXIT = 6,	/* fs -> emberd: pid, value = wait status (workers
+			 * and helpers) */
+	FS_HELPER = 7,	/* emberd -> fs: id = request id */
+	FS_HELPER_FORKED = 8, /* fs -> emberd: id, pid = helper pid, + fd */
+	FS_HELPER_FAILED = 9, /* fs -> emberd: id, value = errno */
 };
 
 struct fs_msg {
@@ -74,5 +78,16 @@ struct fs_msg {
 	int32_t	value;
 };
 #define FS_MSG_SIZE 16
+
+/*
+ * emberd <-> helper: a SOCK_STREAM socketpair.  emberd writes one request
+ * frame, {"verb": V, "args": {...}}, with the descriptors it passes riding
+ * on the frame's first bytes; the helper answers one reply frame,
+ * {"ok": true, "reply": {...}} or {"ok": false, "error": E}, its
+ * descriptors likewise, and exits.
+ */
+#define HELPER_MAX_REQUEST		(64 * 1024 * 1024)
+#define HELPER_MAX_REPLY		(64 * 1024 * 1024)
+#define HELPER_MAX_FDS			4
 
 #endif

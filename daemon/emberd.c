@@ -25,6 +25,7 @@
 #include "emberd.h"
 #include "fslink.h"
 #include "httpd.h"
+#include "helper.h"
 #include "listener.h"
 #include "limit.h"
 #include "log.h"
@@ -455,6 +456,7 @@ ember_stop(void)
 	connection_close_all();
 	session_close_all();
 	operation_maintenance_stop();
+	helper_shutdown();
 	pool_shutdown();
 	scheduler_free();
 	ember_clean_local();

@@ -16,6 +16,7 @@
 #include "emberd.h"
 #include "fdpass.h"
 #include "fslink.h"
+#include "helper.h"
 #include "jobenv.h"
 #include "log.h"
 #include "pool.h"
@@ -111,7 +112,8 @@ fslink_read_cb(evutil_socket_t fd, short events, void *arg)
 		log_debug("fork-server %ld: %s id %d pid %d value %d",
 		    (long)fs->pid, fs_msg_type_name(m.type), m.id, m.pid,
 		    m.value);
-		if (m.type != FS_FORKED && passed != -1)
+		if (m.type != FS_FORKED && m.type != FS_HELPER_FORKED &&
+		    passed != -1)
 			close(passed);
 		switch (m.type) {
 		case FS_HELLO:
@@ -134,8 +136,22 @@ fslink_read_cb(evutil_socket_t fd, short events, void *arg)
 		case FS_FORK_FAILED:
 			pool_fork_failed(fs->pool, m.id, m.value);
 			break;
+		case FS_HELPER_FORKED:
+			if (passed == -1) {
+				log_error("fork-server sent helper %ld without "
+				    "its socket", (long)m.pid);
+				fslink_kill(fs, m.pid, SIGKILL);
+				helper_fork_failed(fs, m.id, EBADMSG);
+				break;
+			}
+			helper_forked(fs, m.id, m.pid, passed);
+			break;
+		case FS_HELPER_FAILED:
+			helper_fork_failed(fs, m.id, m.value);
+			break;
 		case FS_EXIT:
-			pool_worker_exited(fs->pool, m.pid, m.value);
+			if (!helper_exited(fs, m.pid, m.value))
+				pool_worker_exited(fs->pool, m.pid, m.value);
 			break;
 		default:
 			log_error("fork-server sent message type %d; killing it",
@@ -297,6 +313,7 @@ fslink_exited(struct fslink *fs, int status)
 	    WIFSIGNALED(status) ? "was " : "", how);
 	fs->pid = -1;
 	fslink_close(fs);
+	helper_lost(fs, why);
 	pool_forkserver_lost(fs->pool, why, !fs->hello);
 	fs->hello = 0;
 	if (ember_draining || service_failed()) {
@@ -341,6 +358,20 @@ fslink_fork(struct fslink *fs, int32_t request)
 		return (-1);
 	if (fs_msg_send(fs->fd, &m, -1) == -1) {
 		log_error("fork request: %s", strerror(errno));
+		return (-1);
+	}
+	return (0);
+}
+
+int
+fslink_helper(struct fslink *fs, int32_t request)
+{
+	struct fs_msg	m = { FS_HELPER, request, 0, 0 };
+
+	if (!fslink_running(fs))
+		return (-1);
+	if (fs_msg_send(fs->fd, &m, -1) == -1) {
+		log_error("helper request: %s", strerror(errno));
 		return (-1);
 	}
 	return (0);

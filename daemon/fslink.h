@@ -28,6 +28,8 @@ void		 fslink_stop_all(void);
 void		 fslink_reap(void);
 /* 0 if the request went out, -1 if the fork-server is not running now. */
 int		 fslink_fork(struct fslink *, int32_t request);
+/* Ask for a helper (daemon/helper.c): 0, or -1 as fslink_fork. */
+int		 fslink_helper(struct fslink *, int32_t request);
 void		 fslink_kill(struct fslink *, pid_t, int signal);
 int		 fslink_running(const struct fslink *);
 pid_t		 fslink_pid(const struct fslink *);

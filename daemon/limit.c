@@ -28,6 +28,7 @@ static const struct limit_def limit_defs[LIMIT_KINDS] = {
 	DEF("bytes of results", max_results),
 	DEF("broadcasts", max_broadcasts),
 	DEF("bytes of broadcasts", max_broadcast_bytes),
+	DEF("helpers", max_helpers),
 };
 
 /* Descriptors kept for emberd's own use when daemon.max_connections is

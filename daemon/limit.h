@@ -20,6 +20,7 @@ enum limit_kind {
 	LIMIT_RESULTS,		/* bytes of merged results (count_by_value) */
 	LIMIT_BROADCASTS,	/* broadcasts kept */
 	LIMIT_BROADCAST_BYTES,	/* their bytes */
+	LIMIT_HELPERS,		/* helper processes running */
 	LIMIT_KINDS
 };
 

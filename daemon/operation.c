@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -10,6 +11,7 @@
 #include "connection.h"
 #include "emberd.h"
 #include "frame.h"
+#include "helper.h"
 #include "jread.h"
 #include "limit.h"
 #include "log.h"
@@ -103,6 +105,14 @@ struct operation {
 	uint64_t		 attached_bytes; /* sent on that stream */
 	int			 skip_partition; /* the next task of it skips */
 	int64_t			 skip;
+
+	/* Between execute and start: the plan's files and plugins being
+	 * checked by a helper, as the user.  The connection is busy. */
+	struct helper		*planning;
+	struct session		*planned_for;
+	json_t			*plan_json;
+	char			*save_path;
+	int			 overwrite;
 
 	TAILQ_HEAD(, task)	 tasks;		/* live tasks, by partition */
 	TAILQ_ENTRY(operation)	 entry;
@@ -418,6 +428,10 @@ operation_free(struct operation *op)
 	}
 	if (op->limit_ev != NULL)
 		event_free(op->limit_ev);
+	helper_cancel(op->planning);
+	if (op->plan_json != NULL)
+		json_decref(op->plan_json);
+	free(op->save_path);
 	free(op->result_error);
 	retry_free(op->retry);
 	if (op->reply != NULL)
@@ -521,6 +535,14 @@ operation_unplug(struct operation *op)
 void
 operation_detach(struct operation *op)
 {
+	if (op->planning != NULL) {
+		/* Not started: its check is cancelled, nothing is left. */
+		log_debug("operation %s: client went away while its plan was "
+		    "checked", op->id);
+		op->conn = NULL;
+		operation_free(op);
+		return;
+	}
 	log_debug("operation %s: client went away at partition %d of %d",
 	    op->id, op->next_deliver, op->npartitions);
 	if (op->reattachable) {
@@ -1239,7 +1261,8 @@ operation_count_in(struct operation *op, struct session *s,
 	return (0);
 }
 
-/* Read and check the plan, and find the broadcasts it uses. */
+/* Read and check the plan, and find the broadcasts it uses.  What it
+ * names outside itself is checked later, by a helper. */
 static int
 operation_read_plan(struct operation *op, struct session *s, json_t *req,
     const char **class, char **err)
@@ -1251,14 +1274,73 @@ operation_read_plan(struct operation *op, struct session *s, json_t *req,
 		return (operation_refuse(class, err, "PLAN_INVALID",
 		    "plan: missing"));
 	if (plan_parse(plan_json, &op->plan, err) == -1 ||
-	    plan_check_resources(op->plan, err) == -1 ||
 	    operation_find_broadcasts(op, s, err) == -1)
 		return (-1);
+	op->plan_json = json_incref(plan_json);
+	return (0);
+}
+
+/* The plan is checked: fix its partitions and the text tasks carry. */
+static void
+operation_plan_done(struct operation *op)
+{
 	plan_set_partitions(op->plan, ember_workers_max());
 	op->npartitions = op->plan->partitions;
-	op->plan_text = taskdesc_encode_plan(plan_json,
+	op->plan_text = taskdesc_encode_plan(op->plan_json,
 	    op->plan->source == PLAN_SOURCE_TEXT ?
 	    plan_files_to_json(op->plan) : NULL);
+	json_decref(op->plan_json);
+	op->plan_json = NULL;
+}
+
+/*
+ * Take what the helper found: the text files with their sizes, and
+ * whether each udf is deterministic.  -1 with *class and *err: the
+ * user's files are not right (PLAN_INVALID), or the reply does not fit
+ * the plan (INTERNAL).
+ */
+static int
+operation_take_check(struct operation *op, json_t *reply, const char **class,
+    char **err)
+{
+	const char	*error;
+	json_t		*udfs, *files;
+	char		*e = NULL;
+	size_t		 i, j = 0;
+	int		 det;
+
+	if ((error = json_string_value(json_object_get(reply,
+	    "error"))) != NULL)
+		return (operation_refuse(class, err, "PLAN_INVALID", "%s",
+		    error));
+	files = json_object_get(reply, "files");
+	udfs = json_object_get(reply, "udfs");
+	if (op->plan->source == PLAN_SOURCE_TEXT &&
+	    plan_files_from_json(op->plan, files, &e) == -1) {
+		log_error("operation %s: plan_check reply: %s", op->id, e);
+		free(e);
+		return (operation_refuse(class, err, "INTERNAL", "plan: its "
+		    "check answered files that do not fit it"));
+	}
+	for (i = 0; i < op->plan->nops; i++) {
+		if (op->plan->ops[i].type != PLAN_OP_UDF)
+			continue;
+		det = jread_bool(json_array_get(udfs, j++), "udfs",
+		    "deterministic", JREAD_REQUIRED, &op->plan->ops[i].
+		    udf_deterministic, &e);
+		if (det == -1) {
+			log_error("operation %s: plan_check reply: %s", op->id,
+			    e);
+			free(e);
+			return (operation_refuse(class, err, "INTERNAL",
+			    "plan: its check answered udfs that do not fit "
+			    "it"));
+		}
+	}
+	if (j != json_array_size(udfs))
+		return (operation_refuse(class, err, "INTERNAL", "plan: its "
+		    "check answered %zu udfs for %zu", json_array_size(udfs),
+		    j));
 	return (0);
 }
 
@@ -1321,7 +1403,77 @@ operation_start(struct operation *op, struct connection *c,
 	operation_pump(op);
 }
 
-/* execute: read and check the request, then start the operation. */
+/* Refuse an operation that has not started, and free it. */
+static void
+operation_refused(struct operation *op, struct connection *c,
+    const char *class, char *err)
+{
+	connection_reply_error(c, class, "%s", err);
+	free(err);
+	operation_free(op);
+}
+
+/* The plan is checked: prepare what the action gathers and start. */
+static void
+operation_launch(struct operation *op, struct connection *c,
+    struct session *s)
+{
+	const char	*class = NULL;
+	char		*err = NULL;
+
+	operation_plan_done(op);
+	if (operation_prepare(op, s, op->save_path, op->overwrite, &class,
+	    &err) == -1) {
+		operation_refused(op, c, class, err);
+		return;
+	}
+	operation_start(op, c, s);
+}
+
+/*
+ * The helper checked the plan's files and plugins as the user, or could
+ * not.  Meanwhile the connection was busy; it is handed back before the
+ * refusal, or the operation starts on it.
+ */
+static void
+operation_checked_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
+    const char *herr, void *arg)
+{
+	struct operation	*op = arg;
+	struct connection	*c = op->conn;
+	struct session		*s = op->planned_for;
+	const char		*class = NULL;
+	char			*err = NULL;
+
+	op->planning = NULL;
+	while (nfds > 0)
+		close(fds[--nfds]);
+	op->conn = NULL;
+	connection_busy_end(c);
+	if (hclass != NULL)
+		operation_refuse(&class, &err, hclass, "plan: checking what it "
+		    "names as uid %ld: %s", (long)session_uid(s), herr);
+	else if (operation_take_check(op, reply, &class, &err) == -1)
+		;
+	else if (session_closed(s))
+		operation_refuse(&class, &err, "INTERRUPTED", "the session was "
+		    "closed while the plan was checked");
+	else if (ember_draining)
+		operation_refuse(&class, &err, "SHUTTING_DOWN", "emberd is "
+		    "shutting down");
+	else if (operation_find(session_uid(s), op->id) != NULL ||
+	    operation_find_tombstone(session_uid(s), op->id) != NULL)
+		operation_refuse(&class, &err, "OPERATION_ALREADY_EXISTS",
+		    "operation %s already exists", op->id);
+	if (class != NULL) {
+		operation_refused(op, c, class, err);
+		return;
+	}
+	operation_launch(op, c, s);
+}
+
+/* execute: read and check the request, then start the operation; when
+ * the plan names files or plugins, a helper checks them first. */
 void
 operation_execute(struct connection *c, struct session *s, json_t *req)
 {
@@ -1329,21 +1481,34 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	const char		*class = NULL, *save_path = NULL;
 	int			 overwrite = 0;
 	char			*err = NULL;
+	json_t			*args;
 
 	op = xcalloc(1, sizeof *op);
 	TAILQ_INIT(&op->tasks);
 	if (operation_read_head(op, session_uid(s), req, &save_path,
 	    &overwrite, &class, &err) == -1 ||
 	    operation_read_plan(op, s, req, &class, &err) == -1 ||
-	    operation_count_in(op, s, &class, &err) == -1 ||
-	    operation_prepare(op, s, save_path, overwrite, &class,
-	    &err) == -1) {
-		connection_reply_error(c, class, "%s", err);
-		free(err);
-		operation_free(op);
+	    operation_count_in(op, s, &class, &err) == -1) {
+		operation_refused(op, c, class, err);
 		return;
 	}
-	operation_start(op, c, s);
+	op->save_path = save_path != NULL ? xstrdup(save_path) : NULL;
+	op->overwrite = overwrite;
+	if (!plan_names_resources(op->plan)) {
+		operation_launch(op, c, s);
+		return;
+	}
+	args = json_pack("{s:O}", "plan", op->plan_json);
+	op->planning = helper_run(session_uid(s), session_gid(s), "plan_check",
+	    args, -1, operation_checked_cb, op, &class, &err);
+	json_decref(args);
+	if (op->planning == NULL) {
+		operation_refused(op, c, class, err);
+		return;
+	}
+	op->planned_for = s;
+	op->conn = c;
+	connection_busy_begin(c, op);
 }
 
 /* "p:k", for status. */

@@ -155,13 +155,20 @@ pool_shutdown(void)
 struct pool *
 pool_of_task(const struct task *t)
 {
+	return (pool_of_client(operation_uid(t->op), operation_gid(t->op)));
+}
+
+/* The pool for client uid:gid: its own when emberd is root, else the one. */
+struct pool *
+pool_of_client(uid_t uid, gid_t gid)
+{
 	static int	root = -1;
 
 	if (root == -1)
 		root = geteuid() == 0;
 	if (!root)
 		return (pool_get(getuid(), getgid()));
-	return (pool_get(operation_uid(t->op), operation_gid(t->op)));
+	return (pool_get(uid, gid));
 }
 
 /* The pool of client uid:gid, made with its fork-server on first use. */

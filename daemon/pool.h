@@ -39,6 +39,8 @@ int		 pool_room(void);
 uid_t		 pool_client(const struct pool *);
 /* The pool that runs t's client's jobs (made on first use), or NULL. */
 struct pool	*pool_of_task(const struct task *);
+/* The pool that runs client uid:gid's jobs (made on first use), or NULL. */
+struct pool	*pool_of_client(uid_t, gid_t);
 
 /* From a pool's fork-server. */
 void		 pool_worker_forked(struct pool *, int32_t request, pid_t,

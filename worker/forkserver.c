@@ -21,6 +21,7 @@
 #include "held.h"
 #include "fdpass.h"
 #include "forkserver.h"
+#include "helper.h"
 #include "log.h"
 #include "protocol.h"
 #include "serve.h"
@@ -192,12 +193,12 @@ forkserver_send(struct forkserver *fs, const struct fs_msg *m, int fd)
 }
 
 /*
- * Set up a new worker in the child; never returns.  The memory limit is a
- * hard one too, so that no plugin can raise it again; it counts the
- * worker's whole address space, broadcasts mapped included.
+ * Set up a new worker, or helper, in the child; never returns.  The memory
+ * limit is a hard one too, so that no plugin can raise it again; it counts
+ * the worker's whole address space, broadcasts mapped included.
  */
 static __attribute__((noreturn)) void
-forkserver_child(struct forkserver *fs, int sv[2])
+forkserver_child(struct forkserver *fs, int sv[2], int helper)
 {
 	struct rlimit	rl;
 	sigset_t	set;
@@ -222,19 +223,25 @@ forkserver_child(struct forkserver *fs, int sv[2])
 			_exit(1);
 		}
 	}
-	forkserver_set_title("ember-worker: worker");
 	sigemptyset(&set);
 	sigprocmask(SIG_SETMASK, &set, NULL);
+	if (helper) {
+		forkserver_set_title("ember-worker: helper");
+		_exit(helper_main(sv[1]));
+	}
+	forkserver_set_title("ember-worker: worker");
 	rc = serve_main(sv[1]);
 	held_clear();
 	_exit(rc);
 }
 
-/* Fork a worker for request id. */
+/* Fork a worker, or a helper, for request id. */
 static void
-forkserver_fork(struct forkserver *fs, int32_t id)
+forkserver_fork(struct forkserver *fs, int32_t id, int helper)
 {
-	struct fs_msg	m = { FS_FORK_FAILED, id, 0, 0 };
+	struct fs_msg	m = { helper ? FS_HELPER_FAILED : FS_FORK_FAILED, id,
+			    0, 0 };
+	const char	*what = helper ? "helper" : "worker";
 	sigset_t	all, old;
 	int		sv[2], saved;
 	pid_t		pid;
@@ -254,7 +261,7 @@ forkserver_fork(struct forkserver *fs, int32_t id)
 	sigprocmask(SIG_SETMASK, &all, &old);
 	pid = fork();
 	if (pid == 0)
-		forkserver_child(fs, sv);
+		forkserver_child(fs, sv, helper);
 	saved = errno;
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	close(sv[1]);
@@ -269,9 +276,9 @@ forkserver_fork(struct forkserver *fs, int32_t id)
 	/* Both sides set the group, so it is set before either goes on. */
 	setpgid(pid, pid);
 	forkserver_add(fs, pid);
-	log_debug("fork request %d: worker %ld", id, (long)pid);
+	log_debug("fork request %d: %s %ld", id, what, (long)pid);
 
-	m.type = FS_FORKED;
+	m.type = helper ? FS_HELPER_FORKED : FS_FORKED;
 	m.pid = pid;
 	forkserver_send(fs, &m, sv[0]);
 	close(sv[0]);
@@ -388,7 +395,10 @@ forkserver_dispatch(struct forkserver *fs)
 	}
 	switch (m.type) {
 	case FS_FORK:
-		forkserver_fork(fs, m.id);
+		forkserver_fork(fs, m.id, 0);
+		break;
+	case FS_HELPER:
+		forkserver_fork(fs, m.id, 1);
 		break;
 	case FS_KILL:
 		forkserver_kill(fs, m.pid, m.value);

@@ -1,3 +1,5 @@
+#include <sys/stat.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -104,11 +106,21 @@ source_run_file(const struct plan_file *f, int64_t begin, int64_t end,
 	int64_t		 base;		/* file offset of source_buf[0] */
 	size_t		 fill = 0, start = 0, scan = 0, want;
 	char		*nl;
+	struct stat	 st;
 	ssize_t		 n;
 	int		 fd, eof = 0, skip, rc = OP_OK;
 
-	if ((fd = open(f->path, O_RDONLY | O_CLOEXEC)) == -1) {
+	/* The path may have changed since the job's check: a FIFO must not
+	 * block the open, a terminal must not become ours. */
+	if ((fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NOCTTY |
+	    O_NONBLOCK)) == -1) {
 		xasprintf(err, "text: %s: %s", f->path, strerror(errno));
+		return (OP_FAIL);
+	}
+	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		xasprintf(err, "text: %s: not a regular file any more",
+		    f->path);
 		return (OP_FAIL);
 	}
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);

@@ -374,8 +374,13 @@ START_TEST(test_fs_msg_names)
 	ck_assert_str_eq(fs_msg_type_name(FS_FORK_FAILED), "FS_FORK_FAILED");
 	ck_assert_str_eq(fs_msg_type_name(FS_KILL), "FS_KILL");
 	ck_assert_str_eq(fs_msg_type_name(FS_EXIT), "FS_EXIT");
+	ck_assert_str_eq(fs_msg_type_name(FS_HELPER), "FS_HELPER");
+	ck_assert_str_eq(fs_msg_type_name(FS_HELPER_FORKED),
+	    "FS_HELPER_FORKED");
+	ck_assert_str_eq(fs_msg_type_name(FS_HELPER_FAILED),
+	    "FS_HELPER_FAILED");
 	ck_assert_str_eq(fs_msg_type_name(0), "unknown");
-	ck_assert_str_eq(fs_msg_type_name(7), "unknown");
+	ck_assert_str_eq(fs_msg_type_name(10), "unknown");
 }
 END_TEST
 

@@ -12,6 +12,7 @@ Suite	*commit_suite(void);
 Suite	*conf_suite(void);
 Suite	*frame_suite(void);
 Suite	*held_suite(void);
+Suite	*helper_suite(void);
 Suite	*jread_suite(void);
 Suite	*log_suite(void);
 Suite	*ops_suite(void);

@@ -1,0 +1,481 @@
+#include <sys/socket.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "emberd.h"
+#include "fdpass.h"
+#include "frame.h"
+#include "fslink.h"
+#include "helper.h"
+#include "limit.h"
+#include "log.h"
+#include "pool.h"
+#include "protocol.h"
+#include "queue.h"
+#include "xmalloc.h"
+
+/* Bytes read from a helper per turn of the loop. */
+#define HELPER_READ_CHUNK	(256 * 1024)
+
+/*
+ * A helper from request to exit.  The handle the caller holds is this
+ * struct while cb is set; it stays in the list after its answer (or a
+ * cancel) until the fork-server reports the process's exit, so that the
+ * limits count processes, not requests.
+ */
+struct helper {
+	int32_t			 id;		/* FS_HELPER request id */
+	uid_t			 client;	/* charged to */
+	struct fslink		*fs;
+	pid_t			 pid;		/* -1 until forked */
+	int			 sock;		/* -1 until forked, and after */
+	int			 fd_in;		/* to pass, -1: none or sent */
+	struct event		*ev;
+	struct event		*timer;
+	struct evbuffer		*out;		/* the request frame */
+	struct evbuffer		*in;		/* the reply frame */
+	int			 fds[HELPER_MAX_FDS];	/* came with it */
+	size_t			 nfds;
+	char			*verb;
+	uint64_t		 started_ms;
+	helper_cb		 cb;		/* NULL: answered or cancelled */
+	void			*arg;
+	TAILQ_ENTRY(helper)	 entry;
+};
+static TAILQ_HEAD(, helper) helpers = TAILQ_HEAD_INITIALIZER(helpers);
+static int32_t	helper_next_id = 1;
+
+static void	helper_io_cb(evutil_socket_t, short, void *);
+
+/* Find a helper by its request. */
+static struct helper *
+helper_find(struct fslink *fs, int32_t id)
+{
+	struct helper	*h;
+
+	TAILQ_FOREACH(h, &helpers, entry) {
+		if (h->fs == fs && h->id == id)
+			return (h);
+	}
+	return (NULL);
+}
+
+/* Close what the helper's exchange holds: its socket, buffers, timer and
+ * the descriptors nobody took. */
+static void
+helper_close(struct helper *h)
+{
+	size_t	i;
+
+	if (h->ev != NULL)
+		event_free(h->ev);
+	h->ev = NULL;
+	if (h->timer != NULL)
+		event_free(h->timer);
+	h->timer = NULL;
+	if (h->sock != -1)
+		close(h->sock);
+	h->sock = -1;
+	if (h->fd_in != -1)
+		close(h->fd_in);
+	h->fd_in = -1;
+	for (i = 0; i < h->nfds; i++)
+		close(h->fds[i]);
+	h->nfds = 0;
+	if (h->out != NULL)
+		evbuffer_free(h->out);
+	h->out = NULL;
+	if (h->in != NULL)
+		evbuffer_free(h->in);
+	h->in = NULL;
+}
+
+/* Forget a helper whose process is gone (or never was). */
+static void
+helper_free(struct helper *h)
+{
+	helper_close(h);
+	TAILQ_REMOVE(&helpers, h, entry);
+	limit_release(h->client, LIMIT_HELPERS, 1);
+	free(h->verb);
+	free(h);
+}
+
+/* Stop the exchange and the process; the struct waits for the exit. */
+static void
+helper_stop(struct helper *h)
+{
+	helper_close(h);
+	h->cb = NULL;
+	if (h->pid > 0)
+		fslink_kill(h->fs, h->pid, SIGKILL);
+}
+
+/* Answer the caller with an error, and stop the helper. */
+static void __attribute__((format(printf, 3, 4)))
+helper_fail(struct helper *h, const char *class, const char *fmt, ...)
+{
+	helper_cb	 cb = h->cb;
+	void		*arg = h->arg;
+	va_list		 ap;
+	char		*msg;
+
+	va_start(ap, fmt);
+	xvasprintf(&msg, fmt, ap);
+	va_end(ap);
+	if (strcmp(class, "INTERNAL") == 0)
+		log_error("helper %ld (%s, uid %ld): %s", (long)h->pid, h->verb,
+		    (long)h->client, msg);
+	else
+		log_info("helper %ld (%s, uid %ld): %s", (long)h->pid, h->verb,
+		    (long)h->client, msg);
+	helper_stop(h);
+	if (cb != NULL)
+		cb(NULL, NULL, 0, class, msg, arg);
+	free(msg);
+}
+
+static void
+helper_timeout_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct helper	*h = arg;
+
+	(void)fd; (void)events;
+	helper_fail(h, "LIMIT_EXCEEDED", "daemon.helper_timeout is %lldms: "
+	    "the %s request of uid %ld took longer", (long long)
+	    ember_conf.daemon_helper_timeout, h->verb, (long)h->client);
+}
+
+struct helper *
+helper_run(uid_t client, gid_t gid, const char *verb, json_t *args,
+    int fd_in, helper_cb cb, void *arg, const char **class, char **err)
+{
+	struct helper	*h;
+	struct pool	*p;
+	struct timeval	 tv;
+	json_t		*req;
+	char		*text;
+	int64_t		 ms = ember_conf.daemon_helper_timeout;
+
+	*class = "INTERNAL";
+	if ((p = pool_of_client(client, gid)) == NULL) {
+		xasprintf(err, "uid %ld: no user to run its work as",
+		    (long)client);
+		return (NULL);
+	}
+	if (!fslink_running(pool_fslink(p))) {
+		xasprintf(err, "uid %ld: its fork-server is not running now",
+		    (long)client);
+		return (NULL);
+	}
+	if (limit_charge(client, LIMIT_HELPERS, 1, err) == -1) {
+		*class = "LIMIT_EXCEEDED";
+		return (NULL);
+	}
+	h = xcalloc(1, sizeof *h);
+	h->id = helper_next_id++;
+	if (helper_next_id <= 0)
+		helper_next_id = 1;
+	h->client = client;
+	h->fs = pool_fslink(p);
+	h->pid = -1;
+	h->sock = -1;
+	h->fd_in = -1;
+	h->verb = xstrdup(verb);
+	h->cb = cb;
+	h->arg = arg;
+	h->started_ms = ember_now_ms();
+	TAILQ_INSERT_TAIL(&helpers, h, entry);
+	if (fd_in != -1 &&
+	    (h->fd_in = fcntl(fd_in, F_DUPFD_CLOEXEC, 3)) == -1) {
+		xasprintf(err, "dup: %s", strerror(errno));
+		helper_free(h);
+		return (NULL);
+	}
+	if (fslink_helper(h->fs, h->id) == -1) {
+		xasprintf(err, "uid %ld: its fork-server is not running now",
+		    (long)client);
+		helper_free(h);
+		return (NULL);
+	}
+
+	req = json_pack("{s:s,s:O}", "verb", verb, "args", args);
+	if ((text = json_dumps(req, JSON_COMPACT)) == NULL)
+		fatalx("json_dumps");
+	json_decref(req);
+	h->out = evbuffer_new();
+	evbuffer_add_frame(h->out, text, strlen(text));
+	free(text);
+	h->in = evbuffer_new();
+	h->timer = evtimer_new(ember_base, helper_timeout_cb, h);
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	evtimer_add(h->timer, &tv);
+	log_debug("helper request %d: %s for uid %ld", h->id, verb,
+	    (long)client);
+	return (h);
+}
+
+void
+helper_cancel(struct helper *h)
+{
+	if (h == NULL || h->cb == NULL)
+		return;
+	log_debug("helper %ld (%s, uid %ld): cancelled", (long)h->pid, h->verb,
+	    (long)h->client);
+	helper_stop(h);
+}
+
+/* Write the request; the descriptor rides on its first bytes.  0, or -1
+ * after failing the helper. */
+static int
+helper_write(struct helper *h)
+{
+	unsigned char	*data;
+	size_t		 len = evbuffer_get_length(h->out);
+	ssize_t		 n;
+
+	if (h->fd_in != -1) {
+		data = evbuffer_pullup(h->out, (ev_ssize_t)(len < 4096 ?
+		    len : 4096));
+		n = fd_send_many(h->sock, data, len < 4096 ? len : 4096,
+		    &h->fd_in, 1);
+		if (n > 0) {
+			close(h->fd_in);
+			h->fd_in = -1;
+			evbuffer_drain(h->out, (size_t)n);
+		}
+	} else
+		n = evbuffer_write(h->out, h->sock);
+	if (n == -1 && errno != EAGAIN && errno != EWOULDBLOCK &&
+	    errno != EINTR) {
+		helper_fail(h, "INTERNAL", "sending the request: %s",
+		    strerror(errno));
+		return (-1);
+	}
+	if (evbuffer_get_length(h->out) == 0) {
+		event_del(h->ev);
+		event_assign(h->ev, ember_base, h->sock, EV_READ | EV_PERSIST,
+		    helper_io_cb, h);
+		event_add(h->ev, NULL);
+	}
+	return (0);
+}
+
+/* The whole reply arrived: check its shape and answer the caller. */
+static void
+helper_answer(struct helper *h, size_t len)
+{
+	json_error_t	 je;
+	json_t		*msg, *reply, *ok;
+	helper_cb	 cb = h->cb;
+	void		*arg = h->arg;
+	const char	*error;
+	int		 fds[HELPER_MAX_FDS];
+	size_t		 nfds = h->nfds;
+
+	msg = json_loadb((const char *)evbuffer_pullup(h->in,
+	    (ev_ssize_t)len), len, 0, &je);
+	ok = json_object_get(msg, "ok");
+	reply = json_object_get(msg, "reply");
+	error = json_string_value(json_object_get(msg, "error"));
+	if (!json_is_object(msg) || !json_is_boolean(ok) ||
+	    (json_is_true(ok) && !json_is_object(reply)) ||
+	    (!json_is_true(ok) && error == NULL)) {
+		json_decref(msg);
+		helper_fail(h, "INTERNAL", "a malformed reply");
+		return;
+	}
+	if (!json_is_true(ok)) {
+		helper_fail(h, "INTERNAL", "it refused the request: %s",
+		    error);
+		json_decref(msg);
+		return;
+	}
+	log_debug("helper %ld (%s, uid %ld): answered in %llums",
+	    (long)h->pid, h->verb, (long)h->client,
+	    (unsigned long long)(ember_now_ms() - h->started_ms));
+	memcpy(fds, h->fds, sizeof fds);
+	h->nfds = 0;		/* the callback's now */
+	h->cb = NULL;
+	helper_close(h);
+	cb(reply, fds, nfds, NULL, NULL, arg);
+	json_decref(msg);
+}
+
+/* Read what the helper sent: 0, or -1 after failing or answering. */
+static int
+helper_read(struct helper *h)
+{
+	unsigned char	 hdr[4];
+	char		*buf;
+	int32_t		 len;
+	int		 overflow = 0;
+	ssize_t		 n;
+
+	buf = xmalloc(HELPER_READ_CHUNK);
+	n = fd_recv_many(h->sock, buf, HELPER_READ_CHUNK, h->fds,
+	    HELPER_MAX_FDS, &h->nfds, &overflow);
+	if (n > 0)
+		evbuffer_add(h->in, buf, (size_t)n);
+	free(buf);
+	if (overflow) {
+		helper_fail(h, "INTERNAL", "it passed too many descriptors");
+		return (-1);
+	}
+	if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+	    errno == EINTR))
+		return (0);
+	if (n == -1) {
+		helper_fail(h, "INTERNAL", "reading its reply: %s",
+		    strerror(errno));
+		return (-1);
+	}
+	if (evbuffer_get_length(h->in) >= sizeof hdr) {
+		evbuffer_copyout(h->in, hdr, sizeof hdr);
+		len = be32_get(hdr);
+		if (len <= 0 || len > HELPER_MAX_REPLY) {
+			helper_fail(h, "INTERNAL", "a reply of %d bytes", len);
+			return (-1);
+		}
+		if (evbuffer_get_length(h->in) >= sizeof hdr + (size_t)len) {
+			evbuffer_drain(h->in, sizeof hdr);
+			helper_answer(h, (size_t)len);
+			return (-1);
+		}
+	}
+	if (n == 0) {
+		helper_fail(h, "INTERNAL", "it exited without a reply");
+		return (-1);
+	}
+	return (0);
+}
+
+static void
+helper_io_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct helper	*h = arg;
+
+	(void)fd;
+	if ((events & EV_WRITE) && helper_write(h) == -1)
+		return;
+	if (events & EV_READ)
+		helper_read(h);
+}
+
+void
+helper_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
+{
+	struct helper	*h = helper_find(fs, request);
+
+	if (h == NULL || h->pid != -1) {
+		log_error("fork-server sent helper %ld for request %d, which "
+		    "is not waiting", (long)pid, request);
+		close(fd);
+		fslink_kill(fs, pid, SIGKILL);
+		return;
+	}
+	h->pid = pid;
+	if (h->cb == NULL) {		/* cancelled meanwhile */
+		close(fd);
+		fslink_kill(fs, pid, SIGKILL);
+		return;
+	}
+	h->sock = fd;
+	evutil_make_socket_nonblocking(fd);
+	h->ev = event_new(ember_base, fd, EV_READ | EV_WRITE | EV_PERSIST,
+	    helper_io_cb, h);
+	event_add(h->ev, NULL);
+	log_debug("helper %ld started for request %d (%s, uid %ld)", (long)pid,
+	    request, h->verb, (long)h->client);
+}
+
+void
+helper_fork_failed(struct fslink *fs, int32_t request, int error)
+{
+	struct helper	*h = helper_find(fs, request);
+
+	if (h == NULL || h->pid != -1) {
+		log_error("fork-server failed helper request %d, which is not "
+		    "waiting", request);
+		return;
+	}
+	if (h->cb != NULL)
+		helper_fail(h, "INTERNAL", "the fork-server could not fork "
+		    "it: %s", strerror(error));
+	helper_free(h);
+}
+
+int
+helper_exited(struct fslink *fs, pid_t pid, int status)
+{
+	struct helper	*h;
+	char		 how[96];
+	int		 turns = HELPER_MAX_REPLY / HELPER_READ_CHUNK + 2;
+
+	TAILQ_FOREACH(h, &helpers, entry) {
+		if (h->fs == fs && h->pid == pid)
+			break;
+	}
+	if (h == NULL)
+		return (0);
+	if (h->cb != NULL) {
+		/* Its socket may still hold the reply: read it first. */
+		while (h->sock != -1 && h->cb != NULL && turns-- > 0 &&
+		    helper_read(h) == 0)
+			;
+	}
+	if (h->cb != NULL) {
+		log_describe_wait(status, how, sizeof how);
+		helper_fail(h, "INTERNAL", "it %s without a reply", how);
+	}
+	helper_free(h);
+	return (1);
+}
+
+void
+helper_lost(struct fslink *fs, const char *why)
+{
+	struct helper	*h, *next;
+
+	TAILQ_FOREACH_SAFE(h, &helpers, entry, next) {
+		if (h->fs != fs)
+			continue;
+		if (h->cb != NULL)
+			helper_fail(h, "INTERNAL", "%s", why);
+		helper_free(h);
+	}
+}
+
+void
+helper_shutdown(void)
+{
+	struct helper	*h;
+
+	while ((h = TAILQ_FIRST(&helpers)) != NULL) {
+		h->cb = NULL;
+		helper_free(h);
+	}
+}
+
+json_int_t
+helper_count(uid_t uid)
+{
+	struct helper	*h;
+	json_int_t	 n = 0;
+
+	TAILQ_FOREACH(h, &helpers, entry) {
+		if (uid == 0 || h->client == uid)
+			n++;
+	}
+	return (n);
+}

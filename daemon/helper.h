@@ -1,0 +1,65 @@
+/*
+ * Helpers: file work done as the user, off emberd's loop.  emberd never
+ * opens, stats, globs or parses a path a client named with its own
+ * rights; it asks the client's fork-server (already running as the user
+ * the client's jobs run as) for a one-shot helper process, sends it one
+ * request (a verb, its arguments, and optionally a descriptor), and gets
+ * one reply back (JSON, and the descriptors the verb hands out).  The
+ * verbs are worker/helper.c's; docs/protocol.md lists them.
+ *
+ * Every helper is bounded: daemon.max_helpers_per_uid and
+ * daemon.max_helpers running at once, daemon.helper_timeout each.
+ */
+#ifndef EMBER_HELPER_H
+#define EMBER_HELPER_H
+
+#include <sys/types.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+struct fslink;
+struct helper;
+
+/*
+ * The answer, exactly once per helper_run that returned a handle, unless
+ * the handle was cancelled first.  On success class is NULL, reply is
+ * the verb's reply object (borrowed: incref what you keep) and fds[nfds]
+ * the descriptors it handed out, which the callback now owns.  On failure
+ * reply is NULL, nfds 0, and class and error say why: LIMIT_EXCEEDED for
+ * daemon.helper_timeout, INTERNAL for a helper that could not be started
+ * or answered nonsense (logged).  The handle is gone when it is called.
+ */
+typedef void	(*helper_cb)(json_t *reply, int *fds, size_t nfds,
+		    const char *class, const char *error, void *arg);
+
+/*
+ * Run verb with args (borrowed) as the user whose jobs client uid:gid's
+ * jobs run as, passing fd_in along unless it is -1 (duplicated: the
+ * caller keeps its own).  Returns a handle, or NULL with *err (allocated)
+ * and *class set when it cannot start: LIMIT_EXCEEDED naming the limit,
+ * INTERNAL when that user's fork-server is not running.
+ */
+struct helper	*helper_run(uid_t client, gid_t gid, const char *verb,
+		    json_t *args, int fd_in, helper_cb, void *arg,
+		    const char **class, char **err);
+/* Nobody waits for the answer any more (its client went away): the
+ * callback is not called, the helper is killed, nothing is left. */
+void		 helper_cancel(struct helper *);
+
+/* From fslink.c: a fork-server's answers about helpers.  helper_exited
+ * returns 1 if pid was a helper's (else it is a worker's). */
+void		 helper_forked(struct fslink *, int32_t request, pid_t, int fd);
+void		 helper_fork_failed(struct fslink *, int32_t request, int error);
+int		 helper_exited(struct fslink *, pid_t, int status);
+/* A fork-server exited: its helpers are gone, their requests fail. */
+void		 helper_lost(struct fslink *, const char *why);
+/* Cancel and forget every helper (exit). */
+void		 helper_shutdown(void);
+
+/* Helpers running, for status: uid's, or everyone's for root (0). */
+json_int_t	 helper_count(uid_t);
+
+#endif

@@ -1,0 +1,311 @@
+"""
+emberd never acts on a path a client named with its own rights.
+
+Run as root (as CI does), these tests run emberd as root and attack it as
+two unprivileged users of their own (removed at the end): through the
+errors of a text source's glob and open (listing a root-only directory,
+learning whether a root-only file exists), with a udf library the user
+cannot read, with a terminal named as a text path, with checks so slow
+they would freeze a daemon that ran them itself.  The file work runs in a
+helper that the user's fork-server forks, as the user, off emberd's loop;
+these tests also check that helpers are bounded, timed out and cancelled.
+Not root, each test says why it does nothing.
+"""
+
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *	# noqa: E402,F403
+from users import *	# noqa: E402,F403
+
+SHARED = ["daemon.socket_mode=0666", "workers.max=2"]
+PLUGIN = os.path.join(BUILDDIR, "examples", "udf_example.so")
+# Deep enough that a glob of it never ends: every level has four links
+# back to itself.
+LOOP_DEPTH = 12
+
+
+def error_of(reply):
+    """(class, message) of an error reply, or None."""
+    if reply.get("ok") is not False:
+        return None
+    return (reply["error"]["class"], reply["error"]["message"])
+
+
+def execute_as(d, tag, plan, action="count", options=None):
+    """The reply to one execute of plan by user tag."""
+    def run():
+        with d.client() as c:
+            return c.execute(plan, action, options)
+    return as_user(tag, run)
+
+
+def private_dir(d, name="private"):
+    """A root-only directory holding secret.txt."""
+    path = d.path(name)
+    os.mkdir(path, 0o700)
+    write_file(os.path.join(path, "secret.txt"), "root's secret\n")
+    return path
+
+
+def loop_dir(d):
+    """A directory whose four entries all lead back to it, and a glob of
+    it that would take hours: 4^LOOP_DEPTH directories to read."""
+    path = d.path("loop")
+    os.mkdir(path, 0o755)
+    for name in "abcd":
+        os.symlink(".", os.path.join(path, name))
+    return path, path + "/*" * LOOP_DEPTH + "/x"
+
+
+def helpers(d, uid=None):
+    """Pids of the helpers under emberd, of uid if given."""
+    found = []
+    for pid in descendants(d.pid):
+        try:
+            if "ember-worker: helper" not in cmdline(pid):
+                continue
+            if uid is not None and os.stat("/proc/%d" % pid).st_uid != uid:
+                continue
+        except OSError:
+            continue
+        found.append(pid)
+    return found
+
+
+def helpers_held(d, uid):
+    """What status says uid holds of daemon.max_helpers_per_uid."""
+    with d.client() as c:
+        users = c.status()["limits"]["users"]
+    for u in users:
+        if u["uid"] == uid:
+            return u["limits"]["daemon.max_helpers_per_uid"]["used"]
+    return 0
+
+
+class StatusWatch:
+    """Time root's status round trips, one after another, until stopped."""
+
+    def __init__(self, d):
+        self.client = d.client()
+        self.worst = 0.0
+        self.count = 0
+        self.running = True
+        self.error = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            while self.running:
+                start = time.monotonic()
+                self.client.status()
+                self.worst = max(self.worst, time.monotonic() - start)
+                self.count += 1
+                time.sleep(0.01)
+        except BaseException as e:	# noqa: B902
+            self.error = e
+
+    def stop(self):
+        self.running = False
+        self.thread.join(30)
+        self.client.close()
+        check(self.error is None, "status failed: %r" % self.error)
+        check(self.count > 0, "no status round trip completed")
+        return self.worst
+
+
+# ---------------------------------------------------------------------------
+# What a user learns through errors
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_root_only_file_looks_as_it_does_to_the_user(d):
+    """A root-only file and a missing one in a root-only directory give
+    user a the same error: permission denied, the error the user's own
+    open gives; nothing tells them the file exists."""
+    private = private_dir(d)
+    there = execute_as(d, "a", text_plan([private + "/secret.txt"]))
+    missing = execute_as(d, "a", text_plan([private + "/nosuch.txt"]))
+    for reply, name in ((there, "secret.txt"), (missing, "nosuch.txt")):
+        err = error_of(reply)
+        check(err is not None, "the plan of %s was accepted" % name)
+        check_eq(err[0], "PLAN_INVALID", "class for %s (%r)" % (name, err))
+        check("Permission denied" in err[1], "message %r" % err[1])
+    check_eq(error_of(there)[1].replace("secret", "X"),
+             error_of(missing)[1].replace("nosuch", "X"),
+             "the errors for a file there and a missing one")
+
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_glob_cannot_list_a_root_only_directory(d):
+    """A glob into a root-only directory matches nothing for user a, as
+    it would for the user's own shell: no file name comes back."""
+    private = private_dir(d)
+    for pattern in ("/*", "/s*", "/*.txt", "/[s]*"):
+        err = error_of(execute_as(d, "a", text_plan([private + pattern])))
+        check(err is not None, "the glob %s was accepted" % pattern)
+        check_eq(err[0], "PLAN_INVALID", "class (%r)" % (err,))
+        check("secret.txt" not in err[1], "the error names the file: %r" %
+              err[1])
+        check("no file matches" in err[1], "message %r" % err[1])
+
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_udf_library_the_user_cannot_read(d):
+    """A udf library readable by root alone is refused for user a, with
+    the user's own error; a copy the user can read is accepted."""
+    private = private_dir(d)
+    hidden = os.path.join(private, "udf.so")
+    shutil.copy(PLUGIN, hidden)
+    os.chmod(hidden, 0o600)
+    shared = d.path("udf.so")
+    shutil.copy(PLUGIN, shared)
+    os.chmod(shared, 0o644)
+
+    def plan(lib):
+        return range_plan(0, 10, 2, ops=[{"udf": {"library": lib,
+                                                  "symbol": "udf_wordlen"}}])
+    err = error_of(execute_as(d, "a", plan(hidden)))
+    check(err is not None, "a library the user cannot read was accepted")
+    check_eq(err[0], "PLAN_INVALID", "class (%r)" % (err,))
+    check(err[1].startswith("plan.ops[0].udf.library: ") and
+          "Permission denied" in err[1], "message %r" % err[1])
+    reply = execute_as(d, "a", plan(shared))
+    check(reply.get("ok") is True, "the user's own library: %r" % reply)
+    check_eq(reply.get("count"), 10, "count")
+
+
+# ---------------------------------------------------------------------------
+# Helpers: off the loop, bounded, cancelled
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_deep_glob_does_not_freeze_others(d):
+    """User a's deep globs (the one of /usr, and one that never ends)
+    run outside emberd's loop: root's status round trips stay under
+    0.5 s all along, and user b's job is served meanwhile."""
+    _, endless = loop_dir(d)
+    b_file = write_file(d.path("b.txt"), "one\ntwo\n")
+    os.chmod(b_file, 0o644)
+    watch = StatusWatch(d)
+
+    def attack(ctl):
+        with d.client() as c1, d.client() as c2:
+            c1.send_json({"op": "execute", "action": "count", "plan":
+                          text_plan(["/usr" + "/*" * 10 + "/x"])})
+            c2.send_json({"op": "execute", "action": "count", "plan":
+                          text_plan([endless])})
+            ctl.ready()
+            ctl.wait_go()
+            return error_of(c1.recv_json())
+    a = AsUser(USERS["a"], attack)
+    try:
+        a.wait_ready()
+        wait_until(lambda: len(helpers(d, USERS["a"][0])) >= 1, 10)
+        start = time.monotonic()
+        counted = as_user("b", lambda: d.client().count(text_plan([b_file])))
+        check_eq(counted, 2, "user b's count")
+        check(time.monotonic() - start < 2.0, "user b waited %.2fs" %
+              (time.monotonic() - start))
+        time.sleep(1.0)
+        a.go()
+        err = a.result()
+    finally:
+        a.close()
+    worst = watch.stop()
+    print("worst status round trip during the globs: %.3fs" % worst)
+    check(worst < 0.5, "status took %.3fs during the globs" % worst)
+    check(err is not None and err[0] == "PLAN_INVALID", "the /usr glob: %r"
+          % (err,))
+
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_helper_cancelled_when_the_client_leaves(d):
+    """A client that goes away while its plan is checked leaves nothing
+    behind: the helper is killed and no longer counted."""
+    _, endless = loop_dir(d)
+    uid = USERS["a"][0]
+
+    def attack(ctl):
+        c = d.client()
+        c.send_json({"op": "execute", "action": "count", "plan":
+                     text_plan([endless])})
+        ctl.ready()
+        ctl.wait_go()
+        c.close_abruptly()
+    a = AsUser(USERS["a"], attack)
+    try:
+        a.wait_ready()
+        wait_until(lambda: len(helpers(d, uid)) == 1, 10)
+        check_eq(helpers_held(d, uid), 1, "helpers held while it runs")
+        a.go()
+        a.result()
+    finally:
+        a.close()
+    check(wait_until(lambda: not helpers(d, uid), 5),
+          "the helper outlived its client: %r" % helpers(d, uid))
+    check(wait_until(lambda: helpers_held(d, uid) == 0, 5),
+          "the helper is still counted")
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.helper_timeout=500ms"])
+def test_helper_timeout(d):
+    """A check that takes longer than daemon.helper_timeout is refused,
+    naming the key, and its helper killed."""
+    _, endless = loop_dir(d)
+    start = time.monotonic()
+    err = error_of(execute_as(d, "a", text_plan([endless])))
+    took = time.monotonic() - start
+    check(err is not None, "an endless glob was accepted")
+    check_eq(err[0], "LIMIT_EXCEEDED", "class (%r)" % (err,))
+    check(err[1].startswith("plan: ") and "daemon.helper_timeout is 500ms"
+          in err[1], "message %r" % err[1])
+    check(took < 5, "the refusal took %.2fs" % took)
+    check(wait_until(lambda: not helpers(d), 5), "the helper lives on")
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_helpers_per_uid=1"])
+def test_helpers_bounded_per_uid(d):
+    """User a has one helper at most; a second check is refused naming
+    daemon.max_helpers_per_uid, while user b is served."""
+    _, endless = loop_dir(d)
+    b_file = write_file(d.path("b.txt"), "one\n")
+    os.chmod(b_file, 0o644)
+    uid = USERS["a"][0]
+
+    def attack(ctl):
+        with d.client() as c1:
+            c1.send_json({"op": "execute", "action": "count", "plan":
+                          text_plan([endless])})
+            ctl.ready()
+            ctl.wait_go()
+            with d.client() as c2:
+                return error_of(c2.execute(text_plan([endless]), "count"))
+    a = AsUser(USERS["a"], attack)
+    try:
+        a.wait_ready()
+        wait_until(lambda: len(helpers(d, uid)) == 1, 10)
+        a.go()
+        err = a.result()
+    finally:
+        a.close()
+    check(err is not None and err[0] == "LIMIT_EXCEEDED" and
+          err[1].startswith("daemon.max_helpers_per_uid is 1"),
+          "the second check: %r" % (err,))
+    counted = as_user("b", lambda: d.client().count(text_plan([b_file])))
+    check_eq(counted, 1, "user b's count")
+
+
+if __name__ == "__main__":
+    run_tests(globals())

@@ -1,0 +1,162 @@
+/*
+ * worker/helper.c: one request in, one reply out, over a socketpair, with
+ * descriptors both ways (common/fdpass.c's fd_send_many, fd_recv_many).
+ */
+#include <sys/socket.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fdpass.h"
+#include "frame.h"
+#include "helper.h"
+#include "protocol.h"
+#include "suites.h"
+
+/* Send a request frame with nfds descriptors, run the helper on the other
+ * end, and return its reply (the descriptors it passed in fds). */
+static json_t *
+helper_exchange(const char *text, const int *in, size_t nin, int *fds,
+    size_t *nfds, int *rc)
+{
+	unsigned char	*buf, hdr[4];
+	json_error_t	 je;
+	json_t		*reply;
+	size_t		 len = strlen(text), got = 0;
+	int		 sv[2], overflow = 0;
+	int32_t		 n;
+	ssize_t		 r;
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	buf = malloc(len + 4);
+	be32_put(buf, (int32_t)len);
+	memcpy(buf + 4, text, len);
+	ck_assert_int_eq(fd_send_many(sv[0], buf, len + 4, in, nin),
+	    (ssize_t)(len + 4));
+	free(buf);
+	*rc = helper_main(sv[1]);
+	close(sv[1]);
+
+	*nfds = 0;
+	while (got < 4) {
+		r = fd_recv_many(sv[0], hdr + got, 4 - got, fds,
+		    HELPER_MAX_FDS, nfds, &overflow);
+		ck_assert_int_gt(r, 0);
+		got += (size_t)r;
+	}
+	n = be32_get(hdr);
+	ck_assert_int_gt(n, 0);
+	buf = malloc((size_t)n);
+	for (got = 0; got < (size_t)n; got += (size_t)r) {
+		r = fd_recv_many(sv[0], buf + got, (size_t)n - got, fds,
+		    HELPER_MAX_FDS, nfds, &overflow);
+		ck_assert_int_gt(r, 0);
+	}
+	ck_assert_int_eq(overflow, 0);
+	close(sv[0]);
+	reply = json_loadb((char *)buf, (size_t)n, 0, &je);
+	free(buf);
+	ck_assert_ptr_nonnull(reply);
+	return (reply);
+}
+
+START_TEST(test_helper_plan_check_files)
+{
+	char		 dir[] = "/tmp/check_helper.XXXXXX", path[64], req[256];
+	json_t		*reply, *files;
+	size_t		 nfds;
+	int		 fds[HELPER_MAX_FDS], fd, rc;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/a.txt", dir);
+	fd = open(path, O_WRONLY | O_CREAT, 0644);
+	ck_assert_int_eq(write(fd, "one\ntwo\n", 8), 8);
+	close(fd);
+	snprintf(req, sizeof req, "{\"verb\":\"plan_check\",\"args\":{\"plan\":"
+	    "{\"source\":{\"text\":{\"paths\":[\"%s/*.txt\"]}}}}}", dir);
+	reply = helper_exchange(req, NULL, 0, fds, &nfds, &rc);
+	ck_assert_int_eq(rc, 0);
+	ck_assert_uint_eq(nfds, 0);
+	ck_assert(json_is_true(json_object_get(reply, "ok")));
+	files = json_object_get(json_object_get(reply, "reply"), "files");
+	ck_assert_uint_eq(json_array_size(files), 1);
+	ck_assert_str_eq(json_string_value(json_object_get(
+	    json_array_get(files, 0), "path")), path);
+	ck_assert_int_eq(json_integer_value(json_object_get(
+	    json_array_get(files, 0), "size")), 8);
+	json_decref(reply);
+
+	/* What is wrong with the files is the verb's answer, not a failure. */
+	snprintf(req, sizeof req, "{\"verb\":\"plan_check\",\"args\":{\"plan\":"
+	    "{\"source\":{\"text\":{\"paths\":[\"%s/none\"]}}}}}", dir);
+	reply = helper_exchange(req, NULL, 0, fds, &nfds, &rc);
+	ck_assert_int_eq(rc, 0);
+	ck_assert(json_is_true(json_object_get(reply, "ok")));
+	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(
+	    json_object_get(reply, "reply"), "error")),
+	    "plan.source.text.paths[0]: "));
+	json_decref(reply);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
+START_TEST(test_helper_bad_requests)
+{
+	static const char *const bad[] = {
+		"{\"verb\":\"format_disk\",\"args\":{}}",
+		"{\"verb\":\"plan_check\"}",
+		"{\"verb\":\"plan_check\",\"args\":{\"plan\":{},\"x\":1}}",
+		"{\"verb\":\"plan_check\",\"args\":{},\"more\":1}",
+	};
+	json_t	*reply;
+	size_t	 i, nfds;
+	int	 fds[HELPER_MAX_FDS], p[2], rc;
+
+	signal(SIGPIPE, SIG_IGN);
+	for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		/* A descriptor passed along is closed, not leaked. */
+		ck_assert_int_eq(pipe(p), 0);
+		reply = helper_exchange(bad[i], &p[0], 1, fds, &nfds, &rc);
+		close(p[0]);
+		ck_assert_int_eq(rc, 0);
+		ck_assert(json_is_false(json_object_get(reply, "ok")));
+		ck_assert(json_is_string(json_object_get(reply, "error")));
+		json_decref(reply);
+		/* The helper's copy is closed: the pipe has no reader. */
+		ck_assert_int_eq(write(p[1], "x", 1), -1);
+		close(p[1]);
+	}
+}
+END_TEST
+
+START_TEST(test_helper_no_request)
+{
+	int	sv[2];
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	close(sv[0]);
+	ck_assert_int_eq(helper_main(sv[1]), 1);
+	close(sv[1]);
+}
+END_TEST
+
+Suite *
+helper_suite(void)
+{
+	Suite	*s = suite_create("helper");
+	TCase	*tc;
+
+	tc = tcase_create("requests");
+	tcase_set_timeout(tc, 5);
+	tcase_add_test(tc, test_helper_plan_check_files);
+	tcase_add_test(tc, test_helper_bad_requests);
+	tcase_add_test(tc, test_helper_no_request);
+	suite_add_tcase(s, tc);
+	return (s);
+}

@@ -1,0 +1,236 @@
+#include <sys/types.h>
+#include <sys/socket.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "fdpass.h"
+#include "frame.h"
+#include "helper.h"
+#include "jread.h"
+#include "log.h"
+#include "plan.h"
+#include "protocol.h"
+#include "xmalloc.h"
+
+static json_t	*helper_plan_check(json_t *, const int *, size_t, int *,
+		    size_t *, char **);
+
+/* What a helper can be asked to do. */
+static const struct {
+	const char	*name;
+	helper_verb_fn	 fn;
+} helper_verbs[] = {
+	{ "plan_check", helper_plan_check },
+};
+
+/* Find a verb by name. */
+helper_verb_fn
+helper_find_verb(const char *name)
+{
+	size_t	i;
+
+	for (i = 0; i < sizeof helper_verbs / sizeof helper_verbs[0]; i++) {
+		if (strcmp(helper_verbs[i].name, name) == 0)
+			return (helper_verbs[i].fn);
+	}
+	return (NULL);
+}
+
+/*
+ * plan_check: {"plan": P}.  Check what the plan names outside itself as
+ * the user sees it: expand the text paths' globs, open and size each file,
+ * check each udf's library and symbol.  Replies {"error": E} (E starts
+ * with the plan field at fault), or {"files": [...]} for a text source
+ * and {"udfs": [{"deterministic": B}, ...]}, one per udf op in order.
+ */
+static json_t *
+helper_plan_check(json_t *args, const int *fds_in, size_t nin,
+    int *fds_out, size_t *nout, char **err)
+{
+	static const char *const keys[] = { "plan", NULL };
+	struct plan	*plan = NULL;
+	json_t		*plan_json, *reply, *udfs;
+	char		*perr = NULL;
+	size_t		 i;
+
+	(void)fds_in; (void)nin; (void)fds_out;
+	*nout = 0;
+	if (jread_only(args, "args", keys, err) == -1 ||
+	    jread_object(args, "args", "plan", JREAD_REQUIRED, &plan_json,
+	    err) == -1)
+		return (NULL);
+	if (plan_parse(plan_json, &plan, &perr) == -1 ||
+	    plan_check_resources(plan, &perr) == -1) {
+		reply = json_pack("{s:s}", "error", perr);
+		free(perr);
+		plan_free(plan);
+		return (reply);
+	}
+	reply = json_object();
+	if (plan->source == PLAN_SOURCE_TEXT)
+		json_object_set_new(reply, "files", plan_files_to_json(plan));
+	udfs = json_array();
+	for (i = 0; i < plan->nops; i++) {
+		if (plan->ops[i].type == PLAN_OP_UDF)
+			json_array_append_new(udfs, json_pack("{s:b}",
+			    "deterministic", plan->ops[i].udf_deterministic));
+	}
+	json_object_set_new(reply, "udfs", udfs);
+	plan_free(plan);
+	return (reply);
+}
+
+/* Read exactly len bytes, collecting descriptors: 0, or -1. */
+static int
+helper_read(int sock, void *buf, size_t len, int *fds, size_t *nfds)
+{
+	int	overflow = 0;
+	ssize_t	n;
+
+	while (len > 0) {
+		n = fd_recv_many(sock, buf, len, fds, HELPER_MAX_FDS, nfds,
+		    &overflow);
+		if (n <= 0)
+			return (-1);
+		buf = (char *)buf + n;
+		len -= (size_t)n;
+	}
+	return (overflow ? -1 : 0);
+}
+
+/* Read the request frame; NULL (logged) if it cannot be. */
+static json_t *
+helper_read_request(int sock, int *fds, size_t *nfds)
+{
+	unsigned char	 hdr[4];
+	json_error_t	 je;
+	json_t		*req;
+	char		*buf;
+	int32_t		 len;
+
+	if (helper_read(sock, hdr, sizeof hdr, fds, nfds) == -1) {
+		log_error("helper: reading the request: %s",
+		    errno != 0 ? strerror(errno) : "end of file");
+		return (NULL);
+	}
+	len = be32_get(hdr);
+	if (len <= 0 || len > HELPER_MAX_REQUEST) {
+		log_error("helper: request of %d bytes", len);
+		return (NULL);
+	}
+	buf = xmalloc((size_t)len);
+	if (helper_read(sock, buf, (size_t)len, fds, nfds) == -1) {
+		log_error("helper: reading the request: short");
+		free(buf);
+		return (NULL);
+	}
+	req = json_loadb(buf, (size_t)len, 0, &je);
+	free(buf);
+	if (req == NULL || !json_is_object(req)) {
+		log_error("helper: request is not a JSON object");
+		json_decref(req);
+		return (NULL);
+	}
+	return (req);
+}
+
+/* Write the reply frame, the descriptors with its first bytes. */
+static int
+helper_write_reply(int sock, json_t *reply, const int *fds, size_t nfds)
+{
+	unsigned char	*buf;
+	char		*text;
+	size_t		 len, off = 0;
+	ssize_t		 n;
+
+	if ((text = json_dumps(reply, JSON_COMPACT)) == NULL)
+		fatalx("json_dumps");
+	len = strlen(text);
+	if (len > HELPER_MAX_REPLY) {
+		free(text);
+		reply = json_pack("{s:b,s:s}", "ok", 0, "error",
+		    "the reply is too large");
+		text = json_dumps(reply, JSON_COMPACT);
+		json_decref(reply);
+		len = strlen(text);
+		nfds = 0;
+	}
+	buf = xmalloc(len + 4);
+	be32_put(buf, (int32_t)len);
+	memcpy(buf + 4, text, len);
+	free(text);
+	len += 4;
+	n = fd_send_many(sock, buf, len, fds, nfds);
+	while (n > 0 && (off += (size_t)n) < len) {
+		do
+			n = send(sock, buf + off, len - off, MSG_NOSIGNAL);
+		while (n == -1 && errno == EINTR);
+	}
+	free(buf);
+	if (n <= 0) {
+		log_error("helper: writing the reply: %s", strerror(errno));
+		return (-1);
+	}
+	return (0);
+}
+
+/* Run the request's verb; the reply, ok or not. */
+static json_t *
+helper_dispatch(json_t *req, const int *fds, size_t nfds, int *out,
+    size_t *nout)
+{
+	static const char *const keys[] = { "verb", "args", NULL };
+	helper_verb_fn	 fn;
+	const char	*verb;
+	json_t		*args, *reply;
+	char		*err = NULL;
+
+	if (jread_only(req, "", keys, &err) == -1 ||
+	    jread_string(req, "", "verb", JREAD_REQUIRED, &verb, &err) == -1 ||
+	    jread_object(req, "", "args", JREAD_REQUIRED, &args, &err) == -1)
+		goto fail;
+	if ((fn = helper_find_verb(verb)) == NULL) {
+		xasprintf(&err, "unknown verb \"%s\"", verb);
+		goto fail;
+	}
+	log_debug("helper %ld: %s", (long)getpid(), verb);
+	if ((reply = fn(args, fds, nfds, out, nout, &err)) == NULL) {
+		*nout = 0;
+		goto fail;
+	}
+	return (json_pack("{s:b,s:o}", "ok", 1, "reply", reply));
+fail:
+	log_error("helper: bad request: %s", err);
+	reply = json_pack("{s:b,s:s}", "ok", 0, "error", err);
+	free(err);
+	return (reply);
+}
+
+int
+helper_main(int sock)
+{
+	json_t	*req, *reply;
+	int	 in[HELPER_MAX_FDS], out[HELPER_MAX_FDS], rc;
+	size_t	 nin = 0, nout = 0, i;
+
+	if ((req = helper_read_request(sock, in, &nin)) == NULL) {
+		for (i = 0; i < nin; i++)
+			close(in[i]);
+		return (1);
+	}
+	reply = helper_dispatch(req, in, nin, out, &nout);
+	json_decref(req);
+	for (i = 0; i < nin; i++)
+		close(in[i]);
+	rc = helper_write_reply(sock, reply, out, nout) == -1 ? 1 : 0;
+	json_decref(reply);
+	for (i = 0; i < nout; i++)
+		close(out[i]);
+	return (rc);
+}

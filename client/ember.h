@@ -89,7 +89,10 @@ int		 ember_request(struct ember *, const char *request_json,
 
 /*
  * Execute a plan (JSON text) with an action ("iterate", "collect", "count",
- * ...) and options (a JSON object as text, or NULL).  Returns as
+ * ...) and options (a JSON object as text, or NULL).  Relative paths (the
+ * text source's, a udf's library, a save's options.path) are made
+ * absolute against the working directory first, as for an execute sent
+ * with ember_request: emberd refuses relative ones.  Returns as
  * ember_request.  For iterate and collect, a successful execute opens the
  * result stream: read it with ember_next until it returns 0 or -1, or end it
  * with ember_stop; no other request is allowed meanwhile.

@@ -1106,6 +1106,65 @@ ember_parse(struct ember *e, const char *text, const char *what,
 	return (j);
 }
 
+/* Make the string at j[key] absolute against dir, if it is relative. */
+static int
+ember_absolute_one(json_t *j, const char *key, const char *dir)
+{
+	json_t		*v = json_object_get(j, key);
+	const char	*path = json_string_value(v);
+	char		*full;
+	int		 rc;
+
+	if (path == NULL || *path == '/' || *path == '\0')
+		return (0);
+	if (asprintf(&full, "%s/%s", dir, path) == -1)
+		return (-1);
+	rc = json_object_set_new(j, key, json_string(full));
+	free(full);
+	return (rc);
+}
+
+/*
+ * Make the paths of an execute request absolute against our working
+ * directory: emberd refuses relative ones, as it cannot know where the
+ * client stands.  The text source's paths, each udf's library, and a
+ * save's options.path.  0, or -1 with the error set.
+ */
+static int
+ember_make_absolute(struct ember *e, json_t *req)
+{
+	json_t	*plan = json_object_get(req, "plan"), *paths, *ops, *op, *p;
+	char	*dir, *full;
+	size_t	 i;
+	int	 rc = 0;
+
+	if ((dir = getcwd(NULL, 0)) == NULL)
+		return (ember_fail(e, "PLAN_INVALID", "cannot make the plan's "
+		    "paths absolute: getcwd: %s", strerror(errno)));
+	paths = json_object_get(json_object_get(json_object_get(plan,
+	    "source"), "text"), "paths");
+	json_array_foreach(paths, i, p) {
+		if (!json_is_string(p) || *json_string_value(p) == '/' ||
+		    *json_string_value(p) == '\0')
+			continue;
+		if (asprintf(&full, "%s/%s", dir, json_string_value(p)) == -1) {
+			rc = -1;
+			break;
+		}
+		rc |= json_array_set_new(paths, i, json_string(full));
+		free(full);
+	}
+	ops = json_object_get(plan, "ops");
+	json_array_foreach(ops, i, op)
+		rc |= ember_absolute_one(json_object_get(op, "udf"), "library",
+		    dir);
+	rc |= ember_absolute_one(json_object_get(req, "options"), "path", dir);
+	free(dir);
+	if (rc != 0)
+		return (ember_fail(e, "NO_MEMORY", "out of memory"));
+	return (0);
+}
+
 /* Send a control request given as JSON text. */
 int
 ember_request(struct ember *e, const char *request_json, char **reply_json)
@@ -1123,6 +1182,12 @@ ember_request(struct ember *e, const char *request_json, char **reply_json)
 		json_decref(req);
 		return (ember_fail(e, "REQUEST_INVALID", "request: expected "
 		    "a JSON object"));
+	}
+	if (json_is_string(json_object_get(req, "op")) &&
+	    strcmp(json_string_value(json_object_get(req, "op")),
+	    "execute") == 0 && ember_make_absolute(e, req) == -1) {
+		json_decref(req);
+		return (-1);
 	}
 	return (ember_call(e, req, reply_json, NULL));
 }
@@ -1155,6 +1220,10 @@ ember_execute_request(struct ember *e, const char *plan_json,
 		json_decref(options);
 	if (req == NULL)
 		ember_fail(e, "NO_MEMORY", "out of memory");
+	else if (ember_make_absolute(e, req) == -1) {
+		json_decref(req);
+		req = NULL;
+	}
 	return (req);
 }
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,35 @@ plan_parse_range(struct plan *plan, json_t *range, char **err)
 /* Parse a text source: its paths, expanded later. */
 
 /* Parse a text source: its paths, expanded later. */
+/*
+ * A path a plan names must be absolute: emberd has no working directory
+ * of the client's to resolve it against (clients make their paths
+ * absolute before sending them).  It must hold no NUL either.  field is
+ * a format for the field's name.
+ */
+static int __attribute__((format(printf, 3, 4)))
+plan_check_absolute(json_t *p, char **err, const char *field, ...)
+{
+	const char	*path = json_string_value(p);
+	char		*name;
+	va_list		 ap;
+	int		 rc = 0;
+
+	if (path[0] == '/' && strlen(path) == json_string_length(p))
+		return (0);
+	va_start(ap, field);
+	xvasprintf(&name, field, ap);
+	va_end(ap);
+	if (path[0] != '/')
+		rc = jread_fail(err, name, "\"%s\" is not an absolute path "
+		    "(emberd does not know the client's working directory)",
+		    path);
+	else
+		rc = jread_fail(err, name, "holds a NUL byte");
+	free(name);
+	return (rc);
+}
+
 static int
 plan_parse_text(struct plan *plan, json_t *text, char **err)
 {
@@ -111,6 +141,9 @@ plan_parse_text(struct plan *plan, json_t *text, char **err)
 		if (!json_is_string(p) || json_string_length(p) == 0)
 			return (jread_fail(err, "plan.source.text.paths",
 			    "item %zu: expected a non-empty string", i));
+		if (plan_check_absolute(p, err, "plan.source.text.paths[%zu]",
+		    i) == -1)
+			return (-1);
 		plan->files[i].path = xstrdup(json_string_value(p));
 		plan->files[i].size = -1;
 		plan->nfiles++;
@@ -428,6 +461,9 @@ plan_parse_udf(struct plan_op *op, json_t *arg, const char *path, char **err)
 	}
 	if (*library == '\0')
 		return (jread_fail(err, path, "library: is empty"));
+	if (plan_check_absolute(json_object_get(arg, "library"), err,
+	    "%s.library", path) == -1)
+		return (-1);
 	if (*symbol == '\0')
 		return (jread_fail(err, path, "symbol: is empty"));
 	op->udf_library = xstrdup(library);

@@ -12,6 +12,7 @@ these tests also check that helpers are bounded, timed out and cancelled.
 Not root, each test says why it does nothing.
 """
 
+import json
 import os
 import shutil
 import socket
@@ -305,6 +306,101 @@ def test_helpers_bounded_per_uid(d):
           "the second check: %r" % (err,))
     counted = as_user("b", lambda: d.client().count(text_plan([b_file])))
     check_eq(counted, 1, "user b's count")
+
+
+def tty_nr(pid):
+    """The controlling terminal of pid (field 7 of /proc/PID/stat), 0 for
+    none."""
+    with open("/proc/%d/stat" % pid) as f:
+        stat = f.read()
+    return int(stat[stat.rindex(")") + 2:].split()[4])
+
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_pty_as_a_text_path(d):
+    """User a names a terminal of their own as a text path, then types
+    ^\\ and ^C on it: the plan is refused (not a regular file), the
+    terminal became nobody's controlling one, and emberd and the
+    fork-servers live on.  (Under -f, as here, emberd leads its session:
+    only O_NOCTTY keeps a terminal from becoming its own.)"""
+    fs_before = None
+
+    def attack(ctl):
+        master, slave = os.openpty()
+        name = os.ttyname(slave)
+        with d.client() as c:
+            reply = c.execute(text_plan([name]), "count")
+            # A glob that matches the terminal alone.
+            glob_reply = c.execute(text_plan([name[:-1] + "[" + name[-1] +
+                                              "]"]), "count")
+        ctl.ready(name)
+        ctl.wait_go()
+        os.write(master, b"\x1c\x03\x1a")
+        time.sleep(0.5)
+        return [error_of(reply), error_of(glob_reply)]
+    a = AsUser(USERS["a"], attack)
+    try:
+        name = a.wait_ready()
+        fs_before = sorted(fs for fs in descendants(d.pid)
+                           if "fork-server" in cmdline(fs))
+        for pid in [d.pid] + fs_before:
+            check_eq(tty_nr(pid), 0, "the terminal of %s %d" %
+                     (cmdline(pid), pid))
+        a.go()
+        errs = a.result()
+    finally:
+        a.close()
+    for err in errs:
+        check(err is not None and err[0] == "PLAN_INVALID" and
+              "not a regular file" in err[1], "the pty's plan: %r" % (err,))
+    check(d.alive(), "emberd died of the terminal %s" % name)
+    for pid in fs_before:
+        check(is_running(pid), "fork-server %d died" % pid)
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 5, 1)), 5, "a job after the attack")
+
+
+# ---------------------------------------------------------------------------
+# Relative paths
+
+@with_daemon(sets=SHARED)
+def test_relative_paths_refused(d):
+    """emberd resolves nothing against its own working directory: a
+    relative text path or udf library is refused, naming the field."""
+    c = d.client()
+    check_error(c.execute(text_plan(["etc/passwd"]), "count"),
+                "PLAN_INVALID", "plan.source.text.paths[0]",
+                "not an absolute path")
+    check_error(c.execute(text_plan(["/etc/hostname", "*.txt"]), "count"),
+                "PLAN_INVALID", "plan.source.text.paths[1]",
+                "not an absolute path")
+    check_error(c.execute(range_plan(0, 4, 2, ops=[{"udf": {
+        "library": "udf_example.so", "symbol": "udf_wordlen"}}]), "count"),
+        "PLAN_INVALID", "plan.ops[0].udf.library", "not an absolute path")
+    check_error(c.execute(range_plan(0, 4, 2), "save",
+                          {"path": "out/dir"}),
+                "ACTION_INVALID", "options.path", "absolute")
+    check_eq(c.count(range_plan(0, 4, 2)), 4, "the next job")
+
+
+@with_daemon(sets=SHARED)
+def test_cli_makes_paths_absolute(d):
+    """The CLI sends its relative paths made absolute against its own
+    working directory, wherever emberd runs."""
+    work = d.path("work")
+    os.mkdir(work)
+    write_file(os.path.join(work, "a.txt"), "1\n2\n3\n")
+    plan = write_file(os.path.join(work, "plan.json"), json.dumps(
+        text_plan(["a.txt"])))
+    here = os.getcwd()
+    os.chdir(work)
+    try:
+        r = run_cli(["run", "--count", "plan.json"], d.socket)
+    finally:
+        os.chdir(here)
+    check_eq(r.returncode, 0, "ember's exit status (stderr %r)" % r.stderr)
+    check_eq(r.stdout.strip(), "3", "the count")
 
 
 if __name__ == "__main__":

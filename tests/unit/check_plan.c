@@ -109,12 +109,12 @@ START_TEST(test_plan_text)
 	struct plan	*plan;
 
 	plan = plan_ok("{\"source\": {\"text\": {\"paths\": [\"/a\", "
-	    "\"/b/*.log\", \"c\"]}}}");
+	    "\"/b/*.log\", \"/c\"]}}}");
 	ck_assert_int_eq(plan->source, PLAN_SOURCE_TEXT);
 	ck_assert_uint_eq(plan->nfiles, 3);
 	ck_assert_str_eq(plan->files[0].path, "/a");
 	ck_assert_str_eq(plan->files[1].path, "/b/*.log");
-	ck_assert_str_eq(plan->files[2].path, "c");
+	ck_assert_str_eq(plan->files[2].path, "/c");
 	ck_assert_int_eq(plan->files[0].size, -1);
 	/* One partition per file by default. */
 	plan_set_partitions(plan, 16);
@@ -245,6 +245,9 @@ START_TEST(test_plan_refused)
 		  "parallelize" },
 		{ "{\"source\": {\"hdfs\": {}}}",
 		  "plan.source: unknown source \"hdfs\"" },
+		{ "{\"source\": {\"text\": {\"paths\": [\"/a\", \"b/c\"]}}}",
+		  "plan.source.text.paths[1]: \"b/c\" is not an absolute path "
+		  "(emberd does not know the client's working directory)" },
 		{ "{\"source\": {\"checkpoint\": \"1234\"}}",
 		  "plan.source.checkpoint: checkpoints are not supported yet" },
 		{ "{\"source\": {\"range\": 10}}",

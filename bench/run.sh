@@ -2,7 +2,7 @@
 # Run ember's benchmarks against a private emberd and print one summary.
 #
 # usage: run.sh [tasks] [stream] [wordcount] [regex] [reuse] [broadcast]
-#               [reattach] [python]
+#               [reattach] [python] [scrape]
 # (no name: all of them).  Run from the build directory (`make bench`
 # does); EMBER_BUILDDIR overrides.  Every figure is printed beside a
 # baseline measured in the same run.
@@ -12,7 +12,7 @@ set -eu
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${EMBER_BUILDDIR:-$(pwd)}
 python=${PYTHON3:-python3}
-all="tasks stream wordcount regex reuse broadcast reattach python"
+all="tasks stream wordcount regex reuse broadcast reattach python scrape"
 
 if [ $# -eq 0 ]; then
 	# shellcheck disable=SC2086
@@ -105,6 +105,18 @@ fi
 if want reattach; then
 	start_emberd "$dir/cut" --set stream.max_bytes=1m
 fi
+status=
+if want scrape; then
+	# The status listener on a port the kernel picks, read from the log.
+	start_emberd "$dir/scrape" --set status.listen=127.0.0.1:0 \
+	    --set daemon.log_level=info
+	status=$(sed -n 's/.*status: listening on \(127\.0\.0\.1:[0-9]*\).*/\1/p' \
+	    "$dir/scrape/emberd.log" | head -1)
+	if [ -z "$status" ]; then
+		echo "run.sh: the scrape emberd has no status listener" >&2
+		exit 1
+	fi
+fi
 
 # Run a benchmark named $1 (the command follows), showing its output and
 # keeping it in $dir/$1.out; stop the whole run if it fails.
@@ -160,6 +172,11 @@ fi
 if want python; then
 	run bench_python "$python" "$srcdir/bench/bench_python.py" \
 	    --socket "$sock" --ember ./ember --dir "$dir"
+fi
+if want scrape; then
+	run bench_scrape "$python" "$srcdir/bench/bench_scrape.py" \
+	    --socket "$dir/scrape/e.sock" --status "$status" \
+	    --tasks bench/bench_tasks
 fi
 t_end=$(date +%s)
 
@@ -294,4 +311,13 @@ if want python; then
 	    "$(result py_iter_cli_mbs)"
 	printf 'package/CLI %s (str %s)  [target >= 0.33: %s]\n' "$pir" \
 	    "$(result py_iter_str_ratio)" "$(verdict "$pir >= 0.33")"
+fi
+if want scrape; then
+	sratio=$(result scrape_ratio)
+	printf 'scrape (/metrics 10/s during task overhead): with %s ' \
+	    "$(result scrape_on_us)"
+	printf 'us/task | without %s us/task | ratio %s | emberd CPU %s ' \
+	    "$(result scrape_off_us)" "$sratio" "$(result scrape_cpu_us)"
+	printf 'us/scrape (%s bytes)  [target < 1.02: %s]\n' \
+	    "$(result scrape_bytes)" "$(verdict "$sratio < 1.02")"
 fi

@@ -25,8 +25,9 @@ fi
 
 # What some tests use when it is there, and skip (saying so) or replace
 # when it is not: promtool (prometheus) checks /metrics, chromium loads
-# the status page.  A failure to install them never fails this script.
-OPTIONAL="prometheus chromium"
+# the status page, mypy checks the Python client's type hints.  A failure
+# to install them never fails this script.
+OPTIONAL="prometheus chromium mypy"
 
 # What the build needs, by command and by pkg-config module, for systems
 # without dpkg (libunistring has no .pc file: its header is looked for).

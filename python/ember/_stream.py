@@ -23,7 +23,8 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, List, Optional
+from typing import (TYPE_CHECKING, Generator, Iterator, List, Optional,
+                    Tuple)
 
 from . import _wire
 from ._wire import RawRecord, Wire
@@ -81,9 +82,17 @@ class ResultStream:
         self.finished = False
         self.reattaches = 0
 
+    @property
+    def _conn(self) -> Wire:
+        """The stream's connection; ProtocolError past its end (a bug)."""
+        if self.wire is None:
+            raise ProtocolError("operation %s: the stream has no connection"
+                                % self.operation)
+        return self.wire
+
     # The generator.
 
-    def batches(self) -> Iterator[List[RawRecord]]:
+    def batches(self) -> Generator[List[RawRecord], None, None]:
         """Lists of records, in order, until the stream is complete.
 
         Closing the generator early stops the operation (pull mode) or
@@ -102,7 +111,7 @@ class ResultStream:
                 elif status == _wire.EXCEPTION_THROWN:
                     # The stream is over: the error waits for the caller
                     # to take the records before it.
-                    message = self.wire.read_error_frame()
+                    message = self._conn.read_error_frame()
                     self._finish(released=False)
                 if records:
                     yield records
@@ -127,8 +136,8 @@ class ResultStream:
             self._check_session()
             try:
                 if self.pull:
-                    self.wire.write_int(_wire.REQUEST_NEXT)
-                response = self.wire.read_int()
+                    self._conn.write_int(_wire.REQUEST_NEXT)
+                response = self._conn.read_int()
             except ConnectionFailed as e:
                 self._recover(e)
                 continue
@@ -141,15 +150,15 @@ class ResultStream:
                 self._reattach_after_detach()
                 continue
             if response == _wire.STREAM_ERROR:
-                message = self.wire.read_error_frame()
+                message = self._conn.read_error_frame()
                 self._finish(released=False)
                 raise error_from_stream(message)
-            self.wire.close()
+            self._conn.close()
             raise ProtocolError("unexpected stream response %d" % response)
 
-    def _read(self):
+    def _read(self) -> Tuple[List[RawRecord], int]:
         try:
-            return self.wire.read_batch()
+            return self._conn.read_batch()
         except ConnectionFailed as e:
             self._check_session()
             self._recover(e)
@@ -165,8 +174,8 @@ class ResultStream:
     def _recover(self, cause: ConnectionFailed) -> None:
         """Resume after a broken connection, or raise cause when the
         operation cannot be reattached."""
-        self.wire.close()
-        self.session._forget(self.wire)
+        self._conn.close()
+        self.session._forget(self._conn)
         policy = self.session.reattach_policy
         if not self.reattachable or policy.attempts <= 0:
             self.finished = True
@@ -231,12 +240,13 @@ class ResultStream:
         if not self.reattachable:
             self.reattachable = True	# emberd said it goes on
         try:
-            self._reattach(self.wire)
+            self._reattach(self._conn)
         except ConnectionFailed as e:
             self._recover(e)
         except EmberError:
             self.finished = True
-            self.session._release(self.wire)
+            wire, self.wire = self.wire, None
+            self.session._release(wire)
             raise
 
     # Endings.
@@ -246,7 +256,7 @@ class ResultStream:
         release the operation (when reattachable) and hand the connection
         back to the session."""
         self.finished = True
-        wire, self.wire = self.wire, None
+        wire, self.wire = self._conn, None
         if released and self.reattachable:
             try:
                 wire.request({"op": "release", "operation": self.operation,
@@ -271,8 +281,8 @@ class ResultStream:
                 self._drain()
             if self.finished:
                 return
-            self.wire.write_int(_wire.REQUEST_STOP)
-            response = self.wire.read_int()
+            self._conn.write_int(_wire.REQUEST_STOP)
+            response = self._conn.read_int()
             if response != _wire.STREAM_DONE:
                 raise ProtocolError("answer %d to a stop" % response)
         except EmberError:
@@ -283,12 +293,12 @@ class ResultStream:
     def _drain(self) -> None:
         """Read and drop the rest of the open partition."""
         while True:
-            _, status = self.wire.read_batch()
+            _, status = self._conn.read_batch()
             if status == _wire.END_OF_DATA_SECTION:
                 self.open = False
                 return
             if status == _wire.EXCEPTION_THROWN:
-                self.wire.read_error_frame()
+                self._conn.read_error_frame()
                 self._finish(released=False)
                 return
 

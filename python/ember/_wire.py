@@ -50,7 +50,7 @@ class Wire:
     def __init__(self, path: str, timeout: Optional[float] = None):
         self.path = path
         self.broken = False
-        self._dead = None
+        self._dead: Optional[socket.socket] = None
         self.buf = b""
         self.pos = 0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -7,8 +7,8 @@ import itertools
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Optional,
-                    Tuple, Union)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator,
+                    List, Optional, Tuple, Union)
 
 from .errors import ProtocolError, TaskFailed
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 Record = Union[str, bytes, None]
 Number = Union[int, float]
+Converter = Callable[[List[Optional[bytes]]], List[Record]]
 
 
 def text_of(value: Union[str, bytes], what: str) -> str:
@@ -171,12 +172,15 @@ class Dataset:
 
     # Actions.
 
-    def _decoding(self, decode: Optional[bool], errors: Optional[str]):
+    def _decoding(self, decode: Optional[bool], errors: Optional[str]
+                  ) -> Optional[Converter]:
+        """What turns a batch of raw records into what the caller asked
+        for: None when bytes."""
         decode = self.session.decode if decode is None else decode
-        errors = self.session.errors if errors is None else errors
+        how = self.session.errors if errors is None else errors
         if not decode:
             return None
-        return lambda rs: [r.decode("utf-8", errors) if r is not None
+        return lambda rs: [r.decode("utf-8", how) if r is not None
                            else None for r in rs]
 
     def count(self) -> int:
@@ -197,7 +201,10 @@ class Dataset:
         out: List[Record] = []
         try:
             for batch in stream.batches():
-                out.extend(convert(batch) if convert else batch)
+                if convert is None:
+                    out.extend(batch)
+                else:
+                    out.extend(convert(batch))
         except TaskFailed as e:
             e.records = out
             raise
@@ -205,7 +212,8 @@ class Dataset:
 
     def to_local_iterator(self, prefetch: int = 0, *,
                           decode: Optional[bool] = None,
-                          errors: Optional[str] = None) -> Iterator[Record]:
+                          errors: Optional[str] = None
+                          ) -> Generator[Record, None, None]:
         """The records, one partition at a time: a partition is asked for
         when the one before is consumed, and prefetch partitions are
         computed ahead meanwhile.
@@ -379,7 +387,8 @@ class Checkpoint(Dataset):
         self.dropped = True
 
 
-def _iterate(stream: ResultStream, convert) -> Iterator[Record]:
+def _iterate(stream: ResultStream, convert: Optional[Converter]
+             ) -> Generator[Record, None, None]:
     """The records of stream, one by one, after a first None that only
     starts the generator (so that closing it before any record still
     stops the operation)."""
@@ -387,7 +396,10 @@ def _iterate(stream: ResultStream, convert) -> Iterator[Record]:
     try:
         yield None
         for batch in batches:
-            yield from (convert(batch) if convert else batch)
+            if convert is None:
+                yield from batch
+            else:
+                yield from convert(batch)
     finally:
         batches.close()
         if not stream.finished:

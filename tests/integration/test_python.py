@@ -10,6 +10,7 @@ import socket
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -551,6 +552,64 @@ def test_guide_covers_the_package(_):
     missing = sorted(n for n in names
                      if not re.search(r"\b%s\b" % re.escape(n), guide))
     check_eq(missing, [], "names docs/python.md does not mention")
+
+
+MYPY = shutil.which("mypy")
+TYPED_CALLER = """
+import collections
+from typing import List, Optional, Union
+import ember
+
+def use(sc: ember.Session) -> None:
+    ds: ember.Dataset = sc.range(10, partitions=2).map_upper().limit(3)
+    n: int = ds.count()
+    recs: List[ember.Record] = ds.collect(decode=False)
+    c: "collections.Counter[ember.Record]" = ds.count_by_value()
+    it = ds.to_local_iterator(prefetch=1)
+    first: ember.Record = next(it)
+    it.close()
+    with ds.checkpoint(local=True, eager=False) as cp:
+        cp.filter_contains("1").count()
+    with sc.broadcast(["a", b"b"]) as b:
+        ds.filter_in(b).udf("/lib/x.so", "f", k=1, b=b).count()
+    top: Optional[Union[int, float]] = ds.max()
+    saved: ember.SaveResult = ds.save("/tmp/x", overwrite=True)
+    try:
+        sc.request({"op": "status"})
+    except ember.TaskFailed as e:
+        where: Optional[int] = e.partition
+"""
+
+
+@no_daemon
+@skip_unless(MYPY is not None, "no mypy (scripts/install-deps.sh installs "
+             "it when it can)")
+def test_type_hints(_):
+    """mypy finds the package's annotations consistent, a caller typed
+    against them checks, and the same caller with a wrong type does not
+    (so the hints are read, not taken as Any)."""
+    tmp = tempfile.mkdtemp()
+    try:
+        good = os.path.join(tmp, "good.py")
+        bad = os.path.join(tmp, "bad.py")
+        write_file(good, TYPED_CALLER)
+        write_file(bad, TYPED_CALLER + "    wrong: str = ds.count()\n")
+        env = dict(os.environ, MYPYPATH=os.path.join(SRCDIR, "python"))
+        for target, ok in ((["-p", "ember"], True), ([good], True),
+                           ([bad], False)):
+            r = subprocess.run([MYPY, "--cache-dir=/dev/null",
+                                "--no-error-summary"] + target,
+                               capture_output=True, text=True, env=env,
+                               timeout=120)
+            if ok:
+                check_eq(r.returncode, 0, "mypy %s: %s" % (target,
+                                                            r.stdout))
+            else:
+                check(r.returncode != 0 and "bad.py:" in r.stdout and
+                      "str" in r.stdout, "mypy passed a wrong type: %r"
+                      % r.stdout)
+    finally:
+        shutil.rmtree(tmp)
 
 
 @no_daemon

@@ -1,227 +1,271 @@
-#include <sys/stat.h>
-
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "commit.h"
+#include "helper.h"
 #include "log.h"
+#include "queue.h"
 #include "xmalloc.h"
 
-struct commit {
-	char	*path;		/* the target directory */
-	char	*temporary;	/* PATH/_temporary */
-	char	*task_dir;	/* PATH/_temporary/OPERATION */
-	uid_t	 uid;
-	gid_t	 gid;
+enum commit_state {
+	COMMIT_NEW,		/* nothing asked */
+	COMMIT_BEGINNING,	/* save_begin runs */
+	COMMIT_BEGUN,		/* PATH/_temporary/OPERATION is made */
+	COMMIT_FINISHING,	/* save_commit runs */
+	COMMIT_FINISHED,	/* committed: nothing to undo */
+	COMMIT_ABORTING,	/* save_abort runs */
+	COMMIT_ABORTED,		/* undone (as far as it could be) */
 };
 
-/* mkdir that gives the directory to the job's user when emberd is root. */
-static int
-commit_mkdir(const struct commit *c, const char *dir)
-{
-	if (mkdir(dir, 0777) == -1)
-		return (errno == EEXIST ? 0 : -1);
-	if (geteuid() == 0 && c->uid != 0 && chown(dir, c->uid, c->gid) == -1)
-		return (-1);
-	return (0);
-}
+struct commit {
+	char			*path;
+	char			*operation;
+	char			*task_dir;	/* PATH/_temporary/OPERATION */
+	int			 overwrite;
+	uid_t			 uid;		/* the client's */
+	gid_t			 gid;
+	enum commit_state	 state;
+	json_t			*ids;		/* what save_begin made */
+	struct helper		*h;		/* the step running */
+	commit_cb		 cb;
+	void			*arg;
+	int			 orphan;	/* nobody waits: in orphans */
+	TAILQ_ENTRY(commit)	 entry;
+};
 
-/* mkdir -p, for the target directory. */
-static int
-commit_mkdirs(const struct commit *c, const char *path)
-{
-	char	*copy = xstrdup(path), *p;
-	int	 rc = 0;
+/* Commits freed while a step ran: they end when it answers. */
+static TAILQ_HEAD(, commit) orphans = TAILQ_HEAD_INITIALIZER(orphans);
 
-	for (p = copy + 1; *p != '\0' && rc == 0; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		rc = commit_mkdir(c, copy);
-		*p = '/';
-	}
-	if (rc == 0)
-		rc = commit_mkdir(c, copy);
-	free(copy);
-	return (rc);
-}
+static void	commit_answer_cb(json_t *, int *, size_t, const char *,
+		    const char *, void *);
 
-/* Is name something a save writes: part-*, _SUCCESS, _temporary? */
-static int
-commit_ours(const char *name)
-{
-	return (strncmp(name, "part-", 5) == 0 ||
-	    strcmp(name, "_SUCCESS") == 0 || strcmp(name, "_temporary") == 0);
-}
-
-/* Remove a directory of files (one level deep is all a save makes). */
-static void
-commit_remove_tree(const char *dir)
-{
-	DIR		*d;
-	struct dirent	*e;
-	char		*p;
-
-	if ((d = opendir(dir)) == NULL)
-		return;
-	while ((e = readdir(d)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		xasprintf(&p, "%s/%s", dir, e->d_name);
-		if (unlink(p) == -1 && errno == EISDIR)
-			commit_remove_tree(p);
-		free(p);
-	}
-	closedir(d);
-	rmdir(dir);
-}
-
-/* Look at what PATH holds: 0 if empty (or cleared for overwrite). */
-static int
-commit_check_target(const char *path, int overwrite, char **err)
-{
-	DIR		*d;
-	struct dirent	*e;
-	char		*p;
-	int		 foreign = 0, ours = 0;
-
-	if ((d = opendir(path)) == NULL) {
-		if (errno == ENOENT)
-			return (0);
-		xasprintf(err, "options.path: %s: %s", path, strerror(errno));
-		return (-1);
-	}
-	while ((e = readdir(d)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (commit_ours(e->d_name))
-			ours++;
-		else
-			foreign++;
-	}
-	if (foreign > 0 || (ours > 0 && !overwrite)) {
-		closedir(d);
-		xasprintf(err, "options.path: %s is not empty%s", path,
-		    foreign > 0 ? " (it holds files a save did not write)" :
-		    " (set options.overwrite to replace it)");
-		return (-1);
-	}
-	rewinddir(d);
-	while ((e = readdir(d)) != NULL) {
-		if (!commit_ours(e->d_name))
-			continue;
-		xasprintf(&p, "%s/%s", path, e->d_name);
-		if (strcmp(e->d_name, "_temporary") == 0)
-			commit_remove_tree(p);
-		else
-			unlink(p);
-		free(p);
-	}
-	closedir(d);
-	return (0);
-}
-
+/* Make a commit. */
 struct commit *
-commit_begin(const char *path, int overwrite, const char *operation,
-    uid_t uid, gid_t gid, char **err)
+commit_create(const char *path, int overwrite, const char *operation,
+    uid_t uid, gid_t gid)
 {
 	struct commit	*c;
 
-	if (path[0] != '/') {
-		xasprintf(err, "options.path: \"%s\" is not an absolute path",
-		    path);
-		return (NULL);
-	}
-	if (commit_check_target(path, overwrite, err) == -1)
-		return (NULL);
 	c = xcalloc(1, sizeof *c);
 	c->path = xstrdup(path);
+	c->operation = xstrdup(operation);
+	xasprintf(&c->task_dir, "%s%s_temporary/%s", path,
+	    path[strlen(path) - 1] == '/' ? "" : "/", operation);
+	c->overwrite = overwrite;
 	c->uid = uid;
 	c->gid = gid;
-	xasprintf(&c->temporary, "%s/_temporary", path);
-	xasprintf(&c->task_dir, "%s/%s", c->temporary, operation);
-	if (commit_mkdirs(c, c->path) == -1 ||
-	    commit_mkdir(c, c->temporary) == -1 ||
-	    commit_mkdir(c, c->task_dir) == -1) {
-		xasprintf(err, "options.path: %s: %s", path, strerror(errno));
-		commit_abort(c);
-		commit_free(c);
-		return (NULL);
-	}
 	return (c);
 }
 
+/* Return where tasks write. */
 const char *
 commit_task_dir(const struct commit *c)
 {
 	return (c->task_dir);
 }
 
-/* fsync a directory so the renames in it are on disk. */
+/* Free a commit that nothing refers to. */
 static void
-commit_sync_dir(const char *dir)
+commit_destroy(struct commit *c)
 {
-	int	fd;
-
-	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1)
-		return;
-	fsync(fd);
-	close(fd);
+	if (c->orphan)
+		TAILQ_REMOVE(&orphans, c, entry);
+	if (c->ids != NULL)
+		json_decref(c->ids);
+	free(c->path);
+	free(c->operation);
+	free(c->task_dir);
+	free(c);
 }
 
-int
-commit_finish(struct commit *c, int partitions, char **err)
+/* Ask a helper, as the client's user, for one step with args (taken). */
+static int
+commit_ask(struct commit *c, const char *verb, json_t *args,
+    enum commit_state state, const char **class, char **err)
 {
-	char	 from[4096], to[4096];
-	int	 i, fd;
-
-	for (i = 0; i < partitions; i++) {
-		snprintf(from, sizeof from, "%s/part-%05d", c->task_dir, i);
-		snprintf(to, sizeof to, "%s/part-%05d", c->path, i);
-		if (rename(from, to) == -1) {
-			xasprintf(err, "commit: %s: %s", from, strerror(errno));
-			return (-1);
-		}
-	}
-	commit_sync_dir(c->path);
-	rmdir(c->task_dir);
-	rmdir(c->temporary);	/* only if no other save uses it */
-
-	/* _SUCCESS last: a reader that sees it sees every part. */
-	snprintf(to, sizeof to, "%s/_SUCCESS", c->path);
-	fd = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-	if (fd == -1 || fsync(fd) == -1) {
-		xasprintf(err, "commit: %s: %s", to, strerror(errno));
-		if (fd != -1)
-			close(fd);
+	json_object_set_new(args, "path", json_string(c->path));
+	json_object_set_new(args, "operation", json_string(c->operation));
+	c->h = helper_run(c->uid, c->gid, verb, args, -1, commit_answer_cb, c,
+	    class, err);
+	json_decref(args);
+	if (c->h == NULL)
 		return (-1);
-	}
-	if (geteuid() == 0 && c->uid != 0 && fchown(fd, c->uid, c->gid) == -1)
-		log_warn("chown %s: %s", to, strerror(errno));
-	close(fd);
-	commit_sync_dir(c->path);
+	log_debug("operation %s: %s %s", c->operation, verb, c->path);
+	c->state = state;
 	return (0);
 }
 
-void
-commit_abort(struct commit *c)
+/* Ask for save_abort with nobody waiting; the commit ends with it. */
+static void
+commit_abort_orphan(struct commit *c)
 {
-	commit_remove_tree(c->task_dir);
-	rmdir(c->temporary);
+	const char	*class;
+	char		*err = NULL;
+
+	if (!c->orphan) {
+		c->orphan = 1;
+		TAILQ_INSERT_TAIL(&orphans, c, entry);
+	}
+	if (commit_ask(c, "save_abort", json_pack("{s:O}", "ids", c->ids),
+	    COMMIT_ABORTING, &class, &err) == -1) {
+		log_warn("operation %s: %s/_temporary/%s is left: %s",
+		    c->operation, c->path, c->operation, err);
+		free(err);
+		commit_destroy(c);
+	}
 }
 
+/* Read a step's answer: 0, or -1 with *class and *msg. */
+static int
+commit_read_answer(struct commit *c, json_t *reply, const char *hclass,
+    const char *herr, const char **class, const char **msg)
+{
+	const char	*error;
+	json_t		*ids;
+
+	if (hclass != NULL) {
+		*class = hclass;
+		*msg = herr;
+		return (-1);
+	}
+	if ((error = json_string_value(json_object_get(reply,
+	    "error"))) != NULL) {
+		*class = c->state == COMMIT_BEGINNING ? "ACTION_INVALID" :
+		    "SAVE_FAILED";
+		*msg = error;
+		return (-1);
+	}
+	if (c->state != COMMIT_BEGINNING)
+		return (0);
+	if (!json_is_object(ids = json_object_get(reply, "ids"))) {
+		log_warn("operation %s: save_begin answered no ids",
+		    c->operation);
+		*class = "INTERNAL";
+		*msg = "save_begin answered nonsense";
+		return (-1);
+	}
+	c->ids = json_incref(ids);
+	return (0);
+}
+
+/* A helper answered a step, or could not. */
+static void
+commit_answer_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
+    const char *herr, void *arg)
+{
+	struct commit	*c = arg;
+	const char	*class = NULL, *msg = NULL;
+	int		 rc;
+
+	c->h = NULL;
+	while (nfds > 0)
+		close(fds[--nfds]);
+	rc = commit_read_answer(c, reply, hclass, herr, &class, &msg);
+	switch (c->state) {
+	case COMMIT_BEGINNING:
+		c->state = rc == 0 ? COMMIT_BEGUN : COMMIT_NEW;
+		break;
+	case COMMIT_FINISHING:
+		c->state = rc == 0 ? COMMIT_FINISHED : COMMIT_BEGUN;
+		break;
+	case COMMIT_ABORTING:
+		c->state = COMMIT_ABORTED;
+		if (rc == -1)
+			log_warn("operation %s: save_abort: %s", c->operation,
+			    msg);
+		break;
+	default:
+		fatalx("%s: no step was running", __func__);
+	}
+	if (!c->orphan) {
+		c->cb(class, msg, c->arg);
+		return;
+	}
+	if (c->state == COMMIT_BEGUN)
+		commit_abort_orphan(c);
+	else
+		commit_destroy(c);
+}
+
+/* Ask for save_begin. */
+int
+commit_begin(struct commit *c, commit_cb cb, void *arg, const char **class,
+    char **err)
+{
+	if (c->state != COMMIT_NEW || c->h != NULL)
+		fatalx("%s: operation %s: begun twice", __func__, c->operation);
+	c->cb = cb;
+	c->arg = arg;
+	return (commit_ask(c, "save_begin", json_pack("{s:b}", "overwrite",
+	    c->overwrite), COMMIT_BEGINNING, class, err));
+}
+
+/* Ask for save_commit. */
+int
+commit_finish(struct commit *c, int partitions, commit_cb cb, void *arg,
+    const char **class, char **err)
+{
+	if (c->state != COMMIT_BEGUN || c->h != NULL)
+		fatalx("%s: operation %s: not begun", __func__, c->operation);
+	c->cb = cb;
+	c->arg = arg;
+	return (commit_ask(c, "save_commit", json_pack("{s:i,s:b,s:O}",
+	    "partitions", partitions, "overwrite", c->overwrite, "ids",
+	    c->ids), COMMIT_FINISHING, class, err));
+}
+
+/* Ask for save_abort; 1 if there is nothing to undo (no answer comes). */
+int
+commit_abort(struct commit *c, commit_cb cb, void *arg, const char **class,
+    char **err)
+{
+	if (c->h != NULL)
+		fatalx("%s: operation %s: a step runs", __func__, c->operation);
+	if (c->state != COMMIT_BEGUN)
+		return (1);
+	c->cb = cb;
+	c->arg = arg;
+	return (commit_ask(c, "save_abort", json_pack("{s:O}", "ids", c->ids),
+	    COMMIT_ABORTING, class, err));
+}
+
+/* Forget a commit; what it began and did not commit is undone. */
 void
 commit_free(struct commit *c)
 {
 	if (c == NULL)
 		return;
-	free(c->path);
-	free(c->temporary);
-	free(c->task_dir);
-	free(c);
+	c->cb = NULL;
+	c->arg = NULL;
+	if (c->h != NULL) {
+		c->orphan = 1;
+		TAILQ_INSERT_TAIL(&orphans, c, entry);
+		return;
+	}
+	if (c->state == COMMIT_BEGUN) {
+		commit_abort_orphan(c);
+		return;
+	}
+	commit_destroy(c);
+}
+
+/* Cancel the steps still running. */
+void
+commit_free_all(void)
+{
+	struct commit	*c;
+
+	while ((c = TAILQ_FIRST(&orphans)) != NULL) {
+		if (c->h != NULL) {
+			log_warn("operation %s: emberd exits before its save "
+			    "step answered; %s/_temporary/%s may be left",
+			    c->operation, c->path, c->operation);
+			helper_cancel(c->h);
+			c->h = NULL;
+		}
+		commit_destroy(c);
+	}
 }

@@ -1,8 +1,13 @@
 /*
- * The output committer of the save action, as Hadoop's: tasks write their
- * part files under PATH/_temporary/OPERATION/, the job's commit moves them
- * to PATH and writes _SUCCESS last; an abort removes the temporary
- * directory, so a failed job leaves neither _SUCCESS nor partial parts.
+ * The save action's commit, from emberd's side.  emberd touches none of a
+ * save's files: each step of the output committer (worker/savecommit.c)
+ * runs in a helper (daemon/helper.c) as the job's user, and the operation
+ * waits for its answer before it goes on.  save_begin checks or creates
+ * PATH and makes PATH/_temporary/OPERATION before any task runs;
+ * save_commit moves the parts into PATH and writes _SUCCESS when every
+ * task succeeded; save_abort removes what the save made when it failed.
+ * A save abandoned while a step runs is aborted once that step answers,
+ * with nobody waiting.
  */
 #ifndef EMBER_COMMIT_H
 #define EMBER_COMMIT_H
@@ -11,17 +16,34 @@
 
 struct commit;
 
-/* Prepare PATH (created if missing; refused if it holds anything unless
- * overwrite, which removes earlier part files and _SUCCESS).  Directories
- * made for a uid other than emberd's are given to that uid. */
-struct commit	*commit_begin(const char *path, int overwrite,
-		     const char *operation, uid_t, gid_t, char **err);
-/* Where tasks write their part files. */
+/* A step's answer: class NULL if it succeeded, else an error class and a
+ * message ("options.path: ..." for the user's files). */
+typedef void	(*commit_cb)(const char *class, const char *error, void *arg);
+
+/* A save to the absolute path, for the client uid:gid.  Nothing is asked
+ * yet. */
+struct commit	*commit_create(const char *path, int overwrite,
+		     const char *operation, uid_t, gid_t);
+/* Where tasks write their part files: a name, nothing is looked at. */
 const char	*commit_task_dir(const struct commit *);
-/* Move partitions' part files into place, then write _SUCCESS. */
-int		 commit_finish(struct commit *, int partitions, char **err);
-/* Remove what the tasks wrote; nothing is committed. */
-void		 commit_abort(struct commit *);
+
+/*
+ * Ask for a step; cb gets its answer (never from within the call).  -1
+ * with *class and *err (allocated) if it cannot be asked now (a helper
+ * limit, no fork-server).  commit_abort of a save not begun answers at
+ * once that there is nothing to undo.
+ */
+int		 commit_begin(struct commit *, commit_cb, void *,
+		     const char **class, char **err);
+int		 commit_finish(struct commit *, int partitions, commit_cb,
+		     void *, const char **class, char **err);
+int		 commit_abort(struct commit *, commit_cb, void *,
+		     const char **class, char **err);
+
+/* Forget a commit: no callback comes any more.  A save begun (or still
+ * beginning) and not committed is aborted, nobody waiting. */
 void		 commit_free(struct commit *);
+/* Cancel every step still running, at exit. */
+void		 commit_free_all(void);
 
 #endif

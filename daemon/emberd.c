@@ -21,6 +21,7 @@
 
 #include <event2/event.h>
 
+#include "commit.h"
 #include "connection.h"
 #include "emberd.h"
 #include "fslink.h"
@@ -456,6 +457,7 @@ ember_stop(void)
 	connection_close_all();
 	session_close_all();
 	operation_maintenance_stop();
+	commit_free_all();
 	helper_shutdown();
 	pool_shutdown();
 	scheduler_free();

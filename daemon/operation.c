@@ -77,7 +77,13 @@ struct operation {
 	const char		*result_class;	/* result over its bound: */
 	char			*result_error;	/* freed, and the op fails */
 	enum reduce_fn		 fn;
-	struct commit		*commit;	/* save */
+	struct commit		*commit;	/* save: its steps run as the
+						   user, the operation waits */
+	int			 beginning;	/* save_begin runs: not started */
+	int			 failing;	/* save_abort runs, then the
+						   error goes out */
+	const char		*fail_class;
+	char			*fail_error;
 	uint64_t		 save_attempts;	/* tasks sent, each a number of
 						   its own for its part file */
 	struct broadcast	**broadcasts;	/* the plan uses, each once */
@@ -362,6 +368,8 @@ operation_fill(struct operation *op)
 {
 	struct task	*t;
 
+	if (op->failing)
+		return;
 	while (op->next_start < op->npartitions &&
 	    op->live < operation_window(op)) {
 		t = task_create(op, op->next_start++,
@@ -422,10 +430,8 @@ operation_free(struct operation *op)
 	result_free(op->result);	/* refused before it started */
 	if (op->counted)
 		limit_release(op->uid, LIMIT_OPERATIONS, 1);
-	if (op->commit != NULL) {
-		commit_abort(op->commit);	/* a no-op once committed */
-		commit_free(op->commit);
-	}
+	commit_free(op->commit);	/* undoes a save not committed */
+	free(op->fail_error);
 	if (op->limit_ev != NULL)
 		event_free(op->limit_ev);
 	helper_cancel(op->planning);
@@ -535,8 +541,9 @@ operation_unplug(struct operation *op)
 void
 operation_detach(struct operation *op)
 {
-	if (op->planning != NULL) {
-		/* Not started: its check is cancelled, nothing is left. */
+	if (op->planning != NULL || op->beginning) {
+		/* Not started: its check is cancelled, nothing is left (a
+		 * save begun is undone once its beginning answers). */
 		log_debug("operation %s: client went away while its plan was "
 		    "checked", op->id);
 		op->conn = NULL;
@@ -954,6 +961,9 @@ operation_task_finished(struct operation *op, struct task *t)
 	operation_reply(op);
 }
 
+static void	operation_save_failed(struct operation *, const char *,
+		    const char *, ...) __attribute__((format(printf, 3, 4)));
+
 /* A task failed: a stream fails at its partition, a reply at once. */
 void
 operation_task_failed(struct operation *op, struct task *t)
@@ -961,6 +971,10 @@ operation_task_failed(struct operation *op, struct task *t)
 	if (ACTION_STREAMS(op->action)) {
 		if (TAILQ_FIRST(&op->tasks) == t)
 			operation_pump(op);
+		return;
+	}
+	if (op->action == ACTION_SAVE) {
+		operation_save_failed(op, "TASK_FAILED", "%s", t->error);
 		return;
 	}
 	ember_counters.operations_failed++;
@@ -971,13 +985,110 @@ operation_task_failed(struct operation *op, struct task *t)
 	operation_end(op);
 }
 
+/* The save's abort has answered (or there was nothing to undo): send the
+ * error that failed it, and end. */
+static void
+operation_failed(struct operation *op)
+{
+	if (op->conn != NULL)
+		connection_reply_error(op->conn, op->fail_class, "%s",
+		    op->fail_error);
+	operation_end(op);
+}
+
+/* save_abort answered. */
+static void
+operation_aborted_cb(const char *class, const char *error, void *arg)
+{
+	struct operation	*op = arg;
+
+	if (class != NULL)
+		log_warn("operation %s: undoing the save: %s", op->id, error);
+	operation_failed(op);
+}
+
+/*
+ * A save failed: stop its tasks, undo what it made (as the user, see
+ * commit.c), and only then tell the client, so that when it hears of the
+ * failure nothing of the save is left.
+ */
+static void
+operation_save_failed(struct operation *op, const char *class,
+    const char *fmt, ...)
+{
+	struct task	*t;
+	const char	*hclass;
+	char		*herr = NULL;
+	va_list		 ap;
+
+	ember_counters.operations_failed++;
+	op->failing = 1;
+	op->fail_class = class;
+	va_start(ap, fmt);
+	xvasprintf(&op->fail_error, fmt, ap);
+	va_end(ap);
+	operation_bury(op, "OPERATION_FINISHED", "operation %s failed: %s",
+	    op->id, op->fail_error);
+	while ((t = TAILQ_FIRST(&op->tasks)) != NULL)
+		operation_retire(op, t);
+	switch (commit_abort(op->commit, operation_aborted_cb, op, &hclass,
+	    &herr)) {
+	case 0:
+		return;		/* operation_aborted_cb goes on */
+	case -1:
+		log_warn("operation %s: cannot undo the save: %s", op->id,
+		    herr);
+		free(herr);
+		break;
+	}
+	operation_failed(op);
+}
+
+static void	operation_reply_send(struct operation *, json_t *);
+
+/* save_commit answered: the save's reply, or its failure. */
+static void
+operation_committed_cb(const char *class, const char *error, void *arg)
+{
+	struct operation	*op = arg;
+	json_t			*reply;
+
+	if (class != NULL) {
+		operation_save_failed(op, class, "operation %s: %s", op->id,
+		    error);
+		return;
+	}
+	reply = json_pack("{s:s,s:i,s:i,s:I}", "operation", op->id,
+	    "partitions", op->npartitions, "files", op->npartitions,
+	    "records", (json_int_t)op->count);
+	operation_reply_send(op, reply);
+}
+
+/* Every task of a save succeeded: commit it, as the user. */
+static void
+operation_commit(struct operation *op)
+{
+	const char	*class;
+	char		*err = NULL;
+
+	if (commit_finish(op->commit, op->npartitions, operation_committed_cb,
+	    op, &class, &err) == -1) {
+		operation_save_failed(op, class, "operation %s: %s", op->id,
+		    err);
+		free(err);
+	}
+}
+
 /* Every task of a reply action ended well: answer, and end. */
 static void
 operation_reply(struct operation *op)
 {
 	json_t	*reply;
-	char	*err;
 
+	if (op->action == ACTION_SAVE) {
+		operation_commit(op);
+		return;
+	}
 	reply = json_pack("{s:s,s:i}", "operation", op->id, "partitions",
 	    op->npartitions);
 	switch (op->action) {
@@ -988,24 +1099,16 @@ operation_reply(struct operation *op)
 	case ACTION_REDUCE:
 		json_object_update_new(reply, result_reply(op->result));
 		break;
-	case ACTION_SAVE:
-		if (commit_finish(op->commit, op->npartitions, &err) == -1) {
-			ember_counters.operations_failed++;
-			if (op->conn != NULL)
-				connection_reply_error(op->conn, "SAVE_FAILED",
-				    "operation %s: %s", op->id, err);
-			free(err);
-			json_decref(reply);
-			operation_end(op);
-			return;
-		}
-		json_object_set_new(reply, "files",
-		    json_integer(op->npartitions));
-		json_object_set_new(reply, "records", json_integer(op->count));
-		break;
 	default:
 		fatalx("operation %s: no reply for a stream", op->id);
 	}
+	operation_reply_send(op, reply);
+}
+
+/* Send a reply action's reply (or keep it for a reattach), and end. */
+static void
+operation_reply_send(struct operation *op, json_t *reply)
+{
 	ember_counters.operations_completed++;
 	if (op->conn == NULL && op->reattachable) {
 		/* Kept for the client to reattach and take. */
@@ -1168,6 +1271,13 @@ operation_read_options(struct operation *op, json_t *options,
 	}
 	if (limit < 0) {
 		jread_fail(err, "options.limit", "must not be negative");
+		goto fail;
+	}
+	/* Only the text: the path itself is the user's, looked at by a
+	 * helper as the user (commit.c). */
+	if (*path != NULL && **path != '/') {
+		jread_fail(err, "options.path", "\"%s\" is not an absolute "
+		    "path", *path);
 		goto fail;
 	}
 	op->prefetch = (int)prefetch;
@@ -1345,27 +1455,16 @@ operation_take_check(struct operation *op, json_t *reply, const char **class,
 }
 
 /* Make what the action gathers: the result, or the save's commit. */
-static int
-operation_prepare(struct operation *op, struct session *s,
-    const char *save_path, int overwrite, const char **class, char **err)
+static void
+operation_prepare(struct operation *op, struct session *s)
 {
-	uid_t	uid;
-	gid_t	gid;
-
 	if (op->action == ACTION_COUNT_BY_VALUE)
 		op->result = result_create(RESULT_COUNT_BY_VALUE, op->fn);
 	else if (op->action == ACTION_REDUCE)
 		op->result = result_create(RESULT_REDUCE, op->fn);
-	if (op->action != ACTION_SAVE)
-		return (0);
-	*class = "ACTION_INVALID";
-	if (session_job_user(session_uid(s), session_gid(s), &uid, &gid) == -1)
-		return (operation_refuse(class, err, "ACTION_INVALID",
-		    "options.path: no user to write it as"));
-	if ((op->commit = commit_begin(save_path, overwrite, op->id, uid, gid,
-	    err)) == NULL)
-		return (-1);
-	return (0);
+	else if (op->action == ACTION_SAVE)
+		op->commit = commit_create(op->save_path, op->overwrite,
+		    op->id, session_uid(s), session_gid(s));
 }
 
 /* Start a checked operation: list it, answer or hold the connection, and
@@ -1413,7 +1512,82 @@ operation_refused(struct operation *op, struct connection *c,
 	operation_free(op);
 }
 
-/* The plan is checked: prepare what the action gathers and start. */
+/*
+ * Between execute and start the operation is in no list: before it starts,
+ * check that it may still (its session open, emberd not draining, its id
+ * still free).  0, or -1 with *class and *err.
+ */
+static int
+operation_still_wanted(struct operation *op, struct session *s,
+    const char *while_what, const char **class, char **err)
+{
+	if (session_closed(s))
+		return (operation_refuse(class, err, "INTERRUPTED", "the "
+		    "session was closed while %s", while_what));
+	if (ember_draining)
+		return (operation_refuse(class, err, "SHUTTING_DOWN", "emberd "
+		    "is shutting down"));
+	if (operation_find(session_uid(s), op->id) != NULL ||
+	    operation_find_tombstone(session_uid(s), op->id) != NULL)
+		return (operation_refuse(class, err,
+		    "OPERATION_ALREADY_EXISTS", "operation %s already exists",
+		    op->id));
+	return (0);
+}
+
+/* Hold the connection while a helper works for an operation not started:
+ * the reply waits for its answer. */
+static void
+operation_wait_helper(struct operation *op, struct connection *c,
+    struct session *s)
+{
+	op->planned_for = s;
+	op->conn = c;
+	connection_busy_begin(c, op);
+}
+
+/* The helper answered: give the connection back; it was op's. */
+static struct connection *
+operation_helper_done(struct operation *op)
+{
+	struct connection	*c = op->conn;
+
+	op->conn = NULL;
+	connection_busy_end(c);
+	return (c);
+}
+
+/*
+ * save_begin answered: PATH is checked and the operation's directory made,
+ * as the user, or the save is refused.  Only then does the save start.
+ */
+static void
+operation_begun_cb(const char *hclass, const char *herr, void *arg)
+{
+	struct operation	*op = arg;
+	struct session		*s = op->planned_for;
+	struct connection	*c;
+	const char		*class = NULL;
+	char			*err = NULL;
+
+	op->beginning = 0;
+	c = operation_helper_done(op);
+	if (hclass != NULL && strcmp(hclass, "ACTION_INVALID") == 0)
+		operation_refuse(&class, &err, hclass, "%s", herr);
+	else if (hclass != NULL)
+		operation_refuse(&class, &err, hclass, "options.path: checking "
+		    "it as uid %ld: %s", (long)session_uid(s), herr);
+	else
+		operation_still_wanted(op, s, "the save began", &class, &err);
+	if (class != NULL) {
+		operation_refused(op, c, class, err);	/* undoes the begin */
+		return;
+	}
+	operation_start(op, c, s);
+}
+
+/* The plan is checked: prepare what the action gathers and start; a save
+ * begins first. */
 static void
 operation_launch(struct operation *op, struct connection *c,
     struct session *s)
@@ -1422,12 +1596,18 @@ operation_launch(struct operation *op, struct connection *c,
 	char		*err = NULL;
 
 	operation_plan_done(op);
-	if (operation_prepare(op, s, op->save_path, op->overwrite, &class,
+	operation_prepare(op, s);
+	if (op->commit == NULL) {
+		operation_start(op, c, s);
+		return;
+	}
+	if (commit_begin(op->commit, operation_begun_cb, op, &class,
 	    &err) == -1) {
 		operation_refused(op, c, class, err);
 		return;
 	}
-	operation_start(op, c, s);
+	op->beginning = 1;
+	operation_wait_helper(op, c, s);
 }
 
 /*
@@ -1440,31 +1620,23 @@ operation_checked_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
     const char *herr, void *arg)
 {
 	struct operation	*op = arg;
-	struct connection	*c = op->conn;
 	struct session		*s = op->planned_for;
+	struct connection	*c;
 	const char		*class = NULL;
 	char			*err = NULL;
 
 	op->planning = NULL;
 	while (nfds > 0)
 		close(fds[--nfds]);
-	op->conn = NULL;
-	connection_busy_end(c);
+	c = operation_helper_done(op);
 	if (hclass != NULL)
 		operation_refuse(&class, &err, hclass, "plan: checking what it "
 		    "names as uid %ld: %s", (long)session_uid(s), herr);
 	else if (operation_take_check(op, reply, &class, &err) == -1)
 		;
-	else if (session_closed(s))
-		operation_refuse(&class, &err, "INTERRUPTED", "the session was "
-		    "closed while the plan was checked");
-	else if (ember_draining)
-		operation_refuse(&class, &err, "SHUTTING_DOWN", "emberd is "
-		    "shutting down");
-	else if (operation_find(session_uid(s), op->id) != NULL ||
-	    operation_find_tombstone(session_uid(s), op->id) != NULL)
-		operation_refuse(&class, &err, "OPERATION_ALREADY_EXISTS",
-		    "operation %s already exists", op->id);
+	else
+		operation_still_wanted(op, s, "the plan was checked", &class,
+		    &err);
 	if (class != NULL) {
 		operation_refused(op, c, class, err);
 		return;
@@ -1506,9 +1678,7 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 		operation_refused(op, c, class, err);
 		return;
 	}
-	op->planned_for = s;
-	op->conn = c;
-	connection_busy_begin(c, op);
+	operation_wait_helper(op, c, s);
 }
 
 /* "p:k", for status. */

@@ -16,9 +16,16 @@
 #include "log.h"
 #include "plan.h"
 #include "protocol.h"
+#include "savecommit.h"
 #include "xmalloc.h"
 
 static json_t	*helper_plan_check(json_t *, const int *, size_t, int *,
+		    size_t *, char **);
+static json_t	*helper_save_begin(json_t *, const int *, size_t, int *,
+		    size_t *, char **);
+static json_t	*helper_save_commit(json_t *, const int *, size_t, int *,
+		    size_t *, char **);
+static json_t	*helper_save_abort(json_t *, const int *, size_t, int *,
 		    size_t *, char **);
 
 /* What a helper can be asked to do. */
@@ -27,6 +34,9 @@ static const struct {
 	helper_verb_fn	 fn;
 } helper_verbs[] = {
 	{ "plan_check", helper_plan_check },
+	{ "save_begin", helper_save_begin },
+	{ "save_commit", helper_save_commit },
+	{ "save_abort", helper_save_abort },
 };
 
 /* Find a verb by name. */
@@ -84,6 +94,144 @@ helper_plan_check(json_t *args, const int *fds_in, size_t nin,
 	json_object_set_new(reply, "udfs", udfs);
 	plan_free(plan);
 	return (reply);
+}
+
+/* The keys of what save_begin made, as its reply carries them. */
+static const char *const helper_save_id_keys[] = { "target_dev",
+    "target_ino", "task_dev", "task_ino", NULL };
+
+/* Read a save step's arguments: path and operation, and with ids what
+ * save_begin made.  0, or -1 with *err. */
+static int
+helper_save_args(json_t *args, const char *const *keys, const char **path,
+    const char **operation, struct savecommit_ids *ids, char **err)
+{
+	json_t		*j;
+	json_int_t	 v[4];
+	size_t		 i;
+
+	if (jread_only(args, "args", keys, err) == -1 ||
+	    jread_string(args, "args", "path", JREAD_REQUIRED, path,
+	    err) == -1 ||
+	    jread_string(args, "args", "operation", JREAD_REQUIRED, operation,
+	    err) == -1)
+		return (-1);
+	if (ids == NULL)
+		return (0);
+	if (jread_object(args, "args", "ids", JREAD_REQUIRED, &j, err) == -1 ||
+	    jread_only(j, "args.ids", helper_save_id_keys, err) == -1)
+		return (-1);
+	for (i = 0; i < 4; i++) {
+		if (jread_int(j, "args.ids", helper_save_id_keys[i],
+		    JREAD_REQUIRED, &v[i], err) == -1)
+			return (-1);
+	}
+	/* Sent as int64: an inode number may use the top bit. */
+	ids->target_dev = (uint64_t)v[0];
+	ids->target_ino = (uint64_t)v[1];
+	ids->task_dev = (uint64_t)v[2];
+	ids->task_ino = (uint64_t)v[3];
+	return (0);
+}
+
+/* The reply of a save step: {} or {"error": E}; frees serr. */
+static json_t *
+helper_save_reply(int rc, char *serr)
+{
+	json_t	*reply;
+
+	if (rc == 0)
+		return (json_object());
+	reply = json_pack("{s:s}", "error", serr);
+	free(serr);
+	return (reply);
+}
+
+/*
+ * save_begin: {"path": P, "operation": O, "overwrite": B}.  Check or
+ * create P and make P/_temporary/O (worker/savecommit.c).  Replies
+ * {"ids": {...}}, what it made, for the next steps to check; or
+ * {"error": E}, E starting with "options.path".
+ */
+static json_t *
+helper_save_begin(json_t *args, const int *fds_in, size_t nin,
+    int *fds_out, size_t *nout, char **err)
+{
+	static const char *const keys[] = { "path", "operation", "overwrite",
+	    NULL };
+	struct savecommit_ids	 ids;
+	const char		*path, *operation;
+	char			*serr = NULL;
+	int			 overwrite;
+
+	(void)fds_in; (void)nin; (void)fds_out;
+	*nout = 0;
+	if (helper_save_args(args, keys, &path, &operation, NULL, err) == -1 ||
+	    jread_bool(args, "args", "overwrite", JREAD_REQUIRED, &overwrite,
+	    err) == -1)
+		return (NULL);
+	if (savecommit_begin(path, operation, overwrite, &ids, &serr) == -1)
+		return (helper_save_reply(-1, serr));
+	return (json_pack("{s:{s:I,s:I,s:I,s:I}}", "ids",
+	    "target_dev", (json_int_t)ids.target_dev,
+	    "target_ino", (json_int_t)ids.target_ino,
+	    "task_dev", (json_int_t)ids.task_dev,
+	    "task_ino", (json_int_t)ids.task_ino));
+}
+
+/*
+ * save_commit: {"path", "operation", "partitions": N, "overwrite": B,
+ * "ids"}.  Move the N parts into P, then _SUCCESS.  Replies {} or
+ * {"error": E}.
+ */
+static json_t *
+helper_save_commit(json_t *args, const int *fds_in, size_t nin,
+    int *fds_out, size_t *nout, char **err)
+{
+	static const char *const keys[] = { "path", "operation", "partitions",
+	    "overwrite", "ids", NULL };
+	struct savecommit_ids	 ids;
+	const char		*path, *operation;
+	char			*serr = NULL;
+	json_int_t		 partitions;
+	int			 overwrite, rc;
+
+	(void)fds_in; (void)nin; (void)fds_out;
+	*nout = 0;
+	if (helper_save_args(args, keys, &path, &operation, &ids, err) == -1 ||
+	    jread_int(args, "args", "partitions", JREAD_REQUIRED, &partitions,
+	    err) == -1 ||
+	    jread_bool(args, "args", "overwrite", JREAD_REQUIRED, &overwrite,
+	    err) == -1)
+		return (NULL);
+	if (partitions < 0 || partitions > INT32_MAX) {
+		xasprintf(err, "args.partitions: %lld is out of range",
+		    (long long)partitions);
+		return (NULL);
+	}
+	rc = savecommit_finish(path, operation, (int)partitions, overwrite,
+	    &ids, &serr);
+	return (helper_save_reply(rc, serr));
+}
+
+/* save_abort: {"path", "operation", "ids"}.  Remove what the save made.
+ * Replies {} or {"error": E}. */
+static json_t *
+helper_save_abort(json_t *args, const int *fds_in, size_t nin,
+    int *fds_out, size_t *nout, char **err)
+{
+	static const char *const keys[] = { "path", "operation", "ids", NULL };
+	struct savecommit_ids	 ids;
+	const char		*path, *operation;
+	char			*serr = NULL;
+	int			 rc;
+
+	(void)fds_in; (void)nin; (void)fds_out;
+	*nout = 0;
+	if (helper_save_args(args, keys, &path, &operation, &ids, err) == -1)
+		return (NULL);
+	rc = savecommit_abort(path, operation, &ids, &serr);
+	return (helper_save_reply(rc, serr));
 }
 
 /* Read exactly len bytes, collecting descriptors: 0, or -1. */

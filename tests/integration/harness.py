@@ -18,6 +18,7 @@ Python 3 standard library only.
 import atexit
 import json
 import os
+import pwd
 import resource
 import shutil
 import signal
@@ -305,6 +306,17 @@ def job_readable(path):
         shutil.copy2(path, copy)
         os.chmod(copy, 0o755)
     return copy
+
+
+def job_writable(path):
+    """Make the directory path, one that root's jobs can write into: as
+    root, emberd runs them as workers.root_user (nobody), and a save
+    writes as the job's user, so the directory is nobody's."""
+    os.mkdir(path)
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("nobody")
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+    return path
 
 
 def _nofile_preexec(nofile):

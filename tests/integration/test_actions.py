@@ -156,7 +156,7 @@ def _parts(path):
 
 
 def test_save(d):
-    out = d.path("out")
+    out = os.path.join(job_writable(d.path("w")), "out")
     c = d.client()
     r = _reply(c, range_plan(0, 1000, 4), "save", {"path": out})
     check_eq(r["files"], 4, "files")
@@ -173,7 +173,7 @@ def test_save(d):
 
 
 def test_save_refuses_a_non_empty_directory(d):
-    out = d.path("out")
+    out = os.path.join(job_writable(d.path("w")), "out")
     c = d.client()
     _reply(c, range_plan(0, 10, 2), "save", {"path": out})
     check_error(c.execute(range_plan(0, 10, 2), "save", {"path": out}),
@@ -183,7 +183,7 @@ def test_save_refuses_a_non_empty_directory(d):
     check_eq(r["files"], 3, "files")
     check_eq(_parts(out), ["part-00000", "part-00001", "part-00002"],
              "only the new parts")
-    foreign = d.path("foreign")
+    foreign = os.path.join(job_writable(d.path("f")), "foreign")
     os.mkdir(foreign)
     open(os.path.join(foreign, "keep.txt"), "w").close()
     check_error(c.execute(range_plan(0, 10, 2), "save",
@@ -196,7 +196,7 @@ def test_save_refuses_a_non_empty_directory(d):
 def test_save_failure_leaves_nothing(d):
     """A failing partition: no _SUCCESS and no part file, not even those
     of the partitions that succeeded."""
-    out = d.path("out")
+    out = os.path.join(job_writable(d.path("w")), "out")
     c = d.client()
     plan = range_plan(0, 40, 4, ops=[{"pipe": {"command":
         "read first; case $first in 20) exit 3;; esac; echo $first; cat"}}])
@@ -209,7 +209,7 @@ def test_save_failure_leaves_nothing(d):
 
 
 def test_save_worker_killed_mid_save(d):
-    out = d.path("out")
+    out = os.path.join(job_writable(d.path("w")), "out")
     c = d.client()
     plan = range_plan(0, 4, 2, ops=[{"pipe": {"command":
                                               "cat; sleep 30"}}])
@@ -224,7 +224,7 @@ def test_save_worker_killed_mid_save(d):
 
 
 def test_save_abandoned_by_its_client(d):
-    out = d.path("out")
+    out = os.path.join(job_writable(d.path("w")), "out")
     c = d.client()
     plan = range_plan(0, 4, 2, ops=[{"pipe": {"command": "cat; sleep 30"}}])
     c.send_json({"op": "execute", "plan": plan, "action": "save",
@@ -251,7 +251,7 @@ def test_cli_actions(d):
         json.dump(range_plan(1, 101, 4), f)
     r = d.cli(["run", "--action", "reduce", "--option", "fn=sum", plan])
     check_eq((r.returncode, r.stdout), (0, "5050\n"), "reduce")
-    out = d.path("saved")
+    out = os.path.join(job_writable(d.path("w")), "saved")
     r = d.cli(["run", "--action", "save", "--option", "path=" + out, plan])
     check_eq((r.returncode, r.stdout), (0, "100 records in 4 files\n"),
              "save (stderr %r)" % r.stderr)

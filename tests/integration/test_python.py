@@ -153,7 +153,7 @@ def test_actions(d):
         check_eq(s.parallelize(["0.5", "1"]).sum(), 1.5, "a real sum")
         check_eq(s.range(0).reduce("max"), None, "empty max")
         check_eq(s.range(0).sum(), 0, "empty sum")
-        out = d.path("saved")
+        out = os.path.join(job_writable(d.path("w")), "saved")
         res = r.save(out)
         check_eq((res.files, res.records), (4, len(want)), "save")
         got = []

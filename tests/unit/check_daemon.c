@@ -22,7 +22,6 @@ main(void)
 
 	unit_init();
 	sr = srunner_create(result_suite());
-	srunner_add_suite(sr, commit_suite());
 	srunner_add_suite(sr, channel_suite());
 	srunner_add_suite(sr, task_suite());
 	srunner_add_suite(sr, retry_suite());

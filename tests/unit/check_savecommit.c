@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "helper.h"
 #include "savecommit.h"
 #include "suites.h"
 
@@ -699,6 +700,63 @@ START_TEST(test_operation_names)
 }
 END_TEST
 
+/* Run a helper verb; its reply (NULL: it refused the request). */
+static json_t *
+verb(const char *name, json_t *args)
+{
+	helper_verb_fn	 fn;
+	json_t		*reply;
+	int		 out[4];
+	size_t		 nout = 9;
+	char		*err = NULL;
+
+	ck_assert_ptr_nonnull(fn = helper_find_verb(name));
+	reply = fn(args, NULL, 0, out, &nout, &err);
+	ck_assert_uint_eq(nout, 0);
+	json_decref(args);
+	free(err);
+	return (reply);
+}
+
+/* The helper verbs: begin answers what it made, commit and abort take it
+ * back; bad requests are refused, the user's errors answered. */
+START_TEST(test_verbs)
+{
+	json_t	*r, *ids;
+
+	r = verb("save_begin", json_pack("{s:s,s:s,s:b}", "path", at("out"),
+	    "operation", "op1", "overwrite", 0));
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_nonnull(ids = json_object_get(r, "ids"));
+	json_incref(ids);
+	json_decref(r);
+	write_part(task_dir(at("out"), "op1"), 0, 1, "zero\n");
+	r = verb("save_commit", json_pack("{s:s,s:s,s:i,s:b,s:O}", "path",
+	    at("out"), "operation", "op1", "partitions", 1, "overwrite", 0,
+	    "ids", ids));
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(json_object_size(r), 0);
+	json_decref(r);
+	ck_assert_str_eq(read_file(at("out/part-00000")), "zero\n");
+
+	r = verb("save_begin", json_pack("{s:s,s:s,s:b}", "path", at("out"),
+	    "operation", "op2", "overwrite", 0));
+	ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(r,
+	    "error")), "options.path"));
+	json_decref(r);
+	r = verb("save_abort", json_pack("{s:s,s:s,s:O}", "path", at("out"),
+	    "operation", "op1", "ids", ids));
+	ck_assert_uint_eq(json_object_size(r), 0);
+	json_decref(r);
+	ck_assert_ptr_null(verb("save_commit", json_pack("{s:s,s:s,s:i,s:b}",
+	    "path", at("out"), "operation", "op1", "partitions", 1,
+	    "overwrite", 0)));
+	ck_assert_ptr_null(verb("save_abort", json_pack("{s:s,s:s,s:O,s:i}",
+	    "path", at("out"), "operation", "op1", "ids", ids, "extra", 1)));
+	json_decref(ids);
+}
+END_TEST
+
 /* One TCase with the checked fixture. */
 static TCase *
 sc_tcase(const char *name)
@@ -759,6 +817,10 @@ savecommit_suite(void)
 	tc = sc_tcase("abort");
 	tcase_add_test(tc, test_abort_leaves_nothing);
 	tcase_add_test(tc, test_abort_stays_out);
+	suite_add_tcase(s, tc);
+
+	tc = sc_tcase("helper verbs");
+	tcase_add_test(tc, test_verbs);
 	suite_add_tcase(s, tc);
 
 	return (s);

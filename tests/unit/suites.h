@@ -8,7 +8,6 @@
 #include <check.h>
 
 Suite	*channel_suite(void);
-Suite	*commit_suite(void);
 Suite	*conf_suite(void);
 Suite	*frame_suite(void);
 Suite	*held_suite(void);

@@ -10,6 +10,7 @@
 #include "broadcast.h"
 #include "emberd.h"
 #include "limit.h"
+#include "localdir.h"
 #include "log.h"
 #include "pool.h"
 #include "queue.h"
@@ -21,6 +22,7 @@ struct broadcast {
 	struct session		*session;	/* NULL once dropped */
 	uid_t			 uid;		/* its session's */
 	int64_t			 charged;	/* daemon.max_broadcast_bytes */
+	char			*name;		/* in the local directory */
 	char			*path;
 	int			 fd;		/* while uploading */
 	int64_t			 size, written;
@@ -37,12 +39,13 @@ broadcast_free(struct broadcast *b)
 {
 	if (b->fd != -1)
 		close(b->fd);
-	unlink(b->path);
+	localdir_unlink(b->name);
 	limit_release(b->uid, LIMIT_BROADCASTS, 1);
 	if (b->charged > 0)
 		limit_release(b->uid, LIMIT_BROADCAST_BYTES, b->charged);
 	TAILQ_REMOVE(&broadcasts, b, entry);
 	log_debug("broadcast %lld freed", (long long)b->id);
+	free(b->name);
 	free(b->path);
 	free(b);
 }
@@ -88,15 +91,18 @@ broadcast_create(struct session *s, int64_t size, const char **class,
 	b->id = broadcast_next_id++;
 	b->session = s;
 	b->size = size;
-	xasprintf(&b->path, "%s/broadcast-%lld", ember_local_dir(),
-	    (long long)b->id);
-	b->fd = open(b->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	xasprintf(&b->name, "broadcast-%lld", (long long)b->id);
+	xasprintf(&b->path, "%s/%s", ember_local_dir(), b->name);
+	/* A name of emberd's own, in its own directory: never one that was
+	 * there already, never through a link. */
+	b->fd = localdir_create(b->name, O_WRONLY, 0600);
 	if (b->fd == -1) {
 		xasprintf(err, "%s: %s", b->path, strerror(errno));
 		*class = "INTERNAL";
 		limit_release(b->uid, LIMIT_BROADCASTS, 1);
 		if (b->charged > 0)
 			limit_release(b->uid, LIMIT_BROADCAST_BYTES, b->charged);
+		free(b->name);
 		free(b->path);
 		free(b);
 		return (NULL);

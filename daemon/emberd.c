@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 
 #include <errno.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <malloc.h>
@@ -28,6 +27,7 @@
 #include "httpd.h"
 #include "helper.h"
 #include "listener.h"
+#include "localdir.h"
 #include "limit.h"
 #include "log.h"
 #include "operation.h"
@@ -44,7 +44,6 @@ int			 ember_draining;
 uint64_t		 ember_started_ms;
 
 static const char	*ember_conf_path;	/* for SIGHUP */
-static char		*ember_local;
 static char		**ember_sets;
 static int		 ember_nsets;
 
@@ -83,48 +82,7 @@ ember_workers_max(void)
 const char *
 ember_local_dir(void)
 {
-	return (ember_local);
-}
-
-/* Remove what a run left in the local directory: its own files only. */
-static void
-ember_clean_local(void)
-{
-	DIR		*d;
-	struct dirent	*e;
-	char		*p;
-
-	if ((d = opendir(ember_local)) == NULL)
-		return;
-	while ((e = readdir(d)) != NULL) {
-		if (strncmp(e->d_name, "broadcast-", 10) != 0)
-			continue;
-		xasprintf(&p, "%s/%s", ember_local, e->d_name);
-		unlink(p);
-		free(p);
-	}
-	closedir(d);
-}
-
-/* The local directory: the conf's, else the socket's path with ".local":
- * two daemons with sockets side by side must not share it.
- * Workers running as other users open files in it by name only. */
-static int
-ember_open_local(void)
-{
-	if (*ember_conf.daemon_local_dir != '\0')
-		ember_local = xstrdup(ember_conf.daemon_local_dir);
-	else
-		xasprintf(&ember_local, "%s.local", ember_conf.daemon_socket);
-	if (mkdir(ember_local, 0711) == -1 && errno != EEXIST) {
-		log_error("daemon.local_dir: %s: %s", ember_local,
-		    strerror(errno));
-		free(ember_local);
-		ember_local = NULL;
-		return (-1);
-	}
-	ember_clean_local();
-	return (0);
+	return (localdir_path());
 }
 
 /* During a drain: once no operation is left, flush and close every
@@ -409,10 +367,7 @@ ember_failed_start(void)
 {
 	httpd_stop();
 	listener_stop();
-	if (ember_local != NULL) {
-		ember_clean_local();
-		rmdir(ember_local);
-	}
+	localdir_close(1);
 	service_exit();
 }
 
@@ -427,7 +382,7 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 	if (listener_start() == -1)
 		return (-1);
 	if (service_open_pidfile(foreground) == -1 ||
-	    ember_open_local() == -1 || httpd_start() == -1 ||
+	    localdir_open() == -1 || httpd_start() == -1 ||
 	    fslink_init() == -1) {
 		ember_failed_start();
 		return (-1);
@@ -461,10 +416,7 @@ ember_stop(void)
 	helper_shutdown();
 	pool_shutdown();
 	scheduler_free();
-	ember_clean_local();
-	if (ember_local != NULL)
-		rmdir(ember_local);
-	free(ember_local);
+	localdir_close(1);
 	service_exit();
 	if (ember_grace != NULL)
 		event_free(ember_grace);

@@ -23,7 +23,9 @@ def _can_be_nobody():
 
 def _open_tmpdir():
     tmp = tempfile.mkdtemp(prefix="ember-sd-", dir="/tmp")
-    os.chmod(tmp, 0o777)
+    # Writable by nobody, as /tmp is: sticky, or emberd would refuse a
+    # local directory that anyone could replace.
+    os.chmod(tmp, 0o1777)
     return tmp
 
 

@@ -16,7 +16,9 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -359,6 +361,109 @@ def test_pty_as_a_text_path(d):
         check(is_running(pid), "fork-server %d died" % pid)
     with d.client() as c:
         check_eq(c.count(range_plan(0, 5, 1)), 5, "a job after the attack")
+
+
+# ---------------------------------------------------------------------------
+# emberd's local directory
+
+def start_refused(socket_path, what):
+    """Run emberd -f on socket_path; it must refuse to start.  Its
+    stderr."""
+    try:
+        r = run_emberd(["-f", "--set", "daemon.socket=" + socket_path,
+                        "--set", "daemon.log_level=info"], timeout=5)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("emberd started with %s" % what)
+    check(r.returncode != 0, "emberd exited 0 with %s" % what)
+    return r.stderr
+
+
+@no_daemon
+def test_squatted_local_dir(_):
+    """User a makes <socket>.local first, in a world-writable (sticky)
+    directory, and plants broadcast-N links to a file of root's: emberd
+    refuses to start, naming daemon.local_dir and the owner, and neither
+    the links nor their target are touched."""
+    if not ROOT:
+        print("skip test_squatted_local_dir: needs root to create users")
+        return
+    make_users()
+    top = tempfile.mkdtemp(prefix="ember-trust-")
+    try:
+        pub = os.path.join(top, "pub")
+        os.mkdir(pub)
+        os.chmod(top, 0o755)
+        os.chmod(pub, 0o1777)
+        victim = os.path.join(top, "victim")
+        write_file(victim, "root's own\n")
+        os.chmod(victim, 0o644)
+        sock = os.path.join(pub, "emberd.sock")
+
+        def squat():
+            os.mkdir(sock + ".local", 0o777)
+            os.chmod(sock + ".local", 0o777)
+            for i in range(4):
+                os.symlink(victim, os.path.join(sock + ".local",
+                                                "broadcast-%d" % i))
+        as_user("a", squat)
+        err = start_refused(sock, "a squatted local directory")
+        check("daemon.local_dir" in err and "owned by uid %d" %
+              USERS["a"][0] in err, "emberd's error: %r" % err)
+        st = os.stat(victim)
+        check_eq((st.st_uid, st.st_size), (0, len("root's own\n")),
+                 "the victim's owner and size")
+        with open(victim) as f:
+            check_eq(f.read(), "root's own\n", "the victim")
+        check_eq(sorted(os.listdir(sock + ".local")),
+                 ["broadcast-%d" % i for i in range(4)], "the planted links")
+        # Root's own directory with loose permissions is refused too.
+        mine = os.path.join(top, "mine.sock")
+        os.mkdir(mine + ".local", 0o755)
+        os.chmod(mine + ".local", 0o755)
+        err = start_refused(mine, "a local directory of mode 0755")
+        check("daemon.local_dir" in err and "0755" in err,
+              "emberd's error: %r" % err)
+        # So is a link, even to a good directory.
+        good = os.path.join(top, "good")
+        os.mkdir(good, 0o700)
+        link = os.path.join(top, "link.sock")
+        os.symlink(good, link + ".local")
+        err = start_refused(link, "a local directory that is a link")
+        check("symbolic link" in err, "emberd's error: %r" % err)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@no_daemon
+def test_local_dir_under_a_writable_parent(_):
+    """A local directory whose parent anyone may write (without the
+    sticky bit) is refused: anyone could replace it."""
+    top = tempfile.mkdtemp(prefix="ember-trust-")
+    try:
+        pub = os.path.join(top, "pub")
+        os.mkdir(pub)
+        os.chmod(top, 0o755)
+        os.chmod(pub, 0o777)
+        err = start_refused(os.path.join(pub, "emberd.sock"),
+                            "a world-writable parent")
+        check("daemon.local_dir" in err and "sticky" in err,
+              "emberd's error: %r" % err)
+        check(not os.path.exists(os.path.join(pub, "emberd.sock.local")),
+              "the local directory was made")
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@no_daemon
+def test_local_dir_made_private(_):
+    """The local directory emberd makes is its own, mode 0711, and goes
+    at exit."""
+    with Daemon(sets=["daemon.log_level=info"]) as d:
+        st = os.lstat(d.socket + ".local")
+        check_eq((st.st_uid, oct(st.st_mode & 0o7777)),
+                 (os.geteuid(), "0o711"), "owner and mode")
+        d.stop()
+    check(not os.path.exists(d.socket + ".local"), "left behind")
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,28 @@
+/*
+ * emberd's local directory (daemon.local_dir, else the socket's path with
+ * ".local"): emberd's own files, and nobody else's.  It is created by
+ * emberd, or, if it already exists, used only when emberd owns it with
+ * mode 0700 or 0711 and it is no symbolic link; and only when no
+ * directory above it is writable by others without the sticky bit (else
+ * anyone could replace it).  Files in it are made through the directory
+ * handle, with O_NOFOLLOW|O_EXCL, never through a path.
+ */
+#ifndef EMBER_LOCALDIR_H
+#define EMBER_LOCALDIR_H
+
+#include <sys/types.h>
+
+/* Create or check the directory and clean what a past run left; -1
+ * (logged, naming daemon.local_dir and why) if it cannot be trusted. */
+int		 localdir_open(void);
+/* Clean it, and remove it if remove is set; at exit. */
+void		 localdir_close(int remove);
+/* Its path (for logs and status), or NULL before localdir_open. */
+const char	*localdir_path(void);
+/* A new file name in it, created with O_CREAT|O_EXCL|O_NOFOLLOW and the
+ * extra flags: the descriptor, or -1 with errno. */
+int		 localdir_create(const char *name, int flags, mode_t);
+/* Remove name from it (never following a link); 0 or -1 with errno. */
+int		 localdir_unlink(const char *name);
+
+#endif

@@ -17,6 +17,7 @@ Suite	*log_suite(void);
 Suite	*ops_suite(void);
 Suite	*plan_suite(void);
 Suite	*plugin_suite(void);
+Suite	*request_suite(void);
 Suite	*result_suite(void);
 Suite	*retry_suite(void);
 Suite	*savecommit_suite(void);

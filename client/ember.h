@@ -55,7 +55,8 @@ struct ember;
 struct ember	*ember_connect(const char *socket_path, char **errmsg);
 
 /* Close the connection; an open result stream ends its operation (it is
- * released), as does a finished one emberd keeps for a reattach. */
+ * released), as does a finished one emberd keeps for a reattach.  The
+ * session ends too, with the broadcasts it holds. */
 void		 ember_close(struct ember *);
 
 /*

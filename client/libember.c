@@ -957,6 +957,10 @@ ember_close(struct ember *e)
 	if (e == NULL)
 		return;
 	ember_let_go(e);
+	/* Nothing can resume the session after this: end it now rather than
+	 * after session.timeout, with what it holds (broadcasts). */
+	if (e->fd != -1 && e->state != EMBER_BROKEN && !e->in_stream)
+		(void)ember_send_nowait(e->fd, "{\"op\":\"close_session\"}");
 	if (e->rfd != -1)
 		close(e->rfd);
 	if (e->fd != -1)

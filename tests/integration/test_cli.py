@@ -90,6 +90,21 @@ def test_permission_denied_names_the_group(_):
     check_eq(r.returncode, 0, "a member of the group (stderr %r)" % r.stderr)
 
 
+def test_sessions_end_with_the_cli(d):
+    """A program's session ends when it closes its handle: finished CLI
+    runs leave no session behind for session.timeout, nor a broadcast."""
+    plan = write_file(d.path("p.json"), json.dumps(range_plan(0, 10, 2)))
+    for _ in range(3):
+        r = d.cli(["run", "--count", plan])
+        check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+    r = d.cli(["run", plan], input=None)
+    check_eq(r.returncode, 0, "iterate (stderr %r)" % r.stderr)
+    c = d.client()
+    ok = wait_until(lambda: [s["id"] for s in c.status()["sessions"]] ==
+                    [c.session], 5)
+    check(ok, "sessions left: %r" % c.status()["sessions"])
+
+
 def test_option_of_another_action(d):
     plan = write_file(d.path("p.json"), json.dumps(range_plan(0, 10, 2)))
     r = d.cli(["run", "--count", "--option", "path=/tmp/x", plan])

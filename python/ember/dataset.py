@@ -11,6 +11,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator,
                     List, Optional, Tuple, Union)
 
 from .errors import ProtocolError, TaskFailed
+from .session import _Held
 
 if TYPE_CHECKING:
     from ._stream import ResultStream
@@ -343,7 +344,7 @@ class Dataset:
         return cp
 
 
-class Checkpoint(Dataset):
+class Checkpoint(Dataset, _Held):
     """A dataset whose source is a checkpoint (``{"checkpoint": id}``).
 
     ``id`` names it: give it to Session.from_checkpoint in a later session
@@ -351,9 +352,12 @@ class Checkpoint(Dataset):
     made; ``partitions`` its partition count, and ``records`` and ``size``
     (bytes) what an eager one holds (0 for a lazy one, None when unknown).
     Its plan leaves the partition count out: it is the checkpoint's.
-    ``drop()``, or leaving it as a context manager, removes it; closing
-    the session removes a local one.
+    ``drop()``, or leaving it as a context manager, removes it (a read
+    under way finishes first; later plans and a second drop raise
+    CheckpointNotFound); closing the session removes a local one.
     """
+
+    _kind = "checkpoint"
 
     def __init__(self, session: Session, cid: str, *, local: bool = False,
                  eager: bool = True, partitions: Optional[int] = None,
@@ -367,24 +371,10 @@ class Checkpoint(Dataset):
         self.size = size
         self.dropped = False
 
-    def __enter__(self) -> Checkpoint:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if not self.dropped and not self.session.closed:
-            self.drop()
-
     def __repr__(self) -> str:
         return "<ember.Checkpoint %s (%s)%s>" % (
             self.id, "local" if self.local else "reliable",
             " dropped" if self.dropped else "")
-
-    def drop(self) -> None:
-        """Remove the checkpoint (checkpoint_drop).  Plans made after that
-        are refused with CheckpointNotFound; a read under way finishes
-        first."""
-        self.session.request({"op": "checkpoint_drop", "checkpoint": self.id})
-        self.dropped = True
 
 
 def _iterate(stream: ResultStream, convert: Optional[Converter]

@@ -7,7 +7,7 @@ import os
 import random
 import tempfile
 from typing import (IO, TYPE_CHECKING, Any, Iterable, List, Optional,
-                    Sequence, Set, Union)
+                    Sequence, Set, TypeVar, Union)
 
 from . import _wire
 from ._stream import ReattachPolicy, ResultStream
@@ -351,10 +351,41 @@ class Session:
         return Broadcast(self, bid, reply.get("size"))
 
 
-class Broadcast:
+Held = TypeVar("Held", bound="_Held")
+
+
+class _Held:
+    """What a session holds until it is dropped, a broadcast or a
+    checkpoint: ``drop()``, or leaving it as a context manager, removes it
+    with the request ``<kind>_drop``."""
+
+    _kind = ""			# "broadcast", "checkpoint"
+    session: Session
+    id: Union[int, str]
+    dropped: bool
+
+    def __enter__(self: Held) -> Held:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.dropped and not self.session.closed:
+            self.drop()
+
+    def drop(self) -> None:
+        """Remove it from the session (broadcast_drop, checkpoint_drop):
+        plans made after that are refused."""
+        self.session.request({"op": self._kind + "_drop",
+                              self._kind: self.id})
+        self.dropped = True
+
+
+class Broadcast(_Held):
     """A broadcast of a session: ``id`` names it in plans, ``size`` is its
     length in bytes.  ``drop()`` (or leaving it as a context manager)
-    removes it; plans made after that can no longer use it."""
+    removes it; plans made after that can no longer use it, and a second
+    drop raises BroadcastNotFound."""
+
+    _kind = "broadcast"
 
     def __init__(self, session: Session, bid: int, size: Optional[int]):
         self.session = session
@@ -362,18 +393,6 @@ class Broadcast:
         self.size = size
         self.dropped = False
 
-    def __enter__(self) -> Broadcast:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if not self.dropped and not self.session.closed:
-            self.drop()
-
     def __repr__(self) -> str:
-        return "<ember.Broadcast %d (%s bytes)%s>" % (
+        return "<ember.Broadcast %s (%s bytes)%s>" % (
             self.id, self.size, " dropped" if self.dropped else "")
-
-    def drop(self) -> None:
-        """Remove the broadcast from the session (broadcast_drop)."""
-        self.session.request({"op": "broadcast_drop", "broadcast": self.id})
-        self.dropped = True

@@ -33,9 +33,11 @@ static const struct {
 
 /* Operation members left to --json, so the table fits 80 columns: the
  * state says attached or detached, the sessions table lists sessions,
- * records says how much was sent. */
+ * records says how much was sent; what a stalled stream's client left
+ * behind (spooled_bytes, parked) is for --json too. */
 static const char *const status_operation_hidden[] = { "session",
-    "attached", "buffered_from", "bytes_sent", NULL };
+    "attached", "buffered_from", "bytes_sent", "spooled_bytes", "parked",
+    NULL };
 
 /* Is key an operation member the table leaves out? */
 static int

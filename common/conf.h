@@ -37,6 +37,9 @@ struct conf {
 	int64_t		 daemon_max_helpers_per_uid; /* helpers running */
 	int64_t		 daemon_max_helpers;
 	int64_t		 daemon_helper_timeout;	/* ms */
+	int64_t		 daemon_max_spool_per_uid; /* bytes of stalled
+						   streams' spools */
+	int64_t		 daemon_max_spool;
 	char		*daemon_local_dir;
 	char		*daemon_pidfile;
 
@@ -59,6 +62,8 @@ struct conf {
 	int64_t		 stream_retry_buffer;	/* bytes kept to resend */
 	int64_t		 stream_max_duration;	/* ms, 0: no cut */
 	int64_t		 stream_max_bytes;	/* bytes, 0: no cut */
+	int64_t		 stream_stall_timeout;	/* ms a stream may block its
+						   worker, 0: no limit */
 
 	int64_t		 operation_detached_timeout;	/* ms, 0: never */
 	int64_t		 operation_maintenance_interval; /* ms */

@@ -29,6 +29,8 @@ static const struct limit_def limit_defs[LIMIT_KINDS] = {
 	DEF("broadcasts", max_broadcasts),
 	DEF("bytes of broadcasts", max_broadcast_bytes),
 	DEF("helpers", max_helpers),
+	DEF("bytes spooled for streams whose clients stopped reading",
+	    max_spool),
 };
 
 /* Descriptors kept for emberd's own use when daemon.max_connections is

@@ -21,6 +21,7 @@ enum limit_kind {
 	LIMIT_BROADCASTS,	/* broadcasts kept */
 	LIMIT_BROADCAST_BYTES,	/* their bytes */
 	LIMIT_HELPERS,		/* helper processes running */
+	LIMIT_SPOOL,		/* bytes spooled for stalled streams */
 	LIMIT_KINDS
 };
 

@@ -24,6 +24,7 @@
 #include "retry.h"
 #include "scheduler.h"
 #include "session.h"
+#include "spool.h"
 #include "task.h"
 #include "taskdesc.h"
 #include "utf8.h"
@@ -93,6 +94,7 @@ struct operation {
 	int64_t			 limit;		/* records in all, 0: no limit */
 	int			 limit_reached;
 	struct event		*limit_ev;	/* ends a stream at its limit */
+	struct event		*pump_ev;	/* delivers, on the next turn */
 	uint64_t		 started_ms;
 
 	/* Reattachable operations (docs/protocol.md, "Reattach"). */
@@ -141,6 +143,8 @@ static struct event *operation_timer;
 
 static void	operation_pump(struct operation *);
 static void	operation_reply(struct operation *);
+static void	operation_relay_records(struct operation *, struct task *,
+		    struct evbuffer *, size_t, int32_t);
 
 uint64_t
 operation_serial(const struct operation *op)
@@ -390,6 +394,7 @@ operation_retire(struct operation *op, struct task *t)
 {
 	TAILQ_REMOVE(&op->tasks, t, op_entry);
 	op->live--;
+	spool_free(t->spool);
 	task_free(t);
 }
 
@@ -438,6 +443,8 @@ operation_free(struct operation *op)
 	if (op->plan_json != NULL)
 		json_decref(op->plan_json);
 	free(op->save_path);
+	if (op->pump_ev != NULL)
+		event_free(op->pump_ev);
 	free(op->result_error);
 	retry_free(op->retry);
 	if (op->reply != NULL)
@@ -655,6 +662,52 @@ operation_replay(struct operation *op, struct evbuffer *out)
 	return (1);
 }
 
+/* Relay the next spooled records of t, the stream's head task; -1 if the
+ * spool failed, and the operation with it. */
+static int
+operation_unspool(struct operation *op, struct task *t)
+{
+	struct evbuffer	*b = evbuffer_new();
+	size_t		 bytes;
+	int32_t		 records;
+	char		*err, *msg;
+
+	if (spool_take(t->spool, b, (size_t)ember_conf.stream_buffer, &bytes,
+	    &records, &err) == -1) {
+		evbuffer_free(b);
+		xasprintf(&msg, "partition %d: %s", t->partition, err);
+		log_error("operation %s: %s", op->id, msg);
+		free(err);
+		ember_counters.operations_failed++;
+		operation_bury(op, "OPERATION_FINISHED", "operation %s failed: "
+		    "%s", op->id, msg);
+		operation_stream_error(op, msg);
+		free(msg);
+		operation_end(op);
+		return (-1);
+	}
+	operation_relay_records(op, t, b, bytes, records);
+	evbuffer_free(b);
+	return (0);
+}
+
+static void
+operation_pump_cb(evutil_socket_t fd, short events, void *arg)
+{
+	(void)fd; (void)events;
+	operation_pump(arg);
+}
+
+/* Deliver on the next loop turn, not underneath the caller. */
+static void
+operation_pump_later(struct operation *op)
+{
+	if (op->pump_ev == NULL)
+		op->pump_ev = event_new(ember_base, -1, 0, operation_pump_cb,
+		    op);
+	event_active(op->pump_ev, 0, 1);
+}
+
 /* Deliver what can be delivered, in partition order. */
 static void
 operation_pump(struct operation *op)
@@ -688,6 +741,14 @@ operation_pump(struct operation *op)
 		if (t == NULL || t->partition != op->next_deliver)
 			fatalx("operation %s: partition %d has no task", op->id,
 			    op->next_deliver);
+		if (t->spool != NULL && spool_pending(t->spool) > 0) {
+			/* What it spooled goes first, as the client reads. */
+			if (connection_output_full(op->conn))
+				return;
+			if (operation_unspool(op, t) == -1)
+				return;
+			continue;
+		}
 		switch (t->state) {
 		case TASK_DONE:
 			if (!op->partition_open)
@@ -712,11 +773,25 @@ operation_pump(struct operation *op)
 			/* Its worker holds the records: let it relay them. */
 			task_kick(t);
 			return;
+		case TASK_PARKED:
+			/* Computed again once the client has room for it. */
+			if (!connection_output_full(op->conn))
+				scheduler_submit(t);
+			return;
 		case TASK_NEW:
 		case TASK_QUEUED:
 			return;
 		}
 	}
+}
+
+/* Can t's records go to the client now? */
+static int
+operation_can_deliver(struct operation *op, struct task *t)
+{
+	return (op->conn != NULL && op->requested &&
+	    TAILQ_FIRST(&op->tasks) == t && op->next_deliver == t->partition &&
+	    !connection_output_full(op->conn));
 }
 
 /* Tell whether op takes a batch of t now. */
@@ -725,9 +800,26 @@ operation_accepts_batch(struct operation *op, struct task *t)
 {
 	if (!ACTION_STREAMS(op->action))
 		return (1);	/* a partial result: taken at once */
-	return (op->conn != NULL && op->requested &&
-	    TAILQ_FIRST(&op->tasks) == t && op->next_deliver == t->partition &&
-	    !connection_output_full(op->conn));
+	if (t->spool != NULL)
+		return (1);	/* to the client, or behind what is spooled */
+	return (operation_can_deliver(op, t));
+}
+
+enum stall_action
+operation_task_stalled(struct operation *op, struct task *t, char **err)
+{
+	if (op->deterministic) {
+		log_debug("operation %s: partition %d stalled; its worker "
+		    "goes, and it is computed again after record %lld when "
+		    "its client reads", op->id, t->partition,
+		    (long long)(t->skip + t->records));
+		return (STALL_PARK);
+	}
+	if ((t->spool = spool_create(operation_uid(op), err)) == NULL)
+		return (STALL_FAIL);
+	log_debug("operation %s: partition %d stalled; spooling the rest of "
+	    "it", op->id, t->partition);
+	return (STALL_SPOOL);
 }
 
 /*
@@ -861,21 +953,16 @@ operation_limit_batch(struct operation *op, struct evbuffer *from,
 	return (keep);
 }
 
-/* Relay a batch of t's records to the client, or merge them. */
-int
-operation_relay_batch(struct operation *op, struct task *t,
+/* Relay a batch of t's records to the client. */
+static void
+operation_relay_records(struct operation *op, struct task *t,
     struct evbuffer *from, size_t bytes, int32_t records)
 {
 	struct evbuffer		*out;
 
-	if (!ACTION_STREAMS(op->action)) {
-		if (op->result == NULL && op->result_error == NULL)
-			return (-1);	/* count and save send no records */
-		return (operation_absorb(op, from, bytes));
-	}
 	if (op->limit_reached) {
 		evbuffer_drain(from, bytes);	/* past options.limit */
-		return (0);
+		return;
 	}
 	if (op->limit > 0 && records >= op->limit - op->records_sent) {
 		records = (int32_t)(op->limit - op->records_sent);
@@ -903,6 +990,44 @@ operation_relay_batch(struct operation *op, struct task *t,
 	op->bytes_sent += bytes;
 	ember_counters.records_sent += (uint64_t)records;
 	ember_counters.bytes_sent += bytes;
+}
+
+/* Keep a batch of a stalled stream's records in t's spool. */
+static int
+operation_spool_batch(struct operation *op, struct task *t,
+    struct evbuffer *from, size_t bytes, int32_t records, char **err)
+{
+	char	*e;
+
+	if (op->limit_reached) {
+		evbuffer_drain(from, bytes);	/* past options.limit */
+		return (0);
+	}
+	if (spool_append(t->spool, from, bytes, records, &e) == -1) {
+		xasprintf(err, "LIMIT_EXCEEDED: %s (spooling the partition for "
+		    "a client that read nothing for stream.stall_timeout)", e);
+		free(e);
+		return (-2);
+	}
+	return (0);
+}
+
+/* Relay a batch of t's records to the client, spool them, or merge
+ * them. */
+int
+operation_relay_batch(struct operation *op, struct task *t,
+    struct evbuffer *from, size_t bytes, int32_t records, char **err)
+{
+	if (!ACTION_STREAMS(op->action)) {
+		if (op->result == NULL && op->result_error == NULL)
+			return (-1);	/* count and save send no records */
+		return (operation_absorb(op, from, bytes));
+	}
+	if (t->spool != NULL && (spool_pending(t->spool) > 0 ||
+	    !operation_can_deliver(op, t)))
+		return (operation_spool_batch(op, t, from, bytes, records,
+		    err));
+	operation_relay_records(op, t, from, bytes, records);
 	return (0);
 }
 
@@ -1171,7 +1296,12 @@ operation_stream_writable(struct operation *op)
 {
 	struct task	*t = TAILQ_FIRST(&op->tasks);
 
-	if (t != NULL)
+	if (t == NULL)
+		return;
+	if (t->state == TASK_PARKED ||
+	    (t->spool != NULL && spool_pending(t->spool) > 0))
+		operation_pump_later(op);
+	else
 		task_kick(t);
 }
 
@@ -1692,6 +1822,34 @@ operation_position_json(const struct position *pos)
 	return (json_string(buf));
 }
 
+/* Bytes op's stalled tasks hold in their spools, for status. */
+static size_t
+operation_spooled(const struct operation *op)
+{
+	const struct task	*t;
+	size_t			 n = 0;
+
+	TAILQ_FOREACH(t, &op->tasks, op_entry) {
+		if (t->spool != NULL)
+			n += spool_pending(t->spool);
+	}
+	return (n);
+}
+
+/* Tasks of op stopped while their client did not read, for status. */
+static int
+operation_parked(const struct operation *op)
+{
+	const struct task	*t;
+	int			 n = 0;
+
+	TAILQ_FOREACH(t, &op->tasks, op_entry) {
+		if (t->state == TASK_PARKED)
+			n++;
+	}
+	return (n);
+}
+
 /* What state an operation is in, for status. */
 static const char *
 operation_state(const struct operation *op)
@@ -1722,6 +1880,10 @@ operation_status(uid_t uid)
 		    (json_int_t)(now - op->started_ms));
 		json_object_set_new(o, "bytes_sent",
 		    json_integer((json_int_t)op->bytes_sent));
+		json_object_set_new(o, "spooled_bytes", json_integer(
+		    (json_int_t)operation_spooled(op)));
+		json_object_set_new(o, "parked", json_integer(
+		    operation_parked(op)));
 		if (op->conn == NULL && op->reattachable)
 			json_object_set_new(o, "detached_ms",
 			    json_integer((json_int_t)(now - op->detached_ms)));

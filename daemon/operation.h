@@ -87,8 +87,20 @@ struct broadcast *const *operation_broadcasts(const struct operation *,
  * operation takes a batch now, and the batch (relayed or merged; -1 if
  * the operation expects none). */
 int		 operation_accepts_batch(struct operation *, struct task *);
+/* 0; -1 if the task should send none; -2 if it must stop, *err saying
+ * why (a spool over its limit). */
 int		 operation_relay_batch(struct operation *, struct task *,
-		     struct evbuffer *, size_t bytes, int32_t records);
+		     struct evbuffer *, size_t bytes, int32_t records,
+		     char **err);
+/* A task's client took none of its output for stream.stall_timeout: what
+ * to do with its worker.  STALL_FAIL sets *err. */
+enum stall_action {
+	STALL_SPOOL,		/* relay on into t->spool */
+	STALL_PARK,		/* stop it: it is computed again later */
+	STALL_FAIL,		/* neither can be */
+};
+enum stall_action operation_task_stalled(struct operation *, struct task *,
+		     char **err);
 /* Are the task's metrics possible?  -1 makes its worker corrupt. */
 int		 operation_check_metrics(const struct operation *,
 		     const struct task *);

@@ -10,7 +10,7 @@
 #include "xmalloc.h"
 
 static const char *const task_state_names[] = { "new", "queued", "assigned",
-    "done", "failed" };
+    "parked", "done", "failed" };
 
 /* Check that a transition starts from an allowed state. */
 static void
@@ -57,6 +57,7 @@ task_free(struct task *t)
 			worker_cancel_task(t->worker, t);
 		break;
 	case TASK_NEW:
+	case TASK_PARKED:
 	case TASK_DONE:
 	case TASK_FAILED:
 		break;
@@ -65,11 +66,11 @@ task_free(struct task *t)
 	free(t);
 }
 
-/* Mark a new task queued. */
+/* Mark a new or parked task queued. */
 void
 task_queue(struct task *t)
 {
-	task_expect(t, "queue", TASK_IN(TASK_NEW));
+	task_expect(t, "queue", TASK_IN(TASK_NEW) | TASK_IN(TASK_PARKED));
 	t->state = TASK_QUEUED;
 	t->queued_ms = ember_now_ms();
 }
@@ -90,6 +91,18 @@ task_assign(struct task *t, struct worker *w)
 	task_expect(t, "assign", TASK_IN(TASK_QUEUED));
 	t->state = TASK_ASSIGNED;
 	t->worker = w;
+}
+
+/* Mark a task parked: its worker is gone, and the records it relayed are
+ * skipped when it runs again. */
+void
+task_park(struct task *t)
+{
+	task_expect(t, "park", TASK_IN(TASK_ASSIGNED));
+	t->state = TASK_PARKED;
+	t->worker = NULL;
+	t->skip += t->records - t->parked_records;
+	t->parked_records = t->records;
 }
 
 /* Mark a task done and tell its operation. */

@@ -6,6 +6,10 @@
  *	NEW -> QUEUED		task_queue: the scheduler takes it
  *	QUEUED -> ASSIGNED	task_assign: sent to a worker
  *	ASSIGNED -> QUEUED	task_requeue: its worker went before running it
+ *	ASSIGNED -> PARKED	task_park: stopped to give its worker back,
+ *				its client not reading (stream.stall_timeout)
+ *	PARKED -> QUEUED	task_queue: its client reads again; it is
+ *				computed again, skipping what was relayed
  *	ASSIGNED -> DONE	task_finish: it ended cleanly
  *	QUEUED, ASSIGNED -> FAILED
  *				task_fail: it ended with an error, or could
@@ -28,12 +32,14 @@
 
 struct operation;
 struct sched_flow;
+struct spool;
 struct worker;
 
 enum task_state {
 	TASK_NEW,		/* made, not queued yet */
 	TASK_QUEUED,		/* in the scheduler's run queue */
 	TASK_ASSIGNED,		/* sent to a worker, which runs it or will next */
+	TASK_PARKED,		/* stopped while its client did not read */
 	TASK_DONE,		/* ended cleanly; every record was relayed */
 	TASK_FAILED,		/* ended with error */
 };
@@ -48,10 +54,14 @@ struct task {
 	int64_t			 records;	/* records relayed so far */
 	int64_t			 skip;		/* records the worker drops
 						   first: a recompute */
+	int64_t			 parked_records; /* records when it was last
+						   parked, in skip since */
 	int64_t			 metrics[EMBER_METRIC_COUNT];
 	char			*error;		/* TASK_FAILED */
 	uint64_t		 queued_ms;
 	struct sched_flow	*flow;		/* the scheduler's, queued */
+	struct spool		*spool;		/* the operation's: the rest of
+						   a stalled stream's records */
 	TAILQ_ENTRY(task)	 op_entry;	/* the operation's, by partition */
 	TAILQ_ENTRY(task)	 queue_entry;	/* run queue, or the worker's */
 };
@@ -64,6 +74,9 @@ void		 task_free(struct task *);
 void		 task_queue(struct task *);
 void		 task_requeue(struct task *);
 void		 task_assign(struct task *, struct worker *);
+/* Its worker was stopped while its client did not read: what it relayed
+ * is skipped when it runs again. */
+void		 task_park(struct task *);
 /* Its worker sent the end: the operation is told. */
 void		 task_finish(struct task *);
 /* It failed on worker pid (0: before any worker ran it); the operation

@@ -39,7 +39,7 @@ static const char *const worker_state_names[] = { "idle", "busy", "dead" };
 
 static const char *const retire_names[] = { "exited", "failed", "interrupted",
     "corrupt", "idle_timeout", "max_tasks", "no_reuse", "max_memory",
-    "task_timeout", "forkserver_lost", "evicted" };
+    "task_timeout", "forkserver_lost", "evicted", "stalled" };
 /* Whether emberd kills the worker for that cause. */
 #define RETIRE_KILLS(c)	((c) != RETIRE_EXITED && (c) != RETIRE_FAILED && \
 	(c) != RETIRE_FORKSERVER)
@@ -57,6 +57,8 @@ struct worker {
 	uint64_t		 started_ms;
 	uint64_t		 task_ms;	/* when the head task was sent */
 	uint64_t		 idle_ms;	/* when it last became idle */
+	uint64_t		 blocked_ms;	/* since when its output waits
+						   for the client, or 0 */
 	uint64_t		 max_tasks;	/* its own recycling point */
 	int64_t			*held;		/* broadcasts it holds */
 	size_t			 nheld;
@@ -232,6 +234,7 @@ worker_pop(struct worker *w)
 	TAILQ_REMOVE(&w->tasks, t, queue_entry);
 	w->ntasks--;
 	w->task_ms = ember_now_ms();
+	w->blocked_ms = 0;
 	return (t);
 }
 
@@ -330,17 +333,31 @@ enum worker_progress {
 	WORKER_STOPPED,		/* the worker was retired */
 };
 
+static void	worker_limit(struct worker *, enum retire_cause, const char *);
+
 /* Relay a record batch of the head task. */
 static enum worker_progress
 worker_batch(struct worker *w, struct task *t, struct evbuffer *in,
     const struct wmsg *m)
 {
-	if (!operation_accepts_batch(t->op, t))
+	char	*err = NULL;
+
+	if (!operation_accepts_batch(t->op, t)) {
+		/* Its client is not reading: stream.stall_timeout counts. */
+		if (w->blocked_ms == 0)
+			w->blocked_ms = ember_now_ms();
 		return (WORKER_BLOCKED);
+	}
+	w->blocked_ms = 0;
 	evbuffer_drain(in, WMSG_BATCH_SIZE);
-	if (operation_relay_batch(t->op, t, in, (size_t)m->length,
-	    m->records) == -1) {
+	switch (operation_relay_batch(t->op, t, in, (size_t)m->length,
+	    m->records, &err)) {
+	case -1:
 		worker_corrupt(w, "records the task should not send");
+		return (WORKER_STOPPED);
+	case -2:
+		worker_limit(w, RETIRE_STALLED, err);
+		free(err);
 		return (WORKER_STOPPED);
 	}
 	channel_want(w->ch, 0);
@@ -776,13 +793,48 @@ worker_limit(struct worker *w, enum retire_cause cause, const char *why)
 	task_fail(t, w->pid, why);
 }
 
-/* Check a busy worker against workers.task_timeout and max_memory. */
+/*
+ * The head task's client has taken none of its output for
+ * stream.stall_timeout: give the worker back.  The rest of the partition
+ * goes to a spool, the worker finishing its task; or the task stops, to
+ * be computed again from where its client got to once it reads.
+ */
+static void
+worker_stall(struct worker *w)
+{
+	struct task	*t = TAILQ_FIRST(&w->tasks);
+	char		*err = NULL;
+
+	w->blocked_ms = 0;
+	switch (operation_task_stalled(t->op, t, &err)) {
+	case STALL_SPOOL:
+		worker_kick(w);
+		break;
+	case STALL_PARK:
+		t = worker_pop(w);
+		worker_retire(w, RETIRE_STALLED);
+		task_park(t);
+		break;
+	case STALL_FAIL:
+		worker_limit(w, RETIRE_STALLED, err);
+		free(err);
+		break;
+	}
+}
+
+/* Check a busy worker against workers.task_timeout and max_memory, and
+ * its stream against stream.stall_timeout. */
 static void
 worker_check(struct worker *w, uint64_t now)
 {
 	uint64_t	rss;
 	char		why[160];
 
+	if (ember_conf.stream_stall_timeout > 0 && w->blocked_ms != 0 &&
+	    now - w->blocked_ms >= (uint64_t)ember_conf.stream_stall_timeout) {
+		worker_stall(w);
+		return;
+	}
 	if (ember_conf.workers_task_timeout > 0 && now - w->task_ms >
 	    (uint64_t)ember_conf.workers_task_timeout) {
 		snprintf(why, sizeof why, "exceeded workers.task_timeout "

@@ -32,6 +32,7 @@ enum retire_cause {
 	RETIRE_TASK_TIMEOUT,	/* its task ran past workers.task_timeout */
 	RETIRE_FORKSERVER,	/* its fork-server died */
 	RETIRE_EVICTED,		/* idle, and another user's pool needed room */
+	RETIRE_STALLED,		/* its stream's client did not read */
 	RETIRE_CAUSES
 };
 const char	*worker_retire_name(enum retire_cause);

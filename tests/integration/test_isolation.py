@@ -402,5 +402,149 @@ def test_workers_max_per_user_queues(d):
     check_eq(n, 1, "b's count")
 
 
+# ---------------------------------------------------------------------------
+# Stalled streams
+
+# Records per partition of the stalled plans: some 4 MB, far more than the
+# socket buffers, stream.buffer and a worker's read-ahead hold.
+STALL_RECORDS = 400000
+STALL_SETS = SHARED + ["workers.max=2", "stream.stall_timeout=1s"]
+
+
+def stalled_plan(pipe):
+    ops = [{"pipe": {"command": "cat"}}] if pipe else None
+    return range_plan(0, STALL_RECORDS, 1, ops=ops)
+
+
+def read_whole_stream(c):
+    """Every record of an iterate stream whose first partition was asked
+    for already, then its end."""
+    records = []
+    check_eq(c.read_int(), STREAM_PARTITION, "the stalled partition's 1")
+    while True:
+        rec = c.read_record()
+        if rec == END_OF_DATA_SECTION:
+            break
+        if rec == EXCEPTION_THROWN:
+            raise TaskFailed(rec, c.read_error_frame(), records)
+        check(isinstance(rec, bytes), "record %d: %r" % (len(records), rec))
+        records.append(rec)
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_DONE, "the stream's end")
+    return records
+
+
+def stalled_iterators(d, n, pipe, check_first):
+    """As a: n iterators that ask for their partition and read nothing;
+    after go, the first check_first read everything, which must be the
+    plan's output exactly once."""
+    def run(ctl):
+        clients = []
+        for _ in range(n):
+            c = d.client()
+            c.execute_ok(stalled_plan(pipe), "iterate")
+            c.write_int(REQUEST_NEXT)
+            clients.append(c)
+        ctl.ready()
+        ctl.wait_go()
+        want = [str(i).encode() for i in range(STALL_RECORDS)]
+        for c in clients[:check_first]:
+            got = read_whole_stream(c)
+            check_eq(len(got), len(want), "records of a stalled stream")
+            check(got == want, "a stalled stream's records differ from "
+                  "the plan's output")
+        return True
+    return AsUser(USERS["a"], run, timeout=200)
+
+
+def a_holds_workers(d, n):
+    def held():
+        with d.client() as c:
+            return sum(1 for w in c.status()["workers"] if "task" in w) >= n
+    return wait_until(held, 20)
+
+
+def stalled_against_count(d, pipe):
+    a = stalled_iterators(d, 32, pipe, 2)
+    try:
+        a.wait_ready()
+        check(a_holds_workers(d, 2), "a's stalled streams never held the "
+              "workers")
+        n, took = as_user("b", lambda: timed_count(d, range_plan(0, 1, 1)))
+        check_eq(n, 1, "b's count")
+        check(took < 2.0, "b's one-record count took %.2fs against 32 "
+              "stalled iterators" % took)
+        with d.client() as c:
+            st = c.status()
+        a.go()
+        check(a.result(), "a's stalled streams")
+        return st
+    finally:
+        a.close()
+
+
+@needs_users
+@with_daemon(sets=STALL_SETS)
+def test_stalled_iterators_do_not_starve_another(d):
+    """32 iterators that never read (a deterministic plan) do not keep b's
+    count from running; each stopped task is computed again from where its
+    client got to, and the client gets every record exactly once."""
+    st = stalled_against_count(d, pipe=False)
+    check(st["pools"] and sum(p["retired"].get("stalled", 0)
+                              for p in st["pools"]) >= 1,
+          "no worker was given back: %r" % st["pools"])
+
+
+@needs_users
+@with_daemon(sets=STALL_SETS)
+def test_stalled_pipe_iterators_are_spooled(d):
+    """The same with a pipe plan, which cannot be computed again: the rest
+    of each stalled partition is spooled, the worker goes on, and the
+    client gets every record exactly once."""
+    st = stalled_against_count(d, pipe=True)
+    spooled = sum(o.get("spooled_bytes", 0) for o in st["operations"])
+    check(spooled > 0, "nothing was spooled: %r" % st["operations"])
+
+
+@needs_users
+@with_daemon(sets=STALL_SETS + ["daemon.max_spool_per_uid=1m"])
+def test_spool_limit_names_its_key(d):
+    """A stalled pipe stream whose spool passes daemon.max_spool_per_uid
+    ends with an error naming the key, after the records before it, in
+    order; emberd serves on."""
+    def run(ctl):
+        c = d.client()
+        c.execute_ok(stalled_plan(True), "iterate")
+        c.write_int(REQUEST_NEXT)
+        ctl.ready()
+        ctl.wait_go()
+        try:
+            read_whole_stream(c)
+        except TaskFailed as e:
+            got = e.records
+            return [e.message, len(got),
+                    got == [str(i).encode() for i in range(len(got))]]
+        return None
+    a = AsUser(USERS["a"], run)
+    try:
+        a.wait_ready()
+
+        def failed():
+            with d.client() as c:
+                return c.status()["counters"]["tasks_failed"] >= 1
+        check(wait_until(failed, 20), "the spool never hit its limit")
+        a.go()
+        out = a.result()
+        check(out is not None, "the stream ended without an error")
+        msg, n, in_order = out
+        check("daemon.max_spool_per_uid" in msg, "the error: %r" % msg)
+        check(in_order and 0 < n < STALL_RECORDS, "%d records before the "
+              "error, in order %r" % (n, in_order))
+    finally:
+        a.close()
+    n, _ = as_user("b", lambda: timed_count(d, range_plan(0, 10, 2)))
+    check_eq(n, 10, "b's count after")
+
+
 if __name__ == "__main__":
     run_tests(globals())

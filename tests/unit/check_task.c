@@ -202,11 +202,55 @@ START_TEST(test_task_free_queued)
 }
 END_TEST
 
+/* A parked task skips, when it runs again, every record it relayed in
+ * each run before. */
+START_TEST(test_task_park)
+{
+	struct task	*t = task_create(FAKE_OP, 2, 0);
+
+	t->skip = 5;		/* a recompute after a reattach */
+	task_queue(t);
+	task_assign(t, FAKE_WORKER);
+	t->records = 100;
+	task_park(t);
+	ck_assert_int_eq(t->state, TASK_PARKED);
+	ck_assert_ptr_null(t->worker);
+	ck_assert_int_eq(t->skip, 105);
+	ck_assert_int_eq(t->records, 100);
+	task_free(t);		/* a parked task is in no list */
+	ck_assert_ptr_null(stub_removed);
+	ck_assert_ptr_null(stub_cancelled);
+
+	t = task_create(FAKE_OP, 2, 0);
+	task_queue(t);
+	task_assign(t, FAKE_WORKER);
+	t->records = 7;
+	task_park(t);
+	task_queue(t);
+	ck_assert_int_eq(t->state, TASK_QUEUED);
+	task_assign(t, FAKE_WORKER);
+	t->records += 3;	/* records count on across runs */
+	task_park(t);
+	ck_assert_int_eq(t->skip, 10);
+	task_free(t);
+}
+END_TEST
+
+START_TEST(test_task_park_queued)
+{
+	struct task	*t = task_create(FAKE_OP, 0, 0);
+
+	task_queue(t);
+	task_park(t);
+}
+END_TEST
+
 START_TEST(test_task_names)
 {
 	ck_assert_str_eq(task_state_name(TASK_NEW), "new");
 	ck_assert_str_eq(task_state_name(TASK_QUEUED), "queued");
 	ck_assert_str_eq(task_state_name(TASK_ASSIGNED), "assigned");
+	ck_assert_str_eq(task_state_name(TASK_PARKED), "parked");
 	ck_assert_str_eq(task_state_name(TASK_DONE), "done");
 	ck_assert_str_eq(task_state_name(TASK_FAILED), "failed");
 }
@@ -269,6 +313,7 @@ task_suite(void)
 	tcase_add_test(tc, test_task_requeue);
 	tcase_add_test(tc, test_task_fail);
 	tcase_add_test(tc, test_task_free_queued);
+	tcase_add_test(tc, test_task_park);
 	tcase_add_test(tc, test_task_names);
 	suite_add_tcase(s, tc);
 
@@ -279,6 +324,7 @@ task_suite(void)
 	tcase_add_exit_test(tc, test_task_queue_twice, 1);
 	tcase_add_exit_test(tc, test_task_fail_done, 1);
 	tcase_add_exit_test(tc, test_task_requeue_queued, 1);
+	tcase_add_exit_test(tc, test_task_park_queued, 1);
 	suite_add_tcase(s, tc);
 	return (s);
 }

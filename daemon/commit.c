@@ -5,6 +5,7 @@
 #include <jansson.h>
 
 #include "commit.h"
+#include "emberd.h"
 #include "helper.h"
 #include "log.h"
 #include "queue.h"
@@ -38,6 +39,7 @@ struct commit {
 
 /* Commits freed while a step ran: they end when it answers. */
 static TAILQ_HEAD(, commit) orphans = TAILQ_HEAD_INITIALIZER(orphans);
+static size_t		 norphans;
 
 static void	commit_answer_cb(json_t *, int *, size_t, const char *,
 		    const char *, void *);
@@ -71,8 +73,11 @@ commit_task_dir(const struct commit *c)
 static void
 commit_destroy(struct commit *c)
 {
-	if (c->orphan)
+	if (c->orphan) {
 		TAILQ_REMOVE(&orphans, c, entry);
+		if (--norphans == 0)
+			ember_check_drained();
+	}
 	if (c->ids != NULL)
 		json_decref(c->ids);
 	free(c->path);
@@ -108,6 +113,7 @@ commit_abort_orphan(struct commit *c)
 	if (!c->orphan) {
 		c->orphan = 1;
 		TAILQ_INSERT_TAIL(&orphans, c, entry);
+		norphans++;
 	}
 	if (commit_ask(c, "save_abort", json_pack("{s:O}", "ids", c->ids),
 	    COMMIT_ABORTING, &class, &err) == -1) {
@@ -243,6 +249,7 @@ commit_free(struct commit *c)
 	if (c->h != NULL) {
 		c->orphan = 1;
 		TAILQ_INSERT_TAIL(&orphans, c, entry);
+		norphans++;
 		return;
 	}
 	if (c->state == COMMIT_BEGUN) {
@@ -250,6 +257,13 @@ commit_free(struct commit *c)
 		return;
 	}
 	commit_destroy(c);
+}
+
+/* Count the saves being undone with nobody waiting. */
+size_t
+commit_pending(void)
+{
+	return (norphans);
 }
 
 /* Cancel the steps still running. */

@@ -14,6 +14,8 @@
 
 #include <sys/types.h>
 
+#include <stddef.h>
+
 struct commit;
 
 /* A step's answer: class NULL if it succeeded, else an error class and a
@@ -43,6 +45,9 @@ int		 commit_abort(struct commit *, commit_cb, void *,
 /* Forget a commit: no callback comes any more.  A save begun (or still
  * beginning) and not committed is aborted, nobody waiting. */
 void		 commit_free(struct commit *);
+/* Saves being undone with nobody waiting (emberd's drain waits for them,
+ * up to its grace period). */
+size_t		 commit_pending(void);
 /* Cancel every step still running, at exit. */
 void		 commit_free_all(void);
 

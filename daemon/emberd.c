@@ -95,6 +95,11 @@ ember_drain_cb(evutil_socket_t fd, short events, void *arg)
 		return;
 	if (connection_close_flushed() > 0)
 		return;		/* back here when the last one is closed */
+	/* Detached operations end now; a save among them is undone (as
+	 * its user) before emberd exits, within the grace period. */
+	operation_interrupt_all("emberd is shutting down");
+	if (commit_pending() > 0)
+		return;		/* back here when the last one is undone */
 	log_info("drained: no operation left, exiting");
 	event_base_loopexit(ember_base, NULL);
 }

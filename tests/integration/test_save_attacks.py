@@ -283,5 +283,22 @@ def test_two_saves_racing(d):
         check_saved(out, 3)
         check_eq(lines, ["second-%d" % i for i in range(9)], "the output")
 
+@with_daemon(sets=["workers.max=2"])
+def test_save_undone_at_shutdown(d):
+    """A save whose client went away (the operation goes on, detached) is
+    undone when emberd stops: its _temporary is gone once emberd has
+    exited, and no part reached the path."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    c = d.client()
+    c.send_json(save_request(out, range_plan(0, 4, 2, ops=[
+        {"pipe": {"command": "cat; sleep 30"}}])))
+    d.worker_running("sleep 30")
+    c.close_abruptly()
+    check(os.path.isdir(os.path.join(out, "_temporary")), "no _temporary")
+    d.signal(signal.SIGTERM)
+    check_eq(d.wait(10), 0, "exit status after SIGTERM")
+    check_eq(sorted(os.listdir(out)), [], "what %s holds" % out)
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -340,6 +340,25 @@ def test_connection_cut(d):
     proxy.close()
 
 
+@with_daemon(sets=["stream.max_bytes=1k"])
+def test_graceful_cuts(d):
+    """Past stream.max_bytes emberd ends the stream at each partition
+    boundary with DETACHED; the iterator and collect reattach on the same
+    connection and see every record once, in order; the operations are
+    released at the end."""
+    want = [str(i) for i in range(20000)]
+    with _session(d) as s:
+        ds = s.range(20000, partitions=8)
+        for prefetch in (0, 2):
+            check_eq(list(ds.to_local_iterator(prefetch=prefetch)), want,
+                     "iterate, prefetch %d" % prefetch)
+        check_eq(ds.collect(), want, "collect")
+        check_eq(ds.take(6000), want[:6000], "a stop after two cuts")
+    cuts = d.log_text().count("stream cut at partition")
+    check(cuts >= 3 * 7, "%d cuts in emberd's log" % cuts)
+    _no_operations(d)
+
+
 def test_reattach_gives_up(d):
     """When emberd cannot be reached again, the iterator raises
     ConnectionFailed in bounded time: a proxy that refuses every reconnect

@@ -81,18 +81,24 @@ httpd_closed_cb(struct evhttp_connection *evcon, void *arg)
 	httpd_forget(arg);
 }
 
+/* Close a connection now, and forget it. */
+static void
+httpd_close(struct httpd_conn *c)
+{
+	evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+	evhttp_connection_free(c->evcon);
+	httpd_forget(c);
+}
+
 /* A connection took too long: a stalled request or a reader that does
- * not read.  Freeing it calls httpd_closed_cb. */
+ * not read. */
 static void
 httpd_deadline_cb(evutil_socket_t fd, short events, void *arg)
 {
-	struct httpd_conn	*c = arg;
-
 	(void)fd; (void)events;
 	log_debug("status: connection timed out after %lldms",
 	    (long long)ember_conf.status_timeout);
-	if (c->evcon != NULL)
-		evhttp_connection_free(c->evcon);
+	httpd_close(arg);
 }
 
 /*
@@ -126,7 +132,7 @@ httpd_attach_cb(evutil_socket_t fd, short events, void *arg)
 		log_debug("status: past status.max_connections (%lld): "
 		    "closing the oldest connection",
 		    (long long)ember_conf.status_max_connections);
-		evhttp_connection_free(TAILQ_FIRST(&httpd_conns)->evcon);
+		httpd_close(TAILQ_FIRST(&httpd_conns));
 	}
 }
 

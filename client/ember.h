@@ -106,7 +106,8 @@ int		 ember_execute(struct ember *, const char *plan_json,
  * Read the next record of the result stream.
  *  1	a record: *data and *len point into the library's buffer and stay
  *	valid until the next call on the handle; *data is NULL (and *len 0)
- *	for a null record.
+ *	for a null record.  A record is a pointer and a length, not a C
+ *	string: it may hold NUL bytes and is not NUL-terminated.
  *  0	the stream is complete; once a stream has ended, either way,
  *	every further call returns 0.
  * -1	an error.  A worker's failure is class TASK_FAILED with the worker's

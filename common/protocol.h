@@ -39,6 +39,11 @@
 #define EMBER_MAX_TASK_FRAME		(64 * 1024 * 1024)
 #define EMBER_MAX_ERROR_FRAME		(64 * 1024)
 
+/* A worker's exit status when an allocation failed under its
+ * address-space limit (twice workers.max_memory): emberd reports the
+ * limit, not a crash. */
+#define EMBER_EXIT_NOMEM		3
+
 /*
  * Task metrics after EMBER_TIMING_DATA: int32 count, then count int64s in
  * this order.  New metrics are appended; readers ignore the ones they do

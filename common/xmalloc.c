@@ -8,6 +8,22 @@
 #include "log.h"
 #include "xmalloc.h"
 
+static void	(*xmalloc_nomem)(size_t);
+
+void
+xmalloc_on_nomem(void (*fn)(size_t))
+{
+	xmalloc_nomem = fn;
+}
+
+/* An allocation of size bytes failed: the hook's business, if ENOMEM. */
+static void
+xmalloc_failed(size_t size)
+{
+	if (errno == ENOMEM && xmalloc_nomem != NULL)
+		xmalloc_nomem(size);
+}
+
 void *
 xmalloc(size_t size)
 {
@@ -15,8 +31,10 @@ xmalloc(size_t size)
 
 	if (size == 0)
 		size = 1;
-	if ((p = malloc(size)) == NULL)
+	if ((p = malloc(size)) == NULL) {
+		xmalloc_failed(size);
 		fatal("xmalloc %zu bytes", size);
+	}
 	return (p);
 }
 
@@ -27,8 +45,10 @@ xcalloc(size_t n, size_t size)
 
 	if (n == 0 || size == 0)
 		n = size = 1;
-	if ((p = calloc(n, size)) == NULL)
+	if ((p = calloc(n, size)) == NULL) {
+		xmalloc_failed(n * size);
 		fatal("xcalloc %zu x %zu bytes", n, size);
+	}
 	return (p);
 }
 
@@ -47,8 +67,10 @@ xreallocarray(void *p, size_t n, size_t size)
 		n = size = 1;
 	if (size > SIZE_MAX / n)
 		fatalx("xreallocarray %zu x %zu overflows", n, size);
-	if ((q = realloc(p, n * size)) == NULL)
+	if ((q = realloc(p, n * size)) == NULL) {
+		xmalloc_failed(n * size);
 		fatal("xreallocarray %zu x %zu bytes", n, size);
+	}
 	return (q);
 }
 

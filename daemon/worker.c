@@ -294,11 +294,26 @@ worker_corrupt(struct worker *w, const char *what)
 		task_fail(t, w->pid, "worker sent a corrupt message");
 }
 
+/* Did the worker exit because an allocation failed under its
+ * address-space limit?  Then cause says it exceeded workers.max_memory. */
+static int
+worker_out_of_memory(const struct worker *w, char *cause, size_t len)
+{
+	if (ember_conf.workers_max_memory == 0 || !WIFEXITED(w->status) ||
+	    WEXITSTATUS(w->status) != EMBER_EXIT_NOMEM)
+		return (0);
+	snprintf(cause, len, "exceeded workers.max_memory (limit %llu MiB): "
+	    "an allocation failed under its address-space limit of %llu MiB",
+	    (unsigned long long)(ember_conf.workers_max_memory >> 20),
+	    (unsigned long long)(ember_conf.workers_max_memory >> 19));
+	return (1);
+}
+
 /* The worker's output ended before its task did. */
 static void
 worker_died(struct worker *w)
 {
-	char		 cause[128];
+	char		 cause[160];
 	struct task	*t;
 
 	if (!w->exited)
@@ -307,6 +322,14 @@ worker_died(struct worker *w)
 	if (w->ntasks == 0) {
 		log_info("idle worker %ld %s", (long)w->pid, cause);
 		worker_retire(w, RETIRE_EXITED);
+		return;
+	}
+	if (worker_out_of_memory(w, cause, sizeof cause)) {
+		/* A limit, as when the resident-memory check finds it. */
+		t = worker_pop(w);
+		log_warn("worker %ld: %s", (long)w->pid, cause);
+		worker_retire(w, RETIRE_MAX_MEMORY);
+		task_fail(t, w->pid, cause);
 		return;
 	}
 	ember_counters.workers_crashed++;

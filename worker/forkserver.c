@@ -192,6 +192,16 @@ forkserver_send(struct forkserver *fs, const struct fs_msg *m, int fd)
 	}
 }
 
+/* An allocation failed in a worker under its address-space limit: exit
+ * with the status that tells emberd it was workers.max_memory. */
+static void
+forkserver_worker_nomem(size_t size)
+{
+	log_error("worker %ld: an allocation of %zu bytes failed under its "
+	    "address-space limit (workers.max_memory)", (long)getpid(), size);
+	_exit(EMBER_EXIT_NOMEM);
+}
+
 /*
  * Set up a new worker, or helper, in the child; never returns.  The memory
  * limit is a hard one too, so that no plugin can raise it again; it counts
@@ -222,6 +232,7 @@ forkserver_child(struct forkserver *fs, int sv[2], int helper)
 			    strerror(errno));
 			_exit(1);
 		}
+		xmalloc_on_nomem(forkserver_worker_nomem);
 	}
 	sigemptyset(&set);
 	sigprocmask(SIG_SETMASK, &set, NULL);

@@ -423,6 +423,38 @@ def test_max_memory(d):
     check(after != before, "the killed worker ran the next job")
 
 
+@skip_with_sanitizer("address", "AddressSanitizer maps terabytes of shadow "
+                     "memory, more than the 64 MiB address-space limit of "
+                     "workers.max_memory=32m lets a worker start with")
+@with_daemon(sets=["workers.max=1", "workers.max_memory=32m"])
+def test_max_memory_allocation_failure(d):
+    """A worker that dies of a failed allocation under its address-space
+    limit (twice workers.max_memory) before the resident-memory check sees
+    anything fails its task saying it exceeded workers.max_memory, not
+    with an exit status."""
+    # A broadcast the task uses takes 40 MiB of the worker's 64 MiB of
+    # address space without counting in its resident memory; a text line
+    # that never ends then doubles the worker's line buffer until an
+    # allocation fails, with at most some 17 MiB resident: always the
+    # allocation, never the resident-memory check.
+    c = d.client()
+    bid = c.broadcast_put(b"x" * (40 << 20))
+    path = d.path("endless-line.txt")
+    with open(path, "wb") as f:
+        f.truncate(256 << 20)		# sparse: no newline, no disk
+    os.chmod(path, 0o644)
+    os.chmod(d.tmpdir, 0o755)		# workers.root_user reads it
+    [before] = job_pids(c, 1)
+    reply = c.execute(text_plan([path], 1, ops=[
+        {"filter": {"in_broadcast": bid}}]), "count")
+    msg = check_error(reply, "TASK_FAILED", "exceeded workers.max_memory",
+                      "an allocation failed")
+    check_eq(pid_in_message(msg), before, "the worker named")
+    wait_gone([before])
+    check_eq(retired(c)["max_memory"], 1, "retired for max_memory")
+    check_eq(c.count(range_plan(0, 100, 2)), 100, "the next job")
+
+
 @with_daemon(sets=["workers.max=1", "workers.task_timeout=1s"])
 def test_task_timeout(d):
     """A task running past workers.task_timeout is killed with its command,

@@ -130,16 +130,14 @@ taskdesc_encode_broadcasts(struct evbuffer *d,
 	for (i = 0; i < n; i++) {
 		if (i > 0)
 			evbuffer_add(d, ",", 1);
-		if (b[i].path == NULL) {
+		if (!b[i].add) {
 			/* -id-1: a removal. */
 			evbuffer_add_printf(d, "{\"id\":%lld}",
 			    (long long)(-b[i].id - 1));
 			continue;
 		}
-		evbuffer_add_printf(d, "{\"id\":%lld,\"path\":",
-		    (long long)b[i].id);
-		taskdesc_add_string(d, b[i].path);
-		evbuffer_add_printf(d, ",\"size\":%lld}", (long long)b[i].size);
+		evbuffer_add_printf(d, "{\"id\":%lld,\"size\":%lld}",
+		    (long long)b[i].id, (long long)b[i].size);
 	}
 	evbuffer_add(d, "]", 1);
 }
@@ -241,14 +239,15 @@ taskdesc_decode_broadcast(json_t *c, const char *where,
 	if (id < 0) {
 		/* -id-1, written so that INT64_MIN cannot overflow. */
 		b->id = -(id + 1);
-		b->path = NULL;
+		b->add = 0;
+		b->fd = -1;
 		b->size = 0;
 		return (0);
 	}
-	if (jread_string(c, where, "path", JREAD_REQUIRED, &b->path,
-	    err) == -1 ||
-	    jread_int(c, where, "size", JREAD_REQUIRED, &size, err) == -1)
+	if (jread_int(c, where, "size", JREAD_REQUIRED, &size, err) == -1)
 		return (-1);
+	b->add = 1;
+	b->fd = -1;
 	if (size < 0)
 		return (jread_fail(err, where, "size: must not be negative"));
 	b->id = id;

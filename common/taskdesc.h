@@ -30,11 +30,16 @@ enum reduce_fn {
 	REDUCE_MAX,
 };
 
-/* A change to the broadcasts a worker holds: add broadcast id (the file
- * path of size bytes), or, with path NULL, remove it. */
+/*
+ * A change to the broadcasts a worker holds: add broadcast id, size bytes
+ * whose descriptor (a sealed memfd) rides with the descriptor's frame, or
+ * remove it.  fd: the descriptor to pass (emberd) or that came (worker,
+ * filled in after decoding; -1 until then).
+ */
 struct taskdesc_broadcast {
 	int64_t		 id;
-	const char	*path;
+	int		 add;
+	int		 fd;
 	int64_t		 size;
 };
 

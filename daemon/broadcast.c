@@ -1,3 +1,4 @@
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <errno.h>
@@ -9,44 +10,90 @@
 
 #include "broadcast.h"
 #include "emberd.h"
+#include "helper.h"
 #include "limit.h"
-#include "localdir.h"
 #include "log.h"
 #include "pool.h"
 #include "queue.h"
 #include "session.h"
 #include "xmalloc.h"
 
+/*
+ * A broadcast's bytes live in a memfd of emberd's: no name anywhere, so
+ * nothing a user plants can be opened in its place, and sealed once
+ * complete (no write, no shrink, no growth), so the bytes every worker
+ * maps never change.  Workers get the descriptor, never a path.
+ */
 struct broadcast {
 	int64_t			 id;
 	struct session		*session;	/* NULL once dropped */
 	uid_t			 uid;		/* its session's */
+	gid_t			 gid;
 	int64_t			 charged;	/* daemon.max_broadcast_bytes */
-	char			*name;		/* in the local directory */
-	char			*path;
-	int			 fd;		/* while uploading */
+	int			 fd;		/* the memfd */
 	int64_t			 size, written;
 	int			 sealed;
 	int			 users;		/* operations using it */
+	struct helper		*reading;	/* a passed descriptor */
+	broadcast_read_cb	 read_cb;
+	void			*read_arg;
 	TAILQ_ENTRY(broadcast)	 entry;
 };
 static TAILQ_HEAD(, broadcast) broadcasts = TAILQ_HEAD_INITIALIZER(broadcasts);
+
+/* A memfd this big is freed by a helper, not on emberd's loop. */
+#define BROADCAST_FREE_AWAY	(16 * 1024 * 1024)
 static int64_t	broadcast_next_id;
+
+/* A helper took the last reference of a big memfd: nothing to do. */
+static void
+broadcast_released_cb(json_t *reply, int *fds, size_t nfds,
+    const char *class, const char *err, void *arg)
+{
+	(void)reply; (void)class; (void)err; (void)arg;
+	while (nfds > 0)
+		close(fds[--nfds]);
+}
+
+/*
+ * Close a broadcast's memfd.  The last close frees its pages, which for a
+ * big one takes a while (a second for a GiB): a helper of its user takes
+ * that reference and frees them off the loop.  If none can run, emberd
+ * frees them itself.
+ */
+static void
+broadcast_close(struct broadcast *b)
+{
+	const char	*class;
+	char		*err;
+	json_t		*args;
+
+	if (b->written >= BROADCAST_FREE_AWAY) {
+		args = json_object();
+		if (helper_run(b->uid, b->gid, "release", args, b->fd,
+		    broadcast_released_cb, NULL, &class, &err) == NULL) {
+			log_info("broadcast %lld: freed by emberd: %s",
+			    (long long)b->id, err);
+			free(err);
+		}
+		json_decref(args);
+	}
+	close(b->fd);
+	b->fd = -1;
+}
 
 /* Remove the file and forget the broadcast. */
 static void
 broadcast_free(struct broadcast *b)
 {
+	helper_cancel(b->reading);
 	if (b->fd != -1)
-		close(b->fd);
-	localdir_unlink(b->name);
+		broadcast_close(b);
 	limit_release(b->uid, LIMIT_BROADCASTS, 1);
 	if (b->charged > 0)
 		limit_release(b->uid, LIMIT_BROADCAST_BYTES, b->charged);
 	TAILQ_REMOVE(&broadcasts, b, entry);
 	log_debug("broadcast %lld freed", (long long)b->id);
-	free(b->name);
-	free(b->path);
 	free(b);
 }
 
@@ -68,8 +115,7 @@ broadcast_create(struct session *s, int64_t size, const char **class,
     char **err)
 {
 	struct broadcast	*b;
-	uid_t			 uid;
-	gid_t			 gid;
+	char			 name[64];
 
 	*class = "REQUEST_INVALID";
 	if (size < 0 || size > ember_conf.daemon_max_broadcast) {
@@ -90,28 +136,19 @@ broadcast_create(struct session *s, int64_t size, const char **class,
 	}
 	b->id = broadcast_next_id++;
 	b->session = s;
+	b->gid = session_gid(s);
 	b->size = size;
-	xasprintf(&b->name, "broadcast-%lld", (long long)b->id);
-	xasprintf(&b->path, "%s/%s", ember_local_dir(), b->name);
-	/* A name of emberd's own, in its own directory: never one that was
-	 * there already, never through a link. */
-	b->fd = localdir_create(b->name, O_WRONLY, 0600);
+	snprintf(name, sizeof name, "ember-broadcast-%lld", (long long)b->id);
+	b->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (b->fd == -1) {
-		xasprintf(err, "%s: %s", b->path, strerror(errno));
+		xasprintf(err, "memfd_create: %s", strerror(errno));
 		*class = "INTERNAL";
 		limit_release(b->uid, LIMIT_BROADCASTS, 1);
 		if (b->charged > 0)
 			limit_release(b->uid, LIMIT_BROADCAST_BYTES, b->charged);
-		free(b->name);
-		free(b->path);
 		free(b);
 		return (NULL);
 	}
-	/* Workers run as the job's user: it must be able to map the file,
-	 * and nobody else read it. */
-	if (geteuid() == 0 && session_job_user(session_uid(s), session_gid(s),
-	    &uid, &gid) == 0 && fchown(b->fd, uid, gid) == -1)
-		log_warn("chown %s: %s", b->path, strerror(errno));
 	TAILQ_INSERT_TAIL(&broadcasts, b, entry);
 	return (b);
 }
@@ -132,7 +169,8 @@ broadcast_write(struct broadcast *b, const void *data, size_t len,
 		if ((n = write(b->fd, p, len)) == -1) {
 			if (errno == EINTR)
 				continue;
-			xasprintf(err, "%s: %s", b->path, strerror(errno));
+			xasprintf(err, "broadcast %lld: %s", (long long)b->id,
+			    strerror(errno));
 			return (-1);
 		}
 		p += n;
@@ -142,68 +180,71 @@ broadcast_write(struct broadcast *b, const void *data, size_t len,
 	return (0);
 }
 
-/* Copy the rest with pread and write, where copy_file_range cannot. */
-static int
-broadcast_copy_read(struct broadcast *b, int fd, off_t off, char **err)
+/* The helper read the passed descriptor into the memfd, or could not. */
+static void
+broadcast_read_done_cb(json_t *reply, int *fds, size_t nfds,
+    const char *hclass, const char *herr, void *arg)
 {
-	char	buf[64 * 1024];
-	ssize_t	n;
+	struct broadcast	*b = arg;
+	broadcast_read_cb	 cb = b->read_cb;
+	struct stat		 st;
+	const char		*class = "REQUEST_INVALID", *error;
+	char			*err = NULL;
+	json_int_t		 size;
 
-	while (b->written < b->size) {
-		n = pread(fd, buf, sizeof buf, off);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			xasprintf(err, "fd: %s", n == 0 ? "shorter than it was" :
-			    strerror(errno));
-			return (-1);
-		}
-		if (broadcast_write(b, buf, (size_t)n, err) == -1)
-			return (-1);
-		off += n;
+	b->reading = NULL;
+	while (nfds > 0)
+		close(fds[--nfds]);
+	if (hclass != NULL) {
+		class = hclass;
+		xasprintf(&err, "fd: reading it as uid %ld: %s", (long)b->uid,
+		    herr);
+		goto fail;
 	}
-	return (0);
+	if ((error = json_string_value(json_object_get(reply,
+	    "error"))) != NULL) {
+		xasprintf(&err, "fd: %s", error);
+		goto fail;
+	}
+	size = json_integer_value(json_object_get(reply, "size"));
+	/* What the memfd holds is what counts, not what the helper said. */
+	if (fstat(b->fd, &st) == -1 || st.st_size != size || size < 0 ||
+	    size > ember_conf.daemon_max_broadcast) {
+		class = "INTERNAL";
+		xasprintf(&err, "fd: the helper's copy does not add up");
+		goto fail;
+	}
+	if (broadcast_charge(b, size, &class, &err) == -1)
+		goto fail;
+	b->size = b->written = size;
+	cb(b, NULL, NULL, b->read_arg);
+	return;
+fail:
+	cb(b, class, err, b->read_arg);
+	free(err);
 }
 
 int
-broadcast_copy_fd(struct broadcast *b, int fd, const char **class,
-    char **err)
+broadcast_read_fd(struct broadcast *b, int fd, broadcast_read_cb cb,
+    void *arg, const char **class, char **err)
 {
-	struct stat	st;
-	ssize_t		n;
-	loff_t		off = 0;
+	json_t	*args;
+	int64_t	 room;
+	int	 fds[2] = { fd, b->fd };
 
-	*class = "REQUEST_INVALID";
-	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode)) {
-		xasprintf(err, "fd: not a regular file");
-		return (-1);
-	}
-	if (st.st_size > ember_conf.daemon_max_broadcast) {
-		xasprintf(err, "fd: %lld bytes, over daemon.max_broadcast",
-		    (long long)st.st_size);
-		return (-1);
-	}
-	if (broadcast_charge(b, st.st_size, class, err) == -1)
-		return (-1);
-	b->size = st.st_size;
-	/* The kernel copies: the bytes never cross the client's socket.  An
-	 * explicit offset leaves the client's file position alone. */
-	while (b->written < b->size) {
-		n = copy_file_range(fd, &off, b->fd, NULL,
-		    (size_t)(b->size - b->written), 0);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n == -1 && (errno == EXDEV || errno == EINVAL ||
-		    errno == ENOSYS || errno == EOPNOTSUPP))
-			return (broadcast_copy_read(b, fd, off, err));
-		if (n <= 0) {
-			xasprintf(err, "fd: %s", n == 0 ? "shorter than it was" :
-			    strerror(errno));
-			return (-1);
-		}
-		b->written += n;
-	}
-	return (0);
+	/* The helper refuses more than the broadcast may hold. */
+	room = limit_room(b->uid, LIMIT_BROADCAST_BYTES);
+	if (room > ember_conf.daemon_max_broadcast)
+		room = ember_conf.daemon_max_broadcast;
+	args = json_pack("{s:I,s:s}", "max", (json_int_t)room, "max_key",
+	    room == ember_conf.daemon_max_broadcast ? "daemon.max_broadcast" :
+	    "daemon.max_broadcast_bytes_per_uid or daemon.max_broadcast_bytes");
+	b->read_cb = cb;
+	b->read_arg = arg;
+	b->reading = helper_run_fds(b->uid, b->gid, "broadcast_read", args,
+	    fds, 2, broadcast_read_done_cb, b, class, err);
+	json_decref(args);
+	return (b->reading == NULL ? -1 : 0);
 }
 
 int64_t
@@ -215,8 +256,9 @@ broadcast_missing(const struct broadcast *b)
 void
 broadcast_seal(struct broadcast *b)
 {
-	close(b->fd);
-	b->fd = -1;
+	if (fcntl(b->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+	    F_SEAL_WRITE | F_SEAL_SEAL) == -1)
+		fatal("broadcast %lld: sealing its memfd", (long long)b->id);
 	b->sealed = 1;
 	log_debug("broadcast %lld: %lld bytes", (long long)b->id,
 	    (long long)b->size);
@@ -234,10 +276,10 @@ broadcast_id(const struct broadcast *b)
 	return (b->id);
 }
 
-const char *
-broadcast_path(const struct broadcast *b)
+int
+broadcast_fd(const struct broadcast *b)
 {
-	return (b->path);
+	return (b->fd);
 }
 
 int64_t

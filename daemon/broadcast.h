@@ -1,7 +1,7 @@
 /*
- * Broadcasts: bytes a client uploads once, kept in a file under the local
- * directory that every worker maps read-only, so a broadcast costs one copy
- * however many tasks use it.  A broadcast belongs to its session; dropping
+ * Broadcasts: bytes a client uploads once, kept in a sealed memfd of
+ * emberd's that every worker maps read-only (passed with the task
+ * descriptor), so a broadcast costs one copy however many tasks use it.  A broadcast belongs to its session; dropping
  * it (or closing the session) makes it unusable for new plans, and its file
  * goes when no running operation uses it any more.
  */
@@ -29,9 +29,19 @@ struct broadcast	*broadcast_create(struct session *, int64_t size,
 /* Append uploaded bytes; -1 with *err on a write error. */
 int			 broadcast_write(struct broadcast *, const void *, size_t,
 			     char **err);
-/* Take the whole file behind fd (passed by the client) as the bytes. */
-int			 broadcast_copy_fd(struct broadcast *, int fd,
-			     const char **class, char **err);
+/*
+ * Take the whole file behind fd (passed by the client) as the bytes: a
+ * helper reads it as the user, off the loop, into the broadcast's memfd
+ * (fd is duplicated: the caller closes its own).  cb says how it went
+ * (class NULL: the bytes are in; else class and err), unless the
+ * broadcast is abandoned first.  -1 with *class and *err if it cannot
+ * start.
+ */
+typedef void		(*broadcast_read_cb)(struct broadcast *,
+			     const char *class, const char *err, void *arg);
+int			 broadcast_read_fd(struct broadcast *, int fd,
+			     broadcast_read_cb, void *arg, const char **class,
+			     char **err);
 /* How many bytes the upload still expects. */
 int64_t			 broadcast_missing(const struct broadcast *);
 /* The upload is complete: the broadcast can be used. */
@@ -40,7 +50,8 @@ void			 broadcast_seal(struct broadcast *);
 void			 broadcast_abandon(struct broadcast *);
 
 int64_t			 broadcast_id(const struct broadcast *);
-const char		*broadcast_path(const struct broadcast *);
+/* Its memfd, sealed once complete: what workers map. */
+int			 broadcast_fd(const struct broadcast *);
 int64_t			 broadcast_size(const struct broadcast *);
 
 /* A sealed broadcast of the session's, or NULL. */

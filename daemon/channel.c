@@ -2,6 +2,8 @@
 #include <sys/uio.h>
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 
 #include "channel.h"
 #include "emberd.h"
+#include "fdpass.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -18,9 +21,18 @@
 #define CHANNEL_MIN_READ	(16 * 1024)
 #define CHANNEL_READS		4
 
+/* A descriptor to pass with the output byte at offset at. */
+struct channel_fd {
+	uint64_t	  at;
+	int		  fd;
+};
+
 struct channel {
 	int		  fd;
 	struct evbuffer	 *in, *out;
+	uint64_t	  written;	/* bytes of out sent so far */
+	struct channel_fd *fds;		/* to pass, in order */
+	size_t		  nfds;
 	struct event	 *rev, *wev;
 	size_t		  high, default_high;
 	int		  reading;
@@ -108,9 +120,56 @@ channel_create(int fd, size_t high, void (*read_cb)(void *), void *arg)
 	return (ch);
 }
 
+/* Forget the descriptors not passed. */
+static void
+channel_drop_fds(struct channel *ch)
+{
+	while (ch->nfds > 0)
+		close(ch->fds[--ch->nfds].fd);
+	free(ch->fds);
+	ch->fds = NULL;
+}
+
+void
+channel_pass_fd(struct channel *ch, int fd)
+{
+	uint64_t	at;
+	int		dup;
+
+	if ((dup = fcntl(fd, F_DUPFD_CLOEXEC, 3)) == -1)
+		fatal("channel: dup");
+	at = ch->written + evbuffer_get_length(ch->out);
+	/* One descriptor per byte: the next ones ride on the bytes after
+	 * (a descriptor is longer than the descriptors passed with it). */
+	if (ch->nfds > 0 && ch->fds[ch->nfds - 1].at >= at)
+		at = ch->fds[ch->nfds - 1].at + 1;
+	ch->fds = xreallocarray(ch->fds, ch->nfds + 1, sizeof *ch->fds);
+	ch->fds[ch->nfds].at = at;
+	ch->fds[ch->nfds++].fd = dup;
+}
+
+/* Send the byte a descriptor rides on: 1, 0 when the socket is full, -1
+ * on an error. */
+static int
+channel_send_fd(struct channel *ch)
+{
+	unsigned char	*byte = evbuffer_pullup(ch->out, 1);
+	ssize_t		 n;
+
+	n = fd_send_many(ch->fd, byte, 1, &ch->fds[0].fd, 1);
+	if (n == -1)
+		return (errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1);
+	close(ch->fds[0].fd);
+	memmove(ch->fds, ch->fds + 1, --ch->nfds * sizeof *ch->fds);
+	evbuffer_drain(ch->out, 1);
+	ch->written++;
+	return (1);
+}
+
 void
 channel_free(struct channel *ch)
 {
+	channel_drop_fds(ch);
 	event_free(ch->rev);
 	event_free(ch->wev);
 	evbuffer_free(ch->in);
@@ -145,19 +204,33 @@ channel_flush(struct channel *ch)
 	if (ch->stopped)
 		return;
 	while (evbuffer_get_length(ch->out) > 0) {
-		n = evbuffer_write(ch->out, ch->fd);
+		if (ch->nfds > 0 && ch->fds[0].at == ch->written) {
+			if ((n = channel_send_fd(ch)) == 0)
+				break;
+			if (n == -1)
+				goto broken;
+			continue;
+		}
+		if (ch->nfds > 0)
+			n = evbuffer_write_atmost(ch->out, ch->fd,
+			    (ev_ssize_t)(ch->fds[0].at - ch->written));
+		else
+			n = evbuffer_write(ch->out, ch->fd);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1 && errno == EAGAIN)
 			break;
-		if (n <= 0) {
-			/* The reader notices the end too; drop what is left. */
-			evbuffer_drain(ch->out, evbuffer_get_length(ch->out));
-			return;
-		}
+		if (n <= 0)
+			goto broken;
+		ch->written += (uint64_t)n;
 	}
 	if (evbuffer_get_length(ch->out) > 0)
 		event_add(ch->wev, NULL);
+	return;
+broken:
+	/* The reader notices the end too; drop what is left. */
+	evbuffer_drain(ch->out, evbuffer_get_length(ch->out));
+	channel_drop_fds(ch);
 }
 
 int

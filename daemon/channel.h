@@ -18,6 +18,11 @@ struct channel	*channel_create(int fd, size_t high, void (*read_cb)(void *),
 void		 channel_free(struct channel *);
 struct evbuffer	*channel_input(struct channel *);
 struct evbuffer	*channel_output(struct channel *);
+/* Pass fd (duplicated: the caller keeps its own) with the next byte
+ * queued on the output (or, after others passed there, the byte after
+ * theirs): the peer receives it with that byte.  The bytes must follow
+ * before the next flush. */
+void		 channel_pass_fd(struct channel *, int fd);
 /* Write what is queued; what the socket does not take goes when it can. */
 void		 channel_flush(struct channel *);
 /* Read until len bytes are buffered, then stop; 0 for the default mark. */

@@ -349,6 +349,27 @@ connection_execute(struct connection *c, json_t *req)
 	operation_execute(c, c->session, req);
 }
 
+/* A broadcast passed by descriptor was read, or could not be. */
+static void
+connection_upload_read_cb(struct broadcast *b, const char *class,
+    const char *err, void *arg)
+{
+	struct connection	*c = arg;
+
+	if (class == NULL) {
+		connection_upload_done(c);
+		event_active(c->kick, EV_READ, 1);
+		return;
+	}
+	c->upload = NULL;
+	broadcast_abandon(b);
+	if (strcmp(class, "LIMIT_EXCEEDED") == 0)
+		connection_reply_error(c, class, "%s", err);
+	else
+		connection_reply_error(c, class, "broadcast_put: %s", err);
+	connection_stream_end(c);	/* back to control frames */
+}
+
 /*
  * broadcast_put: the bytes follow as raw frames, and the reply comes when
  * they are all in; or, with "fd": true, they are the file whose descriptor
@@ -378,14 +399,18 @@ connection_broadcast_put(struct connection *c, json_t *req)
 			close(fd);
 			goto fail;
 		}
-		if (broadcast_copy_fd(c->upload, fd, &class, &err) == -1) {
+		/* Read by a helper, as the user and off the loop; no other
+		 * request is read meanwhile. */
+		if (broadcast_read_fd(c->upload, fd, connection_upload_read_cb,
+		    c, &class, &err) == -1) {
 			close(fd);
 			broadcast_abandon(c->upload);
 			c->upload = NULL;
 			goto fail;
 		}
 		close(fd);
-		connection_upload_done(c);
+		c->state = CONN_BUSY;
+		c->active_ms = ember_now_ms();
 		return;
 	}
 	if ((c->upload = broadcast_create(c->session, size, &class,

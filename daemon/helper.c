@@ -38,7 +38,8 @@ struct helper {
 	struct fslink		*fs;
 	pid_t			 pid;		/* -1 until forked */
 	int			 sock;		/* -1 until forked, and after */
-	int			 fd_in;		/* to pass, -1: none or sent */
+	int			 fds_in[HELPER_MAX_FDS]; /* to pass */
+	size_t			 nin;		/* 0: none, or sent */
 	struct event		*ev;
 	struct event		*timer;
 	struct evbuffer		*out;		/* the request frame */
@@ -85,9 +86,8 @@ helper_close(struct helper *h)
 	if (h->sock != -1)
 		close(h->sock);
 	h->sock = -1;
-	if (h->fd_in != -1)
-		close(h->fd_in);
-	h->fd_in = -1;
+	while (h->nin > 0)
+		close(h->fds_in[--h->nin]);
 	for (i = 0; i < h->nfds; i++)
 		close(h->fds[i]);
 	h->nfds = 0;
@@ -159,14 +159,26 @@ struct helper *
 helper_run(uid_t client, gid_t gid, const char *verb, json_t *args,
     int fd_in, helper_cb cb, void *arg, const char **class, char **err)
 {
+	return (helper_run_fds(client, gid, verb, args, &fd_in,
+	    fd_in == -1 ? 0 : 1, cb, arg, class, err));
+}
+
+struct helper *
+helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
+    const int *fds, size_t nfds, helper_cb cb, void *arg,
+    const char **class, char **err)
+{
 	struct helper	*h;
 	struct pool	*p;
 	struct timeval	 tv;
 	json_t		*req;
 	char		*text;
 	int64_t		 ms = ember_conf.daemon_helper_timeout;
+	size_t		 i;
 
 	*class = "INTERNAL";
+	if (nfds > HELPER_MAX_FDS)
+		fatalx("helper %s: %zu descriptors", verb, nfds);
 	if ((p = pool_of_client(client, gid)) == NULL) {
 		xasprintf(err, "uid %ld: no user to run its work as",
 		    (long)client);
@@ -189,17 +201,19 @@ helper_run(uid_t client, gid_t gid, const char *verb, json_t *args,
 	h->fs = pool_fslink(p);
 	h->pid = -1;
 	h->sock = -1;
-	h->fd_in = -1;
 	h->verb = xstrdup(verb);
 	h->cb = cb;
 	h->arg = arg;
 	h->started_ms = ember_now_ms();
 	TAILQ_INSERT_TAIL(&helpers, h, entry);
-	if (fd_in != -1 &&
-	    (h->fd_in = fcntl(fd_in, F_DUPFD_CLOEXEC, 3)) == -1) {
-		xasprintf(err, "dup: %s", strerror(errno));
-		helper_free(h);
-		return (NULL);
+	for (i = 0; i < nfds; i++) {
+		if ((h->fds_in[h->nin] = fcntl(fds[i], F_DUPFD_CLOEXEC,
+		    3)) == -1) {
+			xasprintf(err, "dup: %s", strerror(errno));
+			helper_free(h);
+			return (NULL);
+		}
+		h->nin++;
 	}
 	if (fslink_helper(h->fs, h->id) == -1) {
 		xasprintf(err, "uid %ld: its fork-server is not running now",
@@ -244,14 +258,14 @@ helper_write(struct helper *h)
 	size_t		 len = evbuffer_get_length(h->out);
 	ssize_t		 n;
 
-	if (h->fd_in != -1) {
+	if (h->nin > 0) {
 		data = evbuffer_pullup(h->out, (ev_ssize_t)(len < 4096 ?
 		    len : 4096));
 		n = fd_send_many(h->sock, data, len < 4096 ? len : 4096,
-		    &h->fd_in, 1);
+		    h->fds_in, h->nin);
 		if (n > 0) {
-			close(h->fd_in);
-			h->fd_in = -1;
+			while (h->nin > 0)
+				close(h->fds_in[--h->nin]);
 			evbuffer_drain(h->out, (size_t)n);
 		}
 	} else

@@ -45,6 +45,11 @@ typedef void	(*helper_cb)(json_t *reply, int *fds, size_t nfds,
 struct helper	*helper_run(uid_t client, gid_t gid, const char *verb,
 		    json_t *args, int fd_in, helper_cb, void *arg,
 		    const char **class, char **err);
+/* The same, passing nfds descriptors (at most HELPER_MAX_FDS, each
+ * duplicated) along, in order. */
+struct helper	*helper_run_fds(uid_t client, gid_t gid, const char *verb,
+		    json_t *args, const int *fds, size_t nfds, helper_cb,
+		    void *arg, const char **class, char **err);
 /* Nobody waits for the answer any more (its client went away): the
  * callback is not called, the helper is killed, nothing is left. */
 void		 helper_cancel(struct helper *);

@@ -680,7 +680,8 @@ worker_broadcast_diff(struct worker *w, const struct task *t,
 		if (worker_holds(w, broadcast_id(use[i])))
 			continue;
 		d[n].id = broadcast_id(use[i]);
-		d[n].path = broadcast_path(use[i]);
+		d[n].add = 1;
+		d[n].fd = broadcast_fd(use[i]);
 		d[n++].size = broadcast_size(use[i]);
 		ember_counters.broadcasts_sent++;
 		ember_counters.broadcast_bytes_sent +=
@@ -696,13 +697,14 @@ worker_broadcast_diff(struct worker *w, const struct task *t,
 			continue;
 		}
 		d[n].id = w->held[i];
-		d[n].path = NULL;
+		d[n].add = 0;
+		d[n].fd = -1;
 		d[n++].size = 0;
 		ember_counters.broadcasts_removed++;
 	}
 	w->nheld = kept;
 	for (i = 0; i < n; i++) {
-		if (d[i].path == NULL)
+		if (!d[i].add)
 			continue;
 		w->held = xreallocarray(w->held, w->nheld + 1, sizeof *w->held);
 		w->held[w->nheld++] = d[i].id;
@@ -717,7 +719,7 @@ worker_assign(struct worker *w, struct task *t)
 {
 	struct taskdesc			 d;
 	struct taskdesc_broadcast	*b;
-	size_t				 nb;
+	size_t				 nb, i;
 	const char			*plan = NULL;
 
 	operation_describe_task(t->op, t, &d);
@@ -725,6 +727,12 @@ worker_assign(struct worker *w, struct task *t)
 	if (w->plan_serial != operation_serial(t->op)) {
 		plan = operation_plan_text(t->op);
 		w->plan_serial = operation_serial(t->op);
+	}
+	/* Each added broadcast's memfd rides on the descriptor's first
+	 * byte, in the order of the adds: the worker never opens a path. */
+	for (i = 0; i < nb; i++) {
+		if (b[i].add)
+			channel_pass_fd(w->ch, b[i].fd);
 	}
 	taskdesc_encode(channel_output(w->ch), &d, b, nb, plan);
 	free(b);

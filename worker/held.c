@@ -40,7 +40,6 @@ struct held_set {
 
 struct held {
 	int64_t			 id;
-	char			*path;
 	unsigned char		*map;		/* NULL when empty */
 	size_t			 size;
 	struct held_set	*set;
@@ -311,8 +310,8 @@ held_set_build(struct held *b, char **err)
 
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	if ((uint64_t)b->size > SET_MAX_SIZE) {
-		xasprintf(err, "broadcast %" PRId64 " (%s): %zu bytes is too "
-		    "large for a set", b->id, b->path, b->size);
+		xasprintf(err, "broadcast %" PRId64 ": %zu bytes is too "
+		    "large for a set", b->id, b->size);
 		return (-1);
 	}
 	set = xcalloc(1, sizeof *set);
@@ -324,8 +323,8 @@ held_set_build(struct held *b, char **err)
 	set->nslots = set->lines + set->lines / 3 + 8;
 	set->slots = held_set_map(set->nslots);
 	if (set->slots == NULL) {
-		xasprintf(err, "broadcast %" PRId64 " (%s): no memory for a "
-		    "set of %zu lines (%zu MiB): %s%s", b->id, b->path,
+		xasprintf(err, "broadcast %" PRId64 ": no memory for a "
+		    "set of %zu lines (%zu MiB): %s%s", b->id,
 		    set->lines, held_set_mapped_size(set->nslots) >> 20,
 		    strerror(errno), held_limit_hint());
 		free(set);
@@ -385,49 +384,50 @@ held_free(struct held *b)
 	held_set_free(b->set);
 	if (b->map != NULL)
 		munmap(b->map, b->size);
-	free(b->path);
 	free(b);
 }
 
-/* Map the file of a new broadcast. */
+/*
+ * Map a new broadcast from the descriptor emberd passed with the task
+ * descriptor (a sealed memfd: nobody can change its bytes).  The
+ * descriptor is closed either way.
+ */
 static int
-held_add(int64_t id, const char *path, json_int_t size, char **err)
+held_add(int64_t id, int fd, json_int_t size, char **err)
 {
 	struct held	*b;
 	struct stat		 st;
 	void			*map = NULL;
-	int			 fd;
 
+	if (fd < 0) {
+		xasprintf(err, "broadcast %" PRId64 ": no descriptor came with "
+		    "it", id);
+		return (-1);
+	}
 	if (held_find(id) != -1) {
 		xasprintf(err, "broadcast %" PRId64 ": already held", id);
-		return (-1);
-	}
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) == -1) {
-		xasprintf(err, "broadcast %" PRId64 ": %s: %s", id, path,
-		    strerror(errno));
-		return (-1);
+		goto fail;
 	}
 	if (fstat(fd, &st) == -1) {
-		xasprintf(err, "broadcast %" PRId64 ": %s: %s", id, path,
+		xasprintf(err, "broadcast %" PRId64 ": %s", id,
 		    strerror(errno));
 		goto fail;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		xasprintf(err, "broadcast %" PRId64 ": %s: not a regular file",
-		    id, path);
+		xasprintf(err, "broadcast %" PRId64 ": not a regular file",
+		    id);
 		goto fail;
 	}
 	if (st.st_size != size) {
-		xasprintf(err, "broadcast %" PRId64 ": %s: %lld bytes, "
-		    "expected %lld (the file changed)", id, path,
-		    (long long)st.st_size, (long long)size);
+		xasprintf(err, "broadcast %" PRId64 ": %lld bytes, expected "
+		    "%lld", id, (long long)st.st_size, (long long)size);
 		goto fail;
 	}
 	if (size != 0) {
 		map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
 		if (map == MAP_FAILED) {
-			xasprintf(err, "broadcast %" PRId64 ": %s: mmap: %s%s",
-			    id, path, strerror(errno), held_limit_hint());
+			xasprintf(err, "broadcast %" PRId64 ": mmap: %s%s",
+			    id, strerror(errno), held_limit_hint());
 			goto fail;
 		}
 	}
@@ -435,7 +435,6 @@ held_add(int64_t id, const char *path, json_int_t size, char **err)
 
 	b = xcalloc(1, sizeof *b);
 	b->id = id;
-	b->path = xstrdup(path);
 	b->map = map;
 	b->size = (size_t)size;
 	if (nbroadcasts == broadcasts_size) {
@@ -445,7 +444,7 @@ held_add(int64_t id, const char *path, json_int_t size, char **err)
 		    sizeof *broadcasts);
 	}
 	broadcasts[nbroadcasts++] = b;
-	log_debug("broadcast %" PRId64 ": %s, %zu bytes", id, path, b->size);
+	log_debug("broadcast %" PRId64 ": %zu bytes", id, b->size);
 	return (0);
 
 fail:
@@ -478,14 +477,23 @@ held_apply(const struct taskdesc_broadcast *changes, size_t n, char **err)
 
 	*err = NULL;
 	for (i = 0; i < n; i++) {
-		if (changes[i].path == NULL) {
+		if (!changes[i].add) {
 			if (held_remove(changes[i].id, err) == -1)
-				return (-1);
-		} else if (held_add(changes[i].id, changes[i].path,
-		    changes[i].size, err) == -1)
-			return (-1);
+				goto fail;
+		} else if (held_add(changes[i].id, changes[i].fd,
+		    changes[i].size, err) == -1) {
+			i++;
+			goto fail;
+		}
 	}
 	return (0);
+fail:
+	/* The descriptors of the changes not applied are closed too. */
+	for (; i < n; i++) {
+		if (changes[i].add && changes[i].fd >= 0)
+			close(changes[i].fd);
+	}
+	return (-1);
 }
 
 /* The bytes of a held broadcast. */

@@ -23,10 +23,12 @@ struct taskdesc_broadcast;
 
 /*
  * Apply a descriptor's n broadcast changes in order (common/taskdesc.h):
- * one with a path adds that broadcast (the file, which must still be of
- * its size); one without removes it.  Adding one already held or removing
- * one not held is an error.  0, or -1 with *err allocated; the changes
- * before the failing one stay applied (the task fails and the worker exits).
+ * an add maps the descriptor that came with it (of its size; the
+ * descriptor is closed, mapped or not); a removal drops it.  Adding one
+ * already held or removing one not held is an error.  0, or -1 with
+ * *err allocated; the changes before the failing one stay applied (the
+ * task fails and the worker exits), the descriptors of the others are
+ * closed.
  */
 int	 held_apply(const struct taskdesc_broadcast *, size_t n, char **err);
 

@@ -1,7 +1,9 @@
 #include <sys/types.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,10 @@ static json_t	*helper_save_commit(json_t *, const int *, size_t, int *,
 		    size_t *, char **);
 static json_t	*helper_save_abort(json_t *, const int *, size_t, int *,
 		    size_t *, char **);
+static json_t	*helper_broadcast_read(json_t *, const int *, size_t, int *,
+		    size_t *, char **);
+static json_t	*helper_release(json_t *, const int *, size_t, int *,
+		    size_t *, char **);
 
 /* What a helper can be asked to do. */
 static const struct {
@@ -37,6 +43,8 @@ static const struct {
 	{ "save_begin", helper_save_begin },
 	{ "save_commit", helper_save_commit },
 	{ "save_abort", helper_save_abort },
+	{ "broadcast_read", helper_broadcast_read },
+	{ "release", helper_release },
 };
 
 /* Find a verb by name. */
@@ -232,6 +240,126 @@ helper_save_abort(json_t *args, const int *fds_in, size_t nin,
 		return (NULL);
 	rc = savecommit_abort(path, operation, &ids, &serr);
 	return (helper_save_reply(rc, serr));
+}
+
+/* Copy len bytes of from (at offset 0) to the start of to; 0, or -1
+ * with *why. */
+static int
+helper_copy(int from, int to, int64_t len, const char **why)
+{
+	char	 buf[64 * 1024];
+	loff_t	 in = 0, out = 0;
+	ssize_t	 n, w;
+	int	 fallback = 0;
+
+	while (in < len) {
+		if (!fallback) {
+			n = copy_file_range(from, &in, to, &out,
+			    (size_t)(len - in), 0);
+			if (n == -1 && errno == EINTR)
+				continue;
+			if (n == -1 && (errno == EXDEV || errno == EINVAL ||
+			    errno == ENOSYS || errno == EOPNOTSUPP)) {
+				fallback = 1;
+				continue;
+			}
+		} else {
+			n = pread(from, buf, (size_t)(len - in) < sizeof buf ?
+			    (size_t)(len - in) : sizeof buf, in);
+			if (n == -1 && errno == EINTR)
+				continue;
+			for (w = 0; n > 0 && w < n;) {
+				ssize_t k = pwrite(to, buf + w, (size_t)(n - w),
+				    out + w);
+
+				if (k == -1 && errno == EINTR)
+					continue;
+				if (k <= 0) {
+					*why = strerror(errno);
+					return (-1);
+				}
+				w += k;
+			}
+			if (n > 0) {
+				in += n;
+				out += n;
+			}
+		}
+		if (n == 0) {
+			*why = "shorter than it was";
+			return (-1);
+		}
+		if (n == -1) {
+			*why = strerror(errno);
+			return (-1);
+		}
+	}
+	return (0);
+}
+
+/*
+ * broadcast_read: {"max": N, "max_key": K}, with two descriptors: the one
+ * the client passed, and emberd's memfd.  Copy the whole file behind the
+ * client's descriptor into the memfd, reading through that descriptor as
+ * the user, never by a name.  Replies {"size": S} or {"error": E}.
+ */
+static json_t *
+helper_broadcast_read(json_t *args, const int *fds_in, size_t nin,
+    int *fds_out, size_t *nout, char **err)
+{
+	static const char *const keys[] = { "max", "max_key", NULL };
+	struct stat	 st;
+	json_int_t	 max;
+	const char	*key, *why;
+	json_t		*reply;
+	char		*msg;
+	int		 mode;
+
+	(void)fds_out;
+	*nout = 0;
+	if (jread_only(args, "args", keys, err) == -1 ||
+	    jread_int(args, "args", "max", JREAD_REQUIRED, &max, err) == -1 ||
+	    jread_string(args, "args", "max_key", JREAD_REQUIRED, &key,
+	    err) == -1)
+		return (NULL);
+	if (nin != 2) {
+		xasprintf(err, "%zu descriptors, expected 2", nin);
+		return (NULL);
+	}
+	if (fstat(fds_in[0], &st) == -1 || !S_ISREG(st.st_mode))
+		return (json_pack("{s:s}", "error", "not a regular file"));
+	mode = fcntl(fds_in[0], F_GETFL);
+	if (mode == -1 || (mode & O_PATH) == O_PATH ||
+	    (mode & O_ACCMODE) == O_WRONLY)
+		return (json_pack("{s:s}", "error", "not open for reading"));
+	if (st.st_size > max) {
+		xasprintf(&msg, "%lld bytes, over %s (%lld more may be held)",
+		    (long long)st.st_size, key, (long long)max);
+		reply = json_pack("{s:s}", "error", msg);
+		free(msg);
+		return (reply);
+	}
+	if (helper_copy(fds_in[0], fds_in[1], st.st_size, &why) == -1)
+		return (json_pack("{s:s}", "error", why));
+	return (json_pack("{s:I}", "size", (json_int_t)st.st_size));
+}
+
+/*
+ * release: {}, with descriptors to close.  emberd hands over the last
+ * reference of a big memfd so that freeing its pages costs this process
+ * the time, not emberd's loop (helper_main closes what came).
+ */
+static json_t *
+helper_release(json_t *args, const int *fds_in, size_t nin, int *fds_out,
+    size_t *nout, char **err)
+{
+	static const char *const keys[] = { NULL };
+
+	(void)fds_in; (void)nin; (void)fds_out;
+	*nout = 0;
+	if (jread_only(args, "args", keys, err) == -1)
+		return (NULL);
+	return (json_object());
 }
 
 /* Read exactly len bytes, collecting descriptors: 0, or -1. */

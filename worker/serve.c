@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "held.h"
+#include "fdpass.h"
 #include "frame.h"
 #include "log.h"
 #include "output.h"
@@ -22,10 +23,17 @@
  * one), so that one read() takes a descriptor and any sent behind it. */
 #define SERVE_BUFFER	(64 * 1024)
 
+/* Broadcast descriptors received but not yet taken by a descriptor's
+ * adds; more than this is a corrupt emberd. */
+#define SERVE_MAX_FDS	1024
+
 struct server {
 	int		 fd;
 	char		*buf;
 	size_t		 size, start, end;
+	int		 fds[SERVE_MAX_FDS];	/* received, in order */
+	size_t		 nfds;
+	int		 fds_overflow;
 	struct output	*out;
 
 	/* The last plan parsed, reused by the next tasks of its operation. */
@@ -58,7 +66,9 @@ serve_fill(struct server *w, size_t len)
 		/* Nothing held back may wait while we wait for emberd. */
 		if (output_flush(w->out, NULL) == -1)
 			return (-1);
-		n = read(w->fd, w->buf + w->end, w->size - w->end);
+		/* Broadcasts' descriptors ride on their descriptor's bytes. */
+		n = fd_recv_many(w->fd, w->buf + w->end, w->size - w->end,
+		    w->fds, SERVE_MAX_FDS, &w->nfds, &w->fds_overflow);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -159,6 +169,26 @@ serve_task_clear(struct serve_run *wt)
 	memset(wt, 0, sizeof *wt);
 }
 
+/* Give each broadcast the descriptor decoded adds the next received
+ * descriptor, in order: 0, or -1 with *err when too many came. */
+static int
+serve_take_fds(struct server *w, struct taskdesc *d, char **err)
+{
+	size_t	i;
+
+	if (w->fds_overflow) {
+		*err = xstrdup("broadcasts: more descriptors than expected");
+		return (-1);
+	}
+	for (i = 0; i < d->nbroadcasts; i++) {
+		if (!d->broadcasts[i].add || w->nfds == 0)
+			continue;
+		d->broadcasts[i].fd = w->fds[0];
+		memmove(w->fds, w->fds + 1, --w->nfds * sizeof *w->fds);
+	}
+	return (0);
+}
+
 /* Parse a task descriptor: 0, -1 with *err for a bad one, -2 with *err
  * when it cannot run (no plan and none cached, a broadcast that cannot be
  * taken). */
@@ -174,6 +204,8 @@ serve_parse(struct server *w, const char *data, size_t len,
 
 	memset(wt, 0, sizeof *wt);
 	if (taskdesc_decode(data, len, d, err) == -1)
+		goto out;
+	if (serve_take_fds(w, d, err) == -1)
 		goto out;
 	/* The broadcasts change whatever happens to this task. */
 	if (held_apply(d->broadcasts, d->nbroadcasts, err) == -1) {

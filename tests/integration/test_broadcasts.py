@@ -30,9 +30,18 @@ def listed(c):
 
 
 def bc_file(d, bid):
-    """Where emberd keeps a broadcast's bytes (daemon.local_dir is empty in
-    the conf: the socket's path with ".local")."""
-    return os.path.join(d.socket + ".local", "broadcast-%d" % bid)
+    """Where emberd keeps a broadcast's bytes: a memfd of its own, named
+    after the broadcast, reached here through /proc (emberd's descriptor);
+    a path that does not exist once emberd holds no such memfd."""
+    fds = "/proc/%d/fd" % d.pid
+    for fd in os.listdir(fds):
+        try:
+            target = os.readlink(os.path.join(fds, fd))
+        except OSError:
+            continue
+        if target.startswith("/memfd:ember-broadcast-%d " % bid):
+            return os.path.join(fds, fd)
+    return os.path.join(fds, "none")
 
 
 def lines(values):

@@ -214,8 +214,8 @@ START_TEST(test_taskdesc_save_plan_broadcasts)
 					    .save_dir = "/out/dir \"q\"\\",
 					    .save_attempt = 7 };
 	struct taskdesc_broadcast	b[2] = {
-		{ 5, "/var/lib/é\"x", 1234 },
-		{ 3, NULL, 0 },
+		{ 5, 1, 7, 1234 },
+		{ 3, 0, -1, 0 },
 	};
 	struct taskdesc			got;
 	json_t				*plan = json_pack("{s:{s:{s:i,s:i}}}",
@@ -233,11 +233,13 @@ START_TEST(test_taskdesc_save_plan_broadcasts)
 	ck_assert_uint_eq(json_array_size(got.files), 1);
 	ck_assert_uint_eq(got.nbroadcasts, 2);
 	ck_assert_int_eq(got.broadcasts[0].id, 5);
-	ck_assert_str_eq(got.broadcasts[0].path, "/var/lib/é\"x");
+	ck_assert_int_eq(got.broadcasts[0].add, 1);
+	/* The descriptor rides on the frame, not in its text. */
+	ck_assert_int_eq(got.broadcasts[0].fd, -1);
 	ck_assert_int_eq(got.broadcasts[0].size, 1234);
 	/* A removal of broadcast 3: written -3-1, read back as 3. */
 	ck_assert_int_eq(got.broadcasts[1].id, 3);
-	ck_assert_ptr_null(got.broadcasts[1].path);
+	ck_assert_int_eq(got.broadcasts[1].add, 0);
 	text = json_dumps(got.root, JSON_COMPACT);
 	ck_assert_ptr_nonnull(strstr(text, "{\"id\":-4}"));
 	free(text);

@@ -283,6 +283,32 @@ def test_two_saves_racing(d):
         check_saved(out, 3)
         check_eq(lines, ["second-%d" % i for i in range(9)], "the output")
 
+@needs_users
+@with_daemon(sets=SHARED)
+def test_task_directory_swapped(d):
+    """User a swaps the operation's directory for a link to a root-owned
+    directory of part files while the save runs: no file of it is moved
+    into a's output, nor removed."""
+    victim, files = root_victim(d)
+    a_dir = user_dir(d, "a", "a-dir")
+    out = os.path.join(a_dir, "out")
+
+    def attack(ctl):
+        with d.client() as c:
+            c.send_json(save_request(out, range_plan(0, 2, 1, ops=SLOW),
+                                     operation=OP_ID))
+            task = os.path.join(out, "_temporary", OP_ID)
+            check(wait_until(lambda: os.path.isdir(task), 10),
+                  "no operation directory")
+            os.rename(task, os.path.join(a_dir, "moved"))
+            os.symlink(os.path.join(victim, OP_ID), task)
+            return c.recv_json()
+    reply = AsUser(USERS["a"], attack).result()
+    check_untouched(files)
+    check_eq(error_class(reply)[0], "SAVE_FAILED", "class")
+    check_eq(parts(out), [], "parts in a's output")
+
+
 @with_daemon(sets=["workers.max=2"])
 def test_save_undone_at_shutdown(d):
     """A save whose client went away (the operation goes on, detached) is

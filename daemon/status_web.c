@@ -216,6 +216,23 @@ status_web_hide_tasks(json_t *workers, json_t *ops)
 	}
 }
 
+/* Name the uid under key of each object of array a, as "user" (null for
+ * a uid without a name): whose pool, whose failure. */
+static void
+status_web_name_all(json_t *a, const char *key)
+{
+	json_t		*o;
+	const char	*name;
+	size_t		 i;
+
+	json_array_foreach(a, i, o) {
+		name = status_web_name((uid_t)json_integer_value(
+		    json_object_get(o, key)));
+		json_object_set_new(o, "user", name != NULL ?
+		    json_string(name) : json_null());
+	}
+}
+
 /* The users shown, for the page to say whose operations it shows. */
 static json_t *
 status_web_users_json(void)
@@ -253,7 +270,9 @@ status_web_build(void)
 		    status_web_keep_uid, NULL);
 	status_web_hide_tasks(json_object_get(s, "workers"), ops);
 	json_decref(uids);
+	status_web_name_all(json_object_get(s, "pools"), "client");
 	json_object_set_new(s, "failures", metrics_failures(status_web_allows));
+	status_web_name_all(json_object_get(s, "failures"), "uid");
 	json_object_set_new(s, "operations_hidden",
 	    json_integer((json_int_t)hidden));
 	json_object_set_new(s, "shown_users", status_web_users_json());

@@ -39,6 +39,16 @@ def status_port(d, timeout=5.0):
     return found[0]
 
 
+def ipv6_loopback():
+    """Can this machine listen on ::1?"""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
 def http_get(port, path, method="GET", headers=None, body=None, timeout=10):
     """One request on a connection of its own: (status, headers, body)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -304,8 +314,11 @@ def test_failures_in_metrics_and_status(d):
     check_eq(value(s, "ember_operations_failed_total"), 1, "ops failed")
     status, _, body = http_get(port, "/status.json")
     check_eq(status, 200, "/status.json")
-    failures = json.loads(body)["failures"]
+    web = json.loads(body)
+    failures = web["failures"]
     check_eq(len(failures), 1, "failures shown")
+    check_eq(failures[0]["user"], "root", "whose failure")
+    check_eq([p["user"] for p in web["pools"]], ["root"], "whose pool")
     check("exit" in failures[0]["message"] or "status 3" in
           failures[0]["message"], "message: %r" % failures[0]["message"])
     check_eq(failures[0]["partition"], 0, "partition")
@@ -649,6 +662,26 @@ def test_unix_socket_listener(_):
     d.stop()
     check(not os.path.exists(path), "the socket file is left behind")
     d.cleanup()
+
+
+@skip_unless(ipv6_loopback(), "no IPv6 loopback on this machine")
+@with_daemon(sets=["status.listen=[::1]:0"])
+def test_ipv6_loopback_listener(d):
+    """status.listen = [::1]:PORT serves the metrics over IPv6."""
+    found = []
+
+    def listening():
+        m = re.search(r"status: listening on \[::1\]:(\d+)", d.log_text())
+        if m:
+            found.append(int(m.group(1)))
+        return bool(found)
+    check(wait_until(listening, 5), "no [::1] listener in the log")
+    conn = http.client.HTTPConnection("::1", found[0], timeout=10)
+    conn.request("GET", "/metrics", headers={"Host": "[::1]:%d" % found[0]})
+    r = conn.getresponse()
+    check_eq(r.status, 200, "/metrics over IPv6")
+    check_exposition(r.read().decode())
+    conn.close()
 
 
 @no_daemon

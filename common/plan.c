@@ -11,6 +11,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <uuid/uuid.h>
 
 #include "jread.h"
 #include "log.h"
@@ -47,6 +48,7 @@ plan_free(struct plan *plan)
 		plan_op_clear(&plan->ops[i]);
 	free(plan->ops);
 	json_decref(plan->records);
+	free(plan->checkpoint_dir);
 	free(plan);
 }
 
@@ -174,7 +176,30 @@ plan_parse_parallelize(struct plan *plan, json_t *par, char **err)
 	plan->records = json_incref(records);
 	return (0);
 }
-/* Parse the source: exactly one kind. */
+/* Is s a UUID in its canonical text form? */
+int
+plan_is_uuid(const char *s)
+{
+	uuid_t	u;
+
+	return (strlen(s) == 36 && uuid_parse(s, u) == 0);
+}
+
+/* Parse a checkpoint source: the id of a checkpoint.  emberd checks that
+ * the client's uid holds one so named. */
+static int
+plan_parse_checkpoint(struct plan *plan, json_t *value, char **err)
+{
+	if (!json_is_string(value))
+		return (jread_fail(err, "plan.source.checkpoint",
+		    "expected a checkpoint id (a string)"));
+	if (!plan_is_uuid(json_string_value(value)))
+		return (jread_fail(err, "plan.source.checkpoint",
+		    "\"%s\" is not a UUID", json_string_value(value)));
+	plan->source = PLAN_SOURCE_CHECKPOINT;
+	strcpy(plan->checkpoint, json_string_value(value));
+	return (0);
+}
 
 /* Parse the source: exactly one kind. */
 static int
@@ -185,7 +210,8 @@ plan_parse_source(struct plan *plan, json_t *source, char **err)
 
 	if (json_object_size(source) != 1)
 		return (jread_fail(err, "plan.source",
-		    "expected exactly one of range, text, parallelize"));
+		    "expected exactly one of range, text, parallelize, "
+		    "checkpoint"));
 	json_object_foreach(source, key, value) {
 		if (strcmp(key, "range") == 0 || strcmp(key, "text") == 0 ||
 		    strcmp(key, "parallelize") == 0) {
@@ -200,8 +226,7 @@ plan_parse_source(struct plan *plan, json_t *source, char **err)
 		if (strcmp(key, "parallelize") == 0)
 			return (plan_parse_parallelize(plan, value, err));
 		if (strcmp(key, "checkpoint") == 0)
-			return (jread_fail(err, "plan.source.checkpoint",
-			    "checkpoints are not supported yet"));
+			return (plan_parse_checkpoint(plan, value, err));
 		return (jread_fail(err, "plan.source", "unknown source \"%s\"",
 		    key));
 	}

@@ -20,6 +20,7 @@ enum plan_source_type {
 	PLAN_SOURCE_RANGE,
 	PLAN_SOURCE_TEXT,
 	PLAN_SOURCE_PARALLELIZE,
+	PLAN_SOURCE_CHECKPOINT,
 };
 
 enum plan_op_type {
@@ -82,6 +83,9 @@ struct plan {
 	struct plan_file	*files;
 	size_t			 nfiles;
 	json_t			*records;	/* parallelize: strings and nulls */
+	char			 checkpoint[37]; /* checkpoint: its id (a UUID) */
+	char			*checkpoint_dir; /* and its directory, set by
+						   emberd for the worker */
 	int			 partitions;	/* 0 until plan_set_partitions */
 	struct plan_op		*ops;
 	size_t			 nops;
@@ -109,6 +113,9 @@ int	 plan_check_resources(struct plan *, char **err);
 /* Whether the plan names anything outside itself (text files, udf
  * libraries) that plan_check_resources would look at. */
 int	 plan_names_resources(const struct plan *);
+
+/* Is s a UUID in its canonical text form (36 characters)? */
+int	 plan_is_uuid(const char *s);
 
 /* Whether the plan gives the same records every time it runs, so that a
  * partition can be computed again: not with a pipe, nor with a udf its

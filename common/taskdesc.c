@@ -14,7 +14,7 @@
 #include "xmalloc.h"
 
 static const char *const taskdesc_modes[] = { "records", "count",
-    "count_by_value", "reduce", "save" };
+    "count_by_value", "reduce", "save", "checkpoint" };
 static const char *const reduce_fns[] = { "sum", "min", "max" };
 
 #define nitems(a)	(sizeof (a) / sizeof (a)[0])
@@ -99,7 +99,7 @@ taskdesc_add_string(struct evbuffer *out, const char *s)
 
 /* Make the plan members of an operation's descriptors. */
 char *
-taskdesc_encode_plan(json_t *plan, json_t *files)
+taskdesc_encode_plan(json_t *plan, json_t *files, const char *checkpoint_dir)
 {
 	json_t	*o = json_pack("{s:O}", "plan", plan);
 	char	*text, *inner;
@@ -107,6 +107,9 @@ taskdesc_encode_plan(json_t *plan, json_t *files)
 
 	if (files != NULL)
 		json_object_set_new(o, "files", files);
+	if (checkpoint_dir != NULL)
+		json_object_set_new(o, "checkpoint_dir",
+		    json_string(checkpoint_dir));
 	if ((text = json_dumps(o, JSON_COMPACT)) == NULL)
 		fatalx("json_dumps failed");
 	json_decref(o);
@@ -164,6 +167,12 @@ taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
 		evbuffer_add_printf(d, ",\"attempt\":%lld}",
 		    (long long)t->save_attempt);
 	}
+	if (t->mode == MODE_CHECKPOINT) {
+		evbuffer_add(d, ",\"checkpoint\":{\"dir\":", 21);
+		taskdesc_add_string(d, t->ckpt_dir);
+		evbuffer_add_printf(d, ",\"sync\":%s}", t->ckpt_sync ? "true" :
+		    "false");
+	}
 	taskdesc_encode_broadcasts(d, b, n);
 	if (plan != NULL) {
 		evbuffer_add(d, ",", 1);
@@ -202,6 +211,27 @@ taskdesc_decode_save(json_t *root, struct taskdesc *t, char **err)
 	return (0);
 }
 
+/* Read where a checkpoint task writes: an absolute directory. */
+static int
+taskdesc_decode_checkpoint(json_t *root, struct taskdesc *t, char **err)
+{
+	static const char *const keys[] = { "dir", "sync", NULL };
+	json_t	*c;
+
+	if (jread_object(root, "", "checkpoint", JREAD_REQUIRED, &c,
+	    err) == -1 ||
+	    jread_only(c, "checkpoint", keys, err) == -1 ||
+	    jread_string(c, "checkpoint", "dir", JREAD_REQUIRED, &t->ckpt_dir,
+	    err) == -1 ||
+	    jread_bool(c, "checkpoint", "sync", JREAD_REQUIRED, &t->ckpt_sync,
+	    err) == -1)
+		return (-1);
+	if (t->ckpt_dir[0] != '/')
+		return (jread_fail(err, "checkpoint.dir", "\"%s\" is not an "
+		    "absolute path", t->ckpt_dir));
+	return (0);
+}
+
 /* Read the mode of a descriptor and what it needs. */
 static int
 taskdesc_decode_mode(json_t *root, struct taskdesc *t, char **err)
@@ -222,6 +252,8 @@ taskdesc_decode_mode(json_t *root, struct taskdesc *t, char **err)
 	}
 	if (t->mode == MODE_SAVE)
 		return (taskdesc_decode_save(root, t, err));
+	if (t->mode == MODE_CHECKPOINT)
+		return (taskdesc_decode_checkpoint(root, t, err));
 	return (0);
 }
 
@@ -304,6 +336,8 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 	    err) == -1 ||
 	    jread_array(t->root, "", "files", JREAD_OPTIONAL, &t->files,
 	    err) == -1 ||
+	    jread_string(t->root, "", "checkpoint_dir", JREAD_OPTIONAL,
+	    &t->source_dir, err) == -1 ||
 	    jread_array(t->root, "", "broadcasts", JREAD_OPTIONAL,
 	    &broadcasts, err) == -1 ||
 	    jread_int(t->root, "", "skip", JREAD_OPTIONAL, &skip, err) == -1)

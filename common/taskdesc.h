@@ -21,6 +21,8 @@ enum taskdesc_mode {
 	MODE_COUNT_BY_VALUE,	/* each distinct record and its count */
 	MODE_REDUCE,		/* the partial sum, min or max */
 	MODE_SAVE,		/* none: they are written to a part file */
+	MODE_CHECKPOINT,	/* none: they are written to a checkpoint's
+				   partition file */
 };
 
 /* The functions of reduce. */
@@ -54,6 +56,11 @@ struct taskdesc {
 						   attempt of the task has */
 	int64_t			 skip;		/* MODE_RECORDS: records to
 						   drop first (a recompute) */
+	const char		*ckpt_dir;	/* MODE_CHECKPOINT: the
+						   checkpoint's directory */
+	int			 ckpt_sync;	/* fsync the file (reliable) */
+	const char		*source_dir;	/* a checkpoint source's
+						   directory (plan member) */
 
 	/* Decoded, and owned by the descriptor until taskdesc_clear; NULL
 	 * when absent. */
@@ -69,10 +76,12 @@ int		 taskdesc_mode_from_string(const char *, enum taskdesc_mode *);
 const char	*reduce_fn_name(enum reduce_fn);
 int		 reduce_fn_from_string(const char *, enum reduce_fn *);
 
-/* The plan members of a descriptor ("plan":...,"files":...), made once per
- * operation and spliced into the first descriptor each worker gets.
- * files may be NULL. */
-char		*taskdesc_encode_plan(json_t *plan, json_t *files);
+/* The plan members of a descriptor ("plan":...,"files":...,
+ * "checkpoint_dir":...), made once per operation and spliced into the
+ * first descriptor each worker gets.  files and checkpoint_dir (where a
+ * checkpoint source's partition files are) may be NULL. */
+char		*taskdesc_encode_plan(json_t *plan, json_t *files,
+		     const char *checkpoint_dir);
 /*
  * Append the frame of a descriptor to out: d's members (not the decoded
  * ones), the n broadcast changes and the plan members (NULL: the worker

@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "frame.h"
 #include "log.h"
 #include "ops.h"
@@ -75,6 +76,12 @@ struct run_save {
 	struct savecommit_part	*part;
 	char			*buf;
 	size_t			 used;
+};
+
+/* checkpoint: the partition's file being written. */
+struct run_ckpt {
+	struct run_sink		 sink;
+	struct ckpt_writer	*w;
 };
 
 /* Tell whether a task is answered without reading its source. */
@@ -572,6 +579,59 @@ run_save_create(const struct run *t, char **err)
 	return (&s->sink);
 }
 
+/* checkpoint: append a record to the partition's file. */
+static int
+run_ckpt_push_cb(struct op *op, const struct record *r)
+{
+	struct run_ckpt	*c = (struct run_ckpt *)op;
+	char		*err;
+
+	c->sink.records++;
+	if (ckpt_writer_record(c->w, r->data, r->len, r->null, &err) == -1)
+		return (op_fail_take(op, err));
+	return (OP_OK);
+}
+
+/* checkpoint: end, sync and name the file. */
+static int
+run_ckpt_finish_cb(struct op *op)
+{
+	struct run_ckpt	*c = (struct run_ckpt *)op;
+	char		*err;
+
+	if (ckpt_writer_commit(c->w, &err) == -1)
+		return (op_fail_take(op, err));
+	return (OP_OK);
+}
+
+/* Free a checkpoint sink; a file not committed is removed. */
+static void
+run_ckpt_free_cb(struct op *op)
+{
+	struct run_ckpt	*c = (struct run_ckpt *)op;
+
+	ckpt_writer_free(c->w);
+	free(c);
+}
+
+/* Make the checkpoint sink: open the partition's file. */
+static struct run_sink *
+run_ckpt_create(const struct run *t, char **err)
+{
+	struct run_ckpt	*c;
+	struct ckpt_writer *w;
+
+	if ((w = ckpt_writer_open(t->ckpt_dir, t->partition, t->ckpt_sync,
+	    err)) == NULL)
+		return (NULL);
+	c = xcalloc(1, sizeof *c);
+	c->w = w;
+	c->sink.op.push = run_ckpt_push_cb;
+	c->sink.op.finish = run_ckpt_finish_cb;
+	c->sink.op.free = run_ckpt_free_cb;
+	return (&c->sink);
+}
+
 /* Make the sink of a task's mode. */
 static struct run_sink *
 run_sink_create(const struct run *t, struct output *out, char **err)
@@ -609,6 +669,10 @@ run_sink_create(const struct run *t, struct output *out, char **err)
 		break;
 	case MODE_SAVE:
 		if ((s = run_save_create(t, err)) == NULL)
+			return (NULL);
+		break;
+	case MODE_CHECKPOINT:
+		if ((s = run_ckpt_create(t, err)) == NULL)
 			return (NULL);
 		break;
 	}
@@ -659,9 +723,13 @@ run_execute(const struct run *t, struct output *out,
 	metrics[EMBER_METRIC_RECORDS_IN] = in;
 	metrics[EMBER_METRIC_RECORDS_OUT] = sink->records;
 	metrics[EMBER_METRIC_DROPPED] = chain_dropped(chain);
+	if (t->mode == MODE_CHECKPOINT)
+		metrics[EMBER_METRIC_BYTES_OUT] =
+		    ckpt_writer_bytes(((struct run_ckpt *)sink)->w);
 	chain_free(chain);	/* stops and reaps any command still running */
 
-	if (t->mode != MODE_COUNT && t->mode != MODE_SAVE)
+	if (t->mode != MODE_COUNT && t->mode != MODE_SAVE &&
+	    t->mode != MODE_CHECKPOINT)
 		metrics[EMBER_METRIC_BYTES_OUT] = output_bytes(out);
 	return (rc == OP_FAIL ? -1 : 0);
 }

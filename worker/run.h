@@ -22,6 +22,8 @@ struct run {
 	const char		*save_dir;	/* save: the directory, */
 	uint64_t		 save_attempt;	/* and the task's attempt */
 	int64_t			 skip;		/* records: drop the first */
+	const char		*ckpt_dir;	/* checkpoint: the directory */
+	int			 ckpt_sync;	/* and whether to fsync */
 };
 
 /*

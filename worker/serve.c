@@ -224,6 +224,10 @@ serve_parse(struct server *w, const char *data, size_t len,
 			goto out;
 		}
 	}
+	if (d->source_dir != NULL) {
+		free(plan->checkpoint_dir);
+		plan->checkpoint_dir = xstrdup(d->source_dir);
+	}
 	plan->partitions = d->partitions;
 	t->plan = plan;
 	t->partition = d->partition;
@@ -232,6 +236,8 @@ serve_parse(struct server *w, const char *data, size_t len,
 	t->save_dir = d->save_dir;
 	t->save_attempt = (uint64_t)d->save_attempt;
 	t->skip = d->skip;
+	t->ckpt_dir = d->ckpt_dir;
+	t->ckpt_sync = d->ckpt_sync;
 	rc = 0;
 out:
 	if (rc != 0)

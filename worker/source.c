@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "log.h"
 #include "ops.h"
 #include "plan.h"
@@ -250,6 +251,13 @@ source_run(const struct plan *plan, int partition, struct chain *chain,
 	case PLAN_SOURCE_TEXT:
 		return (source_run_text(plan, partition, chain, records_in,
 		    err));
+	case PLAN_SOURCE_CHECKPOINT:
+		if (plan->checkpoint_dir == NULL) {
+			*err = xstrdup("checkpoint_dir: missing");
+			return (OP_FAIL);
+		}
+		return (ckpt_source_run(plan->checkpoint_dir, partition, chain,
+		    records_in, err));
 	}
 	fatalx("%s: unknown source %d", __func__, plan->source);
 }
@@ -270,6 +278,7 @@ source_count(const struct plan *plan, int partition, int64_t *count)
 		*count = end - begin;
 		return (0);
 	case PLAN_SOURCE_TEXT:
+	case PLAN_SOURCE_CHECKPOINT:
 		break;
 	}
 	return (-1);

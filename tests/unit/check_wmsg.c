@@ -225,7 +225,7 @@ START_TEST(test_taskdesc_save_plan_broadcasts)
 					    "path", "/a", "size", 7);
 	char				*members, *text;
 
-	members = taskdesc_encode_plan(plan, files);
+	members = taskdesc_encode_plan(plan, files, NULL);
 	taskdesc_round_trip(&d, b, 2, members, &got);
 	ck_assert_str_eq(got.save_dir, d.save_dir);
 	ck_assert_int_eq(got.save_attempt, 7);

@@ -1,0 +1,611 @@
+#include <sys/stat.h>
+#include <sys/uio.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "frame.h"
+#include "jread.h"
+#include "log.h"
+#include "ops.h"
+#include "plan.h"
+#include "protocol.h"
+#include "xmalloc.h"
+
+/* Partition files are written and read through a buffer of this size. */
+#define CKPT_BUFFER		(256 * 1024)
+/* The largest record a partition file may hold. */
+#define CKPT_MAX_RECORD		EMBER_MAX_BATCH
+/* How deep a removal goes: a checkpoint is one level, a stray tree a few. */
+#define CKPT_MAX_DEPTH		8
+#define CKPT_MANIFEST		"manifest.json"
+#define CKPT_MANIFEST_TMP	".manifest.json.tmp"
+
+struct ckpt_writer {
+	int	 dirfd;
+	int	 fd;
+	int	 sync;
+	int	 committed;
+	char	 tmp[32];
+	char	 name[32];
+	char	*dir;		/* for errors */
+	char	*buf;
+	size_t	 used;
+	int64_t	 bytes;
+};
+
+/* Open the directory at path, the last component not a link: -1 with
+ * errno. */
+static int
+ckpt_open_path(const char *path)
+{
+	return (open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC |
+	    O_NOCTTY));
+}
+
+/* Open the checkpoint directory dir (PARENT/ID), making ID with create. */
+static int
+ckpt_open_dir(const char *dir, int create, char **err)
+{
+	char	*parent, *name;
+	int	 pfd, fd;
+
+	parent = xstrdup(dir);
+	if ((name = strrchr(parent, '/')) == NULL || name == parent ||
+	    !plan_is_uuid(name + 1)) {
+		xasprintf(err, "checkpoint: %s is not a checkpoint directory",
+		    dir);
+		free(parent);
+		return (-1);
+	}
+	*name++ = '\0';
+	if ((pfd = ckpt_open_path(parent)) == -1) {
+		xasprintf(err, "checkpoint: %s: %s", parent, strerror(errno));
+		free(parent);
+		return (-1);
+	}
+	if (create && mkdirat(pfd, name, 0700) == -1 && errno != EEXIST) {
+		xasprintf(err, "checkpoint: %s: %s", dir, strerror(errno));
+		fd = -1;
+	} else if ((fd = openat(pfd, name, O_RDONLY | O_DIRECTORY |
+	    O_NOFOLLOW | O_CLOEXEC)) == -1)
+		xasprintf(err, "checkpoint: %s: %s", dir, strerror(errno));
+	close(pfd);
+	free(parent);
+	return (fd);
+}
+
+struct ckpt_writer *
+ckpt_writer_open(const char *dir, int partition, int sync, char **err)
+{
+	struct ckpt_writer	*w;
+	int			 dirfd;
+
+	if ((dirfd = ckpt_open_dir(dir, 1, err)) == -1)
+		return (NULL);
+	w = xcalloc(1, sizeof *w);
+	w->dirfd = dirfd;
+	w->sync = sync;
+	w->dir = xstrdup(dir);
+	snprintf(w->name, sizeof w->name, "part-%05d", partition);
+	snprintf(w->tmp, sizeof w->tmp, ".part-%05d.tmp", partition);
+	/* A task run again after its worker died finds its own file. */
+	w->fd = openat(dirfd, w->tmp, O_WRONLY | O_CREAT | O_TRUNC |
+	    O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+	if (w->fd == -1) {
+		xasprintf(err, "checkpoint: %s/%s: %s", dir, w->tmp,
+		    strerror(errno));
+		w->committed = 1;	/* nothing of ours to remove */
+		ckpt_writer_free(w);
+		return (NULL);
+	}
+	w->buf = xmalloc(CKPT_BUFFER);
+	return (w);
+}
+
+/* Write an iovec array out whole. */
+static int
+ckpt_writer_writev(struct ckpt_writer *w, struct iovec *iov, int n,
+    char **err)
+{
+	if (fd_writev_full(w->fd, iov, n) == -1) {
+		xasprintf(err, "checkpoint: %s/%s: %s", w->dir, w->tmp,
+		    strerror(errno));
+		return (-1);
+	}
+	return (0);
+}
+
+/* Write out what is buffered. */
+static int
+ckpt_writer_flush(struct ckpt_writer *w, char **err)
+{
+	struct iovec	iov;
+
+	if (w->used == 0)
+		return (0);
+	iov.iov_base = w->buf;
+	iov.iov_len = w->used;
+	w->used = 0;
+	return (ckpt_writer_writev(w, &iov, 1, err));
+}
+
+int
+ckpt_writer_record(struct ckpt_writer *w, const void *data, size_t len,
+    int null, char **err)
+{
+	unsigned char	hdr[4];
+	struct iovec	iov[3];
+
+	if (null)
+		len = 0;
+	if (len > CKPT_MAX_RECORD) {
+		xasprintf(err, "checkpoint: a record of %zu bytes is over the "
+		    "%d a checkpoint holds", len, CKPT_MAX_RECORD);
+		return (-1);
+	}
+	be32_put(hdr, null ? EMBER_NULL : (int32_t)len);
+	w->bytes += 4 + (int64_t)len;
+	if (w->used + 4 + len <= CKPT_BUFFER) {
+		memcpy(w->buf + w->used, hdr, 4);
+		if (len > 0)
+			memcpy(w->buf + w->used + 4, data, len);
+		w->used += 4 + len;
+		return (0);
+	}
+	iov[0].iov_base = w->buf;
+	iov[0].iov_len = w->used;
+	iov[1].iov_base = hdr;
+	iov[1].iov_len = 4;
+	iov[2].iov_base = (void *)data;
+	iov[2].iov_len = len;
+	w->used = 0;
+	return (ckpt_writer_writev(w, iov, 3, err));
+}
+
+int
+ckpt_writer_commit(struct ckpt_writer *w, char **err)
+{
+	unsigned char	end[4];
+
+	be32_put(end, EMBER_END_OF_DATA_SECTION);
+	if (w->used + 4 > CKPT_BUFFER && ckpt_writer_flush(w, err) == -1)
+		return (-1);
+	memcpy(w->buf + w->used, end, 4);
+	w->used += 4;
+	w->bytes += 4;
+	if (ckpt_writer_flush(w, err) == -1)
+		return (-1);
+	if (w->sync && fsync(w->fd) == -1) {
+		xasprintf(err, "checkpoint: %s/%s: fsync: %s", w->dir, w->tmp,
+		    strerror(errno));
+		return (-1);
+	}
+	if (close(w->fd) == -1) {
+		w->fd = -1;
+		xasprintf(err, "checkpoint: %s/%s: %s", w->dir, w->tmp,
+		    strerror(errno));
+		return (-1);
+	}
+	w->fd = -1;
+	if (renameat(w->dirfd, w->tmp, w->dirfd, w->name) == -1) {
+		xasprintf(err, "checkpoint: rename %s/%s: %s", w->dir, w->tmp,
+		    strerror(errno));
+		return (-1);
+	}
+	w->committed = 1;
+	if (w->sync && fsync(w->dirfd) == -1) {
+		xasprintf(err, "checkpoint: %s: fsync: %s", w->dir,
+		    strerror(errno));
+		return (-1);
+	}
+	return (0);
+}
+
+int64_t
+ckpt_writer_bytes(const struct ckpt_writer *w)
+{
+	return (w->bytes);
+}
+
+void
+ckpt_writer_free(struct ckpt_writer *w)
+{
+	if (w == NULL)
+		return;
+	if (w->fd != -1)
+		close(w->fd);
+	if (!w->committed)
+		unlinkat(w->dirfd, w->tmp, 0);
+	close(w->dirfd);
+	free(w->dir);
+	free(w->buf);
+	free(w);
+}
+
+/* Read more of a partition file after the fill bytes buffered: -1 on a
+ * read error, else the bytes read (0 at its end). */
+static ssize_t
+ckpt_read_more(int fd, char **buf, size_t *size, size_t fill, size_t want)
+{
+	ssize_t	n;
+
+	if (want > *size) {
+		*size = want;
+		*buf = xrealloc(*buf, *size);
+	}
+	do {
+		n = read(fd, *buf + fill, *size - fill);
+	} while (n == -1 && errno == EINTR);
+	return (n);
+}
+
+int
+ckpt_source_run(const char *dir, int partition, struct chain *chain,
+    int64_t *records_in, char **err)
+{
+	struct record	 r;
+	char		 name[32], *buf;
+	size_t		 size = CKPT_BUFFER, fill = 0, start = 0, need;
+	int32_t		 len;
+	ssize_t		 n;
+	int		 dfd, fd, rc = OP_OK, ended = 0;
+
+	*err = NULL;
+	if ((dfd = ckpt_open_dir(dir, 0, err)) == -1)
+		return (OP_FAIL);
+	snprintf(name, sizeof name, "part-%05d", partition);
+	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	close(dfd);
+	if (fd == -1) {
+		xasprintf(err, "checkpoint: %s/%s: %s", dir, name,
+		    strerror(errno));
+		return (OP_FAIL);
+	}
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	buf = xmalloc(size);
+	while (!ended) {
+		/* A whole frame buffered?  Else move it to the front, read. */
+		need = 4;
+		if (fill - start >= 4) {
+			len = be32_get((unsigned char *)buf + start);
+			if (len == EMBER_END_OF_DATA_SECTION) {
+				ended = 1;
+				start += 4;
+				break;
+			}
+			if (len < 0 && len != EMBER_NULL) {
+				xasprintf(err, "checkpoint: %s/%s: corrupt "
+				    "(length %d)", dir, name, len);
+				rc = OP_FAIL;
+				break;
+			}
+			if (len > CKPT_MAX_RECORD) {
+				xasprintf(err, "checkpoint: %s/%s: corrupt "
+				    "(a record of %d bytes)", dir, name, len);
+				rc = OP_FAIL;
+				break;
+			}
+			need = 4 + (len > 0 ? (size_t)len : 0);
+			if (fill - start >= need) {
+				r.data = buf + start + 4;
+				r.len = len > 0 ? (size_t)len : 0;
+				r.null = len == EMBER_NULL;
+				start += need;
+				(*records_in)++;
+				if ((rc = chain_push(chain, &r)) != OP_OK) {
+					rc = rc == OP_STOP ? OP_OK : OP_FAIL;
+					ended = 1;
+				}
+				continue;
+			}
+		}
+		if (start > 0) {
+			memmove(buf, buf + start, fill - start);
+			fill -= start;
+			start = 0;
+		}
+		n = ckpt_read_more(fd, &buf, &size, fill,
+		    need > CKPT_BUFFER ? need : CKPT_BUFFER);
+		if (n == -1) {
+			xasprintf(err, "checkpoint: %s/%s: %s", dir, name,
+			    strerror(errno));
+			rc = OP_FAIL;
+			break;
+		}
+		if (n == 0) {
+			xasprintf(err, "checkpoint: %s/%s: truncated", dir,
+			    name);
+			rc = OP_FAIL;
+			break;
+		}
+		fill += (size_t)n;
+	}
+	free(buf);
+	close(fd);
+	return (rc);
+}
+
+/* Remove name in dfd, a tree of depth at most depth: 0, or -1 with
+ * errno (ENOENT is not an error). */
+static int
+ckpt_remove_tree(int dfd, const char *name, int depth)
+{
+	DIR		*d;
+	struct dirent	*e;
+	int		 fd, rc = 0;
+
+	if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+		return (0);
+	if (errno != EISDIR && errno != EPERM)
+		return (-1);
+	if (depth == 0) {
+		errno = ELOOP;
+		return (-1);
+	}
+	fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1 || (d = fdopendir(fd)) == NULL) {
+		if (fd != -1)
+			close(fd);
+		return (-1);
+	}
+	/* The manifest first: a half-removed checkpoint is never read. */
+	unlinkat(fd, CKPT_MANIFEST, 0);
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (ckpt_remove_tree(fd, e->d_name, depth - 1) == -1)
+			rc = -1;
+	}
+	closedir(d);
+	if (unlinkat(dfd, name, AT_REMOVEDIR) == -1 && errno != ENOENT)
+		rc = -1;
+	return (rc);
+}
+
+/* Open args.dir, the uid's directory: -1 with *err. */
+static int
+ckpt_verb_dir(json_t *args, const char **dir, char **err)
+{
+	int	fd;
+
+	if (jread_string(args, "args", "dir", JREAD_REQUIRED, dir,
+	    err) == -1)
+		return (-1);
+	if ((*dir)[0] != '/') {
+		xasprintf(err, "args.dir: \"%s\" is not an absolute path",
+		    *dir);
+		return (-1);
+	}
+	if ((fd = ckpt_open_path(*dir)) == -1)
+		xasprintf(err, "%s: %s", *dir, strerror(errno));
+	return (fd);
+}
+
+/* Read args.id, a checkpoint id. */
+static int
+ckpt_verb_id(json_t *args, const char **id, char **err)
+{
+	if (jread_string(args, "args", "id", JREAD_REQUIRED, id, err) == -1)
+		return (-1);
+	if (!plan_is_uuid(*id))
+		return (jread_fail(err, "args.id", "\"%s\" is not a UUID",
+		    *id));
+	return (0);
+}
+
+/* Write text to name in dfd under a temporary name, fsync, rename. */
+static int
+ckpt_write_file(int dfd, const char *tmp, const char *name, const char *text,
+    char **err)
+{
+	struct iovec	iov;
+	int		fd;
+
+	fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW |
+	    O_CLOEXEC | O_NOCTTY, 0600);
+	if (fd == -1) {
+		xasprintf(err, "%s: %s", tmp, strerror(errno));
+		return (-1);
+	}
+	iov.iov_base = (void *)text;
+	iov.iov_len = strlen(text);
+	if (fd_writev_full(fd, &iov, 1) == -1 || fsync(fd) == -1) {
+		xasprintf(err, "%s: %s", tmp, strerror(errno));
+		close(fd);
+		unlinkat(dfd, tmp, 0);
+		return (-1);
+	}
+	close(fd);
+	if (renameat(dfd, tmp, dfd, name) == -1) {
+		xasprintf(err, "rename %s: %s", tmp, strerror(errno));
+		unlinkat(dfd, tmp, 0);
+		return (-1);
+	}
+	return (0);
+}
+
+json_t *
+ckpt_verb_commit(json_t *args, char **err)
+{
+	const char	*dir, *id;
+	json_t		*manifest;
+	json_int_t	 partitions;
+	struct stat	 st;
+	char		 name[32], *text = NULL, *e = NULL;
+	int		 ufd, dfd = -1, i;
+
+	if ((ufd = ckpt_verb_dir(args, &dir, err)) == -1)
+		return (NULL);
+	if (ckpt_verb_id(args, &id, err) == -1 ||
+	    jread_object(args, "args", "manifest", JREAD_REQUIRED, &manifest,
+	    err) == -1 ||
+	    jread_int(manifest, "args.manifest", "partitions", JREAD_REQUIRED,
+	    &partitions, err) == -1)
+		goto fail;
+	if ((dfd = openat(ufd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC)) == -1) {
+		xasprintf(err, "%s/%s: %s", dir, id, strerror(errno));
+		goto fail;
+	}
+	/* Every partition's file must be there before the manifest is. */
+	for (i = 0; i < partitions; i++) {
+		snprintf(name, sizeof name, "part-%05d", i);
+		errno = 0;
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == -1 ||
+		    !S_ISREG(st.st_mode)) {
+			xasprintf(err, "%s/%s/%s: %s", dir, id, name,
+			    errno != 0 ? strerror(errno) : "not a file");
+			goto fail;
+		}
+	}
+	if ((text = json_dumps(manifest, JSON_COMPACT)) == NULL)
+		fatalx("json_dumps failed");
+	if (ckpt_write_file(dfd, CKPT_MANIFEST_TMP, CKPT_MANIFEST, text,
+	    &e) == -1) {
+		xasprintf(err, "%s/%s/%s", dir, id, e);
+		free(e);
+		goto fail;
+	}
+	/* The manifest's name, and the checkpoint's, must survive a crash. */
+	if (fsync(dfd) == -1 || fsync(ufd) == -1) {
+		xasprintf(err, "%s/%s: fsync: %s", dir, id, strerror(errno));
+		goto fail;
+	}
+	free(text);
+	close(dfd);
+	close(ufd);
+	return (json_object());
+fail:
+	free(text);
+	if (dfd != -1)
+		close(dfd);
+	close(ufd);
+	return (NULL);
+}
+
+json_t *
+ckpt_verb_remove(json_t *args, char **err)
+{
+	const char	*dir, *id;
+	int		 ufd, rc;
+
+	if ((ufd = ckpt_verb_dir(args, &dir, err)) == -1)
+		return (NULL);
+	if (ckpt_verb_id(args, &id, err) == -1) {
+		close(ufd);
+		return (NULL);
+	}
+	rc = ckpt_remove_tree(ufd, id, 1);
+	if (rc == -1)
+		xasprintf(err, "%s/%s: %s", dir, id, strerror(errno));
+	else
+		fsync(ufd);
+	close(ufd);
+	return (rc == -1 ? NULL : json_object());
+}
+
+/* Is name one of keep's strings? */
+static int
+ckpt_kept(json_t *keep, const char *name)
+{
+	json_t	*v;
+	size_t	 i;
+
+	json_array_foreach(keep, i, v) {
+		if (json_is_string(v) && strcmp(json_string_value(v),
+		    name) == 0)
+			return (1);
+	}
+	return (0);
+}
+
+/* Read a checkpoint's manifest (the user's own file): NULL if it has
+ * none, or one that is not a JSON object. */
+static json_t *
+ckpt_read_manifest(int ufd, const char *id)
+{
+	json_error_t	 jerr;
+	json_t		*m;
+	int		 dfd, fd;
+	FILE		*f;
+
+	if ((dfd = openat(ufd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC)) == -1)
+		return (NULL);
+	fd = openat(dfd, CKPT_MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC |
+	    O_NOCTTY | O_NONBLOCK);
+	close(dfd);
+	if (fd == -1 || (f = fdopen(fd, "r")) == NULL) {
+		if (fd != -1)
+			close(fd);
+		return (NULL);
+	}
+	m = json_loadf(f, 0, &jerr);
+	fclose(f);
+	if (m != NULL && !json_is_object(m)) {
+		json_decref(m);
+		m = NULL;
+	}
+	return (m);
+}
+
+json_t *
+ckpt_verb_clean(json_t *args, char **err)
+{
+	const char	*dir;
+	json_t		*keep = NULL, *found, *m;
+	json_int_t	 before = 0, removed = 0;
+	int		 complete = 0, ufd, fd;
+	struct stat	 st;
+	struct dirent	*e;
+	DIR		*d;
+
+	if ((ufd = ckpt_verb_dir(args, &dir, err)) == -1)
+		return (NULL);
+	if (jread_array(args, "args", "keep", JREAD_OPTIONAL, &keep,
+	    err) == -1 ||
+	    jread_int(args, "args", "before", JREAD_REQUIRED, &before,
+	    err) == -1 ||
+	    jread_bool(args, "args", "complete", JREAD_OPTIONAL, &complete,
+	    err) == -1 || (fd = dup(ufd)) == -1 ||
+	    (d = fdopendir(fd)) == NULL) {
+		if (*err == NULL)
+			xasprintf(err, "%s: %s", dir, strerror(errno));
+		close(ufd);
+		return (NULL);
+	}
+	found = json_array();
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (keep != NULL && ckpt_kept(keep, e->d_name))
+			continue;
+		if (fstatat(ufd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == -1 ||
+		    st.st_mtime >= before)
+			continue;	/* gone, or made since */
+		if (complete && S_ISDIR(st.st_mode) &&
+		    plan_is_uuid(e->d_name) &&
+		    (m = ckpt_read_manifest(ufd, e->d_name)) != NULL) {
+			json_object_set_new(m, "id", json_string(e->d_name));
+			json_array_append_new(found, m);
+			continue;
+		}
+		if (ckpt_remove_tree(ufd, e->d_name, CKPT_MAX_DEPTH) == 0)
+			removed++;
+		else
+			log_warn("%s/%s: %s", dir, e->d_name, strerror(errno));
+	}
+	closedir(d);
+	if (removed > 0)
+		fsync(ufd);
+	close(ufd);
+	return (json_pack("{s:I,s:o}", "removed", removed, "checkpoints",
+	    found));
+}

@@ -1,0 +1,58 @@
+/*
+ * Checkpoints on disk, as the job's user sees them (docs/design.md,
+ * "Checkpoints").  A checkpoint is a directory DIR/ID under the uid's own
+ * directory: one file per partition (part-NNNNN, the records as frames,
+ * ending with END_OF_DATA_SECTION), each written under a temporary name,
+ * fsynced and renamed into place by the task that computed it, and for a
+ * reliable checkpoint a manifest (manifest.json) written last: the
+ * checkpoint exists once the manifest does.
+ *
+ * Everything here runs as the user (a worker, or a one-shot helper of the
+ * user's fork-server), never in emberd, and works through directory
+ * descriptors with O_NOFOLLOW, so that the user's own links cannot turn it
+ * against the user's other files.
+ */
+#ifndef EMBER_WORKER_CHECKPOINT_H
+#define EMBER_WORKER_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+struct chain;
+struct ckpt_writer;
+
+/* Start writing partition's file in the checkpoint directory dir (made
+ * if missing): NULL with *err allocated on error. */
+struct ckpt_writer *ckpt_writer_open(const char *dir, int partition,
+		     int sync, char **err);
+/* Append a record: 0, or -1 with *err (a write error, a full disk). */
+int		 ckpt_writer_record(struct ckpt_writer *, const void *,
+		     size_t, int null, char **err);
+/* End the file, fsync it (reliable) and rename it into place. */
+int		 ckpt_writer_commit(struct ckpt_writer *, char **err);
+/* Bytes written so far. */
+int64_t		 ckpt_writer_bytes(const struct ckpt_writer *);
+/* Close; a file not committed is removed. */
+void		 ckpt_writer_free(struct ckpt_writer *);
+
+/* Push the records of partition's file in dir into the chain: OP_OK, or
+ * OP_FAIL with *err allocated (or NULL when the chain failed). */
+int		 ckpt_source_run(const char *dir, int partition,
+		     struct chain *, int64_t *records_in, char **err);
+
+/*
+ * The verbs a helper runs for emberd, each on the uid's directory
+ * args.dir.  Each returns the reply's fields, or NULL with *err.
+ *  checkpoint_commit {dir, id, manifest}: write ID/manifest.json last.
+ *  checkpoint_remove {dir, id}: remove ID, its manifest first.
+ *  checkpoint_clean {dir, keep, before, complete}: remove every entry
+ *    not in keep and older than before (seconds since the epoch); with
+ *    complete, keep those with a manifest and answer their manifests.
+ */
+json_t		*ckpt_verb_commit(json_t *args, char **err);
+json_t		*ckpt_verb_remove(json_t *args, char **err);
+json_t		*ckpt_verb_clean(json_t *args, char **err);
+
+#endif

@@ -193,7 +193,8 @@ plan_parse_checkpoint(struct plan *plan, json_t *value, char **err)
 	if (!json_is_string(value))
 		return (jread_fail(err, "plan.source.checkpoint",
 		    "expected a checkpoint id (a string)"));
-	if (!plan_is_uuid(json_string_value(value)))
+	if (json_string_length(value) != 36 ||
+	    !plan_is_uuid(json_string_value(value)))
 		return (jread_fail(err, "plan.source.checkpoint",
 		    "\"%s\" is not a UUID", json_string_value(value)));
 	plan->source = PLAN_SOURCE_CHECKPOINT;

@@ -431,8 +431,8 @@ ckpt_write_file(int dfd, const char *tmp, const char *name, const char *text,
 	return (0);
 }
 
-json_t *
-ckpt_verb_commit(json_t *args, char **err)
+static json_t *
+ckpt_commit(json_t *args, char **err)
 {
 	const char	*dir, *id;
 	json_t		*manifest;
@@ -490,8 +490,8 @@ fail:
 	return (NULL);
 }
 
-json_t *
-ckpt_verb_remove(json_t *args, char **err)
+static json_t *
+ckpt_remove(json_t *args, char **err)
 {
 	const char	*dir, *id;
 	int		 ufd, rc;
@@ -556,8 +556,8 @@ ckpt_read_manifest(int ufd, const char *id)
 	return (m);
 }
 
-json_t *
-ckpt_verb_clean(json_t *args, char **err)
+static json_t *
+ckpt_clean(json_t *args, char **err)
 {
 	const char	*dir;
 	json_t		*keep = NULL, *found, *m;
@@ -608,4 +608,45 @@ ckpt_verb_clean(json_t *args, char **err)
 	close(ufd);
 	return (json_pack("{s:I,s:o}", "removed", removed, "checkpoints",
 	    found));
+}
+
+/* A verb's reply: what it made, or {"error": why} (the user's files are
+ * not as they should be, or emberd asked for something that makes no
+ * sense: either way emberd logs it and the checkpoint is not served). */
+static json_t *
+ckpt_verb(json_t *(*fn)(json_t *, char **), json_t *args, size_t *nout)
+{
+	json_t	*reply;
+	char	*err = NULL;
+
+	*nout = 0;
+	if ((reply = fn(args, &err)) != NULL)
+		return (reply);
+	reply = json_pack("{s:s}", "error", err != NULL ? err : "failed");
+	free(err);
+	return (reply);
+}
+
+json_t *
+ckpt_verb_commit(json_t *args, const int *fds_in, size_t nin, int *fds_out,
+    size_t *nout, char **err)
+{
+	(void)fds_in; (void)nin; (void)fds_out; (void)err;
+	return (ckpt_verb(ckpt_commit, args, nout));
+}
+
+json_t *
+ckpt_verb_remove(json_t *args, const int *fds_in, size_t nin, int *fds_out,
+    size_t *nout, char **err)
+{
+	(void)fds_in; (void)nin; (void)fds_out; (void)err;
+	return (ckpt_verb(ckpt_remove, args, nout));
+}
+
+json_t *
+ckpt_verb_clean(json_t *args, const int *fds_in, size_t nin, int *fds_out,
+    size_t *nout, char **err)
+{
+	(void)fds_in; (void)nin; (void)fds_out; (void)err;
+	return (ckpt_verb(ckpt_clean, args, nout));
 }

@@ -43,16 +43,20 @@ int		 ckpt_source_run(const char *dir, int partition,
 		     struct chain *, int64_t *records_in, char **err);
 
 /*
- * The verbs a helper runs for emberd, each on the uid's directory
- * args.dir.  Each returns the reply's fields, or NULL with *err.
+ * The verbs a helper runs for emberd (worker/helper.c's table), each on
+ * the uid's directory args.dir.  Each replies with its fields, or
+ * {"error": why}; none takes or hands out descriptors.
  *  checkpoint_commit {dir, id, manifest}: write ID/manifest.json last.
  *  checkpoint_remove {dir, id}: remove ID, its manifest first.
  *  checkpoint_clean {dir, keep, before, complete}: remove every entry
  *    not in keep and older than before (seconds since the epoch); with
  *    complete, keep those with a manifest and answer their manifests.
  */
-json_t		*ckpt_verb_commit(json_t *args, char **err);
-json_t		*ckpt_verb_remove(json_t *args, char **err);
-json_t		*ckpt_verb_clean(json_t *args, char **err);
+json_t		*ckpt_verb_commit(json_t *args, const int *fds_in,
+		     size_t nin, int *fds_out, size_t *nout, char **err);
+json_t		*ckpt_verb_remove(json_t *args, const int *fds_in,
+		     size_t nin, int *fds_out, size_t *nout, char **err);
+json_t		*ckpt_verb_clean(json_t *args, const int *fds_in,
+		     size_t nin, int *fds_out, size_t *nout, char **err);
 
 #endif

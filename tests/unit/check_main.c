@@ -24,6 +24,7 @@ main(void)
 	srunner_add_suite(sr, plugin_suite());
 	srunner_add_suite(sr, held_suite());
 	srunner_add_suite(sr, helper_suite());
+	srunner_add_suite(sr, ckpt_suite());
 	srunner_add_suite(sr, ops_suite());
 	srunner_add_suite(sr, savecommit_suite());
 	srunner_add_suite(sr, split_suite());

@@ -238,18 +238,24 @@ START_TEST(test_plan_refused)
 		/* Sources. */
 		{ "{\"source\": {}}",
 		  "plan.source: expected exactly one of range, text, "
-		  "parallelize" },
+		  "parallelize, checkpoint" },
 		{ "{\"source\": {\"range\": {\"end\": 1}, \"text\": "
 		  "{\"paths\": [\"a\"]}}}",
 		  "plan.source: expected exactly one of range, text, "
-		  "parallelize" },
+		  "parallelize, checkpoint" },
 		{ "{\"source\": {\"hdfs\": {}}}",
 		  "plan.source: unknown source \"hdfs\"" },
 		{ "{\"source\": {\"text\": {\"paths\": [\"/a\", \"b/c\"]}}}",
 		  "plan.source.text.paths[1]: \"b/c\" is not an absolute path "
 		  "(emberd does not know the client's working directory)" },
 		{ "{\"source\": {\"checkpoint\": \"1234\"}}",
-		  "plan.source.checkpoint: checkpoints are not supported yet" },
+		  "plan.source.checkpoint: \"1234\" is not a UUID" },
+		{ "{\"source\": {\"checkpoint\": {\"id\": \"x\"}}}",
+		  "plan.source.checkpoint: expected a checkpoint id (a string)" },
+		{ "{\"source\": {\"checkpoint\": "
+		  "\"0B697AEF-9A9D-44BF-A3DB-6F881122A3E3x\"}}",
+		  "plan.source.checkpoint: \"0B697AEF-9A9D-44BF-A3DB-6F881122A3E3x\" "
+		  "is not a UUID" },
 		{ "{\"source\": {\"range\": 10}}",
 		  "plan.source: range: expected an object" },
 		{ "{\"source\": {\"text\": \"/a\"}}",

@@ -8,6 +8,7 @@
 #include <check.h>
 
 Suite	*channel_suite(void);
+Suite	*ckpt_suite(void);
 Suite	*conf_suite(void);
 Suite	*frame_suite(void);
 Suite	*held_suite(void);

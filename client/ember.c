@@ -36,6 +36,7 @@ usage(FILE *f, int full)
 	    "usage: ember [--socket PATH] run [--collect | --count | "
 	    "--action ACTION]\n"
 	    "                 [--option KEY=VALUE ...] PLAN.json\n"
+	    "       ember [--socket PATH] checkpoint drop ID\n"
 	    "       ember [--socket PATH] status [--json]\n"
 	    "       ember --version | --help\n");
 	if (!full)
@@ -51,9 +52,15 @@ usage(FILE *f, int full)
 	    "           count<TAB>record, largest first; null records as\n"
 	    "           count<TAB>\\N), reduce (with\n"
 	    "           --option fn=sum|min|max), save (with --option\n"
-	    "           path=/abs/dir, and overwrite=true).  --option values\n"
+	    "           path=/abs/dir, and overwrite=true), checkpoint\n"
+	    "           (prints the checkpoint's id; --option local=true keeps\n"
+	    "           it with the session, eager=false writes it on first\n"
+	    "           read; a plan reads it with {\"checkpoint\": ID} as its\n"
+	    "           source).  --option values\n"
 	    "           are JSON when they parse as JSON, else text.  On a\n"
 	    "           terminal, a progress line shows on standard error.\n"
+	    "  checkpoint drop ID\n"
+	    "           remove a checkpoint and its files.\n"
 	    "  status   show emberd's workers, pools, sessions, operations and\n"
 	    "           counters; --json prints the raw reply.\n"
 	    "\n"
@@ -383,6 +390,9 @@ run_print_reply(struct ember *e, const char *action, const char *reply_text)
 	if (strcmp(action, "count") == 0)
 		printf("%" JSON_INTEGER_FORMAT "\n",
 		    json_integer_value(json_object_get(reply, "count")));
+	else if (strcmp(action, "checkpoint") == 0)
+		printf("%s\n", json_string_value(json_object_get(reply,
+		    "checkpoint")));
 	else if (strcmp(action, "save") == 0)
 		printf("%" JSON_INTEGER_FORMAT " records in %"
 		    JSON_INTEGER_FORMAT " files\n",
@@ -586,6 +596,29 @@ cmd_status(int argc, char **argv)
 	return (0);
 }
 
+/* ember checkpoint drop ID. */
+static int
+cmd_checkpoint(int argc, char **argv)
+{
+	struct ember	*e;
+
+	if (argc == 2 && (strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "--help") == 0)) {
+		usage(stdout, 1);
+		return (0);
+	}
+	if (argc != 3 || strcmp(argv[1], "drop") != 0) {
+		fprintf(stderr, "ember: checkpoint: expected \"drop ID\"\n");
+		usage(stderr, 0);
+		return (EXIT_USAGE);
+	}
+	e = ember_open();
+	if (ember_checkpoint_drop(e, argv[2]) == -1)
+		ember_die(e);
+	ember_close(e);
+	return (0);
+}
+
 /* Dispatch to a command. */
 int
 main(int argc, char **argv)
@@ -617,7 +650,8 @@ main(int argc, char **argv)
 	argc -= optind;
 	argv += optind;
 	if (argc == 0) {
-		fprintf(stderr, "ember: missing a command: run or status\n");
+		fprintf(stderr, "ember: missing a command: run, checkpoint or "
+		    "status\n");
 		usage(stderr, 0);
 		return (EXIT_USAGE);
 	}
@@ -630,6 +664,8 @@ main(int argc, char **argv)
 		argv[0] = (char *)"ember status";
 		return (cmd_status(argc, argv));
 	}
+	if (strcmp(argv[0], "checkpoint") == 0)
+		return (cmd_checkpoint(argc, argv));
 	fprintf(stderr, "ember: unknown command \"%s\"\n", argv[0]);
 	usage(stderr, 0);
 	return (EXIT_USAGE);

@@ -143,6 +143,19 @@ int		 ember_broadcast_put_fd(struct ember *, int fd, int64_t *id);
 /* Drop a broadcast: new plans can no longer use it.  0 or -1. */
 int		 ember_broadcast_drop(struct ember *, int64_t id);
 
+/*
+ * Checkpoint the dataset of plan_json (the checkpoint action): local (kept
+ * with this session) or reliable (kept under checkpoint.dir until dropped),
+ * eager (written now) or lazy (written by the first plan that reads it).
+ * id (37 bytes) gets its id, which a plan names as its source:
+ * {"source": {"checkpoint": id}}.  0 or -1.
+ */
+int		 ember_checkpoint(struct ember *, const char *plan_json,
+		     int local, int eager, char id[37]);
+/* Drop a checkpoint and remove its files (a read in progress finishes
+ * first).  0 or -1 (CHECKPOINT_NOT_FOUND). */
+int		 ember_checkpoint_drop(struct ember *, const char *id);
+
 /* The partition the open stream is in, from 0; -1 before the first. */
 int64_t		 ember_partition(const struct ember *);
 

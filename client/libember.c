@@ -1344,6 +1344,53 @@ ember_broadcast_drop(struct ember *e, int64_t id)
 	return (ember_call(e, req, NULL, NULL));
 }
 
+/* Checkpoint a plan's dataset. */
+int
+ember_checkpoint(struct ember *e, const char *plan_json, int local, int eager,
+    char id[37])
+{
+	json_t		*req, *reply, *options;
+	const char	*s;
+	char		*text;
+
+	if (ember_check_control(e) == -1)
+		return (-1);
+	options = json_pack("{s:b,s:b}", "local", local, "eager", eager);
+	text = options != NULL ? json_dumps(options, JSON_COMPACT) : NULL;
+	json_decref(options);
+	if (text == NULL)
+		return (ember_fail(e, "NO_MEMORY", "out of memory"));
+	req = ember_execute_request(e, plan_json, "checkpoint", text);
+	free(text);
+	if (req == NULL)
+		return (-1);
+	if (ember_call(e, req, NULL, &reply) == -1) {
+		json_decref(reply);
+		return (-1);
+	}
+	s = json_string_value(json_object_get(reply, "checkpoint"));
+	if (s == NULL || strlen(s) != 36) {
+		json_decref(reply);
+		return (ember_fail(e, "PROTOCOL_ERROR", "checkpoint reply has "
+		    "no \"checkpoint\""));
+	}
+	memcpy(id, s, 37);
+	json_decref(reply);
+	return (0);
+}
+
+/* Drop a checkpoint. */
+int
+ember_checkpoint_drop(struct ember *e, const char *id)
+{
+	json_t	*req;
+
+	if ((req = json_pack("{s:s,s:s}", "op", "checkpoint_drop",
+	    "checkpoint", id)) == NULL)
+		return (ember_fail(e, "NO_MEMORY", "out of memory"));
+	return (ember_call(e, req, NULL, NULL));
+}
+
 /* Ask for the status. */
 char *
 ember_status(struct ember *e)

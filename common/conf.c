@@ -85,6 +85,14 @@ static const struct conf_key conf_keys[] = {
 	KEY("daemon", "max_spool_per_uid", CONF_SIZE, daemon_max_spool_per_uid,
 	    "256m", 0),
 	KEY("daemon", "max_spool", CONF_SIZE, daemon_max_spool, "1g", 0),
+	KEY("daemon", "max_checkpoints_per_uid", CONF_INT,
+	    daemon_max_checkpoints_per_uid, "64", 1),
+	KEY("daemon", "max_checkpoints", CONF_INT, daemon_max_checkpoints,
+	    "1024", 1),
+	KEY("daemon", "max_checkpoint_bytes_per_uid", CONF_SIZE,
+	    daemon_max_checkpoint_bytes_per_uid, "16g", 0),
+	KEY("daemon", "max_checkpoint_bytes", CONF_SIZE,
+	    daemon_max_checkpoint_bytes, "64g", 0),
 	KEY("daemon", "local_dir", CONF_STRING, daemon_local_dir, "", 0),
 	KEY("daemon", "pidfile", CONF_STRING, daemon_pidfile, "", 0),
 	KEY("workers", "max", CONF_COUNT, workers_max, "auto", 0),
@@ -126,6 +134,10 @@ static const struct conf_key conf_keys[] = {
 	KEY("status", "max_connections", CONF_INT, status_max_connections,
 	    "16", 1),
 	KEY("status", "timeout", CONF_DURATION, status_timeout, "10s", 100),
+	KEY("checkpoint", "dir", CONF_STRING, checkpoint_dir,
+	    EMBER_LOCALSTATEDIR "/lib/ember/checkpoints", 0),
+	KEY("checkpoint", "clean_interval", CONF_DURATION,
+	    checkpoint_clean_interval, "60s", 10),
 };
 #define NKEYS (sizeof conf_keys / sizeof conf_keys[0])
 

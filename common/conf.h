@@ -40,6 +40,10 @@ struct conf {
 	int64_t		 daemon_max_spool_per_uid; /* bytes of stalled
 						   streams' spools */
 	int64_t		 daemon_max_spool;
+	int64_t		 daemon_max_checkpoints_per_uid;
+	int64_t		 daemon_max_checkpoints;
+	int64_t		 daemon_max_checkpoint_bytes_per_uid;
+	int64_t		 daemon_max_checkpoint_bytes;
 	char		*daemon_local_dir;
 	char		*daemon_pidfile;
 
@@ -75,6 +79,8 @@ struct conf {
 	char		*status_users;		/* whose operations it shows */
 	int64_t		 status_max_connections;
 	int64_t		 status_timeout;	/* ms to send a request */
+	char		*checkpoint_dir;	/* reliable checkpoints */
+	int64_t		 checkpoint_clean_interval; /* ms */
 };
 
 void	 conf_init(struct conf *);

@@ -13,6 +13,7 @@
 #include <event2/event.h>
 
 #include "broadcast.h"
+#include "checkpoint.h"
 #include "connection.h"
 #include "emberd.h"
 #include "frame.h"
@@ -476,6 +477,12 @@ connection_interrupt(struct connection *c, json_t *req)
 }
 
 static void
+connection_checkpoint_drop(struct connection *c, json_t *req)
+{
+	checkpoint_drop_request(c, c->session, req);
+}
+
+static void
 connection_close_session(struct connection *c, json_t *req)
 {
 	(void)req;
@@ -495,6 +502,7 @@ static const struct connection_request connection_requests[] = {
 	{ "close_session", 1, connection_close_session },
 	{ "broadcast_put", 1, connection_broadcast_put },
 	{ "broadcast_drop", 1, connection_broadcast_drop },
+	{ "checkpoint_drop", 1, connection_checkpoint_drop },
 };
 
 /* Handle a request, its log lines about the connection's session. */

@@ -20,6 +20,7 @@
 
 #include <event2/event.h>
 
+#include "checkpoint.h"
 #include "commit.h"
 #include "connection.h"
 #include "emberd.h"
@@ -403,6 +404,7 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 		return (-1);
 	}
 	operation_maintenance_start();
+	checkpoint_init();
 	service_started(geteuid() != 0);
 	return (0);
 }
@@ -416,6 +418,7 @@ ember_stop(void)
 	operation_interrupt_all("emberd is shutting down");
 	connection_close_all();
 	session_close_all();
+	checkpoint_shutdown();
 	operation_maintenance_stop();
 	commit_free_all();
 	helper_shutdown();

@@ -31,6 +31,8 @@ static const struct limit_def limit_defs[LIMIT_KINDS] = {
 	DEF("helpers", max_helpers),
 	DEF("bytes spooled for streams whose clients stopped reading",
 	    max_spool),
+	DEF("checkpoints", max_checkpoints),
+	DEF("bytes of checkpoints", max_checkpoint_bytes),
 };
 
 /* Descriptors kept for emberd's own use when daemon.max_connections is

@@ -22,6 +22,8 @@ enum limit_kind {
 	LIMIT_BROADCAST_BYTES,	/* their bytes */
 	LIMIT_HELPERS,		/* helper processes running */
 	LIMIT_SPOOL,		/* bytes spooled for stalled streams */
+	LIMIT_CHECKPOINTS,	/* checkpoints kept */
+	LIMIT_CHECKPOINT_BYTES,	/* their bytes on disk */
 	LIMIT_KINDS
 };
 

@@ -19,6 +19,7 @@
 #include "operation.h"
 #include "plan.h"
 #include "broadcast.h"
+#include "checkpoint.h"
 #include "commit.h"
 #include "result.h"
 #include "retry.h"
@@ -44,12 +45,13 @@ enum action {
 	ACTION_COUNT_BY_VALUE,
 	ACTION_REDUCE,
 	ACTION_SAVE,
+	ACTION_CHECKPOINT,
 };
 static const char *const action_names[] = { "iterate", "collect", "count",
-    "count_by_value", "reduce", "save" };
+    "count_by_value", "reduce", "save", "checkpoint" };
 /* What a task of each action is asked to send back (docs/protocol.md). */
 static const enum taskdesc_mode action_modes[] = { MODE_RECORDS, MODE_RECORDS,
-    MODE_COUNT, MODE_COUNT_BY_VALUE, MODE_REDUCE, MODE_SAVE };
+    MODE_COUNT, MODE_COUNT_BY_VALUE, MODE_REDUCE, MODE_SAVE, MODE_CHECKPOINT };
 #define ACTION_STREAMS(a)	((a) == ACTION_ITERATE || (a) == ACTION_COLLECT)
 
 struct operation {
@@ -87,6 +89,13 @@ struct operation {
 	char			*fail_error;
 	uint64_t		 save_attempts;	/* tasks sent, each a number of
 						   its own for its part file */
+	struct checkpoint	*ckpt;		/* checkpoint: what it writes,
+						   until committed */
+	int			 ckpt_local, ckpt_eager;
+	struct checkpoint	*source;	/* the checkpoint it reads */
+	int			 waiting;	/* for source to be computed */
+	int			 internal;	/* computes a lazy checkpoint
+						   for its first read */
 	struct broadcast	**broadcasts;	/* the plan uses, each once */
 	size_t			 nbroadcasts;
 	int64_t			 records_sent;
@@ -145,6 +154,9 @@ static void	operation_pump(struct operation *);
 static void	operation_reply(struct operation *);
 static void	operation_relay_records(struct operation *, struct task *,
 		    struct evbuffer *, size_t, int32_t);
+static void	operation_checkpoint_done(struct operation *, const char *);
+static void	operation_start(struct operation *, struct connection *,
+		    struct session *);
 
 uint64_t
 operation_serial(const struct operation *op)
@@ -266,6 +278,10 @@ operation_describe_task(struct operation *op, const struct task *t,
 		d->save_dir = commit_task_dir(op->commit);
 		d->save_attempt = (int64_t)++op->save_attempts;
 	}
+	if (op->action == ACTION_CHECKPOINT) {
+		d->ckpt_dir = checkpoint_dir(op->ckpt);
+		d->ckpt_sync = checkpoint_sync(op->ckpt);
+	}
 }
 
 size_t
@@ -372,7 +388,7 @@ operation_fill(struct operation *op)
 {
 	struct task	*t;
 
-	if (op->failing)
+	if (op->failing || op->waiting)
 		return;
 	while (op->next_start < op->npartitions &&
 	    op->live < operation_window(op)) {
@@ -437,6 +453,13 @@ operation_free(struct operation *op)
 		limit_release(op->uid, LIMIT_OPERATIONS, 1);
 	commit_free(op->commit);	/* undoes a save not committed */
 	free(op->fail_error);
+	if (op->ckpt != NULL)
+		checkpoint_abandon(op->ckpt, op);	/* not committed */
+	if (op->source != NULL) {
+		if (op->waiting)
+			checkpoint_unwait(op->source, op);
+		checkpoint_unuse(op->source);
+	}
 	if (op->limit_ev != NULL)
 		event_free(op->limit_ev);
 	helper_cancel(op->planning);
@@ -715,7 +738,7 @@ operation_pump(struct operation *op)
 	struct evbuffer	*out;
 	struct task	*t;
 
-	while (op->conn != NULL) {
+	while (op->conn != NULL && !op->waiting) {
 		if (op->action == ACTION_ITERATE && !op->requested)
 			return;
 		out = connection_output(op->conn);
@@ -1070,6 +1093,10 @@ operation_task_finished(struct operation *op, struct task *t)
 	op->count += t->metrics[EMBER_METRIC_RECORDS_OUT];
 	op->task_ns += t->metrics[EMBER_METRIC_ELAPSED_NS];
 	op->done++;
+	if (op->ckpt != NULL && op->result_error == NULL &&
+	    checkpoint_written(op->ckpt, t->metrics[EMBER_METRIC_RECORDS_OUT],
+	    t->metrics[EMBER_METRIC_BYTES_OUT], &op->result_error) == -1)
+		op->result_class = "LIMIT_EXCEEDED";
 	operation_retire(op, t);
 	if (op->result_error != NULL) {
 		ember_counters.operations_failed++;
@@ -1224,6 +1251,11 @@ operation_reply(struct operation *op)
 	case ACTION_REDUCE:
 		json_object_update_new(reply, result_reply(op->result));
 		break;
+	case ACTION_CHECKPOINT:
+		/* The reply comes once it is committed. */
+		json_decref(reply);
+		checkpoint_commit(op->ckpt, op, operation_checkpoint_done);
+		return;
 	default:
 		fatalx("operation %s: no reply for a stream", op->id);
 	}
@@ -1315,6 +1347,8 @@ operation_option_keys(enum action action)
 	static const char *const reduce[] = { "fn", "reattachable", NULL };
 	static const char *const save[] = { "path", "overwrite",
 	    "reattachable", NULL };
+	static const char *const checkpoint[] = { "local", "eager",
+	    "reattachable", NULL };
 	static const char *const other[] = { "reattachable", NULL };
 
 	switch (action) {
@@ -1326,6 +1360,8 @@ operation_option_keys(enum action action)
 		return (reduce);
 	case ACTION_SAVE:
 		return (save);
+	case ACTION_CHECKPOINT:
+		return (checkpoint);
 	default:
 		return (other);
 	}
@@ -1366,7 +1402,7 @@ operation_read_options(struct operation *op, json_t *options,
     const char **path, int *overwrite, char **err)
 {
 	json_int_t	 prefetch = 0, limit = 0;
-	int		 reattachable = 1;
+	int		 reattachable = 1, local = 0, eager = 1;
 	const char	*fn = NULL;
 
 	if (options == NULL)
@@ -1387,8 +1423,14 @@ operation_read_options(struct operation *op, json_t *options,
 	    jread_string(options, "options", "path", op->action == ACTION_SAVE,
 	    path, err) == -1 ||
 	    jread_bool(options, "options", "overwrite", JREAD_OPTIONAL,
-	    overwrite, err) == -1)
+	    overwrite, err) == -1 ||
+	    jread_bool(options, "options", "local", JREAD_OPTIONAL, &local,
+	    err) == -1 ||
+	    jread_bool(options, "options", "eager", JREAD_OPTIONAL, &eager,
+	    err) == -1)
 		goto fail;
+	op->ckpt_local = local;
+	op->ckpt_eager = eager;
 	if (prefetch < 0 || prefetch > OPERATION_MAX_PREFETCH) {
 		jread_fail(err, "options.prefetch", "must be from 0 to %d",
 		    OPERATION_MAX_PREFETCH);
@@ -1472,7 +1514,8 @@ operation_read_head(struct operation *op, uid_t uid, json_t *req,
 	if (i == sizeof action_names / sizeof action_names[0])
 		return (operation_refuse(class, err, "ACTION_INVALID",
 		    "action: unknown action \"%s\" (expected iterate, collect, "
-		    "count, count_by_value, reduce or save)", action));
+		    "count, count_by_value, reduce, save or checkpoint)",
+		    action));
 	op->action = (enum action)i;
 	*class = "ACTION_INVALID";
 	if (operation_read_options(op, options, save_path, overwrite,
@@ -1501,8 +1544,36 @@ operation_count_in(struct operation *op, struct session *s,
 	return (0);
 }
 
-/* Read and check the plan, and find the broadcasts it uses.  What it
- * names outside itself is checked later, by a helper. */
+/* A checkpoint source: the uid's checkpoint, whose partitions the plan
+ * has (CHECKPOINT_NOT_FOUND for any other id). */
+static int
+operation_find_source(struct operation *op, struct session *s,
+    json_t *plan_json, const char **class, char **err)
+{
+	struct checkpoint	*c;
+
+	if (op->plan->source != PLAN_SOURCE_CHECKPOINT)
+		return (0);
+	if ((c = checkpoint_find(session_uid(s), op->plan->checkpoint)) ==
+	    NULL)
+		return (operation_refuse(class, err, "CHECKPOINT_NOT_FOUND",
+		    "plan.source.checkpoint: no checkpoint %s%s",
+		    op->plan->checkpoint, checkpoint_scanning(session_uid(s)) ?
+		    " (emberd is still reading checkpoint.dir)" : ""));
+	if (json_object_get(plan_json, "partitions") != NULL &&
+	    op->plan->partitions != checkpoint_partitions(c))
+		return (operation_refuse(class, err, "PLAN_INVALID",
+		    "plan.partitions: checkpoint %s has %d partitions, not %d",
+		    op->plan->checkpoint, checkpoint_partitions(c),
+		    op->plan->partitions));
+	op->plan->partitions = checkpoint_partitions(c);
+	op->source = c;
+	checkpoint_use(c);
+	return (0);
+}
+
+/* Read and check the plan, and find the broadcasts and the checkpoint it
+ * uses.  What it names outside itself is checked later, by a helper. */
 static int
 operation_read_plan(struct operation *op, struct session *s, json_t *req,
     const char **class, char **err)
@@ -1514,7 +1585,8 @@ operation_read_plan(struct operation *op, struct session *s, json_t *req,
 		return (operation_refuse(class, err, "PLAN_INVALID",
 		    "plan: missing"));
 	if (plan_parse(plan_json, &op->plan, err) == -1 ||
-	    operation_find_broadcasts(op, s, err) == -1)
+	    operation_find_broadcasts(op, s, err) == -1 ||
+	    operation_find_source(op, s, plan_json, class, err) == -1)
 		return (-1);
 	op->plan_json = json_incref(plan_json);
 	return (0);
@@ -1528,7 +1600,8 @@ operation_plan_done(struct operation *op)
 	op->npartitions = op->plan->partitions;
 	op->plan_text = taskdesc_encode_plan(op->plan_json,
 	    op->plan->source == PLAN_SOURCE_TEXT ?
-	    plan_files_to_json(op->plan) : NULL);
+	    plan_files_to_json(op->plan) : NULL, op->source != NULL ?
+	    checkpoint_dir(op->source) : NULL);
 	json_decref(op->plan_json);
 	op->plan_json = NULL;
 }
@@ -1597,6 +1670,136 @@ operation_prepare(struct operation *op, struct session *s)
 		    op->id, session_uid(s), session_gid(s));
 }
 
+/* The checkpoint action: the checkpoint its tasks write (a lazy one keeps
+ * the plan, and its text files as the check found them, for its first
+ * read).  -1 with *class and *err. */
+static int
+operation_prepare_checkpoint(struct operation *op, struct session *s,
+    json_t *plan, const char **class, char **err)
+{
+	json_t	*files;
+
+	if (op->action != ACTION_CHECKPOINT)
+		return (0);
+	files = op->plan->source == PLAN_SOURCE_TEXT ?
+	    plan_files_to_json(op->plan) : NULL;
+	op->ckpt = checkpoint_create(s, op, op->ckpt_local, op->ckpt_eager,
+	    plan, files, op->npartitions, class, err);
+	if (files != NULL)
+		json_decref(files);
+	return (op->ckpt == NULL ? -1 : 0);
+}
+
+/* The source is a checkpoint not computed yet: wait for it. */
+static int
+operation_wait_source(struct operation *op, struct session *s,
+    const char **class, char **err)
+{
+	if (op->source == NULL || checkpoint_ready(op->source))
+		return (0);
+	op->waiting = 1;
+	if (checkpoint_wait(op->source, op, s, err) == -1) {
+		op->waiting = 0;
+		*class = "CHECKPOINT_FAILED";
+		return (-1);
+	}
+	return (0);
+}
+
+/* A checkpoint action's reply fields. */
+static json_t *
+operation_checkpoint_reply(const struct operation *op)
+{
+	return (json_pack("{s:s,s:i,s:s,s:s,s:b,s:I,s:I}", "operation", op->id,
+	    "partitions", op->npartitions, "checkpoint",
+	    checkpoint_id(op->ckpt), "kind", op->ckpt_local ? "local" :
+	    "reliable", "eager", op->ckpt_eager, "records",
+	    (json_int_t)checkpoint_records(op->ckpt), "bytes",
+	    (json_int_t)checkpoint_bytes(op->ckpt)));
+}
+
+/* The checkpoint is committed, or could not be. */
+static void
+operation_checkpoint_done(struct operation *op, const char *why)
+{
+	json_t	*reply;
+
+	if (why != NULL) {
+		op->ckpt = NULL;	/* the checkpoint removes itself */
+		ember_counters.operations_failed++;
+		operation_bury(op, "OPERATION_FINISHED", "operation %s failed: "
+		    "%s", op->id, why);
+		if (op->conn != NULL)
+			connection_reply_error(op->conn, "CHECKPOINT_FAILED",
+			    "operation %s: %s", op->id, why);
+		operation_end(op);
+		return;
+	}
+	reply = operation_checkpoint_reply(op);
+	op->ckpt = NULL;
+	if (op->internal) {
+		ember_counters.operations_completed++;
+		json_decref(reply);
+		operation_end(op);
+		return;
+	}
+	operation_reply_send(op, reply);
+}
+
+void
+operation_checkpoint_ready(struct operation *op, const char *why)
+{
+	op->waiting = 0;
+	if (why != NULL) {
+		operation_abort(op, "CHECKPOINT_FAILED", why);
+		return;
+	}
+	operation_fill(op);
+	if (ACTION_STREAMS(op->action))
+		operation_pump(op);
+}
+
+struct operation *
+operation_materialize(struct session *s, struct checkpoint *c, json_t *plan,
+    json_t *files, char **err)
+{
+	struct operation	*op;
+	const char		*class;
+	json_t			*req;
+	uuid_t			 u;
+
+	op = xcalloc(1, sizeof *op);
+	TAILQ_INIT(&op->tasks);
+	op->action = ACTION_CHECKPOINT;
+	op->internal = 1;
+	uuid_generate(u);
+	uuid_unparse_lower(u, op->id);
+	/* Its files were checked, and sized, when it was asked for. */
+	req = json_pack("{s:O}", "plan", plan);
+	if (operation_read_plan(op, s, req, &class, err) == -1 ||
+	    (files != NULL && plan_files_from_json(op->plan, files,
+	    err) == -1)) {
+		json_decref(req);
+		operation_free(op);
+		return (NULL);
+	}
+	json_decref(req);
+	operation_plan_done(op);
+	if (op->npartitions != checkpoint_partitions(c)) {
+		xasprintf(err, "its plan now has %d partitions, not %d",
+		    op->npartitions, checkpoint_partitions(c));
+		operation_free(op);
+		return (NULL);
+	}
+	if (operation_wait_source(op, s, &class, err) == -1) {
+		operation_free(op);
+		return (NULL);
+	}
+	op->ckpt = c;
+	operation_start(op, NULL, s);
+	return (op);
+}
+
 /* Start a checked operation: list it, answer or hold the connection, and
  * start its first tasks. */
 static void
@@ -1618,10 +1821,11 @@ operation_start(struct operation *op, struct connection *c,
 	ember_counters.operations++;
 	log_debug("operation %s: %s of %d partitions for pid %ld", op->id,
 	    action_names[op->action], op->npartitions,
-	    (long)connection_pid(c));
+	    c != NULL ? (long)connection_pid(c) : -1L);
 
 	if (!ACTION_STREAMS(op->action)) {
-		connection_busy_begin(c, op);
+		if (c != NULL)
+			connection_busy_begin(c, op);
 		operation_fill(op);
 		return;
 	}
@@ -1724,8 +1928,23 @@ operation_launch(struct operation *op, struct connection *c,
 {
 	const char	*class = NULL;
 	char		*err = NULL;
+	json_t		*plan = json_incref(op->plan_json);
 
 	operation_plan_done(op);
+	if (operation_prepare_checkpoint(op, s, plan, &class, &err) == -1 ||
+	    operation_wait_source(op, s, &class, &err) == -1) {
+		json_decref(plan);
+		operation_refused(op, c, class, err);
+		return;
+	}
+	json_decref(plan);
+	if (op->action == ACTION_CHECKPOINT && !op->ckpt_eager) {
+		/* Lazy: computed by the first operation that reads it. */
+		connection_reply_ok(c, operation_checkpoint_reply(op));
+		op->ckpt = NULL;
+		operation_free(op);
+		return;
+	}
 	operation_prepare(op, s);
 	if (op->commit == NULL) {
 		operation_start(op, c, s);

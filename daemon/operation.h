@@ -104,6 +104,17 @@ enum stall_action operation_task_stalled(struct operation *, struct task *,
 /* Are the task's metrics possible?  -1 makes its worker corrupt. */
 int		 operation_check_metrics(const struct operation *,
 		     const struct task *);
+/* The checkpoint op reads is computed (why NULL), or could not be. */
+void		 operation_checkpoint_ready(struct operation *,
+		     const char *why);
+/* Compute lazy checkpoint c (of plan, whose text files were found and
+ * sized when it was asked for: files, or NULL) in session s, for its first
+ * read: the operation, or NULL with *err. */
+struct checkpoint;
+struct operation *operation_materialize(struct session *,
+		     struct checkpoint *, json_t *plan, json_t *files,
+		     char **err);
+
 /* Called by task.c as a task of op ends. */
 void		 operation_task_finished(struct operation *, struct task *);
 void		 operation_task_failed(struct operation *, struct task *);

@@ -159,6 +159,7 @@ service_absolute_paths(void)
 	service_absolute(&ember_conf.daemon_local_dir);
 	service_absolute(&ember_conf.daemon_pidfile);
 	service_absolute(&ember_conf.daemon_worker_path);
+	service_absolute(&ember_conf.checkpoint_dir);
 }
 
 /* In the first process: relay the daemon's errors, exit as it says. */

@@ -8,6 +8,7 @@
 #include <uuid/uuid.h>
 
 #include "broadcast.h"
+#include "checkpoint.h"
 #include "emberd.h"
 #include "log.h"
 #include "operation.h"
@@ -97,6 +98,7 @@ session_close(struct session *s, const char *why)
 	s->connections++;
 	operation_interrupt_session(s, why);
 	broadcast_drop_session(s);
+	checkpoint_drop_session(s);
 	s->connections--;
 	session_free_unheld(s);
 }

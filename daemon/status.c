@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include "broadcast.h"
+#include "checkpoint.h"
 #include "emberd.h"
 #include "limit.h"
 #include "operation.h"
@@ -27,7 +28,7 @@ json_t *
 status_build(uid_t uid)
 {
 	return (json_pack("{s:s,s:I,s:I,s:b,s:i,s:I,s:o,s:o,s:o,s:o,s:o,s:o,"
-	    "s:o}",
+	    "s:o,s:o}",
 	    "server", "emberd " PACKAGE_VERSION,
 	    "pid", (json_int_t)getpid(),
 	    "uptime_ms", (json_int_t)(ember_now_ms() - ember_started_ms),
@@ -39,6 +40,7 @@ status_build(uid_t uid)
 	    "sessions", session_status(uid),
 	    "operations", operation_status(uid),
 	    "broadcasts", broadcast_status(uid),
+	    "checkpoints", checkpoint_status(uid),
 	    "limits", limit_status(uid),
 	    "counters", status_counters()));
 }

@@ -571,7 +571,7 @@ ckpt_clean(json_t *args, char **err)
 		return (NULL);
 	if (jread_array(args, "args", "keep", JREAD_OPTIONAL, &keep,
 	    err) == -1 ||
-	    jread_int(args, "args", "before", JREAD_REQUIRED, &before,
+	    jread_int(args, "args", "before_ms", JREAD_REQUIRED, &before,
 	    err) == -1 ||
 	    jread_bool(args, "args", "complete", JREAD_OPTIONAL, &complete,
 	    err) == -1 || (fd = dup(ufd)) == -1 ||
@@ -587,9 +587,8 @@ ckpt_clean(json_t *args, char **err)
 			continue;
 		if (keep != NULL && ckpt_kept(keep, e->d_name))
 			continue;
-		if (fstatat(ufd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == -1 ||
-		    st.st_mtime >= before)
-			continue;	/* gone, or made since */
+		if (fstatat(ufd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == -1)
+			continue;	/* gone meanwhile */
 		if (complete && S_ISDIR(st.st_mode) &&
 		    plan_is_uuid(e->d_name) &&
 		    (m = ckpt_read_manifest(ufd, e->d_name)) != NULL) {
@@ -597,6 +596,9 @@ ckpt_clean(json_t *args, char **err)
 			json_array_append_new(found, m);
 			continue;
 		}
+		if ((int64_t)st.st_mtim.tv_sec * 1000 +
+		    st.st_mtim.tv_nsec / 1000000 >= before)
+			continue;	/* made since: being written */
 		if (ckpt_remove_tree(ufd, e->d_name, CKPT_MAX_DEPTH) == 0)
 			removed++;
 		else

@@ -48,9 +48,10 @@ int		 ckpt_source_run(const char *dir, int partition,
  * {"error": why}; none takes or hands out descriptors.
  *  checkpoint_commit {dir, id, manifest}: write ID/manifest.json last.
  *  checkpoint_remove {dir, id}: remove ID, its manifest first.
- *  checkpoint_clean {dir, keep, before, complete}: remove every entry
- *    not in keep and older than before (seconds since the epoch); with
- *    complete, keep those with a manifest and answer their manifests.
+ *  checkpoint_clean {dir, keep, before_ms, complete}: remove every entry
+ *    not in keep and older than before_ms (milliseconds since the epoch);
+ *    with complete, keep those with a manifest (whatever their age) and
+ *    answer their manifests.
  */
 json_t		*ckpt_verb_commit(json_t *args, const int *fds_in,
 		     size_t nin, int *fds_out, size_t *nout, char **err);

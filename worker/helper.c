@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "checkpoint.h"
 #include "fdpass.h"
 #include "frame.h"
 #include "helper.h"
@@ -45,6 +46,9 @@ static const struct {
 	{ "save_abort", helper_save_abort },
 	{ "broadcast_read", helper_broadcast_read },
 	{ "release", helper_release },
+	{ "checkpoint_commit", ckpt_verb_commit },
+	{ "checkpoint_remove", ckpt_verb_remove },
+	{ "checkpoint_clean", ckpt_verb_clean },
 };
 
 /* Find a verb by name. */

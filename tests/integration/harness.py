@@ -369,6 +369,8 @@ class Daemon:
         if self.conf is not None:
             argv += ["-c", self.conf]
         argv += ["--set", "daemon.socket=" + self.socket]
+        argv += ["--set", "checkpoint.dir=" +
+                 os.path.join(self.tmpdir, "checkpoints")]
         if self.log_level is not None:
             argv += ["--set", "daemon.log_level=" + self.log_level]
         for s in self.sets:

@@ -91,6 +91,11 @@ def local_dir(d, uid=0):
     return os.path.join(d.socket + ".local", "checkpoints", str(uid))
 
 
+def eventually(predicate, what, timeout=10):
+    """Wait for predicate to hold, or fail saying what did not."""
+    check(wait_until(predicate, timeout), "after %ss: %s" % (timeout, what))
+
+
 def entries(path):
     try:
         return sorted(os.listdir(path))
@@ -203,7 +208,8 @@ def test_reliable_on_disk(d):
         check_eq(listed(c, cid)["kind"], "reliable", "kind")
         c.request_ok({"op": "checkpoint_drop", "checkpoint": cid})
         check(listed(c, cid) is None, "status lists a dropped checkpoint")
-        wait_until(lambda: entries(top) == [], 10)
+        eventually(lambda: entries(top) == [],
+                   "files left")
         check_error(c.request({"op": "checkpoint_drop", "checkpoint": cid}),
                     "CHECKPOINT_NOT_FOUND", cid)
         check_error(c.execute(source(cid), "count"), "CHECKPOINT_NOT_FOUND",
@@ -218,7 +224,8 @@ def test_session_close_removes_local(d):
         reliable = checkpoint_ok(c, range_plan())["checkpoint"]
         check_eq(entries(local_dir(d)), [local], "local files")
         c.request_ok({"op": "close_session"})
-    wait_until(lambda: entries(local_dir(d)) == [], 10)
+    eventually(lambda: entries(local_dir(d)) == [],
+               "files left")
     with d.client() as c:
         check_error(c.execute(source(local), "count"), "CHECKPOINT_NOT_FOUND")
         check_eq(c.count(source(reliable)), 100, "reliable after the close")
@@ -234,11 +241,13 @@ def test_reliable_survives_restart(d):
     d.start()
     d.expect_exit = False
     with d.client() as c:
-        wait_until(lambda: listed(c, cid) is not None, 10)
+        eventually(lambda: listed(c, cid) is not None,
+                   "the restarted emberd does not list %s" % cid)
         check_eq(listed(c, cid)["state"], "ready", "state")
         check_eq(collect(c, source(cid)), expected_partitions(), "records")
         check_error(c.execute(source(local), "count"), "CHECKPOINT_NOT_FOUND")
-    wait_until(lambda: entries(local_dir(d)) == [], 10)
+    eventually(lambda: entries(local_dir(d)) == [],
+               "files left")
 
 
 @with_daemon(sets=["workers.max=1"])
@@ -257,7 +266,7 @@ def test_sigkill_mid_eager_reliable(d):
                    for f in entries(os.path.join(top, e))):
                 return True
         return False
-    wait_until(some_written, 20)
+    eventually(some_written, "no partition file was written", 20)
     d.signal(signal.SIGKILL)
     d.wait()
     c.close()
@@ -267,7 +276,8 @@ def test_sigkill_mid_eager_reliable(d):
               "a manifest was written")
     d.start()
     d.expect_exit = False
-    wait_until(lambda: entries(top) == [], 10)
+    eventually(lambda: entries(top) == [],
+               "files left")
     with d.client() as c:
         check_eq(c.status()["checkpoints"], [], "checkpoints")
 
@@ -279,8 +289,8 @@ def test_failing_task_leaves_nothing(d):
         check_error(checkpoint(c, plan), "TASK_FAILED")
         check_error(checkpoint(c, plan, local=True), "TASK_FAILED")
         check_eq(c.status()["checkpoints"], [], "checkpoints")
-    wait_until(lambda: entries(reliable_dir(d)) == [] and
-               entries(local_dir(d)) == [], 10)
+    eventually(lambda: entries(reliable_dir(d)) == [] and
+               entries(local_dir(d)) == [], "files left")
 
 
 def test_checkpoint_of_a_checkpoint(d):
@@ -308,9 +318,21 @@ def test_drop_while_reading(d):
         other.request_ok({"op": "checkpoint_drop", "checkpoint": cid})
         check_error(other.execute(source(cid), "count"),
                     "CHECKPOINT_NOT_FOUND")
-        rest = c.read_stream(True)
+        rest = []
+        while True:
+            c.write_int(REQUEST_NEXT)
+            status, records = c.read_partition()
+            if status == STREAM_DONE:
+                break
+            check_eq(status, STREAM_PARTITION, "status (%r)" % (records,))
+            rest.append(records)
         check_eq(rest, expected_partitions()[1:], "the rest of the read")
-        wait_until(lambda: entries(reliable_dir(d)) == [], 10)
+        # The files stay while the read may still be reattached to; its
+        # next request says its end arrived, and the read is over.
+        check(entries(reliable_dir(d)) != [], "removed during the read")
+        c.status()
+        eventually(lambda: entries(reliable_dir(d)) == [],
+                   "files left")
 
 
 def test_bad_input(d):
@@ -362,7 +384,8 @@ def test_bytes_limit(d):
         check_error(checkpoint(c, range_plan(10000)), "LIMIT_EXCEEDED",
                     "daemon.max_checkpoint_bytes_per_uid")
         check_eq(c.status()["checkpoints"], [], "checkpoints")
-    wait_until(lambda: entries(reliable_dir(d)) == [], 10)
+    eventually(lambda: entries(reliable_dir(d)) == [],
+               "files left")
 
 
 @with_daemon(sets=["checkpoint.dir=/nonexistent/ember/checkpoints"])

@@ -44,7 +44,7 @@ def _usage_error(args, *needles):
 
 @no_daemon
 def test_missing_and_extra_arguments(_):
-    _usage_error([], "missing a command", "run or status")
+    _usage_error([], "missing a command", "run, checkpoint or status")
     _usage_error(["run"], "missing the plan", "- for standard input")
     _usage_error(["run", "a.json", "b.json"], "one plan only", '"b.json"')
     _usage_error(["status", "extra"], "takes no argument", '"extra"')

@@ -271,8 +271,9 @@ def test_tmpfiles_entry(_):
     path = os.path.join(_unit_dir(), "ember.conf")
     check(os.path.exists(path), "%s not built" % path)
     lines = [l.split() for l in open(path) if l.strip() and l[0] != "#"]
-    check_eq(lines, [["d", "/run/ember", "0755", "root", "root", "-"]],
-             "tmpfiles entry")
+    check_eq(lines, [["d", "/run/ember", "0755", "root", "root", "-"],
+                     ["d", "/var/lib/ember", "0755", "root", "root", "-"]],
+             "tmpfiles entries")
     if shutil.which("systemd-tmpfiles") is None or os.geteuid() != 0:
         print("SKIP: systemd-tmpfiles --create: needs root and the tool")
         return
@@ -284,6 +285,8 @@ def test_tmpfiles_entry(_):
         check_eq(r.returncode, 0, "systemd-tmpfiles (%r)" % r.stderr)
         st = os.stat(os.path.join(root, "run/ember"))
         check_eq(st.st_mode & 0o7777, 0o755, "mode of /run/ember")
+        st = os.stat(os.path.join(root, "var/lib/ember"))
+        check_eq(st.st_mode & 0o7777, 0o755, "mode of /var/lib/ember")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -275,6 +275,13 @@ START_TEST(test_ckpt_commit_and_remove)
 }
 END_TEST
 
+/* Milliseconds since the epoch, seconds from now. */
+static json_int_t
+ck_ms(int seconds)
+{
+	return (((json_int_t)time(NULL) + seconds) * 1000);
+}
+
 START_TEST(test_ckpt_clean)
 {
 	json_t	*reply, *records = json_pack("[s]", "a"), *found;
@@ -293,9 +300,10 @@ START_TEST(test_ckpt_clean)
 	fd = open(path, O_WRONLY | O_CREAT, 0600);
 	close(fd);
 
-	/* Everything is newer than before: nothing goes. */
+	/* Everything is newer than before: nothing goes, but the complete
+	 * one is answered whatever its age. */
 	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:I,s:b}", "dir",
-	    ck_top, "before", (json_int_t)time(NULL) - 60, "complete", 1));
+	    ck_top, "before_ms", ck_ms(-60), "complete", 1));
 	ck_assert_int_eq(json_integer_value(json_object_get(reply,
 	    "removed")), 0);
 	json_decref(reply);
@@ -304,7 +312,7 @@ START_TEST(test_ckpt_clean)
 	/* The partial one and the stray go; the complete one is kept and
 	 * answered, its id from its directory's name. */
 	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:I,s:b}", "dir",
-	    ck_top, "before", (json_int_t)time(NULL) + 60, "complete", 1));
+	    ck_top, "before_ms", ck_ms(60), "complete", 1));
 	ck_assert_int_eq(json_integer_value(json_object_get(reply,
 	    "removed")), 2);
 	found = json_object_get(reply, "checkpoints");
@@ -317,12 +325,12 @@ START_TEST(test_ckpt_clean)
 
 	/* Without complete, all goes but what is kept by id. */
 	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:[s],s:I}", "dir",
-	    ck_top, "keep", CK_ID, "before", (json_int_t)time(NULL) + 60));
+	    ck_top, "keep", CK_ID, "before_ms", ck_ms(60)));
 	ck_assert_int_eq(json_integer_value(json_object_get(reply,
 	    "removed")), 0);
 	json_decref(reply);
 	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:I}", "dir",
-	    ck_top, "before", (json_int_t)time(NULL) + 60));
+	    ck_top, "before_ms", ck_ms(60)));
 	ck_assert_int_eq(json_integer_value(json_object_get(reply,
 	    "removed")), 1);
 	json_decref(reply);

@@ -135,7 +135,7 @@ static const struct conf_key conf_keys[] = {
 	    "16", 1),
 	KEY("status", "timeout", CONF_DURATION, status_timeout, "10s", 100),
 	KEY("checkpoint", "dir", CONF_STRING, checkpoint_dir,
-	    EMBER_LOCALSTATEDIR "/lib/ember/checkpoints", 0),
+	    "/var/lib/ember/checkpoints", 0),
 	KEY("checkpoint", "clean_interval", CONF_DURATION,
 	    checkpoint_clean_interval, "60s", 10),
 };

@@ -2,7 +2,7 @@
 # Run ember's benchmarks against a private emberd and print one summary.
 #
 # usage: run.sh [tasks] [stream] [wordcount] [regex] [reuse] [broadcast]
-#               [reattach] [python] [scrape]
+#               [reattach] [python] [scrape] [checkpoint]
 # (no name: all of them).  Run from the build directory (`make bench`
 # does); EMBER_BUILDDIR overrides.  Every figure is printed beside a
 # baseline measured in the same run.
@@ -12,7 +12,7 @@ set -eu
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${EMBER_BUILDDIR:-$(pwd)}
 python=${PYTHON3:-python3}
-all="tasks stream wordcount regex reuse broadcast reattach python scrape"
+all="tasks stream wordcount regex reuse broadcast reattach python scrape checkpoint"
 
 if [ $# -eq 0 ]; then
 	# shellcheck disable=SC2086
@@ -77,6 +77,7 @@ start_emberd() {
 	mkdir -p "$d"
 	chmod 755 "$d"
 	./emberd -f --set "daemon.socket=$d/e.sock" \
+	    --set "checkpoint.dir=$d/checkpoints" \
 	    --set daemon.log_level=warn --set workers.max=2 "$@" \
 	    2>"$d/emberd.log" &
 	p=$!
@@ -177,6 +178,10 @@ if want scrape; then
 	run bench_scrape "$python" "$srcdir/bench/bench_scrape.py" \
 	    --socket "$dir/scrape/e.sock" --status "$status" \
 	    --tasks bench/bench_tasks
+fi
+if want checkpoint; then
+	run bench_checkpoint sh "$srcdir/bench/bench_checkpoint.sh" \
+	    --socket "$sock" --dir "$dir" --checkpoints "$dir/on/checkpoints"
 fi
 t_end=$(date +%s)
 
@@ -320,4 +325,16 @@ if want scrape; then
 	    "$(result scrape_off_us)" "$sratio" "$(result scrape_cpu_us)"
 	printf 'us/scrape (%s bytes)  [target < 1.02: %s]\n' \
 	    "$(result scrape_bytes)" "$(verdict "$sratio < 1.02")"
+fi
+if want checkpoint; then
+	printf 'checkpoint (%s MB of words): word count over a checkpoint of ' \
+	    "$(result ck_mb)"
+	printf 'its lower/split/regex stages %s s | recomputing them %s s | ' \
+	    "$(result ck_read_s)" "$(result ck_recompute_s)"
+	printf 'recompute/read %s (checkpoint made once in %s s)\n' \
+	    "$(result ck_read_speedup)" "$(result ck_make_s)"
+	printf 'checkpoint write (eager, reliable, %s bytes): %s MB/s | ' \
+	    "$(result ck_write_bytes)" "$(result ck_write_mbs)"
+	printf 'dd conv=fsync of the same bytes %s MB/s | ratio %s\n' \
+	    "$(result ck_dd_mbs)" "$(result ck_write_ratio)"
 fi

@@ -12,7 +12,7 @@ cd "$top"
 
 jobs=${EMBER_JOBS:-2}
 time=${FUZZ_TIME:-60}
-targets="tests/fuzz/fuzz_plan tests/fuzz/fuzz_request"
+targets="tests/fuzz/fuzz_plan tests/fuzz/fuzz_request tests/fuzz/fuzz_result"
 
 scripts/install-deps.sh --fuzzing
 

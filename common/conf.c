@@ -1,10 +1,12 @@
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ini.h>
 
@@ -452,12 +454,16 @@ int
 conf_load_file(struct conf *conf, const char *path, char **err)
 {
 	struct conf_load	 load;
-	int			 rc;
+	int			 rc, fd;
 
 	memset(&load, 0, sizeof load);
 	load.conf = conf;
-	if ((load.f = fopen(path, "re")) == NULL) {
+	/* O_NOCTTY: a conf named as a terminal must not become emberd's. */
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) == -1 ||
+	    (load.f = fdopen(fd, "r")) == NULL) {
 		xasprintf(err, "%s: %s", path, strerror(errno));
+		if (fd != -1)
+			close(fd);
 		return (-1);
 	}
 	/* inih returns the line of its first error, of either kind. */

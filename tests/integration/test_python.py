@@ -326,6 +326,106 @@ def test_broadcasts(d):
             raise AssertionError("dropped twice")
 
 
+def _task_trace(d, name):
+    """A shell command for pipe that counts its runs in a file of the
+    test's, and a function that reads the count."""
+    trace = d.path(name)
+    os.mkdir(trace)
+    os.chmod(trace, 0o777)		# the job's user writes it
+    runs = os.path.join(trace, "runs")
+
+    def count():
+        if not os.path.exists(runs):
+            return 0
+        with open(runs) as f:
+            return len(f.read().splitlines())
+    return "echo run >> %s; cat" % runs, count
+
+
+def test_checkpoints(d):
+    """An eager reliable checkpoint runs each task once, and reading it
+    never runs them again; another session of the uid reads it; a
+    checkpoint of a plan over it works; a drop refuses later plans and a
+    second drop; a local checkpoint goes with its session."""
+    command, runs = _task_trace(d, "eager")
+    want = [str(i) for i in range(1000)]
+    with _session(d) as s:
+        cp = s.range(1000, partitions=4).pipe(command).checkpoint()
+        check_eq(runs(), 4, "tasks of the eager checkpoint")
+        check_eq((cp.local, cp.eager, cp.partitions, cp.records),
+                 (False, True, 4, 1000), "what the reply said")
+        check(cp.size > 0, "size %r" % (cp.size,))
+        check_eq(cp.plan, {"source": {"checkpoint": cp.id}}, "its plan")
+        check_eq(cp.collect(), want, "collect")
+        check_eq(list(cp.map_upper()), want, "iterate over an op")
+        check_eq(cp.filter_contains("7").count(),
+                 len([w for w in want if "7" in w]), "count")
+        check_eq(runs(), 4, "reads ran the plan again")
+        cid = cp.id
+    check(not cp.dropped, "a reliable checkpoint dropped with its session")
+    with _session(d) as s:
+        ds = s.from_checkpoint(cid)
+        check_eq(ds.collect(), want, "read from another session")
+        local = ds.filter_contains("7").checkpoint(local=True)
+        check_eq(local.collect(), [w for w in want if "7" in w],
+                 "a local checkpoint of a plan over a checkpoint")
+        s.drop_checkpoint(cid)
+        for what, fn in (("a plan", ds.count),
+                         ("a second drop", lambda: s.drop_checkpoint(cid))):
+            try:
+                fn()
+            except ember.CheckpointNotFound as e:
+                check(isinstance(e, KeyError), "also a KeyError")
+            else:
+                raise AssertionError("%s after the drop" % what)
+    check(local.dropped, "the local checkpoint outlived its session")
+    with _session(d) as s:
+        try:
+            s.from_checkpoint(local.id).count()
+        except ember.CheckpointNotFound:
+            pass
+        else:
+            raise AssertionError("a local checkpoint outlived its session")
+    check_eq(runs(), 4, "tasks in all")
+
+
+def test_checkpoint_lazy_and_failed(d):
+    """A lazy checkpoint runs its tasks at its first read only; leaving it
+    as a context manager drops it; a failing task fails an eager
+    checkpoint with TaskFailed, and nothing of it is left."""
+    command, runs = _task_trace(d, "lazy")
+    with _session(d) as s:
+        ds = s.range(100, partitions=2).pipe(command)
+        with ds.checkpoint(local=True, eager=False) as cp:
+            check_eq((runs(), cp.eager, cp.records), (0, False, 0),
+                     "a lazy checkpoint before its first read")
+            check_eq(cp.count(), 100, "the first read")
+            check_eq(runs(), 2, "tasks of the first read")
+            check_eq(cp.collect(), [str(i) for i in range(100)], "collect")
+            check_eq(runs(), 2, "tasks after the second read")
+        check(cp.dropped, "left as a context manager, not dropped")
+        try:
+            cp.count()
+        except ember.CheckpointNotFound:
+            pass
+        else:
+            raise AssertionError("a dropped checkpoint read")
+        try:
+            s.range(10, partitions=2).pipe("exit 3").checkpoint()
+        except ember.TaskFailed as e:
+            check("exited with status 3" in e.message, e.message)
+        else:
+            raise AssertionError("a failing checkpoint")
+        st = s.status()
+        check_eq(st.get("checkpoints"), [], "checkpoints left")
+        try:
+            s.range(10).checkpoint(local="yes")
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("local='yes' taken")
+
+
 def test_connection_cut(d):
     """A proxy cuts every connection after 300 kB: the iterator reattaches
     each time right after the last record it yielded, and the records come

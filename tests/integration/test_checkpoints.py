@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 import uuid
 
@@ -424,6 +425,39 @@ def test_checkpoint_dir_not_emberds(_):
             check_error(checkpoint(c, range_plan()), "CHECKPOINT_FAILED",
                         link)
         check_eq(os.listdir(target), [], "the link's target")
+
+
+@no_daemon
+def test_full_disk(_):
+    """A full disk during a write fails the checkpoint cleanly: the error
+    says so, nothing half-written is left, and emberd serves on."""
+    if os.geteuid() != 0:
+        print("skip test_full_disk: needs root to mount a small tmpfs")
+        return
+    with Daemon(start=False) as d:
+        small = d.path("small")
+        os.mkdir(small)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o",
+                            "size=512k,mode=0755", "tmpfs", small],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print("skip test_full_disk: mount -t tmpfs: %s" %
+                  r.stderr.strip())
+            return
+        try:
+            d.sets.append("checkpoint.dir=" + os.path.join(small, "ck"))
+            d.start()
+            top = os.path.join(small, "ck", "0")
+            with d.client() as c:
+                check_error(checkpoint(c, range_plan(300000, 4)),
+                            "TASK_FAILED", "No space left on device")
+                check_eq(c.status()["checkpoints"], [], "checkpoints")
+                eventually(lambda: entries(top) == [], "files left")
+                cid = checkpoint_ok(c, range_plan(1000))["checkpoint"]
+                check_eq(c.count(source(cid)), 1000, "a checkpoint that fits")
+            d.stop()
+        finally:
+            subprocess.run(["umount", "-l", small], capture_output=True)
 
 
 @needs_users

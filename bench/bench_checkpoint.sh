@@ -13,7 +13,9 @@
 # 2. Write throughput: an eager reliable checkpoint of the file's lines
 #    (every partition file written and fsynced, the manifest last), in MB/s
 #    of checkpoint bytes, against dd writing the same bytes (the
-#    checkpoint's own files, from the page cache) with conv=fsync.
+#    checkpoint's own files copied to one file, read from the page cache)
+#    with conv=fsync, to the same file system; twice each, alternating,
+#    the best of each.
 #    --checkpoints names emberd's checkpoint.dir, where the files are read
 #    for dd (as root; else dd writes that many bytes of the text file).
 #
@@ -127,42 +129,54 @@ fi
 echo "counts equal: $(wc -l <"$out/read") distinct words"
 ember checkpoint drop "$id"
 
-# 2. Write throughput: a checkpoint of the lines, against dd with fsync.
-sync
-t0=$(now)
-reply=$(ember run --action checkpoint "$out/lines.json")
-t1=$(now)
-t_write=$(elapsed "$t0" "$t1")
-id=$reply
-bytes=$(ember status --json | "$python" -c '
+# 2. Write throughput: a checkpoint of the lines, against dd with fsync,
+# twice each, alternating; the best of each counts.
+t_write=
+t_dd=
+for run in 1 2; do
+	sync
+	t0=$(now)
+	id=$(ember run --action checkpoint "$out/lines.json")
+	t1=$(now)
+	t=$(elapsed "$t0" "$t1")
+	t_write=$(awk -v a="$t" -v b="$t_write" \
+	    'BEGIN { print (b == "" || a + 0 < b + 0) ? a : b }')
+	bytes=$(ember status --json | "$python" -c '
 import json, sys
 for c in json.load(sys.stdin)["checkpoints"]:
     if c["id"] == sys.argv[1]:
         print(c["bytes"])' "$id")
-echo "checkpoint of the lines: $bytes bytes in $t_write s," \
-    "$(mbps "$bytes" "$t_write") MB/s"
-
-src=
-if [ -n "$ckdir" ] && [ -r "$ckdir" ]; then
-	src=$(find "$ckdir" -path "*/$id/part-*" 2>/dev/null | sort)
-fi
-rm -f "$out/dd.out"
-sync
-t0=$(now)
-if [ -n "$src" ]; then
-	# shellcheck disable=SC2086
-	cat $src | dd of="$out/dd.out" bs=1M iflag=fullblock conv=fsync \
-	    2>/dev/null
-else
-	head -c "$bytes" "$file" | dd of="$out/dd.out" bs=1M \
-	    iflag=fullblock conv=fsync 2>/dev/null
-fi
-t1=$(now)
-t_dd=$(elapsed "$t0" "$t1")
-dd_bytes=$(stat -c %s "$out/dd.out")
-echo "dd conv=fsync of the same $dd_bytes bytes: $t_dd s," \
-    "$(mbps "$dd_bytes" "$t_dd") MB/s"
-ember checkpoint drop "$id"
+	echo "checkpoint of the lines: $bytes bytes in $t s," \
+	    "$(mbps "$bytes" "$t") MB/s"
+	if [ "$run" = 1 ]; then
+		# The same bytes in one file, for dd to read from the page
+		# cache.
+		src=
+		if [ -n "$ckdir" ] && [ -r "$ckdir" ]; then
+			src=$(find "$ckdir" -path "*/$id/part-*" 2>/dev/null |
+			    sort)
+		fi
+		if [ -n "$src" ]; then
+			# shellcheck disable=SC2086
+			cat $src >"$out/dd.in"
+		else
+			head -c "$bytes" "$file" >"$out/dd.in"
+		fi
+	fi
+	ember checkpoint drop "$id"
+	cat "$out/dd.in" >/dev/null
+	rm -f "$out/dd.out"
+	sync
+	t0=$(now)
+	dd if="$out/dd.in" of="$out/dd.out" bs=1M conv=fsync 2>/dev/null
+	t1=$(now)
+	t=$(elapsed "$t0" "$t1")
+	t_dd=$(awk -v a="$t" -v b="$t_dd" \
+	    'BEGIN { print (b == "" || a + 0 < b + 0) ? a : b }')
+	dd_bytes=$(stat -c %s "$out/dd.out")
+	echo "dd conv=fsync of the same $dd_bytes bytes: $t s," \
+	    "$(mbps "$dd_bytes" "$t") MB/s"
+done
 
 echo "result ck_mb $((size / 1000000))"
 echo "result ck_recompute_s $t_re"

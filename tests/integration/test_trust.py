@@ -216,7 +216,9 @@ def test_deep_glob_does_not_freeze_others(d):
         start = time.monotonic()
         counted = as_user("b", lambda: d.client().count(text_plan([b_file])))
         check_eq(counted, 2, "user b's count")
-        check(time.monotonic() - start < 2.0, "user b waited %.2fs" %
+        # (Its fork-server and worker start meanwhile: seconds under the
+        # load of a whole suite, never the glob's minutes.)
+        check(time.monotonic() - start < 5.0, "user b waited %.2fs" %
               (time.monotonic() - start))
         time.sleep(1.0)
         a.go()

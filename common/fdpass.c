@@ -9,32 +9,7 @@
 ssize_t
 fd_send_with(int sock, const void *buf, size_t len, int fd)
 {
-	struct msghdr	 mh;
-	struct iovec	 iov;
-	union {
-		struct cmsghdr	hdr;
-		char		buf[CMSG_SPACE(sizeof(int))];
-	} cmsg;
-	ssize_t		 n;
-
-	memset(&mh, 0, sizeof mh);
-	iov.iov_base = (void *)buf;
-	iov.iov_len = len;
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	if (fd >= 0) {
-		memset(&cmsg, 0, sizeof cmsg);
-		mh.msg_control = cmsg.buf;
-		mh.msg_controllen = sizeof cmsg.buf;
-		cmsg.hdr.cmsg_len = CMSG_LEN(sizeof(int));
-		cmsg.hdr.cmsg_level = SOL_SOCKET;
-		cmsg.hdr.cmsg_type = SCM_RIGHTS;
-		memcpy(CMSG_DATA(&cmsg.hdr), &fd, sizeof fd);
-	}
-	do
-		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-	while (n == -1 && errno == EINTR);
-	return (n);
+	return (fd_send_many(sock, buf, len, &fd, fd >= 0 ? 1 : 0));
 }
 
 ssize_t

@@ -104,6 +104,8 @@ struct operation {
 	int			 limit_reached;
 	struct event		*limit_ev;	/* ends a stream at its limit */
 	struct event		*pump_ev;	/* delivers, on the next turn */
+	uint64_t		 client_idle_ms; /* since when its client has
+						   taken nothing, or 0 */
 	uint64_t		 started_ms;
 
 	/* Reattachable operations (docs/protocol.md, "Reattach"). */
@@ -826,6 +828,31 @@ operation_accepts_batch(struct operation *op, struct task *t)
 	if (t->spool != NULL)
 		return (1);	/* to the client, or behind what is spooled */
 	return (operation_can_deliver(op, t));
+}
+
+/*
+ * Has op's client taken nothing for stream.stall_timeout?  It is idle
+ * while it is gone, has not asked for the partition, or leaves its output
+ * full; a worker blocked only because its partition is not the one being
+ * sent yet, while the client reads, is not the client's doing.  Asked of
+ * blocked workers on every check of the limits: the idle time counts
+ * from the first check that sees the client idle.
+ */
+int
+operation_client_stalled(struct operation *op, uint64_t now)
+{
+	int	idle;
+
+	idle = op->conn == NULL || (op->action == ACTION_ITERATE &&
+	    !op->requested) || connection_output_full(op->conn);
+	if (!ACTION_STREAMS(op->action) || !idle) {
+		op->client_idle_ms = 0;
+		return (0);
+	}
+	if (op->client_idle_ms == 0)
+		op->client_idle_ms = now;
+	return (now - op->client_idle_ms >=
+	    (uint64_t)ember_conf.stream_stall_timeout);
 }
 
 enum stall_action

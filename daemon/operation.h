@@ -101,6 +101,8 @@ enum stall_action {
 };
 enum stall_action operation_task_stalled(struct operation *, struct task *,
 		     char **err);
+/* Has op's client taken nothing for stream.stall_timeout? */
+int		 operation_client_stalled(struct operation *, uint64_t now);
 /* Are the task's metrics possible?  -1 makes its worker corrupt. */
 int		 operation_check_metrics(const struct operation *,
 		     const struct task *);

@@ -861,7 +861,10 @@ worker_check(struct worker *w, uint64_t now)
 	uint64_t	rss;
 	char		why[160];
 
+	/* (The client's idle time is looked at on every check while the
+	 * worker is blocked, so that both times run together.) */
 	if (ember_conf.stream_stall_timeout > 0 && w->blocked_ms != 0 &&
+	    operation_client_stalled(TAILQ_FIRST(&w->tasks)->op, now) &&
 	    now - w->blocked_ms >= (uint64_t)ember_conf.stream_stall_timeout) {
 		worker_stall(w);
 		return;

@@ -546,5 +546,46 @@ def test_spool_limit_names_its_key(d):
     check_eq(n, 10, "b's count after")
 
 
+
+@needs_users
+@with_daemon(sets=STALL_SETS)
+def test_waiting_partitions_are_not_stalled(d):
+    """A partition computed ahead, waiting for a slow partition before it
+    while the client reads, keeps its worker: stream.stall_timeout is for
+    clients that stop reading."""
+    # Partition 0 takes 3 s; partition 1's 300000 lines fill every buffer
+    # at once and wait behind it, for longer than stream.stall_timeout.
+    command = ('read x; if [ "$x" = slow ]; then sleep 3; fi; '
+               'yes "$x" | head -n 300000')
+    plan = records_plan(["slow", "fast"], 2, ops=[{"pipe": {
+        "command": command}}])
+
+    def run(ctl):
+        with d.client() as c:
+            c.execute_ok(plan, "collect")
+            ctl.ready()
+            parts = c.read_stream(pull=False)
+            return [len(p) for p in parts] == [300000, 300000] and \
+                parts[1][0] == b"fast" and parts[0][-1] == b"slow"
+    a = AsUser(USERS["a"], run)
+    try:
+        a.wait_ready()
+
+        def not_stalled():
+            with d.client() as c:
+                st = c.status()
+            got = [sum(o.get("spooled_bytes", 0) + o.get("parked", 0)
+                       for o in st["operations"]),
+                   sum(p["retired"].get("stalled", 0) for p in st["pools"])]
+            check(got == [0, 0], "a partition waiting its turn was "
+                  "stalled: spooled bytes and parked tasks, stalled "
+                  "workers %r" % (got,))
+            return True
+        check_during(not_stalled, 2.5, "not reached")
+        check(a.result(), "the collect's records")
+    finally:
+        a.close()
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -16,6 +16,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -230,6 +231,33 @@ def test_session_close_removes_local(d):
     with d.client() as c:
         check_error(c.execute(source(local), "count"), "CHECKPOINT_NOT_FOUND")
         check_eq(c.count(source(reliable)), 100, "reliable after the close")
+
+
+@with_daemon(sets=["checkpoint.clean_interval=100ms"])
+def test_cleaner(d):
+    """The periodic cleaner removes what no checkpoint owns (a failed
+    removal's leftovers, a local checkpoint whose session is gone) and
+    leaves the live ones alone."""
+    with d.client() as c:
+        cid = checkpoint_ok(c, range_plan(), local=True)["checkpoint"]
+        reliable = checkpoint_ok(c, range_plan())["checkpoint"]
+        strays = []
+        for top in (local_dir(d), reliable_dir(d)):
+            stray = os.path.join(top, str(uuid.uuid4()))
+            os.mkdir(stray)
+            with open(os.path.join(stray, "part-00000"), "w") as f:
+                f.write("left behind")
+            st = os.stat(top)
+            for p in (stray, os.path.join(stray, "part-00000")):
+                os.chown(p, st.st_uid, st.st_gid)
+            os.utime(stray, (time.time() - 60, time.time() - 60))
+            strays.append(stray)
+        eventually(lambda: not any(os.path.exists(p) for p in strays),
+                   "the cleaner left %r" % strays)
+        check_eq(entries(local_dir(d)), [cid], "local checkpoints")
+        check_eq(entries(reliable_dir(d)), [reliable], "reliable ones")
+        check_eq(c.count(source(cid)), 100, "the live local one")
+        check_eq(c.count(source(reliable)), 100, "the live reliable one")
 
 
 def test_reliable_survives_restart(d):

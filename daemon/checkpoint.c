@@ -66,6 +66,9 @@ struct checkpoint {
 	int			 dropped;
 	struct operation	*writer;	/* computing it */
 	struct helper		*helper;	/* writing its manifest */
+	int			 recording;	/* helper: the manifest of a
+						   lazy one, not computed */
+	int			 commit_waits;	/* for that to be written */
 	void			(*done)(struct operation *, const char *);
 	TAILQ_HEAD(, ckpt_waiter) waiters;	/* lazy: reads waiting */
 	TAILQ_ENTRY(checkpoint)	 entry;
@@ -95,6 +98,9 @@ struct ckpt_call {
 static TAILQ_HEAD(, ckpt_call) ckpt_calls = TAILQ_HEAD_INITIALIZER(ckpt_calls);
 
 static void	checkpoint_remove(struct checkpoint *);
+static void	checkpoint_commit_manifest(struct checkpoint *);
+static void	checkpoint_record(struct checkpoint *);
+static void	checkpoint_collect(struct checkpoint *);
 static int64_t	checkpoint_now_ms(void);
 
 const char *
@@ -336,6 +342,8 @@ checkpoint_create(struct session *s, struct operation *writer, int local,
 	log_debug("checkpoint %s: %s %s of %d partitions for uid %ld", c->id,
 	    eager ? "eager" : "lazy", local ? "local" : "reliable",
 	    partitions, (long)c->uid);
+	if (!eager && !local)
+		checkpoint_record(c);
 	return (c);
 }
 
@@ -427,10 +435,6 @@ void
 checkpoint_commit(struct checkpoint *c, struct operation *op,
     void (*done)(struct operation *, const char *))
 {
-	json_t		*args;
-	const char	*class;
-	char		*err = NULL;
-
 	c->writer = op;
 	c->done = done;
 	if (c->written != c->partitions)
@@ -445,6 +449,22 @@ checkpoint_commit(struct checkpoint *c, struct operation *op,
 		checkpoint_wake(c, NULL);	/* c may be gone */
 		return;
 	}
+	if (c->recording) {
+		/* Its pending manifest is being written: this one after. */
+		c->commit_waits = 1;
+		return;
+	}
+	checkpoint_commit_manifest(c);
+}
+
+/* Have the user's helper write c's manifest, last. */
+static void
+checkpoint_commit_manifest(struct checkpoint *c)
+{
+	json_t		*args;
+	const char	*class;
+	char		*err = NULL;
+
 	args = json_pack("{s:s,s:s,s:{s:i,s:i,s:I,s:I,s:b,s:I}}",
 	    "dir", c->uid_dir, "id", c->id, "manifest", "version", 1,
 	    "partitions", c->partitions, "records", (json_int_t)c->records,
@@ -455,6 +475,59 @@ checkpoint_commit(struct checkpoint *c, struct operation *op,
 	json_decref(args);
 	if (c->helper == NULL) {
 		checkpoint_committed_cb(NULL, NULL, 0, class, err, c);
+		free(err);
+	}
+}
+
+/* The pending manifest of a lazy reliable checkpoint is written (or not:
+ * the checkpoint is served, but would not outlive emberd). */
+static void
+checkpoint_recorded_cb(json_t *reply, int *fds, size_t nfds,
+    const char *class, const char *error, void *arg)
+{
+	struct checkpoint	*c = arg;
+	size_t			 i;
+
+	(void)class;
+	for (i = 0; i < nfds; i++)
+		close(fds[i]);
+	c->helper = NULL;
+	c->recording = 0;
+	if (reply != NULL && json_is_string(json_object_get(reply, "error")))
+		error = json_string_value(json_object_get(reply, "error"));
+	if (error != NULL)
+		log_warn("checkpoint %s: its manifest: %s (it will not "
+		    "outlive this emberd until it is computed)", c->id, error);
+	if (c->commit_waits) {
+		c->commit_waits = 0;
+		checkpoint_commit_manifest(c);
+		return;
+	}
+	checkpoint_collect(c);		/* c may be gone */
+}
+
+/* Write the manifest of a lazy reliable checkpoint, which keeps its plan
+ * (and its text files as checked), so that it outlives emberd. */
+static void
+checkpoint_record(struct checkpoint *c)
+{
+	json_t		*args, *m;
+	const char	*class;
+	char		*err = NULL;
+
+	m = json_pack("{s:i,s:b,s:b,s:i,s:O,s:I}", "version", 1, "pending", 1,
+	    "eager", 0, "partitions", c->partitions, "plan", c->plan,
+	    "created", (json_int_t)time(NULL));
+	if (c->files != NULL)
+		json_object_set(m, "files", c->files);
+	args = json_pack("{s:s,s:s,s:o}", "dir", c->uid_dir, "id", c->id,
+	    "manifest", m);
+	c->recording = 1;
+	c->helper = helper_run(c->uid, c->gid, "checkpoint_commit", args, -1,
+	    checkpoint_recorded_cb, c, &class, &err);
+	json_decref(args);
+	if (c->helper == NULL) {
+		checkpoint_recorded_cb(NULL, NULL, 0, class, err, c);
 		free(err);
 	}
 }
@@ -536,19 +609,22 @@ checkpoint_abandon(struct checkpoint *c, struct operation *op)
 {
 	if (op != NULL && c->writer != op)
 		return;
-	if (c->helper != NULL) {
+	if (c->helper != NULL && !c->recording) {
 		helper_cancel(c->helper);
 		c->helper = NULL;
 	}
+	c->commit_waits = 0;
 	c->writer = NULL;
 	c->done = NULL;
-	checkpoint_remove_files(c);
 	checkpoint_reset(c);
-	if (c->eager || (c->dropped && c->users == 0)) {
+	if (c->eager || (c->dropped && c->users == 0 && !c->recording)) {
 		/* Nobody has its id yet, or nobody wants it. */
+		checkpoint_remove_files(c);
 		checkpoint_remove(c);
 		return;
 	}
+	/* A lazy one waits to be computed again, with its manifest; the
+	 * next computation writes its partition files over these. */
 	c->state = CKPT_PENDING;
 	checkpoint_wake(c, "computing it failed");	/* c may be gone */
 }
@@ -585,7 +661,8 @@ checkpoint_use(struct checkpoint *c)
 static void
 checkpoint_collect(struct checkpoint *c)
 {
-	if (!c->dropped || c->users > 0 || c->writer != NULL)
+	if (!c->dropped || c->users > 0 || c->writer != NULL ||
+	    c->recording)
 		return;
 	checkpoint_remove_files(c);
 	checkpoint_remove(c);
@@ -724,17 +801,22 @@ checkpoint_adopt(uid_t uid, gid_t gid, const char *uid_dir, json_t *m)
 {
 	struct checkpoint	*c;
 	json_int_t		 partitions = 0, records = 0, bytes = 0;
+	json_t			*plan = NULL, *files = NULL;
 	const char		*id = NULL;
-	int			 eager = 1;
+	int			 eager = 1, pending = 0;
 	char			*err = NULL;
 
 	if (jread_string(m, "manifest", "id", JREAD_REQUIRED, &id,
 	    &err) == -1 ||
 	    jread_int(m, "manifest", "partitions", JREAD_REQUIRED, &partitions,
 	    &err) == -1 ||
-	    jread_int(m, "manifest", "records", JREAD_REQUIRED, &records,
+	    jread_bool(m, "manifest", "pending", JREAD_OPTIONAL, &pending,
 	    &err) == -1 ||
-	    jread_int(m, "manifest", "bytes", JREAD_REQUIRED, &bytes,
+	    jread_int(m, "manifest", "records", !pending, &records,
+	    &err) == -1 ||
+	    jread_int(m, "manifest", "bytes", !pending, &bytes, &err) == -1 ||
+	    jread_object(m, "manifest", "plan", pending, &plan, &err) == -1 ||
+	    jread_array(m, "manifest", "files", JREAD_OPTIONAL, &files,
 	    &err) == -1 ||
 	    jread_bool(m, "manifest", "eager", JREAD_OPTIONAL, &eager,
 	    &err) == -1 || !plan_is_uuid(id) || partitions < 1 ||
@@ -744,6 +826,8 @@ checkpoint_adopt(uid_t uid, gid_t gid, const char *uid_dir, json_t *m)
 		free(err);
 		return;
 	}
+	if (pending)
+		records = bytes = 0;
 	if (checkpoint_find(uid, id) != NULL)
 		return;
 	if (checkpoint_charge(uid, &err) == -1) {
@@ -765,19 +849,24 @@ checkpoint_adopt(uid_t uid, gid_t gid, const char *uid_dir, json_t *m)
 	strcpy(c->id, id);
 	c->uid = uid;
 	c->gid = gid;
-	c->eager = eager;
-	c->state = CKPT_READY;
+	c->eager = pending ? 0 : eager;
+	c->state = pending ? CKPT_PENDING : CKPT_READY;
 	c->partitions = (int)partitions;
 	c->records = records;
 	c->bytes = bytes;
-	c->written = c->partitions;
+	c->written = pending ? 0 : c->partitions;
+	if (pending) {
+		/* Checked again, as the user's plan, by its first read. */
+		c->plan = json_incref(plan);
+		c->files = files != NULL ? json_incref(files) : NULL;
+	}
 	c->uid_dir = xstrdup(uid_dir);
 	xasprintf(&c->dir, "%s/%s", uid_dir, id);
 	c->created_ms = ember_now_ms();
 	TAILQ_INSERT_TAIL(&checkpoints, c, entry);
-	log_info("checkpoint %s of uid %ld: %d partitions, %lld records, "
+	log_info("checkpoint %s of uid %ld: %d partitions, %lld records%s, "
 	    "kept from an earlier run", id, (long)uid, c->partitions,
-	    (long long)records);
+	    (long long)records, pending ? " (lazy, not computed yet)" : "");
 }
 
 /* A clean's answer: what it removed, and what a start's scan adopts. */

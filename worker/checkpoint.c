@@ -439,7 +439,7 @@ ckpt_commit(json_t *args, char **err)
 	json_int_t	 partitions;
 	struct stat	 st;
 	char		 name[32], *text = NULL, *e = NULL;
-	int		 ufd, dfd = -1, i;
+	int		 ufd, dfd = -1, i, pending = 0;
 
 	if ((ufd = ckpt_verb_dir(args, &dir, err)) == -1)
 		return (NULL);
@@ -447,15 +447,22 @@ ckpt_commit(json_t *args, char **err)
 	    jread_object(args, "args", "manifest", JREAD_REQUIRED, &manifest,
 	    err) == -1 ||
 	    jread_int(manifest, "args.manifest", "partitions", JREAD_REQUIRED,
-	    &partitions, err) == -1)
+	    &partitions, err) == -1 ||
+	    jread_bool(manifest, "args.manifest", "pending", JREAD_OPTIONAL,
+	    &pending, err) == -1)
 		goto fail;
+	/* A lazy checkpoint's manifest comes before any partition. */
+	if (pending && mkdirat(ufd, id, 0700) == -1 && errno != EEXIST) {
+		xasprintf(err, "%s/%s: %s", dir, id, strerror(errno));
+		goto fail;
+	}
 	if ((dfd = openat(ufd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
 	    O_CLOEXEC)) == -1) {
 		xasprintf(err, "%s/%s: %s", dir, id, strerror(errno));
 		goto fail;
 	}
 	/* Every partition's file must be there before the manifest is. */
-	for (i = 0; i < partitions; i++) {
+	for (i = 0; !pending && i < partitions; i++) {
 		snprintf(name, sizeof name, "part-%05d", i);
 		errno = 0;
 		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == -1 ||

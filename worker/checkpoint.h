@@ -46,7 +46,9 @@ int		 ckpt_source_run(const char *dir, int partition,
  * The verbs a helper runs for emberd (worker/helper.c's table), each on
  * the uid's directory args.dir.  Each replies with its fields, or
  * {"error": why}; none takes or hands out descriptors.
- *  checkpoint_commit {dir, id, manifest}: write ID/manifest.json last.
+ *  checkpoint_commit {dir, id, manifest}: write ID/manifest.json last;
+ *    with manifest.pending (a lazy checkpoint, not computed yet), make
+ *    ID and write it before any partition.
  *  checkpoint_remove {dir, id}: remove ID, its manifest first.
  *  checkpoint_clean {dir, keep, before_ms, complete}: remove every entry
  *    not in keep and older than before_ms (milliseconds since the epoch);

@@ -279,6 +279,30 @@ def test_reliable_survives_restart(d):
                "files left")
 
 
+def test_lazy_reliable_survives_restart(d):
+    """A lazy reliable checkpoint outlives emberd before it is read: the
+    restarted emberd computes it on its first read, once, and the computed
+    one outlives the next restart too."""
+    trace = make_trace(d)
+    with d.client() as c:
+        cid = checkpoint_ok(c, traced_plan(trace), eager=False)["checkpoint"]
+        eventually(lambda: "manifest.json" in entries(
+            os.path.join(reliable_dir(d), cid)), "no manifest")
+    for run in range(2):
+        check_eq(d.stop(), 0, "emberd's exit")
+        d.start()
+        d.expect_exit = False
+        with d.client() as c:
+            eventually(lambda: listed(c, cid) is not None,
+                       "the restarted emberd does not list %s" % cid)
+            check_eq(listed(c, cid)["state"], ["pending", "ready"][run],
+                     "state after restart %d" % run)
+            check_eq(trace_lines(trace), 40 * run, "trace before the read")
+            check_eq(c.count(source(cid)), 40, "count")
+            check_eq(c.count(source(cid)), 40, "count again")
+            check_eq(trace_lines(trace), 40, "trace after the reads")
+
+
 @with_daemon(sets=["workers.max=1"])
 def test_sigkill_mid_eager_reliable(d):
     """emberd killed in the middle of an eager reliable checkpoint leaves

@@ -346,8 +346,8 @@ forkserver_reap(struct forkserver *fs)
 		if (i == -1)
 			continue;
 		fs->children[i] = fs->children[--fs->nchildren];
-		log_debug("worker %ld exited with status %#x", (long)pid,
-		    status);
+		log_debug("child %ld (a worker or a helper) exited with status "
+		    "%#x", (long)pid, status);
 		m.pid = pid;
 		m.value = status;
 		forkserver_send(fs, &m, -1);

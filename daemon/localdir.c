@@ -144,7 +144,7 @@ localdir_open(void)
 	}
 	if (localdir_check_parents(localdir) == -1)
 		goto fail;
-	if (mkdir(localdir, 0700) == 0)
+	if (mkdir(localdir, 0711) == 0)
 		made = 1;
 	else if (errno != EEXIST) {
 		log_error("daemon.local_dir: %s: %s", localdir,

@@ -142,7 +142,7 @@ ck_exists(const char *name)
 
 START_TEST(test_ckpt_roundtrip)
 {
-	json_t	*records, *got;
+	json_t	*records, *got, *empty;
 	char	*big, *err = NULL;
 
 	big = xmalloc(600 * 1024);
@@ -150,7 +150,9 @@ START_TEST(test_ckpt_roundtrip)
 	records = json_pack("[s,n,s,s%,s]", "first", "", big,
 	    (size_t)600 * 1024, "last");
 	ck_write(0, records, 1);
-	ck_write(1, json_array(), 1);
+	empty = json_array();
+	ck_write(1, empty, 1);
+	json_decref(empty);
 	ck_assert(ck_exists("part-00000"));
 	ck_assert(!ck_exists(".part-00000.tmp"));
 	got = ck_read(0, &err);

@@ -280,6 +280,28 @@ def test_helper_timeout(d):
 
 
 @needs_users
+@with_daemon(sets=SHARED + ["daemon.helper_timeout=1s"])
+def test_connection_busy_while_the_plan_is_checked(d):
+    """While its plan is checked, the connection reads no other request:
+    a status sent right behind the execute is answered after it, in
+    order."""
+    _, endless = loop_dir(d)
+
+    def run():
+        with d.client() as c:
+            c.send_json({"op": "execute", "action": "count", "plan":
+                         text_plan([endless])})
+            c.send_json({"op": "status"})
+            first = c.recv_json()
+            second = c.recv_json()
+            return [error_of(first), second.get("ok"), "workers" in second]
+    first, ok, is_status = as_user("a", run)
+    check(first is not None and first[0] == "LIMIT_EXCEEDED",
+          "the first reply is the execute's: %r" % (first,))
+    check(ok is True and is_status, "the second reply is the status")
+
+
+@needs_users
 @with_daemon(sets=SHARED + ["daemon.max_helpers_per_uid=1"])
 def test_helpers_bounded_per_uid(d):
     """User a has one helper at most; a second check is refused naming

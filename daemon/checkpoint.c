@@ -96,6 +96,10 @@ struct ckpt_call {
 	TAILQ_ENTRY(ckpt_call)	 entry;
 };
 static TAILQ_HEAD(, ckpt_call) ckpt_calls = TAILQ_HEAD_INITIALIZER(ckpt_calls);
+/* Removals that failed (a helper limit, a fork-server restarting): tried
+ * again by the cleaner.  Until then no clean removes or adopts them. */
+static TAILQ_HEAD(, ckpt_call) ckpt_retries =
+    TAILQ_HEAD_INITIALIZER(ckpt_retries);
 
 static void	checkpoint_remove(struct checkpoint *);
 static void	checkpoint_commit_manifest(struct checkpoint *);
@@ -582,12 +586,35 @@ checkpoint_removed_cb(json_t *reply, int *fds, size_t nfds,
 	struct ckpt_call	*k = arg;
 
 	(void)class;
-	if ((error = checkpoint_call_error(reply, fds, nfds, error)) != NULL)
-		log_warn("checkpoint %s: removing it: %s (the cleaner will "
-		    "try again)", k->id, error);
-	else
+	if ((error = checkpoint_call_error(reply, fds, nfds, error)) == NULL) {
 		log_debug("checkpoint %s removed", k->id);
-	checkpoint_call_free(k);
+		checkpoint_call_free(k);
+		return;
+	}
+	log_warn("checkpoint %s: removing it: %s (the cleaner will try "
+	    "again)", k->id, error);
+	TAILQ_REMOVE(&ckpt_calls, k, entry);
+	k->helper = NULL;
+	TAILQ_INSERT_TAIL(&ckpt_retries, k, entry);
+}
+
+/* Try the removals that failed again. */
+static void
+checkpoint_retry_removals(void)
+{
+	TAILQ_HEAD(, ckpt_call)	 list = TAILQ_HEAD_INITIALIZER(list);
+	struct ckpt_call	*k;
+
+	/* A removal that fails again goes back to ckpt_retries. */
+	while ((k = TAILQ_FIRST(&ckpt_retries)) != NULL) {
+		TAILQ_REMOVE(&ckpt_retries, k, entry);
+		TAILQ_INSERT_TAIL(&list, k, entry);
+	}
+	while ((k = TAILQ_FIRST(&list)) != NULL) {
+		TAILQ_REMOVE(&list, k, entry);
+		checkpoint_call(k, "checkpoint_remove", json_pack("{s:s,s:s}",
+		    "dir", k->uid_dir, "id", k->id), checkpoint_removed_cb);
+	}
 }
 
 /* Ask the user's helper to remove c's directory. */
@@ -905,20 +932,29 @@ static void
 checkpoint_clean_uid(const char *basepath, uid_t uid, int local, int adopt,
     int64_t before)
 {
-	struct ckpt_call	*k;
+	struct ckpt_call	*k, *r;
 	struct checkpoint	*c;
 	struct passwd		*pw;
 	json_t			*keep = json_array();
 
-	TAILQ_FOREACH(c, &checkpoints, entry) {
-		if (c->uid == uid && c->local == local)
-			json_array_append_new(keep, json_string(c->id));
-	}
 	k = xcalloc(1, sizeof *k);
 	k->uid = uid;
 	k->gid = (pw = getpwuid(uid)) != NULL ? pw->pw_gid : (gid_t)uid;
 	k->adopt = adopt;
 	xasprintf(&k->uid_dir, "%s/%ld", basepath, (long)uid);
+	TAILQ_FOREACH(c, &checkpoints, entry) {
+		if (c->uid == uid && c->local == local)
+			json_array_append_new(keep, json_string(c->id));
+	}
+	/* Dropped ones being removed: neither removed twice nor adopted. */
+	TAILQ_FOREACH(r, &ckpt_calls, entry) {
+		if (r->id != NULL && strcmp(r->uid_dir, k->uid_dir) == 0)
+			json_array_append_new(keep, json_string(r->id));
+	}
+	TAILQ_FOREACH(r, &ckpt_retries, entry) {
+		if (strcmp(r->uid_dir, k->uid_dir) == 0)
+			json_array_append_new(keep, json_string(r->id));
+	}
 	checkpoint_call(k, "checkpoint_clean", json_pack("{s:s,s:o,s:I,s:b}",
 	    "dir", k->uid_dir, "keep", keep, "before_ms", (json_int_t)before,
 	    "complete", !local), checkpoint_cleaned_cb);
@@ -968,10 +1004,12 @@ checkpoint_timer_cb(evutil_socket_t fd, short events, void *arg)
 	int64_t		before = checkpoint_now_ms() - 1000;
 
 	(void)fd; (void)events; (void)arg;
+	checkpoint_retry_removals();
 	checkpoint_clean_base(ckpt_local_fd, ckpt_local_path, 1, 0, before);
+	/* A start-up scan that could not run is made up for here. */
 	if (!checkpoint_scanning((uid_t)-1))
 		checkpoint_clean_base(ckpt_reliable_fd, ckpt_reliable_path, 0,
-		    0, before < ckpt_started ? before : ckpt_started);
+		    1, before < ckpt_started ? before : ckpt_started);
 	tv.tv_sec = ember_conf.checkpoint_clean_interval / 1000;
 	tv.tv_usec = (ember_conf.checkpoint_clean_interval % 1000) * 1000;
 	evtimer_add(ckpt_timer, &tv);
@@ -1077,6 +1115,12 @@ checkpoint_shutdown(void)
 		if (k->helper != NULL)
 			helper_cancel(k->helper);
 		checkpoint_call_free(k);
+	}
+	while ((k = TAILQ_FIRST(&ckpt_retries)) != NULL) {
+		TAILQ_REMOVE(&ckpt_retries, k, entry);
+		free(k->uid_dir);
+		free(k->id);
+		free(k);
 	}
 	while ((c = TAILQ_FIRST(&checkpoints)) != NULL) {
 		if (c->helper != NULL)

@@ -260,6 +260,27 @@ def test_cleaner(d):
         check_eq(c.count(source(reliable)), 100, "the live reliable one")
 
 
+@with_daemon(sets=["checkpoint.clean_interval=200ms",
+                  "daemon.max_helpers_per_uid=1"])
+def test_drops_past_the_helper_limit(d):
+    """Drops whose removal cannot start at once (one helper per uid) are
+    removed later by the cleaner, and none comes back after a restart."""
+    with d.client() as c:
+        ids = [checkpoint_ok(c, range_plan(40))["checkpoint"]
+               for _ in range(5)]
+        for cid in ids:
+            c.request_ok({"op": "checkpoint_drop", "checkpoint": cid})
+    check("the cleaner will try again" in d.log_text(),
+          "no removal was refused: the test proves nothing")
+    eventually(lambda: entries(reliable_dir(d)) == [], "files left")
+    check_eq(d.stop(), 0, "emberd's exit")
+    d.start()
+    d.expect_exit = False
+    with d.client() as c:
+        check_during(lambda: c.status()["checkpoints"] == [], 0.5,
+                     "a dropped checkpoint came back")
+
+
 def test_reliable_survives_restart(d):
     """A reliable checkpoint is read by a restarted emberd, from another
     session; a local one is gone, files and all."""

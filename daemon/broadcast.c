@@ -203,6 +203,18 @@ broadcast_read_done_cb(json_t *reply, int *fds, size_t nfds,
 	}
 	if ((error = json_string_value(json_object_get(reply,
 	    "error"))) != NULL) {
+		/* Over the uid's or everyone's bytes: the limit's own error,
+		 * as for bytes sent in frames. */
+		size = json_integer_value(json_object_get(reply, "over"));
+		if (size > 0 && size <= ember_conf.daemon_max_broadcast &&
+		    broadcast_charge(b, size, &class, &err) == -1)
+			goto fail;
+		if (b->charged > 0) {
+			limit_release(b->uid, LIMIT_BROADCAST_BYTES,
+			    b->charged);
+			b->charged = 0;
+		}
+		class = "REQUEST_INVALID";
 		xasprintf(&err, "fd: %s", error);
 		goto fail;
 	}

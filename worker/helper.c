@@ -339,7 +339,8 @@ helper_broadcast_read(json_t *args, const int *fds_in, size_t nin,
 	if (st.st_size > max) {
 		xasprintf(&msg, "%lld bytes, over %s (%lld more may be held)",
 		    (long long)st.st_size, key, (long long)max);
-		reply = json_pack("{s:s}", "error", msg);
+		reply = json_pack("{s:s,s:I}", "error", msg, "over",
+		    (json_int_t)st.st_size);
 		free(msg);
 		return (reply);
 	}

@@ -448,6 +448,37 @@ def test_broadcast_by_descriptor_is_read_as_the_user(d):
 
 
 @needs_users
+@with_daemon(sets=SHARED + ["daemon.max_broadcast=3m",
+                            "daemon.max_broadcast_bytes_per_uid=1m"])
+def test_broadcast_by_descriptor_within_the_limits(d):
+    """What a helper copies is bounded as bytes sent in frames are: over
+    the uid's broadcast bytes is LIMIT_EXCEEDED naming the key, over
+    daemon.max_broadcast is refused naming it, and nothing is kept."""
+    mine = user_dir(d, "a", "a-files")
+
+    def put():
+        out = []
+        with d.client() as c:
+            for size in (2 << 20, 4 << 20):
+                path = os.path.join(mine, "f%d" % size)
+                with open(path, "wb") as f:
+                    f.write(b"x" * size)
+                fd = os.open(path, os.O_RDONLY)
+                out.append(error_of(c.broadcast_put_fd(fd)))
+                os.close(fd)
+            out.append(c.status()["limits"]["users"][0]["limits"]
+                       ["daemon.max_broadcast_bytes_per_uid"]["used"])
+        return out
+    per_uid, too_big, held = as_user("a", put)
+    check(per_uid is not None and per_uid[0] == "LIMIT_EXCEEDED" and
+          per_uid[1].startswith("daemon.max_broadcast_bytes_per_uid is "
+                                "1048576"), "2 MiB: %r" % (per_uid,))
+    check(too_big is not None and "daemon.max_broadcast" in too_big[1],
+          "4 MiB: %r" % (too_big,))
+    check_eq(held, 0, "broadcast bytes held after the refusals")
+
+
+@needs_users
 @with_daemon(sets=SHARED)
 def test_big_broadcast_by_descriptor_does_not_freeze_others(d):
     """User a puts a 1 GiB file as a broadcast by descriptor: it is read

@@ -1,13 +1,14 @@
 /*
  * Tests for daemon/channel.c, emberd's end of a worker's socketpair: reads
  * up to the high mark and no further, the mark raised for a big message,
- * writes that go at once and the rest when the socket takes it, the end of
- * file, and the liveness probe.
+ * writes that go at once and the rest when the socket takes it, descriptors
+ * passed on given bytes, the end of file, and the liveness probe.
  */
 #include <sys/socket.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <event2/event.h>
 
 #include "channel.h"
+#include "fdpass.h"
 #include "emberd.h"
 #include "suites.h"
 
@@ -213,6 +215,71 @@ START_TEST(test_channel_flush_rest)
 }
 END_TEST
 
+/* Descriptors passed with the output ride, one per byte and in order, on
+ * the bytes queued after them, behind bytes queued before; the peer gets
+ * every byte in order and each descriptor once. */
+START_TEST(test_channel_pass_fds)
+{
+	int	 p1[2], p2[2], fds[8], overflow = 0;
+	size_t	 nfds = 0, n = 0;
+	char	 got[64], c;
+	ssize_t	 r;
+	int	 rounds;
+
+	ck_assert_int_eq(pipe(p1), 0);
+	ck_assert_int_eq(pipe(p2), 0);
+	evbuffer_add(channel_output(ch), "before", 6);
+	channel_pass_fd(ch, p1[0]);
+	channel_pass_fd(ch, p2[0]);
+	/* The channel holds its own copies: ours may go at once. */
+	close(p1[0]);
+	close(p2[0]);
+	evbuffer_add(channel_output(ch), "descriptor", 10);
+	channel_flush(ch);
+	for (rounds = 0; n < 16 && rounds < 1000; rounds++) {
+		r = fd_recv_many(peer, got + n, sizeof got - n, fds, 8, &nfds,
+		    &overflow);
+		if (r > 0)
+			n += (size_t)r;
+		run_loop();
+	}
+	ck_assert_uint_eq(n, 16);
+	ck_assert_mem_eq(got, "beforedescriptor", 16);
+	ck_assert_int_eq(overflow, 0);
+	ck_assert_uint_eq(nfds, 2);
+	/* In order: the first passed is p1's read end. */
+	ck_assert_int_eq(write(p1[1], "1", 1), 1);
+	ck_assert_int_eq(write(p2[1], "2", 1), 1);
+	ck_assert_int_eq(read(fds[0], &c, 1), 1);
+	ck_assert_int_eq(c, '1');
+	ck_assert_int_eq(read(fds[1], &c, 1), 1);
+	ck_assert_int_eq(c, '2');
+	close(fds[0]);
+	close(fds[1]);
+	close(p1[1]);
+	close(p2[1]);
+}
+END_TEST
+
+/* Descriptors not passed when the channel goes are closed, not leaked. */
+START_TEST(test_channel_free_closes_fds)
+{
+	int	p[2];
+	char	c;
+
+	ck_assert_int_eq(pipe(p), 0);
+	channel_pass_fd(ch, p[0]);
+	close(p[0]);
+	channel_free(ch);
+	ch = NULL;
+	/* The read end is gone with the channel: the writer sees EPIPE. */
+	signal(SIGPIPE, SIG_IGN);
+	ck_assert_int_eq(write(p[1], &c, 1), -1);
+	ck_assert_int_eq(errno, EPIPE);
+	close(p[1]);
+}
+END_TEST
+
 /* The worker's end closing: read_cb runs once more, with channel_eof. */
 START_TEST(test_channel_eof)
 {
@@ -289,6 +356,8 @@ channel_suite(void)
 	tcase_add_checked_fixture(tc, channel_setup, channel_teardown);
 	tcase_add_test(tc, test_channel_flush_now);
 	tcase_add_test(tc, test_channel_flush_rest);
+	tcase_add_test(tc, test_channel_pass_fds);
+	tcase_add_test(tc, test_channel_free_closes_fds);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("state");

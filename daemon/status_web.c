@@ -265,6 +265,8 @@ status_web_build(void)
 	hidden = status_web_filter(ops, status_web_keep_owned, uids);
 	status_web_filter(json_object_get(s, "broadcasts"),
 	    status_web_keep_owned, uids);
+	status_web_filter(json_object_get(s, "checkpoints"),
+	    status_web_keep_uid, NULL);
 	if ((limits = json_object_get(s, "limits")) != NULL)
 		status_web_filter(json_object_get(limits, "users"),
 		    status_web_keep_uid, NULL);

@@ -10,8 +10,10 @@ appends each record to a file (tee -a), so that counting its lines counts
 the records the original plan computed.
 """
 
+import http.client
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -531,6 +533,32 @@ def test_full_disk(_):
             d.stop()
         finally:
             subprocess.run(["umount", "-l", small], capture_output=True)
+
+
+@with_daemon(sets=["status.listen=127.0.0.1:0"])
+def test_status_page_hides_checkpoints(d):
+    """The status listener, which any local user can reach, shows no
+    user's checkpoints unless status.users names that user."""
+    found = []
+
+    def listening():
+        m = re.search(r"status: listening on 127\.0\.0\.1:(\d+)",
+                      d.log_text())
+        if m:
+            found.append(int(m.group(1)))
+        return bool(found)
+    eventually(listening, "no status listener in the log", 5)
+    with d.client() as c:
+        cid = checkpoint_ok(c, range_plan(), local=True)["checkpoint"]
+        check(listed(c, cid) is not None, "status request lists it")
+    conn = http.client.HTTPConnection("127.0.0.1", found[0], timeout=10)
+    try:
+        conn.request("GET", "/status.json")
+        web = json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+    check_eq(web["checkpoints"], [], "checkpoints on the status page")
+    check(cid not in json.dumps(web), "its id appears on the page")
 
 
 @needs_users

@@ -480,8 +480,9 @@ operation_free(struct operation *op)
 	plan_free(op->plan);
 	free(op->plan_text);
 	free(op);
-	if (started)
-		ember_check_drained();
+	/* One refused before it started may be what a drain waits for: its
+	 * connection is free now. */
+	ember_check_drained();
 }
 
 /* Give the connection back to control frames and free the operation. */

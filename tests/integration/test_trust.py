@@ -15,6 +15,7 @@ Not root, each test says why it does nothing.
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -299,6 +300,27 @@ def test_connection_busy_while_the_plan_is_checked(d):
     check(first is not None and first[0] == "LIMIT_EXCEEDED",
           "the first reply is the execute's: %r" % (first,))
     check(ok is True and is_status, "the second reply is the status")
+
+
+@with_daemon(sets=SHARED + ["daemon.helper_timeout=1s",
+                            "daemon.shutdown_grace=30s"])
+def test_drain_does_not_wait_for_a_refused_check(d):
+    """SIGTERM while a plan is checked: once the check ends (here its
+    timeout), the drain has nothing left to wait for and emberd exits,
+    long before the grace period."""
+    _, endless = loop_dir(d)
+    c = d.client()
+    c.send_json({"op": "execute", "action": "count", "plan":
+                 text_plan([endless])})
+    check(wait_until(lambda: len(helpers(d)) == 1, 10), "no helper")
+    start = time.monotonic()
+    d.signal(signal.SIGTERM)
+    err = error_of(c.recv_json())
+    check(err is not None and err[0] in ("LIMIT_EXCEEDED", "SHUTTING_DOWN"),
+          "the execute's reply: %r" % (err,))
+    check_eq(d.wait(15), 0, "exit status")
+    took = time.monotonic() - start
+    check(took < 10, "emberd took %.1fs to drain" % took)
 
 
 @needs_users

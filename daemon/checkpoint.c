@@ -101,6 +101,11 @@ static TAILQ_HEAD(, ckpt_call) ckpt_calls = TAILQ_HEAD_INITIALIZER(ckpt_calls);
 static TAILQ_HEAD(, ckpt_call) ckpt_retries =
     TAILQ_HEAD_INITIALIZER(ckpt_retries);
 
+/* In checkpoint.dir, emberd's own: the reliable checkpoints being
+ * removed ("UID ID" lines), so that a removal emberd did not see through
+ * is done after its restart, and the checkpoint not served again. */
+#define CKPT_REMOVING	".removing"
+
 static void	checkpoint_remove(struct checkpoint *);
 static void	checkpoint_commit_manifest(struct checkpoint *);
 static void	checkpoint_record(struct checkpoint *);
@@ -578,6 +583,77 @@ checkpoint_call(struct ckpt_call *k, const char *verb, json_t *args,
 	}
 }
 
+/* Note the removal of a reliable checkpoint in CKPT_REMOVING. */
+static void
+checkpoint_note_removal(const struct checkpoint *c)
+{
+	char	line[80];
+	int	fd, n;
+
+	if (c->local || ckpt_reliable_fd == -1)
+		return;
+	fd = openat(ckpt_reliable_fd, CKPT_REMOVING, O_WRONLY | O_CREAT |
+	    O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+	n = snprintf(line, sizeof line, "%ld %s\n", (long)c->uid, c->id);
+	if (fd == -1 || write(fd, line, (size_t)n) != n)
+		log_warn("%s/%s: %s", ckpt_reliable_path, CKPT_REMOVING,
+		    strerror(errno));
+	if (fd != -1)
+		close(fd);
+}
+
+/* Empty CKPT_REMOVING once no removal is left to do. */
+static void
+checkpoint_forget_removals(void)
+{
+	struct ckpt_call	*k;
+	int			 fd;
+
+	if (ckpt_reliable_fd == -1 || !TAILQ_EMPTY(&ckpt_retries))
+		return;
+	TAILQ_FOREACH(k, &ckpt_calls, entry) {
+		if (k->id != NULL)
+			return;
+	}
+	fd = openat(ckpt_reliable_fd, CKPT_REMOVING, O_WRONLY | O_TRUNC |
+	    O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (fd != -1)
+		close(fd);
+}
+
+/* The removals a past run noted and may not have done: to be retried,
+ * and neither adopted nor removed by the start-up scan meanwhile. */
+static void
+checkpoint_load_removals(void)
+{
+	struct ckpt_call	*k;
+	struct passwd		*pw;
+	char			 id[64];
+	long			 uid;
+	FILE			*f;
+	int			 fd;
+
+	fd = openat(ckpt_reliable_fd, CKPT_REMOVING, O_RDONLY | O_NOFOLLOW |
+	    O_CLOEXEC | O_NOCTTY);
+	if (fd == -1 || (f = fdopen(fd, "r")) == NULL) {
+		if (fd != -1)
+			close(fd);
+		return;
+	}
+	while (fscanf(f, "%ld %63s", &uid, id) == 2) {
+		if (uid < 0 || !plan_is_uuid(id))
+			continue;
+		k = xcalloc(1, sizeof *k);
+		k->uid = (uid_t)uid;
+		k->gid = (pw = getpwuid(k->uid)) != NULL ? pw->pw_gid :
+		    (gid_t)uid;
+		xasprintf(&k->uid_dir, "%s/%ld", ckpt_reliable_path, uid);
+		k->id = xstrdup(id);
+		TAILQ_INSERT_TAIL(&ckpt_retries, k, entry);
+	}
+	fclose(f);
+}
+
 /* A removal's answer: nothing waits for it but the log. */
 static void
 checkpoint_removed_cb(json_t *reply, int *fds, size_t nfds,
@@ -589,6 +665,7 @@ checkpoint_removed_cb(json_t *reply, int *fds, size_t nfds,
 	if ((error = checkpoint_call_error(reply, fds, nfds, error)) == NULL) {
 		log_debug("checkpoint %s removed", k->id);
 		checkpoint_call_free(k);
+		checkpoint_forget_removals();
 		return;
 	}
 	log_warn("checkpoint %s: removing it: %s (the cleaner will try "
@@ -623,6 +700,7 @@ checkpoint_remove_files(struct checkpoint *c)
 {
 	struct ckpt_call	*k = xcalloc(1, sizeof *k);
 
+	checkpoint_note_removal(c);
 	k->uid = c->uid;
 	k->gid = c->gid;
 	k->uid_dir = xstrdup(c->uid_dir);
@@ -1071,8 +1149,11 @@ checkpoint_init(void)
 	 * reliable ones without a manifest go, the others are kept. */
 	checkpoint_clean_base(ckpt_local_fd, ckpt_local_path, 1, 0,
 	    ckpt_started);
+	if (ckpt_reliable_fd != -1)
+		checkpoint_load_removals();
 	checkpoint_clean_base(ckpt_reliable_fd, ckpt_reliable_path, 0, 1,
 	    ckpt_started);
+	checkpoint_retry_removals();
 	ckpt_timer = evtimer_new(ember_base, checkpoint_timer_cb, NULL);
 	tv.tv_sec = ember_conf.checkpoint_clean_interval / 1000;
 	tv.tv_usec = (ember_conf.checkpoint_clean_interval % 1000) * 1000;

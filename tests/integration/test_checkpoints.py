@@ -283,6 +283,31 @@ def test_drops_past_the_helper_limit(d):
                      "a dropped checkpoint came back")
 
 
+@with_daemon(sets=["daemon.max_helpers_per_uid=1",
+                  "checkpoint.clean_interval=200ms"])
+def test_drop_then_kill(d):
+    """emberd killed right after drops it had no time to carry out: after
+    the restart none of them is served again, and their files go."""
+    with d.client() as c:
+        ids = [checkpoint_ok(c, range_plan(40))["checkpoint"]
+               for _ in range(5)]
+        for cid in ids:
+            c.request_ok({"op": "checkpoint_drop", "checkpoint": cid})
+        d.signal(signal.SIGKILL)
+        d.wait()
+    check(entries(reliable_dir(d)) != [], "every removal was done before "
+          "the kill: the test proves nothing")
+    d.start()
+    d.expect_exit = False
+    with d.client() as c:
+        check_during(lambda: c.status()["checkpoints"] == [], 1,
+                     "a dropped checkpoint came back")
+        for cid in ids:
+            check_error(c.execute(source(cid), "count"),
+                        "CHECKPOINT_NOT_FOUND")
+    eventually(lambda: entries(reliable_dir(d)) == [], "files left")
+
+
 def test_reliable_survives_restart(d):
     """A reliable checkpoint is read by a restarted emberd, from another
     session; a local one is gone, files and all."""

@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "conf.h"
 #include "status.h"
 
 /* Table headings shorter than the reply's keys. */
@@ -439,14 +440,6 @@ status_format_size(json_int_t n, char *buf, size_t len)
 		    units[i]);
 }
 
-/* Is a limit's key a number of bytes? */
-static int
-status_limit_is_size(const char *key)
-{
-	return (strstr(key, "_input") != NULL ||
-	    strstr(key, "_results") != NULL || strstr(key, "_bytes") != NULL);
-}
-
 /* Print limits as "key used of max", one a line, sizes with units. */
 static void
 status_print_limit_uses(const char *indent, json_t *limits)
@@ -459,7 +452,7 @@ status_print_limit_uses(const char *indent, json_t *limits)
 	json_object_foreach(limits, k, use) {
 		used = json_integer_value(json_object_get(use, "used"));
 		max = json_integer_value(json_object_get(use, "max"));
-		if (status_limit_is_size(k)) {
+		if (conf_key_is_size(k)) {
 			status_format_size(used, u, sizeof u);
 			status_format_size(max, m, sizeof m);
 		} else {

@@ -237,6 +237,22 @@ conf_find(const char *section, const char *key)
 	return (NULL);
 }
 
+/* Is name ("section.key") a key whose value is a number of bytes? */
+int
+conf_key_is_size(const char *name)
+{
+	const struct conf_key	*k;
+	const char		*dot = strchr(name, '.');
+	char			 section[64];
+
+	if (dot == NULL || (size_t)(dot - name) >= sizeof section)
+		return (0);
+	memcpy(section, name, dot - name);
+	section[dot - name] = '\0';
+	k = conf_find(section, dot + 1);
+	return (k != NULL && k->type == CONF_SIZE);
+}
+
 /* Is every word of s (spaces or commas between) an environment variable
  * name: a letter or _, then letters, digits and _? */
 static int

@@ -97,6 +97,10 @@ int	 conf_set_key(struct conf *, const char *section, const char *key,
 void	 conf_dump(const struct conf *, FILE *, int64_t cpus,
 	     int64_t connections);
 
+/* Is name ("section.key") a key whose value is a number of bytes?  For
+ * printing a limit's figures as ember.conf writes sizes. */
+int	 conf_key_is_size(const char *name);
+
 /* Value parsers, shared with the tests: 0, or -1 on bad input. */
 int	 conf_parse_duration(const char *, int64_t *ms);
 int	 conf_parse_size(const char *, int64_t *bytes);

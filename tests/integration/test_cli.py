@@ -189,6 +189,11 @@ def test_status_for_people(d):
           "max_broadcast_bytes:\n%s" % r.stdout)
     check(re.search(r"daemon\.max_operations_per_uid +\d+ of 64\n",
                     r.stdout), "max_operations_per_uid:\n%s" % r.stdout)
+    # Whatever the key is called: a size by its type in the conf table.
+    check(re.search(r"daemon\.max_spool_per_uid +0 of 256m\n", r.stdout),
+          "max_spool_per_uid:\n%s" % r.stdout)
+    check(re.search(r"daemon\.max_checkpoints_per_uid +\d+ of 64\n",
+                    r.stdout), "max_checkpoints_per_uid:\n%s" % r.stdout)
     r = d.cli(["status", "--json"])
     reply = json.loads(r.stdout)
     check(reply["ok"] and isinstance(reply["operations"], list),

@@ -192,6 +192,27 @@ START_TEST(test_conf_size)
 }
 END_TEST
 
+START_TEST(test_conf_key_is_size)
+{
+	/* Sizes by their type in the table, whatever the name says. */
+	ck_assert(conf_key_is_size("daemon.max_spool_per_uid"));
+	ck_assert(conf_key_is_size("daemon.max_checkpoint_bytes"));
+	ck_assert(conf_key_is_size("stream.retry_buffer"));
+	ck_assert(conf_key_is_size("workers.max_memory"));
+	ck_assert(!conf_key_is_size("daemon.max_operations_per_uid"));
+	ck_assert(!conf_key_is_size("daemon.max_checkpoints"));
+	ck_assert(!conf_key_is_size("workers.task_timeout"));
+	ck_assert(!conf_key_is_size("daemon.socket"));
+	ck_assert(!conf_key_is_size("daemon.no_such_key"));
+	ck_assert(!conf_key_is_size("max_spool"));
+	ck_assert(!conf_key_is_size(""));
+	ck_assert(!conf_key_is_size(".max_spool"));
+	ck_assert(!conf_key_is_size(
+	    "a_section_name_much_longer_than_any_real_one_xxxxxxxxxxxxxxxxxxxx"
+	    ".max_spool"));
+}
+END_TEST
+
 START_TEST(test_conf_types)
 {
 	struct conf	 conf;
@@ -553,6 +574,7 @@ conf_suite(void)
 	tc = tcase_create("values");
 	tcase_add_test(tc, test_conf_duration);
 	tcase_add_test(tc, test_conf_size);
+	tcase_add_test(tc, test_conf_key_is_size);
 	tcase_add_test(tc, test_conf_types);
 	tcase_add_test(tc, test_conf_bad_values);
 	tcase_add_test(tc, test_conf_unknown);

@@ -108,6 +108,10 @@ static TAILQ_HEAD(, ckpt_call) ckpt_retries =
 
 static void	checkpoint_remove(struct checkpoint *);
 static void	checkpoint_commit_manifest(struct checkpoint *);
+static void	checkpoint_write_manifest(struct checkpoint *, json_t *,
+		    helper_cb);
+static const char *checkpoint_call_error(json_t *, int *, size_t,
+		    const char *);
 static void	checkpoint_record(struct checkpoint *);
 static void	checkpoint_collect(struct checkpoint *);
 static int64_t	checkpoint_now_ms(void);
@@ -409,17 +413,12 @@ checkpoint_committed_cb(json_t *reply, int *fds, size_t nfds,
 {
 	struct checkpoint	*c = arg;
 	struct operation	*op = c->writer;
-	const char		*why = error;
+	const char		*why;
 	char			*msg = NULL;
-	size_t			 i;
 
 	(void)class;
-	for (i = 0; i < nfds; i++)
-		close(fds[i]);
 	c->helper = NULL;
-	if (reply != NULL && json_is_string(json_object_get(reply, "error")))
-		why = json_string_value(json_object_get(reply, "error"));
-	if (why != NULL)
+	if ((why = checkpoint_call_error(reply, fds, nfds, error)) != NULL)
 		xasprintf(&msg, "checkpoint %s: %s", c->id, why);
 	c->writer = NULL;
 	if (msg == NULL) {
@@ -470,20 +469,28 @@ checkpoint_commit(struct checkpoint *c, struct operation *op,
 static void
 checkpoint_commit_manifest(struct checkpoint *c)
 {
+	checkpoint_write_manifest(c, json_pack("{s:i,s:i,s:I,s:I,s:b,s:I}",
+	    "version", 1, "partitions", c->partitions, "records",
+	    (json_int_t)c->records, "bytes", (json_int_t)c->bytes, "eager",
+	    c->eager, "created", (json_int_t)time(NULL)),
+	    checkpoint_committed_cb);
+}
+
+/* Have the user's helper write manifest m (stolen) as c's; cb answers. */
+static void
+checkpoint_write_manifest(struct checkpoint *c, json_t *m, helper_cb cb)
+{
 	json_t		*args;
 	const char	*class;
 	char		*err = NULL;
 
-	args = json_pack("{s:s,s:s,s:{s:i,s:i,s:I,s:I,s:b,s:I}}",
-	    "dir", c->uid_dir, "id", c->id, "manifest", "version", 1,
-	    "partitions", c->partitions, "records", (json_int_t)c->records,
-	    "bytes", (json_int_t)c->bytes, "eager", c->eager,
-	    "created", (json_int_t)time(NULL));
+	args = json_pack("{s:s,s:s,s:o}", "dir", c->uid_dir, "id", c->id,
+	    "manifest", m);
 	c->helper = helper_run(c->uid, c->gid, "checkpoint_commit", args, -1,
-	    checkpoint_committed_cb, c, &class, &err);
+	    cb, c, &class, &err);
 	json_decref(args);
 	if (c->helper == NULL) {
-		checkpoint_committed_cb(NULL, NULL, 0, class, err, c);
+		cb(NULL, NULL, 0, class, err, c);
 		free(err);
 	}
 }
@@ -495,16 +502,11 @@ checkpoint_recorded_cb(json_t *reply, int *fds, size_t nfds,
     const char *class, const char *error, void *arg)
 {
 	struct checkpoint	*c = arg;
-	size_t			 i;
 
 	(void)class;
-	for (i = 0; i < nfds; i++)
-		close(fds[i]);
 	c->helper = NULL;
 	c->recording = 0;
-	if (reply != NULL && json_is_string(json_object_get(reply, "error")))
-		error = json_string_value(json_object_get(reply, "error"));
-	if (error != NULL)
+	if ((error = checkpoint_call_error(reply, fds, nfds, error)) != NULL)
 		log_warn("checkpoint %s: its manifest: %s (it will not "
 		    "outlive this emberd until it is computed)", c->id, error);
 	if (c->commit_waits) {
@@ -520,25 +522,15 @@ checkpoint_recorded_cb(json_t *reply, int *fds, size_t nfds,
 static void
 checkpoint_record(struct checkpoint *c)
 {
-	json_t		*args, *m;
-	const char	*class;
-	char		*err = NULL;
+	json_t	*m;
 
 	m = json_pack("{s:i,s:b,s:b,s:i,s:O,s:I}", "version", 1, "pending", 1,
 	    "eager", 0, "partitions", c->partitions, "plan", c->plan,
 	    "created", (json_int_t)time(NULL));
 	if (c->files != NULL)
 		json_object_set(m, "files", c->files);
-	args = json_pack("{s:s,s:s,s:o}", "dir", c->uid_dir, "id", c->id,
-	    "manifest", m);
 	c->recording = 1;
-	c->helper = helper_run(c->uid, c->gid, "checkpoint_commit", args, -1,
-	    checkpoint_recorded_cb, c, &class, &err);
-	json_decref(args);
-	if (c->helper == NULL) {
-		checkpoint_recorded_cb(NULL, NULL, 0, class, err, c);
-		free(err);
-	}
+	checkpoint_write_manifest(c, m, checkpoint_recorded_cb);
 }
 
 /* Forget a helper call. */

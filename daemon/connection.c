@@ -1044,6 +1044,8 @@ connection_shutdown(void)
 			connection_reply_error(c, "SHUTTING_DOWN", "emberd is "
 			    "shutting down; the broadcast was not kept");
 		}
+		if (c->state == CONN_BUSY && c->op != NULL)
+			operation_shutdown_unstarted(c->op);
 		if (c->state == CONN_CONTROL)
 			connection_close_after_flush(c);
 	}

@@ -596,6 +596,27 @@ operation_detach(struct operation *op)
 	operation_free(op);
 }
 
+/*
+ * The shutdown grace is over while op is still being checked by a helper,
+ * not started: its check is cancelled (a save begun is undone once its
+ * beginning answers) and its client told SHUTTING_DOWN, as the clients of
+ * started operations are.
+ */
+void
+operation_shutdown_unstarted(struct operation *op)
+{
+	struct connection	*c = op->conn;
+
+	if (op->planning == NULL && !op->beginning)
+		return;
+	op->conn = NULL;
+	connection_busy_end(c);
+	connection_reply_error(c, "SHUTTING_DOWN", "emberd is shutting down; "
+	    "operation %s did not start", op->id);
+	ember_counters.operations_interrupted++;
+	operation_free(op);
+}
+
 /* Has the attached stream run long enough to be cut at a boundary? */
 static int
 operation_cut_due(const struct operation *op)

@@ -59,6 +59,9 @@ int		 operation_stream_waiting(const struct operation *);
 /* Interrupt operations, telling their clients why. */
 void		 operation_interrupt_all(const char *why);
 void		 operation_interrupt_session(struct session *, const char *why);
+/* The grace is over: refuse op with SHUTTING_DOWN if a helper is still
+ * checking it (not started); else nothing. */
+void		 operation_shutdown_unstarted(struct operation *);
 /* Operations a drain waits for: those with a client attached. */
 size_t		 operation_count(void);
 json_t		*operation_status(uid_t);

@@ -323,6 +323,27 @@ def test_drain_does_not_wait_for_a_refused_check(d):
     check(took < 10, "emberd took %.1fs to drain" % took)
 
 
+@with_daemon(sets=SHARED + ["daemon.helper_timeout=60s",
+                            "daemon.shutdown_grace=1s"])
+def test_grace_over_while_a_plan_is_checked(d):
+    """The grace ends while a helper still checks a plan: the client is
+    told SHUTTING_DOWN, not left with a bare end of file, the helper is
+    stopped, and emberd exits."""
+    _, endless = loop_dir(d)
+    c = d.client()
+    c.send_json({"op": "execute", "action": "count", "plan":
+                 text_plan([endless])})
+    check(wait_until(lambda: len(helpers(d)) == 1, 10), "no helper")
+    [helper] = helpers(d)
+    d.signal(signal.SIGTERM)
+    err = error_of(c.recv_json())
+    check(err is not None and err[0] == "SHUTTING_DOWN",
+          "the execute's reply: %r" % (err,))
+    check_eq(d.wait(15), 0, "exit status")
+    check(wait_until(lambda: not os.path.exists("/proc/%d" % helper), 5),
+          "the helper outlived emberd")
+
+
 @needs_users
 @with_daemon(sets=SHARED + ["daemon.max_helpers_per_uid=1"])
 def test_helpers_bounded_per_uid(d):

@@ -110,45 +110,17 @@ fs_msg_send(int sock, const struct fs_msg *m, int fd)
 int
 fs_msg_recv(int sock, struct fs_msg *m, int *fd)
 {
-	unsigned char	 buf[FS_MSG_SIZE];
-	struct msghdr	 mh;
-	struct iovec	 iov;
-	struct cmsghdr	*c;
-	union {
-		struct cmsghdr	hdr;
-		char		buf[CMSG_SPACE(sizeof(int) * 4)];
-	} cmsg;
+	/* One byte more than a message: a longer packet reads as too long. */
+	unsigned char	 buf[FS_MSG_SIZE + 1];
+	size_t		 nfds = 0;
+	int		 overflow = 0;	/* only one is ever expected */
 	ssize_t		 n;
 
 	*fd = -1;
-	memset(&mh, 0, sizeof mh);
-	iov.iov_base = buf;
-	iov.iov_len = sizeof buf;
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = cmsg.buf;
-	mh.msg_controllen = sizeof cmsg.buf;
-	do
-		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-	while (n == -1 && errno == EINTR);
+	n = fd_recv_many(sock, buf, sizeof buf, fd, 1, &nfds, &overflow);
 	if (n <= 0)
 		return ((int)n);
-
-	for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
-		int	*fds = (int *)CMSG_DATA(c);
-		size_t	 nfds, i;
-
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (i = 0; i < nfds; i++) {
-			if (*fd == -1)
-				*fd = fds[i];
-			else
-				close(fds[i]);	/* only one is ever expected */
-		}
-	}
-	if (n != (ssize_t)sizeof buf || (mh.msg_flags & MSG_TRUNC)) {
+	if (n != FS_MSG_SIZE) {
 		if (*fd != -1)
 			close(*fd);
 		*fd = -1;

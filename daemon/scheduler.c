@@ -20,10 +20,10 @@
  * next task finds no worker waits for the rest of the dispatch; then the
  * waiting users, fewest held first, ask their pools for a worker each in
  * turn while workers.max has room.  With no room, an idle worker of a user
- * who holds more (or has nothing queued) is stopped to make some: a user
- * with work waiting gets a worker as soon as one is idle anywhere, and
- * stream.stall_timeout bounds how long a worker stays busy for a client
- * that does not read.
+ * who holds as many or more (or has nothing queued) is stopped to make
+ * some: a user with work waiting gets a worker as soon as one is idle
+ * anywhere, and stream.stall_timeout bounds how long a worker stays busy
+ * for a client that does not read.
  */
 struct sched_user;
 
@@ -144,8 +144,12 @@ scheduler_next_flow(struct sched_user *u)
 	return (best);
 }
 
-/* May a worker of pool victim be stopped for waiting user u?  If its
- * user has nothing queued, or holds more than u. */
+/*
+ * May an idle worker of pool victim be stopped for waiting user u?  If its
+ * user has nothing queued, or would hold more than u with it: holds at
+ * least as many as u now.  (Two users holding none, one with idle workers
+ * of its own: the other, waiting, gets one.)
+ */
 static int
 scheduler_may_evict(const struct pool *victim, void *arg)
 {
@@ -154,15 +158,15 @@ scheduler_may_evict(const struct pool *victim, void *arg)
 	owner = scheduler_find_user(pool_client(victim));
 	if (owner == NULL || owner->nqueued == 0)
 		return (1);
-	return (scheduler_held(owner->uid, (struct pool *)victim) > u->held);
+	return (scheduler_held(owner->uid, (struct pool *)victim) >= u->held);
 }
 
 /*
  * u's next task found no worker.  At workers.max, with nothing being
- * forked for u, stop an idle worker of a user who holds more (before that
- * user's turn, so it cannot take it back): its exit makes the room, and
- * the next dispatch gives it to the user holding fewest.  One such stop
- * at a time.
+ * forked for u, stop an idle worker of a user who would hold more with it
+ * (scheduler_may_evict), before that user's turn, so it cannot take it
+ * back: its exit makes the room, and the next dispatch gives it to the
+ * user holding fewest.  One such stop at a time.
  */
 static void
 scheduler_make_room(struct sched_user *u)

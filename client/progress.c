@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,6 @@
 struct progress {
 	int64_t		 partitions;
 	uint64_t	 started_ms, drawn_ms;
-	int		 drawn;
 
 	pthread_t	 thread;	/* progress_watch */
 	int		 watching;
@@ -28,23 +28,37 @@ struct progress {
 	char		*operation;
 };
 
-/* The line on screen, for the exit and signal handlers to erase. */
-static volatile sig_atomic_t	progress_shown;
+/*
+ * The line on screen, for the exit and signal handlers to erase.  The
+ * watcher thread draws while the main thread may be in a signal handler
+ * (the thread blocks the signals, so they always land on the main one):
+ * the handler raises dying, waits for a draw under way to finish, then
+ * erases.  A draw looks at dying only after raising drawing, so one of
+ * the two always sees the other (both are sequentially consistent).
+ */
+static atomic_int	progress_shown;
+static atomic_int	progress_dying;
+static atomic_int	progress_drawing;
 
 /* Erase the line, if one is shown; async-signal-safe. */
 static void
 progress_erase(void)
 {
-	if (progress_shown) {
+	if (atomic_exchange(&progress_shown, 0))
 		(void)write(STDERR_FILENO, "\r\033[K", 4);
-		progress_shown = 0;
-	}
 }
 
 /* Ctrl-C or a kill: erase the line, then die of the signal. */
 static void
 progress_signal(int sig)
 {
+	struct timespec	ms = { 0, 1000000 };
+	int		i;
+
+	atomic_store(&progress_dying, 1);
+	/* Bounded: a draw to a terminal stopped with ^S never returns. */
+	for (i = 0; i < 100 && atomic_load(&progress_drawing); i++)
+		nanosleep(&ms, NULL);
 	progress_erase();
 	signal(sig, SIG_DFL);
 	raise(sig);
@@ -103,18 +117,28 @@ static void
 progress_draw(struct progress *p, int64_t done, int64_t records, int force)
 {
 	uint64_t	now = progress_now_ms();
+	char		line[128];
+	int		len;
 
 	if (!force && now - p->drawn_ms < PROGRESS_INTERVAL_MS)
 		return;
 	p->drawn_ms = now;
-	p->drawn = 1;
-	progress_shown = 1;
-	fprintf(stderr, "\r\033[K%lld/%lld partitions", (long long)done,
-	    (long long)p->partitions);
+
+	/* One write, so that an erase never lands inside the line. */
+	len = snprintf(line, sizeof line, "\r\033[K%lld/%lld partitions",
+	    (long long)done, (long long)p->partitions);
 	if (records >= 0)
-		fprintf(stderr, ", %lld records", (long long)records);
-	fprintf(stderr, ", %.1fs", (double)(now - p->started_ms) / 1000.0);
-	fflush(stderr);
+		len += snprintf(line + len, sizeof line - len, ", %lld records",
+		    (long long)records);
+	len += snprintf(line + len, sizeof line - len, ", %.1fs",
+	    (double)(now - p->started_ms) / 1000.0);
+
+	atomic_store(&progress_drawing, 1);
+	if (!atomic_load(&progress_dying)) {
+		atomic_store(&progress_shown, 1);
+		(void)write(STDERR_FILENO, line, len);
+	}
+	atomic_store(&progress_drawing, 0);
 }
 
 void
@@ -173,14 +197,22 @@ void
 progress_watch(struct progress *p, const char *socket_path,
     const char *operation)
 {
+	sigset_t	block, old;
+
 	if (p == NULL)
 		return;
 	p->socket_path = socket_path != NULL ? strdup(socket_path) : NULL;
 	p->operation = strdup(operation);
 	if (p->operation == NULL)
 		return;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
 	if (pthread_create(&p->thread, NULL, progress_watch_main, p) == 0)
 		p->watching = 1;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 void

@@ -26,6 +26,7 @@
 #include "emberd.h"
 #include "fslink.h"
 #include "httpd.h"
+#include "keeper.h"
 #include "helper.h"
 #include "listener.h"
 #include "localdir.h"
@@ -464,6 +465,8 @@ main(int argc, char **argv)
 	log_open("emberd", level, format, 0);
 	if (!foreground)
 		service_absolute_paths();
+	else
+		keeper_start();
 
 	ember_open_loop();
 	if (ember_start(foreground, level, format) == -1)

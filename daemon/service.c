@@ -25,6 +25,7 @@
 #endif
 
 #include "emberd.h"
+#include "keeper.h"
 #include "log.h"
 #include "operation.h"
 #include "pool.h"
@@ -50,10 +51,12 @@ service_notify(const char *msg)
 #ifdef HAVE_LIBSYSTEMD
 	int	rc;
 
+	if (keeper_notify(msg))
+		return;
 	if ((rc = sd_notify(0, msg)) < 0)
 		log_debug("sd_notify: %s", strerror(-rc));
 #else
-	(void)msg;
+	(void)keeper_notify(msg);
 #endif
 }
 

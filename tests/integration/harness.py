@@ -345,6 +345,7 @@ class Daemon:
         self.env = env		# added to emberd's environment
         self.proc = None
         self.sid = None
+        self.emberd_pid = None
         self.known = {}		# pid -> starttime of every descendant seen
         self.expect_exit = False
         self.keep = False
@@ -361,7 +362,9 @@ class Daemon:
 
     @property
     def pid(self):
-        return self.proc.pid
+        """emberd's own pid: started as a session leader (as systemd and
+        this harness start it), emberd runs in the child of a keeper."""
+        return self.emberd_pid or self.proc.pid
 
     def argv(self):
         """emberd's command line."""
@@ -394,7 +397,19 @@ class Daemon:
             log.close()
         self.sid = self.proc.pid
         self.wait_ready()
+        self.emberd_pid = self._find_emberd()
         self.snapshot()
+
+    def _find_emberd(self):
+        """The keeper's one child, which serves the socket by now."""
+        if os.getsid(self.proc.pid) != self.proc.pid:
+            return None
+        table = process_table()
+        kids = [p for p, st in table.items() if st[2] == self.proc.pid]
+        if len(kids) != 1:
+            raise AssertionError("emberd's keeper %d has children %r" %
+                                 (self.proc.pid, kids))
+        return kids[0]
 
     def wait_ready(self, timeout=START_TIMEOUT):
         """Wait until the socket accepts a connection."""
@@ -436,20 +451,20 @@ class Daemon:
         def find():
             table = process_table()
             for pid, st in table.items():
-                if st[2] == self.proc.pid and st[1] not in ("Z", "X"):
+                if st[2] == self.pid and st[1] not in ("Z", "X"):
                     return pid
             return None
         pid = wait_until(find, timeout)
         if pid is None:
             raise AssertionError("no fork-server under emberd %d" %
-                                 self.proc.pid)
+                                 self.pid)
         return pid
 
     def worker_pids(self):
         """The live workers: children of the fork-server."""
         table = process_table()
         fs = [p for p, st in table.items()
-              if st[2] == self.proc.pid and st[1] not in ("Z", "X")]
+              if st[2] == self.pid and st[1] not in ("Z", "X")]
         return [p for p, st in table.items()
                 if st[2] in fs and st[1] not in ("Z", "X")]
 
@@ -460,8 +475,8 @@ class Daemon:
             for pid in descendants(self.proc.pid, table):
                 if needle in cmdline(pid):
                     chain = ancestors(pid, table)
-                    if self.proc.pid in chain:
-                        i = chain.index(self.proc.pid)
+                    if self.pid in chain:
+                        i = chain.index(self.pid)
                         if i >= 2:
                             return chain[i - 2]
             return None
@@ -472,7 +487,7 @@ class Daemon:
         return pid
 
     def rss_kb(self):
-        return vm_rss_kb(self.proc.pid)
+        return vm_rss_kb(self.pid)
 
     def signal(self, sig):
         """Send sig to emberd; any but SIGHUP is expected to end it."""
@@ -487,7 +502,7 @@ class Daemon:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError("emberd %d still running after %ss:\n%s" %
-                                 (self.proc.pid, timeout, self.log_tail()))
+                                 (self.pid, timeout, self.log_tail()))
 
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM, wait, then SIGKILL; return the exit code."""
@@ -1020,7 +1035,7 @@ def _report_failure(name, trace):
     print(trace.rstrip())
     for d in list(_daemons):
         print("--- emberd %s log tail (%s):" %
-              (d.proc.pid if d.proc else "-", d.log_path))
+              (d.pid if d.proc else "-", d.log_path))
         print(d.log_tail())
         print("---")
 
@@ -1035,7 +1050,7 @@ def _run_body(fn, kwargs, deadline):
             if not daemon.expect_exit and not daemon.alive():
                 raise AssertionError("emberd %d died during the test "
                                      "(exit status %s)" %
-                                     (daemon.proc.pid,
+                                     (daemon.pid,
                                       daemon.proc.returncode))
         return None
     except TestTimeout:
@@ -1069,7 +1084,7 @@ def _stop_daemons():
         reports = daemon.sanitizer_reports()
         if reports:
             problems.append("emberd %d's log has sanitizer reports:\n%s" %
-                            (daemon.proc.pid, "\n".join(reports)))
+                            (daemon.pid, "\n".join(reports)))
     return "\n".join(problems) or None
 
 

@@ -4,6 +4,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -38,7 +39,19 @@ class Notify:
         self.sock.bind(self.path)
         os.chmod(self.path, 0o777)
         self.sock.settimeout(0.2)
+        # The sender of each message, as systemd sees it: by default it
+        # takes messages from the process it started alone.
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self.messages = []
+        self.senders = set()
+
+    def _receive(self):
+        data, anc, _, _ = self.sock.recvmsg(
+            4096, socket.CMSG_SPACE(struct.calcsize("3i")))
+        for level, kind, cred in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                self.senders.add(struct.unpack("3i", cred)[0])
+        self.messages.append(data.decode())
 
     def wait_for(self, field, timeout=10):
         """Wait for a message with field (e.g. "READY=1"); return it."""
@@ -49,7 +62,7 @@ class Notify:
                     self.messages.remove(m)
                     return m
             try:
-                self.messages.append(self.sock.recv(4096).decode())
+                self._receive()
             except socket.timeout:
                 pass
         raise AssertionError("no %s in %r" % (field, self.messages))
@@ -64,7 +77,7 @@ class Notify:
                         self.messages.remove(m)
                         return line
             try:
-                self.messages.append(self.sock.recv(4096).decode())
+                self._receive()
             except socket.timeout:
                 pass
         raise AssertionError("no %s... in %r" % (prefix, self.messages))
@@ -128,6 +141,9 @@ def test_notify_ready_once_the_pool_is_warm(_):
         p.send_signal(signal.SIGTERM)
         n.wait_for("STOPPING=1")
         check_eq(p.wait(15), 0, "exit status")
+        # Every message came from the process systemd would have started
+        # (emberd runs under it, as it leads its session).
+        check_eq(n.senders, {p.pid}, "senders of the notifications")
     finally:
         kill_quietly(p.pid)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -147,6 +163,61 @@ def test_notify_never_ready_when_the_pool_fails(_):
               "READY=1 sent: %r" % n.messages)
     finally:
         kill_quietly(p.pid)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _children(pid):
+    return [p for p, st in process_table().items() if st[2] == pid]
+
+
+def test_foreground_leader_keeps_emberd_out_of_the_lead(d):
+    """Started with -f as a session leader (systemd and this harness start
+    it so), emberd runs in the keeper's child, in the same session but not
+    leading it, so no terminal can become its own."""
+    keeper = d.proc.pid
+    check_eq(os.getsid(keeper), keeper, "the harness starts a leader")
+    check(d.pid != keeper, "emberd is the process started")
+    check_eq(os.getsid(d.pid), keeper, "emberd's session")
+    check_eq(_children(keeper), [d.pid], "the keeper's children")
+    check_eq(Client(d.socket).status()["pid"], d.pid, "status pid")
+    # Signals sent to the keeper reach emberd: SIGHUP reloads it.
+    d.signal(signal.SIGHUP)
+    check(wait_until(lambda: "SIGHUP: conf reloaded" in d.log_tail(), 10),
+          "no reload:\n%s" % d.log_tail())
+    check(d.alive(), "the keeper went on SIGHUP")
+    # emberd killed under it: the keeper ends the same way.
+    d.snapshot()
+    d.expect_exit = True
+    os.kill(d.pid, signal.SIGKILL)
+    check_eq(d.wait(10), -signal.SIGKILL, "the keeper's end")
+
+
+@no_daemon
+def test_keeper_passes_on_the_exit_status(_):
+    tmp = _open_tmpdir()
+    try:
+        # A socket path that cannot be bound: emberd exits 1, and so does
+        # the keeper, with emberd's message on its standard error.
+        p = _start(tmp, _emberd(tmp, "daemon.socket=%s/no/such/s.sock" %
+                                tmp))
+        check_eq(p.wait(15), 1, "exit status")
+        log = open(os.path.join(tmp, "emberd.log")).read()
+        check("s.sock" in log, "the error: %r" % log)
+        # Not a session leader: no keeper, emberd is the process started.
+        log = open(os.path.join(tmp, "emberd.log"), "ab")
+        p = subprocess.Popen(_emberd(tmp), stdin=subprocess.DEVNULL,
+                             stdout=log, stderr=log, process_group=0)
+        log.close()
+        try:
+            check(wait_until(lambda: os.path.exists(
+                os.path.join(tmp, "emberd.sock")), 10), "no socket")
+            check_eq(Client(os.path.join(tmp, "emberd.sock")).status()[
+                "pid"], p.pid, "status pid without a keeper")
+            p.send_signal(signal.SIGTERM)
+            check_eq(p.wait(15), 0, "exit status on SIGTERM")
+        finally:
+            kill_quietly(p.pid)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 

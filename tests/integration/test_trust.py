@@ -391,8 +391,9 @@ def test_pty_as_a_text_path(d):
     """User a names a terminal of their own as a text path, then types
     ^\\ and ^C on it: the plan is refused (not a regular file), the
     terminal became nobody's controlling one, and emberd and the
-    fork-servers live on.  (Under -f, as here, emberd leads its session:
-    only O_NOCTTY keeps a terminal from becoming its own.)"""
+    fork-servers live on.  Started with -f as a session leader, as here,
+    emberd runs under a keeper and leads no session: even an open without
+    O_NOCTTY could not make a terminal its own."""
     fs_before = None
 
     def attack(ctl):
@@ -415,7 +416,8 @@ def test_pty_as_a_text_path(d):
                            if "fork-server" in cmdline(fs))
         # Nothing of emberd's took the terminal: not emberd, not a
         # fork-server, helper or worker.
-        for pid in [d.pid] + list(descendants(d.pid)):
+        check(os.getsid(d.pid) != d.pid, "emberd leads its session")
+        for pid in [d.proc.pid, d.pid] + list(descendants(d.pid)):
             try:
                 check_eq(tty_nr(pid), 0, "the terminal of %s %d" %
                          (cmdline(pid), pid))

@@ -1,0 +1,130 @@
+/*
+ * The keeper: emberd -f started as a session leader (by systemd, or by
+ * setsid) would be able to gain a controlling terminal.  A session leader
+ * cannot stop being one, so it stays behind as a small keeper and emberd
+ * runs in its child, which never leads a session.  The keeper is what its
+ * starter sees: it passes on the signals a service manager sends, passes on
+ * emberd's sd_notify messages (systemd takes them only from the process it
+ * started), and ends as emberd ends, with the same status or signal.
+ * emberd dies with it (PR_SET_PDEATHSIG), so a SIGKILL of the keeper is
+ * still a SIGKILL of emberd.
+ */
+#include <sys/types.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "keeper.h"
+#include "log.h"
+
+/* The signals a service manager or an operator sends to emberd. */
+static const int	keeper_signals[] = {
+	SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2
+};
+#define KEEPER_NSIGNALS	(sizeof keeper_signals / sizeof keeper_signals[0])
+
+static volatile pid_t	keeper_child = -1;	/* in the keeper */
+static int		keeper_fd = -1;		/* in emberd: to the keeper */
+
+static void
+keeper_forward(int sig)
+{
+	if (keeper_child > 0)
+		kill(keeper_child, sig);
+}
+
+/* In the keeper: relay notifications until emberd is gone; exit as it did. */
+static void __attribute__((noreturn))
+keeper_run(int fd, pid_t child)
+{
+	char	msg[4096];
+	ssize_t	n;
+	int	status, sig;
+
+	for (;;) {
+		n = recv(fd, msg, sizeof msg - 1, 0);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;		/* emberd closed its end: it is exiting */
+		msg[n] = '\0';
+#ifdef HAVE_LIBSYSTEMD
+		(void)sd_notify(0, msg);
+#endif
+	}
+	while (waitpid(child, &status, 0) == -1)
+		if (errno != EINTR)
+			_exit(1);
+	if (WIFSIGNALED(status)) {
+		sig = WTERMSIG(status);
+		signal(sig, SIG_DFL);
+		raise(sig);
+	}
+	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
+
+void
+keeper_start(void)
+{
+	struct sigaction	 sa;
+	sigset_t		 block, old;
+	pid_t			 keeper = getpid(), pid;
+	int			 sv[2];
+	size_t			 i;
+
+	if (getsid(0) != keeper)
+		return;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == -1)
+		fatal("socketpair");
+
+	/* No signal may be lost between the fork and the handlers. */
+	sigemptyset(&block);
+	for (i = 0; i < KEEPER_NSIGNALS; i++)
+		sigaddset(&block, keeper_signals[i]);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	switch ((pid = fork())) {
+	case -1:
+		fatal("fork");
+	case 0:
+		close(sv[0]);
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1)
+			fatal("prctl");
+		if (getppid() != keeper)
+			_exit(1);	/* the keeper died before the prctl */
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		unsetenv("NOTIFY_SOCKET");
+		keeper_fd = sv[1];
+		return;
+	}
+	close(sv[1]);
+	keeper_child = pid;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = keeper_forward;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	for (i = 0; i < KEEPER_NSIGNALS; i++)
+		sigaction(keeper_signals[i], &sa, NULL);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	keeper_run(sv[0], pid);
+}
+
+int
+keeper_notify(const char *msg)
+{
+	if (keeper_fd == -1)
+		return (0);
+	if (send(keeper_fd, msg, strlen(msg), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+	    -1)
+		log_debug("notify through the keeper: %s", strerror(errno));
+	return (1);
+}

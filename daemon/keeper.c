@@ -12,9 +12,11 @@
 #include <sys/types.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,28 +45,50 @@ keeper_forward(int sig)
 		kill(keeper_child, sig);
 }
 
-/* In the keeper: relay notifications until emberd is gone; exit as it did. */
-static void __attribute__((noreturn))
-keeper_run(int fd, pid_t child)
+/* In the keeper: pass on what emberd's socket holds; -1 at its end. */
+static int
+keeper_relay(int fd)
 {
 	char	msg[4096];
 	ssize_t	n;
-	int	status, sig;
 
-	for (;;) {
-		n = recv(fd, msg, sizeof msg - 1, 0);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;		/* emberd closed its end: it is exiting */
+	while ((n = recv(fd, msg, sizeof msg - 1, MSG_DONTWAIT)) > 0) {
 		msg[n] = '\0';
 #ifdef HAVE_LIBSYSTEMD
 		(void)sd_notify(0, msg);
 #endif
 	}
-	while (waitpid(child, &status, 0) == -1)
-		if (errno != EINTR)
-			_exit(1);
+	return (n == 0 || (errno != EAGAIN && errno != EINTR) ? -1 : 0);
+}
+
+/*
+ * In the keeper: relay notifications until emberd is gone; exit as it did.
+ * emberd's end is watched through a pidfd rather than the socket's end: a
+ * child of emberd's between fork and exec may hold the socket a while.
+ */
+static void __attribute__((noreturn))
+keeper_run(int fd, pid_t child)
+{
+	struct pollfd	pfd[2];
+	int		pidfd, status, sig;
+
+	pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+	pfd[0].fd = fd;
+	pfd[0].events = POLLIN;
+	pfd[1].fd = pidfd;
+	pfd[1].events = POLLIN;
+	for (;;) {
+		/* Without pidfds (Linux before 5.3), look once a second. */
+		if (poll(pfd, 2, pidfd == -1 ? 1000 : -1) == -1 &&
+		    errno != EINTR)
+			fatal("poll");
+		if (pfd[0].fd != -1 && keeper_relay(pfd[0].fd) == -1)
+			pfd[0].fd = -1;
+		if (waitpid(child, &status, WNOHANG) == child)
+			break;
+	}
+	if (pfd[0].fd != -1)
+		(void)keeper_relay(pfd[0].fd);	/* said just before its end */
 	if (WIFSIGNALED(status)) {
 		sig = WTERMSIG(status);
 		signal(sig, SIG_DFL);

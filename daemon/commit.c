@@ -2,6 +2,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <event2/event.h>
 #include <jansson.h>
 
 #include "commit.h"
@@ -34,8 +35,14 @@ struct commit {
 	commit_cb		 cb;
 	void			*arg;
 	int			 orphan;	/* nobody waits: in orphans */
+	struct event		*retry;		/* an orphan's next abort */
+	int			 tries;
 	TAILQ_ENTRY(commit)	 entry;
 };
+
+/* An orphan's abort refused (the user's helpers at their limit, the
+ * fork-server restarting) is tried again each second, for a minute. */
+#define COMMIT_ABORT_TRIES	60
 
 /* Commits freed while a step ran: they end when it answers. */
 static TAILQ_HEAD(, commit) orphans = TAILQ_HEAD_INITIALIZER(orphans);
@@ -78,6 +85,8 @@ commit_destroy(struct commit *c)
 		if (--norphans == 0)
 			ember_check_drained();
 	}
+	if (c->retry != NULL)
+		event_free(c->retry);
 	if (c->ids != NULL)
 		json_decref(c->ids);
 	free(c->path);
@@ -103,10 +112,20 @@ commit_ask(struct commit *c, const char *verb, json_t *args,
 	return (0);
 }
 
+static void	commit_abort_orphan(struct commit *);
+
+static void
+commit_retry_cb(evutil_socket_t fd, short events, void *arg)
+{
+	(void)fd; (void)events;
+	commit_abort_orphan(arg);
+}
+
 /* Ask for save_abort with nobody waiting; the commit ends with it. */
 static void
 commit_abort_orphan(struct commit *c)
 {
+	struct timeval	 tv = { 1, 0 };
 	const char	*class;
 	char		*err = NULL;
 
@@ -116,12 +135,22 @@ commit_abort_orphan(struct commit *c)
 		norphans++;
 	}
 	if (commit_ask(c, "save_abort", json_pack("{s:O}", "ids", c->ids),
-	    COMMIT_ABORTING, &class, &err) == -1) {
-		log_warn("operation %s: %s/_temporary/%s is left: %s",
-		    c->operation, c->path, c->operation, err);
+	    COMMIT_ABORTING, &class, &err) == 0)
+		return;
+	if (++c->tries < COMMIT_ABORT_TRIES) {
+		if (c->tries == 1)
+			log_info("operation %s: undoing the save waits: %s",
+			    c->operation, err);
 		free(err);
-		commit_destroy(c);
+		if (c->retry == NULL)
+			c->retry = evtimer_new(ember_base, commit_retry_cb, c);
+		evtimer_add(c->retry, &tv);
+		return;
 	}
+	log_warn("operation %s: %s/_temporary/%s is left: %s", c->operation,
+	    c->path, c->operation, err);
+	free(err);
+	commit_destroy(c);
 }
 
 /* Read a step's answer: 0, or -1 with *class and *msg. */
@@ -279,7 +308,10 @@ commit_free_all(void)
 			    c->operation, c->path, c->operation);
 			helper_cancel(c->h);
 			c->h = NULL;
-		}
+		} else if (c->retry != NULL)
+			log_warn("operation %s: emberd exits before it could "
+			    "undo the save; %s/_temporary/%s is left",
+			    c->operation, c->path, c->operation);
 		commit_destroy(c);
 	}
 }

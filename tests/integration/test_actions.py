@@ -236,6 +236,43 @@ def test_save_abandoned_by_its_client(d):
     check(not os.path.exists(os.path.join(out, "_SUCCESS")), "_SUCCESS")
 
 
+def _helpers_of(d):
+    return [p for p in descendants(d.pid)
+            if "ember-worker: helper" in cmdline(p)]
+
+
+@with_daemon(sets=["daemon.max_helpers_per_uid=1",
+                   "daemon.helper_timeout=3s"])
+def test_save_abandoned_while_helpers_are_at_their_limit(d):
+    """The undo of an abandoned save needs a helper of the user's; one
+    refused by daemon.max_helpers_per_uid (another of theirs runs) is tried
+    again, and the _temporary goes once the other ends."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    loop = d.path("loop")
+    os.mkdir(loop, 0o755)
+    for name in "abcd":
+        os.symlink(".", os.path.join(loop, name))
+    c = d.client()
+    plan = range_plan(0, 4, 2, ops=[{"pipe": {"command": "cat; sleep 30"}}])
+    c.send_json({"op": "execute", "plan": plan, "action": "save",
+                 "options": {"path": out, "reattachable": False}})
+    d.worker_running("sleep 30")
+    # A glob that takes hours holds the user's one helper.
+    g = d.client()
+    g.send_json({"op": "execute", "action": "count",
+                 "plan": text_plan([loop + "/*" * 12 + "/x"])})
+    check(wait_until(lambda: len(_helpers_of(d)) == 1, 10), "no helper")
+    c.close_abruptly()
+    time.sleep(1.0)
+    check(os.path.isdir(os.path.join(out, "_temporary")),
+          "undone while the helpers were at their limit")
+    check_error(g.recv_json(), "LIMIT_EXCEEDED", "daemon.helper_timeout")
+    check(wait_until(lambda: not os.path.exists(
+        os.path.join(out, "_temporary")), 5.0), "_temporary left behind")
+    check("undoing the save waits" in d.log_text(), "no word of the "
+          "wait in the log")
+
+
 def test_cli_actions(d):
     words = d.path("w.txt")
     with open(words, "w") as f:

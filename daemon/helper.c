@@ -29,8 +29,11 @@
 /*
  * A helper from request to exit.  The handle the caller holds is this
  * struct while cb is set; it stays in the list after its answer (or a
- * cancel) until the fork-server reports the process's exit, so that the
- * limits count processes, not requests.
+ * cancel) until the fork-server reports the process's exit.  The limits
+ * count helpers at work: one cancelled or failed counts until it is gone,
+ * but one that answered only has to exit, so its slot is free at once for
+ * the user's next step (a save's commit, a checkpoint's manifest); if it
+ * lingers past daemon.helper_timeout, it is killed.
  */
 struct helper {
 	int32_t			 id;		/* FS_HELPER request id */
@@ -50,6 +53,7 @@ struct helper {
 	uint64_t		 started_ms;
 	helper_cb		 cb;		/* NULL: answered or cancelled */
 	void			*arg;
+	int			 charged;	/* counts against the limits */
 	TAILQ_ENTRY(helper)	 entry;
 };
 static TAILQ_HEAD(, helper) helpers = TAILQ_HEAD_INITIALIZER(helpers);
@@ -105,7 +109,8 @@ helper_free(struct helper *h)
 {
 	helper_close(h);
 	TAILQ_REMOVE(&helpers, h, entry);
-	limit_release(h->client, LIMIT_HELPERS, 1);
+	if (h->charged)
+		limit_release(h->client, LIMIT_HELPERS, 1);
 	free(h->verb);
 	free(h);
 }
@@ -204,6 +209,7 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 	h->verb = xstrdup(verb);
 	h->cb = cb;
 	h->arg = arg;
+	h->charged = 1;
 	h->started_ms = ember_now_ms();
 	TAILQ_INSERT_TAIL(&helpers, h, entry);
 	for (i = 0; i < nfds; i++) {
@@ -285,6 +291,34 @@ helper_write(struct helper *h)
 	return (0);
 }
 
+/* Kill a helper that answered but did not exit. */
+static void
+helper_linger_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct helper	*h = arg;
+
+	(void)fd; (void)events;
+	log_info("helper %ld (%s, uid %ld): answered %lldms ago and still "
+	    "runs: killed", (long)h->pid, h->verb, (long)h->client,
+	    (long long)ember_conf.daemon_helper_timeout);
+	fslink_kill(h->fs, h->pid, SIGKILL);
+}
+
+/* It answered: its slot is free, and it has a while to exit. */
+static void
+helper_answered(struct helper *h)
+{
+	struct timeval	tv;
+	int64_t		ms = ember_conf.daemon_helper_timeout;
+
+	limit_release(h->client, LIMIT_HELPERS, 1);
+	h->charged = 0;
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	h->timer = evtimer_new(ember_base, helper_linger_cb, h);
+	evtimer_add(h->timer, &tv);
+}
+
 /* The whole reply arrived: check its shape and answer the caller. */
 static void
 helper_answer(struct helper *h, size_t len)
@@ -322,6 +356,7 @@ helper_answer(struct helper *h, size_t len)
 	h->nfds = 0;		/* the callback's now */
 	h->cb = NULL;
 	helper_close(h);
+	helper_answered(h);
 	cb(reply, fds, nfds, NULL, NULL, arg);
 	json_decref(msg);
 }

@@ -236,6 +236,23 @@ def test_save_abandoned_by_its_client(d):
     check(not os.path.exists(os.path.join(out, "_SUCCESS")), "_SUCCESS")
 
 
+@with_daemon(sets=["daemon.max_helpers_per_uid=1"])
+def test_helper_steps_back_to_back_within_one_helper(d):
+    """A save over a text source asks for two helpers in a row (the plan's
+    check, then save_begin) with nothing between: with one helper allowed,
+    the first's slot is free once it answered, not once emberd heard that
+    its process exited."""
+    src = write_file(d.path("in.txt"), "a\nb\nc\n")
+    os.chmod(d.tmpdir, 0o755)
+    with d.client() as c:
+        for i in range(10):
+            out = os.path.join(job_writable(d.path("w%d" % i)), "out")
+            reply = c.execute(text_plan([src], 2), "save", {"path": out})
+            check(reply.get("ok") is True, "save %d: %r" % (i, reply))
+            check(os.path.exists(os.path.join(out, "_SUCCESS")),
+                  "save %d: no _SUCCESS" % i)
+
+
 def _helpers_of(d):
     return [p for p in descendants(d.pid)
             if "ember-worker: helper" in cmdline(p)]

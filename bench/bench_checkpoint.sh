@@ -54,22 +54,7 @@ if [ -z "$sock" ] || [ -z "$dir" ]; then
 	usage
 fi
 
-now() {
-	date +%s.%N
-}
-
-elapsed() {
-	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'
-}
-
-ratio() {
-	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
-}
-
-# Megabytes (10^6 bytes) of $1 bytes per $2 seconds.
-mbps() {
-	awk -v n="$1" -v s="$2" 'BEGIN { printf "%.0f", n / 1e6 / s }'
-}
+. "$srcdir/bench/lib.sh"
 
 # A member of a JSON object on standard input.
 member() {

@@ -50,30 +50,7 @@ if [ -z "$do_wc" ] && [ -z "$do_re" ]; then
 	do_re=1
 fi
 
-# The current time in seconds, with nanoseconds.
-now() {
-	date +%s.%N
-}
-
-# Seconds from $1 to $2.
-elapsed() {
-	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'
-}
-
-# Megabytes (10^6 bytes) of the file per second, in $1 seconds.
-mbps() {
-	awk -v s="$1" -v n="$size" 'BEGIN { printf "%.0f", n / 1e6 / s }'
-}
-
-# The smaller of $1 and $2, or $1 if $2 is empty.
-min() {
-	awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a + 0 < b + 0) ? a : b }'
-}
-
-# $1 / $2, two decimals.
-ratio() {
-	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
-}
+. "$srcdir/bench/lib.sh"
 
 # Workers, and the files they read, may run as another user: everything
 # under the data directory is readable by all.
@@ -111,7 +88,7 @@ if [ -n "$do_wc" ]; then
 	t1=$(now)
 	wc_ember=$(elapsed "$t0" "$t1")
 	echo "ember text + flat_map split + count_by_value: $wc_ember s," \
-	    "$(mbps "$wc_ember") MB/s"
+	    "$(mbps "$size" "$wc_ember") MB/s"
 
 	t0=$(now)
 	LC_ALL=C tr -s ' ' '\n' <"$file" |
@@ -120,14 +97,14 @@ if [ -n "$do_wc" ]; then
 	t1=$(now)
 	wc_sort=$(elapsed "$t0" "$t1")
 	echo "tr | sort -S 1G --parallel=2 | uniq -c: $wc_sort s," \
-	    "$(mbps "$wc_sort") MB/s"
+	    "$(mbps "$size" "$wc_sort") MB/s"
 
 	t0=$(now)
 	"$python" "$srcdir/bench/wordcount.py" "$file" >"$out/counter.raw"
 	t1=$(now)
 	wc_counter=$(elapsed "$t0" "$t1")
 	echo "python collections.Counter: $wc_counter s," \
-	    "$(mbps "$wc_counter") MB/s"
+	    "$(mbps "$size" "$wc_counter") MB/s"
 
 	# The same "count word" lines, largest count first, ties by word.
 	for k in ember sort counter; do
@@ -149,11 +126,11 @@ if [ -n "$do_wc" ]; then
 	    "$(ratio "$wc_counter" "$wc_ember")x Counter"
 	echo "result wc_mb $(awk -v n="$size" 'BEGIN { printf "%.0f", n / 1e6 }')"
 	echo "result wc_ember_s $wc_ember"
-	echo "result wc_ember_mbs $(mbps "$wc_ember")"
+	echo "result wc_ember_mbs $(mbps "$size" "$wc_ember")"
 	echo "result wc_sort_s $wc_sort"
-	echo "result wc_sort_mbs $(mbps "$wc_sort")"
+	echo "result wc_sort_mbs $(mbps "$size" "$wc_sort")"
 	echo "result wc_counter_s $wc_counter"
-	echo "result wc_counter_mbs $(mbps "$wc_counter")"
+	echo "result wc_counter_mbs $(mbps "$size" "$wc_counter")"
 	rm -f "$out"/*.raw "$out"/*.txt
 fi
 
@@ -188,12 +165,12 @@ if [ -n "$do_re" ]; then
 	done
 	lines=$(wc -l <"$file")
 	printf 'regex %s: %s of %s lines match; ember %s MB/s, grep %s MB/s, ' \
-	    "$regex" "$n_ember" "$lines" "$(mbps "$re_ember")" \
-	    "$(mbps "$re_grep")"
+	    "$regex" "$n_ember" "$lines" "$(mbps "$size" "$re_ember")" \
+	    "$(mbps "$size" "$re_grep")"
 	printf 'ember/grep speed %s\n' "$(ratio "$re_grep" "$re_ember")"
 	echo "result re_count $n_ember"
 	echo "result re_ember_s $re_ember"
-	echo "result re_ember_mbs $(mbps "$re_ember")"
+	echo "result re_ember_mbs $(mbps "$size" "$re_ember")"
 	echo "result re_grep_s $re_grep"
-	echo "result re_grep_mbs $(mbps "$re_grep")"
+	echo "result re_grep_mbs $(mbps "$size" "$re_grep")"
 fi

@@ -11,6 +11,7 @@
  */
 #include <sys/types.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -69,6 +70,7 @@ keeper_relay(int fd)
 static void __attribute__((noreturn))
 keeper_run(int fd, pid_t child)
 {
+	struct rlimit	nocore = { 0, 0 };
 	struct pollfd	pfd[2];
 	int		pidfd, status, sig;
 
@@ -82,15 +84,20 @@ keeper_run(int fd, pid_t child)
 		if (poll(pfd, 2, pidfd == -1 ? 1000 : -1) == -1 &&
 		    errno != EINTR)
 			fatal("poll");
-		if (pfd[0].fd != -1 && keeper_relay(pfd[0].fd) == -1)
+		if (pfd[0].fd != -1 && keeper_relay(pfd[0].fd) == -1) {
+			close(pfd[0].fd);
 			pfd[0].fd = -1;
+		}
 		if (waitpid(child, &status, WNOHANG) == child)
 			break;
 	}
 	if (pfd[0].fd != -1)
 		(void)keeper_relay(pfd[0].fd);	/* said just before its end */
 	if (WIFSIGNALED(status)) {
+		/* Die of the same signal, without a core of the keeper's own:
+		 * emberd's core, if any, is the one to read. */
 		sig = WTERMSIG(status);
+		(void)setrlimit(RLIMIT_CORE, &nocore);
 		signal(sig, SIG_DFL);
 		raise(sig);
 	}

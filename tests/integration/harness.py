@@ -490,19 +490,28 @@ class Daemon:
         return vm_rss_kb(self.pid)
 
     def signal(self, sig):
-        """Send sig to emberd; any but SIGHUP is expected to end it."""
+        """Send sig to emberd; any but SIGHUP is expected to end it.  It
+        goes to the process started, which passes it on when it is a
+        keeper, but for SIGKILL, which goes to emberd itself: the keeper
+        then ends only after emberd is gone, as a restart needs."""
         self.snapshot()
         if sig != signal.SIGHUP:
             self.expect_exit = True
-        os.kill(self.proc.pid, sig)
+        os.kill(self.pid if sig == signal.SIGKILL else self.proc.pid, sig)
 
     def wait(self, timeout=STOP_TIMEOUT):
         """Wait for emberd to exit; its exit code (negative: signal)."""
         try:
-            return self.proc.wait(timeout=timeout)
+            code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError("emberd %d still running after %ss:\n%s" %
                                  (self.pid, timeout, self.log_tail()))
+        # A keeper killed outright takes emberd with it, a moment later.
+        if self.emberd_pid is not None and not wait_until(
+                lambda: not is_running(self.emberd_pid), timeout):
+            raise AssertionError("emberd %d outlived its keeper" %
+                                 self.emberd_pid)
+        return code
 
     def stop(self, timeout=STOP_TIMEOUT):
         """SIGTERM, wait, then SIGKILL; return the exit code."""
@@ -511,10 +520,10 @@ class Daemon:
         if self.alive():
             self.signal(signal.SIGTERM)
             try:
-                return self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+                return self.wait(timeout)
+            except AssertionError:
                 self.proc.kill()
-        return self.proc.wait()
+        return self.wait()
 
     def kill_leftovers(self):
         """SIGKILL whatever of this emberd still runs; return what it was."""

@@ -190,6 +190,13 @@ def test_foreground_leader_keeps_emberd_out_of_the_lead(d):
     d.expect_exit = True
     os.kill(d.pid, signal.SIGKILL)
     check_eq(d.wait(10), -signal.SIGKILL, "the keeper's end")
+    # The keeper killed outright: emberd goes with it.
+    d.start()
+    emberd = d.pid
+    d.snapshot()
+    os.kill(d.proc.pid, signal.SIGKILL)
+    check(wait_until(lambda: not is_running(emberd), 10),
+          "emberd %d outlived its keeper" % emberd)
 
 
 @no_daemon

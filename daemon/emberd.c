@@ -26,14 +26,15 @@
 #include "emberd.h"
 #include "fslink.h"
 #include "httpd.h"
-#include "keeper.h"
 #include "helper.h"
+#include "keeper.h"
 #include "listener.h"
-#include "localdir.h"
 #include "limit.h"
+#include "localdir.h"
 #include "log.h"
 #include "operation.h"
 #include "pool.h"
+#include "proctitle.h"
 #include "scheduler.h"
 #include "session.h"
 #include "service.h"
@@ -447,6 +448,7 @@ main(int argc, char **argv)
 	enum log_level	 level;
 	enum log_format	 format;
 
+	proctitle_init(argc, argv);
 	if ((rc = ember_parse_args(argc, argv, &conf_path, &foreground,
 	    &dump)) != -1)
 		return (rc);

@@ -29,6 +29,7 @@
 
 #include "keeper.h"
 #include "log.h"
+#include "proctitle.h"
 
 /* The signals a service manager or an operator sends to emberd. */
 static const int	keeper_signals[] = {
@@ -139,6 +140,8 @@ keeper_start(void)
 	}
 	close(sv[1]);
 	keeper_child = pid;
+	/* Nothing reads argv here any more: ps can tell the two apart. */
+	proctitle_set("emberd", "emberd: keeper");
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = keeper_forward;
 	sa.sa_flags = SA_RESTART;

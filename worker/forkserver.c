@@ -11,7 +11,6 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@
 #include "forkserver.h"
 #include "helper.h"
 #include "log.h"
+#include "proctitle.h"
 #include "protocol.h"
 #include "serve.h"
 #include "xmalloc.h"
@@ -41,47 +41,6 @@ struct forkserver {
 
 /* Signals arrive as bytes on this pipe, read by the poll loop. */
 static int	forkserver_signal_pipe[2] = { -1, -1 };
-
-/* The bytes of argv's strings, where the process title goes. */
-static char	*forkserver_title;
-static size_t	 forkserver_title_len;
-
-/* Remember argv's extent, if its strings lie end to end as exec left them. */
-void
-forkserver_title_init(int argc, char **argv)
-{
-	char	*end;
-	int	 i;
-
-	if (argc < 1 || argv[0] == NULL)
-		return;
-	end = argv[0] + strlen(argv[0]) + 1;
-	for (i = 1; i < argc; i++) {
-		if (argv[i] != end)
-			return;
-		end = argv[i] + strlen(argv[i]) + 1;
-	}
-	forkserver_title = argv[0];
-	forkserver_title_len = (size_t)(end - argv[0]);
-}
-
-/*
- * Write the title over argv; the rest is zeroed, so /proc/PID/cmdline
- * ends with it.  A title longer than the original command line is cut.
- */
-void
-forkserver_set_title(const char *fmt, ...)
-{
-	va_list	ap;
-
-	if (forkserver_title == NULL || forkserver_title_len < 2)
-		return;
-	memset(forkserver_title, 0, forkserver_title_len);
-	va_start(ap, fmt);
-	vsnprintf(forkserver_title, forkserver_title_len, fmt, ap);
-	va_end(ap);
-	prctl(PR_SET_NAME, "ember-worker", 0, 0, 0);
-}
 
 /* Note a signal for the loop. */
 static void
@@ -237,10 +196,10 @@ forkserver_child(struct forkserver *fs, int sv[2], int helper)
 	sigemptyset(&set);
 	sigprocmask(SIG_SETMASK, &set, NULL);
 	if (helper) {
-		forkserver_set_title("ember-worker: helper");
+		proctitle_set("ember-worker", "ember-worker: helper");
 		_exit(helper_main(sv[1]));
 	}
-	forkserver_set_title("ember-worker: worker");
+	proctitle_set("ember-worker", "ember-worker: worker");
 	rc = serve_main(sv[1]);
 	held_clear();
 	_exit(rc);
@@ -529,10 +488,10 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 	 * of credentials clears. */
 	if (options->drop) {
 		forkserver_drop(options->uid, options->gid);
-		forkserver_set_title("ember-worker: fork-server uid %lu",
-		    (unsigned long)options->uid);
+		proctitle_set("ember-worker", "ember-worker: fork-server "
+		    "uid %lu", (unsigned long)options->uid);
 	} else
-		forkserver_set_title("ember-worker: fork-server");
+		proctitle_set("ember-worker", "ember-worker: fork-server");
 	forkserver_chdir();
 
 	/* Die with emberd; if it is already gone, do not start. */

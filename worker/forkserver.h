@@ -20,14 +20,6 @@ struct forkserver_options {
 	uint64_t	  memory_limit;	/* each worker's RLIMIT_AS; 0: none */
 };
 
-/* Remember where argv lies, to show a process title there later; call
- * before anything keeps a pointer into argv's strings. */
-void	forkserver_title_init(int argc, char **argv);
-
-/* Show title in place of the command line (ps, /proc/PID/cmdline). */
-void	forkserver_set_title(const char *fmt, ...)
-	    __attribute__((format(printf, 1, 2)));
-
 /* Serve fork and kill requests on ctl until emberd goes away; returns the
  * exit code. */
 int	forkserver_main(int ctl, const struct forkserver_options *);

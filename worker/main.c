@@ -11,6 +11,7 @@
 
 #include "forkserver.h"
 #include "log.h"
+#include "proctitle.h"
 #include "protocol.h"
 #include "xmalloc.h"
 
@@ -89,7 +90,7 @@ main(int argc, char **argv)
 	size_t				 i;
 
 	/* Before getopt permutes argv; the title goes over its strings. */
-	forkserver_title_init(argc, argv);
+	proctitle_init(argc, argv);
 
 	memset(&o, 0, sizeof o);
 	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {

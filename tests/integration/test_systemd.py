@@ -179,6 +179,9 @@ def test_foreground_leader_keeps_emberd_out_of_the_lead(d):
     check(d.pid != keeper, "emberd is the process started")
     check_eq(os.getsid(d.pid), keeper, "emberd's session")
     check_eq(_children(keeper), [d.pid], "the keeper's children")
+    check_eq(cmdline(keeper), "emberd: keeper", "the keeper's title")
+    check(cmdline(d.pid).startswith(EMBERD), "emberd's command line: %r" %
+          cmdline(d.pid))
     check_eq(Client(d.socket).status()["pid"], d.pid, "status pid")
     # Signals sent to the keeper reach emberd: SIGHUP reloads it.
     d.signal(signal.SIGHUP)

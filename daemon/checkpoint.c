@@ -418,6 +418,7 @@ checkpoint_committed_cb(json_t *reply, int *fds, size_t nfds,
 
 	(void)class;
 	c->helper = NULL;
+	ember_check_drained();
 	if ((why = checkpoint_call_error(reply, fds, nfds, error)) != NULL)
 		xasprintf(&msg, "checkpoint %s: %s", c->id, why);
 	c->writer = NULL;
@@ -506,6 +507,7 @@ checkpoint_recorded_cb(json_t *reply, int *fds, size_t nfds,
 	(void)class;
 	c->helper = NULL;
 	c->recording = 0;
+	ember_check_drained();
 	if ((error = checkpoint_call_error(reply, fds, nfds, error)) != NULL)
 		log_warn("checkpoint %s: its manifest: %s (it will not "
 		    "outlive this emberd until it is computed)", c->id, error);
@@ -541,6 +543,7 @@ checkpoint_call_free(struct ckpt_call *k)
 	free(k->uid_dir);
 	free(k->id);
 	free(k);
+	ember_check_drained();
 }
 
 /* A helper's error: the call's, or the verb's ("error" in the reply). */
@@ -665,6 +668,7 @@ checkpoint_removed_cb(json_t *reply, int *fds, size_t nfds,
 	TAILQ_REMOVE(&ckpt_calls, k, entry);
 	k->helper = NULL;
 	TAILQ_INSERT_TAIL(&ckpt_retries, k, entry);
+	ember_check_drained();
 }
 
 /* Try the removals that failed again. */
@@ -1173,6 +1177,30 @@ checkpoint_remove_empty(int base)
 			unlinkat(base, e->d_name, AT_REMOVEDIR);
 	}
 	closedir(d);
+}
+
+size_t
+checkpoint_drain(void)
+{
+	static int		 dropped;
+	struct checkpoint	*c, *next;
+	struct ckpt_call	*k;
+	size_t			 n = 0;
+
+	if (!dropped) {
+		dropped = 1;
+		TAILQ_FOREACH_SAFE(c, &checkpoints, entry, next) {
+			if (c->local && !c->dropped)
+				checkpoint_drop(c);
+		}
+	}
+	TAILQ_FOREACH(k, &ckpt_calls, entry)
+		n++;
+	TAILQ_FOREACH(c, &checkpoints, entry) {
+		if (c->helper != NULL)
+			n++;
+	}
+	return (n);
 }
 
 void

@@ -81,6 +81,11 @@ void		 checkpoint_unwait(struct checkpoint *, struct operation *);
 /* checkpoint_drop {checkpoint}. */
 void		 checkpoint_drop_request(struct connection *, struct session *,
 		     json_t *request);
+/* Draining with no operation left: the local checkpoints go (they die
+ * with emberd), by their users' helpers while those can still run; how
+ * many checkpoint steps still run, which emberd waits for within
+ * daemon.shutdown_grace. */
+size_t		 checkpoint_drain(void);
 /* The session closed: its local checkpoints go. */
 void		 checkpoint_drop_session(struct session *);
 

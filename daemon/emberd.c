@@ -103,6 +103,8 @@ ember_drain_cb(evutil_socket_t fd, short events, void *arg)
 	operation_interrupt_all("emberd is shutting down");
 	if (commit_pending() > 0)
 		return;		/* back here when the last one is undone */
+	if (checkpoint_drain() > 0)
+		return;		/* the local checkpoints' files are going */
 	log_info("drained: no operation left, exiting");
 	event_base_loopexit(ember_base, NULL);
 }

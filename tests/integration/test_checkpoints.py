@@ -235,6 +235,23 @@ def test_session_close_removes_local(d):
         check_eq(c.count(source(reliable)), 100, "reliable after the close")
 
 
+def test_emberd_exit_removes_local(d):
+    """A local checkpoint dies with emberd: its files are gone once emberd
+    has exited on SIGTERM, with its session still open (and the local
+    directory with them); a reliable one stays."""
+    c = d.client()
+    local = checkpoint_ok(c, range_plan(), local=True)["checkpoint"]
+    reliable = checkpoint_ok(c, range_plan())["checkpoint"]
+    check_eq(entries(local_dir(d)), [local], "local files")
+    d.signal(signal.SIGTERM)
+    check_eq(d.wait(), 0, "exit status")
+    c.close()
+    check(not os.path.exists(d.socket + ".local"),
+          "left of the local directory: %r" %
+          [(r, f) for r, _, f in os.walk(d.socket + ".local")])
+    check_eq(entries(reliable_dir(d)), [reliable], "reliable files")
+
+
 @with_daemon(sets=["checkpoint.clean_interval=100ms"])
 def test_cleaner(d):
     """The periodic cleaner removes what no checkpoint owns (a failed

@@ -235,6 +235,15 @@ fslink_start(struct fslink *fs)
 	if (pid == 0) {
 		int	sig;
 
+		/* A process group of its own: a ^C on the terminal emberd -f
+		 * runs on is emberd's to handle (it drains), never the
+		 * fork-server's to die of.  One that came before the group
+		 * changed is pending here: ignoring a signal discards it.  Its
+		 * workers and helpers lead groups of their own. */
+		setpgid(0, 0);
+		signal(SIGINT, SIG_IGN);
+		signal(SIGQUIT, SIG_IGN);
+		signal(SIGTSTP, SIG_IGN);
 		for (sig = 1; sig < NSIG; sig++)
 			signal(sig, SIG_DFL);
 		sigprocmask(SIG_SETMASK, &old, NULL);

@@ -40,10 +40,16 @@ static const int	keeper_signals[] = {
 static volatile pid_t	keeper_child = -1;	/* in the keeper */
 static int		keeper_fd = -1;		/* in emberd: to the keeper */
 
+/*
+ * Pass a signal on.  One the terminal sent (^C, a hangup: the kernel's
+ * own, SI_KERNEL) reached emberd too, as it is in the keeper's foreground
+ * process group: a second one would end its drain at once.
+ */
 static void
-keeper_forward(int sig)
+keeper_forward(int sig, siginfo_t *si, void *uc)
 {
-	if (keeper_child > 0)
+	(void)uc;
+	if (keeper_child > 0 && si->si_code != SI_KERNEL)
 		kill(keeper_child, sig);
 }
 
@@ -143,8 +149,8 @@ keeper_start(void)
 	/* Nothing reads argv here any more: ps can tell the two apart. */
 	proctitle_set("emberd", "emberd: keeper");
 	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = keeper_forward;
-	sa.sa_flags = SA_RESTART;
+	sa.sa_sigaction = keeper_forward;
+	sa.sa_flags = SA_RESTART | SA_SIGINFO;
 	sigemptyset(&sa.sa_mask);
 	for (i = 0; i < KEEPER_NSIGNALS; i++)
 		sigaction(keeper_signals[i], &sa, NULL);

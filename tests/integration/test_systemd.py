@@ -1,5 +1,6 @@
 """emberd as a system service: sd_notify, detaching, the pidfile, the unit."""
 
+import fcntl
 import os
 import shutil
 import signal
@@ -7,6 +8,7 @@ import socket
 import struct
 import subprocess
 import tempfile
+import termios
 import time
 
 from harness import *
@@ -200,6 +202,46 @@ def test_foreground_leader_keeps_emberd_out_of_the_lead(d):
     os.kill(d.proc.pid, signal.SIGKILL)
     check(wait_until(lambda: not is_running(emberd), 10),
           "emberd %d outlived its keeper" % emberd)
+
+
+@no_daemon
+def test_ctrl_c_on_the_keepers_terminal_drains(_):
+    """emberd -f leading a terminal's session (tmux new 'exec emberd -f'):
+    ^C reaches the keeper and emberd both, as their process group is the
+    terminal's.  The keeper must not pass it on as well: a second SIGINT
+    would end the drain at once, and the running job with it."""
+    tmp = _open_tmpdir()
+    master, slave = os.openpty()
+
+    def lead_the_terminal():
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    log = open(os.path.join(tmp, "emberd.log"), "ab")
+    p = subprocess.Popen(_emberd(tmp, "daemon.log_level=info"),
+                         stdin=slave, stdout=log, stderr=log,
+                         preexec_fn=lead_the_terminal, pass_fds=(slave,))
+    log.close()
+    os.close(slave)
+    sock = os.path.join(tmp, "emberd.sock")
+    try:
+        check(wait_until(lambda: os.path.exists(sock), 10), "no socket")
+        c = Client(sock)
+        c.execute_ok(records_plan(["a", "b"], 2, ops=[
+            {"pipe": {"command": "sleep 1; cat"}}]), "collect")
+        os.write(master, b"\x03")
+        parts = c.read_stream(False)
+        check_eq(sorted(r for part in parts for r in part), [b"a", b"b"],
+                 "the job's records after ^C")
+        check_eq(p.wait(15), 0, "exit status")
+        text = open(os.path.join(tmp, "emberd.log")).read()
+        check("SIGINT: draining" in text, "no drain: %r" % text[-2000:])
+        check("second SIGINT" not in text, "^C came twice: %r" %
+              text[-2000:])
+    finally:
+        os.close(master)
+        kill_quietly(p.pid)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @no_daemon

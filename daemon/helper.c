@@ -160,41 +160,6 @@ helper_timeout_cb(evutil_socket_t fd, short events, void *arg)
 	    ember_conf.daemon_helper_timeout, h->verb, (long)h->client);
 }
 
-/*
- * Answered helpers that have not exited yet count against the limits no
- * more, but they are processes all the same, and a user could stop theirs
- * as soon as they answer: as many again as the limits allow may be on
- * their way out, and no more.  -1 with *err past that.
- */
-static int
-helper_exiting_bound(uid_t client, char **err)
-{
-	struct helper	*h;
-	int64_t		 mine = 0, all = 0;
-	int64_t		 per_uid = ember_conf.daemon_max_helpers_per_uid;
-	int64_t		 total = limit_total(LIMIT_HELPERS);
-
-	TAILQ_FOREACH(h, &helpers, entry) {
-		if (h->charged)
-			continue;
-		all++;
-		if (h->client == client)
-			mine++;
-	}
-	if (per_uid > 0 && mine >= per_uid) {
-		xasprintf(err, "daemon.max_helpers_per_uid is %lld: uid %ld has "
-		    "%lld more helpers still exiting", (long long)per_uid,
-		    (long)client, (long long)mine);
-		return (-1);
-	}
-	if (total > 0 && all >= total) {
-		xasprintf(err, "daemon.max_helpers is %lld: %lld more helpers "
-		    "are still exiting", (long long)total, (long long)all);
-		return (-1);
-	}
-	return (0);
-}
-
 struct helper *
 helper_run(uid_t client, gid_t gid, const char *verb, json_t *args,
     int fd_in, helper_cb cb, void *arg, const char **class, char **err)
@@ -229,8 +194,7 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 		    (long)client);
 		return (NULL);
 	}
-	if (helper_exiting_bound(client, err) == -1 ||
-	    limit_charge(client, LIMIT_HELPERS, 1, err) == -1) {
+	if (limit_charge(client, LIMIT_HELPERS, 1, err) == -1) {
 		*class = "LIMIT_EXCEEDED";
 		return (NULL);
 	}

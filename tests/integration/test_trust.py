@@ -377,43 +377,6 @@ def test_helpers_bounded_per_uid(d):
     check_eq(counted, 1, "user b's count")
 
 
-@with_daemon(sets=["daemon.max_helpers_per_uid=2"])
-def test_helpers_still_exiting_are_bounded(d):
-    """A helper that answered frees its slot before it has exited; but a
-    user whose helpers answer and then do not go (here their fork-server,
-    stopped, does not reap them) cannot pile them up: no more than
-    daemon.max_helpers_per_uid of them may be on their way out."""
-    loop, _ = loop_dir(d)
-    glob = loop + "/*" * 10 + "/x"		# a few seconds of globbing
-    one = write_file(d.path("one.txt"), "one\n")
-    os.chmod(one, 0o644)
-    conns = [d.client() for _ in range(2)]
-    for c in conns:
-        c.send_json({"op": "execute", "action": "count",
-                     "plan": text_plan([glob])})
-    check(wait_until(lambda: len(helpers(d)) == 2, 10), "two helpers")
-    fs = d.forkserver_pid()
-    os.kill(fs, signal.SIGSTOP)
-    try:
-        for c in conns:
-            check(error_of(c.recv_json()) is not None, "the glob's answer")
-            c.close()
-        with d.client() as c:
-            err = error_of(c.execute(text_plan([one]), "count"))
-        check(err is not None and err[0] == "LIMIT_EXCEEDED" and
-              "still exiting" in err[1], "a third helper: %r" % (err,))
-    finally:
-        os.kill(fs, signal.SIGCONT)
-
-    def count():
-        with d.client() as c:
-            reply = c.execute(text_plan([one]), "count")
-            if error_of(reply) is not None:
-                return None		# the fork-server is still reaping
-            return reply["count"]
-    check_eq(wait_until(count, 10), 1, "a count once they are gone")
-
-
 def tty_nr(pid):
     """The controlling terminal of pid (field 7 of /proc/PID/stat), 0 for
     none."""

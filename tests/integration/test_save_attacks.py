@@ -298,8 +298,11 @@ def test_task_directory_swapped(d):
             c.send_json(save_request(out, range_plan(0, 2, 1, ops=SLOW),
                                      operation=OP_ID))
             task = os.path.join(out, "_temporary", OP_ID)
-            check(wait_until(lambda: os.path.isdir(task), 10),
-                  "no operation directory")
+            # Once the tasks write into it, save_begin is over: the swap
+            # comes while the save runs, not while it is checked.
+            check(wait_until(lambda: os.path.isdir(task) and
+                             os.listdir(task), 10),
+                  "no task writing in the operation directory")
             os.rename(task, os.path.join(a_dir, "moved"))
             os.symlink(os.path.join(victim, OP_ID), task)
             return c.recv_json()

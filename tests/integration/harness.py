@@ -19,6 +19,7 @@ import atexit
 import json
 import os
 import pwd
+import re
 import resource
 import shutil
 import signal
@@ -191,6 +192,21 @@ def wait_until(predicate, timeout, interval=0.05):
         if time.monotonic() >= deadline:
             return value
         time.sleep(interval)
+
+
+def status_port(d, timeout=5.0):
+    """The port emberd d says its status listener (status.listen on
+    127.0.0.1) took."""
+    found = []
+
+    def listening():
+        m = re.search(r"status: listening on 127\.0\.0\.1:(\d+)",
+                      d.log_text())
+        if m:
+            found.append(int(m.group(1)))
+        return bool(found)
+    check(wait_until(listening, timeout), "no status listener in the log")
+    return found[0]
 
 
 def wait_steady(value, timeout, settle=0.3, interval=0.05):
@@ -396,6 +412,8 @@ class Daemon:
         finally:
             log.close()
         self.sid = self.proc.pid
+        # A fresh emberd is expected to live, whatever ended the last one.
+        self.expect_exit = False
         self.wait_ready()
         self.emberd_pid = self._find_emberd()
         self.snapshot()

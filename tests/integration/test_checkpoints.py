@@ -13,7 +13,6 @@ the records the original plan computed.
 import http.client
 import json
 import os
-import re
 import signal
 import stat
 import subprocess
@@ -294,7 +293,6 @@ def test_drops_past_the_helper_limit(d):
     eventually(lambda: entries(reliable_dir(d)) == [], "files left")
     check_eq(d.stop(), 0, "emberd's exit")
     d.start()
-    d.expect_exit = False
     with d.client() as c:
         check_during(lambda: c.status()["checkpoints"] == [], 0.5,
                      "a dropped checkpoint came back")
@@ -315,7 +313,6 @@ def test_drop_then_kill(d):
     check(entries(reliable_dir(d)) != [], "every removal was done before "
           "the kill: the test proves nothing")
     d.start()
-    d.expect_exit = False
     with d.client() as c:
         check_during(lambda: c.status()["checkpoints"] == [], 1,
                      "a dropped checkpoint came back")
@@ -333,7 +330,6 @@ def test_reliable_survives_restart(d):
         local = checkpoint_ok(c, range_plan(), local=True)["checkpoint"]
     check_eq(d.stop(), 0, "emberd's exit")
     d.start()
-    d.expect_exit = False
     with d.client() as c:
         eventually(lambda: listed(c, cid) is not None,
                    "the restarted emberd does not list %s" % cid)
@@ -356,7 +352,6 @@ def test_lazy_reliable_survives_restart(d):
     for run in range(2):
         check_eq(d.stop(), 0, "emberd's exit")
         d.start()
-        d.expect_exit = False
         with d.client() as c:
             eventually(lambda: listed(c, cid) is not None,
                        "the restarted emberd does not list %s" % cid)
@@ -393,7 +388,6 @@ def test_sigkill_mid_eager_reliable(d):
         check("manifest.json" not in entries(os.path.join(top, e)),
               "a manifest was written")
     d.start()
-    d.expect_exit = False
     eventually(lambda: entries(top) == [],
                "files left")
     with d.client() as c:
@@ -581,19 +575,11 @@ def test_full_disk(_):
 def test_status_page_hides_checkpoints(d):
     """The status listener, which any local user can reach, shows no
     user's checkpoints unless status.users names that user."""
-    found = []
-
-    def listening():
-        m = re.search(r"status: listening on 127\.0\.0\.1:(\d+)",
-                      d.log_text())
-        if m:
-            found.append(int(m.group(1)))
-        return bool(found)
-    eventually(listening, "no status listener in the log", 5)
+    port = status_port(d)
     with d.client() as c:
         cid = checkpoint_ok(c, range_plan(), local=True)["checkpoint"]
         check(listed(c, cid) is not None, "status request lists it")
-    conn = http.client.HTTPConnection("127.0.0.1", found[0], timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         conn.request("GET", "/status.json")
         web = json.loads(conn.getresponse().read())

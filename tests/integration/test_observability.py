@@ -25,20 +25,6 @@ CHROMIUM = next((p for p in (shutil.which(n) for n in (
 SLOW_OPS = [{"pipe": {"command": "sleep 0.4; cat"}}]
 
 
-def status_port(d, timeout=5.0):
-    """The port emberd says its status listener took."""
-    found = []
-
-    def listening():
-        m = re.search(r"status: listening on 127\.0\.0\.1:(\d+)",
-                      d.log_text())
-        if m:
-            found.append(int(m.group(1)))
-        return bool(found)
-    check(wait_until(listening, timeout), "no status listener in the log")
-    return found[0]
-
-
 def ipv6_loopback():
     """Can this machine listen on ::1?"""
     try:

@@ -199,6 +199,7 @@ def test_foreground_leader_keeps_emberd_out_of_the_lead(d):
     d.start()
     emberd = d.pid
     d.snapshot()
+    d.expect_exit = True
     os.kill(d.proc.pid, signal.SIGKILL)
     check(wait_until(lambda: not is_running(emberd), 10),
           "emberd %d outlived its keeper" % emberd)

@@ -65,17 +65,8 @@ ember() {
 	"$builddir/ember" --socket "$sock" "$@"
 }
 
-data=$dir/words
-file=$data/words.txt
-mkdir -p "$data"
-chmod 755 "$data"
-want=$((mb * 1000000))
-size=$(stat -c %s "$file" 2>/dev/null || echo 0)
-if [ "$size" -lt "$want" ]; then
-	"$builddir/bench/gen_words" --mb "$mb" "$file"
-	size=$(stat -c %s "$file")
-fi
-chmod 644 "$file"
+file=$dir/words/words.txt
+size=$(words_file "$file" "$mb")
 echo "file: $file, $size bytes; ember: $parts partitions"
 
 out=$dir/ckpt.tmp

@@ -52,22 +52,8 @@ fi
 
 . "$srcdir/bench/lib.sh"
 
-# Workers, and the files they read, may run as another user: everything
-# under the data directory is readable by all.
-data=$dir/words
-file=$data/words.txt
-mkdir -p "$data"
-chmod 755 "$data"
-want=$((mb * 1000000))
-size=$(stat -c %s "$file" 2>/dev/null || echo 0)
-if [ "$size" -lt "$want" ]; then
-	t0=$(now)
-	"$builddir/bench/gen_words" --mb "$mb" "$file"
-	t1=$(now)
-	echo "generated in $(elapsed "$t0" "$t1") s"
-	size=$(stat -c %s "$file")
-fi
-chmod 644 "$file"
+file=$dir/words/words.txt
+size=$(words_file "$file" "$mb")
 workers=$("$builddir/ember" --socket "$sock" status --json |
     "$python" -c 'import json, sys; print(json.load(sys.stdin)["workers_max"])')
 echo "file: $file, $size bytes; ember: $parts partitions, workers.max" \

@@ -24,3 +24,20 @@ mbps() {
 min() {
 	awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a + 0 < b + 0) ? a : b }'
 }
+
+# Make the word file $1 of $2 MB with bench/gen_words (in $builddir),
+# unless it is there with that size already, and print its size.  Workers,
+# and the files they read, may run as another user: the directory and the
+# file are readable by all.
+words_file() {
+	mkdir -p "$(dirname "$1")"
+	chmod 755 "$(dirname "$1")"
+	if [ "$(stat -c %s "$1" 2>/dev/null || echo 0)" -lt $(($2 * 1000000)) ]
+	then
+		t0=$(now)
+		"$builddir/bench/gen_words" --mb "$2" "$1" >&2
+		echo "generated in $(elapsed "$t0" "$(now)") s" >&2
+	fi
+	chmod 644 "$1"
+	stat -c %s "$1"
+}

@@ -149,6 +149,19 @@ helper_fail(struct helper *h, const char *class, const char *fmt, ...)
 	free(msg);
 }
 
+/* Give h daemon.helper_timeout, then cb: to answer, or to exit. */
+static void
+helper_set_timer(struct helper *h, event_callback_fn cb)
+{
+	struct timeval	tv;
+	int64_t		ms = ember_conf.daemon_helper_timeout;
+
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	h->timer = evtimer_new(ember_base, cb, h);
+	evtimer_add(h->timer, &tv);
+}
+
 static void
 helper_timeout_cb(evutil_socket_t fd, short events, void *arg)
 {
@@ -175,10 +188,8 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 {
 	struct helper	*h;
 	struct pool	*p;
-	struct timeval	 tv;
 	json_t		*req;
 	char		*text;
-	int64_t		 ms = ember_conf.daemon_helper_timeout;
 	size_t		 i;
 
 	*class = "INTERNAL";
@@ -236,10 +247,7 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 	evbuffer_add_frame(h->out, text, strlen(text));
 	free(text);
 	h->in = evbuffer_new();
-	h->timer = evtimer_new(ember_base, helper_timeout_cb, h);
-	tv.tv_sec = ms / 1000;
-	tv.tv_usec = (ms % 1000) * 1000;
-	evtimer_add(h->timer, &tv);
+	helper_set_timer(h, helper_timeout_cb);
 	log_debug("helper request %d: %s for uid %ld", h->id, verb,
 	    (long)client);
 	return (h);
@@ -308,15 +316,9 @@ helper_linger_cb(evutil_socket_t fd, short events, void *arg)
 static void
 helper_answered(struct helper *h)
 {
-	struct timeval	tv;
-	int64_t		ms = ember_conf.daemon_helper_timeout;
-
 	limit_release(h->client, LIMIT_HELPERS, 1);
 	h->charged = 0;
-	tv.tv_sec = ms / 1000;
-	tv.tv_usec = (ms % 1000) * 1000;
-	h->timer = evtimer_new(ember_base, helper_linger_cb, h);
-	evtimer_add(h->timer, &tv);
+	helper_set_timer(h, helper_linger_cb);
 }
 
 /* The whole reply arrived: check its shape and answer the caller. */

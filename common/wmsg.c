@@ -177,3 +177,75 @@ wmsg_get_metrics(const unsigned char *p, size_t len, int32_t n,
 		metrics[i] = be64_get(p + (size_t)i * WMSG_METRIC_SIZE);
 	return (0);
 }
+
+/* Begin the check of a record batch's payload. */
+void
+wmsg_batch_begin(struct wmsg_batch *b, const struct wmsg *m)
+{
+	b->frames = m->records;
+	b->left = (size_t)m->length;
+	b->body = 0;
+	b->have = 0;
+}
+
+/* Walk the next piece of a batch's payload: frame headers (whole or split
+ * between pieces) and the bodies they announce. */
+int
+wmsg_batch_feed(struct wmsg_batch *b, const unsigned char *p, size_t len,
+    const char **err)
+{
+	const unsigned char	*end = p + len;
+	size_t			 n;
+	int32_t			 frame;
+
+	if (len > b->left) {
+		*err = "a record batch longer than it says";
+		return (-1);
+	}
+	b->left -= len;
+	while (p < end) {
+		if (b->body > 0) {
+			n = (size_t)(end - p) < b->body ? (size_t)(end - p) :
+			    b->body;
+			p += n;
+			b->body -= n;
+			continue;
+		}
+		if (b->frames == 0) {
+			*err = "a record batch with more records than it says";
+			return (-1);
+		}
+		if (b->have == 0 && end - p >= 4) {
+			frame = be32_get(p);
+			p += 4;
+		} else {
+			b->hdr[b->have++] = *p++;
+			if (b->have < 4)
+				continue;
+			frame = be32_get(b->hdr);
+			b->have = 0;
+		}
+		if (frame < 0 && frame != EMBER_NULL) {
+			*err = "a record of a negative length";
+			return (-1);
+		}
+		b->frames--;
+		b->body = frame > 0 ? (size_t)frame : 0;
+	}
+	return (0);
+}
+
+/* End the check: every byte walked, and every record whole. */
+int
+wmsg_batch_end(const struct wmsg_batch *b, const char **err)
+{
+	if (b->left > 0) {
+		*err = "a record batch shorter than it says";
+		return (-1);
+	}
+	if (b->frames > 0 || b->body > 0 || b->have > 0) {
+		*err = "a record batch with fewer records than it says";
+		return (-1);
+	}
+	return (0);
+}

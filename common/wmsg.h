@@ -53,4 +53,27 @@ size_t		 wmsg_put_metrics(unsigned char *, const int64_t *, int n);
 int		 wmsg_get_metrics(const unsigned char *, size_t len, int32_t n,
 		     int64_t *metrics, int max, const char **err);
 
+/*
+ * A record batch's payload checked once, where it enters emberd, before
+ * anything walks it: exactly the records the header gives, each an int32
+ * length of zero or more (or EMBER_NULL) and that many bytes, filling the
+ * payload to its last byte.  The payload is fed in pieces, as it lies in
+ * a buffer's chains; a frame header may be split between two.
+ */
+struct wmsg_batch {
+	int32_t		frames;		/* records still to come */
+	size_t		left;		/* payload bytes not fed yet */
+	size_t		body;		/* bytes of the current record to pass */
+	unsigned char	hdr[4];		/* a record's length split between */
+	int		have;		/* pieces, and how much of it is here */
+};
+
+/* Begin checking the payload of the RECORD_BATCH m. */
+void		 wmsg_batch_begin(struct wmsg_batch *, const struct wmsg *m);
+/* Check the next len bytes of the payload: 0, or -1 with *err (static). */
+int		 wmsg_batch_feed(struct wmsg_batch *, const unsigned char *,
+		     size_t len, const char **err);
+/* After the last piece: 0 if the batch was whole and exact, or -1. */
+int		 wmsg_batch_end(const struct wmsg_batch *, const char **err);
+
 #endif

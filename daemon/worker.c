@@ -358,12 +358,45 @@ enum worker_progress {
 
 static void	worker_limit(struct worker *, enum retire_cause, const char *);
 
+/*
+ * Is the batch whose header sits at the front of in whole and exact?  A
+ * worker runs the user's code, which may write anything on its socket;
+ * checked here, once, nothing behind (the limit's cut, the retry buffer,
+ * the spool, the reply actions' merge) walks a frame that is not there.
+ */
+static int
+worker_batch_valid(struct evbuffer *in, const struct wmsg *m,
+    const char **err)
+{
+	struct evbuffer_iovec	 vec[16];
+	struct evbuffer_ptr	 at;
+	struct wmsg_batch	 b;
+	size_t			 left = (size_t)m->length, len;
+	int			 i, n;
+
+	wmsg_batch_begin(&b, m);
+	evbuffer_ptr_set(in, &at, WMSG_BATCH_SIZE, EVBUFFER_PTR_SET);
+	while (left > 0) {
+		n = evbuffer_peek(in, (ev_ssize_t)left, &at, vec, 16);
+		for (i = 0; i < n && i < 16 && left > 0; i++) {
+			len = vec[i].iov_len < left ? vec[i].iov_len : left;
+			if (wmsg_batch_feed(&b, vec[i].iov_base, len,
+			    err) == -1)
+				return (0);
+			left -= len;
+			evbuffer_ptr_set(in, &at, len, EVBUFFER_PTR_ADD);
+		}
+	}
+	return (wmsg_batch_end(&b, err) == 0);
+}
+
 /* Relay a record batch of the head task. */
 static enum worker_progress
 worker_batch(struct worker *w, struct task *t, struct evbuffer *in,
     const struct wmsg *m)
 {
-	char	*err = NULL;
+	const char	*bad;
+	char		*err = NULL;
 
 	if (!operation_accepts_batch(t->op, t)) {
 		/* Its client is not reading: stream.stall_timeout counts. */
@@ -372,6 +405,10 @@ worker_batch(struct worker *w, struct task *t, struct evbuffer *in,
 		return (WORKER_BLOCKED);
 	}
 	w->blocked_ms = 0;
+	if (!worker_batch_valid(in, m, &bad)) {
+		worker_corrupt(w, bad);
+		return (WORKER_STOPPED);
+	}
 	evbuffer_drain(in, WMSG_BATCH_SIZE);
 	switch (operation_relay_batch(t->op, t, in, (size_t)m->length,
 	    m->records, &err)) {

@@ -12,7 +12,8 @@ cd "$top"
 
 jobs=${EMBER_JOBS:-2}
 time=${FUZZ_TIME:-60}
-targets="tests/fuzz/fuzz_plan tests/fuzz/fuzz_request tests/fuzz/fuzz_result"
+targets="tests/fuzz/fuzz_plan tests/fuzz/fuzz_request tests/fuzz/fuzz_result
+    tests/fuzz/fuzz_batch"
 
 scripts/install-deps.sh --fuzzing
 

@@ -12,7 +12,10 @@
  *
  * "metrics": a task that ends with metric number "metric" set to "value";
  * "counts": count_by_value's partial counts, the record "a" counted
- * "value" times.
+ * "value" times;
+ * "batch": a record batch whose header says "records" records in "value"
+ * bytes, the bytes being one frame header that claims "frame" bytes (when
+ * "value" leaves room for it) and zeros.
  *
  * A worker that exits fails the tasks emberd has queued on it, so only
  * the operation's last partition forges a message; the worker's pid goes
@@ -107,6 +110,24 @@ forge_counts(unsigned char *p, int64_t value)
 	return (n);
 }
 
+/* A record batch that lies: records frames in length bytes, the first
+ * frame's header claiming frame bytes. */
+static size_t
+forge_batch(unsigned char *p, int32_t records, int32_t length, int32_t frame)
+{
+	size_t	n = 0;
+	int32_t	i;
+
+	n += put32(p + n, EMBER_RECORD_BATCH);
+	n += put32(p + n, records);
+	n += put32(p + n, length);
+	for (i = 0; i < length; i++)
+		p[n + i] = 0;
+	if (length >= 4)
+		put32(p + n, frame);
+	return (n + (size_t)length);
+}
+
 /* Emit every record as it is. */
 static int
 forge_pass(struct ember_udf *ctx)
@@ -127,7 +148,7 @@ udf_forge(struct ember_udf *ctx)
 	unsigned char	 msg[256];
 	const char	*what;
 	size_t		 len, n = 0;
-	int64_t		 partition, metric = -1, value;
+	int64_t		 partition, metric = -1, value, records, frame;
 	int		 fd;
 
 	if (ember_udf_arg_int(ctx, "partition", &partition) != 1)
@@ -147,6 +168,14 @@ udf_forge(struct ember_udf *ctx)
 	} else if (len == 6 && memcmp(what, "counts", 6) == 0) {
 		n = forge_counts(msg, value);
 		n += forge_end(msg + n, -1, 0);
+	} else if (len == 5 && memcmp(what, "batch", 5) == 0) {
+		if (ember_udf_arg_int(ctx, "records", &records) != 1 ||
+		    ember_udf_arg_int(ctx, "frame", &frame) != 1 ||
+		    value < 0 || value > 64)
+			return (ember_udf_error(ctx, "args.records and "
+			    "args.frame are required, args.value 0 to 64"));
+		n = forge_batch(msg, (int32_t)records, (int32_t)value,
+		    (int32_t)frame);
 	} else
 		return (ember_udf_error(ctx, "unknown args.message"));
 	/* The worker's stderr is emberd's log: the test finds the pid. */

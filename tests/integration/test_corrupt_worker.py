@@ -15,13 +15,14 @@ RECORDS_OUT = 1		# common/protocol.h: enum ember_metric
 ELAPSED_NS = 3
 
 
-def forged(records, message, value, metric=None):
+def forged(records, message, value, metric=None, more=None):
     """A plan of one partition per record whose last partition ends with
     the forged message, the others as they run."""
     args = {"partition": len(records) - 1, "message": message,
             "value": value}
     if metric is not None:
         args["metric"] = metric
+    args.update(more or {})
     return records_plan(records, len(records), ops=[{"udf": {
         "library": FORGE, "symbol": "udf_forge", "args": args}}])
 
@@ -86,6 +87,88 @@ def test_counts_overflow(d):
 
 def test_counts_negative(d):
     refused(d, d.client(), forged(["x"], "counts", -1), "count_by_value")
+
+
+# Record batches whose header lies about the frames behind it: (records
+# claimed, payload bytes, the first frame's length).
+LYING_BATCHES = [
+    (1, 4, 100),	# a frame of 100 bytes, none of them sent
+    (10, 0, 0),		# ten records in no bytes
+    (1, 8, -7),		# a frame length below zero, no special one
+    (0, 4, 0),		# bytes that are no record
+    (3, 8, 0),		# fewer records than it says
+]
+
+
+def lying(records, length, frame):
+    """A one-partition plan whose batch claims records in length bytes."""
+    return forged(["x"], "batch", length,
+                  more={"records": records, "frame": frame})
+
+
+def stream_refused(d, options):
+    """Each lying batch, relayed with options, fails its partition as a
+    corrupt worker message; emberd stays up."""
+    for records, length, frame in LYING_BATCHES:
+        c = d.client()
+        plan = lying(records, length, frame)
+        c.execute_ok(plan, "iterate", options)
+        c.write_int(REQUEST_NEXT)
+        status, payload = c.read_partition()
+        check_eq(status, STREAM_ERROR, "response to batch %r: %r" %
+                 ((records, length, frame), payload))
+        check("worker sent a corrupt message" in payload,
+              "error %r" % payload)
+        c.close()
+        check(d.alive(), "emberd died of batch %r:\n%s" %
+              ((records, length, frame), d.log_tail()))
+    wait_forgers_gone(d)
+    check_eq(d.client().count(range_plan(0, 100, 2)), 100, "count after")
+
+
+def test_lying_batch_with_limit(d):
+    """options.limit walks the batch to cut it: a lie must not reach it."""
+    stream_refused(d, {"limit": 1})
+
+
+def test_lying_batch_streamed(d):
+    stream_refused(d, None)
+
+
+def test_lying_batch_replayed(d):
+    """A reattach inside a batch walks the retry buffer's copy of it: a
+    lie must never be buffered.  The stream is cut after the first
+    response, and the reattach asks for the fifth record."""
+    c = d.client()
+    c.hello()
+    plan = lying(10, 0, 0)
+    op = c.execute_ok(plan, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    c.read_int()
+    session = c.session
+    c.close_abruptly()
+    c2 = d.client()
+    c2.hello(session=session)
+    reply = c2.request({"op": "reattach", "operation": op, "partition": 0,
+                        "offset": 5})
+    if reply.get("ok"):
+        status, payload = c2.read_partition()
+        check(status in (STREAM_ERROR, EXCEPTION_THROWN),
+              "reattached stream: %r %r" % (status, payload))
+    else:
+        check_error(reply, "OPERATION_FINISHED",
+                    "worker sent a corrupt message")
+    check(d.alive(), "emberd died of a replayed batch:\n%s" %
+          d.log_tail())
+    wait_forgers_gone(d)
+    check_eq(d.client().count(range_plan(0, 100, 2)), 100, "count after")
+
+
+def test_lying_batch_counts(d):
+    """The reply actions' reader refuses the same lies."""
+    for records, length, frame in LYING_BATCHES:
+        refused(d, d.client(), lying(records, length, frame),
+                "count_by_value")
 
 
 if __name__ == "__main__":

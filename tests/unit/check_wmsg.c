@@ -322,6 +322,88 @@ START_TEST(test_taskdesc_names)
 }
 END_TEST
 
+/* Check a batch of records frames in len bytes, fed in pieces of step. */
+static int
+batch_check(const unsigned char *p, size_t len, int32_t records, size_t step,
+    const char **err)
+{
+	struct wmsg		m = { EMBER_RECORD_BATCH, records, (int32_t)len };
+	struct wmsg_batch	b;
+	size_t			off, n;
+
+	wmsg_batch_begin(&b, &m);
+	for (off = 0; off < len; off += n) {
+		n = len - off < step ? len - off : step;
+		if (wmsg_batch_feed(&b, p + off, n, err) == -1)
+			return (-1);
+	}
+	return (wmsg_batch_end(&b, err));
+}
+
+START_TEST(test_wmsg_batch_exact)
+{
+	unsigned char	 buf[64];
+	const char	*err = NULL;
+	size_t		 n = 0, step;
+
+	/* "abc", an empty record, NULL, "z": whole in every cut. */
+	be32_put(buf + n, 3);
+	memcpy(buf + n + 4, "abc", 3);
+	n += 7;
+	be32_put(buf + n, 0);
+	n += 4;
+	be32_put(buf + n, EMBER_NULL);
+	n += 4;
+	be32_put(buf + n, 1);
+	buf[n + 4] = 'z';
+	n += 5;
+	for (step = 1; step <= n; step++) {
+		ck_assert_int_eq(batch_check(buf, n, 4, step, &err), 0);
+		ck_assert_int_eq(batch_check(buf, n, 5, step, &err), -1);
+		ck_assert_str_eq(err, "a record batch with fewer records than "
+		    "it says");
+		ck_assert_int_eq(batch_check(buf, n, 3, step, &err), -1);
+		ck_assert_str_eq(err, "a record batch with more records than "
+		    "it says");
+		/* The last record cut short. */
+		ck_assert_int_eq(batch_check(buf, n - 1, 4, step, &err), -1);
+	}
+	ck_assert_int_eq(batch_check(buf, 0, 0, 1, &err), 0);
+}
+END_TEST
+
+START_TEST(test_wmsg_batch_lies)
+{
+	unsigned char		 buf[16] = { 0 };
+	struct wmsg		 m = { EMBER_RECORD_BATCH, 1, 4 };
+	struct wmsg_batch	 b;
+	const char		*err = NULL;
+
+	/* One record of 100 bytes, none of them there. */
+	be32_put(buf, 100);
+	ck_assert_int_eq(batch_check(buf, 4, 1, 4, &err), -1);
+	ck_assert_str_eq(err, "a record batch with fewer records than it says");
+	/* Ten records in no bytes. */
+	ck_assert_int_eq(batch_check(buf, 0, 10, 1, &err), -1);
+	/* A negative length that is no special one. */
+	be32_put(buf, -7);
+	ck_assert_int_eq(batch_check(buf, 8, 1, 3, &err), -1);
+	ck_assert_str_eq(err, "a record of a negative length");
+	be32_put(buf, EMBER_END_OF_DATA_SECTION);
+	ck_assert_int_eq(batch_check(buf, 4, 1, 4, &err), -1);
+	/* More bytes fed than the header gave. */
+	be32_put(buf, 0);
+	wmsg_batch_begin(&b, &m);
+	ck_assert_int_eq(wmsg_batch_feed(&b, buf, 8, &err), -1);
+	ck_assert_str_eq(err, "a record batch longer than it says");
+	/* Fewer. */
+	wmsg_batch_begin(&b, &m);
+	ck_assert_int_eq(wmsg_batch_feed(&b, buf, 2, &err), 0);
+	ck_assert_int_eq(wmsg_batch_end(&b, &err), -1);
+	ck_assert_str_eq(err, "a record batch shorter than it says");
+}
+END_TEST
+
 Suite *
 wmsg_suite(void)
 {
@@ -333,6 +415,8 @@ wmsg_suite(void)
 	tcase_add_test(tc, test_wmsg_names);
 	tcase_add_test(tc, test_wmsg_refused);
 	tcase_add_test(tc, test_wmsg_metrics);
+	tcase_add_test(tc, test_wmsg_batch_exact);
+	tcase_add_test(tc, test_wmsg_batch_lies);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("task descriptors");

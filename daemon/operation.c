@@ -989,7 +989,8 @@ operation_limit_cb(evutil_socket_t fd, short events, void *arg)
 }
 
 /* The batch cut to its first n records: drain what lies after them, say
- * the limit is reached, and return the bytes of those kept. */
+ * the limit is reached, and return the bytes of those kept.  worker.c
+ * checked the batch's frames as it arrived, so a short one is ours. */
 static size_t
 operation_limit_batch(struct operation *op, struct evbuffer *from,
     size_t bytes, int32_t n)

@@ -195,7 +195,8 @@ retry_check(const struct retry *r, const struct position *pos, char *why,
 	return (POSITION_BUFFERED);
 }
 
-/* The bytes of the first n record frames of buf. */
+/* The bytes of the first n record frames of buf, a batch worker.c
+ * checked as it arrived: a short one is emberd's own bug. */
 static size_t
 retry_frames_bytes(struct evbuffer *buf, int64_t n)
 {

@@ -56,6 +56,7 @@ struct conf {
 	int64_t		 workers_max_memory;	/* bytes of RSS, 0: no limit */
 	int64_t		 workers_task_timeout;	/* ms, 0: none */
 	int64_t		 workers_max_per_user;	/* held at once, 0: no cap */
+	int64_t		 workers_task_retries;	/* a lost task's reruns */
 	char		*workers_preload;	/* comma-separated paths */
 	char		*workers_root_user;	/* runs root's jobs */
 	char		*workers_path;		/* PATH of a job */

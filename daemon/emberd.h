@@ -25,6 +25,7 @@ struct event_base;
 	X(tasks)							\
 	X(tasks_completed)						\
 	X(tasks_failed)							\
+	X(tasks_retried)		/* lost, and run again */	\
 	X(records_sent)							\
 	X(bytes_sent)							\
 	X(workers_forked)						\

@@ -75,6 +75,8 @@ static const struct {
 	    "Tasks that ended cleanly." },
 	{ "tasks_failed", "ember_tasks_failed_total",
 	    "Tasks that ended with an error." },
+	{ "tasks_retried", "ember_tasks_retried_total",
+	    "Tasks whose worker was lost, run again (workers.task_retries)." },
 	{ "records_sent", "ember_records_streamed_total",
 	    "Records streamed to clients." },
 	{ "bytes_sent", "ember_bytes_streamed_total",

@@ -1094,6 +1094,7 @@ operation_relay_batch(struct operation *op, struct task *t,
 	if (!ACTION_STREAMS(op->action)) {
 		if (op->result == NULL && op->result_error == NULL)
 			return (-1);	/* count and save send no records */
+		t->merged = 1;		/* run again, it would count twice */
 		return (operation_absorb(op, from, bytes));
 	}
 	if (t->spool != NULL && (spool_pending(t->spool) > 0 ||
@@ -1102,6 +1103,13 @@ operation_relay_batch(struct operation *op, struct task *t,
 		    err));
 	operation_relay_records(op, t, from, bytes, records);
 	return (0);
+}
+
+int
+operation_may_retry(const struct operation *op, const struct task *t)
+{
+	return (op->deterministic && !op->failing && !t->merged &&
+	    t->retries < ember_conf.workers_task_retries);
 }
 
 /*

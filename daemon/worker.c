@@ -1,3 +1,5 @@
+#include <sys/wait.h>
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -294,6 +296,29 @@ worker_corrupt(struct worker *w, const char *what)
 		task_fail(t, w->pid, "worker sent a corrupt message");
 }
 
+/*
+ * Was the worker killed by a signal that says nothing of its task: one an
+ * operator, a service manager or the kernel's OOM killer sends?  A crash
+ * signal (SIGSEGV, SIGABRT...) is the task's own, as an exit is; running
+ * it again would end the same way.
+ */
+static int
+worker_killed_from_outside(int status)
+{
+	if (!WIFSIGNALED(status))
+		return (0);
+	switch (WTERMSIG(status)) {
+	case SIGKILL:
+	case SIGTERM:
+	case SIGHUP:
+	case SIGINT:
+	case SIGQUIT:
+		return (1);
+	default:
+		return (0);
+	}
+}
+
 /* Did the worker exit because an allocation failed under its
  * address-space limit?  Then cause says it exceeded workers.max_memory. */
 static int
@@ -336,7 +361,10 @@ worker_died(struct worker *w)
 	pool_count_crash(w->pool);
 	t = worker_pop(w);
 	worker_retire(w, RETIRE_EXITED);
-	task_fail(t, w->pid, cause);
+	if (worker_killed_from_outside(w->status))
+		task_lose(t, w->pid, cause);
+	else
+		task_fail(t, w->pid, cause);
 }
 
 /* Is len bytes buffered?  If not, make sure emberd will read that far. */
@@ -846,7 +874,7 @@ worker_lost_pool(struct pool *p, const char *why)
 			event_active(w->kick, 0, 1);
 		worker_retire(w, RETIRE_FORKSERVER);
 		if (t != NULL)
-			task_fail(t, w->pid, why);
+			task_lose(t, w->pid, why);
 	}
 }
 

@@ -12,6 +12,7 @@
 
 struct event_base	*ember_base;	/* each channel test makes its own */
 struct ember_counters	 ember_counters;
+struct conf		 ember_conf;	/* zeros, but what a test sets */
 
 /* Run every suite. */
 int

@@ -625,6 +625,41 @@ worker_rss(pid_t pid)
 	return ((uint64_t)kb * 1024);
 }
 
+#define WORKER_TREE_MAX	256	/* processes of a worker's tree looked at */
+
+/*
+ * The resident memory of a worker and everything it started (a pipe's
+ * shell and its commands, what a udf forked): workers.max_memory bounds
+ * the task, not one process of it.  Walked through /proc's children
+ * lists, breadth first, at most WORKER_TREE_MAX processes, so that a
+ * task that forks without end costs the loop a bounded look (a user's
+ * process count is the pool's own bound).  *n gets the processes seen.
+ */
+static uint64_t
+worker_tree_rss(pid_t pid, int *n)
+{
+	pid_t			 tree[WORKER_TREE_MAX];
+	char			 path[96];
+	uint64_t		 rss = 0;
+	long			 child;
+	int			 head, count = 1;
+	FILE			*f;
+
+	tree[0] = pid;
+	for (head = 0; head < count; head++) {
+		rss += worker_rss(tree[head]);
+		snprintf(path, sizeof path, "/proc/%ld/task/%ld/children",
+		    (long)tree[head], (long)tree[head]);
+		if ((f = fopen(path, "re")) == NULL)
+			continue;
+		while (count < WORKER_TREE_MAX && fscanf(f, "%ld", &child) == 1)
+			tree[count++] = (pid_t)child;
+		fclose(f);
+	}
+	*n = count;
+	return (rss);
+}
+
 /*
  * Is an idle worker dying: a zombie, or a SIGKILL or SIGTERM pending?  A
  * kill sent from outside just before a job arrives leaves the worker's
@@ -924,7 +959,8 @@ static void
 worker_check(struct worker *w, uint64_t now)
 {
 	uint64_t	rss;
-	char		why[160];
+	char		why[192];
+	int		n;
 
 	/* (The client's idle time is looked at on every check while the
 	 * worker is blocked, so that both times run together.) */
@@ -943,11 +979,12 @@ worker_check(struct worker *w, uint64_t now)
 		worker_limit(w, RETIRE_TASK_TIMEOUT, why);
 		return;
 	}
-	if (ember_conf.workers_max_memory > 0 && (rss = worker_rss(w->pid)) >
-	    (uint64_t)ember_conf.workers_max_memory) {
+	if (ember_conf.workers_max_memory > 0 && (rss = worker_tree_rss(w->pid,
+	    &n)) > (uint64_t)ember_conf.workers_max_memory) {
 		snprintf(why, sizeof why, "exceeded workers.max_memory "
-		    "(resident %llu MiB, limit %llu MiB): killed",
-		    (unsigned long long)(rss >> 20),
+		    "(resident %llu MiB%s, limit %llu MiB): killed",
+		    (unsigned long long)(rss >> 20), n > 1 ?
+		    " with its commands" : "",
 		    (unsigned long long)(ember_conf.workers_max_memory >> 20));
 		worker_limit(w, RETIRE_MAX_MEMORY, why);
 	}
@@ -1039,12 +1076,13 @@ worker_status(const struct worker *w, uint64_t now)
 	json_t		*o, *held;
 	struct task	*t;
 	size_t		 i;
+	int		 n;
 
 	o = json_pack("{s:I,s:s,s:I,s:I,s:I}", "pid", (json_int_t)w->pid,
 	    "state", worker_state_names[w->state], "tasks",
 	    (json_int_t)w->tasks_run, "age_ms",
 	    (json_int_t)(now - w->started_ms), "rss_kb",
-	    (json_int_t)(worker_rss(w->pid) >> 10));
+	    (json_int_t)(worker_tree_rss(w->pid, &n) >> 10));
 	held = json_array();
 	for (i = 0; i < w->nheld; i++)
 		json_array_append_new(held, json_integer(w->held[i]));

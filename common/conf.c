@@ -57,6 +57,8 @@ static const struct conf_key conf_keys[] = {
 	    "30s", 1),
 	KEY("daemon", "idle_timeout", CONF_DURATION, daemon_idle_timeout,
 	    "10m", 0),
+	KEY("daemon", "write_timeout", CONF_DURATION, daemon_write_timeout,
+	    "60s", 1),
 	KEY("daemon", "max_input_per_uid", CONF_SIZE, daemon_max_input_per_uid,
 	    "64m", 1024),
 	KEY("daemon", "max_input", CONF_SIZE, daemon_max_input, "256m", 1024),

@@ -21,6 +21,7 @@ struct conf {
 	int64_t		 daemon_max_connections; /* 0: from RLIMIT_NOFILE */
 	int64_t		 daemon_request_timeout; /* ms to complete a frame */
 	int64_t		 daemon_idle_timeout;	/* ms, 0: never */
+	int64_t		 daemon_write_timeout;	/* ms a reply may wait unread */
 	int64_t		 daemon_max_input_per_uid; /* bytes of frames read */
 	int64_t		 daemon_max_input;
 	int64_t		 daemon_max_operations_per_uid;

@@ -57,7 +57,7 @@ static const struct {
 	{ "connections_refused", "ember_connections_refused_total",
 	    "Client connections refused by a connection limit." },
 	{ "connections_timed_out", "ember_connections_timed_out_total",
-	    "Client connections closed by the request or idle timeout." },
+	    "Client connections closed by the request, idle or write timeout." },
 	{ "requests", "ember_requests_total", "Control requests read." },
 	{ "request_errors", "ember_request_errors_total",
 	    "Control requests answered with an error." },

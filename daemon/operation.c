@@ -1311,6 +1311,31 @@ operation_reply(struct operation *op)
 	operation_reply_send(op, reply);
 }
 
+/*
+ * Send a reply action's reply to c, and end.  The reply's bytes, not the
+ * merged result's, are held against the uid's results until the client
+ * takes them; past the bounds it is LIMIT_EXCEEDED instead.
+ */
+static void
+operation_reply_deliver(struct operation *op, struct connection *c,
+    json_t *reply)
+{
+	char	*err;
+
+	operation_drop_result(op);
+	if (connection_reply_held(c, reply, &err) == -1) {
+		log_info("operation %s: %s", op->id, err);
+		connection_reply_error(c, "LIMIT_EXCEEDED", "%s (the reply of "
+		    "operation %s, until the client reads it)", err, op->id);
+		operation_bury(op, "LIMIT_EXCEEDED", "operation %s: its reply "
+		    "was over a limit: %s", op->id, err);
+		free(err);
+	} else
+		operation_bury(op, "OPERATION_FINISHED", "operation %s is "
+		    "complete and its reply was sent", op->id);
+	operation_end(op);
+}
+
 /* Send a reply action's reply (or keep it for a reattach), and end. */
 static void
 operation_reply_send(struct operation *op, json_t *reply)
@@ -1322,12 +1347,11 @@ operation_reply_send(struct operation *op, json_t *reply)
 		op->complete = 1;
 		return;
 	}
-	operation_bury(op, "OPERATION_FINISHED", "operation %s is complete "
-	    "and its reply was sent", op->id);
-	if (op->conn != NULL)
-		connection_reply_ok(op->conn, reply);
-	else
-		json_decref(reply);
+	if (op->conn != NULL) {
+		operation_reply_deliver(op, op->conn, reply);
+		return;
+	}
+	json_decref(reply);
 	operation_end(op);
 }
 
@@ -2303,10 +2327,7 @@ static void
 operation_reattach_reply(struct connection *c, struct operation *op)
 {
 	if (op->reply != NULL) {
-		connection_reply_ok(c, json_incref(op->reply));
-		operation_bury(op, "OPERATION_FINISHED", "operation %s is "
-		    "complete and its reply was sent", op->id);
-		operation_end(op);
+		operation_reply_deliver(op, c, json_incref(op->reply));
 		return;
 	}
 	op->conn = c;

@@ -148,8 +148,15 @@ struct tombstone {
 	char			*message;
 	TAILQ_ENTRY(tombstone)	 entry;
 };
-static TAILQ_HEAD(, tombstone) tombstones = TAILQ_HEAD_INITIALIZER(tombstones);
-static size_t	 ntombstones;
+/* One uid's tombstones, oldest first, at most operation.tombstones: one
+ * user's operations never push another's out. */
+struct tomb_user {
+	uid_t			 uid;
+	TAILQ_HEAD(, tombstone)	 list;
+	size_t			 n;
+	TAILQ_ENTRY(tomb_user)	 entry;
+};
+static TAILQ_HEAD(, tomb_user) tomb_users = TAILQ_HEAD_INITIALIZER(tomb_users);
 static struct event *operation_timer;
 
 static void	operation_pump(struct operation *);
@@ -312,27 +319,43 @@ operation_find(uid_t uid, const char *id)
 	return (NULL);
 }
 
+/* The tombstones of uid, or NULL. */
+static struct tomb_user *
+operation_tomb_user(uid_t uid)
+{
+	struct tomb_user	*tu;
+
+	TAILQ_FOREACH(tu, &tomb_users, entry) {
+		if (tu->uid == uid)
+			return (tu);
+	}
+	return (NULL);
+}
+
 /* Find uid's tombstone for id. */
 static struct tombstone *
 operation_find_tombstone(uid_t uid, const char *id)
 {
+	struct tomb_user	*tu = operation_tomb_user(uid);
 	struct tombstone	*ts;
 
-	TAILQ_FOREACH(ts, &tombstones, entry) {
-		if (ts->uid == uid && strcmp(ts->id, id) == 0)
+	if (tu == NULL)
+		return (NULL);
+	TAILQ_FOREACH(ts, &tu->list, entry) {
+		if (strcmp(ts->id, id) == 0)
 			return (ts);
 	}
 	return (NULL);
 }
 
-/* Forget the oldest tombstone. */
+/* Forget the oldest tombstone of tu. */
 static void
-operation_drop_tombstone(void)
+operation_drop_tombstone(struct tomb_user *tu)
 {
-	struct tombstone	*ts = TAILQ_FIRST(&tombstones);
+	struct tombstone	*ts = TAILQ_FIRST(&tu->list);
 
-	TAILQ_REMOVE(&tombstones, ts, entry);
-	ntombstones--;
+	TAILQ_REMOVE(&tu->list, ts, entry);
+	tu->n--;
 	free(ts->message);
 	free(ts);
 }
@@ -341,13 +364,20 @@ operation_drop_tombstone(void)
 static void __attribute__((format(printf, 3, 4)))
 operation_bury(struct operation *op, const char *class, const char *fmt, ...)
 {
+	struct tomb_user	*tu;
 	struct tombstone	*ts;
 	va_list			 ap;
 
 	if (!op->reattachable || ember_conf.operation_tombstones == 0)
 		return;
-	while (ntombstones >= (size_t)ember_conf.operation_tombstones)
-		operation_drop_tombstone();
+	if ((tu = operation_tomb_user(operation_uid(op))) == NULL) {
+		tu = xcalloc(1, sizeof *tu);
+		tu->uid = operation_uid(op);
+		TAILQ_INIT(&tu->list);
+		TAILQ_INSERT_TAIL(&tomb_users, tu, entry);
+	}
+	while (tu->n >= (size_t)ember_conf.operation_tombstones)
+		operation_drop_tombstone(tu);
 	ts = xcalloc(1, sizeof *ts);
 	memcpy(ts->id, op->id, sizeof ts->id);
 	ts->uid = operation_uid(op);
@@ -356,8 +386,8 @@ operation_bury(struct operation *op, const char *class, const char *fmt, ...)
 	if (vasprintf(&ts->message, fmt, ap) == -1)
 		fatal("vasprintf");
 	va_end(ap);
-	TAILQ_INSERT_TAIL(&tombstones, ts, entry);
-	ntombstones++;
+	TAILQ_INSERT_TAIL(&tu->list, ts, entry);
+	tu->n++;
 }
 
 int
@@ -2509,9 +2539,15 @@ operation_maintenance_start(void)
 void
 operation_maintenance_stop(void)
 {
+	struct tomb_user	*tu;
+
 	if (operation_timer != NULL)
 		event_free(operation_timer);
 	operation_timer = NULL;
-	while (ntombstones > 0)
-		operation_drop_tombstone();
+	while ((tu = TAILQ_FIRST(&tomb_users)) != NULL) {
+		while (tu->n > 0)
+			operation_drop_tombstone(tu);
+		TAILQ_REMOVE(&tomb_users, tu, entry);
+		free(tu);
+	}
 }

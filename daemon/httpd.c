@@ -23,6 +23,7 @@
 
 #include "emberd.h"
 #include "httpd.h"
+#include "localdir.h"
 #include "log.h"
 #include "metrics.h"
 #include "queue.h"
@@ -333,6 +334,8 @@ httpd_bind_unix(const char *path, struct sockaddr_un *sun)
 	memset(sun, 0, sizeof *sun);
 	sun->sun_family = AF_UNIX;
 	strcpy(sun->sun_path, path);
+	if (localdir_check_above("status.listen", path) == -1)
+		return (-1);
 	if (lstat(path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
 			log_error("status.listen: %s exists and is not a "
@@ -441,6 +444,7 @@ httpd_listen(const char *where)
 	int			 len = sizeof ss;
 	unsigned int		 flags = LEV_OPT_CLOSE_ON_FREE |
 				    LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
+	mode_t			 mask;
 
 	if (*where == '/') {
 		if (httpd_bind_unix(where, &sun) == -1)
@@ -459,16 +463,17 @@ httpd_listen(const char *where)
 			    "address: the status and metrics are visible "
 			    "from other machines", where);
 	}
+	/* A Unix socket is made 0666 by bind itself: no chmod by path. */
+	mask = umask(0111);
 	httpd_listener = evconnlistener_new_bind(ember_base, NULL, NULL, flags,
 	    64, sa, len);
+	umask(mask);
 	if (httpd_listener == NULL) {
 		log_error("status.listen: %s: %s", where, strerror(errno));
 		free(httpd_path);
 		httpd_path = NULL;
 		return (-1);
 	}
-	if (httpd_path != NULL)
-		chmod(httpd_path, 0666);
 	evconnlistener_set_error_cb(httpd_listener, httpd_accept_error_cb);
 	return (0);
 }

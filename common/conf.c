@@ -137,6 +137,8 @@ static const struct conf_key conf_keys[] = {
 	KEY("status", "users", CONF_STRING, status_users, "", 0),
 	KEY("status", "max_connections", CONF_INT, status_max_connections,
 	    "16", 1),
+	KEY("status", "max_connections_per_peer", CONF_INT,
+	    status_max_connections_per_peer, "4", 1),
 	KEY("status", "timeout", CONF_DURATION, status_timeout, "10s", 100),
 	KEY("checkpoint", "dir", CONF_STRING, checkpoint_dir,
 	    "/var/lib/ember/checkpoints", 0),

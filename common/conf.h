@@ -79,6 +79,7 @@ struct conf {
 	char		*status_listen;		/* "": no status listener */
 	char		*status_users;		/* whose operations it shows */
 	int64_t		 status_max_connections;
+	int64_t		 status_max_connections_per_peer; /* one uid, or address */
 	int64_t		 status_timeout;	/* ms to send a request */
 	char		*checkpoint_dir;	/* reliable checkpoints */
 	int64_t		 checkpoint_clean_interval; /* ms */

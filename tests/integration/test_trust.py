@@ -722,6 +722,82 @@ def test_socket_modes_without_chmod(_):
     d.cleanup()
 
 
+def _status_get(path, sock=None):
+    """GET /metrics on the status socket at path: the status line."""
+    s = sock or socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    if sock is None:
+        s.connect(path)
+    s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+    out = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+    s.close()
+    return out.split(b"\r\n", 1)[0].decode(errors="replace")
+
+
+@no_daemon
+def test_status_listener_caps_each_peer(_):
+    """User a's flood of connections to the status socket is held to
+    status.max_connections_per_peer: its oldest are closed, and b's
+    connection, opened before the flood, is answered."""
+    if not ROOT:
+        print("skip test_status_listener_caps_each_peer: needs root")
+        return
+    make_users()
+    d = Daemon(start=False)
+    os.chmod(d.tmpdir, 0o755)
+    path = d.path("status.sock")
+    d.sets = ["status.listen=" + path, "status.max_connections=8",
+              "status.max_connections_per_peer=4"]
+    d.start()
+
+    def b_waits(ctl):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        ctl.ready()
+        ctl.wait_go()
+        return _status_get(path, s)
+
+    def a_floods():
+        socks = []
+        for _ in range(20):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(path)
+            socks.append(s)
+
+        def closed(s):
+            s.settimeout(0.05)
+            try:
+                return s.recv(1) == b""
+            except socket.timeout:
+                return False
+            except OSError:
+                return True
+        wait_until(lambda: sum(closed(s) for s in socks) >= 16, 5)
+        n = sum(closed(s) for s in socks)
+        for s in socks:
+            s.close()
+        return n
+
+    b = AsUser(USERS["b"], b_waits)
+    try:
+        b.wait_ready()
+        closed = as_user("a", a_floods)
+        b.go()
+        line = b.result()
+    finally:
+        b.close()
+    check_eq(closed, 16, "a's connections closed past its cap of 4")
+    check(line.endswith("200 OK"), "b's request on its older connection: "
+          "%r" % line)
+    d.stop()
+    d.cleanup()
+
+
 @no_daemon
 def test_local_dir_made_private(_):
     """The local directory emberd makes is its own, mode 0711, and goes

@@ -21,6 +21,7 @@ struct conf {
 	int64_t		 daemon_max_connections; /* 0: from RLIMIT_NOFILE */
 	int64_t		 daemon_request_timeout; /* ms to complete a frame */
 	int64_t		 daemon_idle_timeout;	/* ms, 0: never */
+	int64_t		 daemon_write_timeout;	/* ms a reply may wait unread */
 	int64_t		 daemon_max_input_per_uid; /* bytes of frames read */
 	int64_t		 daemon_max_input;
 	int64_t		 daemon_max_operations_per_uid;
@@ -79,6 +80,7 @@ struct conf {
 	char		*status_listen;		/* "": no status listener */
 	char		*status_users;		/* whose operations it shows */
 	int64_t		 status_max_connections;
+	int64_t		 status_max_connections_per_peer; /* one uid, or address */
 	int64_t		 status_timeout;	/* ms to send a request */
 	char		*checkpoint_dir;	/* reliable checkpoints */
 	int64_t		 checkpoint_clean_interval; /* ms */

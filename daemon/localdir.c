@@ -24,44 +24,45 @@ localdir_path(void)
 	return (localdir);
 }
 
-/*
- * Check the directories above path: none may be writable by group or
- * others without the sticky bit, or whoever can write there could
- * replace the local directory with their own.  0, or -1 (logged).
- */
+/* Is the directory dir (above path) closed to others?  0, or -1
+ * (logged, naming key). */
 static int
-localdir_check_parents(const char *path)
+localdir_check_dir(const char *key, const char *dir, const char *path)
 {
-	struct stat	 st;
-	char		*p = xstrdup(path), *slash;
-	int		 rc = 0;
+	struct stat	st;
 
-	for (slash = strchr(p + 1, '/'); rc == 0; slash = strchr(slash + 1,
-	    '/')) {
-		if (slash != NULL)
-			*slash = '\0';
-		else
-			break;
-		if (stat(*p == '\0' ? "/" : p, &st) == -1) {
-			log_error("daemon.local_dir: %s: %s", p,
-			    strerror(errno));
-			rc = -1;
-		} else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
-		    (st.st_mode & S_ISVTX) == 0) {
-			log_error("daemon.local_dir: %s is writable by others "
-			    "without the sticky bit (mode %04o): anyone could "
-			    "replace %s; choose another daemon.local_dir (or "
-			    "daemon.socket)", p, (unsigned)(st.st_mode & 07777),
-			    path);
-			rc = -1;
-		}
-		*slash = '/';
+	if (stat(dir, &st) == -1) {
+		log_error("%s: %s: %s: %s", key, path, dir, strerror(errno));
+		return (-1);
 	}
-	if (rc == 0 && stat("/", &st) == 0 &&
-	    (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
+	if (st.st_uid != 0 && st.st_uid != geteuid()) {
+		log_error("%s: %s is owned by uid %lu, who could replace %s; "
+		    "choose another %s", key, dir, (unsigned long)st.st_uid,
+		    path, key);
+		return (-1);
+	}
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
 	    (st.st_mode & S_ISVTX) == 0) {
-		log_error("daemon.local_dir: / is writable by others");
-		rc = -1;
+		log_error("%s: %s is writable by others without the sticky "
+		    "bit (mode %04o): anyone could replace %s; choose another "
+		    "%s", key, dir, (unsigned)(st.st_mode & 07777), path, key);
+		return (-1);
+	}
+	return (0);
+}
+
+int
+localdir_check_above(const char *key, const char *path)
+{
+	char	*p = xstrdup(path), *slash;
+	int	 rc;
+
+	rc = localdir_check_dir(key, "/", path);
+	for (slash = strchr(p + 1, '/'); rc == 0 && slash != NULL;
+	    slash = strchr(slash + 1, '/')) {
+		*slash = '\0';
+		rc = localdir_check_dir(key, p, path);
+		*slash = '/';
 	}
 	free(p);
 	return (rc);
@@ -142,7 +143,7 @@ localdir_open(void)
 		    localdir);
 		goto fail;
 	}
-	if (localdir_check_parents(localdir) == -1)
+	if (localdir_check_above("daemon.local_dir", localdir) == -1)
 		goto fail;
 	if (mkdir(localdir, 0711) == 0)
 		made = 1;

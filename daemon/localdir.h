@@ -17,6 +17,11 @@
 int		 localdir_open(void);
 /* Clean it, and remove it if remove is set; at exit. */
 void		 localdir_close(int remove);
+/* Is every directory above path safe to keep emberd's own file in: owned
+ * by root or emberd, and writable by group or others only with the sticky
+ * bit (else whoever may write there could replace the file)?  0, or -1
+ * (logged, naming key and why). */
+int		 localdir_check_above(const char *key, const char *path);
 /* Its path (for logs and status), or NULL before localdir_open. */
 const char	*localdir_path(void);
 /* A new file name in it, created with O_CREAT|O_EXCL|O_NOFOLLOW and the

@@ -14,6 +14,7 @@ stream.stall_timeout, yet gets every record exactly once when it reads
 again.  Not root, they say so and do nothing.
 """
 
+import http.client
 import json
 import os
 import pwd
@@ -231,6 +232,73 @@ def test_operation_ids_are_the_users_own(d):
                                              "OPERATION_NOT_FOUND"),
           "b's reattach: %r" % (err_b,))
     check(err_b[1] != err[1], "b gets a's tombstone message: %r" % (err_b,))
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["operation.tombstones=16", "workers.max=2"])
+def test_tombstones_are_kept_per_uid(d):
+    """More operations of a than operation.tombstones do not evict b's
+    tombstone: b's execute with its finished operation's id gets the
+    tombstone's answer, not a second run (exactly once)."""
+    op_id = str(uuid.uuid4())
+
+    def b_runs():
+        with d.client() as c:
+            return c.execute(range_plan(0, 5, 1), "count", operation=op_id)
+    check(as_user("b", b_runs).get("count") == 5, "b's count")
+
+    def a_floods():
+        with d.client() as c:
+            for _ in range(40):
+                c.execute(range_plan(0, 1, 1), "count")
+        return True
+    as_user("a", a_floods)
+
+    def b_again():
+        with d.client() as c:
+            return [error_of(c.execute(range_plan(0, 5, 1), "count",
+                                       operation=op_id)),
+                    error_of(c.request({"op": "reattach", "operation": op_id,
+                                        "partition": 0, "offset": 0}))]
+    again, reattach = as_user("b", b_again)
+    check(again is not None and again[0] == "OPERATION_ALREADY_EXISTS",
+          "b's execute with its finished id ran again: %r" % (again,))
+    check(reattach is not None and reattach[0] == "OPERATION_FINISHED",
+          "b's reattach of its finished id: %r" % (reattach,))
+
+
+def status_json(d):
+    """/status.json of d's status listener."""
+    conn = http.client.HTTPConnection("127.0.0.1", status_port(d), timeout=10)
+    try:
+        conn.request("GET", "/status.json")
+        r = conn.getresponse()
+        check_eq(r.status, 200, "/status.json")
+        return json.loads(r.read())
+    finally:
+        conn.close()
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["status.listen=127.0.0.1:0", "status.users=*",
+                            "workers.max=2"])
+def test_failures_are_kept_per_uid(d):
+    """40 failing tasks of a leave b's one failure on the status page."""
+    failing = range_plan(0, 2, 1, ops=[{"pipe": {"command": "exit 3"}}])
+
+    def fail(n):
+        def run():
+            with d.client() as c:
+                return [c.execute(failing, "count")["ok"]
+                        for _ in range(n)]
+        return run
+    check(as_user("b", fail(1)) == [False], "b's job did not fail")
+    check(not any(as_user("a", fail(40))), "a's jobs did not fail")
+    users = [f["user"] for f in status_json(d)["failures"]]
+    check(USERS["b"][2] in users, "b's failure is gone from the status "
+          "page: %d of a's shown" % users.count(USERS["a"][2]))
+    check(0 < users.count(USERS["a"][2]) <= 32, "a's failures shown: %d" %
+          users.count(USERS["a"][2]))
 
 
 # ---------------------------------------------------------------------------

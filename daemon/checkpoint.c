@@ -19,6 +19,7 @@
 #include "helper.h"
 #include "jread.h"
 #include "limit.h"
+#include "localdir.h"
 #include "log.h"
 #include "operation.h"
 #include "plan.h"
@@ -196,6 +197,31 @@ checkpoint_open_base(const char *path, int create, char **err)
 	return (fd);
 }
 
+/*
+ * Open (made if missing) checkpoint.dir: an absolute path whose every
+ * parent is root's or emberd's and closed to others, as daemon.local_dir
+ * is (localdir.c): else the owner of a parent could swap a user's
+ * checkpoints for files of their own.  -1 with *err and errno.
+ */
+static int
+checkpoint_open_reliable(char **err)
+{
+	char	*e = NULL;
+
+	if (ckpt_reliable_path[0] != '/') {
+		xasprintf(err, "\"%s\" is not an absolute path",
+		    ckpt_reliable_path);
+		errno = EINVAL;
+		return (-1);
+	}
+	if (localdir_check_parents(ckpt_reliable_path, &e) == -1) {
+		xasprintf(err, "%s: %s", ckpt_reliable_path, e);
+		free(e);
+		return (-1);
+	}
+	return (checkpoint_open_base(ckpt_reliable_path, 1, err));
+}
+
 /* The base directory of local or reliable checkpoints, opened (and made)
  * on first use: -1 with *err naming it. */
 static int
@@ -211,9 +237,8 @@ checkpoint_base(int local, char **err)
 		}
 		return (ckpt_local_fd);
 	}
-	if (ckpt_reliable_fd == -1 && ckpt_reliable_path[0] == '/' &&
-	    (ckpt_reliable_fd = checkpoint_open_base(ckpt_reliable_path, 1,
-	    &e)) == -1) {
+	if (ckpt_reliable_fd == -1 &&
+	    (ckpt_reliable_fd = checkpoint_open_reliable(&e)) == -1) {
 		free(ckpt_reliable_error);
 		ckpt_reliable_error = e;
 	}
@@ -1126,11 +1151,7 @@ checkpoint_init(void)
 	free(err);
 	err = NULL;
 	ckpt_reliable_path = xstrdup(ember_conf.checkpoint_dir);
-	if (ckpt_reliable_path[0] != '/')
-		xasprintf(&err, "\"%s\" is not an absolute path",
-		    ckpt_reliable_path);
-	if (err != NULL || (ckpt_reliable_fd = checkpoint_open_base(
-	    ckpt_reliable_path, 1, &err)) == -1) {
+	if ((ckpt_reliable_fd = checkpoint_open_reliable(&err)) == -1) {
 		/* Missing is a machine without reliable checkpoints; the
 		 * others are mistakes. */
 		if (errno == ENOENT)

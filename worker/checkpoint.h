@@ -44,22 +44,32 @@ int		 ckpt_source_run(const char *dir, int partition,
 
 /*
  * The verbs a helper runs for emberd (worker/helper.c's table), each on
- * the uid's directory args.dir.  Each replies with its fields, or
- * {"error": why}; none takes or hands out descriptors.
+ * the uid's directory, passed as the one descriptor of the request
+ * (args.dir is its name, for messages).  Each replies with its fields,
+ * or {"error": why}; none hands out descriptors.
  *  checkpoint_commit {dir, id, manifest}: write ID/manifest.json last;
  *    with manifest.pending (a lazy checkpoint, not computed yet), make
  *    ID and write it before any partition.
  *  checkpoint_remove {dir, id}: remove ID, its manifest first.
- *  checkpoint_clean {dir, keep, before_ms, complete}: remove every entry
- *    not in keep and older than before_ms (milliseconds since the epoch);
- *    with complete, keep those with a manifest (whatever their age) and
- *    answer their manifests.
+ *  checkpoint_clean {dir, keep, before_ms, complete, max, max_manifest}:
+ *    remove every entry not in keep that has been there since before
+ *    before_ms (by its ctime, which its owner cannot set); from those in
+ *    keep, what is not a checkpoint's own; answer "sizes", the bytes on
+ *    disk of those in keep.  With complete, keep the ones whose manifest
+ *    holds (at most max_manifest bytes) and answer at most max of them
+ *    as summaries {id, partitions, records, bytes, eager, pending}
+ *    ("more": how many more), never the manifests themselves; "refused":
+ *    how many did not hold.
+ *  checkpoint_plan {dir, id, max}: the plan (and files) of ID's pending
+ *    manifest, of at most max bytes.
  */
 json_t		*ckpt_verb_commit(json_t *args, const int *fds_in,
 		     size_t nin, int *fds_out, size_t *nout, char **err);
 json_t		*ckpt_verb_remove(json_t *args, const int *fds_in,
 		     size_t nin, int *fds_out, size_t *nout, char **err);
 json_t		*ckpt_verb_clean(json_t *args, const int *fds_in,
+		     size_t nin, int *fds_out, size_t *nout, char **err);
+json_t		*ckpt_verb_plan(json_t *args, const int *fds_in,
 		     size_t nin, int *fds_out, size_t *nout, char **err);
 
 #endif

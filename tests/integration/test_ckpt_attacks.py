@@ -65,6 +65,51 @@ def cleans_of(d, uid):
 
 
 @needs_users
+@with_daemon(sets=SHARED + ["checkpoint.clean_interval=300ms"])
+def test_hostile_manifests(d):
+    """Ten 3 MB manifests of {"a":[{},{},...]} in a's own directory: the
+    cleaner's scans leave emberd small and b's status quick."""
+    uid_a = USERS["a"][0]
+    sock = d.socket
+
+    def make():
+        with Client(sock) as c:
+            return checkpoint_ok(c, small_plan())
+    cid = as_user("a", make)
+    top = reliable_dir(d, uid_a)
+    body = '{"a":[' + ",".join(["{}"] * MB) + "]}"
+    for _ in range(10):
+        path = os.path.join(top, str(uuid.uuid4()))
+        os.mkdir(path, 0o700)
+        write_file(os.path.join(path, "manifest.json"), body)
+        give(os.path.join(path, "manifest.json"), "a")
+        give(path, "a")
+    before = cleans_of(d, uid_a)
+
+    def poll():
+        worst = 0.0
+        with Client(sock) as c:
+            end = time.monotonic() + 4
+            while time.monotonic() < end:
+                t = time.monotonic()
+                c.status()
+                worst = max(worst, time.monotonic() - t)
+                time.sleep(0.02)
+        return worst
+    worst = as_user("b", poll)
+    check(wait_until(lambda: cleans_of(d, uid_a) >= before + 2, 20),
+          "the cleaner did not scan a's directory twice: %s" % d.log_tail())
+    hwm = vm_hwm_kb(d.pid)
+    check(hwm < 400 * 1024, "emberd's peak RSS is %d kB" % hwm)
+    check(worst < 1.0, "b's status took %.2fs" % worst)
+
+    def still():
+        with Client(sock) as c:
+            return c.count({"source": {"checkpoint": cid}, "ops": []})
+    check_eq(as_user("a", still), 100, "a's own checkpoint")
+
+
+@needs_users
 @with_daemon(sets=SHARED, start=False)
 def test_checkpoint_dir_in_a_users_directory(d):
     """A checkpoint.dir under a directory user a owns is refused at start:
@@ -88,6 +133,61 @@ def test_checkpoint_dir_in_a_users_directory(d):
     check_eq(cls, "CHECKPOINT_FAILED", "class")
     check(home in msg and "owned by uid %d" % USERS["a"][0] in msg,
           "the message: %s" % msg)
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["checkpoint.clean_interval=200ms",
+                            "daemon.max_checkpoint_bytes_per_uid=1m"])
+def test_bytes_written_directly(d):
+    """a writes 2 MB into each of her checkpoint directories behind
+    emberd's back: the bytes are charged (status shows them, the bytes
+    limit refuses her next checkpoint) and what no checkpoint owns is
+    removed by the cleaner, however its times were set."""
+    uid_a = USERS["a"][0]
+    sock = d.socket
+    future = time.time() + 3600
+
+    def attack(ctl):
+        out = {}
+        with Client(sock) as c:
+            rel = checkpoint_ok(c, small_plan())
+            loc = checkpoint_ok(c, small_plan(), local=True)
+            junk = []
+            for top, cid in ((reliable_dir(d, uid_a), rel),
+                             (local_dir(d, uid_a), loc)):
+                with open(os.path.join(top, cid, "part-00000"), "ab") as f:
+                    f.write(os.urandom(2 * MB))
+                inside = os.path.join(top, cid, "junk")
+                write_file(inside, "x" * MB)
+                stray = os.path.join(top, "stray")
+                os.mkdir(stray)
+                write_file(os.path.join(stray, "big"), "y" * MB)
+                for p in (inside, stray, os.path.join(stray, "big")):
+                    os.utime(p, (future, future))
+                junk += [inside, stray]
+            ctl.ready(junk)
+
+            def charged():
+                return sum(e["bytes"] for e in c.status()["checkpoints"])
+            wait_until(lambda: charged() >= 4 * MB, 10)
+            out["charged"] = charged()
+            r = checkpoint(c, small_plan())
+            out["next"] = r.get("error", {}).get("class")
+            out["message"] = r.get("error", {}).get("message")
+            out["count"] = c.count({"source": {"checkpoint": rel},
+                                    "ops": []})
+        return out
+    child = AsUser(USERS["a"], attack)
+    junk = child.wait_ready()
+    gone = wait_until(lambda: not any(os.path.exists(p) for p in junk), 10)
+    out = child.result()
+    check(gone, "the cleaner left %r" % [p for p in junk
+                                         if os.path.exists(p)])
+    check(out["charged"] >= 4 * MB, "a is charged %d bytes" % out["charged"])
+    check_eq(out["next"], "LIMIT_EXCEEDED", "a's next checkpoint")
+    check("daemon.max_checkpoint_bytes_per_uid" in (out["message"] or ""),
+          "message: %r" % out["message"])
+    check_eq(out["count"], 100, "a's checkpoint, read after")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@
 
 #define CK_ID		"0b697aef-9a9d-44bf-a3db-6f881122a3e3"
 #define CK_ID2		"5cf87b40-6b9c-4bea-a9fb-ea4171f59942"
+#define CK_ID3		"6d1a2b3c-0000-4000-8000-00000000c0d3"
+#define CK_ID4		"6d1a2b3c-0000-4000-8000-00000000c0d4"
+#define CK_ID5		"6d1a2b3c-0000-4000-8000-00000000c0d5"
 
 static char	ck_top[] = "/tmp/check_ckpt.XXXXXX";
 static char	ck_dir[256];
@@ -224,7 +227,8 @@ START_TEST(test_ckpt_bad_dir)
 }
 END_TEST
 
-/* Run a verb; its reply. */
+/* Run a verb on ck_top, passed as emberd passes it: a descriptor; its
+ * reply. */
 static json_t *
 ck_verb(json_t *(*fn)(json_t *, const int *, size_t, int *, size_t *,
     char **), json_t *args)
@@ -232,8 +236,11 @@ ck_verb(json_t *(*fn)(json_t *, const int *, size_t, int *, size_t *,
 	json_t	*reply;
 	size_t	 nout = 9;
 	char	*err = NULL;
+	int	 fd;
 
-	reply = fn(args, NULL, 0, NULL, &nout, &err);
+	ck_assert_int_ne(fd = open(ck_top, O_RDONLY | O_DIRECTORY), -1);
+	reply = fn(args, &fd, 1, NULL, &nout, &err);
+	close(fd);
 	json_decref(args);
 	ck_assert_ptr_nonnull(reply);
 	ck_assert_int_eq(nout, 0);
@@ -304,8 +311,9 @@ START_TEST(test_ckpt_clean)
 
 	/* Everything is newer than before: nothing goes, but the complete
 	 * one is answered whatever its age. */
-	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:I,s:b}", "dir",
-	    ck_top, "before_ms", ck_ms(-60), "complete", 1));
+	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:I,s:b,s:i,s:i}",
+	    "dir", ck_top, "before_ms", ck_ms(-60), "complete", 1, "max", 8,
+	    "max_manifest", 4096));
 	ck_assert_int_eq(json_integer_value(json_object_get(reply,
 	    "removed")), 0);
 	json_decref(reply);
@@ -313,8 +321,9 @@ START_TEST(test_ckpt_clean)
 
 	/* The partial one and the stray go; the complete one is kept and
 	 * answered, its id from its directory's name. */
-	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:I,s:b}", "dir",
-	    ck_top, "before_ms", ck_ms(60), "complete", 1));
+	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:I,s:b,s:i,s:i}",
+	    "dir", ck_top, "before_ms", ck_ms(60), "complete", 1, "max", 8,
+	    "max_manifest", 4096));
 	ck_assert_int_eq(json_integer_value(json_object_get(reply,
 	    "removed")), 2);
 	found = json_object_get(reply, "checkpoints");
@@ -341,6 +350,92 @@ START_TEST(test_ckpt_clean)
 }
 END_TEST
 
+/* Write text to name in checkpoint id's directory under ck_top. */
+static void
+ck_put(const char *id, const char *name, const char *text)
+{
+	char	path[512];
+	int	fd;
+
+	snprintf(path, sizeof path, "%s/%s", ck_top, id);
+	mkdir(path, 0700);
+	snprintf(path, sizeof path, "%s/%s/%s", ck_top, id, name);
+	ck_assert_int_ne(fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600),
+	    -1);
+	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+}
+
+START_TEST(test_ckpt_clean_hostile)
+{
+	json_t	*reply, *records = json_pack("[s]", "a"), *found, *sizes;
+	char	 path[512], *big;
+	size_t	 i;
+
+	/* CK_ID kept, with what the user added; CK_ID2 a manifest too big
+	 * to read; CK_ID3 a manifest that does not hold; CK_ID4 a good one
+	 * past max. */
+	ck_write(0, records, 1);
+	json_decref(records);
+	ck_put(CK_ID, "junk", "not the checkpoint's");
+	snprintf(path, sizeof path, "%s/sub", ck_dir);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	big = xmalloc(30010);
+	memcpy(big, "{\"a\":[", 6);
+	for (i = 6; i < 29998; i += 3)
+		memcpy(big + i, "{},", 3);
+	memcpy(big + i - 1, "]}", 3);
+	ck_put(CK_ID2, "manifest.json", big);
+	free(big);
+	ck_put(CK_ID3, "manifest.json", "{\"partitions\": \"x\"}");
+	ck_put(CK_ID4, "manifest.json", "{\"partitions\":1,\"records\":1,"
+	    "\"bytes\":5}");
+	ck_put(CK_ID5, "manifest.json", "{\"partitions\":1,\"records\":1,"
+	    "\"bytes\":5}");
+	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:[s],s:I,s:b,s:i,"
+	    "s:i}", "dir", ck_top, "keep", CK_ID, "before_ms", ck_ms(60),
+	    "complete", 1, "max", 1, "max_manifest", 4096));
+	ck_assert_ptr_null(json_object_get(reply, "error"));
+	/* Only what the kept one owns is left, and measured. */
+	ck_assert(!ck_exists("junk"));
+	ck_assert(!ck_exists("sub"));
+	ck_assert(ck_exists("part-00000"));
+	sizes = json_object_get(reply, "sizes");
+	ck_assert_int_ge(json_integer_value(json_object_get(sizes, CK_ID)), 9);
+	/* The two that do not hold are removed, never answered; of the
+	 * two good ones, one is answered (max), as a summary. */
+	ck_assert_int_eq(json_integer_value(json_object_get(reply,
+	    "refused")), 2);
+	ck_assert_int_eq(json_integer_value(json_object_get(reply, "more")),
+	    1);
+	found = json_object_get(reply, "checkpoints");
+	ck_assert_int_eq(json_array_size(found), 1);
+	ck_assert_ptr_null(json_object_get(json_array_get(found, 0), "a"));
+	ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(
+	    found, 0), "partitions")), 1);
+	json_decref(reply);
+	snprintf(path, sizeof path, "%s/%s", ck_top, CK_ID2);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	snprintf(path, sizeof path, "%s/%s", ck_top, CK_ID3);
+	ck_assert_int_eq(access(path, F_OK), -1);
+
+	/* Without the directory's descriptor, a verb does nothing. */
+	{
+		size_t	 nout = 0;
+		char	*err = NULL;
+		json_t	*args = json_pack("{s:s,s:I}", "dir", ck_top,
+		    "before_ms", ck_ms(60));
+
+		reply = ckpt_verb_clean(args, NULL, 0, NULL, &nout, &err);
+		json_decref(args);
+		ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(
+		    reply, "error")), "no directory descriptor"));
+		json_decref(reply);
+		ck_assert(ck_exists("part-00000"));
+	}
+}
+END_TEST
+
 Suite *
 ckpt_suite(void)
 {
@@ -361,6 +456,7 @@ ckpt_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_ckpt_commit_and_remove);
 	tcase_add_test(tc, test_ckpt_clean);
+	tcase_add_test(tc, test_ckpt_clean_hostile);
 	suite_add_tcase(s, tc);
 	return (s);
 }

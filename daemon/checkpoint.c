@@ -358,6 +358,12 @@ checkpoint_open_uid(int local, uid_t uid, gid_t gid, char **err)
 	return (fd);
 }
 
+int
+checkpoint_open_dir(const struct checkpoint *c, char **err)
+{
+	return (checkpoint_open_uid(c->local, c->uid, c->gid, err));
+}
+
 /* Run verb for c's uid on its directory in base local; helper_run's
  * return. */
 static struct helper *

@@ -40,34 +40,24 @@ struct ckpt_writer {
 	int64_t	 bytes;
 };
 
-/* Open the directory at path, the last component not a link: -1 with
- * errno. */
+/* Open the checkpoint directory dir (PARENT/ID) as ID in pfd, PARENT's
+ * descriptor as emberd passed it (never opened by name), making ID with
+ * create. */
 static int
-ckpt_open_path(const char *path)
+ckpt_open_dir(const char *dir, int pfd, int create, char **err)
 {
-	return (open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC |
-	    O_NOCTTY));
-}
+	const char	*name;
+	int		 fd;
 
-/* Open the checkpoint directory dir (PARENT/ID), making ID with create. */
-static int
-ckpt_open_dir(const char *dir, int create, char **err)
-{
-	char	*parent, *name;
-	int	 pfd, fd;
-
-	parent = xstrdup(dir);
-	if ((name = strrchr(parent, '/')) == NULL || name == parent ||
-	    !plan_is_uuid(name + 1)) {
+	if ((name = strrchr(dir, '/')) == NULL || !plan_is_uuid(name + 1)) {
 		xasprintf(err, "checkpoint: %s is not a checkpoint directory",
 		    dir);
-		free(parent);
 		return (-1);
 	}
-	*name++ = '\0';
-	if ((pfd = ckpt_open_path(parent)) == -1) {
-		xasprintf(err, "checkpoint: %s: %s", parent, strerror(errno));
-		free(parent);
+	name++;
+	if (pfd < 0) {
+		xasprintf(err, "checkpoint: %s: no directory descriptor came "
+		    "with the task", dir);
 		return (-1);
 	}
 	if (create && mkdirat(pfd, name, 0700) == -1 && errno != EEXIST) {
@@ -76,18 +66,17 @@ ckpt_open_dir(const char *dir, int create, char **err)
 	} else if ((fd = openat(pfd, name, O_RDONLY | O_DIRECTORY |
 	    O_NOFOLLOW | O_CLOEXEC)) == -1)
 		xasprintf(err, "checkpoint: %s: %s", dir, strerror(errno));
-	close(pfd);
-	free(parent);
 	return (fd);
 }
 
 struct ckpt_writer *
-ckpt_writer_open(const char *dir, int partition, int sync, char **err)
+ckpt_writer_open(const char *dir, int ufd, int partition, int sync,
+    char **err)
 {
 	struct ckpt_writer	*w;
 	int			 dirfd;
 
-	if ((dirfd = ckpt_open_dir(dir, 1, err)) == -1)
+	if ((dirfd = ckpt_open_dir(dir, ufd, 1, err)) == -1)
 		return (NULL);
 	w = xcalloc(1, sizeof *w);
 	w->dirfd = dirfd;
@@ -247,7 +236,7 @@ ckpt_read_more(int fd, char **buf, size_t *size, size_t fill, size_t want)
 }
 
 int
-ckpt_source_run(const char *dir, int partition, struct chain *chain,
+ckpt_source_run(const char *dir, int ufd, int partition, struct chain *chain,
     int64_t *records_in, char **err)
 {
 	struct record	 r;
@@ -258,7 +247,7 @@ ckpt_source_run(const char *dir, int partition, struct chain *chain,
 	int		 dfd, fd, rc = OP_OK, ended = 0;
 
 	*err = NULL;
-	if ((dfd = ckpt_open_dir(dir, 0, err)) == -1)
+	if ((dfd = ckpt_open_dir(dir, ufd, 0, err)) == -1)
 		return (OP_FAIL);
 	snprintf(name, sizeof name, "part-%05d", partition);
 	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);

@@ -23,10 +23,12 @@
 struct chain;
 struct ckpt_writer;
 
-/* Start writing partition's file in the checkpoint directory dir (made
- * if missing): NULL with *err allocated on error. */
-struct ckpt_writer *ckpt_writer_open(const char *dir, int partition,
-		     int sync, char **err);
+/* Start writing partition's file in the checkpoint directory dir
+ * (UID/ID, made if missing), ID opened in ufd, the uid's directory as
+ * emberd passed it (dir names it only for messages): NULL with *err
+ * allocated on error. */
+struct ckpt_writer *ckpt_writer_open(const char *dir, int ufd,
+		     int partition, int sync, char **err);
 /* Append a record: 0, or -1 with *err (a write error, a full disk). */
 int		 ckpt_writer_record(struct ckpt_writer *, const void *,
 		     size_t, int null, char **err);
@@ -37,9 +39,10 @@ int64_t		 ckpt_writer_bytes(const struct ckpt_writer *);
 /* Close; a file not committed is removed. */
 void		 ckpt_writer_free(struct ckpt_writer *);
 
-/* Push the records of partition's file in dir into the chain: OP_OK, or
- * OP_FAIL with *err allocated (or NULL when the chain failed). */
-int		 ckpt_source_run(const char *dir, int partition,
+/* Push the records of partition's file in dir (ID in ufd, as above) into
+ * the chain: OP_OK, or OP_FAIL with *err allocated (or NULL when the
+ * chain failed). */
+int		 ckpt_source_run(const char *dir, int ufd, int partition,
 		     struct chain *, int64_t *records_in, char **err);
 
 /*

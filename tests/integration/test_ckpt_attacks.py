@@ -1,7 +1,8 @@
 """
 Checkpoints under attack by a local user: hostile manifests in her own
 reliable-checkpoint directory, a checkpoint.dir inside a directory a user
-owns, and bytes written straight into her checkpoint directories.
+owns (and the tree swapped under emberd's feet), and bytes written
+straight into her checkpoint directories.
 
 Run as root (as CI does), emberd runs as root and the attacks come from
 two unprivileged users the tests create (tests/integration/users.py); not
@@ -188,6 +189,53 @@ def test_bytes_written_directly(d):
     check("daemon.max_checkpoint_bytes_per_uid" in (out["message"] or ""),
           "message: %r" % out["message"])
     check_eq(out["count"], 100, "a's checkpoint, read after")
+
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_swapped_checkpoint_dir(d):
+    """checkpoint.dir swapped under a running emberd (as the owner of its
+    parent could, were it allowed) for a tree holding forged partition
+    files in b's name: b's reads and writes go through the directories
+    emberd opened, never the names, and never see the forgery."""
+    import struct
+    uid_b = USERS["b"][0]
+    sock = d.socket
+
+    def make():
+        with Client(sock) as c:
+            return checkpoint_ok(c, small_plan())
+    cid = as_user("b", make)
+    real = os.path.join(d.tmpdir, "checkpoints")
+    os.rename(real, real + ".real")
+    forged = os.path.join(reliable_dir(d, uid_b), cid)
+    os.makedirs(forged)
+    for p in range(2):
+        frame = b"rm -rf ~"
+        write_file(os.path.join(forged, "part-%05d" % p), "")
+        with open(os.path.join(forged, "part-%05d" % p), "wb") as f:
+            f.write(struct.pack(">i", len(frame)) + frame +
+                    struct.pack(">i", -1))
+    for root, dirs, files in os.walk(reliable_dir(d, uid_b)):
+        for n in dirs + files + ["."]:
+            give(os.path.join(root, n), "b")
+
+    def read():
+        with Client(sock) as c:
+            c.execute_ok({"source": {"checkpoint": cid}, "ops": []},
+                         "collect")
+            got = [r.decode() for part in c.read_stream(False)
+                   for r in part]
+            r = checkpoint(c, small_plan())
+            return [got, r.get("checkpoint", repr(r))]
+    got, new = as_user("b", read)
+    check("rm -rf ~" not in got, "b read the forged records")
+    check_eq(sorted(got, key=int), [str(i) for i in range(100)],
+             "b's records")
+    check(os.path.isdir(os.path.join(real + ".real", str(uid_b), new)),
+          "b's new checkpoint is not in the directory emberd opened")
+    check(not os.path.exists(os.path.join(reliable_dir(d, uid_b), new)),
+          "b's new checkpoint went where the name now points")
 
 
 if __name__ == "__main__":

@@ -76,6 +76,16 @@ ck_teardown(void)
 	ck_assert_int_eq(system(cmd), 0);
 }
 
+/* ck_top, the uid's directory, as emberd passes it. */
+static int
+ck_top_fd(void)
+{
+	int	fd;
+
+	ck_assert_int_ne(fd = open(ck_top, O_RDONLY | O_DIRECTORY), -1);
+	return (fd);
+}
+
 /* Read partition p of the checkpoint at ck_dir: the records, or NULL
  * with *err. */
 static json_t *
@@ -86,7 +96,7 @@ ck_read(int partition, char **err)
 	struct plan		*plan;
 	json_t			*j;
 	int64_t			 in = 0;
-	int			 rc;
+	int			 rc, ufd;
 
 	j = json_pack("{s:{s:s}}", "source", "checkpoint", CK_ID);
 	ck_assert_int_eq(plan_parse(j, &plan, err), 0);
@@ -100,7 +110,9 @@ ck_read(int partition, char **err)
 	c.got = json_array();
 	chain = chain_create(plan, partition, NULL, &c.op, err);
 	ck_assert_ptr_nonnull(chain);
-	rc = ckpt_source_run(ck_dir, partition, chain, &in, err);
+	ufd = ck_top_fd();
+	rc = ckpt_source_run(ck_dir, ufd, partition, chain, &in, err);
+	close(ufd);
 	chain_free(chain);
 	plan_free(plan);
 	if (rc != OP_OK) {
@@ -119,8 +131,11 @@ ck_write(int partition, json_t *records, int commit)
 	json_t			*r;
 	char			*err = NULL;
 	size_t			 i;
+	int			 ufd;
 
-	w = ckpt_writer_open(ck_dir, partition, 1, &err);
+	ufd = ck_top_fd();
+	w = ckpt_writer_open(ck_dir, ufd, partition, 1, &err);
+	close(ufd);
 	ck_assert_msg(w != NULL, "%s", err);
 	json_array_foreach(records, i, r) {
 		ck_assert_int_eq(ckpt_writer_record(w, json_string_value(r),
@@ -216,14 +231,27 @@ START_TEST(test_ckpt_bad_dir)
 {
 	char	*err = NULL, dir[300];
 
+	struct ckpt_writer	*w;
+	int			 ufd = ck_top_fd();
+
 	snprintf(dir, sizeof dir, "%s/not-an-id", ck_top);
-	ck_assert_ptr_null(ckpt_writer_open(dir, 0, 0, &err));
+	ck_assert_ptr_null(ckpt_writer_open(dir, ufd, 0, 0, &err));
 	ck_assert_ptr_nonnull(strstr(err, "not a checkpoint directory"));
 	free(err);
+	/* Without the uid directory's descriptor, nothing is opened. */
+	ck_assert_ptr_null(ckpt_writer_open(ck_dir, -1, 0, 0, &err));
+	ck_assert_ptr_nonnull(strstr(err, "no directory descriptor"));
+	free(err);
+	/* The name's parent is only a name: the descriptor is what counts. */
+	w = ckpt_writer_open("/nonexistent/" CK_ID, ufd, 0, 0, &err);
+	ck_assert_msg(w != NULL, "%s", err);
+	ckpt_writer_free(w);
+	ck_assert_int_eq(rmdir(ck_dir), 0);
 	/* A link where the checkpoint's directory goes is not followed. */
 	ck_assert_int_eq(symlink("/tmp", ck_dir), 0);
-	ck_assert_ptr_null(ckpt_writer_open(ck_dir, 0, 0, &err));
+	ck_assert_ptr_null(ckpt_writer_open(ck_dir, ufd, 0, 0, &err));
 	free(err);
+	close(ufd);
 }
 END_TEST
 

@@ -24,48 +24,64 @@ localdir_path(void)
 	return (localdir);
 }
 
-/* Is the directory dir (above path) closed to others?  0, or -1
- * (logged, naming key). */
+/* Is the directory p, above path, safe: writable by nobody but root or
+ * emberd (sticky bit aside)?  0, or -1 with *err. */
 static int
-localdir_check_dir(const char *key, const char *dir, const char *path)
+localdir_check_parent(const char *p, const char *path, char **err)
 {
 	struct stat	st;
+	int		saved;
 
-	if (stat(dir, &st) == -1) {
-		log_error("%s: %s: %s: %s", key, path, dir, strerror(errno));
+	if (stat(p, &st) == -1) {
+		saved = errno;
+		xasprintf(err, "%s: %s", p, strerror(errno));
+		errno = saved;
 		return (-1);
 	}
 	if (st.st_uid != 0 && st.st_uid != geteuid()) {
-		log_error("%s: %s is owned by uid %lu, who could replace %s; "
-		    "choose another %s", key, dir, (unsigned long)st.st_uid,
-		    path, key);
+		xasprintf(err, "%s is owned by uid %lu, who could replace %s",
+		    p, (unsigned long)st.st_uid, path);
+		errno = EPERM;
 		return (-1);
 	}
 	if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
 	    (st.st_mode & S_ISVTX) == 0) {
-		log_error("%s: %s is writable by others without the sticky "
-		    "bit (mode %04o): anyone could replace %s; choose another "
-		    "%s", key, dir, (unsigned)(st.st_mode & 07777), path, key);
+		xasprintf(err, "%s is writable by others without the sticky "
+		    "bit (mode %04o): anyone could replace %s", p,
+		    (unsigned)(st.st_mode & 07777), path);
+		errno = EPERM;
 		return (-1);
 	}
 	return (0);
 }
 
 int
-localdir_check_above(const char *key, const char *path)
+localdir_check_parents(const char *path, char **err)
 {
 	char	*p = xstrdup(path), *slash;
 	int	 rc;
 
-	rc = localdir_check_dir(key, "/", path);
+	rc = localdir_check_parent("/", path, err);
 	for (slash = strchr(p + 1, '/'); rc == 0 && slash != NULL;
 	    slash = strchr(slash + 1, '/')) {
 		*slash = '\0';
-		rc = localdir_check_dir(key, p, path);
+		rc = localdir_check_parent(p, path, err);
 		*slash = '/';
 	}
 	free(p);
 	return (rc);
+}
+
+int
+localdir_check_above(const char *key, const char *path)
+{
+	char	*err;
+
+	if (localdir_check_parents(path, &err) == 0)
+		return (0);
+	log_error("%s: %s; choose another %s", key, err, key);
+	free(err);
+	return (-1);
 }
 
 /* Is an existing directory emberd's own, and closed to others?  0, or
@@ -132,6 +148,7 @@ int
 localdir_open(void)
 {
 	struct stat	 before, after;
+	char		*err = NULL;
 	int		 made = 0;
 
 	if (*ember_conf.daemon_local_dir != '\0')
@@ -143,8 +160,12 @@ localdir_open(void)
 		    localdir);
 		goto fail;
 	}
-	if (localdir_check_above("daemon.local_dir", localdir) == -1)
+	if (localdir_check_parents(localdir, &err) == -1) {
+		log_error("daemon.local_dir: %s; choose another "
+		    "daemon.local_dir (or daemon.socket)", err);
+		free(err);
 		goto fail;
+	}
 	if (mkdir(localdir, 0711) == 0)
 		made = 1;
 	else if (errno != EEXIST) {

@@ -272,6 +272,23 @@ operation_find_broadcasts(struct operation *op, struct session *s,
 }
 
 /* Fill in what a task descriptor says of t, for one attempt of it. */
+/* The directory of c's uid, for a task of op: -1 (logged) if it cannot
+ * be opened; the task then fails in its worker, saying so. */
+static int
+operation_open_ckpt_dir(const struct operation *op,
+    const struct checkpoint *c)
+{
+	char	*err = NULL;
+	int	 fd;
+
+	if ((fd = checkpoint_open_dir(c, &err)) == -1) {
+		log_warn("operation %s: checkpoint %s: %s", op->id,
+		    checkpoint_id(c), err);
+		free(err);
+	}
+	return (fd);
+}
+
 void
 operation_describe_task(struct operation *op, const struct task *t,
     struct taskdesc *d)
@@ -290,6 +307,12 @@ operation_describe_task(struct operation *op, const struct task *t,
 	if (op->action == ACTION_CHECKPOINT) {
 		d->ckpt_dir = checkpoint_dir(op->ckpt);
 		d->ckpt_sync = checkpoint_sync(op->ckpt);
+		d->ckpt_dirfd = operation_open_ckpt_dir(op, op->ckpt);
+		d->ckpt_dir_passed = d->ckpt_dirfd != -1;
+	}
+	if (op->source != NULL) {
+		d->source_dirfd = operation_open_ckpt_dir(op, op->source);
+		d->source_dir_passed = d->source_dirfd != -1;
 	}
 }
 

@@ -834,6 +834,15 @@ worker_assign(struct worker *w, struct task *t)
 		if (b[i].add)
 			channel_pass_fd(w->ch, b[i].fd);
 	}
+	/* Then the checkpoint directories, opened and checked by emberd. */
+	if (d.source_dir_passed) {
+		channel_pass_fd(w->ch, d.source_dirfd);
+		close(d.source_dirfd);
+	}
+	if (d.ckpt_dir_passed) {
+		channel_pass_fd(w->ch, d.ckpt_dirfd);
+		close(d.ckpt_dirfd);
+	}
 	taskdesc_encode(channel_output(w->ch), &d, b, nb, plan);
 	free(b);
 	w->unflushed = 1;

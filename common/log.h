@@ -1,6 +1,9 @@
 /*
  * Logging to stderr (text or JSON lines, for journald) or syslog once
- * detached.  fatal() appends strerror(errno); fatalx() does not.
+ * detached.  fatal() appends strerror(errno); fatalx() does not.  Text
+ * lines escape control characters and bytes that are not UTF-8 (as
+ * vis(3)); JSON lines escape them as JSON does: either way one message is
+ * one line.
  */
 #ifndef EMBER_LOG_H
 #define EMBER_LOG_H

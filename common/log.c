@@ -158,7 +158,7 @@ log_json_escape(FILE *f, const char *s)
  * quoting a client's or a job's bytes can neither start a line of its own
  * nor reach the operator's terminal as an escape sequence.  Other
  * characters, and backslashes, stay as they are, so that a line escaped
- * once reads the same when escaped again.
+ * once reads the same when escaped again (a job's, when emberd logs it).
  */
 static void
 log_escape(const char *s, char *out)
@@ -224,6 +224,9 @@ log_vwrite(enum log_level level, const char *fmt, va_list ap, const char *suffix
 		fputs(",\"message\":\"", stderr);
 		log_json_escape(stderr, msg);
 		fputs("\"}\n", stderr);
+	} else if (log_format == LOG_FORMAT_RELAYED) {
+		fprintf(stderr, "%s[%ld] %s: %s\n", log_name, (long)getpid(),
+		    log_level_names[level], text);
 	} else {
 		fprintf(stderr, "%s.%03ldZ %s[%ld] %s: %s\n", when,
 		    ts.tv_nsec / 1000000, log_name, (long)getpid(),

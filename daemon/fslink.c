@@ -441,6 +441,7 @@ fslink_free(struct fslink *fs)
 		for (i = 0; i < 200; i++) {	/* up to 2 s */
 			if (waitpid(fs->pid, &status, WNOHANG) != 0)
 				break;
+			(void)joblog_read(fs->joblog);
 			usleep(10000);
 		}
 		if (i == 200) {

@@ -112,10 +112,8 @@ joblog_feed(struct joblog *jl, const char *p, size_t n)
 	}
 }
 
-/* Read what the pipe holds, up to JOBLOG_READS reads: 0 when it is empty
- * for now, -1 at its end (every writer gone) or on an error. */
-static int
-joblog_drain(struct joblog *jl)
+int
+joblog_read(struct joblog *jl)
 {
 	char	buf[4096];
 	ssize_t	n;
@@ -145,7 +143,7 @@ joblog_read_cb(evutil_socket_t fd, short events, void *arg)
 	struct joblog	*jl = arg;
 
 	(void)fd; (void)events;
-	if (joblog_drain(jl) == -1)
+	if (joblog_read(jl) == -1)
 		event_del(jl->event);
 }
 
@@ -178,7 +176,7 @@ joblog_close(struct joblog *jl)
 {
 	if (jl == NULL)
 		return;
-	(void)joblog_drain(jl);
+	(void)joblog_read(jl);
 	if (jl->len > 0 && !jl->cut)
 		joblog_emit(jl, jl->line, jl->len, 0);
 	joblog_tell_dropped(jl);

@@ -25,6 +25,11 @@ struct joblog;
  * dup2s it, and closes it once the child has it).  NULL (logged) if the
  * pipe cannot be made. */
 struct joblog	*joblog_open(uid_t uid, int *wfd);
+/* Log what the pipe holds now, up to 64 KiB, without waiting: 0 when it
+ * is empty for now, -1 at its end (every writer gone) or on an error.
+ * The loop calls it; so does a caller that waits for the fork-server off
+ * the loop, so that its last words do not fill the pipe and hold it up. */
+int		 joblog_read(struct joblog *);
 /* Log what the pipe still holds (a dying process's last words) and close
  * it: a process that outlived its fork-server writes into nothing. */
 void		 joblog_close(struct joblog *);

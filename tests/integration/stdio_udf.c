@@ -16,6 +16,11 @@
  * udf_stdio_flood writes a line of args.long "a"s to its stderr, then
  * args.lines lines "0123456789abcdef", and emits "flooded".
  *
+ * Preloaded (workers.preload) with STDIO_UDF_LAST_WORDS in the job's
+ * environment (workers.env), it writes 100 lines of 1000 bytes, more than
+ * a pipe holds, and then "stdio_udf: last words end" as the fork-server
+ * exits, as a sanitizer's leak report would.
+ *
  *	{"udf": {"library": ".../stdio_udf.so", "symbol": "udf_stdio_forge",
  *	    "args": {"line": "...Z emberd[1] error: forged\n"}}}
  */
@@ -24,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <termios.h>
 #include <unistd.h>
@@ -35,6 +41,24 @@ EMBER_UDF_PLUGIN
 EMBER_UDF_EXPORT int	udf_stdio_report(struct ember_udf *);
 EMBER_UDF_EXPORT int	udf_stdio_forge(struct ember_udf *);
 EMBER_UDF_EXPORT int	udf_stdio_flood(struct ember_udf *);
+
+/* At exit, when asked to: more than the pipe holds, then a last line. */
+static void __attribute__((destructor))
+stdio_last_words(void)
+{
+	char	line[1001];
+	int	i;
+
+	if (getenv("STDIO_UDF_LAST_WORDS") == NULL)
+		return;
+	memset(line, 'w', sizeof line - 1);
+	line[sizeof line - 1] = '\n';
+	for (i = 0; i < 100; i++) {
+		if (write(2, line, sizeof line) != (ssize_t)sizeof line)
+			return;
+	}
+	dprintf(2, "stdio_udf: last words end\n");
+}
 
 /* Append "name=<where fd leads>" to out. */
 static void

@@ -188,6 +188,23 @@ def test_flood_is_bounded(d):
           "the long line, not cut: %r" % long[0][-80:])
 
 
+@with_daemon(sets=["workers.preload=" + PLUGIN,
+                  "workers.env=STDIO_UDF_LAST_WORDS"],
+             env={"STDIO_UDF_LAST_WORDS": "1"})
+def test_last_words_logged(d):
+    """A fork-server whose last words, as it exits, are more than its pipe
+    holds (a sanitizer's leak report, say): emberd reads them while it
+    waits for the fork-server at its own exit, which is not held up."""
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 10, 1)), 10, "a job's count")
+    check_eq(d.stop(), 0, "emberd's exit")
+    log = d.log_text()
+    check("did not exit; killing it" not in log,
+          "a fork-server held up at its exit:\n%s" % d.log_tail())
+    check("uid %d: stdio_udf: last words end" % job_uid() in log,
+          "the fork-server's last words lost:\n%s" % d.log_tail())
+
+
 # ---------------------------------------------------------------------------
 # emberd -f on a terminal
 

@@ -92,15 +92,16 @@ joblog_feed(struct joblog *jl, const char *p, size_t n)
 	while (n > 0) {
 		nl = memchr(p, '\n', n);
 		take = nl != NULL ? (size_t)(nl - p) : n;
+		room = sizeof jl->line - jl->len;
 		if (!jl->cut) {
-			room = sizeof jl->line - jl->len;
 			memcpy(jl->line + jl->len, p, take < room ? take : room);
 			jl->len += take < room ? take : room;
-			if (take >= room && (take > room || nl == NULL)) {
+			if (nl != NULL && take <= room)
+				joblog_emit(jl, jl->line, jl->len, 0);
+			else if (jl->len == sizeof jl->line) {
 				joblog_emit(jl, jl->line, jl->len, 1);
 				jl->cut = 1;
-			} else if (nl != NULL)
-				joblog_emit(jl, jl->line, jl->len, 0);
+			}
 		}
 		if (nl != NULL) {
 			jl->len = 0;

@@ -259,8 +259,8 @@ def test_no_tiocsti_into_emberds_terminal(_):
     """emberd -f on a terminal: a udf's TIOCSTI on its fd 0 types nothing
     into it (once emberd stopped, root's shell would run it)."""
     d = PtyDaemon(start=False)
-    d.start()
     try:
+        d.start()
         check(os.getsid(d.pid) == d.proc.pid, "emberd not in the "
               "terminal's session")
         got = report(d, inject="id\n")

@@ -10,6 +10,7 @@
 #include "joblog.h"
 #include "log.h"
 #include "suites.h"
+#include "unit.h"
 
 /* What emberd logs of bytes that uid 7's processes wrote, then closed;
  * the clock stands still (check_task.c's), so the bucket never fills. */
@@ -17,32 +18,19 @@ static char *
 joblog_logged(const char *bytes, size_t len)
 {
 	struct joblog	*jl;
-	FILE		*f = tmpfile();
-	char		*out;
-	long		 size;
-	int		 saved = dup(2), wfd;
+	int		 wfd;
 
-	ck_assert_ptr_nonnull(f);
 	ck_assert_ptr_nonnull(ember_base = event_base_new());
-	fflush(stderr);
-	dup2(fileno(f), 2);
+	unit_stderr_begin();
 	log_open("t", LOG_LEVEL_DEBUG, LOG_FORMAT_RELAYED, 0);
 	ck_assert_ptr_nonnull(jl = joblog_open(7, &wfd));
 	ck_assert_int_eq(write(wfd, bytes, len), (ssize_t)len);
 	close(wfd);
 	ck_assert_int_eq(joblog_read(jl), -1);	/* all read, at its end */
 	joblog_close(jl);
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
 	event_base_free(ember_base);
 	ember_base = NULL;
-	size = ftell(f);
-	out = calloc(1, (size_t)size + 1);
-	rewind(f);
-	ck_assert_uint_eq(fread(out, 1, (size_t)size, f), (size_t)size);
-	fclose(f);
-	return (out);
+	return (unit_stderr_end());
 }
 
 /* The line logged for what uid 7 said. */

@@ -3,11 +3,12 @@
 
 #include <signal.h>
 #include <stdio.h>
-#include <string.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "suites.h"
+#include "unit.h"
 
 START_TEST(test_describe_wait)
 {
@@ -27,44 +28,33 @@ START_TEST(test_describe_wait)
 }
 END_TEST
 
-/* What one log_info(fmt, s) writes, as a relayed line. */
-static void
-log_line(const char *s, char *out, size_t size)
+/* What one log_info(fmt, s) writes, as a relayed line (to free). */
+static char *
+log_line(const char *s)
 {
-	FILE	*f = tmpfile();
-	int	 saved = dup(2);
-	size_t	 n;
-
-	ck_assert_ptr_nonnull(f);
-	fflush(stderr);
-	dup2(fileno(f), 2);
+	unit_stderr_begin();
 	log_open("t", LOG_LEVEL_DEBUG, LOG_FORMAT_RELAYED, 0);
 	log_info("%s", s);
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-	rewind(f);
-	n = fread(out, 1, size - 1, f);
-	out[n] = '\0';
-	fclose(f);
+	return (unit_stderr_end());
 }
 
 START_TEST(test_text_escaped)
 {
-	char	got[256], want[256];
+	char	*got, want[256];
 
 	/* A newline, ESC, a C1 control (U+0085), a byte that is no UTF-8,
 	 * a tab and DEL are escaped; UTF-8 and backslashes stay. */
-	log_line("a\nb\x1b[2J \xc2\x85 \xff\t\x7f \xc3\xa9 \\033", got,
-	    sizeof got);
+	got = log_line("a\nb\x1b[2J \xc2\x85 \xff\t\x7f \xc3\xa9 \\033");
 	snprintf(want, sizeof want, "t[%ld] info: a\\nb\\033[2J "
 	    "\\302\\205 \\377\\t\\177 \xc3\xa9 \\033\n", (long)getpid());
 	ck_assert_str_eq(got, want);
+	free(got);
 	/* A character cut at the end of the message is bytes, escaped. */
-	log_line("x\xe2\x82", got, sizeof got);
+	got = log_line("x\xe2\x82");
 	snprintf(want, sizeof want, "t[%ld] info: x\\342\\202\n",
 	    (long)getpid());
 	ck_assert_str_eq(got, want);
+	free(got);
 }
 END_TEST
 

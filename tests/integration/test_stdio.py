@@ -180,12 +180,18 @@ def test_flood_is_bounded(d):
     dropped = sum(int(n) for n in re.findall(
         r"uid \d+: (\d+) lines of its processes' output dropped",
         "\n".join(log)))
-    check(FLOOD_LINES - logged <= dropped <= FLOOD_LINES - logged + 100,
+    # The other processes of the user (the fork-server, the job run
+    # meanwhile) write into the same pipe: a line of theirs may land
+    # inside a flood line, or end the long line early.
+    check(FLOOD_LINES - logged - 20 <= dropped <= FLOOD_LINES - logged + 100,
           "%d logged, %d told as dropped" % (logged, dropped))
-    long = [l for l in log if prefix + "aaaa" in l]
-    check_eq(len(long), 1, "the long line's lines")
-    check(long[0].endswith(prefix + "a" * JOBLOG_LINE_MAX + " [cut]"),
-          "the long line, not cut: %r" % long[0][-80:])
+    long = [l[l.index(prefix) + len(prefix):] for l in log
+            if prefix + "aaaa" in l]
+    check(long and long[0] == "a" * JOBLOG_LINE_MAX + " [cut]",
+          "the long line, not cut: %r" % [l[-80:] for l in long])
+    for line in long:
+        check(re.fullmatch(r"a{1,%d}( \[cut\])?" % JOBLOG_LINE_MAX, line),
+              "a long line's part: %r" % line[-80:])
 
 
 @with_daemon(sets=["workers.preload=" + PLUGIN,

@@ -134,7 +134,8 @@ main(int argc, char **argv)
 	if (optind != argc || !forkserver)
 		main_usage();
 
-	log_open("ember-worker", level, LOG_FORMAT_TEXT, 0);
+	/* Our stderr is a pipe emberd reads: it stamps and formats each line. */
+	log_open("ember-worker", level, LOG_FORMAT_RELAYED, 0);
 	if (getsockopt(FORKSERVER_FD, SOL_SOCKET, SO_TYPE, &type, &len) == -1 ||
 	    type != SOCK_SEQPACKET)
 		fatalx("fd %d is not a SOCK_SEQPACKET socket: start me from "

@@ -13,6 +13,7 @@ Suite	*conf_suite(void);
 Suite	*frame_suite(void);
 Suite	*held_suite(void);
 Suite	*helper_suite(void);
+Suite	*joblog_suite(void);
 Suite	*jread_suite(void);
 Suite	*log_suite(void);
 Suite	*ops_suite(void);

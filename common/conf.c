@@ -112,6 +112,7 @@ static const struct conf_key conf_keys[] = {
 	    "0", 0),
 	KEY("workers", "max_per_user", CONF_INT, workers_max_per_user, "0", 0),
 	KEY("workers", "task_retries", CONF_INT, workers_task_retries, "3", 0),
+	KEY("workers", "max_total", CONF_INT, workers_max_total, "0", 0),
 	KEY("workers", "preload", CONF_STRING, workers_preload, "", 0),
 	KEY("workers", "path", CONF_STRING, workers_path,
 	    "/usr/local/bin:/usr/bin:/bin", 0),

@@ -58,6 +58,8 @@ struct conf {
 	int64_t		 workers_task_timeout;	/* ms, 0: none */
 	int64_t		 workers_max_per_user;	/* held at once, 0: no cap */
 	int64_t		 workers_task_retries;	/* a lost task's reruns */
+	int64_t		 workers_max_total;	/* past max for users holding
+						   none, 0: twice max */
 	char		*workers_preload;	/* comma-separated paths */
 	char		*workers_root_user;	/* runs root's jobs */
 	char		*workers_path;		/* PATH of a job */

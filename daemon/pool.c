@@ -49,7 +49,7 @@ static int		 pool_pending_all;		/* in every pool */
 static int32_t		 pool_next_request = 1;
 static struct event	*pool_maintain;
 
-static void	pool_grow(struct pool *, size_t);
+static void	pool_grow(struct pool *, size_t, int);
 static struct pool *pool_get(uid_t, gid_t);
 
 /* Return the uid whose jobs a pool runs. */
@@ -108,7 +108,7 @@ pool_maintain_cb(evutil_socket_t fd, short events, void *arg)
 		worker_count_pool(p, &all, &idle);
 		if (idle + p->pending < ember_conf.workers_min_idle)
 			pool_grow(p, (size_t)(ember_conf.workers_min_idle -
-			    idle));
+			    idle), 0);
 	}
 }
 
@@ -224,11 +224,26 @@ pool_room(void)
 }
 
 int
+pool_room_past(void)
+{
+	return (ember_workers_total() - worker_count() - pool_pending_all);
+}
+
+int
 pool_grow_one(struct pool *p)
 {
 	int	before = p->pending;
 
-	pool_grow(p, (size_t)p->pending + 1);
+	pool_grow(p, (size_t)p->pending + 1, 0);
+	return (p->pending > before);
+}
+
+int
+pool_grow_past(struct pool *p)
+{
+	int	before = p->pending;
+
+	pool_grow(p, (size_t)p->pending + 1, 1);
 	return (p->pending > before);
 }
 
@@ -252,9 +267,10 @@ pool_wait(struct pool *p, uint64_t ms)
 	evtimer_add(p->backoff, &tv);
 }
 
-/* Ask p's fork-server for up to wanted workers, within workers.max. */
+/* Ask p's fork-server for up to wanted workers, within workers.max, or
+ * with past, within workers.max_total. */
 static void
-pool_grow(struct pool *p, size_t wanted)
+pool_grow(struct pool *p, size_t wanted, int past)
 {
 	uint64_t	now, delay;
 	int		room;
@@ -263,7 +279,7 @@ pool_grow(struct pool *p, size_t wanted)
 		return;
 	/* At workers.max the scheduler may stop another pool's idle
 	 * worker: its exit makes the room. */
-	if ((room = pool_room()) <= 0)
+	if ((room = past ? pool_room_past() : pool_room()) <= 0)
 		return;
 	now = ember_now_ms();
 	if (p->crashes >= POOL_CRASH_STORM) {

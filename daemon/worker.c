@@ -1047,6 +1047,20 @@ worker_evict_other(const struct pool *p,
 	return (-1);
 }
 
+/* Retire idle workers, the newest first, while more than max would be
+ * left: those that ran past workers.max go once no task wants them. */
+void
+worker_trim_idle(int max)
+{
+	struct worker	*w;
+
+	while (nworkers - worker_count_evicting() > max &&
+	    (w = TAILQ_FIRST(&workers_idle)) != NULL) {
+		w->evicted = 1;
+		worker_retire(w, RETIRE_EVICTED);
+	}
+}
+
 /* Count the workers stopped to make room whose exit is not known yet. */
 int
 worker_count_evicting(void)

@@ -391,21 +391,26 @@ def timed_count(d, plan):
         return [n, time.monotonic() - start]
 
 
+def a_counts(d, plan, want):
+    """As a: a count of plan, ready once sent; its result checks that it
+    counted want."""
+    def run(ctl):
+        with d.client() as c:
+            c.send_json({"op": "execute", "action": "count", "plan": plan})
+            ctl.ready()
+            reply = c.recv_json()
+            check(reply.get("ok") and reply.get("count") == want,
+                  "a's count: %r" % reply)
+            return True
+    return AsUser(USERS["a"], run)
+
+
 @needs_users
 @with_daemon(sets=SHARED + ["workers.max=2"])
 def test_a_busy_user_does_not_starve_another(d):
     """While a holds every worker with a long queue of tasks, b's
     one-record count gets a worker as soon as one of a's tasks ends."""
-    def a_busy(ctl):
-        with d.client() as c:
-            c.send_json({"op": "execute", "action": "count",
-                         "plan": slow_count_plan(40, 0.3)})
-            ctl.ready()
-            reply = c.recv_json()
-            check(reply.get("ok") and reply.get("count") == 40,
-                  "a's count: %r" % reply)
-            return True
-    a = AsUser(USERS["a"], a_busy)
+    a = a_counts(d, slow_count_plan(40, 0.3), 40)
     try:
         a.wait_ready()
 
@@ -470,13 +475,56 @@ def test_workers_max_per_user_queues(d):
     check_eq(n, 1, "b's count")
 
 
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=2"])
+def test_long_tasks_do_not_hold_another_user_back(d):
+    """a's four 6-second tasks hold both of workers.max=2 (two run, two
+    wait behind them); b's ten-record count does not wait for any of
+    them: a user holding no worker gets one past workers.max."""
+    a = a_counts(d, slow_count_plan(4, 6), 4)
+    try:
+        a.wait_ready()
+        check(a_holds_workers(d, 2), "a never held both workers")
+        n, took = as_user("b", lambda: timed_count(
+            d, range_plan(0, 10, 1, ops=[{"pipe": {"command": "cat"}}])))
+        check_eq(n, 10, "b's count")
+        check(took < 3.0, "b's ten-record count took %.2fs behind a's "
+              "6-second tasks" % took)
+        with d.client() as c:
+            workers = len(c.status()["workers"])
+        check(workers <= 4, "%d workers past workers.max_total" % workers)
+        check(a.result(), "a's count")
+    finally:
+        a.close()
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=1", "workers.max_total=1"])
+def test_workers_max_total_is_a_hard_cap(d):
+    """With workers.max_total at workers.max, no worker runs past it: b
+    waits for a's task."""
+    a = a_counts(d, slow_count_plan(1, 2), 1)
+    try:
+        a.wait_ready()
+        check(a_holds_workers(d, 1), "a never held the worker")
+        n, took = as_user("b", lambda: timed_count(d, range_plan(0, 1, 1)))
+        check_eq(n, 1, "b's count")
+        check(took > 0.8, "b's count took %.2fs: a worker past "
+              "workers.max_total" % took)
+        check(a.result(), "a's count")
+    finally:
+        a.close()
+
+
 # ---------------------------------------------------------------------------
 # Stalled streams
 
 # Records per partition of the stalled plans: some 4 MB, far more than the
 # socket buffers, stream.buffer and a worker's read-ahead hold.
 STALL_RECORDS = 400000
-STALL_SETS = SHARED + ["workers.max=2", "stream.stall_timeout=1s"]
+# No worker past workers.max: b's count must get one of a's back.
+STALL_SETS = SHARED + ["workers.max=2", "workers.max_total=2",
+                       "stream.stall_timeout=1s"]
 
 
 def stalled_plan(pipe):

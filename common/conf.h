@@ -60,6 +60,9 @@ struct conf {
 	int64_t		 workers_task_retries;	/* a lost task's reruns */
 	int64_t		 workers_max_total;	/* past max for users holding
 						   none, 0: twice max */
+	int64_t		 workers_max_pids_per_user; /* tasks, 0: no bound */
+	int64_t		 workers_max_memory_per_user; /* bytes, 0: none */
+	int64_t		 workers_cpu_weight;	/* cgroup cpu.weight, 1-10000 */
 	char		*workers_preload;	/* comma-separated paths */
 	char		*workers_root_user;	/* runs root's jobs */
 	char		*workers_path;		/* PATH of a job */

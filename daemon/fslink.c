@@ -13,6 +13,7 @@
 
 #include <event2/event.h>
 
+#include "cgroup.h"
 #include "emberd.h"
 #include "fdpass.h"
 #include "fslink.h"
@@ -179,7 +180,7 @@ static char **
 fslink_argv(const struct fslink *fs)
 {
 	char	**argv, *list, *p, *path;
-	size_t	  n = 0, max = 12;	/* room for the fixed options and NULL */
+	size_t	  n = 0, max = 14;	/* room for the fixed options and NULL */
 
 	argv = xcalloc(max, sizeof *argv);
 	argv[n++] = xstrdup("ember-worker");
@@ -197,6 +198,13 @@ fslink_argv(const struct fslink *fs)
 		argv[n++] = xstrdup("--memory-limit");
 		xasprintf(&argv[n++], "%lld",
 		    (long long)ember_conf.workers_max_memory * 2);
+	}
+	/* Where no cgroup holds workers.max_pids_per_user, RLIMIT_NPROC
+	 * does, over all of the user's processes. */
+	if (!cgroup_active() && ember_conf.workers_max_pids_per_user > 0) {
+		argv[n++] = xstrdup("--nproc-limit");
+		xasprintf(&argv[n++], "%lld",
+		    (long long)ember_conf.workers_max_pids_per_user);
 	}
 	list = xstrdup(ember_conf.workers_preload);
 	for (p = list; (path = strsep(&p, ",")) != NULL;) {
@@ -296,6 +304,10 @@ fslink_start(struct fslink *fs)
 		fs->joblog = NULL;
 		return (-1);
 	}
+	/* Into its user's cgroup before it is asked to fork anything; one
+	 * that cannot be bounded is not used (its exit restarts it). */
+	if (cgroup_enter(fs->uid, pid) == -1)
+		kill(pid, SIGKILL);
 	fs->pid = pid;
 	fs->fd = sv[0];
 	evutil_make_socket_nonblocking(fs->fd);

@@ -6,6 +6,7 @@
 
 #include <event2/event.h>
 
+#include "cgroup.h"
 #include "emberd.h"
 #include "fslink.h"
 #include "log.h"
@@ -120,6 +121,8 @@ pool_init(void)
 	uid_t		 uid;
 	gid_t		 gid;
 
+	/* Before any fork-server starts: each goes into its user's cgroup. */
+	cgroup_init();
 	pool_maintain = event_new(ember_base, -1, EV_PERSIST, pool_maintain_cb,
 	    NULL);
 	evtimer_add(pool_maintain, &tv);
@@ -139,6 +142,7 @@ pool_shutdown(void)
 
 	worker_free_all();
 	fslink_stop_all();
+	cgroup_free();
 	while ((p = TAILQ_FIRST(&pools)) != NULL) {
 		TAILQ_REMOVE(&pools, p, entry);
 		if (p->backoff != NULL)

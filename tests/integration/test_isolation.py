@@ -517,6 +517,142 @@ def test_workers_max_total_is_a_hard_cap(d):
 
 
 # ---------------------------------------------------------------------------
+# Processes and memory per user
+
+PIDS_V1 = "/sys/fs/cgroup/pids"
+# a's fork bomb: forks children that sleep, for up to 5 s or 400 of them,
+# going on when a fork fails; then holds them for 20 s.
+FORK_BOMB = ("python3 -c 'import os, time\n"
+             "end = time.monotonic() + 5\n"
+             "n = 0\n"
+             "while n < 400 and time.monotonic() < end:\n"
+             "    try:\n"
+             "        pid = os.fork()\n"
+             "    except OSError:\n"
+             "        time.sleep(0.01)\n"
+             "        continue\n"
+             "    if pid == 0:\n"
+             "        time.sleep(20)\n"
+             "        os._exit(0)\n"
+             "    n += 1\n"
+             "time.sleep(20)\n'")
+
+
+def service_pids_cgroup(d, limit):
+    """Put emberd (its keeper and itself: the fork-servers and all they
+    start follow) in a pids cgroup of limit tasks, as a service's
+    TasksMax does: one bound shared by every user.  Its path, or None
+    where no pids hierarchy can be written."""
+    path = os.path.join(PIDS_V1, "ember-test-%d" % os.getpid())
+    try:
+        os.mkdir(path)
+    except OSError:
+        return None
+    with open(os.path.join(path, "pids.max"), "w") as f:
+        f.write(str(limit))
+    for pid, _ in session_processes(d.sid):
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+    return path
+
+
+def remove_pids_cgroup(path):
+    """Move what is left back to the root and remove the cgroup."""
+    def empty():
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            pids = f.read().split()
+        for pid in pids:
+            try:
+                with open(os.path.join(PIDS_V1, "cgroup.procs"), "w") as f:
+                    f.write(pid)
+            except OSError:
+                pass
+        return not pids
+    wait_until(empty, 5)
+    os.rmdir(path)
+
+
+def processes_of(uid):
+    n = 0
+    for pid in all_pids():
+        try:
+            if os.stat("/proc/%d" % pid).st_uid == uid:
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def pipe_count(d):
+    """The count of ten records piped through cat, or the error."""
+    with d.client() as c:
+        reply = c.execute(range_plan(0, 10, 1, ops=[
+            {"pipe": {"command": "cat"}}]), "count")
+        return reply.get("count", reply)
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=4",
+                            "workers.max_pids_per_user=24"])
+def test_fork_bomb_does_not_starve_another(d):
+    """a's fork bomb through a pipe stops at a's own bound (here
+    RLIMIT_NPROC, or pids.max where cgroups can be written), far below
+    the service's: b's job, which forks too, still runs."""
+    # Without a pids v1 hierarchy to stand for the service's limit, a's
+    # own bound is still checked.
+    path = service_pids_cgroup(d, 120)
+    try:
+        check_eq(as_user("b", lambda: pipe_count(d)), 10, "b's first count")
+
+        def bomb(ctl):
+            with d.client() as c:
+                c.send_json({"op": "execute", "action": "count",
+                             "plan": records_plan(["x"], 1, ops=[
+                                 {"pipe": {"command": FORK_BOMB}}])})
+                ctl.ready()
+                return c.recv_json()
+        a = AsUser(USERS["a"], bomb)
+        try:
+            a.wait_ready()
+            uid_a = USERS["a"][0]
+            check(wait_until(lambda: processes_of(uid_a) > 15, 10),
+                  "a's fork bomb did not start")
+            held = wait_steady(lambda: processes_of(uid_a), 15, settle=1.0)
+            # 24, and a's client, which runs outside a's cgroup.
+            check(held <= 25, "a's bomb reached %d processes" % held)
+            check_eq(as_user("b", lambda: pipe_count(d)), 10,
+                     "b's count beside a's fork bomb")
+        finally:
+            a.close()
+    finally:
+        if path is not None:
+            remove_pids_cgroup(path)
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max_pids_per_user=50",
+                            "workers.max_memory_per_user=1g",
+                            "workers.cpu_weight=50"])
+def test_status_shows_the_bound_per_user(d):
+    """status, and the log at start, say how the per-user bounds are held:
+    by a cgroup of each user's (pids.max, memory.max, cpu.weight) or, where
+    cgroups cannot be written, by rlimits, and why."""
+    with d.client() as c:
+        b = c.status().get("user_bounds")
+    check(isinstance(b, dict), "no user_bounds in status")
+    check(b.get("by") in ("cgroup", "rlimit"), "user_bounds: %r" % b)
+    check_eq(b.get("pids"), 50, "user_bounds' pids")
+    check_eq(b.get("memory"), 1 << 30, "user_bounds' memory")
+    if b["by"] == "rlimit":
+        check(b.get("why"), "rlimit without a reason: %r" % b)
+    check(re.search(r"per-user bounds: (cgroup|rlimit)", d.log_text()),
+          "no per-user bounds line in the log")
+    r = run_cli(["status"], socket_path=d.socket)
+    check(re.search(r"by +%s" % b["by"], r.stdout),
+          "ember status does not show the bound:\n%s" % r.stdout)
+
+
+# ---------------------------------------------------------------------------
 # Stalled streams
 
 # Records per partition of the stalled plans: some 4 MB, far more than the

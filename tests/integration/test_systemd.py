@@ -365,6 +365,10 @@ def test_unit_verifies(_):
     check(os.path.exists(unit), "%s not built" % unit)
     text = open(unit).read()
     check("Type=notify" in text, "not Type=notify")
+    # The users' cgroups are made in the unit's, which must be writable.
+    check("\nDelegate=yes\n" in text, "no Delegate=yes")
+    check("ProtectControlGroups=yes" not in text,
+          "ProtectControlGroups=yes makes the delegated cgroup read-only")
     check("ExecStart=/" in text and "/emberd -f\n" in text,
           "ExecStart: %r" % [l for l in text.split("\n")
                              if l.startswith("ExecStart")])

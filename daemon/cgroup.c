@@ -192,8 +192,8 @@ cgroup_move_out(int dir)
 static int
 cgroup_take(void)
 {
-	char	*mount, *own, missing[200];
-	int	 dir;
+	char	*mount, *own, *path;
+	int	 rc;
 
 	if (geteuid() != 0)
 		return (cgroup_refuse("emberd is not root"));
@@ -203,15 +203,29 @@ cgroup_take(void)
 		free(mount);
 		return (cgroup_refuse("emberd is in no cgroup v2"));
 	}
-	xasprintf(&cgroup_path, "%s%s", mount, strcmp(own, "/") == 0 ? "" :
-	    own);
-	free(mount);
 	if (strcmp(own, "/") == 0) {
+		rc = cgroup_refuse("emberd's cgroup is the root of %s (run "
+		    "it as a service with Delegate=yes)", mount);
+		free(mount);
 		free(own);
-		return (cgroup_refuse("emberd's cgroup is the root of %s (run "
-		    "it as a service with Delegate=yes)", cgroup_path));
+		return (rc);
 	}
+	xasprintf(&path, "%s%s", mount, own);
+	free(mount);
 	free(own);
+	rc = cgroup_init_at(path);
+	free(path);
+	return (rc);
+}
+
+int
+cgroup_init_at(const char *path)
+{
+	char	missing[200];
+	int	dir;
+
+	free(cgroup_path);
+	cgroup_path = xstrdup(path);
 	dir = open(cgroup_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dir == -1)
 		return (cgroup_refuse("%s: %s", cgroup_path, strerror(errno)));
@@ -262,6 +276,8 @@ cgroup_free(void)
 	DIR		*d;
 	int		 fd;
 
+	free(cgroup_path);
+	cgroup_path = NULL;
 	if (cgroup_fd == -1)
 		return;
 	/* The fork-servers are gone: their cgroups are empty or soon. */

@@ -18,6 +18,10 @@
  * leaf of its own, and the controllers are enabled below.  Logs which
  * bounds hold, and why not cgroups.  Never fails: the rlimits remain. */
 void		 cgroup_init(void);
+/* Take the cgroup at path as cgroup_init takes emberd's own (there, a
+ * delegated one that is not the root): 0, or -1 with status saying why.
+ * For tests, on a directory that stands for a cgroup. */
+int		 cgroup_init_at(const char *path);
 /* Remove the users' cgroups that are empty by now, and close the
  * handles. */
 void		 cgroup_free(void);

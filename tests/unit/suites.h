@@ -7,6 +7,7 @@
 
 #include <check.h>
 
+Suite	*cgroup_suite(void);
 Suite	*channel_suite(void);
 Suite	*ckpt_suite(void);
 Suite	*conf_suite(void);

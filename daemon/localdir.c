@@ -34,7 +34,8 @@ localdir_check_parent(const char *p, const char *path, char **err)
 
 	if (stat(p, &st) == -1) {
 		saved = errno;
-		xasprintf(err, "%s: %s", p, strerror(errno));
+		xasprintf(err, "%s: checking %s above it: %s", path, p,
+		    strerror(errno));
 		errno = saved;
 		return (-1);
 	}

@@ -83,6 +83,9 @@ session_release(struct session *s)
 	s->idle_ms = ember_now_ms();
 	if (!s->closed && ember_conf.session_timeout == 0)
 		session_close(s, "its last connection closed");
+	else if (!s->closed)
+		operation_maintenance_due(s->idle_ms +
+		    (uint64_t)ember_conf.session_timeout);
 	session_free_unheld(s);
 }
 
@@ -119,6 +122,21 @@ session_expire(uint64_t now)
 		if (s->connections == 0 && now - s->idle_ms >= timeout)
 			session_close(s, "session expired");
 	}
+}
+
+uint64_t
+session_next_expiry(void)
+{
+	struct session	*s;
+	uint64_t	 due = UINT64_MAX;
+
+	TAILQ_FOREACH(s, &sessions, entry) {
+		if (s->connections == 0 && s->idle_ms < due)
+			due = s->idle_ms;
+	}
+	if (due != UINT64_MAX)
+		due += (uint64_t)ember_conf.session_timeout;
+	return (due);
 }
 
 void

@@ -30,6 +30,8 @@ void		 session_close(struct session *, const char *why);
 int		 session_closed(const struct session *);
 /* Close the sessions with no connection for session.timeout. */
 void		 session_expire(uint64_t now_ms);
+/* When the next session without a connection expires, or UINT64_MAX. */
+uint64_t	 session_next_expiry(void);
 /* Close every session (exit). */
 void		 session_close_all(void);
 

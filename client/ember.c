@@ -465,8 +465,9 @@ cmd_run(int argc, char **argv)
 	char		*plan, *opts = NULL;
 	int		 ch, rc;
 
+	/* Options may follow the plan: ember run plan.json --count. */
 	optind = 0;
-	while ((ch = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'a':
 		case 'C':

@@ -116,6 +116,16 @@ def test_option_of_another_action(d):
           "stderr %r" % r.stderr)
 
 
+def test_options_after_the_plan(d):
+    plan = write_file(d.path("p.json"), json.dumps(range_plan(0, 10, 2)))
+    r = run_cli(["run", plan, "--count"], socket_path=d.socket)
+    check_eq((r.returncode, r.stdout, r.stderr), (0, "10\n", ""),
+             "ember run plan.json --count")
+    r = run_cli(["run", plan, "--option", "fn=max", "--action", "reduce"],
+                socket_path=d.socket)
+    check_eq((r.returncode, r.stdout), (0, "9\n"), "options after the plan")
+
+
 def test_json_errors_name_line_and_column(d):
     bad = '{"source":\n  {"range": nope}}\n'
     path = write_file(d.path("bad.json"), bad)

@@ -508,12 +508,18 @@ static void
 operation_stream_error(struct operation *op, const char *msg)
 {
 	struct evbuffer	*out = connection_output(op->conn);
-	size_t		 len = strlen(msg);
+	char		*explained;
+	size_t		 len;
 
+	explained = session_explain_denied(session_uid(op->session), msg);
+	if (explained != NULL)
+		msg = explained;
+	len = strlen(msg);
 	evbuffer_add_int32(out, op->partition_open ? EMBER_EXCEPTION_THROWN :
 	    EMBER_STREAM_ERROR);
 	evbuffer_add_frame(out, msg, utf8_cut(msg, len,
 	    EMBER_MAX_ERROR_FRAME));
+	free(explained);
 }
 
 /* Interrupt op and tell its client, if any, why: an error reply, or on a

@@ -53,11 +53,11 @@ usage(FILE *f, int full)
 	    "           count<TAB>\\N), reduce (with\n"
 	    "           --option fn=sum|min|max), save (with --option\n"
 	    "           path=/abs/dir, and overwrite=true), checkpoint\n"
-	    "           (prints the checkpoint's id; --option local=true keeps\n"
-	    "           it with the session, eager=false writes it on first\n"
-	    "           read; a plan reads it with {\"checkpoint\": ID} as its\n"
-	    "           source).  --option values\n"
-	    "           are JSON when they parse as JSON, else text.  On a\n"
+	    "           (prints the checkpoint's id, kept until dropped;\n"
+	    "           eager=false writes it on first read; a plan reads it\n"
+	    "           with {\"checkpoint\": ID} as its source).  --option\n"
+	    "           values are JSON when they parse as JSON, else text.\n"
+	    "           Options may also follow PLAN.json.  On a\n"
 	    "           terminal, a progress line shows on standard error.\n"
 	    "  checkpoint drop ID\n"
 	    "           remove a checkpoint and its files.\n"
@@ -260,6 +260,25 @@ run_option(json_t *options, const char *kv)
 	key = strndup(kv, (size_t)(eq - kv));
 	json_object_set_new(options, key, v);
 	free(key);
+	return (0);
+}
+
+/*
+ * Refuse what the one-shot CLI cannot keep: a local checkpoint lives with
+ * its session, and this command's session ends with it, so the next
+ * ember run would get CHECKPOINT_NOT_FOUND.
+ */
+static int
+run_check_action(const char *action, json_t *options)
+{
+	if (strcmp(action, "checkpoint") == 0 &&
+	    json_is_true(json_object_get(options, "local"))) {
+		fprintf(stderr, "ember: run: a local checkpoint is dropped "
+		    "with its session, and this command's session ends with "
+		    "it: write a reliable one (local=false, the default), "
+		    "kept until ember checkpoint drop\n");
+		return (-1);
+	}
 	return (0);
 }
 
@@ -508,6 +527,8 @@ cmd_run(int argc, char **argv)
 	}
 	if (action == NULL)
 		action = "iterate";
+	if (run_check_action(action, options) == -1)
+		goto usage_error;
 	if (json_object_size(options) > 0)
 		opts = json_dumps(options, JSON_COMPACT);
 	json_decref(options);

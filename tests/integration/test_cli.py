@@ -105,6 +105,23 @@ def test_sessions_end_with_the_cli(d):
     check(ok, "sessions left: %r" % c.status()["sessions"])
 
 
+def test_local_checkpoint_refused(d):
+    """A local checkpoint dies with the CLI's session, at the end of the
+    command that made it: refused, with why and what to do instead."""
+    plan = write_file(d.path("p.json"), json.dumps(range_plan(0, 10, 2)))
+    r = d.cli(["run", "--action", "checkpoint", "--option", "local=true",
+               plan])
+    check_eq((r.returncode, r.stdout), (2, ""),
+             "exit status (stderr %r)" % r.stderr)
+    check("session" in r.stderr and "local=false" in r.stderr,
+          "the reason: %r" % r.stderr)
+    with d.client() as c:
+        check_eq(c.status().get("checkpoints", []), [], "checkpoints made")
+    r = d.cli(["run", "--action", "checkpoint", "--option", "local=false",
+               plan])
+    check_eq(r.returncode, 0, "a reliable one (stderr %r)" % r.stderr)
+
+
 def test_option_of_another_action(d):
     plan = write_file(d.path("p.json"), json.dumps(range_plan(0, 10, 2)))
     r = d.cli(["run", "--count", "--option", "path=/tmp/x", plan])

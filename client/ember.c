@@ -136,9 +136,10 @@ ember_read_file(const char *path)
  * stdio: one memcpy per record and one write per megabyte.
  */
 struct output {
-	char	*buf;
-	size_t	 len;
-	size_t	 size;
+	char		*buf;
+	size_t		 len;
+	size_t		 size;
+	struct progress	*progress;	/* erased while records go out */
 };
 
 /*
@@ -163,30 +164,35 @@ output_failed(struct ember *e, int can_stop)
 	exit(1);
 }
 
-/* Write len bytes to standard output in full. */
+/* Write len bytes to standard output in full, below the progress line
+ * if it shares the terminal. */
 static int
-output_write(const char *p, size_t len)
+output_write(struct output *o, const char *p, size_t len)
 {
 	ssize_t	n;
+	int	rc = 0;
 
+	progress_hold(o->progress);
 	while (len > 0) {
 		n = write(STDOUT_FILENO, p, len);
 		if (n == -1) {
 			if (errno == EINTR)
 				continue;
-			return (-1);
+			rc = -1;
+			break;
 		}
 		p += n;
 		len -= (size_t)n;
 	}
-	return (0);
+	progress_let_go(o->progress);
+	return (rc);
 }
 
 /* Write out what is buffered. */
 static int
 output_flush(struct output *o)
 {
-	if (output_write(o->buf, o->len) == -1)
+	if (output_write(o, o->buf, o->len) == -1)
 		return (-1);
 	o->len = 0;
 	return (0);
@@ -200,7 +206,7 @@ output_record(struct output *o, const void *data, size_t len)
 		if (output_flush(o) == -1)
 			return (-1);
 		if (len + 1 > o->size) {
-			if (output_write(data, len) == -1)
+			if (output_write(o, data, len) == -1)
 				return (-1);
 			len = 0;
 		}
@@ -299,6 +305,7 @@ run_stream(struct ember *e, const char *plan, const char *action,
 	signal(SIGPIPE, SIG_IGN);
 	out.size = EMBER_STDOUT_BUFFER;
 	out.len = 0;
+	out.progress = NULL;
 	if ((out.buf = malloc(out.size)) == NULL) {
 		fprintf(stderr, "ember: out of memory\n");
 		exit(1);
@@ -309,17 +316,17 @@ run_stream(struct ember *e, const char *plan, const char *action,
 	free(text);
 	progress = progress_create(json_integer_value(json_object_get(reply,
 	    "partitions")));
+	out.progress = progress;
 	json_decref(reply);
 	stop = strcmp(action, "iterate") == 0;
 	while ((rc = ember_next(e, &data, &len)) == 1) {
 		if (output_record(&out, data, len) == -1)
 			output_failed(e, stop);
-		if ((++records & 4095) == 0)
-			progress_stream(progress, ember_partition(e), records);
+		progress_stream(progress, ember_partition(e), ++records);
 	}
-	progress_free(progress);
 	if (output_flush(&out) == -1)
 		output_failed(e, stop);
+	progress_free(progress);
 	free(out.buf);
 	if (rc == -1)
 		ember_die(e);

@@ -228,10 +228,12 @@ def test_status_for_people(d):
     busy.close()
 
 
-def _on_a_pty(d, args, same_terminal=False, interrupt_after=None):
+def _on_a_pty(d, args, same_terminal=False, interrupt_after=None,
+              chunks=None):
     """Run ember with standard error on a pseudo-terminal (and standard
     output too with same_terminal); return (status, what the terminal
-    got)."""
+    got).  chunks, if a list, gets (seconds since the start, bytes) for
+    each read."""
     master, slave = pty.openpty()
     out = open(d.path("cli.out"), "wb")
     p = subprocess.Popen([EMBER, "--socket", d.socket] + args,
@@ -256,6 +258,8 @@ def _on_a_pty(d, args, same_terminal=False, interrupt_after=None):
             if not chunk:
                 break
             got += chunk
+            if chunks is not None:
+                chunks.append((time.monotonic() - start, chunk))
         elif p.poll() is not None:
             break
         check(time.monotonic() - start < 60, "ember did not end")
@@ -280,12 +284,74 @@ def test_progress_line_totals(d):
                                                                    got[-40:]))
 
 
-def test_no_progress_on_the_same_terminal(d):
+# A progress line as drawn, or its erase alone.
+PROGRESS_LINE = re.compile(rb"\r\033\[K(\d+/[\d?]+ partitions[^\r\n\033]*)?")
+
+
+def test_progress_on_the_same_terminal(d):
+    """With the records on the same terminal, the line is erased before
+    each result line is written and drawn again after: what is left
+    without the lines is the records alone."""
     plan = write_file(d.path("slow.json"), json.dumps(SLOW))
     status, got = _on_a_pty(d, ["run", "--count", plan], same_terminal=True)
     check_eq(status, 0, "exit status")
-    check(b"partitions" not in got, "progress drawn over stdout: %r" % got)
-    check(b"70000" in got, "the count: %r" % got)
+    check(b"partitions" in got, "no progress line: %r" % got[-200:])
+    check_eq(PROGRESS_LINE.sub(b"", got), b"70000\r\n", "the count alone")
+    few = write_file(d.path("few.json"), json.dumps(range_plan(
+        0, 12, 4, ops=[{"pipe": {"command": "sleep 0.5; cat"}}])))
+    for action in ("iterate", "collect"):
+        status, got = _on_a_pty(d, ["run", "--action", action, few],
+                                same_terminal=True)
+        check_eq(status, 0, "%s: exit status" % action)
+        check(b"partitions" in got, "%s: no progress line" % action)
+        check_eq(PROGRESS_LINE.sub(b"", got), b"".join(
+            b"%d\r\n" % i for i in range(12)), "%s: the records" % action)
+
+
+@skip_unless(shutil.which("tmux") is not None, "no tmux")
+def test_progress_in_tmux(d):
+    """What a person sees at an 80x24 terminal: the line while the job
+    runs, then the records alone, the line gone."""
+    few = write_file(d.path("few.json"), json.dumps(range_plan(
+        0, 12, 4, ops=[{"pipe": {"command": "sleep 0.5; cat"}}])))
+    tmux = ["tmux", "-L", "ember-test-%d" % os.getpid()]
+    shell = "%s --socket %s run %s; echo EXIT=$?; sleep 60" % (
+        EMBER, d.socket, few)
+    subprocess.run(tmux + ["-f", "/dev/null", "new-session", "-d", "-x",
+                           "80", "-y", "24", shell], check=True)
+
+    def screen():
+        return subprocess.run(tmux + ["capture-pane", "-p"],
+                              capture_output=True, text=True).stdout
+    try:
+        check(wait_until(lambda: re.search(r"\d+/4 partitions", screen()),
+                         10), "no progress line:\n%s" % screen())
+        check(wait_until(lambda: "EXIT=" in screen(), 30),
+              "ember did not end:\n%s" % screen())
+        lines = screen().rstrip("\n").split("\n")
+        check_eq(lines, [str(i) for i in range(12)] + ["EXIT=0"],
+                 "the screen at the end")
+    finally:
+        subprocess.run(tmux + ["kill-server"], capture_output=True)
+
+
+def test_progress_soon_and_often(d):
+    """The line shows within a moment and is redrawn every 100ms or so,
+    however few records come: a second of partitions with 3 records."""
+    slow = write_file(d.path("slow.json"), json.dumps(range_plan(
+        0, 12, 4, ops=[{"pipe": {"command": "sleep 1; cat"}}])))
+    for args in (["--count"], ["--action", "iterate"],
+                 ["--action", "reduce", "--option", "fn=sum"]):
+        chunks = []
+        start = time.monotonic()
+        status, got = _on_a_pty(d, ["run"] + args + [slow], chunks=chunks)
+        end = time.monotonic() - start
+        check_eq(status, 0, "%s: exit status" % args)
+        draws = [t for t, c in chunks if b"partitions" in c]
+        check(draws and draws[0] < 1.0, "%s: the first line at %s (of %.1fs)"
+              % (args, draws[:1], end))
+        check(len(draws) >= end / 0.4, "%s: %d draws in %.1fs" %
+              (args, len(draws), end))
 
 
 def test_progress_erased_on_ctrl_c(d):

@@ -2144,6 +2144,7 @@ operation_status(uid_t uid)
 	json_t			*a = json_array(), *o;
 	struct operation	*op;
 	uint64_t		 now = ember_now_ms();
+	char			*what;
 
 	TAILQ_FOREACH(op, &operations, entry) {
 		if (uid != 0 && session_uid(op->session) != uid)
@@ -2163,6 +2164,9 @@ operation_status(uid_t uid)
 		    (json_int_t)operation_spooled(op)));
 		json_object_set_new(o, "parked", json_integer(
 		    operation_parked(op)));
+		what = plan_describe(op->plan);
+		json_object_set_new(o, "what", json_string(what));
+		free(what);
 		if (op->conn == NULL && op->reattachable)
 			json_object_set_new(o, "detached_ms",
 			    json_integer((json_int_t)(now - op->detached_ms)));

@@ -2,6 +2,7 @@
 parser and against a job's known counts, the status page in a headless
 browser, who sees what, JSON log lines, and hostile HTTP clients."""
 
+import html
 import http.client
 import json
 import math
@@ -410,6 +411,12 @@ def test_page_in_headless_chromium(d):
         dom = r.stdout
         check(op in dom, "the operation %s is not on the page" % op)
         check("iterate" in dom and "partitions" in dom, "no progress shown")
+        what = d.client().status()["operations"][0]["what"]
+        check(what.startswith("range 0..400 | ") and
+              html.escape(what, quote=False) in dom,
+              "what the operation does (%r) is not on the page" % what)
+        if os.geteuid() == 0:
+            check("nobody (65534) for root" in dom, "the pool's user")
         check("live" in dom, "the page did not say it is live")
         check(re.search(r'<tbody id="workers"><tr><td class="mono">\d+',
                         dom), "no worker row")

@@ -37,7 +37,7 @@ usage(FILE *f, int full)
 	    "--action ACTION]\n"
 	    "                 [--option KEY=VALUE ...] PLAN.json\n"
 	    "       ember [--socket PATH] checkpoint drop ID\n"
-	    "       ember [--socket PATH] status [--json]\n"
+	    "       ember [--socket PATH] status [-v | --json]\n"
 	    "       ember --version | --help\n");
 	if (!full)
 		return;
@@ -61,8 +61,10 @@ usage(FILE *f, int full)
 	    "           terminal, a progress line shows on standard error.\n"
 	    "  checkpoint drop ID\n"
 	    "           remove a checkpoint and its files.\n"
-	    "  status   show emberd's workers, pools, sessions, operations and\n"
-	    "           counters; --json prints the raw reply.\n"
+	    "  status   show emberd's workers, pools, sessions and operations\n"
+	    "           (what each does, its partitions done, running and\n"
+	    "           left); -v adds the limits, the counters and more\n"
+	    "           columns; --json prints the raw reply.\n"
 	    "\n"
 	    "The socket is --socket PATH, else $%s, else %s.\n",
 	    EMBER_SOCKET_ENV, EMBER_DEFAULT_SOCKET);
@@ -568,6 +570,7 @@ cmd_status(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "json",	no_argument,		NULL, 'j' },
 		{ "socket",	required_argument,	NULL, 'S' },
+		{ "verbose",	no_argument,		NULL, 'v' },
 		{ "help",	no_argument,		NULL, 'h' },
 		{ NULL,		0,			NULL, 0 }
 	};
@@ -575,13 +578,16 @@ cmd_status(int argc, char **argv)
 	json_t		*reply;
 	json_error_t	 jerr;
 	char		*text;
-	int		 ch, raw = 0;
+	int		 ch, raw = 0, verbose = 0;
 
 	optind = 0;
-	while ((ch = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "+hv", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'j':
 			raw = 1;
+			break;
+		case 'v':
+			verbose = 1;
 			break;
 		case 'S':
 			socket_path = optarg;
@@ -613,7 +619,7 @@ cmd_status(int argc, char **argv)
 			free(text);
 			return (1);
 		}
-		status_print(reply);
+		status_print(reply, verbose);
 		json_decref(reply);
 	}
 	free(text);

@@ -183,6 +183,63 @@ def test_nul_in_plan_strings(d):
     check_eq(r.stdout, b"a\0b\nxa\0bx\n", "CLI output")
 
 
+def _table(text, name):
+    """The rows of ember status's table name: [{HEADING: cell}], the last
+    column's cell with its spaces."""
+    lines = text.split("\n")
+    at = [i for i, l in enumerate(lines) if l.startswith(name + ": ")]
+    check(at, "no %s table:\n%s" % (name, text))
+    heads = lines[at[0] + 1].split()
+    rows = []
+    for line in lines[at[0] + 2:]:
+        if not line.strip():
+            break
+        rows.append(dict(zip(heads, line.split(None, len(heads) - 1))))
+    return rows
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_status_at_80_columns(d):
+    """ember status fits 80 columns with long commands, a detached and a
+    failed operation; each operation says what it does, and its running
+    tasks are the workers running them, as the first lines count them."""
+    c = d.client()
+    check_error(c.execute(records_plan(["x"], 1, ops=[
+        {"pipe": {"command": "exit 3"}}]), "count"), "TASK_FAILED")
+    long = "sleep 30; " + "echo a-rather-long-command " * 6
+    # A count runs its 4 tasks at once, as far as 2 workers let it.
+    busy = d.client()
+    busy.send_json({"op": "execute", "action": "count", "plan": range_plan(
+        0, 100, 4, ops=[{"filter": {"contains": "1"}},
+                        {"pipe": {"command": long}}])})
+    gone = d.client()
+    gone.execute_ok(text_plan([os.path.join(SRCDIR, "README.md")], 2),
+                    "iterate")
+    gone.close_abruptly()
+    check(wait_until(lambda: sum(w["state"] == "busy" for w in
+                                 c.status()["workers"]) == 2, 10),
+          "two busy workers")
+    r = d.cli(["status"])
+    check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+    lines = r.stdout.rstrip("\n").split("\n")
+    wide = [l for l in lines if len(l) > 80]
+    check_eq(wide, [], "lines past 80 columns")
+    check(len(lines) <= 30, "%d lines:\n%s" % (len(lines), r.stdout))
+    running = int(re.search(r"tasks: (\d+) running", r.stdout).group(1))
+    ops = _table(r.stdout, "operations")
+    check_eq(sum(int(o["RUN"]) for o in ops), running,
+             "running tasks of the operations:\n%s" % r.stdout)
+    what = {o["ACTION"] + " " + o["STATE"]: o.get("WHAT", "") for o in ops}
+    check(what["count attached"].startswith("range 0..100 | filter c"),
+          "what the attached one does:\n%s" % r.stdout)
+    check(what["iterate detached"] == "text .../README.md",
+          "the detached one:\n%s" % r.stdout)
+    st = [o for o in c.status()["operations"] if o["action"] == "count"]
+    check_eq(st[0]["what"], "range 0..100 | filter contains 1 | pipe " +
+             long, "what in the status reply")
+    busy.close_abruptly()
+
+
 def test_status_for_people(d):
     c = d.client()
     fail = records_plan(["x"], 1, ops=[{"pipe": {"command": "exit 3"}}])
@@ -207,8 +264,16 @@ def test_status_for_people(d):
           "no age in:\n%s" % r.stdout)
     check(re.search(r"tasks: 1 running, \d+ queued", r.stdout),
           "running and queued:\n%s" % r.stdout)
-    check(re.search(r"RUNNING +WAITING", r.stdout), "operations:\n%s"
+    check(re.search(r"PARTS +RUN +LEFT", r.stdout), "operations:\n%s"
           % r.stdout)
+    # Limits and counters are for -v.
+    check("limits" not in r.stdout and "counters" not in r.stdout,
+          "limits or counters without -v:\n%s" % r.stdout)
+    r = d.cli(["status", "-v"])
+    check_eq(r.returncode, 0, "status -v (stderr %r)" % r.stderr)
+    wide = [l for l in r.stdout.split("\n") if len(l) > 80]
+    check_eq(wide, [], "lines of -v past 80 columns")
+    check("counters" in r.stdout, "no counters in -v:\n%s" % r.stdout)
     # Limits in bytes read as ember.conf writes sizes; counts stay counts.
     check(re.search(r"daemon\.max_input_per_uid +\d+(\.\d)?[kmg]? of 64m\n",
                     r.stdout), "max_input_per_uid:\n%s" % r.stdout)

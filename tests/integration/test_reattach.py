@@ -698,7 +698,7 @@ def test_status_shows_detached(d):
     check_eq(st["sent"], "1:0", "sent position")
     check(st["buffered_bytes"] > 0, "buffered bytes %r" % st)
     check("detached_ms" in st, "detached_ms")
-    r = d.cli(["status"])
+    r = d.cli(["status", "-v"])
     check_eq(r.returncode, 0, "ember status (stderr %r)" % r.stderr)
     # People see ids cut to 8 characters; --json has them whole.
     for needle in (op[:8], "detached", "BUFFERED", "CONNS"):

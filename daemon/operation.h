@@ -107,6 +107,11 @@ enum stall_action {
 };
 enum stall_action operation_task_stalled(struct operation *, struct task *,
 		     char **err);
+/* May t, whose worker was lost, run again?  Not past
+ * workers.task_retries, not if op's plan is not deterministic, nor once a
+ * partial result of it was merged. */
+int		 operation_may_retry(const struct operation *,
+		     const struct task *);
 /* Has op's client taken nothing for stream.stall_timeout? */
 int		 operation_client_stalled(struct operation *, uint64_t now);
 /* Are the task's metrics possible?  -1 makes its worker corrupt. */

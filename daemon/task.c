@@ -150,6 +150,26 @@ task_fail(struct task *t, pid_t pid, const char *cause)
 	operation_task_failed(t->op, t);
 }
 
+void
+task_lose(struct task *t, pid_t pid, const char *cause)
+{
+	if (!operation_may_retry(t->op, t)) {
+		task_fail(t, pid, cause);
+		return;
+	}
+	task_expect(t, "retry", TASK_IN(TASK_ASSIGNED));
+	t->retries++;
+	/* As a parked task: what was relayed is not sent again. */
+	t->skip += t->records - t->parked_records;
+	t->parked_records = t->records;
+	ember_counters.tasks_retried++;
+	log_warn("operation %s: partition %d: worker %ld: %s; running it "
+	    "again (retry %d of workers.task_retries %lld)",
+	    operation_id(t->op), t->partition, (long)pid, cause, t->retries,
+	    (long long)ember_conf.workers_task_retries);
+	scheduler_requeue(t);
+}
+
 /* Let the task's worker relay what it has buffered for it. */
 void
 task_kick(struct task *t)

@@ -11,6 +11,8 @@
  *	PARKED -> QUEUED	task_queue: its client reads again; it is
  *				computed again, skipping what was relayed
  *	ASSIGNED -> DONE	task_finish: it ended cleanly
+ *	ASSIGNED -> QUEUED	task_lose: its worker was lost; it runs
+ *				again, skipping what was relayed
  *	QUEUED, ASSIGNED -> FAILED
  *				task_fail: it ended with an error, or could
  *				not be given to a worker
@@ -56,6 +58,9 @@ struct task {
 						   first: a recompute */
 	int64_t			 parked_records; /* records when it was last
 						   parked, in skip since */
+	int			 retries;	/* runs again after a lost worker */
+	int			 merged;	/* a partial result of it was
+						   merged: it cannot run again */
 	int64_t			 metrics[EMBER_METRIC_COUNT];
 	char			*error;		/* TASK_FAILED */
 	uint64_t		 queued_ms;
@@ -82,6 +87,10 @@ void		 task_finish(struct task *);
 /* It failed on worker pid (0: before any worker ran it); the operation
  * is told. */
 void		 task_fail(struct task *, pid_t, const char *cause);
+/* Its worker was lost (killed from outside, or with its fork-server): run
+ * it again on another worker if its operation may (workers.task_retries),
+ * else fail it with cause. */
+void		 task_lose(struct task *, pid_t, const char *cause);
 /* Let its worker relay what it holds for it, if it has one. */
 void		 task_kick(struct task *);
 

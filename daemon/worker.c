@@ -1,3 +1,5 @@
+#include <sys/wait.h>
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -294,6 +296,29 @@ worker_corrupt(struct worker *w, const char *what)
 		task_fail(t, w->pid, "worker sent a corrupt message");
 }
 
+/*
+ * Was the worker killed by a signal that says nothing of its task: one an
+ * operator, a service manager or the kernel's OOM killer sends?  A crash
+ * signal (SIGSEGV, SIGABRT...) is the task's own, as an exit is; running
+ * it again would end the same way.
+ */
+static int
+worker_killed_from_outside(int status)
+{
+	if (!WIFSIGNALED(status))
+		return (0);
+	switch (WTERMSIG(status)) {
+	case SIGKILL:
+	case SIGTERM:
+	case SIGHUP:
+	case SIGINT:
+	case SIGQUIT:
+		return (1);
+	default:
+		return (0);
+	}
+}
+
 /* Did the worker exit because an allocation failed under its
  * address-space limit?  Then cause says it exceeded workers.max_memory. */
 static int
@@ -336,7 +361,10 @@ worker_died(struct worker *w)
 	pool_count_crash(w->pool);
 	t = worker_pop(w);
 	worker_retire(w, RETIRE_EXITED);
-	task_fail(t, w->pid, cause);
+	if (worker_killed_from_outside(w->status))
+		task_lose(t, w->pid, cause);
+	else
+		task_fail(t, w->pid, cause);
 }
 
 /* Is len bytes buffered?  If not, make sure emberd will read that far. */
@@ -597,6 +625,41 @@ worker_rss(pid_t pid)
 	return ((uint64_t)kb * 1024);
 }
 
+#define WORKER_TREE_MAX	256	/* processes of a worker's tree looked at */
+
+/*
+ * The resident memory of a worker and everything it started (a pipe's
+ * shell and its commands, what a udf forked): workers.max_memory bounds
+ * the task, not one process of it.  Walked through /proc's children
+ * lists, breadth first, at most WORKER_TREE_MAX processes, so that a
+ * task that forks without end costs the loop a bounded look (a user's
+ * process count is the pool's own bound).  *n gets the processes seen.
+ */
+static uint64_t
+worker_tree_rss(pid_t pid, int *n)
+{
+	pid_t			 tree[WORKER_TREE_MAX];
+	char			 path[96];
+	uint64_t		 rss = 0;
+	long			 child;
+	int			 head, count = 1;
+	FILE			*f;
+
+	tree[0] = pid;
+	for (head = 0; head < count; head++) {
+		rss += worker_rss(tree[head]);
+		snprintf(path, sizeof path, "/proc/%ld/task/%ld/children",
+		    (long)tree[head], (long)tree[head]);
+		if ((f = fopen(path, "re")) == NULL)
+			continue;
+		while (count < WORKER_TREE_MAX && fscanf(f, "%ld", &child) == 1)
+			tree[count++] = (pid_t)child;
+		fclose(f);
+	}
+	*n = count;
+	return (rss);
+}
+
 /*
  * Is an idle worker dying: a zombie, or a SIGKILL or SIGTERM pending?  A
  * kill sent from outside just before a job arrives leaves the worker's
@@ -771,6 +834,15 @@ worker_assign(struct worker *w, struct task *t)
 		if (b[i].add)
 			channel_pass_fd(w->ch, b[i].fd);
 	}
+	/* Then the checkpoint directories, opened and checked by emberd. */
+	if (d.source_dir_passed) {
+		channel_pass_fd(w->ch, d.source_dirfd);
+		close(d.source_dirfd);
+	}
+	if (d.ckpt_dir_passed) {
+		channel_pass_fd(w->ch, d.ckpt_dirfd);
+		close(d.ckpt_dirfd);
+	}
 	taskdesc_encode(channel_output(w->ch), &d, b, nb, plan);
 	free(b);
 	w->unflushed = 1;
@@ -846,7 +918,7 @@ worker_lost_pool(struct pool *p, const char *why)
 			event_active(w->kick, 0, 1);
 		worker_retire(w, RETIRE_FORKSERVER);
 		if (t != NULL)
-			task_fail(t, w->pid, why);
+			task_lose(t, w->pid, why);
 	}
 }
 
@@ -896,7 +968,8 @@ static void
 worker_check(struct worker *w, uint64_t now)
 {
 	uint64_t	rss;
-	char		why[160];
+	char		why[192];
+	int		n;
 
 	/* (The client's idle time is looked at on every check while the
 	 * worker is blocked, so that both times run together.) */
@@ -915,11 +988,12 @@ worker_check(struct worker *w, uint64_t now)
 		worker_limit(w, RETIRE_TASK_TIMEOUT, why);
 		return;
 	}
-	if (ember_conf.workers_max_memory > 0 && (rss = worker_rss(w->pid)) >
-	    (uint64_t)ember_conf.workers_max_memory) {
+	if (ember_conf.workers_max_memory > 0 && (rss = worker_tree_rss(w->pid,
+	    &n)) > (uint64_t)ember_conf.workers_max_memory) {
 		snprintf(why, sizeof why, "exceeded workers.max_memory "
-		    "(resident %llu MiB, limit %llu MiB): killed",
-		    (unsigned long long)(rss >> 20),
+		    "(resident %llu MiB%s, limit %llu MiB): killed",
+		    (unsigned long long)(rss >> 20), n > 1 ?
+		    " with its commands" : "",
 		    (unsigned long long)(ember_conf.workers_max_memory >> 20));
 		worker_limit(w, RETIRE_MAX_MEMORY, why);
 	}
@@ -973,6 +1047,20 @@ worker_evict_other(const struct pool *p,
 	return (-1);
 }
 
+/* Retire idle workers, the newest first, while more than max would be
+ * left: those that ran past workers.max go once no task wants them. */
+void
+worker_trim_idle(int max)
+{
+	struct worker	*w;
+
+	while (nworkers - worker_count_evicting() > max &&
+	    (w = TAILQ_FIRST(&workers_idle)) != NULL) {
+		w->evicted = 1;
+		worker_retire(w, RETIRE_EVICTED);
+	}
+}
+
 /* Count the workers stopped to make room whose exit is not known yet. */
 int
 worker_count_evicting(void)
@@ -1011,12 +1099,13 @@ worker_status(const struct worker *w, uint64_t now)
 	json_t		*o, *held;
 	struct task	*t;
 	size_t		 i;
+	int		 n;
 
 	o = json_pack("{s:I,s:s,s:I,s:I,s:I}", "pid", (json_int_t)w->pid,
 	    "state", worker_state_names[w->state], "tasks",
 	    (json_int_t)w->tasks_run, "age_ms",
 	    (json_int_t)(now - w->started_ms), "rss_kb",
-	    (json_int_t)(worker_rss(w->pid) >> 10));
+	    (json_int_t)(worker_tree_rss(w->pid, &n) >> 10));
 	held = json_array();
 	for (i = 0; i < w->nheld; i++)
 		json_array_append_new(held, json_integer(w->held[i]));

@@ -428,6 +428,35 @@ def test_max_memory(d):
     check(after != before, "the killed worker ran the next job")
 
 
+# Three commands of a pipe, each holding 60 MiB it has touched, for 20 s.
+HOLDERS = ("cat >/dev/null; for i in 1 2 3; do python3 -c '"
+           "import time; b = bytearray(60 << 20)\n"
+           "for i in range(0, len(b), 4096): b[i] = 1\n"
+           "time.sleep(20)' & done; wait")
+
+
+@skip_with_sanitizer("address", "AddressSanitizer maps terabytes of shadow "
+                     "memory, more than the address-space limit of "
+                     "workers.max_memory lets a worker start with")
+@with_daemon(sets=["workers.max=1", "workers.max_memory=96m"])
+def test_max_memory_bounds_the_pipe(d):
+    """workers.max_memory bounds the task's whole process tree: a pipe's
+    commands, each under the limit, together past it, are killed with the
+    worker, and the task fails saying so, long before they would end."""
+    c = d.client()
+    start = time.monotonic()
+    reply = c.execute(records_plan(["x"], 1, ops=[{"pipe": {
+        "command": HOLDERS}}]), "count")
+    msg = check_error(reply, "TASK_FAILED", "exceeded workers.max_memory")
+    check(time.monotonic() - start < 15, "killed only after %.1fs" %
+          (time.monotonic() - start))
+    check("with its commands" in msg, "%r does not say the commands "
+          "counted" % msg)
+    check(wait_until(lambda: not any("bytearray" in cmdline(p)
+                                     for p in all_pids()), 5),
+          "the pipe's commands outlived the worker")
+
+
 @skip_with_sanitizer("address", "AddressSanitizer maps terabytes of shadow "
                      "memory, more than the 64 MiB address-space limit of "
                      "workers.max_memory=32m lets a worker start with")

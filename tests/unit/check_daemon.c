@@ -12,6 +12,7 @@
 
 struct event_base	*ember_base;	/* each channel test makes its own */
 struct ember_counters	 ember_counters;
+struct conf		 ember_conf;	/* zeros, but what a test sets */
 
 /* Run every suite. */
 int
@@ -26,6 +27,8 @@ main(void)
 	srunner_add_suite(sr, task_suite());
 	srunner_add_suite(sr, retry_suite());
 	srunner_add_suite(sr, request_suite());
+	srunner_add_suite(sr, joblog_suite());
+	srunner_add_suite(sr, cgroup_suite());
 
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);

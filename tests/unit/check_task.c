@@ -21,6 +21,8 @@ static struct task	*stub_finished, *stub_failed, *stub_removed;
 static const struct task *stub_measured, *stub_failure;
 static struct task	*stub_cancelled;
 static struct worker	*stub_cancelled_by, *stub_kicked;
+static struct task	*stub_requeued;
+static int		 stub_may_retry;
 static uint64_t		 stub_now = 1000;
 
 /* The stubs of task.c's neighbours. */
@@ -78,6 +80,20 @@ scheduler_remove(struct task *t)
 	stub_removed = t;
 }
 
+int
+operation_may_retry(const struct operation *op, const struct task *t)
+{
+	(void)op; (void)t;
+	return (stub_may_retry);
+}
+
+void
+scheduler_requeue(struct task *t)
+{
+	task_requeue(t);
+	stub_requeued = t;
+}
+
 void
 worker_cancel_task(struct worker *w, struct task *t)
 {
@@ -99,6 +115,8 @@ task_setup(void)
 	stub_finished = stub_failed = stub_removed = stub_cancelled = NULL;
 	stub_measured = stub_failure = NULL;
 	stub_cancelled_by = stub_kicked = NULL;
+	stub_requeued = NULL;
+	stub_may_retry = 0;
 }
 
 /* A fake worker: task.c only keeps and passes the pointer. */
@@ -292,6 +310,49 @@ START_TEST(test_task_fail_done)
 }
 END_TEST
 
+/* A lost task its operation may retry is queued again, skipping what it
+ * relayed; one it may not is failed. */
+START_TEST(test_task_lose)
+{
+	struct task	*t = task_create(FAKE_OP, 2, 0);
+
+	task_queue(t);
+	task_assign(t, FAKE_WORKER);
+	t->records = 7;
+	stub_may_retry = 1;
+	task_lose(t, 42, "killed by signal 9 (SIGKILL)");
+	ck_assert_int_eq(t->state, TASK_QUEUED);
+	ck_assert_ptr_eq(stub_requeued, t);
+	ck_assert_ptr_null(t->worker);
+	ck_assert_int_eq(t->retries, 1);
+	ck_assert_int_eq(t->skip, 7);
+	ck_assert_uint_eq(ember_counters.tasks_retried, 1);
+	ck_assert_ptr_null(stub_failed);
+	/* Three more records relayed by the next worker, then lost again:
+	 * no more retries. */
+	task_assign(t, FAKE_WORKER);
+	t->records = 10;
+	stub_may_retry = 0;
+	task_lose(t, 43, "killed by signal 9 (SIGKILL)");
+	ck_assert_int_eq(t->state, TASK_FAILED);
+	ck_assert_ptr_eq(stub_failed, t);
+	ck_assert_str_eq(t->error, "partition 2: worker 43: killed by signal 9 "
+	    "(SIGKILL)");
+	ck_assert_uint_eq(ember_counters.tasks_retried, 1);
+	task_free(t);
+}
+END_TEST
+
+START_TEST(test_task_lose_queued)
+{
+	struct task	*t = task_create(FAKE_OP, 0, 0);
+
+	task_queue(t);
+	stub_may_retry = 1;
+	task_lose(t, 1, "lost");
+}
+END_TEST
+
 START_TEST(test_task_requeue_queued)
 {
 	struct task	*t = task_create(FAKE_OP, 0, 0);
@@ -314,6 +375,7 @@ task_suite(void)
 	tcase_add_test(tc, test_task_fail);
 	tcase_add_test(tc, test_task_free_queued);
 	tcase_add_test(tc, test_task_park);
+	tcase_add_test(tc, test_task_lose);
 	tcase_add_test(tc, test_task_names);
 	suite_add_tcase(s, tc);
 
@@ -325,6 +387,7 @@ task_suite(void)
 	tcase_add_exit_test(tc, test_task_fail_done, 1);
 	tcase_add_exit_test(tc, test_task_requeue_queued, 1);
 	tcase_add_exit_test(tc, test_task_park_queued, 1);
+	tcase_add_exit_test(tc, test_task_lose_queued, 1);
 	suite_add_tcase(s, tc);
 	return (s);
 }

@@ -43,6 +43,10 @@ static const char *const status_operation_shown[] = { "id", "session",
     "action", "state", "partitions", "done", "running", "attached",
     "records_sent", "age_ms", "what", NULL };
 
+/* Members of the reply shown with -v. */
+static const char *const status_verbose_only[] = { "counters", "limits",
+    NULL };
+
 /* Pool and worker members for tuning, shown with -v. */
 static const char *const status_tuning[] = { "starting",
     "crashes_in_a_row", "forks", "reuses", "broadcasts", NULL };
@@ -609,8 +613,7 @@ status_print(json_t *reply, int verbose)
 	json_object_foreach(reply, key, v) {
 		if (status_in_summary(key))
 			continue;
-		if (!verbose && (strcmp(key, "counters") == 0 ||
-		    strcmp(key, "limits") == 0))
+		if (!verbose && status_listed(status_verbose_only, key))
 			continue;
 		if (strcmp(key, "counters") == 0 && json_is_object(v)) {
 			putchar('\n');
@@ -653,7 +656,7 @@ status_print(json_t *reply, int verbose)
 			printf("\n%s\n", key);
 			json_object_foreach(v, k, sub) {
 				printf("  %-24s ", k);
-				status_print_value(sub);
+				status_print_cut(sub, STATUS_COLUMNS - 27);
 				putchar('\n');
 			}
 			continue;

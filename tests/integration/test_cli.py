@@ -224,7 +224,7 @@ def test_status_at_80_columns(d):
     lines = r.stdout.rstrip("\n").split("\n")
     wide = [l for l in lines if len(l) > 80]
     check_eq(wide, [], "lines past 80 columns")
-    check(len(lines) <= 30, "%d lines:\n%s" % (len(lines), r.stdout))
+    check(len(lines) <= 40, "%d lines:\n%s" % (len(lines), r.stdout))
     running = int(re.search(r"tasks: (\d+) running", r.stdout).group(1))
     ops = _table(r.stdout, "operations")
     check_eq(sum(int(o["RUN"]) for o in ops), running,

@@ -33,13 +33,16 @@
  * count helpers at work: one cancelled or failed counts until it is gone,
  * but one that answered only has to exit, so its slot is free at once for
  * the user's next step (a save's commit, a checkpoint's manifest); if it
- * lingers past daemon.helper_timeout, it is killed.
+ * lingers past daemon.helper_timeout, it is killed.  One asked while
+ * its fork-server restarts waits for it (within daemon.helper_timeout),
+ * as tasks wait for workers; it is asked once the fork-server is back.
  */
 struct helper {
 	int32_t			 id;		/* FS_HELPER request id */
 	uid_t			 client;	/* charged to */
 	struct fslink		*fs;
 	pid_t			 pid;		/* -1 until forked */
+	int			 sent;		/* asked of the fork-server */
 	int			 sock;		/* -1 until forked, and after */
 	int			 fds_in[HELPER_MAX_FDS]; /* to pass */
 	size_t			 nin;		/* 0: none, or sent */
@@ -116,13 +119,16 @@ helper_free(struct helper *h)
 	free(h);
 }
 
-/* Stop the exchange and the process; the struct waits for the exit. */
+/* Stop the exchange and the process; the struct waits for the exit, or
+ * goes at once if the fork-server was never asked for it. */
 static void
 helper_stop(struct helper *h)
 {
 	helper_close(h);
 	h->cb = NULL;
-	if (h->pid > 0)
+	if (!h->sent)
+		helper_free(h);
+	else if (h->pid > 0)
 		fslink_kill(h->fs, h->pid, SIGKILL);
 }
 
@@ -140,6 +146,9 @@ helper_fail(struct helper *h, const char *class, const char *fmt, ...)
 	va_end(ap);
 	if (strcmp(class, "INTERNAL") == 0)
 		log_error("helper %ld (%s, uid %ld): %s", (long)h->pid, h->verb,
+		    (long)h->client, msg);
+	else if (strcmp(class, HELPER_FAILED) == 0)
+		log_warn("helper %ld (%s, uid %ld): %s", (long)h->pid, h->verb,
 		    (long)h->client, msg);
 	else
 		log_info("helper %ld (%s, uid %ld): %s", (long)h->pid, h->verb,
@@ -201,7 +210,8 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 		    (long)client);
 		return (NULL);
 	}
-	if (!fslink_running(pool_fslink(p))) {
+	if (!fslink_running(pool_fslink(p)) &&
+	    !fslink_restarting(pool_fslink(p))) {
 		xasprintf(err, "uid %ld: its fork-server is not running now",
 		    (long)client);
 		return (NULL);
@@ -234,12 +244,17 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 		}
 		h->nin++;
 	}
-	if (fslink_helper(h->fs, h->id) == -1) {
-		xasprintf(err, "uid %ld: its fork-server is not running now",
-		    (long)client);
-		helper_free(h);
-		return (NULL);
-	}
+	if (fslink_running(h->fs)) {
+		if (fslink_helper(h->fs, h->id) == -1) {
+			xasprintf(err, "uid %ld: its fork-server is not "
+			    "running now", (long)client);
+			helper_free(h);
+			return (NULL);
+		}
+		h->sent = 1;
+	} else
+		log_info("helper request %d (%s, uid %ld) waits for its "
+		    "fork-server", h->id, verb, (long)client);
 
 	req = json_pack("{s:s,s:O}", "verb", verb, "args", args);
 	if ((text = json_dumps(req, JSON_COMPACT)) == NULL)
@@ -295,7 +310,7 @@ helper_write(struct helper *h)
 		n = evbuffer_write(h->out, h->sock);
 	if (n == -1 && errno != EAGAIN && errno != EWOULDBLOCK &&
 	    errno != EINTR) {
-		helper_fail(h, "INTERNAL", "sending the request: %s",
+		helper_fail(h, HELPER_FAILED, "sending the request: %s",
 		    strerror(errno));
 		return (-1);
 	}
@@ -396,7 +411,7 @@ helper_read(struct helper *h)
 	    errno == EINTR))
 		return (0);
 	if (n == -1) {
-		helper_fail(h, "INTERNAL", "reading its reply: %s",
+		helper_fail(h, HELPER_FAILED, "reading its reply: %s",
 		    strerror(errno));
 		return (-1);
 	}
@@ -414,7 +429,7 @@ helper_read(struct helper *h)
 		}
 	}
 	if (n == 0) {
-		helper_fail(h, "INTERNAL", "it exited without a reply");
+		helper_fail(h, HELPER_FAILED, "it exited without a reply");
 		return (-1);
 	}
 	return (0);
@@ -470,8 +485,8 @@ helper_fork_failed(struct fslink *fs, int32_t request, int error)
 		return;
 	}
 	if (h->cb != NULL)
-		helper_fail(h, "INTERNAL", "the fork-server could not fork "
-		    "it: %s", strerror(error));
+		helper_fail(h, HELPER_FAILED, "the fork-server could not "
+		    "fork it: %s", strerror(error));
 	helper_free(h);
 }
 
@@ -496,23 +511,48 @@ helper_exited(struct fslink *fs, pid_t pid, int status)
 	}
 	if (h->cb != NULL) {
 		log_describe_wait(status, how, sizeof how);
-		helper_fail(h, "INTERNAL", "it %s without a reply", how);
+		helper_fail(h, HELPER_FAILED, "it %s without a reply", how);
 	}
 	helper_free(h);
 	return (1);
 }
 
 void
-helper_lost(struct fslink *fs, const char *why)
+helper_lost(struct fslink *fs, const char *why, int restarting)
 {
 	struct helper	*h, *next;
 
 	TAILQ_FOREACH_SAFE(h, &helpers, entry, next) {
 		if (h->fs != fs)
 			continue;
-		if (h->cb != NULL)
-			helper_fail(h, "INTERNAL", "%s", why);
-		helper_free(h);
+		/* Not forked yet: it did nothing, and waits for the next. */
+		if (restarting && h->pid == -1 && h->cb != NULL) {
+			h->sent = 0;
+			continue;
+		}
+		if (h->cb != NULL) {
+			h->sent = 1;	/* freed here */
+			helper_fail(h, HELPER_FAILED, "%s", why);
+		}
+		if (h->sent)
+			helper_free(h);
+	}
+}
+
+void
+helper_forkserver_ready(struct fslink *fs)
+{
+	struct helper	*h, *next;
+
+	TAILQ_FOREACH_SAFE(h, &helpers, entry, next) {
+		if (h->fs != fs || h->sent)
+			continue;
+		if (fslink_helper(fs, h->id) == -1) {
+			helper_fail(h, HELPER_FAILED, "its fork-server did not "
+			    "take the request");
+			continue;
+		}
+		h->sent = 1;
 	}
 }
 

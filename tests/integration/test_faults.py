@@ -1,0 +1,161 @@
+"""
+Faults injected into the processes that do a save's file work and into the
+fork-server that forks them: a helper killed in the middle of its step, and
+a fork-server killed while jobs that need a helper arrive.  Each save must
+end whole (every part and _SUCCESS, and a success reply) or absent (no part
+file in its path, and a failure reply), and a save to the same path again
+must then succeed.
+
+The windows are widened with strace: attached to the fork-server with -f,
+it delays the exit of the syscalls a step makes, so that the test can kill
+the helper after the step did some of its work and before it answered.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *	# noqa: E402,F403
+
+STRACE = shutil.which("strace")
+NEEDS_STRACE = skip_unless(STRACE is not None, "strace is not installed")
+
+
+class Delay:
+    """strace on the fork-server and its children to come, delaying the
+    exit of each syscall named by 300ms."""
+
+    def __init__(self, d, syscalls):
+        with d.client() as c:		# the fork-server starts on first use
+            c.request_ok({"op": "execute", "plan": range_plan(0, 2, 1),
+                          "action": "count"})
+        self.fs = d.forkserver_pid()
+        names = ",".join(syscalls)
+        self.proc = subprocess.Popen(
+            [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=" + names,
+             "-e", "inject=%s:delay_exit=300000" % names,
+             "-p", str(self.fs)], stdin=subprocess.DEVNULL)
+        check(wait_until(lambda: self._traced(), 10),
+              "strace did not attach to fork-server %d" % self.fs)
+
+    def _traced(self):
+        try:
+            with open("/proc/%d/status" % self.fs) as f:
+                for line in f:
+                    if line.startswith("TracerPid:"):
+                        return int(line.split()[1]) == self.proc.pid
+        except OSError:
+            pass
+        return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def helper_pids(d):
+    """The helpers running now: children of the fork-server so titled."""
+    fs = d.forkserver_pid()
+    table = process_table()
+    return [p for p, st in table.items()
+            if st[2] == fs and st[1] not in ("Z", "X") and
+            cmdline(p).startswith("ember-worker: helper")]
+
+
+def kill_helper_when(d, cond, timeout=20):
+    """Once cond() holds, SIGKILL the one helper running; its pid."""
+    check(wait_until(cond, timeout), "the step never got that far")
+    pids = helper_pids(d)
+    check_eq(len(pids), 1, "helpers running")
+    os.kill(pids[0], signal.SIGKILL)
+    return pids[0]
+
+
+def listing(path):
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def parts(path):
+    return [n for n in listing(path) if n.startswith("part-")]
+
+
+def save(d, out, plan, operation=None):
+    """Send a save; the client, for its reply."""
+    c = d.client()
+    req = {"op": "execute", "plan": plan, "action": "save",
+           "options": {"path": out}}
+    if operation is not None:
+        req["operation"] = operation
+    c.send_json(req)
+    return c
+
+
+def check_whole_or_absent(out, reply, n):
+    """A save's outcome: whole with a success reply, or absent with a
+    failure reply."""
+    if reply.get("ok"):
+        check_eq(listing(out), ["_SUCCESS"] + ["part-%05d" % i
+                                               for i in range(n)],
+                 "what %s holds after a save that succeeded" % out)
+    else:
+        check_eq([n for n in listing(out) if n != "_temporary"], [],
+                 "what %s holds after a save that failed (%r)" %
+                 (out, reply))
+
+
+def check_saves_again(d, out, n, overwrite=False):
+    """The same save, again, succeeds whole."""
+    with d.client() as c:
+        c.send_json({"op": "execute", "plan": range_plan(0, 4 * n, n),
+                     "action": "save", "options": {"path": out,
+                                                   "overwrite": overwrite}})
+        r = c.recv_json()
+    check(r.get("ok"), "saving again: %r" % r)
+    check_eq(listing(out), ["_SUCCESS"] + ["part-%05d" % i for i in range(n)],
+             "what %s holds after saving again" % out)
+
+
+def owner_of(path):
+    st = os.stat(path)
+    return st.st_uid, st.st_gid
+
+
+@with_daemon(sets=["workers.fork_backoff=2s"])
+def test_forkserver_restart_waited_for(d):
+    """Jobs that need a helper while the fork-server restarts wait for
+    it, as the jobs that need only workers do."""
+    path = job_readable(write_file(d.path("in.txt"), "".join(
+        "%d\n" % i for i in range(100))))
+    with d.client() as c:
+        check_eq(c.request_ok({"op": "execute", "plan": text_plan([path], 2),
+                               "action": "count"})["count"], 100, "count")
+    os.kill(d.forkserver_pid(), signal.SIGKILL)
+    check(wait_until(lambda: "restarting it in" in d.log_text(), 10),
+          "emberd did not see the fork-server die")
+    out = os.path.join(job_writable(d.path("w")), "out")
+    saver = save(d, out, range_plan(0, 8, 2))
+    counter = d.client()
+    counter.send_json({"op": "execute", "plan": text_plan([path], 2),
+                       "action": "count"})
+    r = counter.recv_json()
+    counter.close()
+    check(r.get("ok"), "count during the restart: %r" % r)
+    check_eq(r["count"], 100, "count")
+    check("waits for its fork-server" in d.log_text(),
+          "no helper request waited for the fork-server")
+    r = saver.recv_json()
+    saver.close()
+    check(r.get("ok"), "save during the restart: %r" % r)
+    check_eq(listing(out), ["_SUCCESS", "part-00000", "part-00001"],
+             "what %s holds" % out)
+
+if __name__ == "__main__":
+    run_tests(globals())

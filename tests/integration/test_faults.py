@@ -123,6 +123,103 @@ def check_saves_again(d, out, n, overwrite=False):
              "what %s holds after saving again" % out)
 
 
+@NEEDS_STRACE
+@with_daemon(sets=["workers.max=2"])
+def test_commit_helper_killed(d):
+    """save_commit's helper killed after it moved a part into the path:
+    the commit is run again, and the client hears how it ended."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    delay = Delay(d, ["renameat", "renameat2", "rename", "linkat", "link"])
+    try:
+        c = save(d, out, range_plan(0, 32, 8))
+        kill_helper_when(d, lambda: len(parts(out)) > 0)
+    finally:
+        delay.stop()
+    r = c.recv_json()
+    c.close()
+    check_whole_or_absent(out, r, 8)
+    check(r.get("ok"), "the commit was not run again: %r" % r)
+    check("the commit was run again and succeeded" in d.log_text(),
+          "the log does not say the commit ran again")
+    check_saves_again(d, out, 8, overwrite=True)
+
+
+@NEEDS_STRACE
+@with_daemon(sets=["workers.max=2"])
+def test_commit_helper_killed_every_run(d):
+    """save_commit's helper killed at every run: the parts the runs put
+    in the path are taken back, and the client hears that it failed."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    delay = Delay(d, ["renameat", "renameat2", "rename", "linkat", "link"])
+    killed = []
+    try:
+        c = save(d, out, range_plan(0, 32, 8))
+        killed.append(kill_helper_when(d, lambda: len(parts(out)) > 0))
+        while len(killed) < 3:
+            killed.append(kill_helper_when(d, lambda: [
+                p for p in helper_pids(d) if p not in killed]))
+    finally:
+        delay.stop()
+    r = c.recv_json()
+    c.close()
+    check_error(r, "HELPER_FAILED")
+    check_whole_or_absent(out, r, 8)
+    check(wait_until(lambda: listing(out) == [], 10),
+          "the save's debris stays: %r" % listing(out))
+    check_saves_again(d, out, 8)
+
+
+@NEEDS_STRACE
+@with_daemon(sets=["workers.max=2"])
+def test_abort_helper_killed(d):
+    """save_abort's helper killed after it removed a part: the undo is
+    tried again until nothing of the save is left."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    fail_last = ('read x; if [ "$x" = 30 ]; then sleep 1; exit 3; fi; '
+                 'echo "$x"; cat')
+    c = save(d, out, range_plan(0, 40, 4, ops=[
+        {"pipe": {"command": fail_last}}]))
+    task_dir = os.path.join(out, "_temporary")
+    check(wait_until(lambda: len(listing(task_dir)) == 1, 10),
+          "no operation directory in %s" % task_dir)
+    op_dir = os.path.join(task_dir, listing(task_dir)[0])
+    check(wait_until(lambda: len(parts(op_dir)) == 3, 20),
+          "three parts were not written: %r" % listing(op_dir))
+    delay = Delay(d, ["unlinkat", "unlink"])
+    try:
+        kill_helper_when(d, lambda: 0 < len(parts(op_dir)) < 3)
+    finally:
+        delay.stop()
+    r = c.recv_json()
+    c.close()
+    check_error(r, "TASK_FAILED")
+    check(wait_until(lambda: listing(out) == [], 15),
+          "the save's debris stays: %r" % listing(op_dir))
+    check_saves_again(d, out, 4)
+
+
+@NEEDS_STRACE
+@with_daemon(sets=["workers.max=2"])
+def test_begin_helper_killed(d):
+    """save_begin's helper killed after it made the operation's
+    directory: it is removed, and the client gets a retryable class."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    os.mkdir(out)
+    os.chown(out, *owner_of(os.path.dirname(out)))
+    task_dir = os.path.join(out, "_temporary")
+    delay = Delay(d, ["mkdirat", "mkdir"])
+    try:
+        c = save(d, out, range_plan(0, 16, 4))
+        kill_helper_when(d, lambda: len(listing(task_dir)) > 0)
+    finally:
+        delay.stop()
+    r = c.recv_json()
+    c.close()
+    check_error(r, "HELPER_FAILED")
+    check_eq(listing(out), [], "what %s holds" % out)
+    check_saves_again(d, out, 4)
+
+
 def owner_of(path):
     st = os.stat(path)
     return st.st_uid, st.st_gid

@@ -10,6 +10,7 @@
 #include "helper.h"
 #include "log.h"
 #include "queue.h"
+#include "savelog.h"
 #include "xmalloc.h"
 
 enum commit_state {
@@ -256,6 +257,8 @@ commit_begin_lost(struct commit *c, const char *class, const char *msg)
 {
 	log_warn("operation %s: save_begin: %s; undoing what it made",
 	    c->operation, msg);
+	savelog_begun(c->uid, c->gid, c->path, c->operation, c->overwrite,
+	    NULL);
 	c->state = COMMIT_BEGUN;
 	c->lost_class = class;
 	c->lost_error = xstrdup(msg);
@@ -304,6 +307,9 @@ commit_answer_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
 			return;
 		}
 		c->state = rc == 0 ? COMMIT_BEGUN : COMMIT_NEW;
+		if (rc == 0)
+			savelog_begun(c->uid, c->gid, c->path, c->operation,
+			    c->overwrite, c->ids);
 		break;
 	case COMMIT_FINISHING:
 		if (rc == -1 && hclass != NULL &&
@@ -316,6 +322,8 @@ commit_answer_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
 			log_warn("operation %s: the commit was run again and "
 			    "failed: the save is undone", c->operation);
 		c->state = rc == 0 ? COMMIT_FINISHED : COMMIT_BEGUN;
+		if (rc == 0)
+			savelog_ended(c->uid, c->operation);
 		break;
 	case COMMIT_ABORTING:
 		if (rc == -1 && hclass != NULL) {
@@ -323,6 +331,7 @@ commit_answer_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
 			return;
 		}
 		c->state = COMMIT_ABORTED;
+		savelog_ended(c->uid, c->operation);
 		if (rc == -1)
 			log_warn("operation %s: save_abort: %s", c->operation,
 			    msg);
@@ -366,6 +375,7 @@ commit_finish(struct commit *c, int partitions, commit_cb cb, void *arg,
 	c->cb = cb;
 	c->arg = arg;
 	c->partitions = partitions;
+	savelog_committing(c->uid, c->operation, partitions);
 	return (commit_ask_finish(c, class, err));
 }
 
@@ -405,6 +415,33 @@ commit_free(struct commit *c)
 	commit_destroy(c);
 }
 
+/* Finish a save a past run left: its commit again, else its undo. */
+void
+commit_recover(const char *path, const char *operation, int overwrite,
+    uid_t uid, gid_t gid, json_t *ids, int partitions)
+{
+	struct commit	*c;
+	const char	*class;
+	char		*err = NULL;
+
+	c = commit_create(path, overwrite, operation, uid, gid);
+	c->ids = ids != NULL ? json_incref(ids) : NULL;
+	c->state = COMMIT_BEGUN;
+	commit_orphan(c);
+	if (partitions >= 0 && c->ids != NULL) {
+		log_info("operation %s: the commit of a save to %s that "
+		    "emberd left is run again", operation, path);
+		c->partitions = partitions;
+		if (commit_ask_finish(c, &class, &err) == 0)
+			return;
+		log_warn("operation %s: %s", operation, err);
+		free(err);
+	} else
+		log_info("operation %s: a save to %s that emberd left is "
+		    "undone", operation, path);
+	commit_undo(c);
+}
+
 /* Count the saves being undone with nobody waiting. */
 size_t
 commit_pending(void)
@@ -421,14 +458,14 @@ commit_free_all(void)
 	while ((c = TAILQ_FIRST(&orphans)) != NULL) {
 		if (c->h != NULL) {
 			log_warn("operation %s: emberd exits before its save "
-			    "step answered; %s/_temporary/%s may be left",
-			    c->operation, c->path, c->operation);
+			    "step answered; the next start finishes it",
+			    c->operation);
 			helper_cancel(c->h);
 			c->h = NULL;
 		} else if (c->retry != NULL)
 			log_warn("operation %s: emberd exits before it could "
-			    "undo the save; %s/_temporary/%s is left",
-			    c->operation, c->path, c->operation);
+			    "undo the save; the next start undoes it",
+			    c->operation);
 		commit_destroy(c);
 	}
 }

@@ -19,6 +19,8 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 struct commit;
 
 /* A step's answer: class NULL if it succeeded, else an error class and a
@@ -50,6 +52,11 @@ int		 commit_abort(struct commit *, commit_cb, void *,
 /* Forget a commit: no callback comes any more.  A save begun (or still
  * beginning) and not committed is aborted, nobody waiting. */
 void		 commit_free(struct commit *);
+/* A save a past run of emberd left (savelog.c): with partitions (not -1)
+ * its commit had started and is run again; else, or if that fails, it is
+ * undone (by name if ids is NULL).  Nobody waits for it. */
+void		 commit_recover(const char *path, const char *operation,
+		     int overwrite, uid_t, gid_t, json_t *ids, int partitions);
 /* Saves being undone with nobody waiting (emberd's drain waits for them,
  * up to its grace period). */
 size_t		 commit_pending(void);

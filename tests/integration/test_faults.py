@@ -220,6 +220,56 @@ def test_begin_helper_killed(d):
     check_saves_again(d, out, 4)
 
 
+@with_daemon(sets=["workers.max=2"])
+def test_save_left_by_a_crash(d):
+    """emberd killed while a save's tasks run: the next start undoes the
+    save, and the same save then succeeds."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    hang_last = ('read x; if [ "$x" = 30 ]; then exec sleep 60; fi; '
+                 'echo "$x"; cat')
+    c = save(d, out, range_plan(0, 40, 4, ops=[
+        {"pipe": {"command": hang_last}}]))
+    task_dir = os.path.join(out, "_temporary")
+    check(wait_until(lambda: len(listing(task_dir)) == 1, 10),
+          "no operation directory in %s" % task_dir)
+    op_dir = os.path.join(task_dir, listing(task_dir)[0])
+    check(wait_until(lambda: len(parts(op_dir)) == 3, 20),
+          "three parts were not written: %r" % listing(op_dir))
+    d.signal(signal.SIGKILL)
+    d.wait()
+    c.close()
+    d.start()
+    check(wait_until(lambda: listing(out) == [], 15),
+          "the save's debris stays: %r" % listing(op_dir))
+    check_saves_again(d, out, 4)
+
+
+@NEEDS_STRACE
+@with_daemon(sets=["workers.max=2"])
+def test_commit_left_by_a_crash(d):
+    """emberd killed while a save's commit runs: the next start runs the
+    commit again, and the output is whole."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    delay = Delay(d, ["renameat", "renameat2", "rename", "linkat", "link"])
+    try:
+        c = save(d, out, range_plan(0, 32, 8))
+        check(wait_until(lambda: len(parts(out)) > 0, 20),
+              "the commit did not start")
+        helper = helper_pids(d)
+        d.signal(signal.SIGKILL)
+        d.wait()
+        c.close()
+        check(wait_until(lambda: not any(is_running(p) for p in helper), 10),
+              "the helper outlived emberd")
+        check(len(parts(out)) < 8, "the commit ended before the kill")
+    finally:
+        delay.stop()
+    d.start()
+    check(wait_until(lambda: "_SUCCESS" in listing(out), 15),
+          "the commit was not run again: %r" % listing(out))
+    check_whole_or_absent(out, {"ok": True}, 8)
+
+
 def owner_of(path):
     st = os.stat(path)
     return st.st_uid, st.st_gid

@@ -364,11 +364,12 @@ checkpoint_open_dir(const struct checkpoint *c, char **err)
 	return (checkpoint_open_uid(c->local, c->uid, c->gid, err));
 }
 
-/* Run verb for c's uid on its directory in base local; helper_run's
- * return. */
+/* Run verb for c's uid on its directory in base local, as background
+ * work if background is set; helper_run's return. */
 static struct helper *
-checkpoint_run(uid_t uid, gid_t gid, int local, const char *verb,
-    json_t *args, helper_cb cb, void *arg, const char **class, char **err)
+checkpoint_run(uid_t uid, gid_t gid, int local, int background,
+    const char *verb, json_t *args, helper_cb cb, void *arg,
+    const char **class, char **err)
 {
 	struct helper	*h;
 	int		 fd;
@@ -376,7 +377,11 @@ checkpoint_run(uid_t uid, gid_t gid, int local, const char *verb,
 	*class = "INTERNAL";
 	if ((fd = checkpoint_open_uid(local, uid, gid, err)) == -1)
 		return (NULL);
-	h = helper_run(uid, gid, verb, args, fd, cb, arg, class, err);
+	if (background)
+		h = helper_run_background(uid, gid, verb, args, fd, cb, arg,
+		    class, err);
+	else
+		h = helper_run(uid, gid, verb, args, fd, cb, arg, class, err);
 	close(fd);
 	return (h);
 }
@@ -583,7 +588,7 @@ checkpoint_write_manifest(struct checkpoint *c, json_t *m, helper_cb cb)
 
 	args = json_pack("{s:s,s:s,s:o}", "dir", c->uid_dir, "id", c->id,
 	    "manifest", m);
-	c->helper = checkpoint_run(c->uid, c->gid, 0, "checkpoint_commit",
+	c->helper = checkpoint_run(c->uid, c->gid, 0, 0, "checkpoint_commit",
 	    args, cb, c, &class, &err);
 	json_decref(args);
 	if (c->helper == NULL) {
@@ -656,7 +661,8 @@ checkpoint_call_error(json_t *reply, int *fds, size_t nfds,
 	return (error);
 }
 
-/* Start a helper call; on failure the callback runs at once. */
+/* Start a helper call, as background work that leaves the user's own
+ * helpers alone; on failure the callback runs at once. */
 static void
 checkpoint_call(struct ckpt_call *k, const char *verb, json_t *args,
     helper_cb cb)
@@ -665,8 +671,8 @@ checkpoint_call(struct ckpt_call *k, const char *verb, json_t *args,
 	char		*err = NULL;
 
 	TAILQ_INSERT_TAIL(&ckpt_calls, k, entry);
-	k->helper = checkpoint_run(k->uid, k->gid, k->local, verb, args, cb,
-	    k, &class, &err);
+	k->helper = checkpoint_run(k->uid, k->gid, k->local, 1, verb, args,
+	    cb, k, &class, &err);
 	/* A clean's answer is small, whatever the user's files hold: some
 	 * numbers per checkpoint emberd keeps or may adopt. */
 	if (k->helper != NULL)
@@ -954,8 +960,8 @@ checkpoint_fetch_plan(struct checkpoint *c, struct session *s, char **err)
 
 	args = json_pack("{s:s,s:s,s:I}", "dir", c->uid_dir, "id", c->id,
 	    "max", (json_int_t)CKPT_MAX_MANIFEST);
-	c->helper = checkpoint_run(c->uid, c->gid, 0, "checkpoint_plan", args,
-	    checkpoint_planned_cb, c, &class, &e);
+	c->helper = checkpoint_run(c->uid, c->gid, 0, 0, "checkpoint_plan",
+	    args, checkpoint_planned_cb, c, &class, &e);
 	json_decref(args);
 	if (c->helper == NULL) {
 		xasprintf(err, "plan.source.checkpoint: checkpoint %s: "

@@ -110,15 +110,20 @@ commit_destroy(struct commit *c)
 	free(c);
 }
 
-/* Ask a helper, as the client's user, for one step with args (taken). */
+/* Ask a helper, as the client's user, for one step with args (taken);
+ * one nobody waits for is background work. */
 static int
 commit_ask(struct commit *c, const char *verb, json_t *args,
     enum commit_state state, const char **class, char **err)
 {
 	json_object_set_new(args, "path", json_string(c->path));
 	json_object_set_new(args, "operation", json_string(c->operation));
-	c->h = helper_run(c->uid, c->gid, verb, args, -1, commit_answer_cb, c,
-	    class, err);
+	if (c->orphan)
+		c->h = helper_run_background(c->uid, c->gid, verb, args, -1,
+		    commit_answer_cb, c, class, err);
+	else
+		c->h = helper_run(c->uid, c->gid, verb, args, -1,
+		    commit_answer_cb, c, class, err);
 	json_decref(args);
 	if (c->h == NULL)
 		return (-1);

@@ -43,6 +43,9 @@ struct helper {
 	struct fslink		*fs;
 	pid_t			 pid;		/* -1 until forked */
 	int			 sent;		/* asked of the fork-server */
+	int			 background;	/* emberd's own work */
+	int			 queued;	/* waits for the uid's slot */
+	int			 slot;		/* holds it */
 	int			 sock;		/* -1 until forked, and after */
 	int			 fds_in[HELPER_MAX_FDS]; /* to pass */
 	size_t			 nin;		/* 0: none, or sent */
@@ -63,7 +66,19 @@ struct helper {
 static TAILQ_HEAD(, helper) helpers = TAILQ_HEAD_INITIALIZER(helpers);
 static int32_t	helper_next_id = 1;
 
+/*
+ * Background helpers (removals, cleans, undos nobody waits for) are not
+ * charged to daemon.max_helpers_per_uid, so they never take the slots
+ * the user's own requests need: they run one at a time per uid, and the
+ * others wait in order, their time starting when they go.
+ */
+#define HELPER_BACKGROUND_PER_UID	1
+
 static void	helper_io_cb(evutil_socket_t, short, void *);
+static void	helper_timeout_cb(evutil_socket_t, short, void *);
+static void	helper_release_slot(struct helper *);
+static void	helper_fail(struct helper *, const char *, const char *, ...)
+		    __attribute__((format(printf, 3, 4)));
 
 /* Find a helper by its request. */
 static struct helper *
@@ -115,6 +130,7 @@ helper_free(struct helper *h)
 	TAILQ_REMOVE(&helpers, h, entry);
 	if (h->charged)
 		limit_release(h->client, LIMIT_HELPERS, 1);
+	helper_release_slot(h);
 	free(h->verb);
 	free(h);
 }
@@ -126,6 +142,7 @@ helper_stop(struct helper *h)
 {
 	helper_close(h);
 	h->cb = NULL;
+	helper_release_slot(h);
 	if (!h->sent)
 		helper_free(h);
 	else if (h->pid > 0)
@@ -191,9 +208,66 @@ helper_run(uid_t client, gid_t gid, const char *verb, json_t *args,
 	    fd_in == -1 ? 0 : 1, cb, arg, class, err));
 }
 
-struct helper *
-helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
-    const int *fds, size_t nfds, helper_cb cb, void *arg,
+/* Background helpers running, holding uid's one slot. */
+static int
+helper_background_running(uid_t client)
+{
+	struct helper	*h;
+	int		 n = 0;
+
+	TAILQ_FOREACH(h, &helpers, entry) {
+		if (h->client == client && h->slot)
+			n++;
+	}
+	return (n);
+}
+
+/* Ask the fork-server for h, or let h wait for one restarting; its time
+ * starts now.  0, or -1 with *err. */
+static int
+helper_go(struct helper *h, char **err)
+{
+	h->queued = 0;
+	h->slot = h->background;
+	if (fslink_running(h->fs)) {
+		if (fslink_helper(h->fs, h->id) == -1) {
+			xasprintf(err, "uid %ld: its fork-server is not "
+			    "running now", (long)h->client);
+			return (-1);
+		}
+		h->sent = 1;
+	} else
+		log_info("helper request %d (%s, uid %ld) waits for its "
+		    "fork-server", h->id, h->verb, (long)h->client);
+	helper_set_timer(h, helper_timeout_cb);
+	return (0);
+}
+
+/* A background helper is done with its slot: the next one of its uid
+ * goes. */
+static void
+helper_release_slot(struct helper *h)
+{
+	struct helper	*next;
+	char		*err = NULL;
+
+	if (!h->slot)
+		return;
+	h->slot = 0;
+	TAILQ_FOREACH(next, &helpers, entry) {
+		if (next->queued && next->client == h->client)
+			break;
+	}
+	if (next != NULL && helper_go(next, &err) == -1) {
+		helper_fail(next, HELPER_FAILED, "%s", err);
+		free(err);
+	}
+}
+
+/* Make a helper and ask for it (a background one may queue first). */
+static struct helper *
+helper_create(uid_t client, gid_t gid, const char *verb, json_t *args,
+    const int *fds, size_t nfds, int background, helper_cb cb, void *arg,
     const char **class, char **err)
 {
 	struct helper	*h;
@@ -216,7 +290,8 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 		    (long)client);
 		return (NULL);
 	}
-	if (limit_charge(client, LIMIT_HELPERS, 1, err) == -1) {
+	if (!background && limit_charge(client, LIMIT_HELPERS, 1,
+	    err) == -1) {
 		*class = "LIMIT_EXCEEDED";
 		return (NULL);
 	}
@@ -232,7 +307,8 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 	h->max_reply = HELPER_MAX_REPLY;
 	h->cb = cb;
 	h->arg = arg;
-	h->charged = 1;
+	h->charged = !background;
+	h->background = background;
 	h->started_ms = ember_now_ms();
 	TAILQ_INSERT_TAIL(&helpers, h, entry);
 	for (i = 0; i < nfds; i++) {
@@ -244,18 +320,6 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 		}
 		h->nin++;
 	}
-	if (fslink_running(h->fs)) {
-		if (fslink_helper(h->fs, h->id) == -1) {
-			xasprintf(err, "uid %ld: its fork-server is not "
-			    "running now", (long)client);
-			helper_free(h);
-			return (NULL);
-		}
-		h->sent = 1;
-	} else
-		log_info("helper request %d (%s, uid %ld) waits for its "
-		    "fork-server", h->id, verb, (long)client);
-
 	req = json_pack("{s:s,s:O}", "verb", verb, "args", args);
 	if ((text = json_dumps(req, JSON_COMPACT)) == NULL)
 		fatalx("json_dumps");
@@ -264,10 +328,38 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 	evbuffer_add_frame(h->out, text, strlen(text));
 	free(text);
 	h->in = evbuffer_new();
-	helper_set_timer(h, helper_timeout_cb);
+	if (background && helper_background_running(client) >=
+	    HELPER_BACKGROUND_PER_UID) {
+		h->queued = 1;
+		log_debug("helper request %d: %s for uid %ld, queued", h->id,
+		    verb, (long)client);
+		return (h);
+	}
+	if (helper_go(h, err) == -1) {
+		helper_free(h);
+		return (NULL);
+	}
 	log_debug("helper request %d: %s for uid %ld", h->id, verb,
 	    (long)client);
 	return (h);
+}
+
+struct helper *
+helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
+    const int *fds, size_t nfds, helper_cb cb, void *arg,
+    const char **class, char **err)
+{
+	return (helper_create(client, gid, verb, args, fds, nfds, 0, cb, arg,
+	    class, err));
+}
+
+struct helper *
+helper_run_background(uid_t client, gid_t gid, const char *verb,
+    json_t *args, int fd_in, helper_cb cb, void *arg, const char **class,
+    char **err)
+{
+	return (helper_create(client, gid, verb, args, &fd_in,
+	    fd_in == -1 ? 0 : 1, 1, cb, arg, class, err));
 }
 
 void
@@ -340,8 +432,10 @@ helper_linger_cb(evutil_socket_t fd, short events, void *arg)
 static void
 helper_answered(struct helper *h)
 {
-	limit_release(h->client, LIMIT_HELPERS, 1);
+	if (h->charged)
+		limit_release(h->client, LIMIT_HELPERS, 1);
 	h->charged = 0;
+	helper_release_slot(h);
 	helper_set_timer(h, helper_linger_cb);
 }
 
@@ -545,7 +639,7 @@ helper_forkserver_ready(struct fslink *fs)
 	struct helper	*h, *next;
 
 	TAILQ_FOREACH_SAFE(h, &helpers, entry, next) {
-		if (h->fs != fs || h->sent)
+		if (h->fs != fs || h->sent || h->queued)
 			continue;
 		if (fslink_helper(fs, h->id) == -1) {
 			helper_fail(h, HELPER_FAILED, "its fork-server did not "

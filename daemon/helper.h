@@ -57,6 +57,13 @@ struct helper	*helper_run(uid_t client, gid_t gid, const char *verb,
 struct helper	*helper_run_fds(uid_t client, gid_t gid, const char *verb,
 		    json_t *args, const int *fds, size_t nfds, helper_cb,
 		    void *arg, const char **class, char **err);
+/* The same, for emberd's own work that nobody waits for (a removal, a
+ * clean, an undo): not charged to daemon.max_helpers_per_uid, it runs
+ * when the uid's one background helper is done with the ones before it;
+ * daemon.helper_timeout counts from then. */
+struct helper	*helper_run_background(uid_t client, gid_t gid,
+		    const char *verb, json_t *args, int fd_in, helper_cb,
+		    void *arg, const char **class, char **err);
 /* A reply longer than max (under HELPER_MAX_REPLY) fails the helper
  * (INTERNAL) before emberd parses it: for a verb whose answer is small
  * whatever the user's files hold.  Set it right after helper_run. */

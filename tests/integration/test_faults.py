@@ -270,6 +270,35 @@ def test_commit_left_by_a_crash(d):
     check_whole_or_absent(out, {"ok": True}, 8)
 
 
+@NEEDS_STRACE
+@with_daemon(sets=["daemon.max_helpers_per_uid=8"])
+def test_removals_leave_the_users_helpers(d):
+    """Nine reliable checkpoints dropped at once, their removals slowed:
+    the user's own next request still gets a helper."""
+    path = job_readable(write_file(d.path("removals.txt"), "a\nb\nc\n"))
+    plan = range_plan(0, 40, 4)
+    with d.client() as c:
+        ids = [c.request_ok({"op": "execute", "plan": plan,
+                             "action": "checkpoint"})["checkpoint"]
+               for _ in range(9)]
+    top = os.path.join(d.tmpdir, "checkpoints")
+    delay = Delay(d, ["unlinkat", "unlink", "rmdir"])
+    try:
+        with d.client() as c:
+            for cid in ids:
+                c.request_ok({"op": "checkpoint_drop", "checkpoint": cid})
+            r = c.request({"op": "execute", "plan": text_plan([path], 1),
+                           "action": "count"})
+    finally:
+        delay.stop()
+    check(r.get("ok"), "count while the removals run: %r" % r)
+    check_eq(r["count"], 3, "count")
+    check(wait_until(lambda: all(
+        listing(os.path.join(top, u)) == [] for u in listing(top)), 20),
+        "checkpoints left: %r" % [(u, listing(os.path.join(top, u)))
+                                  for u in listing(top)])
+
+
 def owner_of(path):
     st = os.stat(path)
     return st.st_uid, st.st_gid
@@ -279,7 +308,7 @@ def owner_of(path):
 def test_forkserver_restart_waited_for(d):
     """Jobs that need a helper while the fork-server restarts wait for
     it, as the jobs that need only workers do."""
-    path = job_readable(write_file(d.path("in.txt"), "".join(
+    path = job_readable(write_file(d.path("restart.txt"), "".join(
         "%d\n" % i for i in range(100))))
     with d.client() as c:
         check_eq(c.request_ok({"op": "execute", "plan": text_plan([path], 2),

@@ -274,7 +274,8 @@ def test_commit_left_by_a_crash(d):
 @with_daemon(sets=["daemon.max_helpers_per_uid=8"])
 def test_removals_leave_the_users_helpers(d):
     """Nine reliable checkpoints dropped at once, their removals slowed:
-    the user's own next request still gets a helper."""
+    the user's own next request still gets a helper, and a helper or two
+    remove them all."""
     path = job_readable(write_file(d.path("removals.txt"), "a\nb\nc\n"))
     plan = range_plan(0, 40, 4)
     with d.client() as c:
@@ -297,6 +298,8 @@ def test_removals_leave_the_users_helpers(d):
         listing(os.path.join(top, u)) == [] for u in listing(top)), 20),
         "checkpoints left: %r" % [(u, listing(os.path.join(top, u)))
                                   for u in listing(top)])
+    helpers = d.log_text().count("checkpoint_remove for uid")
+    check(helpers <= 3, "%d helpers removed 9 checkpoints" % helpers)
 
 
 def owner_of(path):

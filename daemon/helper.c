@@ -77,8 +77,6 @@ static int32_t	helper_next_id = 1;
 static void	helper_io_cb(evutil_socket_t, short, void *);
 static void	helper_timeout_cb(evutil_socket_t, short, void *);
 static void	helper_release_slot(struct helper *);
-static void	helper_fail(struct helper *, const char *, const char *, ...)
-		    __attribute__((format(printf, 3, 4)));
 
 /* Find a helper by its request. */
 static struct helper *
@@ -222,25 +220,20 @@ helper_background_running(uid_t client)
 	return (n);
 }
 
-/* Ask the fork-server for h, or let h wait for one restarting; its time
- * starts now.  0, or -1 with *err. */
-static int
-helper_go(struct helper *h, char **err)
+/* Ask the fork-server for h, or let h wait for one restarting (or dying:
+ * its exit comes next, and helper_lost says whether h waits on); its time
+ * starts now. */
+static void
+helper_go(struct helper *h)
 {
 	h->queued = 0;
 	h->slot = h->background;
-	if (fslink_running(h->fs)) {
-		if (fslink_helper(h->fs, h->id) == -1) {
-			xasprintf(err, "uid %ld: its fork-server is not "
-			    "running now", (long)h->client);
-			return (-1);
-		}
+	if (fslink_running(h->fs) && fslink_helper(h->fs, h->id) == 0)
 		h->sent = 1;
-	} else
+	else
 		log_info("helper request %d (%s, uid %ld) waits for its "
 		    "fork-server", h->id, h->verb, (long)h->client);
 	helper_set_timer(h, helper_timeout_cb);
-	return (0);
 }
 
 /* A background helper is done with its slot: the next one of its uid
@@ -249,7 +242,6 @@ static void
 helper_release_slot(struct helper *h)
 {
 	struct helper	*next;
-	char		*err = NULL;
 
 	if (!h->slot)
 		return;
@@ -258,10 +250,8 @@ helper_release_slot(struct helper *h)
 		if (next->queued && next->client == h->client)
 			break;
 	}
-	if (next != NULL && helper_go(next, &err) == -1) {
-		helper_fail(next, HELPER_FAILED, "%s", err);
-		free(err);
-	}
+	if (next != NULL)
+		helper_go(next);
 }
 
 /* Make a helper and ask for it (a background one may queue first). */
@@ -335,10 +325,7 @@ helper_create(uid_t client, gid_t gid, const char *verb, json_t *args,
 		    verb, (long)client);
 		return (h);
 	}
-	if (helper_go(h, err) == -1) {
-		helper_free(h);
-		return (NULL);
-	}
+	helper_go(h);
 	log_debug("helper request %d: %s for uid %ld", h->id, verb,
 	    (long)client);
 	return (h);
@@ -636,17 +623,13 @@ helper_lost(struct fslink *fs, const char *why, int restarting)
 void
 helper_forkserver_ready(struct fslink *fs)
 {
-	struct helper	*h, *next;
+	struct helper	*h;
 
-	TAILQ_FOREACH_SAFE(h, &helpers, entry, next) {
+	TAILQ_FOREACH(h, &helpers, entry) {
 		if (h->fs != fs || h->sent || h->queued)
 			continue;
-		if (fslink_helper(fs, h->id) == -1) {
-			helper_fail(h, HELPER_FAILED, "its fork-server did not "
-			    "take the request");
-			continue;
-		}
-		h->sent = 1;
+		if (fslink_helper(fs, h->id) == 0)
+			h->sent = 1;
 	}
 }
 

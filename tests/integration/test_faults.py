@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import *	# noqa: E402,F403
@@ -300,6 +301,39 @@ def test_removals_leave_the_users_helpers(d):
                                   for u in listing(top)])
     helpers = d.log_text().count("checkpoint_remove for uid")
     check(helpers <= 3, "%d helpers removed 9 checkpoints" % helpers)
+
+
+@with_daemon(sets=["workers.fork_backoff=200ms"])
+def test_forkserver_killed_under_load(d):
+    """Jobs that need a helper, sent without a pause while the fork-server
+    is killed again and again: none is told INTERNAL; a helper killed
+    with its fork-server is HELPER_FAILED."""
+    path = job_readable(write_file(d.path("load.txt"), "a\nb\n"))
+    plan = text_plan([path], 1)
+    with d.client() as c:
+        c.request_ok({"op": "execute", "plan": plan, "action": "count"})
+    classes = {}
+    stop = time.monotonic() + 6
+
+    def run():
+        with d.client() as c:
+            while time.monotonic() < stop:
+                r = c.request({"op": "execute", "plan": plan,
+                               "action": "count"})
+                k = "ok" if r.get("ok") else r["error"]["class"]
+                classes.setdefault(k, r)
+    joins = [in_thread(run) for _ in range(3)]
+    kills = 0
+    while time.monotonic() < stop - 1.5:
+        time.sleep(1)
+        os.kill(d.forkserver_pid(), signal.SIGKILL)
+        kills += 1
+    for join in joins:
+        join(30)
+    check(kills >= 3, "the fork-server was killed %d times" % kills)
+    check("ok" in classes, "no job succeeded")
+    check(set(classes) <= {"ok", "HELPER_FAILED"},
+          "replies: %r" % [r for k, r in classes.items() if k != "ok"])
 
 
 def owner_of(path):

@@ -1,10 +1,12 @@
 """
-Faults injected into the processes that do a save's file work and into the
-fork-server that forks them: a helper killed in the middle of its step, and
-a fork-server killed while jobs that need a helper arrive.  Each save must
-end whole (every part and _SUCCESS, and a success reply) or absent (no part
-file in its path, and a failure reply), and a save to the same path again
-must then succeed.
+Faults injected into the processes that do file work for emberd and into
+the fork-server that forks them: a save's helper killed in the middle of
+its step, emberd killed in the middle of a save, a fork-server killed while
+jobs that need a helper arrive, and checkpoint removals slowed while the
+user's own requests need helpers.  Each save must end whole (every part
+and _SUCCESS, and a success reply) or absent (no part file in its path,
+and a failure reply), and a save to the same path again must then
+succeed; no fault is told to a client as INTERNAL.
 
 The windows are widened with strace: attached to the fork-server with -f,
 it delays the exit of the syscalls a step makes, so that the test can kill

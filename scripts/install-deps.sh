@@ -14,7 +14,7 @@ esac
 
 PACKAGES="build-essential autoconf automake libtool pkg-config libevent-dev
 libjansson-dev libinih-dev uuid-dev libpcre2-dev libelf-dev libunistring-dev
-libsystemd-dev check python3 procps util-linux"
+libsystemd-dev check python3 procps util-linux strace"
 
 if [ "$fuzzing" = yes ]; then
 	# libFuzzer is in the runtime package of clang's own version.

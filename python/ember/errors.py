@@ -20,7 +20,8 @@ __all__ = [
     "PositionNotAvailable", "TaskFailed", "ResultTooLarge", "SaveFailed",
     "SessionNotFound", "BroadcastNotFound", "CheckpointNotFound",
     "CheckpointFailed",
-    "Interrupted", "LimitExceeded", "ShuttingDown", "Internal",
+    "Interrupted", "LimitExceeded", "ShuttingDown", "HelperFailed",
+    "Internal",
     "error_from_reply", "error_from_stream", "error_classes",
 ]
 
@@ -185,6 +186,14 @@ class ShuttingDown(EmberError):
     """emberd is draining and takes no new work."""
 
     error_class = "SHUTTING_DOWN"
+
+
+class HelperFailed(EmberError):
+    """The process doing the request's file work as the user died before
+    it answered; what it began was undone, and the same request may
+    succeed if sent again."""
+
+    error_class = "HELPER_FAILED"
 
 
 class Internal(EmberError):

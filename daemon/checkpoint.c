@@ -228,9 +228,11 @@ checkpoint_open_reliable(char **err)
 		errno = EINVAL;
 		return (-1);
 	}
-	if (localdir_check_parents(ckpt_reliable_path, &e) == -1) {
-		xasprintf(err, "%s: %s", ckpt_reliable_path, e);
-		free(e);
+	/* Made with its parents (a fresh machine has no /var/lib/ember),
+	 * each checked once it is there. */
+	if (localdir_make_parents(ckpt_reliable_path, &e) == -1 ||
+	    localdir_check_parents(ckpt_reliable_path, &e) == -1) {
+		*err = e;	/* it names the path */
 		return (-1);
 	}
 	return (checkpoint_open_base(ckpt_reliable_path, 1, err));
@@ -1458,10 +1460,11 @@ checkpoint_init(void)
 	err = NULL;
 	ckpt_reliable_path = xstrdup(ember_conf.checkpoint_dir);
 	if ((ckpt_reliable_fd = checkpoint_open_reliable(&err)) == -1) {
-		/* Missing is a machine without reliable checkpoints; the
-		 * others are mistakes. */
-		if (errno == ENOENT)
-			log_info("checkpoint.dir: %s; reliable checkpoints are "
+		/* A user's ds.checkpoint() will fail: the operator hears
+		 * of it at start, whatever the cause. */
+		if (errno == ENOENT || errno == ENOTDIR || errno == EROFS ||
+		    errno == EACCES)
+			log_warn("checkpoint.dir: %s; reliable checkpoints are "
 			    "refused until it can be made", err);
 		else
 			log_error("checkpoint.dir: %s; reliable checkpoints "

@@ -32,6 +32,15 @@ localdir_check_parent(const char *p, const char *path, char **err)
 	struct stat	st;
 	int		saved;
 
+	/* A link is as good as its owner: in a sticky directory (/tmp) a
+	 * user's link to a directory of root's would pass what follows. */
+	if (lstat(p, &st) == 0 && S_ISLNK(st.st_mode) && st.st_uid != 0 &&
+	    st.st_uid != geteuid()) {
+		xasprintf(err, "%s is a link owned by uid %lu, who could point "
+		    "it elsewhere", p, (unsigned long)st.st_uid);
+		errno = EPERM;
+		return (-1);
+	}
 	if (stat(p, &st) == -1) {
 		saved = errno;
 		xasprintf(err, "%s: checking %s above it: %s", path, p,
@@ -67,6 +76,30 @@ localdir_check_parents(const char *path, char **err)
 	    slash = strchr(slash + 1, '/')) {
 		*slash = '\0';
 		rc = localdir_check_parent(p, path, err);
+		*slash = '/';
+	}
+	free(p);
+	return (rc);
+}
+
+int
+localdir_make_parents(const char *path, char **err)
+{
+	char		*p = xstrdup(path), *slash;
+	struct stat	 st;
+	int		 rc = 0, saved;
+
+	for (slash = strchr(p + 1, '/'); rc == 0 && slash != NULL;
+	    slash = strchr(slash + 1, '/')) {
+		*slash = '\0';
+		if (lstat(p, &st) == -1 && errno == ENOENT &&
+		    mkdir(p, 0755) == -1 && errno != EEXIST) {
+			saved = errno;
+			xasprintf(err, "%s: making %s above it: %s", path, p,
+			    strerror(errno));
+			errno = saved;
+			rc = -1;
+		}
 		*slash = '/';
 	}
 	free(p);

@@ -22,6 +22,10 @@ void		 localdir_close(int remove);
  * bit, or whoever can write there could replace path.  0, or -1 with
  * *err (allocated) naming the directory and why. */
 int		 localdir_check_parents(const char *path, char **err);
+/* Make the missing directories above path, root's (or emberd's) and 0755,
+ * each below one that exists: then check them all with
+ * localdir_check_parents.  0, or -1 with *err and errno. */
+int		 localdir_make_parents(const char *path, char **err);
 /* The same for the file of conf key (daemon.socket, status.listen):
  * 0, or -1 logged, naming key and why. */
 int		 localdir_check_above(const char *key, const char *path);

@@ -61,6 +61,7 @@ start_emberd()
 {
 	say "starting emberd on $sock (log: run/emberd.log)"
 	setsid ./emberd -f -c conf/ember.conf --set "daemon.socket=$sock" \
+	    --set "checkpoint.dir=$run/checkpoints" \
 	    </dev/null >"$log" 2>&1 &
 	i=0
 	until ./ember --socket "$sock" status >/dev/null 2>&1; do

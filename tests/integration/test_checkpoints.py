@@ -13,6 +13,7 @@ the records the original plan computed.
 import http.client
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -536,17 +537,68 @@ def test_bytes_limit(d):
                "files left")
 
 
-@with_daemon(sets=["checkpoint.dir=/nonexistent/ember/checkpoints"])
-def test_checkpoint_dir_missing(d):
-    """A checkpoint.dir that cannot be made: said at start-up and at the
-    checkpoint, naming the directory; local checkpoints still work."""
-    check("checkpoint.dir: /nonexistent/ember/checkpoints" in d.log_text(),
-          "start-up log: %s" % d.log_tail())
-    with d.client() as c:
-        check_error(checkpoint(c, range_plan()), "CHECKPOINT_FAILED",
-                    "checkpoint.dir", "/nonexistent/ember/checkpoints")
-        cid = checkpoint_ok(c, range_plan(), local=True)["checkpoint"]
-        check_eq(c.count(source(cid)), 100, "local checkpoint")
+@no_daemon
+def test_checkpoint_dir_missing(_):
+    """A checkpoint.dir that cannot be made (below a file): a warning at
+    start-up, and an error at the checkpoint, naming the directory; local
+    checkpoints still work."""
+    with Daemon(start=False) as d:
+        write_file(d.path("file"), b"")
+        bad = os.path.join(d.path("file"), "ember", "checkpoints")
+        d.sets.append("checkpoint.dir=" + bad)
+        d.start()
+        check(re.search(r"warn: checkpoint\.dir: %s" % re.escape(bad),
+                        d.log_text()), "start-up log: %s" % d.log_tail())
+        with d.client() as c:
+            check_error(checkpoint(c, range_plan()), "CHECKPOINT_FAILED",
+                        "checkpoint.dir", bad)
+            cid = checkpoint_ok(c, range_plan(), local=True)["checkpoint"]
+            check_eq(c.count(source(cid)), 100, "local checkpoint")
+
+
+@no_daemon
+def test_checkpoint_dir_made_with_its_parents(_):
+    """On a fresh machine /var/lib/ember is missing: emberd makes
+    checkpoint.dir and the directories above it, and the first reliable
+    checkpoint works."""
+    with Daemon(start=False) as d:
+        top = d.path("var")
+        ck = os.path.join(top, "lib", "ember", "checkpoints")
+        d.sets.append("checkpoint.dir=" + ck)
+        d.start()
+        with d.client() as c:
+            cid = checkpoint_ok(c, range_plan())["checkpoint"]
+            check_eq(c.count(source(cid)), 100, "reliable checkpoint")
+        for p in (top, os.path.dirname(os.path.dirname(ck)),
+                  os.path.dirname(ck)):
+            st = os.stat(p)
+            check_eq(st.st_uid, os.geteuid(), "owner of %s" % p)
+            check_eq(st.st_mode & 0o7777, 0o755, "mode of %s" % p)
+        check_eq(os.stat(ck).st_mode & 0o7777, 0o711, "mode of " + ck)
+
+
+@no_daemon
+def test_checkpoint_dir_behind_a_users_link(_):
+    """A link in a sticky directory that another user owns, pointing at a
+    directory of root's, is refused: its owner could point it elsewhere."""
+    if os.geteuid() != 0:
+        print("skip test_checkpoint_dir_behind_a_users_link: needs root")
+        return
+    with Daemon(start=False) as d:
+        sticky = d.path("sticky")
+        os.mkdir(sticky)
+        os.chmod(sticky, 0o1777)
+        target = d.path("roots")
+        os.mkdir(target)
+        link = os.path.join(sticky, "link")
+        os.symlink(target, link)
+        os.lchown(link, 65534, 65534)
+        d.sets.append("checkpoint.dir=" + os.path.join(link, "ck"))
+        d.start()
+        with d.client() as c:
+            check_error(checkpoint(c, range_plan()), "CHECKPOINT_FAILED",
+                        "a link owned by uid 65534")
+        check_eq(os.listdir(target), [], "the link's target")
 
 
 @no_daemon

@@ -14,7 +14,8 @@ esac
 
 PACKAGES="build-essential autoconf automake libtool pkg-config libevent-dev
 libjansson-dev libinih-dev uuid-dev libpcre2-dev libelf-dev libunistring-dev
-libsystemd-dev check python3 procps util-linux"
+libsystemd-dev check python3 procps util-linux libpython3-dev
+python3-cloudpickle"
 
 if [ "$fuzzing" = yes ]; then
 	# libFuzzer is in the runtime package of clang's own version.
@@ -32,7 +33,7 @@ OPTIONAL="prometheus chromium mypy"
 # What the build needs, by command and by pkg-config module, for systems
 # without dpkg (libunistring has no .pc file: its header is looked for).
 TOOLS="cc make autoreconf automake libtoolize pkg-config python3"
-MODULES="libevent jansson inih uuid libpcre2-8 libelf check"
+MODULES="libevent jansson inih uuid libpcre2-8 libelf check python3-embed"
 [ "$fuzzing" = no ] || TOOLS="$TOOLS clang"
 
 # Print the packages of PACKAGES that are not installed.

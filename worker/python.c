@@ -19,6 +19,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define PYTHON_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PYTHON_LSAN 1
+#endif
+#endif
+#ifdef PYTHON_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
 #include "held.h"
 #include "log.h"
 #include "ops.h"
@@ -188,10 +199,29 @@ python_load_worker(void)
 	return (python_stage_fn != NULL && python_format_fn != NULL ? 0 : -1);
 }
 
-/* Start the interpreter once, without its signal handlers: the worker's
- * signals are the fork-server's business. */
+static void	python_start_interpreter(char *const *, size_t);
+
+/*
+ * Start the interpreter once.  What it allocates lives as long as the
+ * fork-server, reachable only from Python's own arenas, which the leak
+ * checker does not scan: it is told to look away.
+ */
 void
 python_start(char *const *preload, size_t npreload)
+{
+#ifdef PYTHON_LSAN
+	__lsan_disable();
+#endif
+	python_start_interpreter(preload, npreload);
+#ifdef PYTHON_LSAN
+	__lsan_enable();
+#endif
+}
+
+/* Start the interpreter, without its signal handlers (the worker's
+ * signals are the fork-server's business), and import the modules. */
+static void
+python_start_interpreter(char *const *preload, size_t npreload)
 {
 	PyConfig	 config;
 	PyStatus	 status;

@@ -7,7 +7,7 @@ module the worker's interpreter runs the python ops with."""
 def worker_broadcast(bid):
     """The worker's handle of broadcast bid: its .value is unpickled at
     most once per worker."""
-    import ember_worker
+    import ember_worker  # type: ignore
     return ember_worker.broadcast(bid)
 
 

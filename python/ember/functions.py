@@ -26,7 +26,7 @@ _collecting = threading.local()
 
 def _cloudpickle() -> Any:
     try:
-        import cloudpickle
+        import cloudpickle  # type: ignore
     except ImportError as e:
         raise ImportError("ember: Python functions in plans need "
                           "cloudpickle (pip install cloudpickle, or "

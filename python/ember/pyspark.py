@@ -24,7 +24,8 @@ import collections
 import functools
 import os
 import pickle
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional,
+                    cast)
 
 from . import _pyref
 from .dataset import Dataset
@@ -118,7 +119,7 @@ class RDD:
         if not self._objects:
             return self._ds.count()
         # Counted in Python: the elements need not be records.
-        return sum(int(n) for n in self._ds.map_partitions(
+        return sum(int(cast(str, n)) for n in self._ds.map_partitions(
             _pyref.count).collect())
 
     def take(self, num: int) -> List[Any]:
@@ -154,7 +155,7 @@ class RDD:
             return out
         for r in self._ds.map_partitions(_pyref.counts).collect(
                 decode=False):
-            for k, n in pickle.loads(r).items():
+            for k, n in pickle.loads(cast(bytes, r)).items():
                 out[k] += n
         return out
 

@@ -327,7 +327,7 @@ class Session:
 
         data, _ = functions.dumps_bytes(obj)
         made = self._broadcast_bytes(memoryview(data))
-        return ObjectBroadcast(self, made.id, made.size, obj)
+        return ObjectBroadcast(self, int(made.id), made.size, obj)
 
     def _broadcast_bytes(self, data: memoryview) -> Broadcast:
         wire = self._acquire()
@@ -423,5 +423,5 @@ class ObjectBroadcast(Broadcast):
     def __reduce__(self) -> Any:
         from . import _pyref, functions
 
-        functions.note_broadcast(self.id)
+        functions.note_broadcast(int(self.id))
         return (_pyref.worker_broadcast, (self.id,))

@@ -21,6 +21,7 @@ struct conf {
 	int64_t		 daemon_max_connections; /* 0: from RLIMIT_NOFILE */
 	int64_t		 daemon_request_timeout; /* ms to complete a frame */
 	int64_t		 daemon_idle_timeout;	/* ms, 0: never */
+	int64_t		 daemon_write_timeout;	/* ms a reply may wait unread */
 	int64_t		 daemon_max_input_per_uid; /* bytes of frames read */
 	int64_t		 daemon_max_input;
 	int64_t		 daemon_max_operations_per_uid;
@@ -57,6 +58,11 @@ struct conf {
 	int64_t		 workers_task_timeout;	/* ms, 0: none */
 	int64_t		 workers_max_per_user;	/* held at once, 0: no cap */
 	int64_t		 workers_task_retries;	/* a lost task's reruns */
+	int64_t		 workers_max_total;	/* past max for users holding
+						   none, 0: twice max */
+	int64_t		 workers_max_pids_per_user; /* tasks, 0: no bound */
+	int64_t		 workers_max_memory_per_user; /* bytes, 0: none */
+	int64_t		 workers_cpu_weight;	/* cgroup cpu.weight, 1-10000 */
 	char		*workers_preload;	/* comma-separated paths */
 	char		*workers_root_user;	/* runs root's jobs */
 	char		*workers_path;		/* PATH of a job */
@@ -79,6 +85,7 @@ struct conf {
 	char		*status_listen;		/* "": no status listener */
 	char		*status_users;		/* whose operations it shows */
 	int64_t		 status_max_connections;
+	int64_t		 status_max_connections_per_peer; /* one uid, or address */
 	int64_t		 status_timeout;	/* ms to send a request */
 	char		*checkpoint_dir;	/* reliable checkpoints */
 	int64_t		 checkpoint_clean_interval; /* ms */

@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <unistr.h>
+
 #include "log.h"
 #include "utf8.h"
 
@@ -149,11 +151,47 @@ log_json_escape(FILE *f, const char *s)
 	free(clean);
 }
 
+/*
+ * Copy s into out (size at least 4 * strlen(s) + 1), as vis(3) would for a
+ * line of text: a control character (C0, DEL, C1) or a byte that starts
+ * no UTF-8 character becomes \n, \r, \t or \ooo, so that a message
+ * quoting a client's or a job's bytes can neither start a line of its own
+ * nor reach the operator's terminal as an escape sequence.  Other
+ * characters, and backslashes, stay as they are, so that a line escaped
+ * once reads the same when escaped again (a job's, when emberd logs it).
+ */
+static void
+log_escape(const char *s, char *out)
+{
+	const uint8_t	*p = (const uint8_t *)s, *end = p + strlen(s);
+	ucs4_t		 uc;
+	int		 n, i;
+
+	while (p < end) {
+		n = u8_mbtoucr(&uc, p, (size_t)(end - p));
+		if (n > 0 && uc >= 0x20 && uc != 0x7f &&
+		    (uc < 0x80 || uc >= 0xa0)) {
+			memcpy(out, p, (size_t)n);
+			out += n;
+			p += n;
+			continue;
+		}
+		for (i = 0; i < (n > 0 ? n : 1); i++, p++) {
+			if (*p == '\n' || *p == '\r' || *p == '\t') {
+				*out++ = '\\';
+				*out++ = *p == '\n' ? 'n' : *p == '\r' ? 'r' : 't';
+			} else
+				out += sprintf(out, "\\%03o", *p);
+		}
+	}
+	*out = '\0';
+}
+
 static void
 log_vwrite(enum log_level level, const char *fmt, va_list ap, const char *suffix)
 {
 	static const int syslog_prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
-	char		 msg[2048];
+	char		 msg[2048], text[sizeof msg * 4];
 	struct timespec	 ts;
 	struct tm	 tm;
 	char		 when[32];
@@ -166,10 +204,11 @@ log_vwrite(enum log_level level, const char *fmt, va_list ap, const char *suffix
 		size_t used = strlen(msg);
 		snprintf(msg + used, sizeof msg - used, ": %s", suffix);
 	}
+	log_escape(msg, text);
 	if (level == LOG_LEVEL_ERROR && log_copy_fd != -1)
-		dprintf(log_copy_fd, "E%s\n", msg);
+		dprintf(log_copy_fd, "E%s\n", text);
 	if (log_syslog) {
-		syslog(syslog_prio[level], "%s", msg);
+		syslog(syslog_prio[level], "%s", text);
 		errno = saved;
 		return;
 	}
@@ -185,10 +224,13 @@ log_vwrite(enum log_level level, const char *fmt, va_list ap, const char *suffix
 		fputs(",\"message\":\"", stderr);
 		log_json_escape(stderr, msg);
 		fputs("\"}\n", stderr);
+	} else if (log_format == LOG_FORMAT_RELAYED) {
+		fprintf(stderr, "%s[%ld] %s: %s\n", log_name, (long)getpid(),
+		    log_level_names[level], text);
 	} else {
 		fprintf(stderr, "%s.%03ldZ %s[%ld] %s: %s\n", when,
 		    ts.tv_nsec / 1000000, log_name, (long)getpid(),
-		    log_level_names[level], msg);
+		    log_level_names[level], text);
 	}
 	errno = saved;
 }

@@ -1,6 +1,9 @@
 /*
  * Logging to stderr (text or JSON lines, for journald) or syslog once
- * detached.  fatal() appends strerror(errno); fatalx() does not.
+ * detached.  fatal() appends strerror(errno); fatalx() does not.  Text
+ * lines escape control characters and bytes that are not UTF-8 (as
+ * vis(3)); JSON lines escape them as JSON does: either way one message is
+ * one line.
  */
 #ifndef EMBER_LOG_H
 #define EMBER_LOG_H
@@ -8,7 +11,12 @@
 #include <stddef.h>
 
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
-enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
+/*
+ * RELAYED is for the processes whose stderr emberd reads (a fork-server and
+ * what it forks): "name[pid] level: message", without a time, as emberd
+ * stamps each line it logs for them.
+ */
+enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON, LOG_FORMAT_RELAYED };
 
 /*
  * What the lines logged next are about, for JSON lines (text lines say it

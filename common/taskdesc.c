@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <jansson.h>
@@ -170,9 +171,12 @@ taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
 	if (t->mode == MODE_CHECKPOINT) {
 		evbuffer_add(d, ",\"checkpoint\":{\"dir\":", 21);
 		taskdesc_add_string(d, t->ckpt_dir);
-		evbuffer_add_printf(d, ",\"sync\":%s}", t->ckpt_sync ? "true" :
-		    "false");
+		evbuffer_add_printf(d, ",\"sync\":%s%s}", t->ckpt_sync ?
+		    "true" : "false", t->ckpt_dir_passed ? ",\"fd\":true" :
+		    "");
 	}
+	if (t->source_dir_passed)
+		evbuffer_add(d, ",\"source_fd\":true", 17);
 	taskdesc_encode_broadcasts(d, b, n);
 	if (plan != NULL) {
 		evbuffer_add(d, ",", 1);
@@ -215,7 +219,7 @@ taskdesc_decode_save(json_t *root, struct taskdesc *t, char **err)
 static int
 taskdesc_decode_checkpoint(json_t *root, struct taskdesc *t, char **err)
 {
-	static const char *const keys[] = { "dir", "sync", NULL };
+	static const char *const keys[] = { "dir", "sync", "fd", NULL };
 	json_t	*c;
 
 	if (jread_object(root, "", "checkpoint", JREAD_REQUIRED, &c,
@@ -224,7 +228,9 @@ taskdesc_decode_checkpoint(json_t *root, struct taskdesc *t, char **err)
 	    jread_string(c, "checkpoint", "dir", JREAD_REQUIRED, &t->ckpt_dir,
 	    err) == -1 ||
 	    jread_bool(c, "checkpoint", "sync", JREAD_REQUIRED, &t->ckpt_sync,
-	    err) == -1)
+	    err) == -1 ||
+	    jread_bool(c, "checkpoint", "fd", JREAD_OPTIONAL,
+	    &t->ckpt_dir_passed, err) == -1)
 		return (-1);
 	if (t->ckpt_dir[0] != '/')
 		return (jread_fail(err, "checkpoint.dir", "\"%s\" is not an "
@@ -318,6 +324,7 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 	json_t		*broadcasts = NULL;
 
 	memset(t, 0, sizeof *t);
+	t->source_dirfd = t->ckpt_dirfd = -1;
 	if ((t->root = json_loadb(data, len, JSON_ALLOW_NUL, &jerr)) == NULL) {
 		xasprintf(err, "not JSON: %s", jerr.text);
 		return (-1);
@@ -340,7 +347,9 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 	    &t->source_dir, err) == -1 ||
 	    jread_array(t->root, "", "broadcasts", JREAD_OPTIONAL,
 	    &broadcasts, err) == -1 ||
-	    jread_int(t->root, "", "skip", JREAD_OPTIONAL, &skip, err) == -1)
+	    jread_int(t->root, "", "skip", JREAD_OPTIONAL, &skip, err) == -1 ||
+	    jread_bool(t->root, "", "source_fd", JREAD_OPTIONAL,
+	    &t->source_dir_passed, err) == -1)
 		return (-1);
 	if (skip < 0)
 		return (jread_fail(err, "skip", "must not be negative"));
@@ -364,6 +373,10 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 void
 taskdesc_clear(struct taskdesc *t)
 {
+	if (t->source_dir_passed && t->source_dirfd >= 0)
+		close(t->source_dirfd);
+	if (t->ckpt_dir_passed && t->ckpt_dirfd >= 0)
+		close(t->ckpt_dirfd);
 	free(t->broadcasts);
 	if (t->root != NULL)
 		json_decref(t->root);

@@ -61,6 +61,17 @@ struct taskdesc {
 	int			 ckpt_sync;	/* fsync the file (reliable) */
 	const char		*source_dir;	/* a checkpoint source's
 						   directory (plan member) */
+	/*
+	 * The checkpoint directories (BASE/UID) as descriptors emberd
+	 * opened and checked, riding with the descriptor after the
+	 * broadcasts' (the source's first): a worker never opens them by
+	 * name.  The flags are encoded; the descriptors are emberd's to
+	 * pass and the worker's once received (closed by taskdesc_clear).
+	 */
+	int			 source_dir_passed;
+	int			 source_dirfd;
+	int			 ckpt_dir_passed;
+	int			 ckpt_dirfd;
 
 	/* Decoded, and owned by the descriptor until taskdesc_clear; NULL
 	 * when absent. */

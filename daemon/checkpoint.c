@@ -19,6 +19,7 @@
 #include "helper.h"
 #include "jread.h"
 #include "limit.h"
+#include "localdir.h"
 #include "log.h"
 #include "operation.h"
 #include "plan.h"
@@ -69,6 +70,8 @@ struct checkpoint {
 	int			 recording;	/* helper: the manifest of a
 						   lazy one, not computed */
 	int			 commit_waits;	/* for that to be written */
+	struct session		*loader;	/* adopted lazy: whose read
+						   fetches its plan */
 	void			(*done)(struct operation *, const char *);
 	TAILQ_HEAD(, ckpt_waiter) waiters;	/* lazy: reads waiting */
 	TAILQ_ENTRY(checkpoint)	 entry;
@@ -92,6 +95,7 @@ struct ckpt_call {
 	gid_t			 gid;
 	char			*uid_dir;
 	char			*id;		/* a removal's */
+	int			 local;		/* in which base */
 	int			 adopt;
 	TAILQ_ENTRY(ckpt_call)	 entry;
 };
@@ -105,6 +109,14 @@ static TAILQ_HEAD(, ckpt_call) ckpt_retries =
  * removed ("UID ID" lines), so that a removal emberd did not see through
  * is done after its restart, and the checkpoint not served again. */
 #define CKPT_REMOVING	".removing"
+
+/* The bound of a clean's or a removal's reply: so much, and so much more
+ * per checkpoint it may speak of (an id and a few numbers). */
+#define CKPT_REPLY_BASE	4096
+#define CKPT_REPLY_EACH	256
+/* The largest manifest a helper reads: a lazy one's holds its plan and
+ * text files, which came through a helper's reply. */
+#define CKPT_MAX_MANIFEST	(HELPER_MAX_REPLY - 4096)
 
 static void	checkpoint_remove(struct checkpoint *);
 static void	checkpoint_commit_manifest(struct checkpoint *);
@@ -196,6 +208,31 @@ checkpoint_open_base(const char *path, int create, char **err)
 	return (fd);
 }
 
+/*
+ * Open (made if missing) checkpoint.dir: an absolute path whose every
+ * parent is root's or emberd's and closed to others, as daemon.local_dir
+ * is (localdir.c): else the owner of a parent could swap a user's
+ * checkpoints for files of their own.  -1 with *err and errno.
+ */
+static int
+checkpoint_open_reliable(char **err)
+{
+	char	*e = NULL;
+
+	if (ckpt_reliable_path[0] != '/') {
+		xasprintf(err, "\"%s\" is not an absolute path",
+		    ckpt_reliable_path);
+		errno = EINVAL;
+		return (-1);
+	}
+	if (localdir_check_parents(ckpt_reliable_path, &e) == -1) {
+		xasprintf(err, "%s: %s", ckpt_reliable_path, e);
+		free(e);
+		return (-1);
+	}
+	return (checkpoint_open_base(ckpt_reliable_path, 1, err));
+}
+
 /* The base directory of local or reliable checkpoints, opened (and made)
  * on first use: -1 with *err naming it. */
 static int
@@ -211,9 +248,8 @@ checkpoint_base(int local, char **err)
 		}
 		return (ckpt_local_fd);
 	}
-	if (ckpt_reliable_fd == -1 && ckpt_reliable_path[0] == '/' &&
-	    (ckpt_reliable_fd = checkpoint_open_base(ckpt_reliable_path, 1,
-	    &e)) == -1) {
+	if (ckpt_reliable_fd == -1 &&
+	    (ckpt_reliable_fd = checkpoint_open_reliable(&e)) == -1) {
 		free(ckpt_reliable_error);
 		ckpt_reliable_error = e;
 	}
@@ -283,6 +319,66 @@ fail:
 		close(fd);
 	free(path);
 	return (NULL);
+}
+
+/*
+ * Open client uid's directory in a base, for a helper: emberd's own entry
+ * of its own directory, never followed if a link, and the user's (whom
+ * uid's jobs run as) alone.  Helpers get this descriptor, never a name.
+ * -1 with *err.
+ */
+static int
+checkpoint_open_uid(int local, uid_t uid, gid_t gid, char **err)
+{
+	struct stat	 st;
+	char		 name[24];
+	uid_t		 juid;
+	gid_t		 jgid;
+	int		 base = local ? ckpt_local_fd : ckpt_reliable_fd, fd;
+
+	snprintf(name, sizeof name, "%ld", (long)uid);
+	if (base == -1 || checkpoint_user(uid, gid, &juid, &jgid) == -1) {
+		xasprintf(err, "uid %ld: no checkpoint directory", (long)uid);
+		return (-1);
+	}
+	if ((fd = openat(base, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC | O_NOCTTY)) == -1) {
+		xasprintf(err, "%s/%s: %s", local ? ckpt_local_path :
+		    ckpt_reliable_path, name, strerror(errno));
+		return (-1);
+	}
+	if (fstat(fd, &st) == -1 || st.st_uid != juid ||
+	    (st.st_mode & 077) != 0) {
+		xasprintf(err, "%s/%s: not uid %ld's alone; refusing it",
+		    local ? ckpt_local_path : ckpt_reliable_path, name,
+		    (long)juid);
+		close(fd);
+		return (-1);
+	}
+	return (fd);
+}
+
+int
+checkpoint_open_dir(const struct checkpoint *c, char **err)
+{
+	return (checkpoint_open_uid(c->local, c->uid, c->gid, err));
+}
+
+/* Run verb for c's uid on its directory in base local; helper_run's
+ * return. */
+static struct helper *
+checkpoint_run(uid_t uid, gid_t gid, int local, const char *verb,
+    json_t *args, helper_cb cb, void *arg, const char **class, char **err)
+{
+	struct helper	*h;
+	int		 fd;
+
+	*class = "INTERNAL";
+	if ((fd = checkpoint_open_uid(local, uid, gid, err)) == -1)
+		return (NULL);
+	h = helper_run(uid, gid, verb, args, fd, cb, arg, class, err);
+	close(fd);
+	return (h);
 }
 
 /* Free a checkpoint that is out of the registry and of every list. */
@@ -487,8 +583,8 @@ checkpoint_write_manifest(struct checkpoint *c, json_t *m, helper_cb cb)
 
 	args = json_pack("{s:s,s:s,s:o}", "dir", c->uid_dir, "id", c->id,
 	    "manifest", m);
-	c->helper = helper_run(c->uid, c->gid, "checkpoint_commit", args, -1,
-	    cb, c, &class, &err);
+	c->helper = checkpoint_run(c->uid, c->gid, 0, "checkpoint_commit",
+	    args, cb, c, &class, &err);
 	json_decref(args);
 	if (c->helper == NULL) {
 		cb(NULL, NULL, 0, class, err, c);
@@ -569,8 +665,15 @@ checkpoint_call(struct ckpt_call *k, const char *verb, json_t *args,
 	char		*err = NULL;
 
 	TAILQ_INSERT_TAIL(&ckpt_calls, k, entry);
-	k->helper = helper_run(k->uid, k->gid, verb, args, -1, cb, k, &class,
-	    &err);
+	k->helper = checkpoint_run(k->uid, k->gid, k->local, verb, args, cb,
+	    k, &class, &err);
+	/* A clean's answer is small, whatever the user's files hold: some
+	 * numbers per checkpoint emberd keeps or may adopt. */
+	if (k->helper != NULL)
+		helper_limit_reply(k->helper, CKPT_REPLY_BASE +
+		    CKPT_REPLY_EACH * (json_array_size(json_object_get(args,
+		    "keep")) + (size_t)json_integer_value(json_object_get(args,
+		    "max"))));
 	json_decref(args);
 	if (k->helper == NULL) {
 		cb(NULL, NULL, 0, class, err, k);
@@ -701,6 +804,7 @@ checkpoint_remove_files(struct checkpoint *c)
 	k->gid = c->gid;
 	k->uid_dir = xstrdup(c->uid_dir);
 	k->id = xstrdup(c->id);
+	k->local = c->local;
 	checkpoint_call(k, "checkpoint_remove", json_pack("{s:s,s:s}", "dir",
 	    c->uid_dir, "id", c->id), checkpoint_removed_cb);
 }
@@ -763,7 +867,7 @@ static void
 checkpoint_collect(struct checkpoint *c)
 {
 	if (!c->dropped || c->users > 0 || c->writer != NULL ||
-	    c->recording)
+	    c->recording || c->helper != NULL)
 		return;
 	checkpoint_remove_files(c);
 	checkpoint_remove(c);
@@ -778,25 +882,104 @@ checkpoint_unuse(struct checkpoint *c)
 	checkpoint_collect(c);
 }
 
+/* Compute c, pending with its plan, in s: 0, or -1 with *err. */
+static int
+checkpoint_compute(struct checkpoint *c, struct session *s, char **err)
+{
+	char	*e = NULL;
+
+	c->state = CKPT_WRITING;
+	if ((c->writer = operation_materialize(s, c, c->plan, c->files,
+	    &e)) == NULL) {
+		c->state = CKPT_PENDING;
+		xasprintf(err, "plan.source.checkpoint: computing checkpoint "
+		    "%s: %s", c->id, e);
+		free(e);
+		return (-1);
+	}
+	return (0);
+}
+
+/* The plan of an adopted lazy checkpoint came from its manifest (or
+ * not): compute it for the reads waiting. */
+static void
+checkpoint_planned_cb(json_t *reply, int *fds, size_t nfds,
+    const char *class, const char *error, void *arg)
+{
+	struct checkpoint	*c = arg;
+	struct session		*s = c->loader;
+	json_t			*plan, *files;
+	char			*err = NULL;
+
+	(void)class;
+	c->helper = NULL;
+	c->loader = NULL;
+	c->state = CKPT_PENDING;
+	ember_check_drained();
+	if ((error = checkpoint_call_error(reply, fds, nfds, error)) == NULL &&
+	    !json_is_object(plan = json_object_get(reply, "plan")))
+		error = "its manifest holds no plan";
+	files = json_object_get(reply, "files");
+	if (error == NULL && files != NULL && !json_is_array(files))
+		error = "its manifest's files are not an array";
+	if (error == NULL && s == NULL)
+		error = "the session that read it closed";
+	if (error != NULL) {
+		xasprintf(&err, "checkpoint %s: reading its manifest: %s",
+		    c->id, error);
+		checkpoint_wake(c, err);	/* c may be gone */
+		free(err);
+		return;
+	}
+	c->plan = json_incref(plan);
+	c->files = files != NULL ? json_incref(files) : NULL;
+	if (TAILQ_EMPTY(&c->waiters)) {
+		checkpoint_collect(c);		/* c may be gone */
+		return;
+	}
+	if (checkpoint_compute(c, s, &err) == -1) {
+		checkpoint_wake(c, err);	/* c may be gone */
+		free(err);
+	}
+}
+
+/* Have the user's helper read the plan of c, adopted lazy, from its
+ * manifest (it is the user's data: emberd's scan kept only a summary). */
+static int
+checkpoint_fetch_plan(struct checkpoint *c, struct session *s, char **err)
+{
+	const char	*class;
+	json_t		*args;
+	char		*e = NULL;
+
+	args = json_pack("{s:s,s:s,s:I}", "dir", c->uid_dir, "id", c->id,
+	    "max", (json_int_t)CKPT_MAX_MANIFEST);
+	c->helper = checkpoint_run(c->uid, c->gid, 0, "checkpoint_plan", args,
+	    checkpoint_planned_cb, c, &class, &e);
+	json_decref(args);
+	if (c->helper == NULL) {
+		xasprintf(err, "plan.source.checkpoint: checkpoint %s: "
+		    "reading its manifest: %s", c->id, e);
+		free(e);
+		return (-1);
+	}
+	c->state = CKPT_WRITING;
+	c->loader = s;
+	return (0);
+}
+
 int
 checkpoint_wait(struct checkpoint *c, struct operation *op,
     struct session *s, char **err)
 {
 	struct ckpt_waiter	*w;
-	char			*e = NULL;
 
-	if (c->state == CKPT_PENDING) {
-		/* The first read: compute it, once. */
-		c->state = CKPT_WRITING;
-		if ((c->writer = operation_materialize(s, c, c->plan,
-		    c->files, &e)) == NULL) {
-			c->state = CKPT_PENDING;
-			xasprintf(err, "plan.source.checkpoint: computing "
-			    "checkpoint %s: %s", c->id, e);
-			free(e);
-			return (-1);
-		}
-	}
+	/* The first read: compute it, once. */
+	if (c->state == CKPT_PENDING && c->plan == NULL &&
+	    checkpoint_fetch_plan(c, s, err) == -1)
+		return (-1);
+	if (c->state == CKPT_PENDING && checkpoint_compute(c, s, err) == -1)
+		return (-1);
 	w = xcalloc(1, sizeof *w);
 	w->op = op;
 	TAILQ_INSERT_TAIL(&c->waiters, w, entry);
@@ -864,6 +1047,8 @@ checkpoint_drop_session(struct session *s)
 	struct checkpoint	*c, *next;
 
 	TAILQ_FOREACH_SAFE(c, &checkpoints, entry, next) {
+		if (c->loader == s)
+			c->loader = NULL;	/* the fetch fails then */
 		if (c->session == s && !c->dropped)
 			checkpoint_drop(c);
 	}
@@ -902,7 +1087,6 @@ checkpoint_adopt(uid_t uid, gid_t gid, const char *uid_dir, json_t *m)
 {
 	struct checkpoint	*c;
 	json_int_t		 partitions = 0, records = 0, bytes = 0;
-	json_t			*plan = NULL, *files = NULL;
 	const char		*id = NULL;
 	int			 eager = 1, pending = 0;
 	char			*err = NULL;
@@ -913,11 +1097,9 @@ checkpoint_adopt(uid_t uid, gid_t gid, const char *uid_dir, json_t *m)
 	    &err) == -1 ||
 	    jread_bool(m, "manifest", "pending", JREAD_OPTIONAL, &pending,
 	    &err) == -1 ||
-	    jread_int(m, "manifest", "records", !pending, &records,
+	    jread_int(m, "manifest", "records", JREAD_REQUIRED, &records,
 	    &err) == -1 ||
-	    jread_int(m, "manifest", "bytes", !pending, &bytes, &err) == -1 ||
-	    jread_object(m, "manifest", "plan", pending, &plan, &err) == -1 ||
-	    jread_array(m, "manifest", "files", JREAD_OPTIONAL, &files,
+	    jread_int(m, "manifest", "bytes", JREAD_REQUIRED, &bytes,
 	    &err) == -1 ||
 	    jread_bool(m, "manifest", "eager", JREAD_OPTIONAL, &eager,
 	    &err) == -1 || !plan_is_uuid(id) || partitions < 1 ||
@@ -928,7 +1110,7 @@ checkpoint_adopt(uid_t uid, gid_t gid, const char *uid_dir, json_t *m)
 		return;
 	}
 	if (pending)
-		records = bytes = 0;
+		records = 0;
 	if (checkpoint_find(uid, id) != NULL)
 		return;
 	if (checkpoint_charge(uid, &err) == -1) {
@@ -956,11 +1138,8 @@ checkpoint_adopt(uid_t uid, gid_t gid, const char *uid_dir, json_t *m)
 	c->records = records;
 	c->bytes = bytes;
 	c->written = pending ? 0 : c->partitions;
-	if (pending) {
-		/* Checked again, as the user's plan, by its first read. */
-		c->plan = json_incref(plan);
-		c->files = files != NULL ? json_incref(files) : NULL;
-	}
+	/* A lazy one's plan is read from its manifest by its first read
+	 * (checkpoint_wait), and checked then as the user's plan. */
 	c->uid_dir = xstrdup(uid_dir);
 	xasprintf(&c->dir, "%s/%s", uid_dir, id);
 	c->created_ms = ember_now_ms();
@@ -968,6 +1147,44 @@ checkpoint_adopt(uid_t uid, gid_t gid, const char *uid_dir, json_t *m)
 	log_info("checkpoint %s of uid %ld: %d partitions, %lld records%s, "
 	    "kept from an earlier run", id, (long)uid, c->partitions,
 	    (long long)records, pending ? " (lazy, not computed yet)" : "");
+}
+
+/*
+ * Charge each ready checkpoint of a clean's what its helper measured on
+ * disk (sizes: id -> bytes), whatever the user wrote there behind
+ * emberd's back.  Bytes past the uid's bound are charged all the same:
+ * they are held; the uid's next checkpoint is refused.
+ */
+static void
+checkpoint_measured(struct ckpt_call *k, json_t *sizes)
+{
+	struct checkpoint	*c;
+	json_int_t		 bytes;
+	json_t			*v;
+	char			*err = NULL;
+
+	if (!json_is_object(sizes))
+		return;
+	TAILQ_FOREACH(c, &checkpoints, entry) {
+		if (c->uid != k->uid || c->local != k->local ||
+		    c->state != CKPT_READY ||
+		    !json_is_integer(v = json_object_get(sizes, c->id)) ||
+		    (bytes = json_integer_value(v)) < 0 || bytes == c->bytes)
+			continue;
+		if (bytes < c->bytes)
+			limit_release(c->uid, LIMIT_CHECKPOINT_BYTES,
+			    c->bytes - bytes);
+		else if (limit_charge(c->uid, LIMIT_CHECKPOINT_BYTES,
+		    bytes - c->bytes, &err) == -1) {
+			log_warn("checkpoint %s holds %lld bytes on disk: %s",
+			    c->id, (long long)bytes, err);
+			free(err);
+			err = NULL;
+			limit_force(c->uid, LIMIT_CHECKPOINT_BYTES,
+			    bytes - c->bytes);
+		}
+		c->bytes = bytes;
+	}
 }
 
 /* A clean's answer: what it removed, and what a start's scan adopts. */
@@ -993,6 +1210,15 @@ checkpoint_cleaned_cb(json_t *reply, int *fds, size_t nfds,
 			if (k->adopt && json_is_object(m))
 				checkpoint_adopt(k->uid, k->gid, k->uid_dir, m);
 		}
+		checkpoint_measured(k, json_object_get(reply, "sizes"));
+		if (json_integer_value(json_object_get(reply, "refused")) > 0 ||
+		    json_integer_value(json_object_get(reply, "more")) > 0)
+			log_warn("%s: %lld manifest(s) that do not hold "
+			    "removed, %lld past daemon.max_checkpoints_per_uid "
+			    "kept on disk but not served", k->uid_dir,
+			    (long long)json_integer_value(json_object_get(reply,
+			    "refused")), (long long)json_integer_value(
+			    json_object_get(reply, "more")));
 	}
 	checkpoint_call_free(k);
 }
@@ -1015,6 +1241,7 @@ checkpoint_clean_uid(const char *basepath, uid_t uid, int local, int adopt,
 	k->uid = uid;
 	k->gid = (pw = getpwuid(uid)) != NULL ? pw->pw_gid : (gid_t)uid;
 	k->adopt = adopt;
+	k->local = local;
 	xasprintf(&k->uid_dir, "%s/%ld", basepath, (long)uid);
 	TAILQ_FOREACH(c, &checkpoints, entry) {
 		if (c->uid == uid && c->local == local)
@@ -1029,9 +1256,12 @@ checkpoint_clean_uid(const char *basepath, uid_t uid, int local, int adopt,
 		if (strcmp(r->uid_dir, k->uid_dir) == 0)
 			json_array_append_new(keep, json_string(r->id));
 	}
-	checkpoint_call(k, "checkpoint_clean", json_pack("{s:s,s:o,s:I,s:b}",
-	    "dir", k->uid_dir, "keep", keep, "before_ms", (json_int_t)before,
-	    "complete", !local), checkpoint_cleaned_cb);
+	checkpoint_call(k, "checkpoint_clean", json_pack("{s:s,s:o,s:I,s:b,"
+	    "s:I,s:I}", "dir", k->uid_dir, "keep", keep, "before_ms",
+	    (json_int_t)before, "complete", !local, "max", (json_int_t)
+	    (local ? 0 : ember_conf.daemon_max_checkpoints_per_uid),
+	    "max_manifest", (json_int_t)CKPT_MAX_MANIFEST),
+	    checkpoint_cleaned_cb);
 }
 
 /* Clean every uid's directory a base holds. */
@@ -1080,10 +1310,12 @@ checkpoint_timer_cb(evutil_socket_t fd, short events, void *arg)
 	(void)fd; (void)events; (void)arg;
 	checkpoint_retry_removals();
 	checkpoint_clean_base(ckpt_local_fd, ckpt_local_path, 1, 0, before);
-	/* A start-up scan that could not run is made up for here. */
+	/* A start-up scan that could not run is made up for here; what no
+	 * checkpoint owns goes as a local leftover does (by its ctime, which
+	 * its owner cannot set back or ahead). */
 	if (!checkpoint_scanning((uid_t)-1))
 		checkpoint_clean_base(ckpt_reliable_fd, ckpt_reliable_path, 0,
-		    1, before < ckpt_started ? before : ckpt_started);
+		    1, before);
 	tv.tv_sec = ember_conf.checkpoint_clean_interval / 1000;
 	tv.tv_usec = (ember_conf.checkpoint_clean_interval % 1000) * 1000;
 	evtimer_add(ckpt_timer, &tv);
@@ -1126,11 +1358,7 @@ checkpoint_init(void)
 	free(err);
 	err = NULL;
 	ckpt_reliable_path = xstrdup(ember_conf.checkpoint_dir);
-	if (ckpt_reliable_path[0] != '/')
-		xasprintf(&err, "\"%s\" is not an absolute path",
-		    ckpt_reliable_path);
-	if (err != NULL || (ckpt_reliable_fd = checkpoint_open_base(
-	    ckpt_reliable_path, 1, &err)) == -1) {
+	if ((ckpt_reliable_fd = checkpoint_open_reliable(&err)) == -1) {
 		/* Missing is a machine without reliable checkpoints; the
 		 * others are mistakes. */
 		if (errno == ENOENT)

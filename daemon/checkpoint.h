@@ -46,6 +46,10 @@ int		 checkpoint_partitions(const struct checkpoint *);
  * fsynced (reliable). */
 const char	*checkpoint_dir(const struct checkpoint *);
 int		 checkpoint_sync(const struct checkpoint *);
+/* The uid's directory that directory is in (BASE/UID), opened and
+ * checked by emberd, for the workers that read or write c: they get it
+ * as a descriptor, never a name.  -1 with *err. */
+int		 checkpoint_open_dir(const struct checkpoint *, char **err);
 int64_t		 checkpoint_records(const struct checkpoint *);
 int64_t		 checkpoint_bytes(const struct checkpoint *);
 

@@ -60,6 +60,11 @@ struct connection {
 	struct event		*timer;		/* request and idle timeouts */
 	uint64_t		 active_ms;	/* last input, output or change */
 	uint64_t		 frame_ms;	/* input waiting to complete */
+	uint64_t		 wrote_ms;	/* output last taken by the client,
+						   or queued when there was none */
+	struct evbuffer_cb_entry *out_cb;
+	int64_t			 held;		/* bytes of queued replies held
+						   against daemon.max_results */
 	int64_t			 reserved;	/* bytes of the frame being read,
 						   held against daemon.max_input */
 	int			 counted;	/* in daemon.max_connections */
@@ -110,17 +115,36 @@ connection_output_full(struct connection *c)
 	    (size_t)ember_conf.stream_buffer);
 }
 
+/* Write one JSON reply frame; with held, charge its bytes to the uid's
+ * results until the client took them: 0, or -1 with *err. */
+static int
+connection_send_charged(struct connection *c, json_t *reply, int held,
+    char **err)
+{
+	char	*text;
+	size_t	 len;
+
+	if ((text = json_dumps(reply, JSON_COMPACT)) == NULL)
+		fatalx("json_dumps failed");
+	json_decref(reply);
+	len = strlen(text);
+	if (held && limit_charge(c->uid, LIMIT_RESULTS, (int64_t)len + 4,
+	    err) == -1) {
+		free(text);
+		return (-1);
+	}
+	evbuffer_add_frame(bufferevent_get_output(c->bev), text, len);
+	free(text);
+	if (held)
+		c->held += (int64_t)len + 4;
+	return (0);
+}
+
 /* Write one JSON reply frame. */
 static void
 connection_send(struct connection *c, json_t *reply)
 {
-	char	*text;
-
-	if ((text = json_dumps(reply, JSON_COMPACT)) == NULL)
-		fatalx("json_dumps failed");
-	evbuffer_add_frame(bufferevent_get_output(c->bev), text, strlen(text));
-	free(text);
-	json_decref(reply);
+	connection_send_charged(c, reply, 0, NULL);
 }
 
 void
@@ -133,6 +157,39 @@ connection_reply_ok(struct connection *c, json_t *fields)
 		json_decref(fields);
 	}
 	connection_send(c, reply);
+}
+
+int
+connection_reply_held(struct connection *c, json_t *fields, char **err)
+{
+	json_t	*reply = json_pack("{s:b}", "ok", 1);
+
+	json_object_update(reply, fields);
+	json_decref(fields);
+	return (connection_send_charged(c, reply, 1, err));
+}
+
+/*
+ * The output changed.  The client took some of it (or it was empty): the
+ * write timeout starts again.  What queued replies hold of the results is
+ * given back once no more than that is left: the held bytes may not be
+ * the first out, so this never gives back early, if sometimes late.
+ */
+static void
+connection_output_cb(struct evbuffer *out, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	struct connection	*c = arg;
+	int64_t			 left;
+
+	(void)out;
+	if (info->n_deleted > 0 || info->orig_size == 0)
+		c->wrote_ms = ember_now_ms();
+	left = (int64_t)(info->orig_size + info->n_added - info->n_deleted);
+	if (c->held > left) {
+		limit_release(c->uid, LIMIT_RESULTS, c->held - left);
+		c->held = left;
+	}
 }
 
 /* Write an error reply, its message made from fmt and ap. */
@@ -575,6 +632,9 @@ connection_read_control(struct connection *c)
 	int32_t		 len;
 	unsigned char	*data;
 
+	/* A client that does not read its replies gets no more of them. */
+	if (connection_output_full(c))
+		return (0);
 	if (connection_peek_frame(c, &len) != CONN_FRAME_READY)
 		return (0);
 	if (len < 0) {
@@ -786,6 +846,8 @@ connection_clients_turn(struct connection *c)
 {
 	switch (c->state) {
 	case CONN_CONTROL:
+		/* Replies are not read: the next request waits for room. */
+		return (!connection_output_full(c));
 	case CONN_UPLOAD:
 		return (1);
 	case CONN_STREAM:
@@ -815,15 +877,24 @@ connection_waits_input(struct connection *c)
 	    connection_clients_turn(c));
 }
 
+/* Does emberd have output the client takes none of?  It is closed after
+ * daemon.write_timeout. */
+static int
+connection_write_stalled(struct connection *c)
+{
+	return (evbuffer_get_length(bufferevent_get_output(c->bev)) > 0);
+}
+
 /* Set the timer for the next deadline: the frame being read, a last reply
- * the client does not take, or idleness; else look again later, as a
- * stream or a request may end meanwhile. */
+ * the client does not take, output it does not read, or idleness; else
+ * look again later, as a stream or a request may end meanwhile. */
 static void
 connection_arm(struct connection *c)
 {
 	uint64_t	now = ember_now_ms(), at;
 	uint64_t	rt = (uint64_t)ember_conf.daemon_request_timeout;
 	uint64_t	it = (uint64_t)ember_conf.daemon_idle_timeout;
+	uint64_t	wt = (uint64_t)ember_conf.daemon_write_timeout;
 	struct timeval	tv;
 
 	if (c->state == CONN_CLOSING)
@@ -834,6 +905,8 @@ connection_arm(struct connection *c)
 		at = c->active_ms + it;
 	else
 		at = now + (it > 0 && it < rt ? it : rt);
+	if (connection_write_stalled(c) && c->wrote_ms + wt < at)
+		at = c->wrote_ms + wt;
 	if (at < now + CONNECTION_TICK_MS)
 		at = now + CONNECTION_TICK_MS;
 	tv.tv_sec = (time_t)((at - now) / 1000);
@@ -849,8 +922,19 @@ connection_timer_cb(evutil_socket_t fd, short events, void *arg)
 	uint64_t		 now = ember_now_ms();
 	uint64_t		 rt = (uint64_t)ember_conf.daemon_request_timeout;
 	uint64_t		 it = (uint64_t)ember_conf.daemon_idle_timeout;
+	uint64_t		 wt = (uint64_t)ember_conf.daemon_write_timeout;
 
 	(void)fd; (void)events;
+	if (connection_write_stalled(c) && now - c->wrote_ms >= wt) {
+		ember_counters.connections_timed_out++;
+		log_info("connection %llu (pid %ld, uid %ld): the client took "
+		    "none of its %zu bytes of output in daemon.write_timeout "
+		    "(%llums); closed", (unsigned long long)c->id, (long)c->pid,
+		    (long)c->uid, evbuffer_get_length(bufferevent_get_output(
+		    c->bev)), (unsigned long long)wt);
+		connection_free(c);
+		return;
+	}
 	if (c->state == CONN_CLOSING) {
 		if (now - c->active_ms >= rt) {
 			log_info("connection %llu (pid %ld): the client took not "
@@ -893,6 +977,8 @@ connection_write_cb(struct bufferevent *bev, void *arg)
 	c->active_ms = ember_now_ms();
 	if (c->state == CONN_STREAM)
 		operation_stream_writable(c->op);
+	else if (c->state == CONN_CONTROL)
+		event_active(c->kick, EV_READ, 1);	/* room for replies */
 	connection_arm(c);
 }
 
@@ -949,6 +1035,9 @@ connection_create(int fd)
 	c->kick = event_new(ember_base, -1, 0, connection_kick_cb, c);
 	c->timer = evtimer_new(ember_base, connection_timer_cb, c);
 	c->active_ms = ember_now_ms();
+	c->wrote_ms = c->active_ms;
+	c->out_cb = evbuffer_add_cb(bufferevent_get_output(c->bev),
+	    connection_output_cb, c);
 	/* emberd fills the input itself (connection_recv_cb): a bufferevent
 	 * keeps the end of its input frozen to all but its own reads. */
 	evbuffer_unfreeze(bufferevent_get_input(c->bev), 0);
@@ -1000,6 +1089,9 @@ connection_free(struct connection *c)
 	if (c->session != NULL)
 		session_release(c->session);
 	connection_release_frame(c);
+	evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->out_cb);
+	if (c->held > 0)
+		limit_release(c->uid, LIMIT_RESULTS, c->held);
 	if (c->counted)
 		limit_release(c->uid, LIMIT_CONNECTIONS, 1);
 	TAILQ_REMOVE(&connections, c, entry);

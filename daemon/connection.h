@@ -32,6 +32,12 @@ pid_t		 connection_pid(const struct connection *);
 
 /* Replies: exactly one per request.  fields is stolen and may be NULL. */
 void		 connection_reply_ok(struct connection *, json_t *fields);
+/* An ok reply that carries a result: until the client has taken its bytes
+ * they are held against the uid's daemon.max_results_per_uid and
+ * daemon.max_results.  0, or -1 with *err (allocated) naming the limit;
+ * nothing is sent then.  fields is stolen. */
+int		 connection_reply_held(struct connection *, json_t *fields,
+		     char **err);
 void		 connection_reply_error(struct connection *, const char *class,
 		     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

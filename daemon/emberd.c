@@ -82,6 +82,16 @@ ember_workers_max(void)
 	return (cpus);
 }
 
+int
+ember_workers_total(void)
+{
+	int64_t	max = ember_workers_max(), total = ember_conf.workers_max_total;
+
+	if (total == 0)
+		total = max * 2;
+	return ((int)(total > max ? total : max));
+}
+
 const char *
 ember_local_dir(void)
 {

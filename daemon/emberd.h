@@ -55,6 +55,9 @@ extern uint64_t			 ember_started_ms;
 uint64_t	ember_now_ms(void);
 /* workers.max, with "auto" resolved to the number of CPUs. */
 int		ember_workers_max(void);
+/* The hard cap on workers, workers.max_total: never below workers.max;
+ * 0 in the conf is twice workers.max. */
+int		ember_workers_total(void);
 /* The directory for emberd's own files (broadcasts). */
 const char	*ember_local_dir(void);
 /* Called whenever an operation ends, so a drain can finish. */

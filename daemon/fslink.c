@@ -13,11 +13,13 @@
 
 #include <event2/event.h>
 
+#include "cgroup.h"
 #include "emberd.h"
 #include "fdpass.h"
 #include "fslink.h"
 #include "helper.h"
 #include "jobenv.h"
+#include "joblog.h"
 #include "log.h"
 #include "pool.h"
 #include "service.h"
@@ -31,6 +33,7 @@ struct fslink {
 	pid_t			 pid;
 	int			 fd;
 	struct event		*event;
+	struct joblog		*joblog;	/* its stdout and stderr */
 	struct event		*restart;
 	int			 failures;	/* restarts without a hello */
 	int			 hello;		/* said hello since it started */
@@ -177,7 +180,7 @@ static char **
 fslink_argv(const struct fslink *fs)
 {
 	char	**argv, *list, *p, *path;
-	size_t	  n = 0, max = 12;	/* room for the fixed options and NULL */
+	size_t	  n = 0, max = 14;	/* room for the fixed options and NULL */
 
 	argv = xcalloc(max, sizeof *argv);
 	argv[n++] = xstrdup("ember-worker");
@@ -195,6 +198,13 @@ fslink_argv(const struct fslink *fs)
 		argv[n++] = xstrdup("--memory-limit");
 		xasprintf(&argv[n++], "%lld",
 		    (long long)ember_conf.workers_max_memory * 2);
+	}
+	/* Where no cgroup holds workers.max_pids_per_user, RLIMIT_NPROC
+	 * does, over all of the user's processes. */
+	if (!cgroup_active() && ember_conf.workers_max_pids_per_user > 0) {
+		argv[n++] = xstrdup("--nproc-limit");
+		xasprintf(&argv[n++], "%lld",
+		    (long long)ember_conf.workers_max_pids_per_user);
 	}
 	list = xstrdup(ember_conf.workers_preload);
 	for (p = list; (path = strsep(&p, ",")) != NULL;) {
@@ -222,16 +232,41 @@ fslink_argv(const struct fslink *fs)
 	return (argv);
 }
 
+/*
+ * In the child: stdio and session for the fork-server, where nothing of
+ * emberd's is left for a job to use.  fd 0 is /dev/null and fds 1 and 2
+ * the job log's pipe, never emberd's terminal or log; its own session has
+ * no controlling terminal, so that no job can type into emberd's
+ * (TIOCSTI) or be signalled by it.  It leads that session with the user's
+ * rights alone; its workers and helpers never lead one.
+ */
+static void
+fslink_child_stdio(int logfd)
+{
+	int	null;
+
+	if (setsid() == -1 ||
+	    (null = open("/dev/null", O_RDONLY | O_NOCTTY)) == -1 ||
+	    dup2(null, 0) == -1 || dup2(logfd, 1) == -1 ||
+	    dup2(logfd, 2) == -1)
+		_exit(127);
+}
+
 static int
 fslink_start(struct fslink *fs)
 {
 	char		**argv, **env;
-	int		  sv[2], i;
+	int		  sv[2], logfd, i;
 	sigset_t	  all, old;
 	pid_t		  pid;
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == -1) {
 		log_error("socketpair: %s", strerror(errno));
+		return (-1);
+	}
+	if ((fs->joblog = joblog_open(fs->uid, &logfd)) == NULL) {
+		close(sv[0]);
+		close(sv[1]);
 		return (-1);
 	}
 	argv = fslink_argv(fs);
@@ -246,12 +281,12 @@ fslink_start(struct fslink *fs)
 	if (pid == 0) {
 		int	sig;
 
-		/* A process group of its own: a ^C on the terminal emberd -f
-		 * runs on is emberd's to handle (it drains), never the
-		 * fork-server's to die of.  One that came before the group
+		/* A session of its own: a ^C on the terminal emberd -f runs
+		 * on is emberd's to handle (it drains), never the
+		 * fork-server's to die of.  One that came before the session
 		 * changed is pending here: ignoring a signal discards it.  Its
 		 * workers and helpers lead groups of their own. */
-		setpgid(0, 0);
+		fslink_child_stdio(logfd);
 		signal(SIGINT, SIG_IGN);
 		signal(SIGQUIT, SIG_IGN);
 		signal(SIGTSTP, SIG_IGN);
@@ -272,11 +307,18 @@ fslink_start(struct fslink *fs)
 	free(argv);
 	jobenv_free(env);
 	close(sv[1]);
+	close(logfd);
 	if (pid == -1) {
 		log_error("fork: %s", strerror(errno));
 		close(sv[0]);
+		joblog_close(fs->joblog);
+		fs->joblog = NULL;
 		return (-1);
 	}
+	/* Into its user's cgroup before it is asked to fork anything; one
+	 * that cannot be bounded is not used (its exit restarts it). */
+	if (cgroup_enter(fs->uid, pid) == -1)
+		kill(pid, SIGKILL);
 	fs->pid = pid;
 	fs->fd = sv[0];
 	evutil_make_socket_nonblocking(fs->fd);
@@ -333,6 +375,8 @@ fslink_exited(struct fslink *fs, int status)
 	    WIFSIGNALED(status) ? "was " : "", how);
 	fs->pid = -1;
 	fslink_close(fs);
+	joblog_close(fs->joblog);	/* its last words */
+	fs->joblog = NULL;
 	helper_lost(fs, why);
 	pool_forkserver_lost(fs->pool, why, !fs->hello);
 	fs->hello = 0;
@@ -420,6 +464,7 @@ fslink_free(struct fslink *fs)
 		for (i = 0; i < 200; i++) {	/* up to 2 s */
 			if (waitpid(fs->pid, &status, WNOHANG) != 0)
 				break;
+			(void)joblog_read(fs->joblog);
 			usleep(10000);
 		}
 		if (i == 200) {
@@ -429,6 +474,7 @@ fslink_free(struct fslink *fs)
 			waitpid(fs->pid, &status, 0);
 		}
 	}
+	joblog_close(fs->joblog);	/* its last words */
 	TAILQ_REMOVE(&fslinks, fs, entry);
 	free(fs);
 }

@@ -50,6 +50,7 @@ struct helper {
 	int			 fds[HELPER_MAX_FDS];	/* came with it */
 	size_t			 nfds;
 	char			*verb;
+	int32_t			 max_reply;	/* the reply's bound */
 	uint64_t		 started_ms;
 	helper_cb		 cb;		/* NULL: answered or cancelled */
 	void			*arg;
@@ -218,6 +219,7 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 	h->pid = -1;
 	h->sock = -1;
 	h->verb = xstrdup(verb);
+	h->max_reply = HELPER_MAX_REPLY;
 	h->cb = cb;
 	h->arg = arg;
 	h->charged = 1;
@@ -251,6 +253,13 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 	log_debug("helper request %d: %s for uid %ld", h->id, verb,
 	    (long)client);
 	return (h);
+}
+
+void
+helper_limit_reply(struct helper *h, size_t max)
+{
+	if (max < HELPER_MAX_REPLY)
+		h->max_reply = (int32_t)max;
 }
 
 void
@@ -394,7 +403,7 @@ helper_read(struct helper *h)
 	if (evbuffer_get_length(h->in) >= sizeof hdr) {
 		evbuffer_copyout(h->in, hdr, sizeof hdr);
 		len = be32_get(hdr);
-		if (len <= 0 || len > HELPER_MAX_REPLY) {
+		if (len <= 0 || len > h->max_reply) {
 			helper_fail(h, "INTERNAL", "a reply of %d bytes", len);
 			return (-1);
 		}

@@ -50,6 +50,10 @@ struct helper	*helper_run(uid_t client, gid_t gid, const char *verb,
 struct helper	*helper_run_fds(uid_t client, gid_t gid, const char *verb,
 		    json_t *args, const int *fds, size_t nfds, helper_cb,
 		    void *arg, const char **class, char **err);
+/* A reply longer than max (under HELPER_MAX_REPLY) fails the helper
+ * (INTERNAL) before emberd parses it: for a verb whose answer is small
+ * whatever the user's files hold.  Set it right after helper_run. */
+void		 helper_limit_reply(struct helper *, size_t max);
 /* Nobody waits for the answer any more (its client went away): the
  * callback is not called, the helper is killed, nothing is left. */
 void		 helper_cancel(struct helper *);

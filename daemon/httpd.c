@@ -23,6 +23,7 @@
 
 #include "emberd.h"
 #include "httpd.h"
+#include "localdir.h"
 #include "log.h"
 #include "metrics.h"
 #include "queue.h"
@@ -39,6 +40,7 @@ struct httpd_conn {
 	struct bufferevent		*bev;	/* made for evhttp */
 	struct evhttp_connection	*evcon;	/* NULL until attached */
 	struct event			*deadline;
+	char				 peer[INET6_ADDRSTRLEN + 8];
 	TAILQ_ENTRY(httpd_conn)		 entry;
 };
 static TAILQ_HEAD(, httpd_conn)	httpd_conns = TAILQ_HEAD_INITIALIZER(httpd_conns);
@@ -101,13 +103,92 @@ httpd_deadline_cb(evutil_socket_t fd, short events, void *arg)
 	httpd_close(arg);
 }
 
+static int	httpd_loopback(const struct sockaddr *);
+
+/*
+ * Name who is at the other end of c: the uid on a Unix socket; on TCP the
+ * address, every loopback address as one, since any local user may send
+ * from any of 127.0.0.0/8.
+ */
+static void
+httpd_name_peer(struct httpd_conn *c)
+{
+	struct sockaddr_storage	 ss;
+	struct ucred		 cred;
+	socklen_t		 len = sizeof cred, sslen = sizeof ss;
+	int			 fd = bufferevent_getfd(c->bev);
+	const void		*addr;
+
+	if (!httpd_tcp) {
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+			snprintf(c->peer, sizeof c->peer, "uid %lu",
+			    (unsigned long)cred.uid);
+		return;
+	}
+	if (getpeername(fd, (struct sockaddr *)&ss, &sslen) == -1)
+		return;
+	if (httpd_loopback((struct sockaddr *)&ss)) {
+		snprintf(c->peer, sizeof c->peer, "loopback");
+		return;
+	}
+	addr = ss.ss_family == AF_INET ?
+	    (const void *)&((struct sockaddr_in *)&ss)->sin_addr :
+	    (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+	inet_ntop(ss.ss_family, addr, c->peer, sizeof c->peer);
+}
+
+/* How many watched connections c's peer has, c included. */
+static size_t
+httpd_peer_count(const struct httpd_conn *c)
+{
+	struct httpd_conn	*o;
+	size_t			 n = 0;
+
+	TAILQ_FOREACH(o, &httpd_conns, entry) {
+		if (o->evcon != NULL && strcmp(o->peer, c->peer) == 0)
+			n++;
+	}
+	return (n);
+}
+
+/* The oldest connection of c's peer. */
+static struct httpd_conn *
+httpd_peer_oldest(const struct httpd_conn *c)
+{
+	struct httpd_conn	*o;
+
+	TAILQ_FOREACH(o, &httpd_conns, entry) {
+		if (o->evcon != NULL && strcmp(o->peer, c->peer) == 0)
+			return (o);
+	}
+	return (NULL);
+}
+
+/* The oldest connection of the peer that holds the most. */
+static struct httpd_conn *
+httpd_busiest(void)
+{
+	struct httpd_conn	*c, *best = NULL;
+	size_t			 n, most = 0;
+
+	TAILQ_FOREACH(c, &httpd_conns, entry) {
+		if ((n = httpd_peer_count(c)) > most) {
+			most = n;
+			best = c;
+		}
+	}
+	return (best);
+}
+
 /*
  * Find the evhttp connections of the bufferevents made since the last
  * turn of the loop (evhttp set itself as their callbacks' argument), and
  * watch them.  Runs before any of them can be read or freed: evhttp made
  * them in the accept callback that made this event active.  Past
- * status.max_connections, the oldest connections are closed: a client
- * that holds connections without sending requests cannot lock others out.
+ * status.max_connections_per_peer, the peer's oldest connection is
+ * closed; past status.max_connections, the oldest of the peer holding the
+ * most: a client that floods or holds connections without sending
+ * requests cannot lock other peers out, nor its own newest request.
  */
 static void
 httpd_attach_cb(evutil_socket_t fd, short events, void *arg)
@@ -126,13 +207,24 @@ httpd_attach_cb(evutil_socket_t fd, short events, void *arg)
 		}
 		c->evcon = evcon;
 		evhttp_connection_set_closecb(c->evcon, httpd_closed_cb, c);
+		httpd_name_peer(c);
 		httpd_arm(c);
+		if (httpd_peer_count(c) >
+		    (size_t)ember_conf.status_max_connections_per_peer) {
+			log_debug("status: %s is past "
+			    "status.max_connections_per_peer (%lld): closing "
+			    "its oldest connection", c->peer,
+			    (long long)ember_conf.status_max_connections_per_peer);
+			httpd_close(httpd_peer_oldest(c));
+		}
 	}
 	while (httpd_nconns > (size_t)ember_conf.status_max_connections) {
+		if ((c = httpd_busiest()) == NULL)
+			break;
 		log_debug("status: past status.max_connections (%lld): "
-		    "closing the oldest connection",
-		    (long long)ember_conf.status_max_connections);
-		httpd_close(TAILQ_FIRST(&httpd_conns));
+		    "closing the oldest connection of %s",
+		    (long long)ember_conf.status_max_connections, c->peer);
+		httpd_close(c);
 	}
 }
 
@@ -333,6 +425,8 @@ httpd_bind_unix(const char *path, struct sockaddr_un *sun)
 	memset(sun, 0, sizeof *sun);
 	sun->sun_family = AF_UNIX;
 	strcpy(sun->sun_path, path);
+	if (localdir_check_above("status.listen", path) == -1)
+		return (-1);
 	if (lstat(path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
 			log_error("status.listen: %s exists and is not a "
@@ -441,6 +535,7 @@ httpd_listen(const char *where)
 	int			 len = sizeof ss;
 	unsigned int		 flags = LEV_OPT_CLOSE_ON_FREE |
 				    LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
+	mode_t			 mask;
 
 	if (*where == '/') {
 		if (httpd_bind_unix(where, &sun) == -1)
@@ -459,16 +554,17 @@ httpd_listen(const char *where)
 			    "address: the status and metrics are visible "
 			    "from other machines", where);
 	}
+	/* A Unix socket is made 0666 by bind itself: no chmod by path. */
+	mask = umask(0111);
 	httpd_listener = evconnlistener_new_bind(ember_base, NULL, NULL, flags,
 	    64, sa, len);
+	umask(mask);
 	if (httpd_listener == NULL) {
 		log_error("status.listen: %s: %s", where, strerror(errno));
 		free(httpd_path);
 		httpd_path = NULL;
 		return (-1);
 	}
-	if (httpd_path != NULL)
-		chmod(httpd_path, 0666);
 	evconnlistener_set_error_cb(httpd_listener, httpd_accept_error_cb);
 	return (0);
 }

@@ -120,6 +120,20 @@ limit_charge(uid_t uid, enum limit_kind kind, int64_t n, char **err)
 }
 
 void
+limit_force(uid_t uid, enum limit_kind kind, int64_t n)
+{
+	struct limit_user	*u = limit_find(uid);
+
+	if (u == NULL) {
+		u = xcalloc(1, sizeof *u);
+		u->uid = uid;
+		TAILQ_INSERT_TAIL(&limit_users, u, entry);
+	}
+	u->used[kind] += n;
+	limit_all[kind] += n;
+}
+
+void
 limit_release(uid_t uid, enum limit_kind kind, int64_t n)
 {
 	struct limit_user	*u = limit_find(uid);

@@ -31,6 +31,9 @@ enum limit_kind {
  * which limit, by its conf key, the charge would pass.  Nothing is
  * charged then. */
 int		 limit_charge(uid_t, enum limit_kind, int64_t n, char **err);
+/* Charge n even past the bounds: what uid holds already, found rather
+ * than asked for (bytes on disk); its next charge is refused. */
+void		 limit_force(uid_t, enum limit_kind, int64_t n);
 void		 limit_release(uid_t, enum limit_kind, int64_t n);
 /* How much more of kind uid may be charged, within both bounds. */
 int64_t		 limit_room(uid_t, enum limit_kind);

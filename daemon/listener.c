@@ -3,6 +3,7 @@
 #include <sys/un.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <libgen.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "connection.h"
 #include "emberd.h"
 #include "listener.h"
+#include "localdir.h"
 #include "log.h"
 #include "xmalloc.h"
 
@@ -115,13 +117,17 @@ listener_start(void)
 		unlink(path);
 	} else
 		listener_make_dir(path);
+	/* Whoever may write the directory could replace the socket, or
+	 * rename it between bind and chown. */
+	if (localdir_check_above("daemon.socket", path) == -1)
+		return (-1);
 
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd == -1) {
 		log_error("socket: %s", strerror(errno));
 		return (-1);
 	}
-	/* Create it with no more than the configured mode, never wider. */
+	/* Created with the configured mode itself: no chmod by path after. */
 	mask = umask((mode_t)(~ember_conf.daemon_socket_mode & 0777));
 	if (bind(fd, (struct sockaddr *)&sun, sizeof sun) == -1) {
 		umask(mask);
@@ -130,8 +136,8 @@ listener_start(void)
 		return (-1);
 	}
 	umask(mask);
-	if (chmod(path, (mode_t)ember_conf.daemon_socket_mode) == -1)
-		log_warn("chmod %s: %s", path, strerror(errno));
+	/* The group by path (a socket's fchown does not reach the file),
+	 * which is safe only because no one else may write the directory. */
 	if (*ember_conf.daemon_socket_group != '\0') {
 		if ((gr = getgrnam(ember_conf.daemon_socket_group)) == NULL) {
 			log_error("daemon.socket_group: no group \"%s\"",
@@ -140,7 +146,8 @@ listener_start(void)
 			unlink(path);
 			return (-1);
 		}
-		if (chown(path, (uid_t)-1, gr->gr_gid) == -1)
+		if (fchownat(AT_FDCWD, path, (uid_t)-1, gr->gr_gid,
+		    AT_SYMLINK_NOFOLLOW) == -1)
 			log_warn("chown %s: %s", path, strerror(errno));
 	}
 	if (listen(fd, 128) == -1) {

@@ -24,47 +24,65 @@ localdir_path(void)
 	return (localdir);
 }
 
-/*
- * Check the directories above path: none may be writable by group or
- * others without the sticky bit, or whoever can write there could
- * replace the local directory with their own.  0, or -1 (logged).
- */
+/* Is the directory p, above path, safe: writable by nobody but root or
+ * emberd (sticky bit aside)?  0, or -1 with *err. */
 static int
-localdir_check_parents(const char *path)
+localdir_check_parent(const char *p, const char *path, char **err)
 {
-	struct stat	 st;
-	char		*p = xstrdup(path), *slash;
-	int		 rc = 0;
+	struct stat	st;
+	int		saved;
 
-	for (slash = strchr(p + 1, '/'); rc == 0; slash = strchr(slash + 1,
-	    '/')) {
-		if (slash != NULL)
-			*slash = '\0';
-		else
-			break;
-		if (stat(*p == '\0' ? "/" : p, &st) == -1) {
-			log_error("daemon.local_dir: %s: %s", p,
-			    strerror(errno));
-			rc = -1;
-		} else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
-		    (st.st_mode & S_ISVTX) == 0) {
-			log_error("daemon.local_dir: %s is writable by others "
-			    "without the sticky bit (mode %04o): anyone could "
-			    "replace %s; choose another daemon.local_dir (or "
-			    "daemon.socket)", p, (unsigned)(st.st_mode & 07777),
-			    path);
-			rc = -1;
-		}
-		*slash = '/';
+	if (stat(p, &st) == -1) {
+		saved = errno;
+		xasprintf(err, "%s: checking %s above it: %s", path, p,
+		    strerror(errno));
+		errno = saved;
+		return (-1);
 	}
-	if (rc == 0 && stat("/", &st) == 0 &&
-	    (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
+	if (st.st_uid != 0 && st.st_uid != geteuid()) {
+		xasprintf(err, "%s is owned by uid %lu, who could replace %s",
+		    p, (unsigned long)st.st_uid, path);
+		errno = EPERM;
+		return (-1);
+	}
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
 	    (st.st_mode & S_ISVTX) == 0) {
-		log_error("daemon.local_dir: / is writable by others");
-		rc = -1;
+		xasprintf(err, "%s is writable by others without the sticky "
+		    "bit (mode %04o): anyone could replace %s", p,
+		    (unsigned)(st.st_mode & 07777), path);
+		errno = EPERM;
+		return (-1);
+	}
+	return (0);
+}
+
+int
+localdir_check_parents(const char *path, char **err)
+{
+	char	*p = xstrdup(path), *slash;
+	int	 rc;
+
+	rc = localdir_check_parent("/", path, err);
+	for (slash = strchr(p + 1, '/'); rc == 0 && slash != NULL;
+	    slash = strchr(slash + 1, '/')) {
+		*slash = '\0';
+		rc = localdir_check_parent(p, path, err);
+		*slash = '/';
 	}
 	free(p);
 	return (rc);
+}
+
+int
+localdir_check_above(const char *key, const char *path)
+{
+	char	*err;
+
+	if (localdir_check_parents(path, &err) == 0)
+		return (0);
+	log_error("%s: %s; choose another %s", key, err, key);
+	free(err);
+	return (-1);
 }
 
 /* Is an existing directory emberd's own, and closed to others?  0, or
@@ -131,6 +149,7 @@ int
 localdir_open(void)
 {
 	struct stat	 before, after;
+	char		*err = NULL;
 	int		 made = 0;
 
 	if (*ember_conf.daemon_local_dir != '\0')
@@ -142,8 +161,12 @@ localdir_open(void)
 		    localdir);
 		goto fail;
 	}
-	if (localdir_check_parents(localdir) == -1)
+	if (localdir_check_parents(localdir, &err) == -1) {
+		log_error("daemon.local_dir: %s; choose another "
+		    "daemon.local_dir (or daemon.socket)", err);
+		free(err);
 		goto fail;
+	}
 	if (mkdir(localdir, 0711) == 0)
 		made = 1;
 	else if (errno != EEXIST) {

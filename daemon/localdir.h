@@ -2,9 +2,9 @@
  * emberd's local directory (daemon.local_dir, else the socket's path with
  * ".local"): emberd's own files, and nobody else's.  It is created by
  * emberd, or, if it already exists, used only when emberd owns it with
- * mode 0700 or 0711 and it is no symbolic link; and only when no
- * directory above it is writable by others without the sticky bit (else
- * anyone could replace it).  Files in it are made through the directory
+ * mode 0700 or 0711 and it is no symbolic link; and only when every
+ * directory above it is root's or emberd's and none is writable by
+ * others without the sticky bit (else someone could replace it).  Files in it are made through the directory
  * handle, with O_NOFOLLOW|O_EXCL, never through a path.
  */
 #ifndef EMBER_LOCALDIR_H
@@ -17,6 +17,14 @@
 int		 localdir_open(void);
 /* Clean it, and remove it if remove is set; at exit. */
 void		 localdir_close(int remove);
+/* Check the directories above path (local_dir's, checkpoint.dir): each
+ * owned by root or emberd, none writable by others without the sticky
+ * bit, or whoever can write there could replace path.  0, or -1 with
+ * *err (allocated) naming the directory and why. */
+int		 localdir_check_parents(const char *path, char **err);
+/* The same for the file of conf key (daemon.socket, status.listen):
+ * 0, or -1 logged, naming key and why. */
+int		 localdir_check_above(const char *key, const char *path);
 /* Its path (for logs and status), or NULL before localdir_open. */
 const char	*localdir_path(void);
 /* A new file name in it, created with O_CREAT|O_EXCL|O_NOFOLLOW and the

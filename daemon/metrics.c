@@ -13,6 +13,7 @@
 #include "emberd.h"
 #include "metrics.h"
 #include "operation.h"
+#include "queue.h"
 #include "pool.h"
 #include "scheduler.h"
 #include "session.h"
@@ -41,10 +42,19 @@ struct failure {
 	int		 partition;
 	char		*message;
 };
-#define METRICS_FAILURES	32
+#define METRICS_FAILURES	32	/* per uid */
 #define METRICS_MESSAGE_MAX	1024
-static struct failure	metrics_ring[METRICS_FAILURES];
-static size_t		metrics_ring_next, metrics_ring_used;
+/* One uid's recent failures: one user's failures never push out
+ * another's. */
+struct failure_user {
+	uid_t			 uid;
+	struct failure		 ring[METRICS_FAILURES];
+	size_t			 next, used;
+	TAILQ_ENTRY(failure_user) entry;
+};
+static TAILQ_HEAD(, failure_user) metrics_failure_users =
+    TAILQ_HEAD_INITIALIZER(metrics_failure_users);
+static size_t		metrics_failures_kept;
 
 /* The name and meaning of each status counter as a Prometheus counter. */
 static const struct {
@@ -57,7 +67,7 @@ static const struct {
 	{ "connections_refused", "ember_connections_refused_total",
 	    "Client connections refused by a connection limit." },
 	{ "connections_timed_out", "ember_connections_timed_out_total",
-	    "Client connections closed by the request or idle timeout." },
+	    "Client connections closed by the request, idle or write timeout." },
 	{ "requests", "ember_requests_total", "Control requests read." },
 	{ "request_errors", "ember_request_errors_total",
 	    "Control requests answered with an error." },
@@ -144,11 +154,28 @@ metrics_wall_ms(void)
 	return ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
 }
 
+/* The failures of uid, made if it has none yet. */
+static struct failure_user *
+metrics_failure_user(uid_t uid)
+{
+	struct failure_user	*fu;
+
+	TAILQ_FOREACH(fu, &metrics_failure_users, entry) {
+		if (fu->uid == uid)
+			return (fu);
+	}
+	fu = xcalloc(1, sizeof *fu);
+	fu->uid = uid;
+	TAILQ_INSERT_TAIL(&metrics_failure_users, fu, entry);
+	return (fu);
+}
+
 void
 metrics_task_failed(const struct task *t)
 {
-	struct failure	*f = &metrics_ring[metrics_ring_next];
-	const char	*msg = t->error != NULL ? t->error : "";
+	struct failure_user	*fu = metrics_failure_user(operation_uid(t->op));
+	struct failure		*f = &fu->ring[fu->next];
+	const char		*msg = t->error != NULL ? t->error : "";
 
 	free(f->message);
 	f->wall_ms = metrics_wall_ms();
@@ -157,38 +184,57 @@ metrics_task_failed(const struct task *t)
 	snprintf(f->operation, sizeof f->operation, "%s", operation_id(t->op));
 	f->partition = t->partition;
 	f->message = xstrndup(msg, METRICS_MESSAGE_MAX);
-	metrics_ring_next = (metrics_ring_next + 1) % METRICS_FAILURES;
-	if (metrics_ring_used < METRICS_FAILURES)
-		metrics_ring_used++;
+	fu->next = (fu->next + 1) % METRICS_FAILURES;
+	if (fu->used < METRICS_FAILURES) {
+		fu->used++;
+		metrics_failures_kept++;
+	}
+}
+
+/* Newest first. */
+static int
+metrics_failure_cmp(const void *a, const void *b)
+{
+	const struct failure	*fa = *(struct failure *const *)a;
+	const struct failure	*fb = *(struct failure *const *)b;
+
+	return (fa->mono_ms < fb->mono_ms ? 1 : fa->mono_ms > fb->mono_ms ?
+	    -1 : 0);
 }
 
 json_t *
 metrics_failures(int (*allowed)(uid_t))
 {
-	json_t		*a = json_array();
-	struct failure	*f;
-	uint64_t	 now = ember_now_ms();
-	size_t		 i, at;
+	json_t			*a = json_array();
+	struct failure_user	*fu;
+	struct failure		*f, **all;
+	uint64_t		 now = ember_now_ms();
+	size_t			 i, n = 0;
 
-	for (i = 0; i < metrics_ring_used; i++) {
-		at = (metrics_ring_next + METRICS_FAILURES - 1 - i) %
-		    METRICS_FAILURES;
-		f = &metrics_ring[at];
-		if (!allowed(f->uid))
+	all = xreallocarray(NULL, metrics_failures_kept + 1, sizeof *all);
+	TAILQ_FOREACH(fu, &metrics_failure_users, entry) {
+		if (!allowed(fu->uid))
 			continue;
+		for (i = 0; i < fu->used; i++)
+			all[n++] = &fu->ring[i];
+	}
+	qsort(all, n, sizeof *all, metrics_failure_cmp);
+	for (i = 0; i < n; i++) {
+		f = all[i];
 		json_array_append_new(a, json_pack("{s:I,s:I,s:I,s:s,s:i,s:s}",
 		    "time_ms", (json_int_t)f->wall_ms,
 		    "age_ms", (json_int_t)(now - f->mono_ms),
 		    "uid", (json_int_t)f->uid, "operation", f->operation,
 		    "partition", f->partition, "message", f->message));
 	}
+	free(all);
 	return (a);
 }
 
 size_t
 metrics_failures_count(void)
 {
-	return (metrics_ring_used);
+	return (metrics_failures_kept);
 }
 
 /* Write a metric family's HELP and TYPE lines. */
@@ -507,7 +553,7 @@ metrics_write(struct evbuffer *b)
 	    "Time from a task's queueing to its first record streamed to "
 	    "the client.", &metrics_first_record);
 	metrics_value(b, "ember_task_failures_remembered", "gauge",
-	    "Recent task failures kept for the status page (at most 32).",
+	    "Recent task failures kept for the status page (at most 32 per user).",
 	    (double)metrics_failures_count());
 	metrics_write_process(b);
 }

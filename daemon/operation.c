@@ -148,8 +148,15 @@ struct tombstone {
 	char			*message;
 	TAILQ_ENTRY(tombstone)	 entry;
 };
-static TAILQ_HEAD(, tombstone) tombstones = TAILQ_HEAD_INITIALIZER(tombstones);
-static size_t	 ntombstones;
+/* One uid's tombstones, oldest first, at most operation.tombstones: one
+ * user's operations never push another's out. */
+struct tomb_user {
+	uid_t			 uid;
+	TAILQ_HEAD(, tombstone)	 list;
+	size_t			 n;
+	TAILQ_ENTRY(tomb_user)	 entry;
+};
+static TAILQ_HEAD(, tomb_user) tomb_users = TAILQ_HEAD_INITIALIZER(tomb_users);
 static struct event *operation_timer;
 
 static void	operation_pump(struct operation *);
@@ -267,6 +274,23 @@ operation_find_broadcasts(struct operation *op, struct session *s,
 }
 
 /* Fill in what a task descriptor says of t, for one attempt of it. */
+/* The directory of c's uid, for a task of op: -1 (logged) if it cannot
+ * be opened; the task then fails in its worker, saying so. */
+static int
+operation_open_ckpt_dir(const struct operation *op,
+    const struct checkpoint *c)
+{
+	char	*err = NULL;
+	int	 fd;
+
+	if ((fd = checkpoint_open_dir(c, &err)) == -1) {
+		log_warn("operation %s: checkpoint %s: %s", op->id,
+		    checkpoint_id(c), err);
+		free(err);
+	}
+	return (fd);
+}
+
 void
 operation_describe_task(struct operation *op, const struct task *t,
     struct taskdesc *d)
@@ -285,6 +309,12 @@ operation_describe_task(struct operation *op, const struct task *t,
 	if (op->action == ACTION_CHECKPOINT) {
 		d->ckpt_dir = checkpoint_dir(op->ckpt);
 		d->ckpt_sync = checkpoint_sync(op->ckpt);
+		d->ckpt_dirfd = operation_open_ckpt_dir(op, op->ckpt);
+		d->ckpt_dir_passed = d->ckpt_dirfd != -1;
+	}
+	if (op->source != NULL) {
+		d->source_dirfd = operation_open_ckpt_dir(op, op->source);
+		d->source_dir_passed = d->source_dirfd != -1;
 	}
 }
 
@@ -314,27 +344,43 @@ operation_find(uid_t uid, const char *id)
 	return (NULL);
 }
 
+/* The tombstones of uid, or NULL. */
+static struct tomb_user *
+operation_tomb_user(uid_t uid)
+{
+	struct tomb_user	*tu;
+
+	TAILQ_FOREACH(tu, &tomb_users, entry) {
+		if (tu->uid == uid)
+			return (tu);
+	}
+	return (NULL);
+}
+
 /* Find uid's tombstone for id. */
 static struct tombstone *
 operation_find_tombstone(uid_t uid, const char *id)
 {
+	struct tomb_user	*tu = operation_tomb_user(uid);
 	struct tombstone	*ts;
 
-	TAILQ_FOREACH(ts, &tombstones, entry) {
-		if (ts->uid == uid && strcmp(ts->id, id) == 0)
+	if (tu == NULL)
+		return (NULL);
+	TAILQ_FOREACH(ts, &tu->list, entry) {
+		if (strcmp(ts->id, id) == 0)
 			return (ts);
 	}
 	return (NULL);
 }
 
-/* Forget the oldest tombstone. */
+/* Forget the oldest tombstone of tu. */
 static void
-operation_drop_tombstone(void)
+operation_drop_tombstone(struct tomb_user *tu)
 {
-	struct tombstone	*ts = TAILQ_FIRST(&tombstones);
+	struct tombstone	*ts = TAILQ_FIRST(&tu->list);
 
-	TAILQ_REMOVE(&tombstones, ts, entry);
-	ntombstones--;
+	TAILQ_REMOVE(&tu->list, ts, entry);
+	tu->n--;
 	free(ts->message);
 	free(ts);
 }
@@ -343,13 +389,20 @@ operation_drop_tombstone(void)
 static void __attribute__((format(printf, 3, 4)))
 operation_bury(struct operation *op, const char *class, const char *fmt, ...)
 {
+	struct tomb_user	*tu;
 	struct tombstone	*ts;
 	va_list			 ap;
 
 	if (!op->reattachable || ember_conf.operation_tombstones == 0)
 		return;
-	while (ntombstones >= (size_t)ember_conf.operation_tombstones)
-		operation_drop_tombstone();
+	if ((tu = operation_tomb_user(operation_uid(op))) == NULL) {
+		tu = xcalloc(1, sizeof *tu);
+		tu->uid = operation_uid(op);
+		TAILQ_INIT(&tu->list);
+		TAILQ_INSERT_TAIL(&tomb_users, tu, entry);
+	}
+	while (tu->n >= (size_t)ember_conf.operation_tombstones)
+		operation_drop_tombstone(tu);
 	ts = xcalloc(1, sizeof *ts);
 	memcpy(ts->id, op->id, sizeof ts->id);
 	ts->uid = operation_uid(op);
@@ -358,8 +411,8 @@ operation_bury(struct operation *op, const char *class, const char *fmt, ...)
 	if (vasprintf(&ts->message, fmt, ap) == -1)
 		fatal("vasprintf");
 	va_end(ap);
-	TAILQ_INSERT_TAIL(&tombstones, ts, entry);
-	ntombstones++;
+	TAILQ_INSERT_TAIL(&tu->list, ts, entry);
+	tu->n++;
 }
 
 int
@@ -1322,6 +1375,31 @@ operation_reply(struct operation *op)
 	operation_reply_send(op, reply);
 }
 
+/*
+ * Send a reply action's reply to c, and end.  The reply's bytes, not the
+ * merged result's, are held against the uid's results until the client
+ * takes them; past the bounds it is LIMIT_EXCEEDED instead.
+ */
+static void
+operation_reply_deliver(struct operation *op, struct connection *c,
+    json_t *reply)
+{
+	char	*err;
+
+	operation_drop_result(op);
+	if (connection_reply_held(c, reply, &err) == -1) {
+		log_info("operation %s: %s", op->id, err);
+		connection_reply_error(c, "LIMIT_EXCEEDED", "%s (the reply of "
+		    "operation %s, until the client reads it)", err, op->id);
+		operation_bury(op, "LIMIT_EXCEEDED", "operation %s: its reply "
+		    "was over a limit: %s", op->id, err);
+		free(err);
+	} else
+		operation_bury(op, "OPERATION_FINISHED", "operation %s is "
+		    "complete and its reply was sent", op->id);
+	operation_end(op);
+}
+
 /* Send a reply action's reply (or keep it for a reattach), and end. */
 static void
 operation_reply_send(struct operation *op, json_t *reply)
@@ -1333,12 +1411,11 @@ operation_reply_send(struct operation *op, json_t *reply)
 		op->complete = 1;
 		return;
 	}
-	operation_bury(op, "OPERATION_FINISHED", "operation %s is complete "
-	    "and its reply was sent", op->id);
-	if (op->conn != NULL)
-		connection_reply_ok(op->conn, reply);
-	else
-		json_decref(reply);
+	if (op->conn != NULL) {
+		operation_reply_deliver(op, op->conn, reply);
+		return;
+	}
+	json_decref(reply);
 	operation_end(op);
 }
 
@@ -2314,10 +2391,7 @@ static void
 operation_reattach_reply(struct connection *c, struct operation *op)
 {
 	if (op->reply != NULL) {
-		connection_reply_ok(c, json_incref(op->reply));
-		operation_bury(op, "OPERATION_FINISHED", "operation %s is "
-		    "complete and its reply was sent", op->id);
-		operation_end(op);
+		operation_reply_deliver(op, c, json_incref(op->reply));
 		return;
 	}
 	op->conn = c;
@@ -2499,9 +2573,15 @@ operation_maintenance_start(void)
 void
 operation_maintenance_stop(void)
 {
+	struct tomb_user	*tu;
+
 	if (operation_timer != NULL)
 		event_free(operation_timer);
 	operation_timer = NULL;
-	while (ntombstones > 0)
-		operation_drop_tombstone();
+	while ((tu = TAILQ_FIRST(&tomb_users)) != NULL) {
+		while (tu->n > 0)
+			operation_drop_tombstone(tu);
+		TAILQ_REMOVE(&tomb_users, tu, entry);
+		free(tu);
+	}
 }

@@ -6,6 +6,7 @@
 
 #include <event2/event.h>
 
+#include "cgroup.h"
 #include "emberd.h"
 #include "fslink.h"
 #include "log.h"
@@ -49,7 +50,7 @@ static int		 pool_pending_all;		/* in every pool */
 static int32_t		 pool_next_request = 1;
 static struct event	*pool_maintain;
 
-static void	pool_grow(struct pool *, size_t);
+static void	pool_grow(struct pool *, size_t, int);
 static struct pool *pool_get(uid_t, gid_t);
 
 /* Return the uid whose jobs a pool runs. */
@@ -108,7 +109,7 @@ pool_maintain_cb(evutil_socket_t fd, short events, void *arg)
 		worker_count_pool(p, &all, &idle);
 		if (idle + p->pending < ember_conf.workers_min_idle)
 			pool_grow(p, (size_t)(ember_conf.workers_min_idle -
-			    idle));
+			    idle), 0);
 	}
 }
 
@@ -120,6 +121,8 @@ pool_init(void)
 	uid_t		 uid;
 	gid_t		 gid;
 
+	/* Before any fork-server starts: each goes into its user's cgroup. */
+	cgroup_init();
 	pool_maintain = event_new(ember_base, -1, EV_PERSIST, pool_maintain_cb,
 	    NULL);
 	evtimer_add(pool_maintain, &tv);
@@ -139,6 +142,7 @@ pool_shutdown(void)
 
 	worker_free_all();
 	fslink_stop_all();
+	cgroup_free();
 	while ((p = TAILQ_FIRST(&pools)) != NULL) {
 		TAILQ_REMOVE(&pools, p, entry);
 		if (p->backoff != NULL)
@@ -224,11 +228,26 @@ pool_room(void)
 }
 
 int
+pool_room_past(void)
+{
+	return (ember_workers_total() - worker_count() - pool_pending_all);
+}
+
+int
 pool_grow_one(struct pool *p)
 {
 	int	before = p->pending;
 
-	pool_grow(p, (size_t)p->pending + 1);
+	pool_grow(p, (size_t)p->pending + 1, 0);
+	return (p->pending > before);
+}
+
+int
+pool_grow_past(struct pool *p)
+{
+	int	before = p->pending;
+
+	pool_grow(p, (size_t)p->pending + 1, 1);
 	return (p->pending > before);
 }
 
@@ -252,9 +271,10 @@ pool_wait(struct pool *p, uint64_t ms)
 	evtimer_add(p->backoff, &tv);
 }
 
-/* Ask p's fork-server for up to wanted workers, within workers.max. */
+/* Ask p's fork-server for up to wanted workers, within workers.max, or
+ * with past, within workers.max_total. */
 static void
-pool_grow(struct pool *p, size_t wanted)
+pool_grow(struct pool *p, size_t wanted, int past)
 {
 	uint64_t	now, delay;
 	int		room;
@@ -263,7 +283,7 @@ pool_grow(struct pool *p, size_t wanted)
 		return;
 	/* At workers.max the scheduler may stop another pool's idle
 	 * worker: its exit makes the room. */
-	if ((room = pool_room()) <= 0)
+	if ((room = past ? pool_room_past() : pool_room()) <= 0)
 		return;
 	now = ember_now_ms();
 	if (p->crashes >= POOL_CRASH_STORM) {

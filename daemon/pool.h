@@ -32,9 +32,14 @@ struct worker	*pool_take_worker(struct pool *, const struct task *,
 /* Ask p's fork-server for one more worker, within workers.max and the
  * crash-storm back-off: 1 if it was asked. */
 int		 pool_grow_one(struct pool *);
-/* Workers p's fork-server is making; room left within workers.max. */
+/* The same past workers.max, within workers.max_total: for a user who
+ * holds no worker while others hold them all. */
+int		 pool_grow_past(struct pool *);
+/* Workers p's fork-server is making; room left within workers.max, and
+ * within workers.max_total. */
 int		 pool_pending(const struct pool *);
 int		 pool_room(void);
+int		 pool_room_past(void);
 /* The uid whose jobs p runs (emberd's own when it is not root). */
 uid_t		 pool_client(const struct pool *);
 /* The pool that runs t's client's jobs (made on first use), or NULL. */

@@ -23,7 +23,10 @@
  * who holds as many or more (or has nothing queued) is stopped to make
  * some: a user with work waiting gets a worker as soon as one is idle
  * anywhere, and stream.stall_timeout bounds how long a worker stays busy
- * for a client that does not read.
+ * for a client that does not read.  With none idle, a user holding no
+ * worker at all gets one forked past workers.max, within
+ * workers.max_total: another user's long tasks never make its first
+ * task wait.  Workers past workers.max are stopped once idle.
  */
 struct sched_user;
 
@@ -177,8 +180,22 @@ scheduler_make_room(struct sched_user *u)
 }
 
 /*
+ * May u, which found no worker and no room, have one forked past
+ * workers.max?  Only if it holds none (so one user is past by one worker
+ * at most, and many users together by workers.max_total), and no
+ * stopped worker is about to make room.
+ */
+static int
+scheduler_may_overflow(const struct sched_user *u)
+{
+	return (u->held == 0 && pool_room() <= 0 &&
+	    worker_count_evicting() == 0 && pool_room_past() > 0);
+}
+
+/*
  * Ask for the workers the waiting users need: one fork each in turn,
- * fewest held first, while workers.max has room.
+ * fewest held first, while workers.max has room; past it, one for each
+ * user holding none (scheduler_may_overflow).
  */
 static void
 scheduler_grow(void)
@@ -200,7 +217,9 @@ scheduler_grow(void)
 		if (first == NULL)
 			return;
 		if ((size_t)pool_pending(first->pool) < first->nqueued &&
-		    pool_grow_one(first->pool)) {
+		    (pool_grow_one(first->pool) ||
+		    (scheduler_may_overflow(first) &&
+		    pool_grow_past(first->pool)))) {
 			first->held++;
 			again = 1;
 			continue;
@@ -245,6 +264,8 @@ scheduler_dispatch_cb(evutil_socket_t fd, short events, void *arg)
 		worker_assign(w, t);
 	}
 	worker_flush_all();
+	/* Those past workers.max that no task took. */
+	worker_trim_idle(ember_workers_max());
 	scheduler_grow();
 }
 

@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include "broadcast.h"
+#include "cgroup.h"
 #include "checkpoint.h"
 #include "emberd.h"
 #include "limit.h"
@@ -28,7 +29,7 @@ json_t *
 status_build(uid_t uid)
 {
 	return (json_pack("{s:s,s:I,s:I,s:b,s:i,s:I,s:o,s:o,s:o,s:o,s:o,s:o,"
-	    "s:o,s:o}",
+	    "s:o,s:o,s:o}",
 	    "server", "emberd " PACKAGE_VERSION,
 	    "pid", (json_int_t)getpid(),
 	    "uptime_ms", (json_int_t)(ember_now_ms() - ember_started_ms),
@@ -42,5 +43,6 @@ status_build(uid_t uid)
 	    "broadcasts", broadcast_status(uid),
 	    "checkpoints", checkpoint_status(uid),
 	    "limits", limit_status(uid),
+	    "user_bounds", cgroup_status(),
 	    "counters", status_counters()));
 }

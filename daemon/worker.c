@@ -834,6 +834,15 @@ worker_assign(struct worker *w, struct task *t)
 		if (b[i].add)
 			channel_pass_fd(w->ch, b[i].fd);
 	}
+	/* Then the checkpoint directories, opened and checked by emberd. */
+	if (d.source_dir_passed) {
+		channel_pass_fd(w->ch, d.source_dirfd);
+		close(d.source_dirfd);
+	}
+	if (d.ckpt_dir_passed) {
+		channel_pass_fd(w->ch, d.ckpt_dirfd);
+		close(d.ckpt_dirfd);
+	}
 	taskdesc_encode(channel_output(w->ch), &d, b, nb, plan);
 	free(b);
 	w->unflushed = 1;
@@ -1036,6 +1045,20 @@ worker_evict_other(const struct pool *p,
 		}
 	}
 	return (-1);
+}
+
+/* Retire idle workers, the newest first, while more than max would be
+ * left: those that ran past workers.max go once no task wants them. */
+void
+worker_trim_idle(int max)
+{
+	struct worker	*w;
+
+	while (nworkers - worker_count_evicting() > max &&
+	    (w = TAILQ_FIRST(&workers_idle)) != NULL) {
+		w->evicted = 1;
+		worker_retire(w, RETIRE_EVICTED);
+	}
 }
 
 /* Count the workers stopped to make room whose exit is not known yet. */

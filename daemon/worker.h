@@ -85,6 +85,8 @@ void		 worker_expire_idle(struct pool *, int keep);
  * says yes: 0, or -1 if there is none. */
 int		 worker_evict_other(const struct pool *,
 		     int (*may)(const struct pool *, void *), void *);
+/* Retire idle workers while more than max would be left. */
+void		 worker_trim_idle(int max);
 /* Workers retired to make room whose exit is not known yet. */
 int		 worker_count_evicting(void);
 /* Busy workers running a task of uid's. */

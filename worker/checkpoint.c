@@ -40,34 +40,24 @@ struct ckpt_writer {
 	int64_t	 bytes;
 };
 
-/* Open the directory at path, the last component not a link: -1 with
- * errno. */
+/* Open the checkpoint directory dir (PARENT/ID) as ID in pfd, PARENT's
+ * descriptor as emberd passed it (never opened by name), making ID with
+ * create. */
 static int
-ckpt_open_path(const char *path)
+ckpt_open_dir(const char *dir, int pfd, int create, char **err)
 {
-	return (open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC |
-	    O_NOCTTY));
-}
+	const char	*name;
+	int		 fd;
 
-/* Open the checkpoint directory dir (PARENT/ID), making ID with create. */
-static int
-ckpt_open_dir(const char *dir, int create, char **err)
-{
-	char	*parent, *name;
-	int	 pfd, fd;
-
-	parent = xstrdup(dir);
-	if ((name = strrchr(parent, '/')) == NULL || name == parent ||
-	    !plan_is_uuid(name + 1)) {
+	if ((name = strrchr(dir, '/')) == NULL || !plan_is_uuid(name + 1)) {
 		xasprintf(err, "checkpoint: %s is not a checkpoint directory",
 		    dir);
-		free(parent);
 		return (-1);
 	}
-	*name++ = '\0';
-	if ((pfd = ckpt_open_path(parent)) == -1) {
-		xasprintf(err, "checkpoint: %s: %s", parent, strerror(errno));
-		free(parent);
+	name++;
+	if (pfd < 0) {
+		xasprintf(err, "checkpoint: %s: no directory descriptor came "
+		    "with the task", dir);
 		return (-1);
 	}
 	if (create && mkdirat(pfd, name, 0700) == -1 && errno != EEXIST) {
@@ -76,18 +66,17 @@ ckpt_open_dir(const char *dir, int create, char **err)
 	} else if ((fd = openat(pfd, name, O_RDONLY | O_DIRECTORY |
 	    O_NOFOLLOW | O_CLOEXEC)) == -1)
 		xasprintf(err, "checkpoint: %s: %s", dir, strerror(errno));
-	close(pfd);
-	free(parent);
 	return (fd);
 }
 
 struct ckpt_writer *
-ckpt_writer_open(const char *dir, int partition, int sync, char **err)
+ckpt_writer_open(const char *dir, int ufd, int partition, int sync,
+    char **err)
 {
 	struct ckpt_writer	*w;
 	int			 dirfd;
 
-	if ((dirfd = ckpt_open_dir(dir, 1, err)) == -1)
+	if ((dirfd = ckpt_open_dir(dir, ufd, 1, err)) == -1)
 		return (NULL);
 	w = xcalloc(1, sizeof *w);
 	w->dirfd = dirfd;
@@ -247,7 +236,7 @@ ckpt_read_more(int fd, char **buf, size_t *size, size_t fill, size_t want)
 }
 
 int
-ckpt_source_run(const char *dir, int partition, struct chain *chain,
+ckpt_source_run(const char *dir, int ufd, int partition, struct chain *chain,
     int64_t *records_in, char **err)
 {
 	struct record	 r;
@@ -258,7 +247,7 @@ ckpt_source_run(const char *dir, int partition, struct chain *chain,
 	int		 dfd, fd, rc = OP_OK, ended = 0;
 
 	*err = NULL;
-	if ((dfd = ckpt_open_dir(dir, 0, err)) == -1)
+	if ((dfd = ckpt_open_dir(dir, ufd, 0, err)) == -1)
 		return (OP_FAIL);
 	snprintf(name, sizeof name, "part-%05d", partition);
 	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
@@ -369,21 +358,25 @@ ckpt_remove_tree(int dfd, const char *name, int depth)
 	return (rc);
 }
 
-/* Open args.dir, the uid's directory: -1 with *err. */
+/* The uid's directory: the descriptor emberd opened and passed (never
+ * args.dir, a name, which is for messages only), duplicated.  -1 with
+ * *err. */
 static int
-ckpt_verb_dir(json_t *args, const char **dir, char **err)
+ckpt_verb_dir(json_t *args, const int *fds_in, size_t nin, const char **dir,
+    char **err)
 {
-	int	fd;
+	struct stat	st;
+	int		fd;
 
 	if (jread_string(args, "args", "dir", JREAD_REQUIRED, dir,
 	    err) == -1)
 		return (-1);
-	if ((*dir)[0] != '/') {
-		xasprintf(err, "args.dir: \"%s\" is not an absolute path",
-		    *dir);
+	if (nin != 1 || fstat(fds_in[0], &st) == -1 || !S_ISDIR(st.st_mode)) {
+		xasprintf(err, "%s: no directory descriptor came with the "
+		    "request", *dir);
 		return (-1);
 	}
-	if ((fd = ckpt_open_path(*dir)) == -1)
+	if ((fd = fcntl(fds_in[0], F_DUPFD_CLOEXEC, 3)) == -1)
 		xasprintf(err, "%s: %s", *dir, strerror(errno));
 	return (fd);
 }
@@ -432,17 +425,15 @@ ckpt_write_file(int dfd, const char *tmp, const char *name, const char *text,
 }
 
 static json_t *
-ckpt_commit(json_t *args, char **err)
+ckpt_commit(json_t *args, int ufd, const char *dir, char **err)
 {
-	const char	*dir, *id;
+	const char	*id;
 	json_t		*manifest;
 	json_int_t	 partitions;
 	struct stat	 st;
 	char		 name[32], *text = NULL, *e = NULL;
-	int		 ufd, dfd = -1, i, pending = 0;
+	int		 dfd = -1, i, pending = 0;
 
-	if ((ufd = ckpt_verb_dir(args, &dir, err)) == -1)
-		return (NULL);
 	if (ckpt_verb_id(args, &id, err) == -1 ||
 	    jread_object(args, "args", "manifest", JREAD_REQUIRED, &manifest,
 	    err) == -1 ||
@@ -487,34 +478,27 @@ ckpt_commit(json_t *args, char **err)
 	}
 	free(text);
 	close(dfd);
-	close(ufd);
 	return (json_object());
 fail:
 	free(text);
 	if (dfd != -1)
 		close(dfd);
-	close(ufd);
 	return (NULL);
 }
 
 static json_t *
-ckpt_remove(json_t *args, char **err)
+ckpt_remove(json_t *args, int ufd, const char *dir, char **err)
 {
-	const char	*dir, *id;
-	int		 ufd, rc;
+	const char	*id;
+	int		 rc;
 
-	if ((ufd = ckpt_verb_dir(args, &dir, err)) == -1)
+	if (ckpt_verb_id(args, &id, err) == -1)
 		return (NULL);
-	if (ckpt_verb_id(args, &id, err) == -1) {
-		close(ufd);
-		return (NULL);
-	}
 	rc = ckpt_remove_tree(ufd, id, 1);
 	if (rc == -1)
 		xasprintf(err, "%s/%s: %s", dir, id, strerror(errno));
 	else
 		fsync(ufd);
-	close(ufd);
 	return (rc == -1 ? NULL : json_object());
 }
 
@@ -533,15 +517,82 @@ ckpt_kept(json_t *keep, const char *name)
 	return (0);
 }
 
-/* Read a checkpoint's manifest (the user's own file): NULL if it has
- * none, or one that is not a JSON object. */
+/* Is name one a checkpoint's directory holds: its manifest, a
+ * partition's file, or either's temporary name while it is written? */
+static int
+ckpt_owned_name(const char *name)
+{
+	const char	*p;
+	size_t		 n;
+
+	if (strcmp(name, CKPT_MANIFEST) == 0 ||
+	    strcmp(name, CKPT_MANIFEST_TMP) == 0)
+		return (1);
+	p = name[0] == '.' ? name + 1 : name;
+	if (strncmp(p, "part-", 5) != 0)
+		return (0);
+	p += 5;
+	if ((n = strspn(p, "0123456789")) < 5)
+		return (0);
+	p += n;
+	return (name[0] == '.' ? strcmp(p, ".tmp") == 0 : *p == '\0');
+}
+
+/*
+ * Measure checkpoint id in ufd: the bytes its files hold on disk (the
+ * larger of their sizes and their blocks), after removing what it does
+ * not own (a file the user put there, a link, a directory).  -1 if id is
+ * not a directory.
+ */
+static int64_t
+ckpt_measure(int ufd, const char *dir, const char *id)
+{
+	struct dirent	*e;
+	struct stat	 st;
+	int64_t		 bytes = 0, blocks;
+	DIR		*d;
+	int		 fd;
+
+	fd = openat(ufd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd == -1 || (d = fdopendir(fd)) == NULL) {
+		if (fd != -1)
+			close(fd);
+		return (-1);
+	}
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == -1)
+			continue;	/* gone meanwhile */
+		if (!ckpt_owned_name(e->d_name) || !S_ISREG(st.st_mode)) {
+			if (ckpt_remove_tree(fd, e->d_name, CKPT_MAX_DEPTH) ==
+			    -1)
+				log_warn("%s/%s/%s: %s", dir, id, e->d_name,
+				    strerror(errno));
+			continue;
+		}
+		blocks = (int64_t)st.st_blocks * 512;
+		bytes += blocks > st.st_size ? blocks : st.st_size;
+	}
+	closedir(d);
+	return (bytes);
+}
+
+/*
+ * Read and check checkpoint id's manifest (the user's own file, so input
+ * like any other): one of at most max bytes, a JSON object with the
+ * fields of a manifest.  Its summary, what emberd needs and nothing of
+ * unbounded size: {id, partitions, records, eager, pending}; or NULL.
+ */
 static json_t *
-ckpt_read_manifest(int ufd, const char *id)
+ckpt_read_summary(int ufd, const char *id, int64_t max)
 {
 	json_error_t	 jerr;
-	json_t		*m;
-	int		 dfd, fd;
-	FILE		*f;
+	json_t		*m, *plan, *summary = NULL;
+	json_int_t	 partitions = 0, records = 0, bytes = 0;
+	struct stat	 st;
+	char		*buf, *err = NULL;
+	int		 dfd, fd, eager = 1, pending = 0;
 
 	if ((dfd = openat(ufd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
 	    O_CLOEXEC)) == -1)
@@ -549,63 +600,114 @@ ckpt_read_manifest(int ufd, const char *id)
 	fd = openat(dfd, CKPT_MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC |
 	    O_NOCTTY | O_NONBLOCK);
 	close(dfd);
-	if (fd == -1 || (f = fdopen(fd, "r")) == NULL) {
-		if (fd != -1)
-			close(fd);
+	if (fd == -1)
+		return (NULL);
+	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode) || st.st_size > max ||
+	    st.st_size == 0) {
+		close(fd);
 		return (NULL);
 	}
-	m = json_loadf(f, 0, &jerr);
-	fclose(f);
-	if (m != NULL && !json_is_object(m)) {
-		json_decref(m);
-		m = NULL;
+	buf = xmalloc((size_t)st.st_size);
+	if (pread(fd, buf, (size_t)st.st_size, 0) != st.st_size) {
+		free(buf);
+		close(fd);
+		return (NULL);
 	}
-	return (m);
+	close(fd);
+	m = json_loadb(buf, (size_t)st.st_size, JSON_REJECT_DUPLICATES, &jerr);
+	free(buf);
+	if (m == NULL)
+		return (NULL);
+	if (json_is_object(m) &&
+	    jread_int(m, "manifest", "partitions", JREAD_REQUIRED, &partitions,
+	    &err) == 0 &&
+	    jread_bool(m, "manifest", "pending", JREAD_OPTIONAL, &pending,
+	    &err) == 0 &&
+	    jread_int(m, "manifest", "records", !pending, &records,
+	    &err) == 0 &&
+	    jread_int(m, "manifest", "bytes", JREAD_OPTIONAL, &bytes,
+	    &err) == 0 &&
+	    jread_object(m, "manifest", "plan", pending, &plan, &err) == 0 &&
+	    jread_bool(m, "manifest", "eager", JREAD_OPTIONAL, &eager,
+	    &err) == 0 && partitions >= 1 &&
+	    partitions <= PLAN_MAX_PARTITIONS && records >= 0 && bytes >= 0)
+		summary = json_pack("{s:s,s:I,s:I,s:b,s:b}", "id", id,
+		    "partitions", partitions, "records", pending ? 0 : records,
+		    "eager", pending ? 0 : eager, "pending", pending);
+	free(err);
+	json_decref(m);
+	return (summary);
+}
+
+/* Has an entry been there since before before_ms?  Its ctime, which its
+ * owner cannot set (as she can its mtime, to the future). */
+static int
+ckpt_older(const struct stat *st, int64_t before)
+{
+	return ((int64_t)st->st_ctim.tv_sec * 1000 +
+	    st->st_ctim.tv_nsec / 1000000 < before);
 }
 
 static json_t *
-ckpt_clean(json_t *args, char **err)
+ckpt_clean(json_t *args, int ufd, const char *dir, char **err)
 {
-	const char	*dir;
-	json_t		*keep = NULL, *found, *m;
-	json_int_t	 before = 0, removed = 0;
-	int		 complete = 0, ufd, fd;
+	json_t		*keep = NULL, *found, *sizes, *m;
+	json_int_t	 before = 0, removed = 0, max = 0, max_manifest = 0;
+	json_int_t	 refused = 0, more = 0;
+	int64_t		 bytes;
+	int		 complete = 0, fd;
 	struct stat	 st;
 	struct dirent	*e;
 	DIR		*d;
 
-	if ((ufd = ckpt_verb_dir(args, &dir, err)) == -1)
-		return (NULL);
 	if (jread_array(args, "args", "keep", JREAD_OPTIONAL, &keep,
 	    err) == -1 ||
 	    jread_int(args, "args", "before_ms", JREAD_REQUIRED, &before,
 	    err) == -1 ||
 	    jread_bool(args, "args", "complete", JREAD_OPTIONAL, &complete,
-	    err) == -1 || (fd = dup(ufd)) == -1 ||
-	    (d = fdopendir(fd)) == NULL) {
-		if (*err == NULL)
-			xasprintf(err, "%s: %s", dir, strerror(errno));
-		close(ufd);
+	    err) == -1 ||
+	    jread_int(args, "args", "max", complete, &max, err) == -1 ||
+	    jread_int(args, "args", "max_manifest", complete, &max_manifest,
+	    err) == -1)
+		return (NULL);
+	if ((fd = dup(ufd)) == -1 || (d = fdopendir(fd)) == NULL) {
+		xasprintf(err, "%s: %s", dir, strerror(errno));
+		if (fd != -1)
+			close(fd);
 		return (NULL);
 	}
 	found = json_array();
+	sizes = json_object();
 	while ((e = readdir(d)) != NULL) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 			continue;
-		if (keep != NULL && ckpt_kept(keep, e->d_name))
-			continue;
 		if (fstatat(ufd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == -1)
 			continue;	/* gone meanwhile */
+		if (keep != NULL && ckpt_kept(keep, e->d_name)) {
+			if (S_ISDIR(st.st_mode) && (bytes = ckpt_measure(ufd,
+			    dir, e->d_name)) >= 0)
+				json_object_set_new(sizes, e->d_name,
+				    json_integer(bytes));
+			continue;
+		}
 		if (complete && S_ISDIR(st.st_mode) &&
 		    plan_is_uuid(e->d_name) &&
-		    (m = ckpt_read_manifest(ufd, e->d_name)) != NULL) {
-			json_object_set_new(m, "id", json_string(e->d_name));
+		    (m = ckpt_read_summary(ufd, e->d_name,
+		    max_manifest)) != NULL) {
+			if ((json_int_t)json_array_size(found) >= max) {
+				more++;		/* kept, not served */
+				json_decref(m);
+				continue;
+			}
+			json_object_set_new(m, "bytes", json_integer(
+			    ckpt_measure(ufd, dir, e->d_name)));
 			json_array_append_new(found, m);
 			continue;
 		}
-		if ((int64_t)st.st_mtim.tv_sec * 1000 +
-		    st.st_mtim.tv_nsec / 1000000 >= before)
+		if (!ckpt_older(&st, before))
 			continue;	/* made since: being written */
+		if (complete && S_ISDIR(st.st_mode) && plan_is_uuid(e->d_name))
+			refused++;
 		if (ckpt_remove_tree(ufd, e->d_name, CKPT_MAX_DEPTH) == 0)
 			removed++;
 		else
@@ -614,22 +716,91 @@ ckpt_clean(json_t *args, char **err)
 	closedir(d);
 	if (removed > 0)
 		fsync(ufd);
-	close(ufd);
-	return (json_pack("{s:I,s:o}", "removed", removed, "checkpoints",
-	    found));
+	return (json_pack("{s:I,s:o,s:o,s:I,s:I}", "removed", removed,
+	    "checkpoints", found, "sizes", sizes, "refused", refused, "more",
+	    more));
+}
+
+/* checkpoint_plan: the plan (and text files) of a lazy checkpoint's
+ * manifest, of at most args.max bytes, for its first computation. */
+static json_t *
+ckpt_plan(json_t *args, int ufd, const char *dir, char **err)
+{
+	json_error_t	 jerr;
+	json_t		*m, *plan, *files = NULL, *reply;
+	json_int_t	 max;
+	struct stat	 st;
+	const char	*id;
+	char		*buf;
+	int		 dfd, fd, pending = 0;
+
+	if (ckpt_verb_id(args, &id, err) == -1 ||
+	    jread_int(args, "args", "max", JREAD_REQUIRED, &max, err) == -1)
+		return (NULL);
+	if ((dfd = openat(ufd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC)) == -1 || (fd = openat(dfd, CKPT_MANIFEST, O_RDONLY |
+	    O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)) == -1) {
+		xasprintf(err, "%s/%s: %s", dir, id, strerror(errno));
+		if (dfd != -1)
+			close(dfd);
+		return (NULL);
+	}
+	close(dfd);
+	if (fstat(fd, &st) == -1 || !S_ISREG(st.st_mode) || st.st_size > max ||
+	    st.st_size == 0) {
+		xasprintf(err, "%s/%s/%s: not a file of at most %lld bytes",
+		    dir, id, CKPT_MANIFEST, (long long)max);
+		close(fd);
+		return (NULL);
+	}
+	buf = xmalloc((size_t)st.st_size);
+	if (pread(fd, buf, (size_t)st.st_size, 0) != st.st_size) {
+		xasprintf(err, "%s/%s/%s: short", dir, id, CKPT_MANIFEST);
+		free(buf);
+		close(fd);
+		return (NULL);
+	}
+	close(fd);
+	m = json_loadb(buf, (size_t)st.st_size, JSON_REJECT_DUPLICATES, &jerr);
+	free(buf);
+	if (m == NULL || !json_is_object(m) ||
+	    jread_bool(m, "manifest", "pending", JREAD_REQUIRED, &pending,
+	    err) == -1 ||
+	    jread_object(m, "manifest", "plan", JREAD_REQUIRED, &plan,
+	    err) == -1 ||
+	    jread_array(m, "manifest", "files", JREAD_OPTIONAL, &files,
+	    err) == -1) {
+		if (*err == NULL)
+			xasprintf(err, "%s/%s/%s: not a manifest", dir, id,
+			    CKPT_MANIFEST);
+		json_decref(m);
+		return (NULL);
+	}
+	reply = json_pack("{s:O}", "plan", plan);
+	if (files != NULL)
+		json_object_set(reply, "files", files);
+	json_decref(m);
+	return (reply);
 }
 
 /* A verb's reply: what it made, or {"error": why} (the user's files are
  * not as they should be, or emberd asked for something that makes no
  * sense: either way emberd logs it and the checkpoint is not served). */
 static json_t *
-ckpt_verb(json_t *(*fn)(json_t *, char **), json_t *args, size_t *nout)
+ckpt_verb(json_t *(*fn)(json_t *, int, const char *, char **), json_t *args,
+    const int *fds_in, size_t nin, size_t *nout)
 {
-	json_t	*reply;
-	char	*err = NULL;
+	json_t		*reply = NULL;
+	const char	*dir;
+	char		*err = NULL;
+	int		 ufd;
 
 	*nout = 0;
-	if ((reply = fn(args, &err)) != NULL)
+	if ((ufd = ckpt_verb_dir(args, fds_in, nin, &dir, &err)) != -1) {
+		reply = fn(args, ufd, dir, &err);
+		close(ufd);
+	}
+	if (reply != NULL)
 		return (reply);
 	reply = json_pack("{s:s}", "error", err != NULL ? err : "failed");
 	free(err);
@@ -640,22 +811,30 @@ json_t *
 ckpt_verb_commit(json_t *args, const int *fds_in, size_t nin, int *fds_out,
     size_t *nout, char **err)
 {
-	(void)fds_in; (void)nin; (void)fds_out; (void)err;
-	return (ckpt_verb(ckpt_commit, args, nout));
+	(void)fds_out; (void)err;
+	return (ckpt_verb(ckpt_commit, args, fds_in, nin, nout));
 }
 
 json_t *
 ckpt_verb_remove(json_t *args, const int *fds_in, size_t nin, int *fds_out,
     size_t *nout, char **err)
 {
-	(void)fds_in; (void)nin; (void)fds_out; (void)err;
-	return (ckpt_verb(ckpt_remove, args, nout));
+	(void)fds_out; (void)err;
+	return (ckpt_verb(ckpt_remove, args, fds_in, nin, nout));
 }
 
 json_t *
 ckpt_verb_clean(json_t *args, const int *fds_in, size_t nin, int *fds_out,
     size_t *nout, char **err)
 {
-	(void)fds_in; (void)nin; (void)fds_out; (void)err;
-	return (ckpt_verb(ckpt_clean, args, nout));
+	(void)fds_out; (void)err;
+	return (ckpt_verb(ckpt_clean, args, fds_in, nin, nout));
+}
+
+json_t *
+ckpt_verb_plan(json_t *args, const int *fds_in, size_t nin, int *fds_out,
+    size_t *nout, char **err)
+{
+	(void)fds_out; (void)err;
+	return (ckpt_verb(ckpt_plan, args, fds_in, nin, nout));
 }

@@ -475,6 +475,25 @@ forkserver_preload(const struct forkserver_options *o)
 	}
 }
 
+/*
+ * Bound the user's processes where no cgroup of theirs does: the kernel
+ * refuses a fork of this user's past the limit, counting every process
+ * the user has, not only ember's.  Set once the fork-server is the user,
+ * so that the workers inherit it.
+ */
+static void
+forkserver_limit_nproc(uint64_t limit)
+{
+	struct rlimit	rl;
+
+	if (limit == 0)
+		return;
+	rl.rlim_cur = rl.rlim_max = limit;
+	if (setrlimit(RLIMIT_NPROC, &rl) == -1)
+		fatal("setrlimit RLIMIT_NPROC %llu", (unsigned long long)limit);
+	log_debug("RLIMIT_NPROC %llu", (unsigned long long)limit);
+}
+
 /* Run the fork-server. */
 int
 forkserver_main(int ctl, const struct forkserver_options *options)
@@ -498,6 +517,7 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 	} else
 		proctitle_set("ember-worker", "ember-worker: fork-server");
 	forkserver_chdir();
+	forkserver_limit_nproc(options->nproc_limit);
 
 	/* Die with emberd; if it is already gone, do not start. */
 	parent = getppid();

@@ -20,6 +20,7 @@ struct forkserver_options {
 	char		**pypreload;	/* Python modules to import, likewise */
 	size_t		  npypreload;
 	uint64_t	  memory_limit;	/* each worker's RLIMIT_AS; 0: none */
+	uint64_t	  nproc_limit;	/* the user's RLIMIT_NPROC; 0: none */
 };
 
 /* Serve fork and kill requests on ctl until emberd goes away; returns the

@@ -49,6 +49,7 @@ static const struct {
 	{ "checkpoint_commit", ckpt_verb_commit },
 	{ "checkpoint_remove", ckpt_verb_remove },
 	{ "checkpoint_clean", ckpt_verb_clean },
+	{ "checkpoint_plan", ckpt_verb_plan },
 };
 
 /* Find a verb by name. */

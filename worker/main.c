@@ -26,7 +26,8 @@ main_usage(void)
 	    "[--user UID:GID]\n"
 	    "                    [--preload PATH]... "
 	    "[--python-preload MODULE]...\n"
-	    "                    [--memory-limit BYTES]\n"
+	    "                    [--memory-limit BYTES] "
+	    "[--nproc-limit COUNT]\n"
 	    "       ember-worker --version\n"
 	    "The fork-server is started by emberd, with its control "
 	    "socket on fd %d.\n", FORKSERVER_FD);
@@ -78,6 +79,7 @@ main(int argc, char **argv)
 		{ "fork-server", no_argument, NULL, 'F' },
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "memory-limit", required_argument, NULL, 'm' },
+		{ "nproc-limit", required_argument, NULL, 'n' },
 		{ "preload", required_argument, NULL, 'p' },
 		{ "python-preload", required_argument, NULL, 'P' },
 		{ "user", required_argument, NULL, 'u' },
@@ -116,6 +118,15 @@ main(int argc, char **argv)
 			}
 			o.memory_limit = limit;
 			break;
+		case 'n':
+			if (main_number(optarg, UINT64_MAX, &limit,
+			    NULL) == -1) {
+				fprintf(stderr, "ember-worker: --nproc-limit "
+				    "%s: expected a count\n", optarg);
+				main_usage();
+			}
+			o.nproc_limit = limit;
+			break;
 		case 'p':
 			/* Copied: the title will overwrite optarg. */
 			o.preload = xreallocarray(o.preload, o.npreload + 1,
@@ -141,7 +152,8 @@ main(int argc, char **argv)
 	if (optind != argc || !forkserver)
 		main_usage();
 
-	log_open("ember-worker", level, LOG_FORMAT_TEXT, 0);
+	/* Our stderr is a pipe emberd reads: it stamps and formats each line. */
+	log_open("ember-worker", level, LOG_FORMAT_RELAYED, 0);
 	if (getsockopt(FORKSERVER_FD, SOL_SOCKET, SO_TYPE, &type, &len) == -1 ||
 	    type != SOCK_SEQPACKET)
 		fatalx("fd %d is not a SOCK_SEQPACKET socket: start me from "

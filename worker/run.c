@@ -621,8 +621,8 @@ run_ckpt_create(const struct run *t, char **err)
 	struct run_ckpt	*c;
 	struct ckpt_writer *w;
 
-	if ((w = ckpt_writer_open(t->ckpt_dir, t->partition, t->ckpt_sync,
-	    err)) == NULL)
+	if ((w = ckpt_writer_open(t->ckpt_dir, t->ckpt_dirfd, t->partition,
+	    t->ckpt_sync, err)) == NULL)
 		return (NULL);
 	c = xcalloc(1, sizeof *c);
 	c->w = w;
@@ -707,7 +707,8 @@ run_execute(const struct run *t, struct output *out,
 	chain = chain_create(t->plan, t->partition, out, &sink->op, err);
 	if (chain == NULL)
 		return (-1);
-	rc = source_run(t->plan, t->partition, chain, &in, &serr);
+	rc = source_run(t->plan, t->partition, t->source_dirfd, chain, &in,
+	    &serr);
 	if (rc == OP_OK)
 		rc = chain_finish(chain);
 	if (rc == OP_FAIL) {

@@ -23,7 +23,10 @@ struct run {
 	uint64_t		 save_attempt;	/* and the task's attempt */
 	int64_t			 skip;		/* records: drop the first */
 	const char		*ckpt_dir;	/* checkpoint: the directory */
+	int			 ckpt_dirfd;	/* its parent, from emberd */
 	int			 ckpt_sync;	/* and whether to fsync */
+	int			 source_dirfd;	/* a checkpoint source's
+						   parent, from emberd */
 };
 
 /*

@@ -169,6 +169,19 @@ serve_task_clear(struct serve_run *wt)
 	memset(wt, 0, sizeof *wt);
 }
 
+/* The next descriptor received, or -1. */
+static int
+serve_take_fd(struct server *w)
+{
+	int	fd;
+
+	if (w->nfds == 0)
+		return (-1);
+	fd = w->fds[0];
+	memmove(w->fds, w->fds + 1, --w->nfds * sizeof *w->fds);
+	return (fd);
+}
+
 /* Give each broadcast the descriptor decoded adds the next received
  * descriptor, in order: 0, or -1 with *err when too many came. */
 static int
@@ -185,6 +198,15 @@ serve_take_fds(struct server *w, struct taskdesc *d, char **err)
 			continue;
 		d->broadcasts[i].fd = w->fds[0];
 		memmove(w->fds, w->fds + 1, --w->nfds * sizeof *w->fds);
+	}
+	/* Then the checkpoint directories: the source's, the written's. */
+	if (d->source_dir_passed && (d->source_dirfd = serve_take_fd(w)) == -1) {
+		*err = xstrdup("source_fd: no descriptor came");
+		return (-1);
+	}
+	if (d->ckpt_dir_passed && (d->ckpt_dirfd = serve_take_fd(w)) == -1) {
+		*err = xstrdup("checkpoint.fd: no descriptor came");
+		return (-1);
 	}
 	return (0);
 }
@@ -237,7 +259,9 @@ serve_parse(struct server *w, const char *data, size_t len,
 	t->save_attempt = (uint64_t)d->save_attempt;
 	t->skip = d->skip;
 	t->ckpt_dir = d->ckpt_dir;
+	t->ckpt_dirfd = d->ckpt_dir_passed ? d->ckpt_dirfd : -1;
 	t->ckpt_sync = d->ckpt_sync;
+	t->source_dirfd = d->source_dir_passed ? d->source_dirfd : -1;
 	rc = 0;
 out:
 	if (rc != 0)

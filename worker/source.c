@@ -238,8 +238,8 @@ source_run_text(const struct plan *plan, int partition, struct chain *chain,
 
 /* Run the source of a partition into the chain. */
 int
-source_run(const struct plan *plan, int partition, struct chain *chain,
-    int64_t *records_in, char **err)
+source_run(const struct plan *plan, int partition, int checkpoint_dirfd,
+    struct chain *chain, int64_t *records_in, char **err)
 {
 	*err = NULL;
 	switch (plan->source) {
@@ -256,8 +256,8 @@ source_run(const struct plan *plan, int partition, struct chain *chain,
 			*err = xstrdup("checkpoint_dir: missing");
 			return (OP_FAIL);
 		}
-		return (ckpt_source_run(plan->checkpoint_dir, partition, chain,
-		    records_in, err));
+		return (ckpt_source_run(plan->checkpoint_dir, checkpoint_dirfd,
+		    partition, chain, records_in, err));
 	}
 	fatalx("%s: unknown source %d", __func__, plan->source);
 }

@@ -278,6 +278,43 @@ def test_cleaner(d):
         check_eq(c.count(source(reliable)), 100, "the live reliable one")
 
 
+@with_daemon(sets=["checkpoint.clean_interval=100ms",
+                  "daemon.log_format=json"])
+def test_cleaner_warning_is_the_users(d):
+    """A name made in the user's own checkpoint directory, a newline and a
+    JSON line of emberd's in it, that the cleaner cannot remove: its
+    warning is the user's, and every line of the JSON log is one object
+    of emberd's."""
+    with d.client() as c:
+        checkpoint_ok(c, range_plan())
+    top = reliable_dir(d)
+    forged = json.dumps({"time": "2026-01-01T00:00:00.000Z",
+                         "level": "error", "process": "emberd", "pid": 1,
+                         "message": "forged"})
+    stray = os.path.join(top, "x\n" + forged)
+    os.mkdir(stray)
+    inside = os.path.join(stray, "part-00000")
+    with open(inside, "w") as f:
+        f.write("kept")
+    st = os.stat(top)
+    for p in (stray, inside):
+        os.chown(p, st.st_uid, st.st_gid)
+    os.chmod(stray, 0o500)	# the user cannot empty it
+    os.utime(stray, (time.time() - 60, time.time() - 60))
+    eventually(lambda: "forged" in d.log_text(), "no warning of the stray")
+    for line in d.log_text().splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise AssertionError("not JSON: %r" % line)
+        check(obj.get("process") == "emberd", "a line said by %r: %r" %
+              (obj.get("process"), line))
+        check(obj.get("message") != "forged", "a forged line: %r" % line)
+        if "forged" in obj["message"]:
+            check(obj["message"].startswith("uid "), "not the user's: %r" %
+                  line)
+
+
 @with_daemon(sets=["checkpoint.clean_interval=200ms",
                   "daemon.max_helpers_per_uid=1"])
 def test_drops_past_the_helper_limit(d):

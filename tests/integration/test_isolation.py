@@ -14,6 +14,7 @@ stream.stall_timeout, yet gets every record exactly once when it reads
 again.  Not root, they say so and do nothing.
 """
 
+import http.client
 import json
 import os
 import pwd
@@ -233,6 +234,73 @@ def test_operation_ids_are_the_users_own(d):
     check(err_b[1] != err[1], "b gets a's tombstone message: %r" % (err_b,))
 
 
+@needs_users
+@with_daemon(sets=SHARED + ["operation.tombstones=16", "workers.max=2"])
+def test_tombstones_are_kept_per_uid(d):
+    """More operations of a than operation.tombstones do not evict b's
+    tombstone: b's execute with its finished operation's id gets the
+    tombstone's answer, not a second run (exactly once)."""
+    op_id = str(uuid.uuid4())
+
+    def b_runs():
+        with d.client() as c:
+            return c.execute(range_plan(0, 5, 1), "count", operation=op_id)
+    check(as_user("b", b_runs).get("count") == 5, "b's count")
+
+    def a_floods():
+        with d.client() as c:
+            for _ in range(40):
+                c.execute(range_plan(0, 1, 1), "count")
+        return True
+    as_user("a", a_floods)
+
+    def b_again():
+        with d.client() as c:
+            return [error_of(c.execute(range_plan(0, 5, 1), "count",
+                                       operation=op_id)),
+                    error_of(c.request({"op": "reattach", "operation": op_id,
+                                        "partition": 0, "offset": 0}))]
+    again, reattach = as_user("b", b_again)
+    check(again is not None and again[0] == "OPERATION_ALREADY_EXISTS",
+          "b's execute with its finished id ran again: %r" % (again,))
+    check(reattach is not None and reattach[0] == "OPERATION_FINISHED",
+          "b's reattach of its finished id: %r" % (reattach,))
+
+
+def status_json(d):
+    """/status.json of d's status listener."""
+    conn = http.client.HTTPConnection("127.0.0.1", status_port(d), timeout=10)
+    try:
+        conn.request("GET", "/status.json")
+        r = conn.getresponse()
+        check_eq(r.status, 200, "/status.json")
+        return json.loads(r.read())
+    finally:
+        conn.close()
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["status.listen=127.0.0.1:0", "status.users=*",
+                            "workers.max=2"])
+def test_failures_are_kept_per_uid(d):
+    """40 failing tasks of a leave b's one failure on the status page."""
+    failing = range_plan(0, 2, 1, ops=[{"pipe": {"command": "exit 3"}}])
+
+    def fail(n):
+        def run():
+            with d.client() as c:
+                return [c.execute(failing, "count")["ok"]
+                        for _ in range(n)]
+        return run
+    check(as_user("b", fail(1)) == [False], "b's job did not fail")
+    check(not any(as_user("a", fail(40))), "a's jobs did not fail")
+    users = [f["user"] for f in status_json(d)["failures"]]
+    check(USERS["b"][2] in users, "b's failure is gone from the status "
+          "page: %d of a's shown" % users.count(USERS["a"][2]))
+    check(0 < users.count(USERS["a"][2]) <= 32, "a's failures shown: %d" %
+          users.count(USERS["a"][2]))
+
+
 # ---------------------------------------------------------------------------
 # The environment a job starts in
 
@@ -323,21 +391,26 @@ def timed_count(d, plan):
         return [n, time.monotonic() - start]
 
 
+def a_counts(d, plan, want):
+    """As a: a count of plan, ready once sent; its result checks that it
+    counted want."""
+    def run(ctl):
+        with d.client() as c:
+            c.send_json({"op": "execute", "action": "count", "plan": plan})
+            ctl.ready()
+            reply = c.recv_json()
+            check(reply.get("ok") and reply.get("count") == want,
+                  "a's count: %r" % reply)
+            return True
+    return AsUser(USERS["a"], run)
+
+
 @needs_users
 @with_daemon(sets=SHARED + ["workers.max=2"])
 def test_a_busy_user_does_not_starve_another(d):
     """While a holds every worker with a long queue of tasks, b's
     one-record count gets a worker as soon as one of a's tasks ends."""
-    def a_busy(ctl):
-        with d.client() as c:
-            c.send_json({"op": "execute", "action": "count",
-                         "plan": slow_count_plan(40, 0.3)})
-            ctl.ready()
-            reply = c.recv_json()
-            check(reply.get("ok") and reply.get("count") == 40,
-                  "a's count: %r" % reply)
-            return True
-    a = AsUser(USERS["a"], a_busy)
+    a = a_counts(d, slow_count_plan(40, 0.3), 40)
     try:
         a.wait_ready()
 
@@ -402,13 +475,192 @@ def test_workers_max_per_user_queues(d):
     check_eq(n, 1, "b's count")
 
 
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=2"])
+def test_long_tasks_do_not_hold_another_user_back(d):
+    """a's four 6-second tasks hold both of workers.max=2 (two run, two
+    wait behind them); b's ten-record count does not wait for any of
+    them: a user holding no worker gets one past workers.max."""
+    a = a_counts(d, slow_count_plan(4, 6), 4)
+    try:
+        a.wait_ready()
+        check(a_holds_workers(d, 2), "a never held both workers")
+        n, took = as_user("b", lambda: timed_count(
+            d, range_plan(0, 10, 1, ops=[{"pipe": {"command": "cat"}}])))
+        check_eq(n, 10, "b's count")
+        check(took < 3.0, "b's ten-record count took %.2fs behind a's "
+              "6-second tasks" % took)
+        with d.client() as c:
+            workers = len(c.status()["workers"])
+        check(workers <= 4, "%d workers past workers.max_total" % workers)
+        check(a.result(), "a's count")
+    finally:
+        a.close()
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=1", "workers.max_total=1"])
+def test_workers_max_total_is_a_hard_cap(d):
+    """With workers.max_total at workers.max, no worker runs past it: b
+    waits for a's task."""
+    a = a_counts(d, slow_count_plan(1, 2), 1)
+    try:
+        a.wait_ready()
+        check(a_holds_workers(d, 1), "a never held the worker")
+        n, took = as_user("b", lambda: timed_count(d, range_plan(0, 1, 1)))
+        check_eq(n, 1, "b's count")
+        check(took > 0.8, "b's count took %.2fs: a worker past "
+              "workers.max_total" % took)
+        check(a.result(), "a's count")
+    finally:
+        a.close()
+
+
+# ---------------------------------------------------------------------------
+# Processes and memory per user
+
+PIDS_V1 = "/sys/fs/cgroup/pids"
+# a's fork bomb: forks children that sleep, for up to 5 s or 400 of them,
+# going on when a fork fails; then holds them for 20 s.
+FORK_BOMB = ("python3 -c 'import os, time\n"
+             "end = time.monotonic() + 5\n"
+             "n = 0\n"
+             "while n < 400 and time.monotonic() < end:\n"
+             "    try:\n"
+             "        pid = os.fork()\n"
+             "    except OSError:\n"
+             "        time.sleep(0.01)\n"
+             "        continue\n"
+             "    if pid == 0:\n"
+             "        time.sleep(20)\n"
+             "        os._exit(0)\n"
+             "    n += 1\n"
+             "time.sleep(20)\n'")
+
+
+def service_pids_cgroup(d, limit):
+    """Put emberd (its keeper and itself: the fork-servers and all they
+    start follow) in a pids cgroup of limit tasks, as a service's
+    TasksMax does: one bound shared by every user.  Its path, or None
+    where no pids hierarchy can be written."""
+    path = os.path.join(PIDS_V1, "ember-test-%d" % os.getpid())
+    try:
+        os.mkdir(path)
+    except OSError:
+        return None
+    with open(os.path.join(path, "pids.max"), "w") as f:
+        f.write(str(limit))
+    for pid, _ in session_processes(d.sid):
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+    return path
+
+
+def remove_pids_cgroup(path):
+    """Move what is left back to the root and remove the cgroup."""
+    def empty():
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            pids = f.read().split()
+        for pid in pids:
+            try:
+                with open(os.path.join(PIDS_V1, "cgroup.procs"), "w") as f:
+                    f.write(pid)
+            except OSError:
+                pass
+        return not pids
+    wait_until(empty, 5)
+    os.rmdir(path)
+
+
+def processes_of(uid):
+    n = 0
+    for pid in all_pids():
+        try:
+            if os.stat("/proc/%d" % pid).st_uid == uid:
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def pipe_count(d):
+    """The count of ten records piped through cat, or the error."""
+    with d.client() as c:
+        reply = c.execute(range_plan(0, 10, 1, ops=[
+            {"pipe": {"command": "cat"}}]), "count")
+        return reply.get("count", reply)
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=4",
+                            "workers.max_pids_per_user=24"])
+def test_fork_bomb_does_not_starve_another(d):
+    """a's fork bomb through a pipe stops at a's own bound (here
+    RLIMIT_NPROC, or pids.max where cgroups can be written), far below
+    the service's: b's job, which forks too, still runs."""
+    # Without a pids v1 hierarchy to stand for the service's limit, a's
+    # own bound is still checked.
+    path = service_pids_cgroup(d, 120)
+    try:
+        check_eq(as_user("b", lambda: pipe_count(d)), 10, "b's first count")
+
+        def bomb(ctl):
+            with d.client() as c:
+                c.send_json({"op": "execute", "action": "count",
+                             "plan": records_plan(["x"], 1, ops=[
+                                 {"pipe": {"command": FORK_BOMB}}])})
+                ctl.ready()
+                return c.recv_json()
+        a = AsUser(USERS["a"], bomb)
+        try:
+            a.wait_ready()
+            uid_a = USERS["a"][0]
+            check(wait_until(lambda: processes_of(uid_a) > 15, 10),
+                  "a's fork bomb did not start")
+            held = wait_steady(lambda: processes_of(uid_a), 15, settle=1.0)
+            # 24, and a's client, which runs outside a's cgroup.
+            check(held <= 25, "a's bomb reached %d processes" % held)
+            check_eq(as_user("b", lambda: pipe_count(d)), 10,
+                     "b's count beside a's fork bomb")
+        finally:
+            a.close()
+    finally:
+        if path is not None:
+            remove_pids_cgroup(path)
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max_pids_per_user=50",
+                            "workers.max_memory_per_user=1g",
+                            "workers.cpu_weight=50"])
+def test_status_shows_the_bound_per_user(d):
+    """status, and the log at start, say how the per-user bounds are held:
+    by a cgroup of each user's (pids.max, memory.max, cpu.weight) or, where
+    cgroups cannot be written, by rlimits, and why."""
+    with d.client() as c:
+        b = c.status().get("user_bounds")
+    check(isinstance(b, dict), "no user_bounds in status")
+    check(b.get("by") in ("cgroup", "rlimit"), "user_bounds: %r" % b)
+    check_eq(b.get("pids"), 50, "user_bounds' pids")
+    check_eq(b.get("memory"), 1 << 30, "user_bounds' memory")
+    if b["by"] == "rlimit":
+        check(b.get("why"), "rlimit without a reason: %r" % b)
+    check(re.search(r"per-user bounds: (cgroup|rlimit)", d.log_text()),
+          "no per-user bounds line in the log")
+    r = run_cli(["status"], socket_path=d.socket)
+    check(re.search(r"by +%s" % b["by"], r.stdout),
+          "ember status does not show the bound:\n%s" % r.stdout)
+
+
 # ---------------------------------------------------------------------------
 # Stalled streams
 
 # Records per partition of the stalled plans: some 4 MB, far more than the
 # socket buffers, stream.buffer and a worker's read-ahead hold.
 STALL_RECORDS = 400000
-STALL_SETS = SHARED + ["workers.max=2", "stream.stall_timeout=1s"]
+# No worker past workers.max: b's count must get one of a's back.
+STALL_SETS = SHARED + ["workers.max=2", "workers.max_total=2",
+                       "stream.stall_timeout=1s"]
 
 
 def stalled_plan(pipe):

@@ -417,6 +417,163 @@ def test_total_results_limit_names_its_key(d):
                 "over daemon.max_results")
 
 
+def _results_held(d, uid):
+    """What uid holds of daemon.max_results_per_uid, and its connections,
+    as root's status shows them."""
+    with d.client() as c:
+        for u in c.status()["limits"]["users"]:
+            if u["uid"] == uid:
+                lim = u["limits"]
+                return (lim["daemon.max_results_per_uid"]["used"],
+                        lim["daemon.max_connections_per_uid"]["used"])
+    return (0, 0)
+
+
+def _operations_of(d, uid):
+    with d.client() as c:
+        return [o for o in c.status()["operations"]
+                if o["session"] in _sessions_of(c, uid)]
+
+
+def _sessions_of(c, uid):
+    return [s["id"] for s in c.status()["sessions"] if s["uid"] == uid]
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_results_per_uid=16m",
+                            "workers.max=2"])
+def test_unread_replies_are_charged(d):
+    """count_by_value replies that user a leaves unread (a small receive
+    buffer, never read) are charged to a's daemon.max_results_per_uid
+    until written: status shows them held, a further count_by_value is
+    refused with LIMIT_EXCEEDED naming the key, and emberd does not grow
+    with them; b is served meanwhile."""
+    plan = range_plan(0, 100000, 2)	# a reply of about 1 MiB
+    uid = USERS["a"][0]
+
+    def attack(ctl):
+        held = []
+        for _ in range(12):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(d.socket)
+            c = Client.__new__(Client)
+            c.sock, c.buf, c.session = s, bytearray(), None
+            c.sock.settimeout(30)
+            check(c.hello()["ok"], "hello")
+            c.send_json({"op": "execute", "plan": plan,
+                         "action": "count_by_value"})
+            held.append(c)
+            # One at a time: the next one sees what this one holds.
+            check(c.sock.recv(1, socket.MSG_PEEK) != b"", "closed")
+            ctl.ready()
+            ctl.wait_go()
+        with d.client(timeout=60) as c:
+            err = error_of(c.execute(plan, "count_by_value"))
+        ctl.ready(err)
+        ctl.wait_go()
+        return len(held)
+
+    watch = RssWatch(d)
+    a = AsUser(USERS["a"], attack)
+    try:
+        for _ in range(12):
+            a.wait_ready()
+            check(wait_until(lambda: not [
+                o for o in _operations_of(d, uid)
+                if o["state"] != "complete"], 30), "a's count_by_value "
+                "did not end")
+            a.go()
+        err = a.wait_ready()
+        held, conns = _results_held(d, uid)
+        check_limit(err, "daemon.max_results_per_uid is 16777216",
+                    "a's count_by_value past its unread replies")
+        check(held > 4 << 20, "a's unread replies hold %d bytes of "
+              "results" % held)
+        check(held <= 16 << 20, "a holds %d bytes, over its bound" % held)
+
+        def small():
+            with d.client() as c:
+                return c.execute(records_plan(["x", "y", "x"], 2),
+                                 "count_by_value").get("counts")
+        check_eq(as_user("b", small), {"x": 2, "y": 1}, "b's counts")
+        a.go()
+        check_eq(a.result(), 12, "a's unread connections")
+    finally:
+        a.close()
+    grew = watch.stop()
+    check(grew < 16 + 64 + _asan_slack(), "emberd grew by %d MiB" % grew)
+    check(wait_until(lambda: _results_held(d, uid) == (0, 0), 10),
+          "a's closed connections still hold %r" % (_results_held(d, uid),))
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.write_timeout=1s",
+                            "daemon.idle_timeout=30s"])
+def test_unread_output_cut_after_write_timeout(d):
+    """A client that takes none of a queued reply for daemon.write_timeout
+    is cut, and what its reply held is free again; one that reads slowly
+    is not."""
+    uid = USERS["a"][0]
+
+    def attack(ctl):
+        c = d.client()
+        c.send_json({"op": "execute", "plan": range_plan(0, 100000, 2),
+                     "action": "count_by_value"})
+        ctl.ready()
+        ctl.wait_go()
+        # Cut: what the kernel held arrives, then the end, not the reply.
+        n = c.read_int()
+        got = 0
+        try:
+            while got < n:
+                chunk = c.sock.recv(65536)
+                if not chunk:
+                    break
+                got += len(chunk)
+        except OSError:
+            pass
+        return [n, got]
+
+    a = AsUser(USERS["a"], attack)
+    try:
+        a.wait_ready()
+        start = time.monotonic()
+        check(wait_until(lambda: _results_held(d, uid)[0] > 0, 30),
+              "a's reply is not held")
+        check(wait_until(lambda: _results_held(d, uid) == (0, 0), 10),
+              "a's unread connection still open and holding %r after %.1fs"
+              % (_results_held(d, uid), time.monotonic() - start))
+        a.go()
+        n, got = a.result()
+    finally:
+        a.close()
+    check(got < n, "the whole reply (%d of %d bytes) after the cut" %
+          (got, n))
+    check("daemon.write_timeout" in d.log_text(), "the log does not name "
+          "daemon.write_timeout")
+
+    path, lines = _long_lines(d, n=300)
+
+    def slow_reader():
+        with d.client() as c:
+            c.execute_ok(text_plan([path], 1), "iterate")
+            c.write_int(REQUEST_NEXT)
+            check_eq(c.read_int(), STREAM_PARTITION, "partition")
+            got = []
+            while True:
+                rec = c.read_record()
+                if rec == END_OF_DATA_SECTION:
+                    break
+                got.append(rec)
+                time.sleep(0.01)
+            c.write_int(REQUEST_NEXT)
+            return [c.read_partition()[0], got == lines]
+    done, same = as_user("b", slow_reader)
+    check_eq(done, STREAM_DONE, "the slow stream's end")
+    check(same, "the slow stream's records")
+
+
 def _refused_put(c, size):
     """broadcast_put of size bytes, refused at once: (class, message)."""
     return error_of(c.request({"op": "broadcast_put", "size": size}))

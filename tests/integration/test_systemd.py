@@ -246,6 +246,19 @@ def test_ctrl_c_on_the_keepers_terminal_drains(_):
 
 
 @no_daemon
+def _accepts(path):
+    """Does emberd accept on path yet?  (The file is there from bind on,
+    a moment before listen.)"""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 def test_keeper_passes_on_the_exit_status(_):
     tmp = _open_tmpdir()
     try:
@@ -262,7 +275,7 @@ def test_keeper_passes_on_the_exit_status(_):
                              stdout=log, stderr=log, process_group=0)
         log.close()
         try:
-            check(wait_until(lambda: os.path.exists(
+            check(wait_until(lambda: _accepts(
                 os.path.join(tmp, "emberd.sock")), 10), "no socket")
             check_eq(Client(os.path.join(tmp, "emberd.sock")).status()[
                 "pid"], p.pid, "status pid without a keeper")
@@ -365,6 +378,10 @@ def test_unit_verifies(_):
     check(os.path.exists(unit), "%s not built" % unit)
     text = open(unit).read()
     check("Type=notify" in text, "not Type=notify")
+    # The users' cgroups are made in the unit's, which must be writable.
+    check("\nDelegate=yes\n" in text, "no Delegate=yes")
+    check("ProtectControlGroups=yes" not in text,
+          "ProtectControlGroups=yes makes the delegated cgroup read-only")
     check("ExecStart=/" in text and "/emberd -f\n" in text,
           "ExecStart: %r" % [l for l in text.split("\n")
                              if l.startswith("ExecStart")])

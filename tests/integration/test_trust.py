@@ -571,12 +571,15 @@ def test_big_broadcast_by_descriptor_does_not_freeze_others(d):
 # ---------------------------------------------------------------------------
 # emberd's local directory
 
-def start_refused(socket_path, what):
-    """Run emberd -f on socket_path; it must refuse to start.  Its
-    stderr."""
+def start_refused(socket_path, what, sets=()):
+    """Run emberd -f on socket_path (and sets); it must refuse to start.
+    Its stderr."""
+    args = ["-f", "--set", "daemon.socket=" + socket_path,
+            "--set", "daemon.log_level=info"]
+    for kv in sets:
+        args += ["--set", kv]
     try:
-        r = run_emberd(["-f", "--set", "daemon.socket=" + socket_path,
-                        "--set", "daemon.log_level=info"], timeout=5)
+        r = run_emberd(args, timeout=5)
     except subprocess.TimeoutExpired:
         raise AssertionError("emberd started with %s" % what)
     check(r.returncode != 0, "emberd exited 0 with %s" % what)
@@ -649,14 +652,150 @@ def test_local_dir_under_a_writable_parent(_):
         os.mkdir(pub)
         os.chmod(top, 0o755)
         os.chmod(pub, 0o777)
-        err = start_refused(os.path.join(pub, "emberd.sock"),
-                            "a world-writable parent")
+        local = os.path.join(pub, "emberd.local")
+        err = start_refused(os.path.join(top, "emberd.sock"),
+                            "a world-writable parent",
+                            ["daemon.local_dir=" + local])
         check("daemon.local_dir" in err and "sticky" in err,
               "emberd's error: %r" % err)
-        check(not os.path.exists(os.path.join(pub, "emberd.sock.local")),
-              "the local directory was made")
+        check(not os.path.exists(local), "the local directory was made")
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+@no_daemon
+def test_socket_directory_others_may_write(_):
+    """A socket (daemon.socket, or status.listen's) in a directory that
+    others may write without the sticky bit, or that a user owns, is
+    refused, naming the key: whoever writes there could replace it."""
+    if not ROOT:
+        print("skip test_socket_directory_others_may_write: needs root")
+        return
+    make_users()
+    top = tempfile.mkdtemp(prefix="ember-trust-")
+    try:
+        os.chmod(top, 0o755)
+        local = os.path.join(top, "emberd.local")
+        pub = os.path.join(top, "pub")
+        os.mkdir(pub)
+        os.chmod(pub, 0o777)
+        sock = os.path.join(pub, "emberd.sock")
+        err = start_refused(sock, "a world-writable socket directory",
+                            ["daemon.local_dir=" + local])
+        check("daemon.socket" in err and pub in err and "writable" in err,
+              "emberd's error: %r" % err)
+        check(not os.path.exists(sock), "the socket was made")
+        users = os.path.join(top, "users")
+        os.mkdir(users, 0o755)
+        os.chown(users, USERS["a"][0], USERS["a"][1])
+        err = start_refused(os.path.join(users, "emberd.sock"),
+                            "a socket directory a user owns",
+                            ["daemon.local_dir=" + local])
+        check("daemon.socket" in err and "owned by uid %d" %
+              USERS["a"][0] in err, "emberd's error: %r" % err)
+        err = start_refused(os.path.join(top, "emberd.sock"),
+                            "a status socket in a world-writable directory",
+                            ["daemon.local_dir=" + local, "status.listen=" +
+                             os.path.join(pub, "status.sock")])
+        check("status.listen" in err and "writable" in err,
+              "emberd's error: %r" % err)
+        check(not os.path.exists(os.path.join(pub, "status.sock")),
+              "the status socket was made")
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@no_daemon
+def test_socket_modes_without_chmod(_):
+    """The sockets have their modes from the start (no chmod after bind
+    that a rename could redirect): daemon.socket_mode, and 0666 for the
+    status socket."""
+    d = Daemon(start=False)
+    status = d.path("status.sock")
+    d.sets = ["daemon.socket_mode=0620", "status.listen=" + status]
+    d.start()
+    check_eq(oct(os.stat(d.socket).st_mode & 0o777), oct(0o620),
+             "daemon.socket's mode")
+    check_eq(oct(os.stat(status).st_mode & 0o777), oct(0o666),
+             "the status socket's mode")
+    d.stop()
+    d.cleanup()
+
+
+def _status_get(path, sock=None):
+    """GET /metrics on the status socket at path: the status line."""
+    s = sock or socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    if sock is None:
+        s.connect(path)
+    s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+    out = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+    s.close()
+    return out.split(b"\r\n", 1)[0].decode(errors="replace")
+
+
+@no_daemon
+def test_status_listener_caps_each_peer(_):
+    """User a's flood of connections to the status socket is held to
+    status.max_connections_per_peer: its oldest are closed, and b's
+    connection, opened before the flood, is answered."""
+    if not ROOT:
+        print("skip test_status_listener_caps_each_peer: needs root")
+        return
+    make_users()
+    d = Daemon(start=False)
+    os.chmod(d.tmpdir, 0o755)
+    path = d.path("status.sock")
+    d.sets = ["status.listen=" + path, "status.max_connections=8",
+              "status.max_connections_per_peer=4"]
+    d.start()
+
+    def b_waits(ctl):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        ctl.ready()
+        ctl.wait_go()
+        return _status_get(path, s)
+
+    def a_floods():
+        socks = []
+        for _ in range(20):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(path)
+            socks.append(s)
+
+        def closed(s):
+            s.settimeout(0.05)
+            try:
+                return s.recv(1) == b""
+            except socket.timeout:
+                return False
+            except OSError:
+                return True
+        wait_until(lambda: sum(closed(s) for s in socks) >= 16, 5)
+        n = sum(closed(s) for s in socks)
+        for s in socks:
+            s.close()
+        return n
+
+    b = AsUser(USERS["b"], b_waits)
+    try:
+        b.wait_ready()
+        closed = as_user("a", a_floods)
+        b.go()
+        line = b.result()
+    finally:
+        b.close()
+    check_eq(closed, 16, "a's connections closed past its cap of 4")
+    check(line.endswith("200 OK"), "b's request on its older connection: "
+          "%r" % line)
+    d.stop()
+    d.cleanup()
 
 
 @no_daemon

@@ -24,6 +24,9 @@
 
 #define CK_ID		"0b697aef-9a9d-44bf-a3db-6f881122a3e3"
 #define CK_ID2		"5cf87b40-6b9c-4bea-a9fb-ea4171f59942"
+#define CK_ID3		"6d1a2b3c-0000-4000-8000-00000000c0d3"
+#define CK_ID4		"6d1a2b3c-0000-4000-8000-00000000c0d4"
+#define CK_ID5		"6d1a2b3c-0000-4000-8000-00000000c0d5"
 
 static char	ck_top[] = "/tmp/check_ckpt.XXXXXX";
 static char	ck_dir[256];
@@ -73,6 +76,16 @@ ck_teardown(void)
 	ck_assert_int_eq(system(cmd), 0);
 }
 
+/* ck_top, the uid's directory, as emberd passes it. */
+static int
+ck_top_fd(void)
+{
+	int	fd;
+
+	ck_assert_int_ne(fd = open(ck_top, O_RDONLY | O_DIRECTORY), -1);
+	return (fd);
+}
+
 /* Read partition p of the checkpoint at ck_dir: the records, or NULL
  * with *err. */
 static json_t *
@@ -83,7 +96,7 @@ ck_read(int partition, char **err)
 	struct plan		*plan;
 	json_t			*j;
 	int64_t			 in = 0;
-	int			 rc;
+	int			 rc, ufd;
 
 	j = json_pack("{s:{s:s}}", "source", "checkpoint", CK_ID);
 	ck_assert_int_eq(plan_parse(j, &plan, err), 0);
@@ -97,7 +110,9 @@ ck_read(int partition, char **err)
 	c.got = json_array();
 	chain = chain_create(plan, partition, NULL, &c.op, err);
 	ck_assert_ptr_nonnull(chain);
-	rc = ckpt_source_run(ck_dir, partition, chain, &in, err);
+	ufd = ck_top_fd();
+	rc = ckpt_source_run(ck_dir, ufd, partition, chain, &in, err);
+	close(ufd);
 	chain_free(chain);
 	plan_free(plan);
 	if (rc != OP_OK) {
@@ -116,8 +131,11 @@ ck_write(int partition, json_t *records, int commit)
 	json_t			*r;
 	char			*err = NULL;
 	size_t			 i;
+	int			 ufd;
 
-	w = ckpt_writer_open(ck_dir, partition, 1, &err);
+	ufd = ck_top_fd();
+	w = ckpt_writer_open(ck_dir, ufd, partition, 1, &err);
+	close(ufd);
 	ck_assert_msg(w != NULL, "%s", err);
 	json_array_foreach(records, i, r) {
 		ck_assert_int_eq(ckpt_writer_record(w, json_string_value(r),
@@ -213,18 +231,32 @@ START_TEST(test_ckpt_bad_dir)
 {
 	char	*err = NULL, dir[300];
 
+	struct ckpt_writer	*w;
+	int			 ufd = ck_top_fd();
+
 	snprintf(dir, sizeof dir, "%s/not-an-id", ck_top);
-	ck_assert_ptr_null(ckpt_writer_open(dir, 0, 0, &err));
+	ck_assert_ptr_null(ckpt_writer_open(dir, ufd, 0, 0, &err));
 	ck_assert_ptr_nonnull(strstr(err, "not a checkpoint directory"));
 	free(err);
+	/* Without the uid directory's descriptor, nothing is opened. */
+	ck_assert_ptr_null(ckpt_writer_open(ck_dir, -1, 0, 0, &err));
+	ck_assert_ptr_nonnull(strstr(err, "no directory descriptor"));
+	free(err);
+	/* The name's parent is only a name: the descriptor is what counts. */
+	w = ckpt_writer_open("/nonexistent/" CK_ID, ufd, 0, 0, &err);
+	ck_assert_msg(w != NULL, "%s", err);
+	ckpt_writer_free(w);
+	ck_assert_int_eq(rmdir(ck_dir), 0);
 	/* A link where the checkpoint's directory goes is not followed. */
 	ck_assert_int_eq(symlink("/tmp", ck_dir), 0);
-	ck_assert_ptr_null(ckpt_writer_open(ck_dir, 0, 0, &err));
+	ck_assert_ptr_null(ckpt_writer_open(ck_dir, ufd, 0, 0, &err));
 	free(err);
+	close(ufd);
 }
 END_TEST
 
-/* Run a verb; its reply. */
+/* Run a verb on ck_top, passed as emberd passes it: a descriptor; its
+ * reply. */
 static json_t *
 ck_verb(json_t *(*fn)(json_t *, const int *, size_t, int *, size_t *,
     char **), json_t *args)
@@ -232,8 +264,11 @@ ck_verb(json_t *(*fn)(json_t *, const int *, size_t, int *, size_t *,
 	json_t	*reply;
 	size_t	 nout = 9;
 	char	*err = NULL;
+	int	 fd;
 
-	reply = fn(args, NULL, 0, NULL, &nout, &err);
+	ck_assert_int_ne(fd = open(ck_top, O_RDONLY | O_DIRECTORY), -1);
+	reply = fn(args, &fd, 1, NULL, &nout, &err);
+	close(fd);
 	json_decref(args);
 	ck_assert_ptr_nonnull(reply);
 	ck_assert_int_eq(nout, 0);
@@ -304,8 +339,9 @@ START_TEST(test_ckpt_clean)
 
 	/* Everything is newer than before: nothing goes, but the complete
 	 * one is answered whatever its age. */
-	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:I,s:b}", "dir",
-	    ck_top, "before_ms", ck_ms(-60), "complete", 1));
+	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:I,s:b,s:i,s:i}",
+	    "dir", ck_top, "before_ms", ck_ms(-60), "complete", 1, "max", 8,
+	    "max_manifest", 4096));
 	ck_assert_int_eq(json_integer_value(json_object_get(reply,
 	    "removed")), 0);
 	json_decref(reply);
@@ -313,8 +349,9 @@ START_TEST(test_ckpt_clean)
 
 	/* The partial one and the stray go; the complete one is kept and
 	 * answered, its id from its directory's name. */
-	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:I,s:b}", "dir",
-	    ck_top, "before_ms", ck_ms(60), "complete", 1));
+	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:I,s:b,s:i,s:i}",
+	    "dir", ck_top, "before_ms", ck_ms(60), "complete", 1, "max", 8,
+	    "max_manifest", 4096));
 	ck_assert_int_eq(json_integer_value(json_object_get(reply,
 	    "removed")), 2);
 	found = json_object_get(reply, "checkpoints");
@@ -341,6 +378,92 @@ START_TEST(test_ckpt_clean)
 }
 END_TEST
 
+/* Write text to name in checkpoint id's directory under ck_top. */
+static void
+ck_put(const char *id, const char *name, const char *text)
+{
+	char	path[512];
+	int	fd;
+
+	snprintf(path, sizeof path, "%s/%s", ck_top, id);
+	mkdir(path, 0700);
+	snprintf(path, sizeof path, "%s/%s/%s", ck_top, id, name);
+	ck_assert_int_ne(fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600),
+	    -1);
+	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+}
+
+START_TEST(test_ckpt_clean_hostile)
+{
+	json_t	*reply, *records = json_pack("[s]", "a"), *found, *sizes;
+	char	 path[512], *big;
+	size_t	 i;
+
+	/* CK_ID kept, with what the user added; CK_ID2 a manifest too big
+	 * to read; CK_ID3 a manifest that does not hold; CK_ID4 a good one
+	 * past max. */
+	ck_write(0, records, 1);
+	json_decref(records);
+	ck_put(CK_ID, "junk", "not the checkpoint's");
+	snprintf(path, sizeof path, "%s/sub", ck_dir);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	big = xmalloc(30010);
+	memcpy(big, "{\"a\":[", 6);
+	for (i = 6; i < 29998; i += 3)
+		memcpy(big + i, "{},", 3);
+	memcpy(big + i - 1, "]}", 3);
+	ck_put(CK_ID2, "manifest.json", big);
+	free(big);
+	ck_put(CK_ID3, "manifest.json", "{\"partitions\": \"x\"}");
+	ck_put(CK_ID4, "manifest.json", "{\"partitions\":1,\"records\":1,"
+	    "\"bytes\":5}");
+	ck_put(CK_ID5, "manifest.json", "{\"partitions\":1,\"records\":1,"
+	    "\"bytes\":5}");
+	reply = ck_verb(ckpt_verb_clean, json_pack("{s:s,s:[s],s:I,s:b,s:i,"
+	    "s:i}", "dir", ck_top, "keep", CK_ID, "before_ms", ck_ms(60),
+	    "complete", 1, "max", 1, "max_manifest", 4096));
+	ck_assert_ptr_null(json_object_get(reply, "error"));
+	/* Only what the kept one owns is left, and measured. */
+	ck_assert(!ck_exists("junk"));
+	ck_assert(!ck_exists("sub"));
+	ck_assert(ck_exists("part-00000"));
+	sizes = json_object_get(reply, "sizes");
+	ck_assert_int_ge(json_integer_value(json_object_get(sizes, CK_ID)), 9);
+	/* The two that do not hold are removed, never answered; of the
+	 * two good ones, one is answered (max), as a summary. */
+	ck_assert_int_eq(json_integer_value(json_object_get(reply,
+	    "refused")), 2);
+	ck_assert_int_eq(json_integer_value(json_object_get(reply, "more")),
+	    1);
+	found = json_object_get(reply, "checkpoints");
+	ck_assert_int_eq(json_array_size(found), 1);
+	ck_assert_ptr_null(json_object_get(json_array_get(found, 0), "a"));
+	ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(
+	    found, 0), "partitions")), 1);
+	json_decref(reply);
+	snprintf(path, sizeof path, "%s/%s", ck_top, CK_ID2);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	snprintf(path, sizeof path, "%s/%s", ck_top, CK_ID3);
+	ck_assert_int_eq(access(path, F_OK), -1);
+
+	/* Without the directory's descriptor, a verb does nothing. */
+	{
+		size_t	 nout = 0;
+		char	*err = NULL;
+		json_t	*args = json_pack("{s:s,s:I}", "dir", ck_top,
+		    "before_ms", ck_ms(60));
+
+		reply = ckpt_verb_clean(args, NULL, 0, NULL, &nout, &err);
+		json_decref(args);
+		ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(
+		    reply, "error")), "no directory descriptor"));
+		json_decref(reply);
+		ck_assert(ck_exists("part-00000"));
+	}
+}
+END_TEST
+
 Suite *
 ckpt_suite(void)
 {
@@ -361,6 +484,7 @@ ckpt_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_ckpt_commit_and_remove);
 	tcase_add_test(tc, test_ckpt_clean);
+	tcase_add_test(tc, test_ckpt_clean_hostile);
 	suite_add_tcase(s, tc);
 	return (s);
 }

@@ -27,6 +27,8 @@ main(void)
 	srunner_add_suite(sr, task_suite());
 	srunner_add_suite(sr, retry_suite());
 	srunner_add_suite(sr, request_suite());
+	srunner_add_suite(sr, joblog_suite());
+	srunner_add_suite(sr, cgroup_suite());
 
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);

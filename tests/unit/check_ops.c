@@ -510,7 +510,7 @@ ops_run_range(const char *text, int partition, struct capture *c)
 	capture_init(c);
 	chain = chain_create(plan, partition, NULL, &c->op, &err);
 	ck_assert_ptr_nonnull(chain);
-	ck_assert_int_eq(source_run(plan, partition, chain, &in, &err), OP_OK);
+	ck_assert_int_eq(source_run(plan, partition, -1, chain, &in, &err), OP_OK);
 	ck_assert_int_eq(chain_finish(chain), OP_OK);
 	chain_free(chain);
 	plan_free(plan);

@@ -194,7 +194,7 @@ split_check_files(const struct split_file *files, size_t nfiles, int max)
 			    &err)) == NULL)
 				ck_abort_msg("chain_create: %s", err);
 			in = 0;
-			if (source_run(&plan, p, chain, &in, &err) != OP_OK)
+			if (source_run(&plan, p, -1, chain, &in, &err) != OP_OK)
 				ck_abort_msg("source_run: %s", err);
 			chain_free(chain);
 		}

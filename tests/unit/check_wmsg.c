@@ -203,6 +203,22 @@ START_TEST(test_taskdesc_modes)
 		ck_assert_int_eq(got.fn, fn);
 		taskdesc_clear(&got);
 	}
+	/* A checkpoint task says which directory descriptors ride with it;
+	 * until the worker takes them, it holds none. */
+	d.mode = MODE_CHECKPOINT;
+	d.ckpt_dir = "/base/1001/0b697aef-9a9d-44bf-a3db-6f881122a3e3";
+	d.ckpt_dir_passed = 1;
+	d.source_dir_passed = 1;
+	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+	ck_assert_str_eq(got.ckpt_dir, d.ckpt_dir);
+	ck_assert(got.ckpt_dir_passed && got.source_dir_passed);
+	ck_assert_int_eq(got.ckpt_dirfd, -1);
+	ck_assert_int_eq(got.source_dirfd, -1);
+	taskdesc_clear(&got);
+	d.ckpt_dir_passed = d.source_dir_passed = 0;
+	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+	ck_assert(!got.ckpt_dir_passed && !got.source_dir_passed);
+	taskdesc_clear(&got);
 }
 END_TEST
 

@@ -7,12 +7,14 @@
 
 #include <check.h>
 
+Suite	*cgroup_suite(void);
 Suite	*channel_suite(void);
 Suite	*ckpt_suite(void);
 Suite	*conf_suite(void);
 Suite	*frame_suite(void);
 Suite	*held_suite(void);
 Suite	*helper_suite(void);
+Suite	*joblog_suite(void);
 Suite	*jread_suite(void);
 Suite	*log_suite(void);
 Suite	*ops_suite(void);

@@ -463,6 +463,24 @@ def test_pyspark(d):
                 raise AssertionError("RDD.%s exists" % name)
 
 
+@needs_python
+@with_daemon(sets=["python.preload=wave, no_such_module_here"])
+def test_preload(d):
+    """python.preload's modules are imported by the fork-server, so a
+    worker starts with them; one that does not import is logged and
+    skipped."""
+    with _session(d) as sc:
+        got = sc.range(2, partitions=2).map(
+            lambda _: str("wave" in sys.modules)).collect()
+    check_eq(got, ["True", "True"], "wave imported before the task")
+    with _session(d) as sc:
+        got = sc.range(1).map(lambda _: str("colorsys" in sys.modules)).collect()
+    check_eq(got, ["False"], "a module nobody imported")
+    check(wait_until(lambda: "python.preload no_such_module_here: "
+                     "Traceback" in d.log_text(), 10),
+          "the bad module was not logged")
+
+
 @skip_unless(not WITH_PYTHON, "built with Python")
 def test_plan_refused_without_python(d):
     """Without Python a python op is refused before any task runs."""

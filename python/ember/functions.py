@@ -13,6 +13,7 @@ import base64
 import pickle
 import sys
 import threading
+import types
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _pyref
@@ -35,6 +36,15 @@ def _cloudpickle() -> Any:
     # _pyref, which the worker cannot import: send it by value.
     cloudpickle.register_pickle_by_value(_pyref)
     return cloudpickle
+
+
+def ship_module(module: types.ModuleType) -> None:
+    """Send module's functions and classes with the functions that use
+    them, by value, instead of naming them for the workers to import: for
+    a module of the client's own that the workers cannot import (a file
+    beside the script, say).  Modules it imports must be importable
+    there."""
+    _cloudpickle().register_pickle_by_value(module)
 
 
 def dumps_bytes(obj: Any) -> Tuple[bytes, List[int]]:

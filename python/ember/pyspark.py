@@ -22,8 +22,10 @@ from __future__ import annotations
 import base64
 import collections
 import functools
+import importlib.util
 import os
 import pickle
+import sys
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional,
                     cast)
 
@@ -253,6 +255,22 @@ class SparkContext:
         b = self.session.broadcast_object(value)
         b.unpersist = b.destroy = b.drop	# type: ignore[attr-defined]
         return b
+
+    def addPyFile(self, path: str) -> None:
+        """Import the module of a .py file here and send its functions
+        and classes by value with the functions that use them: the
+        workers need not have the file.  (A .zip or .egg is not taken.)"""
+        if not path.endswith(".py"):
+            raise NotImplementedError("ember.pyspark: addPyFile of %r: "
+                                      "only .py files" % path)
+        name = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError("addPyFile: cannot load %s" % path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        self.session.ship_module(module)
 
     def setCheckpointDir(self, dirName: str) -> None:
         """Accepted and ignored: reliable checkpoints go to emberd's

@@ -318,6 +318,14 @@ class Session:
             f.flush()
             return self._broadcast_fd(f.fileno())
 
+    def ship_module(self, module: Any) -> None:
+        """Send the functions and classes of module, a module of yours
+        the workers cannot import, by value with the functions that use
+        them (cloudpickle's register_pickle_by_value)."""
+        from . import functions
+
+        functions.ship_module(module)
+
     def broadcast_object(self, obj: Any) -> ObjectBroadcast:
         """Upload a Python object, pickled once with cloudpickle: the
         returned ObjectBroadcast's ``value`` is obj here, and inside a

@@ -463,6 +463,62 @@ def test_pyspark(d):
                 raise AssertionError("RDD.%s exists" % name)
 
 
+MODULE = """
+import re
+
+WORD = re.compile(r"[a-z]+")
+
+
+class Tally:
+    def __init__(self):
+        self.n = 0
+
+
+def words(line):
+    return WORD.findall(line.lower())
+"""
+
+
+@needs_python
+def test_ship_module(d):
+    """A module of the client's that the workers cannot import goes by
+    value with the functions that use it, once shipped."""
+    import importlib.util
+    private = d.path("private")
+    os.mkdir(private, 0o700)		# the job's user cannot read it
+    path = os.path.join(private, "pyops_helpers.py")
+    with open(path, "w") as f:
+        f.write(MODULE)
+    spec = importlib.util.spec_from_file_location("pyops_helpers", path)
+    helpers = importlib.util.module_from_spec(spec)
+    sys.modules["pyops_helpers"] = helpers
+    spec.loader.exec_module(helpers)
+    try:
+        with _session(d) as sc:
+            ds = sc.parallelize(["Ab cd", "EF"], partitions=1)
+            try:
+                ds.flat_map(helpers.words).collect()
+            except ember.TaskFailed as e:
+                check("No module named 'pyops_helpers'" in e.reason,
+                      e.reason)
+            else:
+                raise AssertionError("the worker imported a private module")
+            sc.ship_module(helpers)
+            check_eq(ds.flat_map(helpers.words).collect(),
+                     ["ab", "cd", "ef"], "words")
+            check_eq(ds.map(lambda s: type(helpers.Tally()).__name__)
+                     .collect(), ["Tally", "Tally"], "a class of it")
+        from ember.pyspark import SparkContext
+        with SparkContext(socket=d.socket) as spark:
+            spark.addPyFile(path)
+            got = spark.parallelize(["x y"], 1).flatMap(
+                sys.modules["pyops_helpers"].words).collect()
+            check_eq(got, ["x", "y"], "addPyFile")
+    finally:
+        cloudpickle.unregister_pickle_by_value(helpers)
+        sys.modules.pop("pyops_helpers", None)
+
+
 @needs_python
 @with_daemon(sets=["python.preload=wave, no_such_module_here"])
 def test_preload(d):

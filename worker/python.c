@@ -395,9 +395,11 @@ python_call(struct python_op *p, const char *method, PyObject *arg)
 			out = PyObject_CallMethod(p->stage, method, NULL);
 		if (out == NULL)
 			return (python_op_fail(p));
-		if (out == Py_None) {
+		if (out == Py_None || out == Py_False) {
+			/* None: it wants input; False: it wants no more. */
+			rc = out == Py_None ? OP_OK : OP_STOP;
 			Py_DECREF(out);
-			return (OP_OK);
+			return (rc);
 		}
 		if (!PyList_Check(out)) {
 			Py_DECREF(out);

@@ -134,8 +134,10 @@ class PullStage:
     """Ops that see the whole partition (map_partitions, reduce, fold).
     Their function pulls from an iterator while the chain pushes batches,
     so it runs on a thread of its own; the two take turns, never run at
-    once: push() and more() return when the function wants more input,
-    has made BATCH records, or has ended."""
+    once: push() and more() return a list when the function wants more
+    input or has made BATCH records; more() returns None when it wants
+    input, and both return False once it has ended (the chain then stops
+    reading the partition)."""
 
     def __init__(self, ops):
         self.ops = ops
@@ -186,7 +188,8 @@ class PullStage:
 
     def _resume(self):
         if self.done:
-            return None
+            return False        # the function returned: no more input
+
         if not self.started:
             self.started = True
             _thread.start_new_thread(self._run, ())
@@ -204,7 +207,7 @@ class PullStage:
         return self._resume()
 
     def more(self):
-        if self.waiting or self.done:
+        if self.waiting:
             return None
         return self._resume()
 

@@ -6,6 +6,7 @@ after a good task and not after an exception, the whole traceback, the
 version check, users kept apart, and ember.pyspark."""
 
 import collections
+import itertools
 import json
 import os
 import re
@@ -135,9 +136,28 @@ def test_map_partitions_streams(d):
         first = (sc.range(10 ** 7, partitions=2).map_partitions(running)
                  .limit(3).collect())
         check_eq(first[:3], ["0", "1", "3"], "limit after map_partitions")
+        # A function that returns early stops the partition's reading:
+        # half a billion records each would take minutes.
+        got = sc.range(10 ** 9, partitions=2).map_partitions(
+            lambda it: itertools.islice(it, 2)).collect()
+        check_eq(got, ["0", "1", "500000000", "500000001"], "islice")
+        try:
+            sc.range(10, partitions=1).map_partitions(_fail_third).count()
+        except ember.PythonError as e:
+            check(re.search(r"in _fail_third\n.*\nKeyError: 'third'\Z",
+                            e.traceback), e.traceback)
+        else:
+            raise AssertionError("map_partitions did not fail")
         check_eq(sc.range(5, partitions=1)
                  .map_partitions(lambda it: [sum(map(int, it))])
                  .map(lambda x: x * 2).collect(), ["20"], "then a map")
+
+
+def _fail_third(it):
+    for i, x in enumerate(it):
+        if i == 2:
+            raise KeyError("third")
+        yield x
 
 
 @needs_python

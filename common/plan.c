@@ -455,6 +455,26 @@ plan_parse_sample(struct plan_op *op, json_t *arg, const char *path,
 	return (rc);
 }
 
+/* The "broadcasts" of a udf or python op: the ids of those it reads. */
+static int
+plan_parse_broadcasts(struct plan_op *op, json_t *ids, const char *path,
+    char **err)
+{
+	json_t	*id;
+	size_t	 i;
+
+	op->udf_broadcasts = xcalloc(json_array_size(ids) + 1,
+	    sizeof *op->udf_broadcasts);
+	json_array_foreach(ids, i, id) {
+		if (!json_is_integer(id) || json_integer_value(id) < 0)
+			return (jread_fail(err, path, "broadcasts[%zu]: "
+			    "expected a broadcast id", i));
+		op->udf_broadcasts[op->udf_nbroadcasts++] =
+		    json_integer_value(id);
+	}
+	return (0);
+}
+
 /* {"udf": {"library": path, "symbol": name, "args": {...},
  * "broadcasts": [ids]}}: the broadcasts the function reads. */
 static int
@@ -463,8 +483,7 @@ plan_parse_udf(struct plan_op *op, json_t *arg, const char *path, char **err)
 	static const char *const keys[] = { "library", "symbol", "args",
 	    "broadcasts", NULL };
 	const char	*library, *symbol;
-	json_t		*args = NULL, *ids = NULL, *id;
-	size_t		 i;
+	json_t		*args = NULL, *ids = NULL;
 
 	op->type = PLAN_OP_UDF;
 	if (plan_op_object(arg, path, keys, err) == -1 ||
@@ -476,17 +495,8 @@ plan_parse_udf(struct plan_op *op, json_t *arg, const char *path, char **err)
 	    jread_array(arg, path, "broadcasts", JREAD_OPTIONAL, &ids,
 	    err) == -1)
 		return (-1);
-	if (ids != NULL) {
-		op->udf_broadcasts = xcalloc(json_array_size(ids) + 1,
-		    sizeof *op->udf_broadcasts);
-		json_array_foreach(ids, i, id) {
-			if (!json_is_integer(id) || json_integer_value(id) < 0)
-				return (jread_fail(err, path, "broadcasts[%zu]: "
-				    "expected a broadcast id", i));
-			op->udf_broadcasts[op->udf_nbroadcasts++] =
-			    json_integer_value(id);
-		}
-	}
+	if (ids != NULL && plan_parse_broadcasts(op, ids, path, err) == -1)
+		return (-1);
 	if (*library == '\0')
 		return (jread_fail(err, path, "library: is empty"));
 	if (plan_check_absolute(json_object_get(arg, "library"), err,
@@ -541,7 +551,7 @@ plan_parse_python(struct plan_op *op, json_t *arg, const char *path,
 	    "map_partitions", "reduce", "fold", "zero", "version",
 	    "broadcasts", NULL };
 	const char	*fn = NULL, *zero = NULL, *version;
-	json_t		*ids = NULL, *id;
+	json_t		*ids = NULL;
 	size_t		 i, n = 0;
 
 	op->type = PLAN_OP_PYTHON;
@@ -573,17 +583,8 @@ plan_parse_python(struct plan_op *op, json_t *arg, const char *path,
 		return (jread_fail(err, path, "zero: only for fold"));
 	if (plan_check_python_version(version, path, err) == -1)
 		return (-1);
-	if (ids != NULL) {
-		op->udf_broadcasts = xcalloc(json_array_size(ids) + 1,
-		    sizeof *op->udf_broadcasts);
-		json_array_foreach(ids, i, id) {
-			if (!json_is_integer(id) || json_integer_value(id) < 0)
-				return (jread_fail(err, path, "broadcasts[%zu]: "
-				    "expected a broadcast id", i));
-			op->udf_broadcasts[op->udf_nbroadcasts++] =
-			    json_integer_value(id);
-		}
-	}
+	if (ids != NULL && plan_parse_broadcasts(op, ids, path, err) == -1)
+		return (-1);
 	op->py_fn = xstrdup(fn);
 	if (zero != NULL)
 		op->py_zero = xstrdup(zero);

@@ -93,8 +93,8 @@ static int		 python_started;
 struct python_op {
 	struct op	 op;
 	PyObject	*stage;
-	PyObject	*batch;		/* the records gathered, a list */
-	size_t		 bytes;		/* and their size */
+	PyObject	*batch;		/* the records gathered (a list) */
+	size_t		 bytes;		/* and their bytes */
 	int		 downstream;	/* OP_STOP or OP_FAIL from next */
 };
 
@@ -116,7 +116,8 @@ python_broadcast_cb(__attribute__((unused)) PyObject *self, PyObject *arg)
 		return (NULL);
 	}
 	return (Py_BuildValue("(NK)", PyMemoryView_FromMemory((char *)bytes,
-	    (Py_ssize_t)len, PyBUF_READ), (unsigned long long)(uintptr_t)bytes));
+	    (Py_ssize_t)len, PyBUF_READ),
+	    (unsigned long long)(uintptr_t)bytes));
 }
 
 static PyMethodDef python_methods[] = {

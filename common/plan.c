@@ -581,9 +581,9 @@ plan_parse_python(struct plan_op *op, json_t *arg, const char *path,
 		return (-1);
 	if (zero != NULL && op->py_kind != PLAN_PYTHON_FOLD)
 		return (jread_fail(err, path, "zero: only for fold"));
-	if (plan_check_python_version(version, path, err) == -1)
-		return (-1);
 	if (ids != NULL && plan_parse_broadcasts(op, ids, path, err) == -1)
+		return (-1);
+	if (plan_check_python_version(version, path, err) == -1)
 		return (-1);
 	op->py_fn = xstrdup(fn);
 	if (zero != NULL)

@@ -234,7 +234,6 @@ python_start_interpreter(char *const *preload, size_t npreload)
 	PyConfig_InitPythonConfig(&config);
 	config.install_signal_handlers = 0;
 	config.parse_argv = 0;
-	config.buffered_stdio = 0;
 	status = PyConfig_SetString(&config, &config.program_name,
 	    L"ember-worker");
 	if (!PyStatus_Exception(status))

@@ -18,6 +18,23 @@ import _ember_worker
 # The Python major.minor the worker runs: a client's plan must match it.
 VERSION = "%d.%d" % sys.version_info[:2]
 
+# What a function prints goes to the job's log a line at a time, so that
+# the lines of workers writing at once do not mix.
+for _stream in (sys.stdout, sys.stderr):
+    if _stream is not None:
+        _stream.reconfigure(line_buffering=True)
+
+
+def _flush():
+    """Write out what a function printed without a newline."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:
+            pass
+
+
 # A stage hands back at most this many records at a time.
 BATCH = 1024
 
@@ -127,7 +144,7 @@ class Stage:
         return []
 
     def close(self):
-        pass
+        _flush()
 
 
 class PullStage:
@@ -221,6 +238,7 @@ class PullStage:
             self.abandoned = True
             self.to_thread.release()
             self.to_main.acquire()
+        _flush()
 
 
 _PULL = ("map_partitions", "reduce", "fold")

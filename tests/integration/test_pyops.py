@@ -557,6 +557,25 @@ def test_preload(d):
           "the bad module was not logged")
 
 
+@needs_python
+@with_daemon(sets=["workers.max=2"])
+def test_print_whole_lines(d):
+    """What functions print reaches the job's log a line at a time, whole,
+    however many workers print at once."""
+    n = 400
+    with _session(d) as sc:
+        sc.range(n, partitions=2).map(
+            lambda s: print(*["<%s>" % s] * 40, sep="") or s).count()
+    want = {("<%d>" % i) * 40 for i in range(n)}
+
+    def seen():
+        return {m.group(1) for m in
+                re.finditer(r"uid \d+: ((?:<\d+>)+)$", d.log_text(),
+                            re.MULTILINE)}
+    check(wait_until(lambda: want <= seen(), 10),
+          "lines missing or cut: %d of %d whole" % (len(want & seen()), n))
+
+
 @skip_unless(not WITH_PYTHON, "built with Python")
 def test_plan_refused_without_python(d):
     """Without Python a python op is refused before any task runs."""

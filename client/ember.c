@@ -37,7 +37,7 @@ usage(FILE *f, int full)
 	    "--action ACTION]\n"
 	    "                 [--option KEY=VALUE ...] PLAN.json\n"
 	    "       ember [--socket PATH] checkpoint drop ID\n"
-	    "       ember [--socket PATH] status [--json]\n"
+	    "       ember [--socket PATH] status [-v | --json]\n"
 	    "       ember --version | --help\n");
 	if (!full)
 		return;
@@ -53,16 +53,18 @@ usage(FILE *f, int full)
 	    "           count<TAB>\\N), reduce (with\n"
 	    "           --option fn=sum|min|max), save (with --option\n"
 	    "           path=/abs/dir, and overwrite=true), checkpoint\n"
-	    "           (prints the checkpoint's id; --option local=true keeps\n"
-	    "           it with the session, eager=false writes it on first\n"
-	    "           read; a plan reads it with {\"checkpoint\": ID} as its\n"
-	    "           source).  --option values\n"
-	    "           are JSON when they parse as JSON, else text.  On a\n"
+	    "           (prints the checkpoint's id, kept until dropped;\n"
+	    "           eager=false writes it on first read; a plan reads it\n"
+	    "           with {\"checkpoint\": ID} as its source).  --option\n"
+	    "           values are JSON when they parse as JSON, else text.\n"
+	    "           Options may also follow PLAN.json.  On a\n"
 	    "           terminal, a progress line shows on standard error.\n"
 	    "  checkpoint drop ID\n"
 	    "           remove a checkpoint and its files.\n"
-	    "  status   show emberd's workers, pools, sessions, operations and\n"
-	    "           counters; --json prints the raw reply.\n"
+	    "  status   show emberd's workers, pools, sessions and operations\n"
+	    "           (what each does, its partitions done, running and\n"
+	    "           left); -v adds the limits, the counters and more\n"
+	    "           columns; --json prints the raw reply.\n"
 	    "\n"
 	    "The socket is --socket PATH, else $%s, else %s.\n",
 	    EMBER_SOCKET_ENV, EMBER_DEFAULT_SOCKET);
@@ -136,9 +138,10 @@ ember_read_file(const char *path)
  * stdio: one memcpy per record and one write per megabyte.
  */
 struct output {
-	char	*buf;
-	size_t	 len;
-	size_t	 size;
+	char		*buf;
+	size_t		 len;
+	size_t		 size;
+	struct progress	*progress;	/* erased while records go out */
 };
 
 /*
@@ -163,30 +166,35 @@ output_failed(struct ember *e, int can_stop)
 	exit(1);
 }
 
-/* Write len bytes to standard output in full. */
+/* Write len bytes to standard output in full, below the progress line
+ * if it shares the terminal. */
 static int
-output_write(const char *p, size_t len)
+output_write(struct output *o, const char *p, size_t len)
 {
 	ssize_t	n;
+	int	rc = 0;
 
+	progress_hold(o->progress);
 	while (len > 0) {
 		n = write(STDOUT_FILENO, p, len);
 		if (n == -1) {
 			if (errno == EINTR)
 				continue;
-			return (-1);
+			rc = -1;
+			break;
 		}
 		p += n;
 		len -= (size_t)n;
 	}
-	return (0);
+	progress_let_go(o->progress);
+	return (rc);
 }
 
 /* Write out what is buffered. */
 static int
 output_flush(struct output *o)
 {
-	if (output_write(o->buf, o->len) == -1)
+	if (output_write(o, o->buf, o->len) == -1)
 		return (-1);
 	o->len = 0;
 	return (0);
@@ -200,7 +208,7 @@ output_record(struct output *o, const void *data, size_t len)
 		if (output_flush(o) == -1)
 			return (-1);
 		if (len + 1 > o->size) {
-			if (output_write(data, len) == -1)
+			if (output_write(o, data, len) == -1)
 				return (-1);
 			len = 0;
 		}
@@ -263,6 +271,25 @@ run_option(json_t *options, const char *kv)
 	return (0);
 }
 
+/*
+ * Refuse what the one-shot CLI cannot keep: a local checkpoint lives with
+ * its session, and this command's session ends with it, so the next
+ * ember run would get CHECKPOINT_NOT_FOUND.
+ */
+static int
+run_check_action(const char *action, json_t *options)
+{
+	if (strcmp(action, "checkpoint") == 0 &&
+	    json_is_true(json_object_get(options, "local"))) {
+		fprintf(stderr, "ember: run: a local checkpoint is dropped "
+		    "with its session, and this command's session ends with "
+		    "it: write a reliable one (local=false, the default), "
+		    "kept until ember checkpoint drop\n");
+		return (-1);
+	}
+	return (0);
+}
+
 /* Stream the records of iterate or collect to standard output. */
 static int
 run_stream(struct ember *e, const char *plan, const char *action,
@@ -280,6 +307,7 @@ run_stream(struct ember *e, const char *plan, const char *action,
 	signal(SIGPIPE, SIG_IGN);
 	out.size = EMBER_STDOUT_BUFFER;
 	out.len = 0;
+	out.progress = NULL;
 	if ((out.buf = malloc(out.size)) == NULL) {
 		fprintf(stderr, "ember: out of memory\n");
 		exit(1);
@@ -290,17 +318,17 @@ run_stream(struct ember *e, const char *plan, const char *action,
 	free(text);
 	progress = progress_create(json_integer_value(json_object_get(reply,
 	    "partitions")));
+	out.progress = progress;
 	json_decref(reply);
 	stop = strcmp(action, "iterate") == 0;
 	while ((rc = ember_next(e, &data, &len)) == 1) {
 		if (output_record(&out, data, len) == -1)
 			output_failed(e, stop);
-		if ((++records & 4095) == 0)
-			progress_stream(progress, ember_partition(e), records);
+		progress_stream(progress, ember_partition(e), ++records);
 	}
-	progress_free(progress);
 	if (output_flush(&out) == -1)
 		output_failed(e, stop);
+	progress_free(progress);
 	free(out.buf);
 	if (rc == -1)
 		ember_die(e);
@@ -465,8 +493,9 @@ cmd_run(int argc, char **argv)
 	char		*plan, *opts = NULL;
 	int		 ch, rc;
 
+	/* Options may follow the plan: ember run plan.json --count. */
 	optind = 0;
-	while ((ch = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'a':
 		case 'C':
@@ -507,6 +536,8 @@ cmd_run(int argc, char **argv)
 	}
 	if (action == NULL)
 		action = "iterate";
+	if (run_check_action(action, options) == -1)
+		goto usage_error;
 	if (json_object_size(options) > 0)
 		opts = json_dumps(options, JSON_COMPACT);
 	json_decref(options);
@@ -539,6 +570,7 @@ cmd_status(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "json",	no_argument,		NULL, 'j' },
 		{ "socket",	required_argument,	NULL, 'S' },
+		{ "verbose",	no_argument,		NULL, 'v' },
 		{ "help",	no_argument,		NULL, 'h' },
 		{ NULL,		0,			NULL, 0 }
 	};
@@ -546,13 +578,16 @@ cmd_status(int argc, char **argv)
 	json_t		*reply;
 	json_error_t	 jerr;
 	char		*text;
-	int		 ch, raw = 0;
+	int		 ch, raw = 0, verbose = 0;
 
 	optind = 0;
-	while ((ch = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "+hv", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'j':
 			raw = 1;
+			break;
+		case 'v':
+			verbose = 1;
 			break;
 		case 'S':
 			socket_path = optarg;
@@ -584,7 +619,7 @@ cmd_status(int argc, char **argv)
 			free(text);
 			return (1);
 		}
-		status_print(reply);
+		status_print(reply, verbose);
 		json_decref(reply);
 	}
 	free(text);

@@ -1,8 +1,10 @@
 /*
  * ember status for people: the status reply with ages as 3m12s, users by
  * name, ids cut to 8 characters, retirement causes as failed=6 idle=2,
- * every table within 80 columns.  Keys this file does not know print as
- * they come, so a newer emberd's fields still show.
+ * every table within 80 columns (the last column cut to fit).  What a
+ * person asks first shows by default; limits, counters and the columns
+ * for tuning are -v's.  Keys this file does not know print as they come
+ * (with -v), so a newer emberd's fields still show.
  */
 #include <sys/types.h>
 
@@ -32,22 +34,31 @@ static const struct {
 	{ "buffered_bytes", "buffered" },
 };
 
-/* Operation members left to --json, so the table fits 80 columns: the
- * state says attached or detached, the sessions table lists sessions,
- * records says how much was sent; what a stalled stream's client left
- * behind (spooled_bytes, parked) is for --json too. */
-static const char *const status_operation_hidden[] = { "session",
-    "attached", "buffered_from", "bytes_sent", "spooled_bytes", "parked",
+#define STATUS_COLUMNS	80
+
+/* Operation members of the operations table, or left to --json (the
+ * state says attached or detached, the sessions table lists sessions):
+ * -v's details table shows the others. */
+static const char *const status_operation_shown[] = { "id", "session",
+    "action", "state", "partitions", "done", "running", "attached",
+    "records_sent", "age_ms", "what", NULL };
+
+/* Members of the reply shown with -v. */
+static const char *const status_verbose_only[] = { "counters", "limits",
     NULL };
 
-/* Is key an operation member the table leaves out? */
+/* Pool and worker members for tuning, shown with -v. */
+static const char *const status_tuning[] = { "starting",
+    "crashes_in_a_row", "forks", "reuses", "broadcasts", NULL };
+
+/* Is key one of list? */
 static int
-status_operation_hides(const char *key)
+status_listed(const char *const *list, const char *key)
 {
 	size_t	i;
 
-	for (i = 0; status_operation_hidden[i] != NULL; i++) {
-		if (strcmp(key, status_operation_hidden[i]) == 0)
+	for (i = 0; list[i] != NULL; i++) {
+		if (strcmp(key, list[i]) == 0)
 			return (1);
 	}
 	return (0);
@@ -159,18 +170,18 @@ status_task_text(json_t *task)
 	return (json_string(buf));
 }
 
-/* Rewrite one table row for people. */
+/* Rewrite one table row for people, without the keys of hide. */
 static json_t *
-status_row(json_t *row, int operations)
+status_row(json_t *row, const char *const *hide)
 {
-	json_t		*out = json_object(), *v, *done, *running, *parts;
+	json_t		*out = json_object(), *v;
 	const char	*key;
 	char		 buf[64], name[64];
 	size_t		 n;
 
 	json_object_foreach(row, key, v) {
 		n = strlen(key);
-		if (operations && status_operation_hides(key))
+		if (hide != NULL && status_listed(hide, key))
 			continue;
 		if (n > 3 && strcmp(key + n - 3, "_ms") == 0 &&
 		    json_is_integer(v)) {
@@ -204,20 +215,77 @@ status_row(json_t *row, int operations)
 			    json_integer((json_int_t)json_array_size(v)));
 		else
 			json_object_set(out, key, v);
-		/* Tasks an operation has still to run, after its running. */
-		if (operations && strcmp(key, "running") == 0) {
-			parts = json_object_get(row, "partitions");
-			done = json_object_get(row, "done");
-			running = v;
-			if (json_is_integer(parts) && json_is_integer(done))
-				json_object_set_new(out, "waiting",
-				    json_integer(json_integer_value(parts) -
-				    json_integer_value(done) -
-				    json_integer_value(running)));
-		}
 	}
 	if ((v = json_object_get(row, "retired")) != NULL && json_is_object(v))
 		json_object_set_new(out, "retired", status_causes_text(v));
+	return (out);
+}
+
+/* The busy workers running a task of operation id: its running tasks, as
+ * the first lines count them (emberd's own count has its queued ones). */
+static json_int_t
+status_operation_running(json_t *workers, const char *id)
+{
+	json_t		*w;
+	const char	*op;
+	size_t		 i;
+	json_int_t	 n = 0;
+
+	json_array_foreach(workers, i, w) {
+		op = json_string_value(json_object_get(json_object_get(w,
+		    "task"), "operation"));
+		if (op != NULL && id != NULL && strcmp(op, id) == 0)
+			n++;
+	}
+	return (n);
+}
+
+/* An operation's row: its progress as done/partitions, the tasks running
+ * and left, and what it does. */
+static json_t *
+status_operation_row(json_t *op, json_t *workers)
+{
+	json_t		*out = json_object(), *what;
+	json_int_t	 parts, done, run;
+	char		 buf[64];
+
+	parts = json_integer_value(json_object_get(op, "partitions"));
+	done = json_integer_value(json_object_get(op, "done"));
+	run = status_operation_running(workers, json_string_value(
+	    json_object_get(op, "id")));
+	json_object_set_new(out, "id", status_short_id(json_object_get(op,
+	    "id")));
+	json_object_set(out, "action", json_object_get(op, "action"));
+	json_object_set(out, "state", json_object_get(op, "state"));
+	snprintf(buf, sizeof buf, "%lld/%lld", (long long)done,
+	    (long long)parts);
+	json_object_set_new(out, "parts", json_string(buf));
+	json_object_set_new(out, "run", json_integer(run));
+	json_object_set_new(out, "left", json_integer(parts - done - run > 0 ?
+	    parts - done - run : 0));
+	json_object_set(out, "records", json_object_get(op, "records_sent"));
+	status_format_age(json_integer_value(json_object_get(op, "age_ms")),
+	    buf, sizeof buf);
+	json_object_set_new(out, "age", json_string(buf));
+	if ((what = json_object_get(op, "what")) != NULL)
+		json_object_set(out, "what", what);
+	return (out);
+}
+
+/* An operation's other members, for -v: NULL if it has none. */
+static json_t *
+status_operation_details(json_t *op)
+{
+	json_t	*rest = status_row(op, status_operation_shown), *out;
+
+	if (json_object_size(rest) == 0) {
+		json_decref(rest);
+		return (NULL);
+	}
+	out = json_pack("{s:o}", "id", status_short_id(json_object_get(op,
+	    "id")));
+	json_object_update(out, rest);
+	json_decref(rest);
 	return (out);
 }
 
@@ -276,9 +344,33 @@ status_value_width(json_t *v)
 	}
 }
 
+/* Print a cell of at most width bytes, cut between characters. */
+static void
+status_print_cut(json_t *cell, int width)
+{
+	char	*s;
+	size_t	 n;
+
+	if (json_is_string(cell))
+		s = strdup(json_string_value(cell));
+	else
+		s = json_dumps(cell, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (s == NULL)
+		return;
+	n = strlen(s);
+	if (width >= 0 && n > (size_t)width) {
+		n = (size_t)width;
+		while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+			n--;
+	}
+	fwrite(s, 1, n, stdout);
+	free(s);
+}
+
 /*
  * Print an array of objects as a table: one column per key, in the order
- * the keys first appear.
+ * the keys first appear; the last column's cells are cut to end within
+ * STATUS_COLUMNS.
  */
 static void
 status_print_table(json_t *rows)
@@ -286,7 +378,7 @@ status_print_table(json_t *rows)
 	json_t		*columns, *row, *v, *column;
 	const char	*key;
 	size_t		 i, j;
-	int		*width, w;
+	int		*width, w, last = 0;
 
 	columns = json_array();
 	json_array_foreach(rows, i, row) {
@@ -322,6 +414,8 @@ status_print_table(json_t *rows)
 	json_array_foreach(columns, j, v) {
 		const char *p;
 
+		if (j + 1 < json_array_size(columns))
+			last += width[j] + 1;
 		if (j > 0)
 			putchar(' ');
 		for (p = status_heading(json_string_value(v)); *p != '\0';
@@ -342,6 +436,9 @@ status_print_table(json_t *rows)
 			if (cell == NULL) {
 				putchar('-');
 				w = 1;
+			} else if (j + 1 == json_array_size(columns)) {
+				status_print_cut(cell, STATUS_COLUMNS - last);
+				w = 0;
 			} else {
 				status_print_value(cell);
 				w = status_value_width(cell);
@@ -482,8 +579,30 @@ status_print_limits(json_t *limits)
 	}
 }
 
+/* Print the operations, and with verbose their other members. */
+static void
+status_print_operations(json_t *ops, json_t *workers, int verbose)
+{
+	json_t	*rows = json_array(), *details = json_array(), *row, *op;
+	size_t	 i;
+
+	printf("\noperations: %zu\n", json_array_size(ops));
+	json_array_foreach(ops, i, op) {
+		json_array_append_new(rows, status_operation_row(op, workers));
+		if (verbose && (row = status_operation_details(op)) != NULL)
+			json_array_append_new(details, row);
+	}
+	status_print_table(rows);
+	if (json_array_size(details) > 0) {
+		printf("\noperation details: %zu\n", json_array_size(details));
+		status_print_table(details);
+	}
+	json_decref(rows);
+	json_decref(details);
+}
+
 void
-status_print(json_t *reply)
+status_print(json_t *reply, int verbose)
 {
 	const char	*key, *k;
 	json_t		*v, *item, *sub, *rows;
@@ -494,9 +613,16 @@ status_print(json_t *reply)
 	json_object_foreach(reply, key, v) {
 		if (status_in_summary(key))
 			continue;
+		if (!verbose && status_listed(status_verbose_only, key))
+			continue;
 		if (strcmp(key, "counters") == 0 && json_is_object(v)) {
 			putchar('\n');
 			status_print_counters(v);
+			continue;
+		}
+		if (strcmp(key, "operations") == 0 && json_is_array(v)) {
+			status_print_operations(v, json_object_get(reply,
+			    "workers"), verbose);
 			continue;
 		}
 		if (json_is_array(v)) {
@@ -517,7 +643,7 @@ status_print(json_t *reply)
 			rows = json_array();
 			json_array_foreach(v, i, item)
 				json_array_append_new(rows, status_row(item,
-				    strcmp(key, "operations") == 0));
+				    verbose ? NULL : status_tuning));
 			status_print_table(rows);
 			json_decref(rows);
 			continue;
@@ -530,7 +656,7 @@ status_print(json_t *reply)
 			printf("\n%s\n", key);
 			json_object_foreach(v, k, sub) {
 				printf("  %-24s ", k);
-				status_print_value(sub);
+				status_print_cut(sub, STATUS_COLUMNS - 27);
 				putchar('\n');
 			}
 			continue;

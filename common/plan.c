@@ -17,6 +17,7 @@
 #include "log.h"
 #include "plan.h"
 #include "plugin.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 static const char *const plan_keys[] = { "source", "partitions", "ops", NULL };
@@ -946,4 +947,143 @@ plan_range_slice(const struct plan *plan, int partition, int64_t *first,
 	plan_slice(n, plan->partitions, partition, &begin, &end);
 	*first = (int64_t)(plan->range_start + (__int128)begin * plan->range_step);
 	*count = end - begin;
+}
+
+/* Add len bytes of s to the description, control characters as '?'. */
+static void
+plan_describe_add(char *buf, size_t *used, const char *s, size_t len)
+{
+	size_t	i;
+
+	for (i = 0; i < len && *used < PLAN_DESCRIBE_MAX; i++) {
+		buf[(*used)++] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ?
+		    '?' : s[i];
+	}
+}
+
+/* Add a formatted word to the description. */
+static void __attribute__((format(printf, 3, 4)))
+plan_describe_addf(char *buf, size_t *used, const char *fmt, ...)
+{
+	char	 word[64];
+	va_list	 ap;
+	int	 n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(word, sizeof word, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		plan_describe_add(buf, used, word, strlen(word));
+}
+
+/* A path, its file's name alone when it is long: .../words.txt. */
+static void
+plan_describe_path(char *buf, size_t *used, const char *path)
+{
+	const char	*name = strrchr(path, '/');
+
+	if (strlen(path) <= 24 || name == NULL || name[1] == '\0') {
+		plan_describe_add(buf, used, path, strlen(path));
+		return;
+	}
+	plan_describe_add(buf, used, "...", 3);
+	plan_describe_add(buf, used, name, strlen(name));
+}
+
+/* The source, as "range 0..100", "text /a/b (+2)", "parallelize 5". */
+static void
+plan_describe_source(const struct plan *plan, char *buf, size_t *used)
+{
+	switch (plan->source) {
+	case PLAN_SOURCE_RANGE:
+		plan_describe_addf(buf, used, "range %lld..%lld",
+		    (long long)plan->range_start, (long long)plan->range_end);
+		if (plan->range_step != 1)
+			plan_describe_addf(buf, used, " step %lld",
+			    (long long)plan->range_step);
+		break;
+	case PLAN_SOURCE_TEXT:
+		plan_describe_addf(buf, used, "text ");
+		if (plan->nfiles > 0)
+			plan_describe_path(buf, used, plan->files[0].path);
+		if (plan->nfiles > 1)
+			plan_describe_addf(buf, used, " (+%zu)",
+			    plan->nfiles - 1);
+		break;
+	case PLAN_SOURCE_PARALLELIZE:
+		plan_describe_addf(buf, used, "parallelize %zu",
+		    json_array_size(plan->records));
+		break;
+	case PLAN_SOURCE_CHECKPOINT:
+		plan_describe_addf(buf, used, "checkpoint %.8s",
+		    plan->checkpoint);
+		break;
+	}
+}
+
+/* One op, as "filter contains 7" or "pipe sort -u". */
+static void
+plan_describe_op(const struct plan_op *op, char *buf, size_t *used)
+{
+	static const char *const names[] = {
+		[PLAN_OP_FILTER_CONTAINS] = "filter contains ",
+		[PLAN_OP_FILTER_REGEX] = "filter regex ",
+		[PLAN_OP_FILTER_BROADCAST] = "filter in_broadcast ",
+		[PLAN_OP_MAP_UPPER] = "map upper",
+		[PLAN_OP_MAP_LOWER] = "map lower",
+		[PLAN_OP_MAP_TRIM] = "map trim",
+		[PLAN_OP_MAP_FIELD] = "map field ",
+		[PLAN_OP_MAP_JSON] = "map json ",
+		[PLAN_OP_FLAT_MAP_SPLIT] = "flat_map split ",
+		[PLAN_OP_SAMPLE] = "sample ",
+		[PLAN_OP_LIMIT] = "limit ",
+		[PLAN_OP_PIPE] = "pipe ",
+		[PLAN_OP_UDF] = "udf ",
+		[PLAN_OP_PYTHON] = "python ",
+	};
+
+	plan_describe_add(buf, used, names[op->type], strlen(names[op->type]));
+	switch (op->type) {
+	case PLAN_OP_FILTER_BROADCAST:
+		plan_describe_addf(buf, used, "%lld", (long long)op->broadcast);
+		break;
+	case PLAN_OP_MAP_FIELD:
+		plan_describe_addf(buf, used, "%lld", (long long)op->index);
+		break;
+	case PLAN_OP_SAMPLE:
+		plan_describe_addf(buf, used, "%g", op->fraction);
+		break;
+	case PLAN_OP_LIMIT:
+		plan_describe_addf(buf, used, "%lld", (long long)op->limit);
+		break;
+	case PLAN_OP_UDF:
+		plan_describe_add(buf, used, op->udf_symbol,
+		    strlen(op->udf_symbol));
+		break;
+	case PLAN_OP_PYTHON:
+		plan_describe_addf(buf, used, "%s",
+		    plan_python_kind_name(op->py_kind));
+		break;
+	case PLAN_OP_MAP_UPPER:
+	case PLAN_OP_MAP_LOWER:
+	case PLAN_OP_MAP_TRIM:
+		break;
+	default:
+		plan_describe_add(buf, used, op->arg, op->arglen);
+		break;
+	}
+}
+
+char *
+plan_describe(const struct plan *plan)
+{
+	char	buf[PLAN_DESCRIBE_MAX];
+	size_t	used = 0, i;
+
+	plan_describe_source(plan, buf, &used);
+	for (i = 0; i < plan->nops; i++) {
+		plan_describe_add(buf, &used, " | ", 3);
+		plan_describe_op(&plan->ops[i], buf, &used);
+	}
+	return (utf8_clean(buf, used, PLAN_DESCRIBE_MAX));
 }

@@ -143,6 +143,11 @@ int	 plan_is_uuid(const char *s);
  * plugin does not mark deterministic (after plan_check_resources). */
 int	 plan_is_deterministic(const struct plan *);
 
+/* What the plan does in one line of at most PLAN_DESCRIBE_MAX bytes of
+ * UTF-8, for status: "range 0..100 | filter contains 7 | pipe sort",
+ * control characters as '?'. */
+#define PLAN_DESCRIBE_MAX	240
+char	*plan_describe(const struct plan *);
 /* The files and sizes as JSON ([{"path":..,"size":..}]), and back: the
  * worker takes emberd's expanded list in place of the plan's paths. */
 json_t	*plan_files_to_json(const struct plan *);

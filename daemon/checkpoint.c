@@ -96,6 +96,7 @@ struct ckpt_call {
 	char			*uid_dir;
 	char			*id;		/* a removal's */
 	int			 local;		/* in which base */
+	struct ckpt_call	*lead;		/* whose helper removes it too */
 	int			 adopt;
 	TAILQ_ENTRY(ckpt_call)	 entry;
 };
@@ -104,6 +105,8 @@ static TAILQ_HEAD(, ckpt_call) ckpt_calls = TAILQ_HEAD_INITIALIZER(ckpt_calls);
  * again by the cleaner.  Until then no clean removes or adopts them. */
 static TAILQ_HEAD(, ckpt_call) ckpt_retries =
     TAILQ_HEAD_INITIALIZER(ckpt_retries);
+/* Checkpoints one removal helper removes, at most. */
+#define CKPT_REMOVE_BATCH	64
 
 /* In checkpoint.dir, emberd's own: the reliable checkpoints being
  * removed ("UID ID" lines), so that a removal emberd did not see through
@@ -364,11 +367,12 @@ checkpoint_open_dir(const struct checkpoint *c, char **err)
 	return (checkpoint_open_uid(c->local, c->uid, c->gid, err));
 }
 
-/* Run verb for c's uid on its directory in base local; helper_run's
- * return. */
+/* Run verb for c's uid on its directory in base local, as background
+ * work if background is set; helper_run's return. */
 static struct helper *
-checkpoint_run(uid_t uid, gid_t gid, int local, const char *verb,
-    json_t *args, helper_cb cb, void *arg, const char **class, char **err)
+checkpoint_run(uid_t uid, gid_t gid, int local, int background,
+    const char *verb, json_t *args, helper_cb cb, void *arg,
+    const char **class, char **err)
 {
 	struct helper	*h;
 	int		 fd;
@@ -376,7 +380,11 @@ checkpoint_run(uid_t uid, gid_t gid, int local, const char *verb,
 	*class = "INTERNAL";
 	if ((fd = checkpoint_open_uid(local, uid, gid, err)) == -1)
 		return (NULL);
-	h = helper_run(uid, gid, verb, args, fd, cb, arg, class, err);
+	if (background)
+		h = helper_run_background(uid, gid, verb, args, fd, cb, arg,
+		    class, err);
+	else
+		h = helper_run(uid, gid, verb, args, fd, cb, arg, class, err);
 	close(fd);
 	return (h);
 }
@@ -583,7 +591,7 @@ checkpoint_write_manifest(struct checkpoint *c, json_t *m, helper_cb cb)
 
 	args = json_pack("{s:s,s:s,s:o}", "dir", c->uid_dir, "id", c->id,
 	    "manifest", m);
-	c->helper = checkpoint_run(c->uid, c->gid, 0, "checkpoint_commit",
+	c->helper = checkpoint_run(c->uid, c->gid, 0, 0, "checkpoint_commit",
 	    args, cb, c, &class, &err);
 	json_decref(args);
 	if (c->helper == NULL) {
@@ -656,7 +664,8 @@ checkpoint_call_error(json_t *reply, int *fds, size_t nfds,
 	return (error);
 }
 
-/* Start a helper call; on failure the callback runs at once. */
+/* Start a helper call, as background work that leaves the user's own
+ * helpers alone; on failure the callback runs at once. */
 static void
 checkpoint_call(struct ckpt_call *k, const char *verb, json_t *args,
     helper_cb cb)
@@ -665,8 +674,8 @@ checkpoint_call(struct ckpt_call *k, const char *verb, json_t *args,
 	char		*err = NULL;
 
 	TAILQ_INSERT_TAIL(&ckpt_calls, k, entry);
-	k->helper = checkpoint_run(k->uid, k->gid, k->local, verb, args, cb,
-	    k, &class, &err);
+	k->helper = checkpoint_run(k->uid, k->gid, k->local, 1, verb, args,
+	    cb, k, &class, &err);
 	/* A clean's answer is small, whatever the user's files hold: some
 	 * numbers per checkpoint emberd keeps or may adopt. */
 	if (k->helper != NULL)
@@ -752,48 +761,138 @@ checkpoint_load_removals(void)
 	fclose(f);
 }
 
-/* A removal's answer: nothing waits for it but the log. */
+/* Is id one of the strings of a? */
+static int
+checkpoint_listed(json_t *a, const char *id)
+{
+	json_t	*v;
+	size_t	 i;
+
+	json_array_foreach(a, i, v) {
+		if (json_is_string(v) && strcmp(json_string_value(v), id) == 0)
+			return (1);
+	}
+	return (0);
+}
+
+static void	checkpoint_remove_batch(const char *);
+
+/* One removal of a batch answered: done, or left to the cleaner. */
+static void
+checkpoint_removed_one(struct ckpt_call *k, const char *error,
+    json_t *failed)
+{
+	k->lead = NULL;
+	if (error == NULL || (json_is_array(failed) &&
+	    !checkpoint_listed(failed, k->id))) {
+		log_debug("checkpoint %s removed", k->id);
+		checkpoint_call_free(k);
+		return;
+	}
+	log_warn("checkpoint %s: removing it: %s (the cleaner will try again)",
+	    k->id, error);
+	TAILQ_REMOVE(&ckpt_calls, k, entry);
+	TAILQ_INSERT_TAIL(&ckpt_retries, k, entry);
+}
+
+/* A batch's answer: nothing waits for it but the log.  The removals that
+ * failed go to the cleaner; the next batch of their directory goes. */
 static void
 checkpoint_removed_cb(json_t *reply, int *fds, size_t nfds,
     const char *class, const char *error, void *arg)
 {
-	struct ckpt_call	*k = arg;
+	struct ckpt_call	*lead = arg, *k, *next;
+	json_t			*failed;
+	char			*dir = xstrdup(lead->uid_dir);
 
 	(void)class;
-	if ((error = checkpoint_call_error(reply, fds, nfds, error)) == NULL) {
-		log_debug("checkpoint %s removed", k->id);
-		checkpoint_call_free(k);
-		checkpoint_forget_removals();
+	failed = reply != NULL ? json_object_get(reply, "failed") : NULL;
+	error = checkpoint_call_error(reply, fds, nfds, error);
+	lead->helper = NULL;
+	TAILQ_FOREACH_SAFE(k, &ckpt_calls, entry, next) {
+		if (k->lead == lead)
+			checkpoint_removed_one(k, error, failed);
+	}
+	checkpoint_removed_one(lead, error, failed);
+	checkpoint_forget_removals();
+	ember_check_drained();
+	checkpoint_remove_batch(dir);
+	free(dir);
+}
+
+/*
+ * Start the next batch of the removals waiting in a uid's directory,
+ * unless one runs there: one background helper removes up to
+ * CKPT_REMOVE_BATCH checkpoints, so a burst of drops costs a helper or
+ * two, not one each.
+ */
+static void
+checkpoint_remove_batch(const char *uid_dir)
+{
+	struct ckpt_call	*k, *lead = NULL;
+	const char		*class;
+	char			*err = NULL;
+	json_t			*ids, *args;
+
+	TAILQ_FOREACH(k, &ckpt_calls, entry) {
+		if (k->id != NULL && k->helper != NULL &&
+		    strcmp(k->uid_dir, uid_dir) == 0)
+			return;
+	}
+	ids = json_array();
+	TAILQ_FOREACH(k, &ckpt_calls, entry) {
+		if (k->id == NULL || k->lead != NULL ||
+		    strcmp(k->uid_dir, uid_dir) != 0)
+			continue;
+		if (lead == NULL)
+			lead = k;
+		else
+			k->lead = lead;
+		json_array_append_new(ids, json_string(k->id));
+		if (json_array_size(ids) == CKPT_REMOVE_BATCH)
+			break;
+	}
+	if (lead == NULL) {
+		json_decref(ids);
 		return;
 	}
-	log_warn("checkpoint %s: removing it: %s (the cleaner will try "
-	    "again)", k->id, error);
-	TAILQ_REMOVE(&ckpt_calls, k, entry);
-	k->helper = NULL;
-	TAILQ_INSERT_TAIL(&ckpt_retries, k, entry);
-	ember_check_drained();
+	args = json_pack("{s:s,s:o}", "dir", lead->uid_dir, "ids", ids);
+	lead->helper = checkpoint_run(lead->uid, lead->gid, lead->local, 1,
+	    "checkpoint_remove", args, checkpoint_removed_cb, lead, &class,
+	    &err);
+	/* Its answer names at most the ids that stay. */
+	if (lead->helper != NULL)
+		helper_limit_reply(lead->helper, CKPT_REPLY_BASE +
+		    CKPT_REPLY_EACH * json_array_size(ids));
+	json_decref(args);
+	if (lead->helper == NULL) {
+		checkpoint_removed_cb(NULL, NULL, 0, class, err, lead);
+		free(err);
+	}
 }
 
 /* Try the removals that failed again. */
 static void
 checkpoint_retry_removals(void)
 {
-	TAILQ_HEAD(, ckpt_call)	 list = TAILQ_HEAD_INITIALIZER(list);
 	struct ckpt_call	*k;
+	json_t			*dirs = json_object();
+	const char		*dir;
+	json_t			*v;
 
 	/* A removal that fails again goes back to ckpt_retries. */
 	while ((k = TAILQ_FIRST(&ckpt_retries)) != NULL) {
 		TAILQ_REMOVE(&ckpt_retries, k, entry);
-		TAILQ_INSERT_TAIL(&list, k, entry);
+		TAILQ_INSERT_TAIL(&ckpt_calls, k, entry);
+		json_object_set_new(dirs, k->uid_dir, json_true());
 	}
-	while ((k = TAILQ_FIRST(&list)) != NULL) {
-		TAILQ_REMOVE(&list, k, entry);
-		checkpoint_call(k, "checkpoint_remove", json_pack("{s:s,s:s}",
-		    "dir", k->uid_dir, "id", k->id), checkpoint_removed_cb);
-	}
+	json_object_foreach(dirs, dir, v)
+		checkpoint_remove_batch(dir);
+	json_decref(dirs);
 }
 
-/* Ask the user's helper to remove c's directory. */
+/* Have the user's helper remove c's directory, with the removals of the
+ * same directory asked meanwhile. */
 static void
 checkpoint_remove_files(struct checkpoint *c)
 {
@@ -805,8 +904,8 @@ checkpoint_remove_files(struct checkpoint *c)
 	k->uid_dir = xstrdup(c->uid_dir);
 	k->id = xstrdup(c->id);
 	k->local = c->local;
-	checkpoint_call(k, "checkpoint_remove", json_pack("{s:s,s:s}", "dir",
-	    c->uid_dir, "id", c->id), checkpoint_removed_cb);
+	TAILQ_INSERT_TAIL(&ckpt_calls, k, entry);
+	checkpoint_remove_batch(k->uid_dir);
 }
 
 void
@@ -954,8 +1053,8 @@ checkpoint_fetch_plan(struct checkpoint *c, struct session *s, char **err)
 
 	args = json_pack("{s:s,s:s,s:I}", "dir", c->uid_dir, "id", c->id,
 	    "max", (json_int_t)CKPT_MAX_MANIFEST);
-	c->helper = checkpoint_run(c->uid, c->gid, 0, "checkpoint_plan", args,
-	    checkpoint_planned_cb, c, &class, &e);
+	c->helper = checkpoint_run(c->uid, c->gid, 0, 0, "checkpoint_plan",
+	    args, checkpoint_planned_cb, c, &class, &e);
 	json_decref(args);
 	if (c->helper == NULL) {
 		xasprintf(err, "plan.source.checkpoint: checkpoint %s: "

@@ -10,12 +10,14 @@
 #include "helper.h"
 #include "log.h"
 #include "queue.h"
+#include "savelog.h"
 #include "xmalloc.h"
 
 enum commit_state {
 	COMMIT_NEW,		/* nothing asked */
 	COMMIT_BEGINNING,	/* save_begin runs */
-	COMMIT_BEGUN,		/* PATH/_temporary/OPERATION is made */
+	COMMIT_BEGUN,		/* PATH/_temporary/OPERATION is made (with
+				   no ids: may be, its answer was lost) */
 	COMMIT_FINISHING,	/* save_commit runs */
 	COMMIT_FINISHED,	/* committed: nothing to undo */
 	COMMIT_ABORTING,	/* save_abort runs */
@@ -35,14 +37,26 @@ struct commit {
 	commit_cb		 cb;
 	void			*arg;
 	int			 orphan;	/* nobody waits: in orphans */
-	struct event		*retry;		/* an orphan's next abort */
+	int			 partitions;	/* to commit */
+	int			 runs;		/* of save_commit */
+	const char		*lost_class;	/* save_begin's answer lost: */
+	char			*lost_error;	/* told once undone */
+	struct event		*retry;		/* the undo's next try */
 	int			 tries;
 	TAILQ_ENTRY(commit)	 entry;
 };
 
-/* An orphan's abort refused (the user's helpers at their limit, the
- * fork-server restarting) is tried again each second, for a minute. */
-#define COMMIT_ABORT_TRIES	60
+/*
+ * A step's helper that dies (or times out) leaves the step done in part:
+ * save_commit is run again, up to COMMIT_RUNS times in all, as a run
+ * finishes what the one before it began; save_abort is tried again until
+ * it is done, each second for a minute, then each minute.  A client that
+ * waits for an undo waits for COMMIT_UNDO_WAITED tries; then it hears of
+ * the failure and the undo goes on without it.
+ */
+#define COMMIT_RUNS		3
+#define COMMIT_UNDO_WAITED	5
+#define COMMIT_UNDO_FAST	60
 
 /* Commits freed while a step ran: they end when it answers. */
 static TAILQ_HEAD(, commit) orphans = TAILQ_HEAD_INITIALIZER(orphans);
@@ -89,21 +103,27 @@ commit_destroy(struct commit *c)
 		event_free(c->retry);
 	if (c->ids != NULL)
 		json_decref(c->ids);
+	free(c->lost_error);
 	free(c->path);
 	free(c->operation);
 	free(c->task_dir);
 	free(c);
 }
 
-/* Ask a helper, as the client's user, for one step with args (taken). */
+/* Ask a helper, as the client's user, for one step with args (taken);
+ * one nobody waits for is background work. */
 static int
 commit_ask(struct commit *c, const char *verb, json_t *args,
     enum commit_state state, const char **class, char **err)
 {
 	json_object_set_new(args, "path", json_string(c->path));
 	json_object_set_new(args, "operation", json_string(c->operation));
-	c->h = helper_run(c->uid, c->gid, verb, args, -1, commit_answer_cb, c,
-	    class, err);
+	if (c->orphan)
+		c->h = helper_run_background(c->uid, c->gid, verb, args, -1,
+		    commit_answer_cb, c, class, err);
+	else
+		c->h = helper_run(c->uid, c->gid, verb, args, -1,
+		    commit_answer_cb, c, class, err);
 	json_decref(args);
 	if (c->h == NULL)
 		return (-1);
@@ -112,45 +132,94 @@ commit_ask(struct commit *c, const char *verb, json_t *args,
 	return (0);
 }
 
-static void	commit_abort_orphan(struct commit *);
+/* Nobody waits for the commit any more: it ends on its own. */
+static void
+commit_orphan(struct commit *c)
+{
+	if (c->orphan)
+		return;
+	c->orphan = 1;
+	TAILQ_INSERT_TAIL(&orphans, c, entry);
+	norphans++;
+}
+
+/* Tell whoever waits how the step ended; a beginning whose answer was
+ * lost is told so once it is undone. */
+static void
+commit_tell(struct commit *c, const char *class, const char *msg)
+{
+	if (c->lost_error != NULL) {
+		class = c->lost_class;
+		msg = c->lost_error;
+	}
+	c->cb(class, msg, c->arg);
+}
+
+static void	commit_undo(struct commit *);
 
 static void
 commit_retry_cb(evutil_socket_t fd, short events, void *arg)
 {
 	(void)fd; (void)events;
-	commit_abort_orphan(arg);
+	commit_undo(arg);
+}
+
+/* The undo could not be asked, or its helper died: try it again later.
+ * A client waiting hears of it after a few tries. */
+static void
+commit_undo_later(struct commit *c, const char *class, const char *msg)
+{
+	struct timeval	 tv = { c->tries < COMMIT_UNDO_FAST ? 1 : 60, 0 };
+
+	c->state = COMMIT_BEGUN;
+	c->tries++;
+	if (c->tries == 1 || c->tries % COMMIT_UNDO_FAST == 0)
+		log_info("operation %s: undoing the save waits, to be tried "
+		    "again: %s", c->operation, msg);
+	if (!c->orphan && c->tries >= COMMIT_UNDO_WAITED) {
+		log_warn("operation %s: the save's client is told, and the "
+		    "undo goes on", c->operation);
+		commit_tell(c, class, msg);
+		return;
+	}
+	if (c->retry == NULL)
+		c->retry = evtimer_new(ember_base, commit_retry_cb, c);
+	evtimer_add(c->retry, &tv);
+}
+
+/* Ask for save_abort: with the ids, or by name after a lost beginning. */
+static void
+commit_undo(struct commit *c)
+{
+	const char	*class;
+	char		*err = NULL;
+	json_t		*args = json_object();
+
+	if (c->ids != NULL)
+		json_object_set(args, "ids", c->ids);
+	if (commit_ask(c, "save_abort", args, COMMIT_ABORTING, &class,
+	    &err) == 0)
+		return;
+	commit_undo_later(c, class, err);
+	free(err);
 }
 
 /* Ask for save_abort with nobody waiting; the commit ends with it. */
 static void
 commit_abort_orphan(struct commit *c)
 {
-	struct timeval	 tv = { 1, 0 };
-	const char	*class;
-	char		*err = NULL;
+	commit_orphan(c);
+	commit_undo(c);
+}
 
-	if (!c->orphan) {
-		c->orphan = 1;
-		TAILQ_INSERT_TAIL(&orphans, c, entry);
-		norphans++;
-	}
-	if (commit_ask(c, "save_abort", json_pack("{s:O}", "ids", c->ids),
-	    COMMIT_ABORTING, &class, &err) == 0)
-		return;
-	if (++c->tries < COMMIT_ABORT_TRIES) {
-		if (c->tries == 1)
-			log_info("operation %s: undoing the save waits: %s",
-			    c->operation, err);
-		free(err);
-		if (c->retry == NULL)
-			c->retry = evtimer_new(ember_base, commit_retry_cb, c);
-		evtimer_add(c->retry, &tv);
-		return;
-	}
-	log_warn("operation %s: %s/_temporary/%s is left: %s", c->operation,
-	    c->path, c->operation, err);
-	free(err);
-	commit_destroy(c);
+/* Ask for save_commit, once more. */
+static int
+commit_ask_finish(struct commit *c, const char **class, char **err)
+{
+	c->runs++;
+	return (commit_ask(c, "save_commit", json_pack("{s:i,s:b,s:O}",
+	    "partitions", c->partitions, "overwrite", c->overwrite, "ids",
+	    c->ids), COMMIT_FINISHING, class, err));
 }
 
 /* Read a step's answer: 0, or -1 with *class and *msg. */
@@ -186,6 +255,43 @@ commit_read_answer(struct commit *c, json_t *reply, const char *hclass,
 	return (0);
 }
 
+/* save_begin's helper died: it may have made the operation's directory.
+ * Undo that by name, then tell. */
+static void
+commit_begin_lost(struct commit *c, const char *class, const char *msg)
+{
+	log_warn("operation %s: save_begin: %s; undoing what it made",
+	    c->operation, msg);
+	savelog_begun(c->uid, c->gid, c->path, c->operation, c->overwrite,
+	    NULL);
+	c->state = COMMIT_BEGUN;
+	c->lost_class = class;
+	c->lost_error = xstrdup(msg);
+	if (c->orphan)
+		commit_abort_orphan(c);
+	else
+		commit_undo(c);
+}
+
+/* save_commit's helper died: run the commit again.  0 if it runs. */
+static int
+commit_finish_again(struct commit *c, const char *msg)
+{
+	const char	*class;
+	char		*err = NULL;
+
+	if (c->orphan || c->runs >= COMMIT_RUNS)
+		return (-1);
+	log_warn("operation %s: save_commit: %s; the commit is run again",
+	    c->operation, msg);
+	if (commit_ask_finish(c, &class, &err) == 0)
+		return (0);
+	log_warn("operation %s: running the commit again: %s", c->operation,
+	    err);
+	free(err);
+	return (-1);
+}
+
 /* A helper answered a step, or could not. */
 static void
 commit_answer_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
@@ -201,22 +307,48 @@ commit_answer_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
 	rc = commit_read_answer(c, reply, hclass, herr, &class, &msg);
 	switch (c->state) {
 	case COMMIT_BEGINNING:
+		if (rc == -1 && hclass != NULL) {
+			commit_begin_lost(c, hclass, herr);
+			return;
+		}
 		c->state = rc == 0 ? COMMIT_BEGUN : COMMIT_NEW;
+		if (rc == 0)
+			savelog_begun(c->uid, c->gid, c->path, c->operation,
+			    c->overwrite, c->ids);
 		break;
 	case COMMIT_FINISHING:
+		if (rc == -1 && hclass != NULL &&
+		    commit_finish_again(c, herr) == 0)
+			return;
+		if (rc == 0 && c->runs > 1)
+			log_info("operation %s: the commit was run again and "
+			    "succeeded", c->operation);
+		else if (rc == -1 && c->runs > 1)
+			log_warn("operation %s: the commit was run again and "
+			    "failed: the save is undone", c->operation);
 		c->state = rc == 0 ? COMMIT_FINISHED : COMMIT_BEGUN;
+		if (rc == 0)
+			savelog_ended(c->uid, c->operation);
 		break;
 	case COMMIT_ABORTING:
+		if (rc == -1 && hclass != NULL) {
+			commit_undo_later(c, hclass, herr);
+			return;
+		}
 		c->state = COMMIT_ABORTED;
+		savelog_ended(c->uid, c->operation);
 		if (rc == -1)
 			log_warn("operation %s: save_abort: %s", c->operation,
 			    msg);
+		else if (c->tries > 0)
+			log_info("operation %s: the save is undone, at try %d",
+			    c->operation, c->tries + 1);
 		break;
 	default:
 		fatalx("%s: no step was running", __func__);
 	}
 	if (!c->orphan) {
-		c->cb(class, msg, c->arg);
+		commit_tell(c, class, msg);
 		return;
 	}
 	if (c->state == COMMIT_BEGUN)
@@ -247,9 +379,9 @@ commit_finish(struct commit *c, int partitions, commit_cb cb, void *arg,
 		fatalx("%s: operation %s: not begun", __func__, c->operation);
 	c->cb = cb;
 	c->arg = arg;
-	return (commit_ask(c, "save_commit", json_pack("{s:i,s:b,s:O}",
-	    "partitions", partitions, "overwrite", c->overwrite, "ids",
-	    c->ids), COMMIT_FINISHING, class, err));
+	c->partitions = partitions;
+	savelog_committing(c->uid, c->operation, partitions);
+	return (commit_ask_finish(c, class, err));
 }
 
 /* Ask for save_abort; 1 if there is nothing to undo (no answer comes). */
@@ -257,14 +389,15 @@ int
 commit_abort(struct commit *c, commit_cb cb, void *arg, const char **class,
     char **err)
 {
+	(void)class; (void)err;
 	if (c->h != NULL)
 		fatalx("%s: operation %s: a step runs", __func__, c->operation);
 	if (c->state != COMMIT_BEGUN)
 		return (1);
 	c->cb = cb;
 	c->arg = arg;
-	return (commit_ask(c, "save_abort", json_pack("{s:O}", "ids", c->ids),
-	    COMMIT_ABORTING, class, err));
+	commit_undo(c);
+	return (0);
 }
 
 /* Forget a commit; what it began and did not commit is undone. */
@@ -275,10 +408,9 @@ commit_free(struct commit *c)
 		return;
 	c->cb = NULL;
 	c->arg = NULL;
-	if (c->h != NULL) {
-		c->orphan = 1;
-		TAILQ_INSERT_TAIL(&orphans, c, entry);
-		norphans++;
+	if (c->h != NULL || (c->retry != NULL &&
+	    evtimer_pending(c->retry, NULL))) {
+		commit_orphan(c);	/* it goes on as it is */
 		return;
 	}
 	if (c->state == COMMIT_BEGUN) {
@@ -286,6 +418,33 @@ commit_free(struct commit *c)
 		return;
 	}
 	commit_destroy(c);
+}
+
+/* Finish a save a past run left: its commit again, else its undo. */
+void
+commit_recover(const char *path, const char *operation, int overwrite,
+    uid_t uid, gid_t gid, json_t *ids, int partitions)
+{
+	struct commit	*c;
+	const char	*class;
+	char		*err = NULL;
+
+	c = commit_create(path, overwrite, operation, uid, gid);
+	c->ids = ids != NULL ? json_incref(ids) : NULL;
+	c->state = COMMIT_BEGUN;
+	commit_orphan(c);
+	if (partitions >= 0 && c->ids != NULL) {
+		log_info("operation %s: the commit of a save to %s that "
+		    "emberd left is run again", operation, path);
+		c->partitions = partitions;
+		if (commit_ask_finish(c, &class, &err) == 0)
+			return;
+		log_warn("operation %s: %s", operation, err);
+		free(err);
+	} else
+		log_info("operation %s: a save to %s that emberd left is "
+		    "undone", operation, path);
+	commit_undo(c);
 }
 
 /* Count the saves being undone with nobody waiting. */
@@ -304,14 +463,14 @@ commit_free_all(void)
 	while ((c = TAILQ_FIRST(&orphans)) != NULL) {
 		if (c->h != NULL) {
 			log_warn("operation %s: emberd exits before its save "
-			    "step answered; %s/_temporary/%s may be left",
-			    c->operation, c->path, c->operation);
+			    "step answered; the next start finishes it",
+			    c->operation);
 			helper_cancel(c->h);
 			c->h = NULL;
 		} else if (c->retry != NULL)
 			log_warn("operation %s: emberd exits before it could "
-			    "undo the save; %s/_temporary/%s is left",
-			    c->operation, c->path, c->operation);
+			    "undo the save; the next start undoes it",
+			    c->operation);
 		commit_destroy(c);
 	}
 }

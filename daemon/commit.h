@@ -7,7 +7,10 @@
  * save_commit moves the parts into PATH and writes _SUCCESS when every
  * task succeeded; save_abort removes what the save made when it failed.
  * A save abandoned while a step runs is aborted once that step answers,
- * with nobody waiting.
+ * with nobody waiting.  A step whose helper dies is done in part: a
+ * save_commit is run again (a few times, then the save is aborted), a
+ * save_abort until it is done, and a save_begin is undone by name before
+ * the caller hears HELPER_FAILED.
  */
 #ifndef EMBER_COMMIT_H
 #define EMBER_COMMIT_H
@@ -15,6 +18,8 @@
 #include <sys/types.h>
 
 #include <stddef.h>
+
+#include <jansson.h>
 
 struct commit;
 
@@ -33,7 +38,9 @@ const char	*commit_task_dir(const struct commit *);
  * Ask for a step; cb gets its answer (never from within the call).  -1
  * with *class and *err (allocated) if it cannot be asked now (a helper
  * limit, no fork-server).  commit_abort of a save not begun answers at
- * once that there is nothing to undo.
+ * once that there is nothing to undo (1); else it is never refused (0):
+ * an undo that cannot be asked is tried again, and cb hears of it after
+ * a few tries while it goes on.
  */
 int		 commit_begin(struct commit *, commit_cb, void *,
 		     const char **class, char **err);
@@ -45,6 +52,11 @@ int		 commit_abort(struct commit *, commit_cb, void *,
 /* Forget a commit: no callback comes any more.  A save begun (or still
  * beginning) and not committed is aborted, nobody waiting. */
 void		 commit_free(struct commit *);
+/* A save a past run of emberd left (savelog.c): with partitions (not -1)
+ * its commit had started and is run again; else, or if that fails, it is
+ * undone (by name if ids is NULL).  Nobody waits for it. */
+void		 commit_recover(const char *path, const char *operation,
+		     int overwrite, uid_t, gid_t, json_t *ids, int partitions);
 /* Saves being undone with nobody waiting (emberd's drain waits for them,
  * up to its grace period). */
 size_t		 commit_pending(void);

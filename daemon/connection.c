@@ -197,9 +197,13 @@ static void
 connection_reply_verror(struct connection *c, const char *class,
     const char *fmt, va_list ap)
 {
-	char	*msg;
+	char	*msg, *explained;
 
 	xvasprintf(&msg, fmt, ap);
+	if ((explained = session_explain_denied(c->uid, msg)) != NULL) {
+		free(msg);
+		msg = explained;
+	}
 	ember_counters.request_errors++;
 	log_debug("connection %llu (pid %ld): %s: %s",
 	    (unsigned long long)c->id, (long)c->pid, class, msg);

@@ -35,6 +35,7 @@
 #include "operation.h"
 #include "pool.h"
 #include "proctitle.h"
+#include "savelog.h"
 #include "scheduler.h"
 #include "session.h"
 #include "service.h"
@@ -419,6 +420,7 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 	}
 	operation_maintenance_start();
 	checkpoint_init();
+	savelog_open();
 	service_started(geteuid() != 0);
 	return (0);
 }
@@ -435,6 +437,7 @@ ember_stop(void)
 	checkpoint_shutdown();
 	operation_maintenance_stop();
 	commit_free_all();
+	savelog_close();
 	helper_shutdown();
 	pool_shutdown();
 	scheduler_free();

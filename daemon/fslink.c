@@ -328,6 +328,7 @@ fslink_start(struct fslink *fs)
 	log_debug("started fork-server %ld for uid %ld (%s)", (long)pid,
 	    (long)fs->uid, fslink_path);
 	pool_forkserver_ready(fs->pool);
+	helper_forkserver_ready(fs);
 	return (0);
 }
 
@@ -356,6 +357,13 @@ fslink_running(const struct fslink *fs)
 	return (fs != NULL && fs->fd != -1);
 }
 
+int
+fslink_restarting(const struct fslink *fs)
+{
+	return (fs != NULL && fs->restart != NULL &&
+	    evtimer_pending(fs->restart, NULL));
+}
+
 pid_t
 fslink_pid(const struct fslink *fs)
 {
@@ -369,6 +377,7 @@ fslink_exited(struct fslink *fs, int status)
 	struct timeval	 tv;
 	char		 how[96], why[128];
 	int64_t		 delay;
+	int		 again;
 
 	log_describe_wait(status, how, sizeof how);
 	snprintf(why, sizeof why, "the fork-server %s%s",
@@ -377,7 +386,9 @@ fslink_exited(struct fslink *fs, int status)
 	fslink_close(fs);
 	joblog_close(fs->joblog);	/* its last words */
 	fs->joblog = NULL;
-	helper_lost(fs, why);
+	/* One that had said hello is started again, and helpers wait. */
+	again = fs->hello && !ember_draining && !service_failed();
+	helper_lost(fs, why, again);
 	pool_forkserver_lost(fs->pool, why, !fs->hello);
 	fs->hello = 0;
 	if (ember_draining || service_failed()) {

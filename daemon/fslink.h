@@ -32,6 +32,8 @@ int		 fslink_fork(struct fslink *, int32_t request);
 int		 fslink_helper(struct fslink *, int32_t request);
 void		 fslink_kill(struct fslink *, pid_t, int signal);
 int		 fslink_running(const struct fslink *);
+/* Is it down, with a restart to come? */
+int		 fslink_restarting(const struct fslink *);
 pid_t		 fslink_pid(const struct fslink *);
 
 #endif

@@ -33,13 +33,19 @@
  * count helpers at work: one cancelled or failed counts until it is gone,
  * but one that answered only has to exit, so its slot is free at once for
  * the user's next step (a save's commit, a checkpoint's manifest); if it
- * lingers past daemon.helper_timeout, it is killed.
+ * lingers past daemon.helper_timeout, it is killed.  One asked while
+ * its fork-server restarts waits for it (within daemon.helper_timeout),
+ * as tasks wait for workers; it is asked once the fork-server is back.
  */
 struct helper {
 	int32_t			 id;		/* FS_HELPER request id */
 	uid_t			 client;	/* charged to */
 	struct fslink		*fs;
 	pid_t			 pid;		/* -1 until forked */
+	int			 sent;		/* asked of the fork-server */
+	int			 background;	/* emberd's own work */
+	int			 queued;	/* waits for the uid's slot */
+	int			 slot;		/* holds it */
 	int			 sock;		/* -1 until forked, and after */
 	int			 fds_in[HELPER_MAX_FDS]; /* to pass */
 	size_t			 nin;		/* 0: none, or sent */
@@ -60,7 +66,17 @@ struct helper {
 static TAILQ_HEAD(, helper) helpers = TAILQ_HEAD_INITIALIZER(helpers);
 static int32_t	helper_next_id = 1;
 
+/*
+ * Background helpers (removals, cleans, undos nobody waits for) are not
+ * charged to daemon.max_helpers_per_uid, so they never take the slots
+ * the user's own requests need: they run one at a time per uid, and the
+ * others wait in order, their time starting when they go.
+ */
+#define HELPER_BACKGROUND_PER_UID	1
+
 static void	helper_io_cb(evutil_socket_t, short, void *);
+static void	helper_timeout_cb(evutil_socket_t, short, void *);
+static void	helper_release_slot(struct helper *);
 
 /* Find a helper by its request. */
 static struct helper *
@@ -112,17 +128,22 @@ helper_free(struct helper *h)
 	TAILQ_REMOVE(&helpers, h, entry);
 	if (h->charged)
 		limit_release(h->client, LIMIT_HELPERS, 1);
+	helper_release_slot(h);
 	free(h->verb);
 	free(h);
 }
 
-/* Stop the exchange and the process; the struct waits for the exit. */
+/* Stop the exchange and the process; the struct waits for the exit, or
+ * goes at once if the fork-server was never asked for it. */
 static void
 helper_stop(struct helper *h)
 {
 	helper_close(h);
 	h->cb = NULL;
-	if (h->pid > 0)
+	helper_release_slot(h);
+	if (!h->sent)
+		helper_free(h);
+	else if (h->pid > 0)
 		fslink_kill(h->fs, h->pid, SIGKILL);
 }
 
@@ -140,6 +161,9 @@ helper_fail(struct helper *h, const char *class, const char *fmt, ...)
 	va_end(ap);
 	if (strcmp(class, "INTERNAL") == 0)
 		log_error("helper %ld (%s, uid %ld): %s", (long)h->pid, h->verb,
+		    (long)h->client, msg);
+	else if (strcmp(class, HELPER_FAILED) == 0)
+		log_warn("helper %ld (%s, uid %ld): %s", (long)h->pid, h->verb,
 		    (long)h->client, msg);
 	else
 		log_info("helper %ld (%s, uid %ld): %s", (long)h->pid, h->verb,
@@ -182,9 +206,58 @@ helper_run(uid_t client, gid_t gid, const char *verb, json_t *args,
 	    fd_in == -1 ? 0 : 1, cb, arg, class, err));
 }
 
-struct helper *
-helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
-    const int *fds, size_t nfds, helper_cb cb, void *arg,
+/* Background helpers running, holding uid's one slot. */
+static int
+helper_background_running(uid_t client)
+{
+	struct helper	*h;
+	int		 n = 0;
+
+	TAILQ_FOREACH(h, &helpers, entry) {
+		if (h->client == client && h->slot)
+			n++;
+	}
+	return (n);
+}
+
+/* Ask the fork-server for h, or let h wait for one restarting (or dying:
+ * its exit comes next, and helper_lost says whether h waits on); its time
+ * starts now. */
+static void
+helper_go(struct helper *h)
+{
+	h->queued = 0;
+	h->slot = h->background;
+	if (fslink_running(h->fs) && fslink_helper(h->fs, h->id) == 0)
+		h->sent = 1;
+	else
+		log_info("helper request %d (%s, uid %ld) waits for its "
+		    "fork-server", h->id, h->verb, (long)h->client);
+	helper_set_timer(h, helper_timeout_cb);
+}
+
+/* A background helper is done with its slot: the next one of its uid
+ * goes. */
+static void
+helper_release_slot(struct helper *h)
+{
+	struct helper	*next;
+
+	if (!h->slot)
+		return;
+	h->slot = 0;
+	TAILQ_FOREACH(next, &helpers, entry) {
+		if (next->queued && next->client == h->client)
+			break;
+	}
+	if (next != NULL)
+		helper_go(next);
+}
+
+/* Make a helper and ask for it (a background one may queue first). */
+static struct helper *
+helper_create(uid_t client, gid_t gid, const char *verb, json_t *args,
+    const int *fds, size_t nfds, int background, helper_cb cb, void *arg,
     const char **class, char **err)
 {
 	struct helper	*h;
@@ -201,12 +274,14 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 		    (long)client);
 		return (NULL);
 	}
-	if (!fslink_running(pool_fslink(p))) {
+	if (!fslink_running(pool_fslink(p)) &&
+	    !fslink_restarting(pool_fslink(p))) {
 		xasprintf(err, "uid %ld: its fork-server is not running now",
 		    (long)client);
 		return (NULL);
 	}
-	if (limit_charge(client, LIMIT_HELPERS, 1, err) == -1) {
+	if (!background && limit_charge(client, LIMIT_HELPERS, 1,
+	    err) == -1) {
 		*class = "LIMIT_EXCEEDED";
 		return (NULL);
 	}
@@ -222,7 +297,8 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 	h->max_reply = HELPER_MAX_REPLY;
 	h->cb = cb;
 	h->arg = arg;
-	h->charged = 1;
+	h->charged = !background;
+	h->background = background;
 	h->started_ms = ember_now_ms();
 	TAILQ_INSERT_TAIL(&helpers, h, entry);
 	for (i = 0; i < nfds; i++) {
@@ -234,13 +310,6 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 		}
 		h->nin++;
 	}
-	if (fslink_helper(h->fs, h->id) == -1) {
-		xasprintf(err, "uid %ld: its fork-server is not running now",
-		    (long)client);
-		helper_free(h);
-		return (NULL);
-	}
-
 	req = json_pack("{s:s,s:O}", "verb", verb, "args", args);
 	if ((text = json_dumps(req, JSON_COMPACT)) == NULL)
 		fatalx("json_dumps");
@@ -249,10 +318,35 @@ helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
 	evbuffer_add_frame(h->out, text, strlen(text));
 	free(text);
 	h->in = evbuffer_new();
-	helper_set_timer(h, helper_timeout_cb);
+	if (background && helper_background_running(client) >=
+	    HELPER_BACKGROUND_PER_UID) {
+		h->queued = 1;
+		log_debug("helper request %d: %s for uid %ld, queued", h->id,
+		    verb, (long)client);
+		return (h);
+	}
+	helper_go(h);
 	log_debug("helper request %d: %s for uid %ld", h->id, verb,
 	    (long)client);
 	return (h);
+}
+
+struct helper *
+helper_run_fds(uid_t client, gid_t gid, const char *verb, json_t *args,
+    const int *fds, size_t nfds, helper_cb cb, void *arg,
+    const char **class, char **err)
+{
+	return (helper_create(client, gid, verb, args, fds, nfds, 0, cb, arg,
+	    class, err));
+}
+
+struct helper *
+helper_run_background(uid_t client, gid_t gid, const char *verb,
+    json_t *args, int fd_in, helper_cb cb, void *arg, const char **class,
+    char **err)
+{
+	return (helper_create(client, gid, verb, args, &fd_in,
+	    fd_in == -1 ? 0 : 1, 1, cb, arg, class, err));
 }
 
 void
@@ -295,7 +389,7 @@ helper_write(struct helper *h)
 		n = evbuffer_write(h->out, h->sock);
 	if (n == -1 && errno != EAGAIN && errno != EWOULDBLOCK &&
 	    errno != EINTR) {
-		helper_fail(h, "INTERNAL", "sending the request: %s",
+		helper_fail(h, HELPER_FAILED, "sending the request: %s",
 		    strerror(errno));
 		return (-1);
 	}
@@ -325,8 +419,10 @@ helper_linger_cb(evutil_socket_t fd, short events, void *arg)
 static void
 helper_answered(struct helper *h)
 {
-	limit_release(h->client, LIMIT_HELPERS, 1);
+	if (h->charged)
+		limit_release(h->client, LIMIT_HELPERS, 1);
 	h->charged = 0;
+	helper_release_slot(h);
 	helper_set_timer(h, helper_linger_cb);
 }
 
@@ -396,7 +492,7 @@ helper_read(struct helper *h)
 	    errno == EINTR))
 		return (0);
 	if (n == -1) {
-		helper_fail(h, "INTERNAL", "reading its reply: %s",
+		helper_fail(h, HELPER_FAILED, "reading its reply: %s",
 		    strerror(errno));
 		return (-1);
 	}
@@ -414,7 +510,7 @@ helper_read(struct helper *h)
 		}
 	}
 	if (n == 0) {
-		helper_fail(h, "INTERNAL", "it exited without a reply");
+		helper_fail(h, HELPER_FAILED, "it exited without a reply");
 		return (-1);
 	}
 	return (0);
@@ -470,8 +566,8 @@ helper_fork_failed(struct fslink *fs, int32_t request, int error)
 		return;
 	}
 	if (h->cb != NULL)
-		helper_fail(h, "INTERNAL", "the fork-server could not fork "
-		    "it: %s", strerror(error));
+		helper_fail(h, HELPER_FAILED, "the fork-server could not "
+		    "fork it: %s", strerror(error));
 	helper_free(h);
 }
 
@@ -496,23 +592,44 @@ helper_exited(struct fslink *fs, pid_t pid, int status)
 	}
 	if (h->cb != NULL) {
 		log_describe_wait(status, how, sizeof how);
-		helper_fail(h, "INTERNAL", "it %s without a reply", how);
+		helper_fail(h, HELPER_FAILED, "it %s without a reply", how);
 	}
 	helper_free(h);
 	return (1);
 }
 
 void
-helper_lost(struct fslink *fs, const char *why)
+helper_lost(struct fslink *fs, const char *why, int restarting)
 {
 	struct helper	*h, *next;
 
 	TAILQ_FOREACH_SAFE(h, &helpers, entry, next) {
 		if (h->fs != fs)
 			continue;
-		if (h->cb != NULL)
-			helper_fail(h, "INTERNAL", "%s", why);
-		helper_free(h);
+		/* Not forked yet: it did nothing, and waits for the next. */
+		if (restarting && h->pid == -1 && h->cb != NULL) {
+			h->sent = 0;
+			continue;
+		}
+		if (h->cb != NULL) {
+			h->sent = 1;	/* freed here */
+			helper_fail(h, HELPER_FAILED, "%s", why);
+		}
+		if (h->sent)
+			helper_free(h);
+	}
+}
+
+void
+helper_forkserver_ready(struct fslink *fs)
+{
+	struct helper	*h;
+
+	TAILQ_FOREACH(h, &helpers, entry) {
+		if (h->fs != fs || h->sent || h->queued)
+			continue;
+		if (fslink_helper(fs, h->id) == 0)
+			h->sent = 1;
 	}
 }
 

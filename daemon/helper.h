@@ -23,14 +23,20 @@
 struct fslink;
 struct helper;
 
+/* The error class of a helper that died before it answered. */
+#define HELPER_FAILED	"HELPER_FAILED"
+
 /*
  * The answer, exactly once per helper_run that returned a handle, unless
  * the handle was cancelled first.  On success class is NULL, reply is
  * the verb's reply object (borrowed: incref what you keep) and fds[nfds]
  * the descriptors it handed out, which the callback now owns.  On failure
  * reply is NULL, nfds 0, and class and error say why: LIMIT_EXCEEDED for
- * daemon.helper_timeout, INTERNAL for a helper that could not be started
- * or answered nonsense (logged).  The handle is gone when it is called.
+ * daemon.helper_timeout, HELPER_FAILED for a helper that could not be
+ * forked or died (killed, its fork-server gone) before it answered: what
+ * it did of the verb is unknown, asking again may succeed; INTERNAL for
+ * one that answered nonsense (logged).  The handle is gone when it is
+ * called.
  */
 typedef void	(*helper_cb)(json_t *reply, int *fds, size_t nfds,
 		    const char *class, const char *error, void *arg);
@@ -40,7 +46,8 @@ typedef void	(*helper_cb)(json_t *reply, int *fds, size_t nfds,
  * jobs run as, passing fd_in along unless it is -1 (duplicated: the
  * caller keeps its own).  Returns a handle, or NULL with *err (allocated)
  * and *class set when it cannot start: LIMIT_EXCEEDED naming the limit,
- * INTERNAL when that user's fork-server is not running.
+ * INTERNAL when that user's fork-server could not be started and is not
+ * being restarted (while it restarts, the request waits for it).
  */
 struct helper	*helper_run(uid_t client, gid_t gid, const char *verb,
 		    json_t *args, int fd_in, helper_cb, void *arg,
@@ -49,6 +56,13 @@ struct helper	*helper_run(uid_t client, gid_t gid, const char *verb,
  * duplicated) along, in order. */
 struct helper	*helper_run_fds(uid_t client, gid_t gid, const char *verb,
 		    json_t *args, const int *fds, size_t nfds, helper_cb,
+		    void *arg, const char **class, char **err);
+/* The same, for emberd's own work that nobody waits for (a removal, a
+ * clean, an undo): not charged to daemon.max_helpers_per_uid, it runs
+ * when the uid's one background helper is done with the ones before it;
+ * daemon.helper_timeout counts from then. */
+struct helper	*helper_run_background(uid_t client, gid_t gid,
+		    const char *verb, json_t *args, int fd_in, helper_cb,
 		    void *arg, const char **class, char **err);
 /* A reply longer than max (under HELPER_MAX_REPLY) fails the helper
  * (INTERNAL) before emberd parses it: for a verb whose answer is small
@@ -63,8 +77,11 @@ void		 helper_cancel(struct helper *);
 void		 helper_forked(struct fslink *, int32_t request, pid_t, int fd);
 void		 helper_fork_failed(struct fslink *, int32_t request, int error);
 int		 helper_exited(struct fslink *, pid_t, int status);
-/* A fork-server exited: its helpers are gone, their requests fail. */
-void		 helper_lost(struct fslink *, const char *why);
+/* A fork-server exited: its helpers are gone, their requests fail; with
+ * restarting, those not forked yet wait for the next one. */
+void		 helper_lost(struct fslink *, const char *why, int restarting);
+/* A fork-server (re)started: ask it for the helpers waiting. */
+void		 helper_forkserver_ready(struct fslink *);
 /* Cancel and forget every helper (exit). */
 void		 helper_shutdown(void);
 

@@ -232,6 +232,17 @@ localdir_create(const char *name, int flags, mode_t mode)
 }
 
 int
+localdir_open_file(const char *name, int flags)
+{
+	if (localdir_fd == -1) {
+		errno = EBADF;
+		return (-1);
+	}
+	return (openat(localdir_fd, name, flags | O_NOFOLLOW | O_CLOEXEC |
+	    O_NOCTTY));
+}
+
+int
 localdir_unlink(const char *name)
 {
 	if (localdir_fd == -1) {

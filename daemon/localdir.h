@@ -30,6 +30,9 @@ const char	*localdir_path(void);
 /* A new file name in it, created with O_CREAT|O_EXCL|O_NOFOLLOW and the
  * extra flags: the descriptor, or -1 with errno. */
 int		 localdir_create(const char *name, int flags, mode_t);
+/* Open name in it, a file emberd made (never following a link): the
+ * descriptor, or -1 with errno. */
+int		 localdir_open_file(const char *name, int flags);
 /* Remove name from it (never following a link); 0 or -1 with errno. */
 int		 localdir_unlink(const char *name);
 

@@ -158,6 +158,7 @@ struct tomb_user {
 };
 static TAILQ_HEAD(, tomb_user) tomb_users = TAILQ_HEAD_INITIALIZER(tomb_users);
 static struct event *operation_timer;
+static uint64_t operation_timer_due;	/* when it fires (ember_now_ms) */
 
 static void	operation_pump(struct operation *);
 static void	operation_reply(struct operation *);
@@ -562,12 +563,18 @@ static void
 operation_stream_error(struct operation *op, const char *msg)
 {
 	struct evbuffer	*out = connection_output(op->conn);
-	size_t		 len = strlen(msg);
+	char		*explained;
+	size_t		 len;
 
+	explained = session_explain_denied(session_uid(op->session), msg);
+	if (explained != NULL)
+		msg = explained;
+	len = strlen(msg);
 	evbuffer_add_int32(out, op->partition_open ? EMBER_EXCEPTION_THROWN :
 	    EMBER_STREAM_ERROR);
 	evbuffer_add_frame(out, msg, utf8_cut(msg, len,
 	    EMBER_MAX_ERROR_FRAME));
+	free(explained);
 }
 
 /* Interrupt op and tell its client, if any, why: an error reply, or on a
@@ -619,6 +626,9 @@ operation_unplug(struct operation *op)
 {
 	op->conn = NULL;
 	op->detached_ms = ember_now_ms();
+	if (op->reattachable && ember_conf.operation_detached_timeout > 0)
+		operation_maintenance_due(op->detached_ms +
+		    (uint64_t)ember_conf.operation_detached_timeout);
 	op->partition_open = 0;
 	op->requested = op->action == ACTION_COLLECT;
 	if (op->retry != NULL)
@@ -2221,6 +2231,7 @@ operation_status(uid_t uid)
 	json_t			*a = json_array(), *o;
 	struct operation	*op;
 	uint64_t		 now = ember_now_ms();
+	char			*what;
 
 	TAILQ_FOREACH(op, &operations, entry) {
 		if (uid != 0 && session_uid(op->session) != uid)
@@ -2240,6 +2251,9 @@ operation_status(uid_t uid)
 		    (json_int_t)operation_spooled(op)));
 		json_object_set_new(o, "parked", json_integer(
 		    operation_parked(op)));
+		what = plan_describe(op->plan);
+		json_object_set_new(o, "what", json_string(what));
+		free(what);
 		if (op->conn == NULL && op->reattachable)
 			json_object_set_new(o, "detached_ms",
 			    json_integer((json_int_t)(now - op->detached_ms)));
@@ -2539,27 +2553,62 @@ operation_reap(uint64_t now)
 	}
 }
 
-/* Arm the maintenance timer for operation.maintenance_interval. */
+/* The earliest deadline of a detached operation, or UINT64_MAX. */
+static uint64_t
+operation_next_reap(void)
+{
+	struct operation	*op;
+	uint64_t		 due = UINT64_MAX;
+
+	if (ember_conf.operation_detached_timeout == 0)
+		return (due);
+	TAILQ_FOREACH(op, &operations, entry) {
+		if (op->conn == NULL && op->reattachable &&
+		    op->detached_ms < due)
+			due = op->detached_ms;
+	}
+	if (due != UINT64_MAX)
+		due += (uint64_t)ember_conf.operation_detached_timeout;
+	return (due);
+}
+
+/* Arm the maintenance timer for due (ms, ember_now_ms's clock). */
 static void
-operation_maintenance_arm(void)
+operation_maintenance_arm(uint64_t due)
 {
 	struct timeval	tv;
-	int64_t		ms = ember_conf.operation_maintenance_interval;
+	uint64_t	now = ember_now_ms();
+	uint64_t	ms = due > now ? due - now : 0;
 
-	tv.tv_sec = ms / 1000;
-	tv.tv_usec = (ms % 1000) * 1000;
+	tv.tv_sec = (time_t)(ms / 1000);
+	tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+	operation_timer_due = due;
 	evtimer_add(operation_timer, &tv);
+}
+
+void
+operation_maintenance_due(uint64_t due)
+{
+	if (operation_timer != NULL && due < operation_timer_due)
+		operation_maintenance_arm(due);
 }
 
 static void
 operation_maintenance_cb(evutil_socket_t fd, short events, void *arg)
 {
 	uint64_t	now = ember_now_ms();
+	uint64_t	due, next;
 
 	(void)fd; (void)events; (void)arg;
 	operation_reap(now);
 	session_expire(now);
-	operation_maintenance_arm();
+	/* The next tick, or sooner: a timeout ends at its own time. */
+	due = now + (uint64_t)ember_conf.operation_maintenance_interval;
+	if ((next = operation_next_reap()) < due)
+		due = next;
+	if ((next = session_next_expiry()) < due)
+		due = next;
+	operation_maintenance_arm(due);
 }
 
 void
@@ -2567,7 +2616,8 @@ operation_maintenance_start(void)
 {
 	operation_timer = evtimer_new(ember_base, operation_maintenance_cb,
 	    NULL);
-	operation_maintenance_arm();
+	operation_maintenance_arm(ember_now_ms() +
+	    (uint64_t)ember_conf.operation_maintenance_interval);
 }
 
 void

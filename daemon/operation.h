@@ -53,6 +53,9 @@ void		 operation_interrupt(struct connection *, struct session *,
  * expiry.  Started with emberd, stopped at exit. */
 void		 operation_maintenance_start(void);
 void		 operation_maintenance_stop(void);
+/* Run the maintenance no later than due (ember_now_ms's clock): the
+ * deadline of a session or an operation just left without a client. */
+void		 operation_maintenance_due(uint64_t due);
 /* Does the stream wait for the client's request for the next partition? */
 int		 operation_stream_waiting(const struct operation *);
 

@@ -1,5 +1,6 @@
 #include "queue.h"
 
+#include <errno.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,9 @@ session_release(struct session *s)
 	s->idle_ms = ember_now_ms();
 	if (!s->closed && ember_conf.session_timeout == 0)
 		session_close(s, "its last connection closed");
+	else if (!s->closed)
+		operation_maintenance_due(s->idle_ms +
+		    (uint64_t)ember_conf.session_timeout);
 	session_free_unheld(s);
 }
 
@@ -119,6 +123,21 @@ session_expire(uint64_t now)
 		if (s->connections == 0 && now - s->idle_ms >= timeout)
 			session_close(s, "session expired");
 	}
+}
+
+uint64_t
+session_next_expiry(void)
+{
+	struct session	*s;
+	uint64_t	 due = UINT64_MAX;
+
+	TAILQ_FOREACH(s, &sessions, entry) {
+		if (s->connections == 0 && s->idle_ms < due)
+			due = s->idle_ms;
+	}
+	if (due != UINT64_MAX)
+		due += (uint64_t)ember_conf.session_timeout;
+	return (due);
 }
 
 void
@@ -214,4 +233,56 @@ session_job_user(uid_t client, gid_t client_gid, uid_t *uid, gid_t *gid)
 	*uid = pw->pw_uid;
 	*gid = pw->pw_gid;
 	return (0);
+}
+
+/* Whose rights a job of client had: "alice", "uid 61234", and for root
+ * or emberd's own user, where that user comes from. */
+static char *
+session_job_whom(uid_t client)
+{
+	struct passwd	*pw;
+	char		*whom;
+	uid_t		 uid = client;
+	const char	*why = "";
+
+	if (geteuid() != 0) {
+		uid = getuid();
+		why = ", emberd's own user";
+	} else if (client == 0) {
+		xasprintf(&whom, "%s (workers.root_user): emberd never runs "
+		    "a job as root", ember_conf.workers_root_user);
+		return (whom);
+	}
+	/* An error's path only: one lookup, as session_job_user makes. */
+	if ((pw = getpwuid(uid)) != NULL)
+		xasprintf(&whom, "%s%s", pw->pw_name, why);
+	else
+		xasprintf(&whom, "uid %ld%s", (long)uid, why);
+	return (whom);
+}
+
+char *
+session_explain_denied(uid_t client, const char *msg)
+{
+	static const int	 errors[] = { EACCES, EPERM };
+	const char		*at = NULL, *text;
+	char			*whom, *out;
+	size_t			 i, len = 0;
+
+	if (strstr(msg, " (the job ran as ") != NULL)
+		return (NULL);
+	for (i = 0; i < sizeof errors / sizeof errors[0] && at == NULL; i++) {
+		text = strerror(errors[i]);
+		if ((at = strstr(msg, text)) != NULL)
+			len = strlen(text);
+	}
+	if (at == NULL)
+		return (NULL);
+	whom = session_job_whom(client);
+	/* Right after the error, so that a cut message keeps it. */
+	at += len;
+	xasprintf(&out, "%.*s (the job ran as %s)%s", (int)(at - msg), msg,
+	    whom, at);
+	free(whom);
+	return (out);
 }

@@ -30,6 +30,8 @@ void		 session_close(struct session *, const char *why);
 int		 session_closed(const struct session *);
 /* Close the sessions with no connection for session.timeout. */
 void		 session_expire(uint64_t now_ms);
+/* When the next session without a connection expires, or UINT64_MAX. */
+uint64_t	 session_next_expiry(void);
 /* Close every session (exit). */
 void		 session_close_all(void);
 
@@ -43,6 +45,13 @@ void		 session_remove_operation(struct session *, struct operation *);
  * root, workers.root_user for root itself; emberd's user otherwise.  -1
  * (logged) if root's jobs have no one to run as. */
 int		 session_job_user(uid_t, gid_t, uid_t *, gid_t *);
+/*
+ * msg with, if it tells of a permission denied (EACCES, EPERM), whose
+ * rights failed: "... Permission denied (the job ran as alice) ...", and
+ * for root's jobs workers.root_user.  NULL if it tells of none, or says
+ * so already.
+ */
+char		*session_explain_denied(uid_t client, const char *msg);
 
 /* Sessions visible to uid (root sees all), for status. */
 json_t		*session_status(uid_t);

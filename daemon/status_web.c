@@ -272,7 +272,9 @@ status_web_build(void)
 		    status_web_keep_uid, NULL);
 	status_web_hide_tasks(json_object_get(s, "workers"), ops);
 	json_decref(uids);
-	status_web_name_all(json_object_get(s, "pools"), "client");
+	/* A pool is named by the user its workers run as, as ember status
+	 * names it: root's jobs run as workers.root_user. */
+	status_web_name_all(json_object_get(s, "pools"), "uid");
 	json_object_set_new(s, "failures", metrics_failures(status_web_allows));
 	status_web_name_all(json_object_get(s, "failures"), "uid");
 	json_object_set_new(s, "operations_hidden",

@@ -117,7 +117,8 @@ task_finish(struct task *t)
 	operation_task_finished(t->op, t);
 }
 
-/* Log a task's failure, about its operation, partition and worker. */
+/* Log a task's failure, about its operation, partition and worker: a
+ * warning, for it is a job that did not do what its user asked. */
 static void
 task_log_failure(const struct task *t, pid_t pid)
 {
@@ -127,7 +128,7 @@ task_log_failure(const struct task *t, pid_t pid)
 	log_context_fill(&c, operation_session_id(t->op), operation_id(t->op),
 	    t->partition, (long)pid);
 	prev = log_set_context(&c);
-	log_info("operation %s: %s", operation_id(t->op), t->error);
+	log_warn("operation %s: %s", operation_id(t->op), t->error);
 	log_set_context(prev);
 }
 

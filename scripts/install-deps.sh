@@ -14,7 +14,7 @@ esac
 
 PACKAGES="build-essential autoconf automake libtool pkg-config libevent-dev
 libjansson-dev libinih-dev uuid-dev libpcre2-dev libelf-dev libunistring-dev
-libsystemd-dev check python3 procps util-linux libpython3-dev
+libsystemd-dev check python3 procps util-linux strace libpython3-dev
 python3-cloudpickle"
 
 if [ "$fuzzing" = yes ]; then

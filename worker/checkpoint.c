@@ -486,12 +486,56 @@ fail:
 	return (NULL);
 }
 
+/* Remove the checkpoints args.ids names, each a UUID, in the uid's
+ * directory ufd: {} or {"error": E, "failed": [ids that stay]}. */
+static json_t *
+ckpt_remove_many(int ufd, const char *dir, json_t *ids, char **err)
+{
+	json_t		*failed, *reply, *v;
+	const char	*id;
+	char		*first = NULL;
+	size_t		 i;
+
+	json_array_foreach(ids, i, v) {
+		id = json_string_value(v);
+		if (id == NULL || !plan_is_uuid(id)) {
+			xasprintf(err, "args.ids[%zu]: not a UUID", i);
+			return (NULL);
+		}
+	}
+	failed = json_array();
+	json_array_foreach(ids, i, v) {
+		id = json_string_value(v);
+		if (ckpt_remove_tree(ufd, id, 1) == 0)
+			continue;
+		if (first == NULL)
+			xasprintf(&first, "%s/%s: %s", dir, id,
+			    strerror(errno));
+		json_array_append(failed, v);
+	}
+	fsync(ufd);
+	if (first == NULL) {
+		json_decref(failed);
+		return (json_object());
+	}
+	reply = json_pack("{s:s,s:o}", "error", first, "failed", failed);
+	free(first);
+	return (reply);
+}
+
 static json_t *
 ckpt_remove(json_t *args, int ufd, const char *dir, char **err)
 {
 	const char	*id;
+	json_t		*ids = NULL;
 	int		 rc;
 
+	if (json_object_get(args, "ids") != NULL) {
+		if (jread_array(args, "args", "ids", JREAD_REQUIRED, &ids,
+		    err) == -1)
+			return (NULL);
+		return (ckpt_remove_many(ufd, dir, ids, err));
+	}
 	if (ckpt_verb_id(args, &id, err) == -1)
 		return (NULL);
 	rc = ckpt_remove_tree(ufd, id, 1);

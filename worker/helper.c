@@ -227,7 +227,8 @@ helper_save_commit(json_t *args, const int *fds_in, size_t nin,
 	return (helper_save_reply(rc, serr));
 }
 
-/* save_abort: {"path", "operation", "ids"}.  Remove what the save made.
+/* save_abort: {"path", "operation", "ids"}.  Remove what the save made;
+ * without ids (save_begin's answer was lost), what a beginning makes.
  * Replies {} or {"error": E}. */
 static json_t *
 helper_save_abort(json_t *args, const int *fds_in, size_t nin,
@@ -241,6 +242,13 @@ helper_save_abort(json_t *args, const int *fds_in, size_t nin,
 
 	(void)fds_in; (void)nin; (void)fds_out;
 	*nout = 0;
+	if (json_object_get(args, "ids") == NULL) {
+		if (helper_save_args(args, keys, &path, &operation, NULL,
+		    err) == -1)
+			return (NULL);
+		rc = savecommit_unbegin(path, operation, &serr);
+		return (helper_save_reply(rc, serr));
+	}
 	if (helper_save_args(args, keys, &path, &operation, &ids, err) == -1)
 		return (NULL);
 	rc = savecommit_abort(path, operation, &ids, &serr);

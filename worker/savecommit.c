@@ -608,10 +608,89 @@ savecommit_check_parts(int task, const char *path, const char *operation,
 	return (0);
 }
 
-/* Move the parts into the target; if one cannot move, put those moved
- * back.  0, or -1 with *err. */
+/* Is name in the target the very file of that name in the operation's
+ * directory (a link the commit made)? */
 static int
-savecommit_move_parts(int task, int target, const char *path,
+savecommit_ours(int task, int target, const char *name)
+{
+	struct stat	a, b;
+
+	return (fstatat(task, name, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    fstatat(target, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISREG(a.st_mode) && a.st_dev == b.st_dev &&
+	    a.st_ino == b.st_ino);
+}
+
+/* Is name in at a regular file (not a link to one)? */
+static int
+savecommit_is_file(int at, const char *name)
+{
+	struct stat	sb;
+
+	return (fstatat(at, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISREG(sb.st_mode));
+}
+
+/*
+ * Did an earlier run of this commit get as far as _SUCCESS?  Then every
+ * part is in the target, and each one still in the operation's directory
+ * (its removal had not reached it) is the same file.
+ */
+static int
+savecommit_committed(int task, int target, int partitions)
+{
+	char	name[32];
+	int	i;
+
+	if (!savecommit_is_file(target, SAVECOMMIT_SUCCESS))
+		return (0);
+	for (i = 0; i < partitions; i++) {
+		snprintf(name, sizeof name, "part-%05d", i);
+		if (!savecommit_is_file(target, name))
+			return (0);
+		if (faccessat(task, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    !savecommit_ours(task, target, name))
+			return (0);
+	}
+	return (1);
+}
+
+/* Count the target's output files that this save did not put there:
+ * another save's part files and _SUCCESS.  0, or -1 with errno. */
+static int
+savecommit_foreign_output(int task, int target, int *n)
+{
+	DIR		*d;
+	struct dirent	*e;
+	int		 dfd;
+
+	*n = 0;
+	if ((dfd = dup(target)) == -1)
+		return (-1);
+	if ((d = fdopendir(dfd)) == NULL) {
+		close(dfd);
+		return (-1);
+	}
+	rewinddir(d);
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, SAVECOMMIT_SUCCESS) == 0 ||
+		    (savecommit_is_part(e->d_name) &&
+		    !savecommit_ours(task, target, e->d_name)))
+			(*n)++;
+	}
+	closedir(d);
+	return (0);
+}
+
+/*
+ * Link the parts into the target, each under its name, keeping them in
+ * the operation's directory until _SUCCESS exists: so a run of the commit
+ * cut short leaves what the next run (or the abort) can tell for its own.
+ * A part an earlier run linked is taken as it is.  If one cannot be
+ * linked, those linked are removed again.  0, or -1 with *err.
+ */
+static int
+savecommit_link_parts(int task, int target, const char *path,
     int partitions, char **err)
 {
 	char	name[32];
@@ -619,17 +698,63 @@ savecommit_move_parts(int task, int target, const char *path,
 
 	for (i = 0; i < partitions; i++) {
 		snprintf(name, sizeof name, "part-%05d", i);
-		if (renameat(task, name, target, name) == -1) {
-			xasprintf(err, "commit: %s/%s: %s", path, name,
-			    strerror(errno));
-			while (i-- > 0) {
-				snprintf(name, sizeof name, "part-%05d", i);
-				renameat(target, name, task, name);
-			}
-			return (-1);
+		if (linkat(task, name, target, name, 0) == 0 ||
+		    (errno == EEXIST && savecommit_ours(task, target, name)))
+			continue;
+		xasprintf(err, "commit: %s/%s: %s", path, name,
+		    strerror(errno));
+		while (i-- > 0) {
+			snprintf(name, sizeof name, "part-%05d", i);
+			if (savecommit_ours(task, target, name))
+				unlinkat(target, name, 0);
 		}
+		return (-1);
 	}
 	return (0);
+}
+
+/*
+ * Take back what a commit cut short put in the target: the part files
+ * that are the operation's own, and first _SUCCESS if there is one of
+ * them (no other save commits over them without removing them).  0, or
+ * -1 with *err.
+ */
+static int
+savecommit_unpublish(int task, int target, const char *path, char **err)
+{
+	DIR		*d;
+	struct dirent	*e;
+	int		 dfd, rc = 0, success_gone = 0;
+
+	if ((dfd = dup(task)) == -1 || (d = fdopendir(dfd)) == NULL) {
+		if (dfd != -1)
+			close(dfd);
+		xasprintf(err, "options.path: %s: %s", path, strerror(errno));
+		return (-1);
+	}
+	rewinddir(d);
+	while (rc == 0 && (e = readdir(d)) != NULL) {
+		if (!savecommit_is_part(e->d_name) ||
+		    !savecommit_ours(task, target, e->d_name))
+			continue;
+		if (!success_gone && unlinkat(target, SAVECOMMIT_SUCCESS,
+		    0) == -1 && errno != ENOENT) {
+			xasprintf(err, "options.path: %s/%s: %s", path,
+			    SAVECOMMIT_SUCCESS, strerror(errno));
+			rc = -1;
+			break;
+		}
+		success_gone = 1;
+		if (unlinkat(target, e->d_name, 0) == -1 && errno != ENOENT) {
+			xasprintf(err, "options.path: %s/%s: %s", path,
+			    e->d_name, strerror(errno));
+			rc = -1;
+		}
+	}
+	closedir(d);
+	if (success_gone)
+		fsync(target);
+	return (rc);
 }
 
 /* Create _SUCCESS, a new file, and sync it.  0, or -1 with *err. */
@@ -655,45 +780,66 @@ savecommit_success(int target, const char *path, char **err)
 	return (0);
 }
 
-/* Commit a save. */
+/* Put the parts in the target and _SUCCESS after them, unless another
+ * save's output is there (overwrite: removed first).  0, or -1 with
+ * *err. */
+static int
+savecommit_publish(int task, int target, const char *path,
+    const char *operation, int partitions, int overwrite, char **err)
+{
+	int	foreign;
+
+	if (savecommit_check_parts(task, path, operation, partitions,
+	    err) == -1)
+		return (-1);
+	if (savecommit_foreign_output(task, target, &foreign) == -1) {
+		xasprintf(err, "commit: %s: %s", path, strerror(errno));
+		return (-1);
+	}
+	if (foreign > 0 && !overwrite) {
+		xasprintf(err, "options.path: %s was written by another save "
+		    "meanwhile", path);
+		return (-1);
+	}
+	if (foreign > 0 && savecommit_remove_output(target, path, err) == -1)
+		return (-1);
+	if (savecommit_link_parts(task, target, path, partitions, err) == -1)
+		return (-1);
+	if (fsync(target) == -1) {
+		xasprintf(err, "commit: %s: %s", path, strerror(errno));
+		return (-1);
+	}
+	/* _SUCCESS last: a reader that sees it sees every part. */
+	return (savecommit_success(target, path, err));
+}
+
+/* Commit a save; a run cut short is finished by the next. */
 int
 savecommit_finish(const char *path, const char *operation, int partitions,
     int overwrite, const struct savecommit_ids *ids, char **err)
 {
-	struct savecommit_scan	 s;
-	int			 target, temporary, task, rc = -1;
+	char	*uerr = NULL;
+	int	 target, temporary, task, rc = -1;
 
 	*err = NULL;
 	if (savecommit_reopen(path, operation, ids, &target, &temporary,
 	    &task, err) == -1) {
-		if (*err == NULL)
+		/* The directory goes only after _SUCCESS is made. */
+		if (*err == NULL && target != -1 &&
+		    savecommit_is_file(target, SAVECOMMIT_SUCCESS))
+			rc = 0;
+		else if (*err == NULL)
 			xasprintf(err, "commit: %s/%s/%s is gone", path,
 			    SAVECOMMIT_TEMPORARY, operation);
 		goto out;
 	}
-	if (savecommit_check_parts(task, path, operation, partitions,
-	    err) == -1)
-		goto out;
-	if (savecommit_scan(target, &s) == -1) {
-		xasprintf(err, "commit: %s: %s", path, strerror(errno));
-		goto out;
-	}
-	if (s.output > 0 && !overwrite) {
-		xasprintf(err, "options.path: %s was written by another save "
-		    "meanwhile", path);
+	if (!savecommit_committed(task, target, partitions) &&
+	    savecommit_publish(task, target, path, operation, partitions,
+	    overwrite, err) == -1) {
+		if (savecommit_unpublish(task, target, path, &uerr) == -1)
+			free(uerr);
 		goto out;
 	}
-	if (s.output > 0 && savecommit_remove_output(target, path, err) == -1)
-		goto out;
-	if (savecommit_move_parts(task, target, path, partitions, err) == -1)
-		goto out;
-	if (fsync(target) == -1) {
-		xasprintf(err, "commit: %s: %s", path, strerror(errno));
-		goto out;
-	}
-	/* _SUCCESS last: a reader that sees it sees every part. */
-	if (savecommit_success(target, path, err) == -1)
-		goto out;
 	rc = 0;
 	/* What is left is cleaning up: the save has succeeded. */
 	if (savecommit_remove_task_dir(temporary, task, path, operation,
@@ -727,13 +873,56 @@ savecommit_abort(const char *path, const char *operation,
 			savecommit_remove_temporary(target);
 		goto out;
 	}
-	if (savecommit_remove_task_dir(temporary, task, path, operation,
+	if (savecommit_unpublish(task, target, path, err) == -1 ||
+	    savecommit_remove_task_dir(temporary, task, path, operation,
 	    err) == -1)
 		goto out;
 	savecommit_remove_temporary(target);
 	rc = 0;
 out:
 	savecommit_close(&task);
+	savecommit_close(&temporary);
+	savecommit_close(&target);
+	return (rc);
+}
+
+/* Undo a beginning whose answer was lost. */
+int
+savecommit_unbegin(const char *path, const char *operation, char **err)
+{
+	int	target = -1, temporary = -1, rc = -1;
+
+	*err = NULL;
+	if (!savecommit_valid_name(operation)) {
+		xasprintf(err, "operation: \"%s\" cannot name a directory",
+		    operation);
+		return (-1);
+	}
+	if ((target = savecommit_open_target(path, NULL, err)) == -1) {
+		if (errno == ENOENT) {
+			free(*err);
+			*err = NULL;
+			rc = 0;
+		}
+		goto out;
+	}
+	if ((temporary = savecommit_open_temporary(target, 0)) == -1) {
+		if (errno == ENOENT)
+			rc = 0;
+		else
+			savecommit_temporary_error(path, err);
+		goto out;
+	}
+	/* Empty, or not the beginning's: no task ran in it. */
+	if (unlinkat(temporary, operation, AT_REMOVEDIR) == -1 &&
+	    errno != ENOENT) {
+		xasprintf(err, "options.path: %s/%s/%s: %s", path,
+		    SAVECOMMIT_TEMPORARY, operation, strerror(errno));
+		goto out;
+	}
+	savecommit_remove_temporary(target);
+	rc = 0;
+out:
 	savecommit_close(&temporary);
 	savecommit_close(&target);
 	return (rc);

@@ -2,8 +2,8 @@
  * The save action's output committer, run as the user who saves: Hadoop's
  * file output committer, on directory handles.  A save's tasks write their
  * part files in PATH/_temporary/OPERATION (savecommit_part_*); the commit
- * moves them into PATH and creates _SUCCESS last; an abort removes what
- * the operation made.
+ * links them into PATH and creates _SUCCESS last, then removes the
+ * operation's directory; an abort removes what the operation made.
  *
  * Every step opens PATH anew and works from there with *at() calls on
  * descriptors: PATH's last component, _temporary, the operation's
@@ -40,21 +40,33 @@ int	savecommit_begin(const char *path, const char *operation,
 	    int overwrite, struct savecommit_ids *ids, char **err);
 /*
  * Commit: check that part-00000 ... part-(PARTITIONS-1) are all in the
- * operation's directory, move them into PATH (if another save committed
+ * operation's directory, link them into PATH (if another save committed
  * to PATH meanwhile: fail, or with overwrite, remove its output first),
- * create _SUCCESS, remove the operation's directory.  0, or -1 with *err.
+ * create _SUCCESS, remove the operation's directory.  Run again after a
+ * run cut short (its helper killed), it finishes that run's work, or
+ * answers 0 if that run had made _SUCCESS.  0, or -1 with *err: then none
+ * of the parts is left in PATH.
  */
 int	savecommit_finish(const char *path, const char *operation,
 	    int partitions, int overwrite, const struct savecommit_ids *ids,
 	    char **err);
 /*
- * Abort: remove the part files and temporary files of the operation's
- * directory, the directory, and _temporary if it is then empty.  0, or -1
- * with *err if something could not be removed (or PATH is no longer the
- * directory the save began in: then nothing is).
+ * Abort: take back from PATH what a commit cut short linked there (its
+ * parts, and _SUCCESS first), remove the part files and temporary files of
+ * the operation's directory, the directory, and _temporary if it is then
+ * empty.  0, or -1 with *err if something could not be removed (or PATH
+ * is no longer the directory the save began in: then nothing is).
  */
 int	savecommit_abort(const char *path, const char *operation,
 	    const struct savecommit_ids *ids, char **err);
+/*
+ * Undo a savecommit_begin whose answer was lost (its helper killed): no
+ * ids to check, so only the operation's directory if it is empty, and
+ * _temporary if it is then empty.  Directories it made on the way to PATH
+ * stay.  0, or -1 with *err.
+ */
+int	savecommit_unbegin(const char *path, const char *operation,
+	    char **err);
 
 /* A task's part file, written under a temporary name. */
 struct savecommit_part;

@@ -13,7 +13,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Iterable,
                     Iterator, List, Optional, Tuple, Union)
 
 from . import functions
-from .errors import ProtocolError, TaskFailed
+from .errors import EmberError, ProtocolError, TaskFailed
 from .session import _Held
 
 if TYPE_CHECKING:
@@ -114,11 +114,13 @@ class Dataset:
                                       _broadcast_id(broadcast)}})
 
     def map_upper(self) -> Dataset:
-        """ASCII upper case."""
+        """Unicode upper case, as str.upper ("straße" -> "STRASSE");
+        bytes that are not UTF-8 pass through."""
         return self._with({"map": "upper"})
 
     def map_lower(self) -> Dataset:
-        """ASCII lower case."""
+        """Unicode lower case, as str.lower; bytes that are not UTF-8
+        pass through."""
         return self._with({"map": "lower"})
 
     def map_trim(self) -> Dataset:
@@ -349,8 +351,16 @@ class Dataset:
         """Write one part file per partition under path (made absolute),
         committed with a _SUCCESS marker once all are written."""
         path = os.path.abspath(os.fspath(path))
-        reply = self.session.execute(self.plan, "save",
-                                     {"path": path, "overwrite": overwrite})
+        try:
+            reply = self.session.execute(self.plan, "save",
+                                         {"path": path,
+                                          "overwrite": overwrite})
+        except EmberError as e:
+            # emberd names the protocol's option; here it is an argument.
+            e.message = e.message.replace("set options.overwrite",
+                                          "pass overwrite=True")
+            e.args = (e.message,)
+            raise
         return SaveResult(path, reply.get("files", 0),
                           reply.get("records", 0))
 

@@ -105,6 +105,23 @@ def test_sessions_end_with_the_cli(d):
     check(ok, "sessions left: %r" % c.status()["sessions"])
 
 
+def test_local_checkpoint_refused(d):
+    """A local checkpoint dies with the CLI's session, at the end of the
+    command that made it: refused, with why and what to do instead."""
+    plan = write_file(d.path("p.json"), json.dumps(range_plan(0, 10, 2)))
+    r = d.cli(["run", "--action", "checkpoint", "--option", "local=true",
+               plan])
+    check_eq((r.returncode, r.stdout), (2, ""),
+             "exit status (stderr %r)" % r.stderr)
+    check("session" in r.stderr and "local=false" in r.stderr,
+          "the reason: %r" % r.stderr)
+    with d.client() as c:
+        check_eq(c.status().get("checkpoints", []), [], "checkpoints made")
+    r = d.cli(["run", "--action", "checkpoint", "--option", "local=false",
+               plan])
+    check_eq(r.returncode, 0, "a reliable one (stderr %r)" % r.stderr)
+
+
 def test_option_of_another_action(d):
     plan = write_file(d.path("p.json"), json.dumps(range_plan(0, 10, 2)))
     r = d.cli(["run", "--count", "--option", "path=/tmp/x", plan])
@@ -114,6 +131,16 @@ def test_option_of_another_action(d):
     r = d.cli(["run", "--option", "fn=sum", plan])
     check("options.fn belongs to action reduce, not iterate" in r.stderr,
           "stderr %r" % r.stderr)
+
+
+def test_options_after_the_plan(d):
+    plan = write_file(d.path("p.json"), json.dumps(range_plan(0, 10, 2)))
+    r = run_cli(["run", plan, "--count"], socket_path=d.socket)
+    check_eq((r.returncode, r.stdout, r.stderr), (0, "10\n", ""),
+             "ember run plan.json --count")
+    r = run_cli(["run", plan, "--option", "fn=max", "--action", "reduce"],
+                socket_path=d.socket)
+    check_eq((r.returncode, r.stdout), (0, "9\n"), "options after the plan")
 
 
 def test_json_errors_name_line_and_column(d):
@@ -156,6 +183,65 @@ def test_nul_in_plan_strings(d):
     check_eq(r.stdout, b"a\0b\nxa\0bx\n", "CLI output")
 
 
+def _table(text, name):
+    """The rows of ember status's table name: [{HEADING: cell}], the last
+    column's cell with its spaces."""
+    lines = text.split("\n")
+    at = [i for i, l in enumerate(lines) if l.startswith(name + ": ")]
+    check(at, "no %s table:\n%s" % (name, text))
+    heads = lines[at[0] + 1].split()
+    rows = []
+    for line in lines[at[0] + 2:]:
+        if not line.strip():
+            break
+        rows.append(dict(zip(heads, line.split(None, len(heads) - 1))))
+    return rows
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_status_at_80_columns(d):
+    """ember status fits 80 columns with long commands, a detached and a
+    failed operation; each operation says what it does, and its running
+    tasks are the workers running them, as the first lines count them."""
+    c = d.client()
+    check_error(c.execute(records_plan(["x"], 1, ops=[
+        {"pipe": {"command": "exit 3"}}]), "count"), "TASK_FAILED")
+    long = "sleep 30; " + "echo a-rather-long-command " * 6
+    # A count runs its 4 tasks at once, as far as 2 workers let it.
+    busy = d.client()
+    busy.send_json({"op": "execute", "action": "count", "plan": range_plan(
+        0, 100, 4, ops=[{"filter": {"contains": "1"}},
+                        {"pipe": {"command": long}}])})
+    gone = d.client()
+    gone.execute_ok(text_plan([os.path.join(SRCDIR, "README.md")], 2),
+                    "iterate")
+    gone.close_abruptly()
+    check(wait_until(lambda: sum(w["state"] == "busy" for w in
+                                 c.status()["workers"]) == 2, 10),
+          "two busy workers")
+    r = d.cli(["status"])
+    check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+    lines = r.stdout.rstrip("\n").split("\n")
+    wide = [l for l in lines if len(l) > 80]
+    check_eq(wide, [], "lines past 80 columns")
+    check(len(lines) <= 40, "%d lines:\n%s" % (len(lines), r.stdout))
+    running = int(re.search(r"tasks: (\d+) running", r.stdout).group(1))
+    ops = _table(r.stdout, "operations")
+    check_eq(sum(int(o["RUN"]) for o in ops), running,
+             "running tasks of the operations:\n%s" % r.stdout)
+    what = {o["ACTION"] + " " + o["STATE"]: o.get("WHAT", "") for o in ops}
+    check(what["count attached"].startswith("range 0..100 | filter c"),
+          "what the attached one does:\n%s" % r.stdout)
+    readme = os.path.join(SRCDIR, "README.md")
+    check(what["iterate detached"] == "text " + (
+        readme if len(readme) <= 24 else ".../README.md"),
+          "the detached one:\n%s" % r.stdout)
+    st = [o for o in c.status()["operations"] if o["action"] == "count"]
+    check_eq(st[0]["what"], "range 0..100 | filter contains 1 | pipe " +
+             long, "what in the status reply")
+    busy.close_abruptly()
+
+
 def test_status_for_people(d):
     c = d.client()
     fail = records_plan(["x"], 1, ops=[{"pipe": {"command": "exit 3"}}])
@@ -180,8 +266,16 @@ def test_status_for_people(d):
           "no age in:\n%s" % r.stdout)
     check(re.search(r"tasks: 1 running, \d+ queued", r.stdout),
           "running and queued:\n%s" % r.stdout)
-    check(re.search(r"RUNNING +WAITING", r.stdout), "operations:\n%s"
+    check(re.search(r"PARTS +RUN +LEFT", r.stdout), "operations:\n%s"
           % r.stdout)
+    # Limits and counters are for -v.
+    check("limits" not in r.stdout and "counters" not in r.stdout,
+          "limits or counters without -v:\n%s" % r.stdout)
+    r = d.cli(["status", "-v"])
+    check_eq(r.returncode, 0, "status -v (stderr %r)" % r.stderr)
+    wide = [l for l in r.stdout.split("\n") if len(l) > 80]
+    check_eq(wide, [], "lines of -v past 80 columns")
+    check("counters" in r.stdout, "no counters in -v:\n%s" % r.stdout)
     # Limits in bytes read as ember.conf writes sizes; counts stay counts.
     check(re.search(r"daemon\.max_input_per_uid +\d+(\.\d)?[kmg]? of 64m\n",
                     r.stdout), "max_input_per_uid:\n%s" % r.stdout)
@@ -201,10 +295,12 @@ def test_status_for_people(d):
     busy.close()
 
 
-def _on_a_pty(d, args, same_terminal=False, interrupt_after=None):
+def _on_a_pty(d, args, same_terminal=False, interrupt_after=None,
+              chunks=None):
     """Run ember with standard error on a pseudo-terminal (and standard
     output too with same_terminal); return (status, what the terminal
-    got)."""
+    got).  chunks, if a list, gets (seconds since the start, bytes) for
+    each read."""
     master, slave = pty.openpty()
     out = open(d.path("cli.out"), "wb")
     p = subprocess.Popen([EMBER, "--socket", d.socket] + args,
@@ -229,6 +325,8 @@ def _on_a_pty(d, args, same_terminal=False, interrupt_after=None):
             if not chunk:
                 break
             got += chunk
+            if chunks is not None:
+                chunks.append((time.monotonic() - start, chunk))
         elif p.poll() is not None:
             break
         check(time.monotonic() - start < 60, "ember did not end")
@@ -253,12 +351,74 @@ def test_progress_line_totals(d):
                                                                    got[-40:]))
 
 
-def test_no_progress_on_the_same_terminal(d):
+# A progress line as drawn, or its erase alone.
+PROGRESS_LINE = re.compile(rb"\r\033\[K(\d+/[\d?]+ partitions[^\r\n\033]*)?")
+
+
+def test_progress_on_the_same_terminal(d):
+    """With the records on the same terminal, the line is erased before
+    each result line is written and drawn again after: what is left
+    without the lines is the records alone."""
     plan = write_file(d.path("slow.json"), json.dumps(SLOW))
     status, got = _on_a_pty(d, ["run", "--count", plan], same_terminal=True)
     check_eq(status, 0, "exit status")
-    check(b"partitions" not in got, "progress drawn over stdout: %r" % got)
-    check(b"70000" in got, "the count: %r" % got)
+    check(b"partitions" in got, "no progress line: %r" % got[-200:])
+    check_eq(PROGRESS_LINE.sub(b"", got), b"70000\r\n", "the count alone")
+    few = write_file(d.path("few.json"), json.dumps(range_plan(
+        0, 12, 4, ops=[{"pipe": {"command": "sleep 0.5; cat"}}])))
+    for action in ("iterate", "collect"):
+        status, got = _on_a_pty(d, ["run", "--action", action, few],
+                                same_terminal=True)
+        check_eq(status, 0, "%s: exit status" % action)
+        check(b"partitions" in got, "%s: no progress line" % action)
+        check_eq(PROGRESS_LINE.sub(b"", got), b"".join(
+            b"%d\r\n" % i for i in range(12)), "%s: the records" % action)
+
+
+@skip_unless(shutil.which("tmux") is not None, "no tmux")
+def test_progress_in_tmux(d):
+    """What a person sees at an 80x24 terminal: the line while the job
+    runs, then the records alone, the line gone."""
+    few = write_file(d.path("few.json"), json.dumps(range_plan(
+        0, 12, 4, ops=[{"pipe": {"command": "sleep 0.5; cat"}}])))
+    tmux = ["tmux", "-L", "ember-test-%d" % os.getpid()]
+    shell = "%s --socket %s run %s; echo EXIT=$?; sleep 60" % (
+        EMBER, d.socket, few)
+    subprocess.run(tmux + ["-f", "/dev/null", "new-session", "-d", "-x",
+                           "80", "-y", "24", shell], check=True)
+
+    def screen():
+        return subprocess.run(tmux + ["capture-pane", "-p"],
+                              capture_output=True, text=True).stdout
+    try:
+        check(wait_until(lambda: re.search(r"\d+/4 partitions", screen()),
+                         10), "no progress line:\n%s" % screen())
+        check(wait_until(lambda: "EXIT=" in screen(), 30),
+              "ember did not end:\n%s" % screen())
+        lines = screen().rstrip("\n").split("\n")
+        check_eq(lines, [str(i) for i in range(12)] + ["EXIT=0"],
+                 "the screen at the end")
+    finally:
+        subprocess.run(tmux + ["kill-server"], capture_output=True)
+
+
+def test_progress_soon_and_often(d):
+    """The line shows within a moment and is redrawn every 100ms or so,
+    however few records come: a second of partitions with 3 records."""
+    slow = write_file(d.path("slow.json"), json.dumps(range_plan(
+        0, 12, 4, ops=[{"pipe": {"command": "sleep 1; cat"}}])))
+    for args in (["--count"], ["--action", "iterate"],
+                 ["--action", "reduce", "--option", "fn=sum"]):
+        chunks = []
+        start = time.monotonic()
+        status, got = _on_a_pty(d, ["run"] + args + [slow], chunks=chunks)
+        end = time.monotonic() - start
+        check_eq(status, 0, "%s: exit status" % args)
+        draws = [t for t, c in chunks if b"partitions" in c]
+        check(draws and draws[0] < 1.0, "%s: the first line at %s (of %.1fs)"
+              % (args, draws[:1], end))
+        check(len(draws) >= end / 0.4, "%s: %d draws in %.1fs" %
+              (args, len(draws), end))
 
 
 def test_progress_erased_on_ctrl_c(d):

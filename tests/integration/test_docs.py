@@ -3,8 +3,10 @@ conf table (common/conf.c, as emberd --dump-conf prints it) is in
 conf/ember.conf and in ember.conf(5), with the same default, and each
 entry of the man page says whether SIGHUP changes it."""
 
+import glob
 import os
 import re
+import subprocess
 
 from harness import *
 
@@ -127,6 +129,26 @@ def test_restart_only_keys_agree_with_sighup(_):
                    if n != "and")
     check_eq(restart, named, "restart-only keys")
 
+
+@no_daemon
+def test_man_pages_render_without_warnings(_):
+    pages = sorted(glob.glob(os.path.join(SRCDIR, "man", "*.[0-9]")))
+    check(len(pages) >= 5, "man pages: %r" % pages)
+    for page in pages:
+        r = subprocess.run(["groff", "-mandoc", "-ww", "-z", "-Tutf8",
+                            page], capture_output=True, text=True)
+        check_eq((r.returncode, r.stderr), (0, ""),
+                 "groff's warnings for %s" % os.path.basename(page))
+
+
+@no_daemon
+def test_readme_names_every_man_page(_):
+    with open(os.path.join(SRCDIR, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    for page in glob.glob(os.path.join(SRCDIR, "man", "*.[0-9]")):
+        name, section = os.path.basename(page).rsplit(".", 1)
+        check("%s(%s)" % (name, section) in readme,
+              "README.md does not name %s(%s)" % (name, section))
 
 if __name__ == "__main__":
     run_tests(globals())

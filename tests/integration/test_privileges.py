@@ -241,6 +241,43 @@ def test_root_client_never_runs_as_root(d):
 
 
 @with_daemon(sets=SETS)
+def test_permission_errors_name_the_user(d):
+    """A permission error says whose rights failed: the user the job ran
+    as, and for root's jobs the key that chose it."""
+    if not ROOT:
+        print("note: not root: every job runs as emberd's own user")
+        return
+    shared(d)
+    secret = write_file(d.path("secret"), "root's\n")
+    os.chmod(secret, 0o600)
+    root_user = " nobody (workers.root_user)"
+    with d.client() as c:
+        reply = c.execute(text_plan([secret]), "count")
+        check_error(reply, "PLAN_INVALID", "Permission denied", root_user)
+        cat = range_plan(0, 1, 1, ops=[{"pipe": {"command":
+                                                 "cat " + secret}}])
+        check_error(c.execute(cat, "count"), "TASK_FAILED",
+                    "Permission denied", root_user)
+        c.execute_ok(cat, "iterate")
+        try:
+            c.read_stream(pull=True)
+        except TaskFailed as e:
+            check("Permission denied" in e.message and root_user in
+                  e.message, "stream error: %r" % e.message)
+        else:
+            raise AssertionError("cat of a root-only file worked")
+
+    def as_a():
+        with d.client() as c:
+            return c.execute(text_plan([secret]), "count")
+    reply = as_uid(USER_A, as_a)
+    check_error(reply, "PLAN_INVALID", "Permission denied",
+                "uid %d" % USER_A[0])
+    check("workers.root_user" not in reply["error"]["message"],
+          reply["error"]["message"])
+
+
+@with_daemon(sets=SETS)
 def test_setuid_programs_gain_nothing(d):
     """A set-uid root program a job runs does not run as root."""
     shared(d)

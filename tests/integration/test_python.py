@@ -658,6 +658,55 @@ def test_error_classes_named(_):
              "TaskFailed's fields")
 
 
+def test_map_case_is_unicode(d):
+    """map_upper and map_lower map Unicode, as their docs say."""
+    with _session(d) as s:
+        ds = s.parallelize(["straße", "Ǆ"])
+        check_eq(ds.map_upper().collect(), ["STRASSE", "Ǆ"], "map_upper")
+        check_eq(ds.map_lower().collect(), ["straße", "ǆ"], "map_lower")
+    for fn in (ember.Dataset.map_upper, ember.Dataset.map_lower):
+        check("Unicode" in fn.__doc__, "%s: %r" % (fn.__name__, fn.__doc__))
+    with open(os.path.join(SRCDIR, "docs", "python.md")) as f:
+        row = [l for l in f if l.startswith("| `map_upper()`")][0]
+    check("ASCII case" not in row and "Unicode" in row, row)
+
+
+def test_save_refusal_names_the_argument(d):
+    """A save over an earlier one says what to pass in Python."""
+    out = job_writable(d.path("saved"))
+    with _session(d) as s:
+        s.range(10).save(out)
+        try:
+            s.range(10).save(out)
+        except ember.EmberError as e:
+            check("overwrite=True" in e.message, e.message)
+            check("options.overwrite" not in e.message, e.message)
+        else:
+            raise AssertionError("a second save went over the first")
+        check_eq(s.range(10).save(out, overwrite=True).records, 10,
+                 "with overwrite=True")
+
+
+def test_guide_own_logic_example(d):
+    """docs/python.md's section on a user's own logic (pipe and udf) has
+    an example that runs."""
+    with open(os.path.join(SRCDIR, "docs", "python.md")) as f:
+        guide = f.read()
+    m = re.search(r"^## Your own logic\n(.*?)^## ", guide, re.S | re.M)
+    check(m is not None, "docs/python.md has no \"## Your own logic\"")
+    section = m.group(1)
+    check("pipe(" in section and "udf(" in section, "pipe and udf")
+    code = re.findall(r"```python\n(.*?)```", section, re.S)
+    check(code, "no example")
+    env = dict(os.environ, EMBER_SOCKET=d.socket,
+               PYTHONPATH=os.path.join(SRCDIR, "python"))
+    r = subprocess.run([sys.executable, "-c", code[0]], env=env,
+                       capture_output=True, text=True, timeout=60,
+                       cwd=d.path(""))
+    check_eq((r.returncode, r.stderr), (0, ""), "the example")
+    check(r.stdout.strip(), "the example printed nothing")
+
+
 @no_daemon
 def test_guide_covers_the_package(_):
     """docs/python.md names every public name of the package and every

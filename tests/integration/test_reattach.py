@@ -550,6 +550,40 @@ def test_session_resume_and_expiry(d):
                                "session": sid}), "SESSION_NOT_FOUND")
 
 
+# The maintenance interval stays at its default (30s): a timeout ends
+# at its own time, not at the next tick.
+@with_daemon(sets=["operation.detached_timeout=1s", "session.timeout=1m"])
+def test_detached_timeout_on_time(d):
+    c, op = open_stream(d)
+    c.close_abruptly()
+    t0 = time.monotonic()
+    check(wait_until(lambda: status_of(d, op) is None, 8),
+          "the operation outlived operation.detached_timeout by 8s")
+    check(time.monotonic() - t0 >= 0.5, "removed before its timeout")
+    with in_session(d, c.session) as s:
+        check_error(s.request({"op": "reattach", "operation": op,
+                               "partition": 0, "offset": 0}),
+                    "OPERATION_ABANDONED", "detached_timeout")
+
+
+@with_daemon(sets=["session.timeout=1s"])
+def test_session_timeout_on_time(d):
+    c = d.client()
+    sid = c.session
+    c.close()
+    # A session resumed and let go again gets its own, later deadline.
+    time.sleep(0.5)
+    with in_session(d, sid):
+        pass
+    t0 = time.monotonic()
+
+    def gone():
+        with d.client() as s:
+            return all(x["id"] != sid for x in s.status()["sessions"])
+    check(wait_until(gone, 8), "the session outlived session.timeout by 8s")
+    check(time.monotonic() - t0 >= 0.5, "closed before its timeout")
+
+
 @with_daemon(sets=["workers.max=1"])
 def test_interrupt(d):
     """interrupt from another connection of the session: the attached
@@ -664,7 +698,7 @@ def test_status_shows_detached(d):
     check_eq(st["sent"], "1:0", "sent position")
     check(st["buffered_bytes"] > 0, "buffered bytes %r" % st)
     check("detached_ms" in st, "detached_ms")
-    r = d.cli(["status"])
+    r = d.cli(["status", "-v"])
     check_eq(r.returncode, 0, "ember status (stderr %r)" % r.stderr)
     # People see ids cut to 8 characters; --json has them whole.
     for needle in (op[:8], "detached", "BUFFERED", "CONNS"):

@@ -976,6 +976,61 @@ START_TEST(test_plan_files_json)
 }
 END_TEST
 
+/* Describe text's plan and expect want. */
+static void
+plan_described(const char *text, const char *want)
+{
+	struct plan	*plan = plan_ok(text);
+	char		*got = plan_describe(plan);
+
+	ck_assert_msg(strcmp(got, want) == 0, "%s:\n  got  %s\n  want %s",
+	    text, got, want);
+	ck_assert_uint_le(strlen(got), PLAN_DESCRIBE_MAX);
+	free(got);
+	plan_free(plan);
+}
+
+START_TEST(test_plan_describe)
+{
+	static char	 text[4096];
+	struct plan	*plan;
+	char		*got;
+	size_t		 i;
+
+	plan_described("{\"source\": {\"range\": {\"start\": 0, \"end\": 9, "
+	    "\"step\": 3}}, \"ops\": [{\"filter\": {\"contains\": \"a\\u0000b\"}},"
+	    " {\"map\": \"upper\"}, {\"map\": {\"field\": {\"sep\": \",\", "
+	    "\"index\": -1}}}, {\"limit\": 5}, {\"sample\": {\"fraction\": "
+	    "0.5}}, {\"pipe\": {\"command\": \"sort\\n-u\"}}]}",
+	    "range 0..9 step 3 | filter contains a?b | map upper | "
+	    "map field -1 | limit 5 | sample 0.5 | pipe sort?-u");
+	plan_described("{\"source\": {\"text\": {\"paths\": [\"/a/b\", "
+	    "\"/very/long/directory/name/words.txt\"]}}, \"ops\": [{\"flat_map\":"
+	    " {\"split\": \" \"}}]}", "text /a/b (+1) | flat_map split  ");
+	plan_described("{\"source\": {\"text\": {\"paths\": ["
+	    "\"/very/long/directory/name/words.txt\"]}}}",
+	    "text .../words.txt");
+	plan_described("{\"source\": {\"parallelize\": {\"records\": [\"x\", "
+	    "null]}}}", "parallelize 2");
+
+	/* Cut within the bound, between characters. */
+	strcpy(text, "{\"source\": {\"range\": {\"start\": 0, \"end\": 1}}, "
+	    "\"ops\": [{\"filter\": {\"contains\": \"");
+	for (i = 0; i < 300; i++)
+		strcat(text, "\u00e9");
+	strcat(text, "\"}}]}");
+	plan = plan_ok(text);
+	got = plan_describe(plan);
+	ck_assert_uint_le(strlen(got), PLAN_DESCRIBE_MAX);
+	ck_assert_uint_ge(strlen(got), PLAN_DESCRIBE_MAX - 2);
+	ck_assert_int_eq(strncmp(got, "range 0..1 | filter contains \u00e9",
+	    31), 0);
+	ck_assert_int_eq((unsigned char)got[strlen(got) - 1], 0xa9);
+	free(got);
+	plan_free(plan);
+}
+END_TEST
+
 #ifdef HAVE_PYTHON
 #define PY_VERSION_FIELD "\"version\": \"" EMBER_PYTHON_VERSION "\""
 #else
@@ -1052,6 +1107,10 @@ START_TEST(test_plan_python)
 		    "fold");
 		ck_assert(plan_is_deterministic(plan));
 		plan_free(plan);
+		plan_described("{\"source\": {\"range\": {\"end\": 1}}, "
+		    "\"ops\": [{\"map\": \"lower\"}, {\"python\": "
+		    "{\"map_partitions\": \"bQ==\", " PY_VERSION_FIELD "}}]}",
+		    "range 0..1 | map lower | python map_partitions");
 	}
 #endif
 }
@@ -1070,6 +1129,7 @@ plan_suite(void)
 	tcase_add_test(tc, test_plan_parallelize);
 	tcase_add_test(tc, test_plan_ops);
 	tcase_add_test(tc, test_plan_ops_new);
+	tcase_add_test(tc, test_plan_describe);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("refused");

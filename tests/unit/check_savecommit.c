@@ -684,6 +684,103 @@ START_TEST(test_abort_stays_out)
 }
 END_TEST
 
+/* Put part in PATH as a run of the commit does before it is cut short. */
+static void
+link_part(const char *path, const char *op, const char *part)
+{
+	char	from[700], to[700];
+
+	snprintf(from, sizeof from, "%s/%s", task_dir(path, op), part);
+	snprintf(to, sizeof to, "%s/%s", path, part);
+	ck_assert_int_eq(link(from, to), 0);
+}
+
+/* A commit cut short after it linked a part: the next run takes that
+ * part as it is and finishes. */
+START_TEST(test_commit_run_again)
+{
+	struct savecommit_ids	ids;
+
+	begin_ok(at("out"), "op1", 0, &ids);
+	write_part(task_dir(at("out"), "op1"), 0, 1, "zero\n");
+	write_part(task_dir(at("out"), "op1"), 1, 2, "one\n");
+	link_part(at("out"), "op1", "part-00000");
+	finish_ok(at("out"), "op1", 2, 0, &ids);
+	ck_assert_str_eq(read_file(at("out/part-00000")), "zero\n");
+	ck_assert_str_eq(read_file(at("out/part-00001")), "one\n");
+	ck_assert(exists(at("out/_SUCCESS")));
+	ck_assert_int_eq(entries(at("out")), 3);
+}
+END_TEST
+
+/* A commit cut short after _SUCCESS, while it removed the operation's
+ * directory: the next run only finishes that; and once it is gone, a run
+ * again answers that it is done. */
+START_TEST(test_commit_run_again_after_success)
+{
+	struct savecommit_ids	ids;
+
+	begin_ok(at("out"), "op1", 0, &ids);
+	write_part(task_dir(at("out"), "op1"), 0, 1, "zero\n");
+	write_part(task_dir(at("out"), "op1"), 1, 2, "one\n");
+	link_part(at("out"), "op1", "part-00000");
+	link_part(at("out"), "op1", "part-00001");
+	write_file(at("out/_SUCCESS"), "");
+	ck_assert_int_eq(unlink(at("out/_temporary/op1/part-00000")), 0);
+	finish_ok(at("out"), "op1", 2, 0, &ids);
+	ck_assert_int_eq(entries(at("out")), 3);
+	ck_assert(!exists(at("out/_temporary")));
+	finish_ok(at("out"), "op1", 2, 0, &ids);
+	ck_assert_int_eq(entries(at("out")), 3);
+}
+END_TEST
+
+/* The abort after a commit cut short takes the parts it linked back out
+ * of PATH, and _SUCCESS; another save's part stays. */
+START_TEST(test_abort_takes_back)
+{
+	struct savecommit_ids	ids;
+
+	begin_ok(at("out"), "op1", 0, &ids);
+	write_part(task_dir(at("out"), "op1"), 0, 1, "zero\n");
+	write_part(task_dir(at("out"), "op1"), 1, 2, "one\n");
+	link_part(at("out"), "op1", "part-00000");
+	write_file(at("out/_SUCCESS"), "");
+	abort_ok(at("out"), "op1", &ids);
+	ck_assert_int_eq(entries(at("out")), 0);
+
+	begin_ok(at("out"), "op2", 0, &ids);
+	write_part(task_dir(at("out"), "op2"), 0, 1, "zero\n");
+	write_file(at("out/part-00000"), "another save's\n");
+	abort_ok(at("out"), "op2", &ids);
+	ck_assert_str_eq(read_file(at("out/part-00000")), "another save's\n");
+	ck_assert_int_eq(entries(at("out")), 1);
+}
+END_TEST
+
+/* A beginning whose answer was lost is undone by name: the operation's
+ * directory and _temporary, only while empty. */
+START_TEST(test_unbegin)
+{
+	struct savecommit_ids	 ids;
+	char			*err = NULL;
+
+	begin_ok(at("out"), "op1", 0, &ids);
+	ck_assert_msg(savecommit_unbegin(at("out"), "op1", &err) == 0,
+	    "savecommit_unbegin: %s", err);
+	ck_assert_int_eq(entries(at("out")), 0);
+	ck_assert_msg(savecommit_unbegin(at("out"), "op1", &err) == 0,
+	    "savecommit_unbegin again: %s", err);
+
+	begin_ok(at("out"), "op2", 0, &ids);
+	write_part(task_dir(at("out"), "op2"), 0, 1, "zero\n");
+	ck_assert_int_eq(savecommit_unbegin(at("out"), "op2", &err), -1);
+	ck_assert_ptr_nonnull(err);
+	free(err);
+	ck_assert(exists(at("out/_temporary/op2/part-00000")));
+}
+END_TEST
+
 /* An operation id that is not a plain name is refused. */
 START_TEST(test_operation_names)
 {
@@ -817,6 +914,13 @@ savecommit_suite(void)
 	tc = sc_tcase("abort");
 	tcase_add_test(tc, test_abort_leaves_nothing);
 	tcase_add_test(tc, test_abort_stays_out);
+	suite_add_tcase(s, tc);
+
+	tc = sc_tcase("cut short");
+	tcase_add_test(tc, test_commit_run_again);
+	tcase_add_test(tc, test_commit_run_again_after_success);
+	tcase_add_test(tc, test_abort_takes_back);
+	tcase_add_test(tc, test_unbegin);
 	suite_add_tcase(s, tc);
 
 	tc = sc_tcase("helper verbs");

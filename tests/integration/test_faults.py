@@ -1,0 +1,376 @@
+"""
+Faults injected into the processes that do file work for emberd and into
+the fork-server that forks them: a save's helper killed in the middle of
+its step, emberd killed in the middle of a save, a fork-server killed while
+jobs that need a helper arrive, and checkpoint removals slowed while the
+user's own requests need helpers.  Each save must end whole (every part
+and _SUCCESS, and a success reply) or absent (no part file in its path,
+and a failure reply), and a save to the same path again must then
+succeed; no fault is told to a client as INTERNAL.
+
+The windows are widened with strace: attached to the fork-server with -f,
+it delays the exit of the syscalls a step makes, so that the test can kill
+the helper after the step did some of its work and before it answered.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *	# noqa: E402,F403
+
+STRACE = shutil.which("strace")
+NEEDS_STRACE = skip_unless(STRACE is not None, "strace is not installed")
+
+
+class Delay:
+    """strace on the fork-server and its children to come, delaying the
+    exit of each syscall named by 300ms."""
+
+    def __init__(self, d, syscalls):
+        with d.client() as c:		# the fork-server starts on first use
+            c.request_ok({"op": "execute", "plan": range_plan(0, 2, 1),
+                          "action": "count"})
+        self.fs = d.forkserver_pid()
+        names = ",".join(syscalls)
+        self.proc = subprocess.Popen(
+            [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=" + names,
+             "-e", "inject=%s:delay_exit=300000" % names,
+             "-p", str(self.fs)], stdin=subprocess.DEVNULL)
+        check(wait_until(lambda: self._traced(), 10),
+              "strace did not attach to fork-server %d" % self.fs)
+
+    def _traced(self):
+        try:
+            with open("/proc/%d/status" % self.fs) as f:
+                for line in f:
+                    if line.startswith("TracerPid:"):
+                        return int(line.split()[1]) == self.proc.pid
+        except OSError:
+            pass
+        return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def helper_pids(d):
+    """The helpers running now: children of the fork-server so titled."""
+    fs = d.forkserver_pid()
+    table = process_table()
+    return [p for p, st in table.items()
+            if st[2] == fs and st[1] not in ("Z", "X") and
+            cmdline(p).startswith("ember-worker: helper")]
+
+
+def kill_helper_when(d, cond, timeout=20):
+    """Once cond() holds, SIGKILL the one helper running; its pid."""
+    check(wait_until(cond, timeout), "the step never got that far")
+    pids = helper_pids(d)
+    check_eq(len(pids), 1, "helpers running")
+    os.kill(pids[0], signal.SIGKILL)
+    return pids[0]
+
+
+def listing(path):
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def parts(path):
+    return [n for n in listing(path) if n.startswith("part-")]
+
+
+def save(d, out, plan, operation=None):
+    """Send a save; the client, for its reply."""
+    c = d.client()
+    req = {"op": "execute", "plan": plan, "action": "save",
+           "options": {"path": out}}
+    if operation is not None:
+        req["operation"] = operation
+    c.send_json(req)
+    return c
+
+
+def check_whole_or_absent(out, reply, n):
+    """A save's outcome: whole with a success reply, or absent with a
+    failure reply."""
+    if reply.get("ok"):
+        check_eq(listing(out), ["_SUCCESS"] + ["part-%05d" % i
+                                               for i in range(n)],
+                 "what %s holds after a save that succeeded" % out)
+    else:
+        check_eq([n for n in listing(out) if n != "_temporary"], [],
+                 "what %s holds after a save that failed (%r)" %
+                 (out, reply))
+
+
+def check_saves_again(d, out, n, overwrite=False):
+    """The same save, again, succeeds whole."""
+    with d.client() as c:
+        c.send_json({"op": "execute", "plan": range_plan(0, 4 * n, n),
+                     "action": "save", "options": {"path": out,
+                                                   "overwrite": overwrite}})
+        r = c.recv_json()
+    check(r.get("ok"), "saving again: %r" % r)
+    check_eq(listing(out), ["_SUCCESS"] + ["part-%05d" % i for i in range(n)],
+             "what %s holds after saving again" % out)
+
+
+@NEEDS_STRACE
+@with_daemon(sets=["workers.max=2"])
+def test_commit_helper_killed(d):
+    """save_commit's helper killed after it moved a part into the path:
+    the commit is run again, and the client hears how it ended."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    delay = Delay(d, ["renameat", "renameat2", "rename", "linkat", "link"])
+    try:
+        c = save(d, out, range_plan(0, 32, 8))
+        kill_helper_when(d, lambda: len(parts(out)) > 0)
+    finally:
+        delay.stop()
+    r = c.recv_json()
+    c.close()
+    check_whole_or_absent(out, r, 8)
+    check(r.get("ok"), "the commit was not run again: %r" % r)
+    check("the commit was run again and succeeded" in d.log_text(),
+          "the log does not say the commit ran again")
+    check_saves_again(d, out, 8, overwrite=True)
+
+
+@NEEDS_STRACE
+@with_daemon(sets=["workers.max=2"])
+def test_commit_helper_killed_every_run(d):
+    """save_commit's helper killed at every run: the parts the runs put
+    in the path are taken back, and the client hears that it failed."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    delay = Delay(d, ["renameat", "renameat2", "rename", "linkat", "link"])
+    killed = []
+    try:
+        c = save(d, out, range_plan(0, 32, 8))
+        killed.append(kill_helper_when(d, lambda: len(parts(out)) > 0))
+        while len(killed) < 3:
+            killed.append(kill_helper_when(d, lambda: [
+                p for p in helper_pids(d) if p not in killed]))
+    finally:
+        delay.stop()
+    r = c.recv_json()
+    c.close()
+    check_error(r, "HELPER_FAILED")
+    check_whole_or_absent(out, r, 8)
+    check(wait_until(lambda: listing(out) == [], 10),
+          "the save's debris stays: %r" % listing(out))
+    check_saves_again(d, out, 8)
+
+
+@NEEDS_STRACE
+@with_daemon(sets=["workers.max=2"])
+def test_abort_helper_killed(d):
+    """save_abort's helper killed after it removed a part: the undo is
+    tried again until nothing of the save is left."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    fail_last = ('read x; if [ "$x" = 30 ]; then sleep 1; exit 3; fi; '
+                 'echo "$x"; cat')
+    c = save(d, out, range_plan(0, 40, 4, ops=[
+        {"pipe": {"command": fail_last}}]))
+    task_dir = os.path.join(out, "_temporary")
+    check(wait_until(lambda: len(listing(task_dir)) == 1, 10),
+          "no operation directory in %s" % task_dir)
+    op_dir = os.path.join(task_dir, listing(task_dir)[0])
+    check(wait_until(lambda: len(parts(op_dir)) == 3, 20),
+          "three parts were not written: %r" % listing(op_dir))
+    delay = Delay(d, ["unlinkat", "unlink"])
+    try:
+        kill_helper_when(d, lambda: 0 < len(parts(op_dir)) < 3)
+    finally:
+        delay.stop()
+    r = c.recv_json()
+    c.close()
+    check_error(r, "TASK_FAILED")
+    check(wait_until(lambda: listing(out) == [], 15),
+          "the save's debris stays: %r" % listing(op_dir))
+    check_saves_again(d, out, 4)
+
+
+@NEEDS_STRACE
+@with_daemon(sets=["workers.max=2"])
+def test_begin_helper_killed(d):
+    """save_begin's helper killed after it made the operation's
+    directory: it is removed, and the client gets a retryable class."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    os.mkdir(out)
+    os.chown(out, *owner_of(os.path.dirname(out)))
+    task_dir = os.path.join(out, "_temporary")
+    delay = Delay(d, ["mkdirat", "mkdir"])
+    try:
+        c = save(d, out, range_plan(0, 16, 4))
+        kill_helper_when(d, lambda: len(listing(task_dir)) > 0)
+    finally:
+        delay.stop()
+    r = c.recv_json()
+    c.close()
+    check_error(r, "HELPER_FAILED")
+    check_eq(listing(out), [], "what %s holds" % out)
+    check_saves_again(d, out, 4)
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_save_left_by_a_crash(d):
+    """emberd killed while a save's tasks run: the next start undoes the
+    save, and the same save then succeeds."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    hang_last = ('read x; if [ "$x" = 30 ]; then exec sleep 60; fi; '
+                 'echo "$x"; cat')
+    c = save(d, out, range_plan(0, 40, 4, ops=[
+        {"pipe": {"command": hang_last}}]))
+    task_dir = os.path.join(out, "_temporary")
+    check(wait_until(lambda: len(listing(task_dir)) == 1, 10),
+          "no operation directory in %s" % task_dir)
+    op_dir = os.path.join(task_dir, listing(task_dir)[0])
+    check(wait_until(lambda: len(parts(op_dir)) == 3, 20),
+          "three parts were not written: %r" % listing(op_dir))
+    d.signal(signal.SIGKILL)
+    d.wait()
+    c.close()
+    d.start()
+    check(wait_until(lambda: listing(out) == [], 15),
+          "the save's debris stays: %r" % listing(op_dir))
+    check_saves_again(d, out, 4)
+
+
+@NEEDS_STRACE
+@with_daemon(sets=["workers.max=2"])
+def test_commit_left_by_a_crash(d):
+    """emberd killed while a save's commit runs: the next start runs the
+    commit again, and the output is whole."""
+    out = os.path.join(job_writable(d.path("w")), "out")
+    delay = Delay(d, ["renameat", "renameat2", "rename", "linkat", "link"])
+    try:
+        c = save(d, out, range_plan(0, 32, 8))
+        check(wait_until(lambda: len(parts(out)) > 0, 20),
+              "the commit did not start")
+        helper = helper_pids(d)
+        d.signal(signal.SIGKILL)
+        d.wait()
+        c.close()
+        check(wait_until(lambda: not any(is_running(p) for p in helper), 10),
+              "the helper outlived emberd")
+        check(len(parts(out)) < 8, "the commit ended before the kill")
+    finally:
+        delay.stop()
+    d.start()
+    check(wait_until(lambda: "_SUCCESS" in listing(out), 15),
+          "the commit was not run again: %r" % listing(out))
+    check_whole_or_absent(out, {"ok": True}, 8)
+
+
+@NEEDS_STRACE
+@with_daemon(sets=["daemon.max_helpers_per_uid=8"])
+def test_removals_leave_the_users_helpers(d):
+    """Nine reliable checkpoints dropped at once, their removals slowed:
+    the user's own next request still gets a helper, and a helper or two
+    remove them all."""
+    path = job_readable(write_file(d.path("removals.txt"), "a\nb\nc\n"))
+    plan = range_plan(0, 40, 4)
+    with d.client() as c:
+        ids = [c.request_ok({"op": "execute", "plan": plan,
+                             "action": "checkpoint"})["checkpoint"]
+               for _ in range(9)]
+    top = os.path.join(d.tmpdir, "checkpoints")
+    delay = Delay(d, ["unlinkat", "unlink", "rmdir"])
+    try:
+        with d.client() as c:
+            for cid in ids:
+                c.request_ok({"op": "checkpoint_drop", "checkpoint": cid})
+            r = c.request({"op": "execute", "plan": text_plan([path], 1),
+                           "action": "count"})
+    finally:
+        delay.stop()
+    check(r.get("ok"), "count while the removals run: %r" % r)
+    check_eq(r["count"], 3, "count")
+    check(wait_until(lambda: all(
+        listing(os.path.join(top, u)) == [] for u in listing(top)), 20),
+        "checkpoints left: %r" % [(u, listing(os.path.join(top, u)))
+                                  for u in listing(top)])
+    helpers = d.log_text().count("checkpoint_remove for uid")
+    check(helpers <= 3, "%d helpers removed 9 checkpoints" % helpers)
+
+
+@with_daemon(sets=["workers.fork_backoff=200ms"])
+def test_forkserver_killed_under_load(d):
+    """Jobs that need a helper, sent without a pause while the fork-server
+    is killed again and again: none is told INTERNAL; a helper killed
+    with its fork-server is HELPER_FAILED."""
+    path = job_readable(write_file(d.path("load.txt"), "a\nb\n"))
+    plan = text_plan([path], 1)
+    with d.client() as c:
+        c.request_ok({"op": "execute", "plan": plan, "action": "count"})
+    classes = {}
+    stop = time.monotonic() + 6
+
+    def run():
+        with d.client() as c:
+            while time.monotonic() < stop:
+                r = c.request({"op": "execute", "plan": plan,
+                               "action": "count"})
+                k = "ok" if r.get("ok") else r["error"]["class"]
+                classes.setdefault(k, r)
+    joins = [in_thread(run) for _ in range(3)]
+    kills = 0
+    while time.monotonic() < stop - 1.5:
+        time.sleep(1)
+        os.kill(d.forkserver_pid(), signal.SIGKILL)
+        kills += 1
+    for join in joins:
+        join(30)
+    check(kills >= 3, "the fork-server was killed %d times" % kills)
+    check("ok" in classes, "no job succeeded")
+    check(set(classes) <= {"ok", "HELPER_FAILED"},
+          "replies: %r" % [r for k, r in classes.items() if k != "ok"])
+
+
+def owner_of(path):
+    st = os.stat(path)
+    return st.st_uid, st.st_gid
+
+
+@with_daemon(sets=["workers.fork_backoff=2s"])
+def test_forkserver_restart_waited_for(d):
+    """Jobs that need a helper while the fork-server restarts wait for
+    it, as the jobs that need only workers do."""
+    path = job_readable(write_file(d.path("restart.txt"), "".join(
+        "%d\n" % i for i in range(100))))
+    with d.client() as c:
+        check_eq(c.request_ok({"op": "execute", "plan": text_plan([path], 2),
+                               "action": "count"})["count"], 100, "count")
+    os.kill(d.forkserver_pid(), signal.SIGKILL)
+    check(wait_until(lambda: "restarting it in" in d.log_text(), 10),
+          "emberd did not see the fork-server die")
+    out = os.path.join(job_writable(d.path("w")), "out")
+    saver = save(d, out, range_plan(0, 8, 2))
+    counter = d.client()
+    counter.send_json({"op": "execute", "plan": text_plan([path], 2),
+                       "action": "count"})
+    r = counter.recv_json()
+    counter.close()
+    check(r.get("ok"), "count during the restart: %r" % r)
+    check_eq(r["count"], 100, "count")
+    check("waits for its fork-server" in d.log_text(),
+          "no helper request waited for the fork-server")
+    r = saver.recv_json()
+    saver.close()
+    check(r.get("ok"), "save during the restart: %r" % r)
+    check_eq(listing(out), ["_SUCCESS", "part-00000", "part-00001"],
+             "what %s holds" % out)
+
+if __name__ == "__main__":
+    run_tests(globals())

@@ -151,6 +151,7 @@ static const struct conf_key conf_keys[] = {
 	    "/var/lib/ember/checkpoints", 0),
 	KEY("checkpoint", "clean_interval", CONF_DURATION,
 	    checkpoint_clean_interval, "60s", 10),
+	KEY("python", "preload", CONF_STRING, python_preload, "", 0),
 };
 #define NKEYS (sizeof conf_keys / sizeof conf_keys[0])
 

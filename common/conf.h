@@ -89,6 +89,7 @@ struct conf {
 	int64_t		 status_timeout;	/* ms to send a request */
 	char		*checkpoint_dir;	/* reliable checkpoints */
 	int64_t		 checkpoint_clean_interval; /* ms */
+	char		*python_preload;	/* comma-separated modules */
 };
 
 void	 conf_init(struct conf *);

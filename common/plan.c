@@ -32,6 +32,8 @@ plan_op_clear(struct plan_op *op)
 	free(op->udf_library);
 	free(op->udf_symbol);
 	free(op->udf_args);
+	free(op->py_fn);
+	free(op->py_zero);
 }
 
 /* Free a plan. */
@@ -454,6 +456,26 @@ plan_parse_sample(struct plan_op *op, json_t *arg, const char *path,
 	return (rc);
 }
 
+/* The "broadcasts" of a udf or python op: the ids of those it reads. */
+static int
+plan_parse_broadcasts(struct plan_op *op, json_t *ids, const char *path,
+    char **err)
+{
+	json_t	*id;
+	size_t	 i;
+
+	op->udf_broadcasts = xcalloc(json_array_size(ids) + 1,
+	    sizeof *op->udf_broadcasts);
+	json_array_foreach(ids, i, id) {
+		if (!json_is_integer(id) || json_integer_value(id) < 0)
+			return (jread_fail(err, path, "broadcasts[%zu]: "
+			    "expected a broadcast id", i));
+		op->udf_broadcasts[op->udf_nbroadcasts++] =
+		    json_integer_value(id);
+	}
+	return (0);
+}
+
 /* {"udf": {"library": path, "symbol": name, "args": {...},
  * "broadcasts": [ids]}}: the broadcasts the function reads. */
 static int
@@ -462,8 +484,7 @@ plan_parse_udf(struct plan_op *op, json_t *arg, const char *path, char **err)
 	static const char *const keys[] = { "library", "symbol", "args",
 	    "broadcasts", NULL };
 	const char	*library, *symbol;
-	json_t		*args = NULL, *ids = NULL, *id;
-	size_t		 i;
+	json_t		*args = NULL, *ids = NULL;
 
 	op->type = PLAN_OP_UDF;
 	if (plan_op_object(arg, path, keys, err) == -1 ||
@@ -475,17 +496,8 @@ plan_parse_udf(struct plan_op *op, json_t *arg, const char *path, char **err)
 	    jread_array(arg, path, "broadcasts", JREAD_OPTIONAL, &ids,
 	    err) == -1)
 		return (-1);
-	if (ids != NULL) {
-		op->udf_broadcasts = xcalloc(json_array_size(ids) + 1,
-		    sizeof *op->udf_broadcasts);
-		json_array_foreach(ids, i, id) {
-			if (!json_is_integer(id) || json_integer_value(id) < 0)
-				return (jread_fail(err, path, "broadcasts[%zu]: "
-				    "expected a broadcast id", i));
-			op->udf_broadcasts[op->udf_nbroadcasts++] =
-			    json_integer_value(id);
-		}
-	}
+	if (ids != NULL && plan_parse_broadcasts(op, ids, path, err) == -1)
+		return (-1);
 	if (*library == '\0')
 		return (jread_fail(err, path, "library: is empty"));
 	if (plan_check_absolute(json_object_get(arg, "library"), err,
@@ -499,6 +511,84 @@ plan_parse_udf(struct plan_op *op, json_t *arg, const char *path, char **err)
 		op->udf_args = xstrdup("{}");
 	else if ((op->udf_args = json_dumps(args, JSON_COMPACT)) == NULL)
 		fatalx("json_dumps failed");
+	return (0);
+}
+
+static const char *const plan_python_kinds[] = { "map", "filter",
+    "flat_map", "map_partitions", "reduce", "fold", NULL };
+
+/* The name of a python op's kind. */
+const char *
+plan_python_kind_name(enum plan_python_kind kind)
+{
+	return (plan_python_kinds[kind]);
+}
+
+/* Check the Python major.minor the client pickled with against the
+ * workers': a pickled function only loads in the same one. */
+static int
+plan_check_python_version(const char *version, const char *path, char **err)
+{
+#ifdef HAVE_PYTHON
+	if (strcmp(version, EMBER_PYTHON_VERSION) == 0)
+		return (0);
+	return (jread_fail(err, path, "version: the client runs Python %s, "
+	    "ember's workers run Python %s: a function pickled by one does "
+	    "not load in the other", version, EMBER_PYTHON_VERSION));
+#else
+	(void)version;
+	return (jread_fail(err, path, "this ember was built without Python "
+	    "(./configure --without-python)"));
+#endif
+}
+
+/* {"python": {KIND: fn, "version": "3.11", "zero": z, "broadcasts": [ids]}}:
+ * KIND one of plan_python_kinds, fn and z base64 text of cloudpickle. */
+static int
+plan_parse_python(struct plan_op *op, json_t *arg, const char *path,
+    char **err)
+{
+	static const char *const keys[] = { "map", "filter", "flat_map",
+	    "map_partitions", "reduce", "fold", "zero", "version",
+	    "broadcasts", NULL };
+	const char	*fn = NULL, *zero = NULL, *version;
+	json_t		*ids = NULL;
+	size_t		 i, n = 0;
+
+	op->type = PLAN_OP_PYTHON;
+	if (plan_op_object(arg, path, keys, err) == -1)
+		return (-1);
+	for (i = 0; plan_python_kinds[i] != NULL; i++) {
+		if (json_object_get(arg, plan_python_kinds[i]) == NULL)
+			continue;
+		n++;
+		op->py_kind = (enum plan_python_kind)i;
+		if (jread_string(arg, path, plan_python_kinds[i],
+		    JREAD_REQUIRED, &fn, err) == -1)
+			return (-1);
+		if (*fn == '\0')
+			return (jread_fail(err, path, "%s: is empty",
+			    plan_python_kinds[i]));
+	}
+	if (n != 1)
+		return (jread_fail(err, path, "expected exactly one of map, "
+		    "filter, flat_map, map_partitions, reduce, fold"));
+	if (jread_string(arg, path, "version", JREAD_REQUIRED, &version,
+	    err) == -1 ||
+	    jread_string(arg, path, "zero", op->py_kind == PLAN_PYTHON_FOLD ?
+	    JREAD_REQUIRED : JREAD_OPTIONAL, &zero, err) == -1 ||
+	    jread_array(arg, path, "broadcasts", JREAD_OPTIONAL, &ids,
+	    err) == -1)
+		return (-1);
+	if (zero != NULL && op->py_kind != PLAN_PYTHON_FOLD)
+		return (jread_fail(err, path, "zero: only for fold"));
+	if (ids != NULL && plan_parse_broadcasts(op, ids, path, err) == -1)
+		return (-1);
+	if (plan_check_python_version(version, path, err) == -1)
+		return (-1);
+	op->py_fn = xstrdup(fn);
+	if (zero != NULL)
+		op->py_zero = xstrdup(zero);
 	return (0);
 }
 
@@ -543,6 +633,8 @@ plan_parse_op(struct plan_op *op, json_t *o, size_t index, char **err)
 				rc = jread_fail(err, sub, "command: is empty");
 		} else if (strcmp(name, "udf") == 0)
 			rc = plan_parse_udf(op, arg, sub, err);
+		else if (strcmp(name, "python") == 0)
+			rc = plan_parse_python(op, arg, sub, err);
 		else
 			rc = jread_fail(err, path, "unknown operation \"%s\"",
 			    name);
@@ -947,6 +1039,7 @@ plan_describe_op(const struct plan_op *op, char *buf, size_t *used)
 		[PLAN_OP_LIMIT] = "limit ",
 		[PLAN_OP_PIPE] = "pipe ",
 		[PLAN_OP_UDF] = "udf ",
+		[PLAN_OP_PYTHON] = "python ",
 	};
 
 	plan_describe_add(buf, used, names[op->type], strlen(names[op->type]));
@@ -966,6 +1059,10 @@ plan_describe_op(const struct plan_op *op, char *buf, size_t *used)
 	case PLAN_OP_UDF:
 		plan_describe_add(buf, used, op->udf_symbol,
 		    strlen(op->udf_symbol));
+		break;
+	case PLAN_OP_PYTHON:
+		plan_describe_addf(buf, used, "%s",
+		    plan_python_kind_name(op->py_kind));
 		break;
 	case PLAN_OP_MAP_UPPER:
 	case PLAN_OP_MAP_LOWER:

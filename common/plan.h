@@ -37,6 +37,17 @@ enum plan_op_type {
 	PLAN_OP_LIMIT,
 	PLAN_OP_PIPE,
 	PLAN_OP_UDF,
+	PLAN_OP_PYTHON,
+};
+
+/* What a python op does with its function (docs/plans.md). */
+enum plan_python_kind {
+	PLAN_PYTHON_MAP,
+	PLAN_PYTHON_FILTER,
+	PLAN_PYTHON_FLAT_MAP,
+	PLAN_PYTHON_MAP_PARTITIONS,
+	PLAN_PYTHON_REDUCE,
+	PLAN_PYTHON_FOLD,
 };
 
 struct plan_op {
@@ -65,10 +76,20 @@ struct plan_op {
 	char			*udf_library;
 	char			*udf_symbol;
 	char			*udf_args;
-	int64_t			*udf_broadcasts; /* the broadcasts it reads */
+	int64_t			*udf_broadcasts; /* the broadcasts it reads
+						    (udf and python) */
 	size_t			 udf_nbroadcasts;
 	int			 udf_deterministic; /* its plugin says so */
+
+	/* python: the function as the client pickled it (base64 text,
+	 * never unpickled by emberd), and fold's pickled zero value. */
+	enum plan_python_kind	 py_kind;
+	char			*py_fn;
+	char			*py_zero;
 };
+
+/* The name of a python op's kind, as the plan writes it. */
+const char	*plan_python_kind_name(enum plan_python_kind);
 
 struct plan_file {
 	char			*path;

@@ -217,6 +217,17 @@ fslink_argv(const struct fslink *fs)
 		argv[n++] = xstrdup(path);
 	}
 	free(list);
+	list = xstrdup(ember_conf.python_preload);
+	for (p = list; (path = strsep(&p, ",")) != NULL;) {
+		path += strspn(path, " \t");
+		path[strcspn(path, " \t")] = '\0';
+		if (*path == '\0')
+			continue;
+		argv = xreallocarray(argv, max += 2, sizeof *argv);
+		argv[n++] = xstrdup("--python-preload");
+		argv[n++] = xstrdup(path);
+	}
+	free(list);
 	argv[n] = NULL;
 	return (argv);
 }

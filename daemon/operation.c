@@ -260,10 +260,12 @@ operation_find_broadcasts(struct operation *op, struct session *s,
 			    err) == -1)
 				return (-1);
 		}
-		for (j = 0; o->type == PLAN_OP_UDF && j < o->udf_nbroadcasts;
+		for (j = 0; (o->type == PLAN_OP_UDF ||
+		    o->type == PLAN_OP_PYTHON) && j < o->udf_nbroadcasts;
 		    j++) {
 			snprintf(field, sizeof field,
-			    "plan.ops[%zu].udf.broadcasts[%zu]", i, j);
+			    "plan.ops[%zu].%s.broadcasts[%zu]", i,
+			    o->type == PLAN_OP_UDF ? "udf" : "python", j);
 			if (operation_use_broadcast(op, s, o->udf_broadcasts[j],
 			    field, err) == -1)
 				return (-1);

@@ -14,7 +14,8 @@ esac
 
 PACKAGES="build-essential autoconf automake libtool pkg-config libevent-dev
 libjansson-dev libinih-dev uuid-dev libpcre2-dev libelf-dev libunistring-dev
-libsystemd-dev check python3 procps util-linux strace"
+libsystemd-dev check python3 procps util-linux strace libpython3-dev
+python3-cloudpickle"
 
 if [ "$fuzzing" = yes ]; then
 	# libFuzzer is in the runtime package of clang's own version.
@@ -32,8 +33,23 @@ OPTIONAL="prometheus chromium mypy"
 # What the build needs, by command and by pkg-config module, for systems
 # without dpkg (libunistring has no .pc file: its header is looked for).
 TOOLS="cc make autoreconf automake libtoolize pkg-config python3"
-MODULES="libevent jansson inih uuid libpcre2-8 libelf check"
+MODULES="libevent jansson inih uuid libpcre2-8 libelf check python3-embed"
 [ "$fuzzing" = no ] || TOOLS="$TOOLS clang"
+
+# The Python client pickles functions with cloudpickle, and the workers
+# unpickle them with Debian's: the python3 on PATH (a pyenv's, say, not
+# Debian's) gets the same version from the package index if it lacks it.
+client_cloudpickle()
+{
+	python3 -c 'import cloudpickle' 2>/dev/null && return 0
+	v=$(dpkg-query -W -f='${Version}' python3-cloudpickle 2>/dev/null |
+	    sed 's/-.*//')
+	echo "install-deps: cloudpickle${v:+ $v} for $(command -v python3)" >&2
+	python3 -m pip install -q "cloudpickle${v:+==$v}" >/dev/null 2>&1 ||
+	    echo "install-deps: cloudpickle did not install for" \
+	        "$(command -v python3); the Python client cannot ship" \
+	        "functions" >&2
+}
 
 # Print the packages of PACKAGES that are not installed.
 missing_packages()
@@ -76,6 +92,7 @@ fi
 missing=$(missing_packages | tr '\n' ' ' | sed 's/ *$//')
 optional=$(missing_packages "$OPTIONAL" | tr '\n' ' ' | sed 's/ *$//')
 if [ -z "$missing" ] && [ -z "$optional" ]; then
+	client_cloudpickle
 	exit 0
 fi
 
@@ -111,4 +128,5 @@ if [ -n "$optional" ]; then
 		        "that use it skip or fall back" >&2
 	done
 fi
+client_cloudpickle
 echo "install-deps: done" >&2

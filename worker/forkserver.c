@@ -23,6 +23,7 @@
 #include "helper.h"
 #include "log.h"
 #include "proctitle.h"
+#include "python.h"
 #include "protocol.h"
 #include "serve.h"
 #include "xmalloc.h"
@@ -229,10 +230,14 @@ forkserver_fork(struct forkserver *fs, int32_t id, int helper)
 	 */
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &old);
+	python_fork_before();
 	pid = fork();
-	if (pid == 0)
+	if (pid == 0) {
+		python_fork_child();
 		forkserver_child(fs, sv, helper);
+	}
 	saved = errno;
+	python_fork_parent();
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	close(sv[1]);
 
@@ -527,6 +532,7 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 		log_warn("prctl PR_SET_CHILD_SUBREAPER: %s", strerror(errno));
 	forkserver_signals();
 	forkserver_preload(options);
+	python_start(options->pypreload, options->npypreload);
 
 	hello.pid = fs.pid;
 	forkserver_send(&fs, &hello, -1);

@@ -17,6 +17,8 @@ struct forkserver_options {
 	gid_t		  gid;
 	char		**preload;	/* plugins to load before any fork */
 	size_t		  npreload;
+	char		**pypreload;	/* Python modules to import, likewise */
+	size_t		  npypreload;
 	uint64_t	  memory_limit;	/* each worker's RLIMIT_AS; 0: none */
 	uint64_t	  nproc_limit;	/* the user's RLIMIT_NPROC; 0: none */
 };

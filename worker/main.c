@@ -25,8 +25,9 @@ main_usage(void)
 	    "usage: ember-worker --fork-server [--log-level LEVEL] "
 	    "[--user UID:GID]\n"
 	    "                    [--preload PATH]... "
-	    "[--memory-limit BYTES]\n"
-	    "                    [--nproc-limit COUNT]\n"
+	    "[--python-preload MODULE]...\n"
+	    "                    [--memory-limit BYTES] "
+	    "[--nproc-limit COUNT]\n"
 	    "       ember-worker --version\n"
 	    "The fork-server is started by emberd, with its control "
 	    "socket on fd %d.\n", FORKSERVER_FD);
@@ -80,6 +81,7 @@ main(int argc, char **argv)
 		{ "memory-limit", required_argument, NULL, 'm' },
 		{ "nproc-limit", required_argument, NULL, 'n' },
 		{ "preload", required_argument, NULL, 'p' },
+		{ "python-preload", required_argument, NULL, 'P' },
 		{ "user", required_argument, NULL, 'u' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 }
@@ -131,6 +133,11 @@ main(int argc, char **argv)
 			    sizeof *o.preload);
 			o.preload[o.npreload++] = xstrdup(optarg);
 			break;
+		case 'P':
+			o.pypreload = xreallocarray(o.pypreload,
+			    o.npypreload + 1, sizeof *o.pypreload);
+			o.pypreload[o.npypreload++] = xstrdup(optarg);
+			break;
 		case 'u':
 			main_user(optarg, &o);
 			break;
@@ -158,5 +165,8 @@ main(int argc, char **argv)
 	for (i = 0; i < o.npreload; i++)
 		free(o.preload[i]);
 	free(o.preload);
+	for (i = 0; i < o.npypreload; i++)
+		free(o.pypreload[i]);
+	free(o.pypreload);
 	return (rc);
 }

@@ -16,6 +16,7 @@
 #include "output.h"
 #include "pipe.h"
 #include "plan.h"
+#include "python.h"
 #include "udf.h"
 #include "xmalloc.h"
 
@@ -663,6 +664,8 @@ ops_create(const struct plan_op *p, int partition, struct chain *chain,
 		return (pipe_create(p->arg));
 	case PLAN_OP_UDF:
 		return (udf_op_create(p, chain, err));
+	case PLAN_OP_PYTHON:
+		return (python_op_create(p, 1, chain, err));
 	}
 	fatalx("%s: unknown op type %d", __func__, p->type);
 }
@@ -674,7 +677,7 @@ chain_create(const struct plan *plan, int partition, struct output *out,
 {
 	struct chain	*chain;
 	struct op	*op, *next;
-	size_t		 i;
+	size_t		 i, first;
 
 	*err = NULL;
 	chain = xcalloc(1, sizeof *chain);
@@ -684,8 +687,19 @@ chain_create(const struct plan *plan, int partition, struct output *out,
 	sink->next = NULL;
 	sink->chain = chain;
 	next = sink;
-	for (i = plan->nops; i > 0; i--) {
-		op = ops_create(&plan->ops[i - 1], partition, chain, err);
+	for (i = plan->nops; i > 0; i = first) {
+		/* Consecutive python ops are one stage: records stay Python
+		 * objects between them. */
+		first = i - 1;
+		while (plan->ops[first].type == PLAN_OP_PYTHON && first > 0 &&
+		    plan->ops[first - 1].type == PLAN_OP_PYTHON)
+			first--;
+		if (first < i - 1)
+			op = python_op_create(&plan->ops[first], i - first,
+			    chain, err);
+		else
+			op = ops_create(&plan->ops[first], partition, chain,
+			    err);
 		if (op == NULL) {
 			chain->head = next;
 			chain_free(chain);

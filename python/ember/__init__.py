@@ -19,10 +19,11 @@ Datasets are lazy, like RDDs: ``Session.range``, ``Session.text_file``,
 ``Session.parallelize`` and ``Session.from_checkpoint`` make one, each op
 (``filter_contains``, ``filter_regex``, ``filter_in``, ``map_upper``,
 ``map_lower``, ``map_trim``, ``map_field``, ``map_json``,
-``flat_map_split``, ``sample``, ``limit``, ``pipe``, ``udf``) returns a new
-one, and ``Dataset.plan`` is the JSON plan of docs/plans.md.  Actions run
+``flat_map_split``, ``sample``, ``limit``, ``pipe``, ``udf``, and the
+Python functions ``map``, ``filter``, ``flat_map``, ``map_partitions``)
+returns a new one, and ``Dataset.plan`` is the JSON plan of docs/plans.md.  Actions run
 it: ``count``, ``collect``, ``count_by_value`` (a Counter), ``reduce`` (and
-``sum``, ``min``, ``max``), ``save``, ``checkpoint``, ``take``, ``first``
+``sum``, ``min``, ``max``; or a function), ``fold``, ``save``, ``checkpoint``, ``take``, ``first``
 and ``to_local_iterator`` (also ``iter(dataset)``).
 
 Records come back as str (UTF-8; ``errors=`` as for bytes.decode) or as
@@ -37,13 +38,13 @@ from ._stream import ReattachPolicy
 from .dataset import Checkpoint, Dataset, Record, SaveResult
 from .errors import *  # noqa: F401,F403 (the classes of errors.__all__)
 from .errors import __all__ as _error_names
-from .session import (DEFAULT_SOCKET, SOCKET_ENV, Broadcast, Session,
-                      connect, default_socket)
+from .session import (DEFAULT_SOCKET, SOCKET_ENV, Broadcast,
+                      ObjectBroadcast, Session, connect, default_socket)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "connect", "default_socket", "Session", "Dataset", "Checkpoint",
-    "Broadcast", "SaveResult", "Record", "ReattachPolicy", "DEFAULT_SOCKET",
+    "Broadcast", "ObjectBroadcast", "SaveResult", "Record", "ReattachPolicy", "DEFAULT_SOCKET",
     "SOCKET_ENV",
 ] + [name for name in _error_names if not name.startswith("error_")]

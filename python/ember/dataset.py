@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
+import pickle
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator,
-                    List, Optional, Tuple, Union)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Iterable,
+                    Iterator, List, Optional, Tuple, Union)
 
+from . import functions
 from .errors import EmberError, ProtocolError, TaskFailed
 from .session import _Held
 
@@ -173,6 +176,36 @@ class Dataset:
             op["broadcasts"] = ids
         return self._with({"udf": op})
 
+    # Python functions (docs/python.md, "Python functions").  Records
+    # enter a function as str (None for a null); what leaves the last of
+    # consecutive python ops must be str, bytes, None, int or float.
+
+    def map(self, fn: Callable[[Any], Any]) -> Dataset:
+        """fn of each record."""
+        return self._with(functions.python_op("map", fn))
+
+    def filter(self, fn: Callable[[Any], Any]) -> Dataset:
+        """The records for which fn is true."""
+        return self._with(functions.python_op("filter", fn))
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> Dataset:
+        """Each element of the iterable fn gives for each record."""
+        return self._with(functions.python_op("flat_map", fn))
+
+    def map_partitions(self, fn: Callable[[Iterator[Any]], Iterable[Any]]
+                       ) -> Dataset:
+        """What fn makes of an iterator over a whole partition: an
+        iterable, consumed as the partition streams."""
+        return self._with(functions.python_op("map_partitions", fn))
+
+    def fold(self, zero: Any, fn: Callable[[Any, Any], Any]) -> Any:
+        """Fold each partition from a copy of zero with fn in the workers,
+        then the partitions' results from zero again here, as PySpark's
+        fold."""
+        partials = self._with(functions.python_op(
+            "fold", fn, zero, with_zero=True)).collect(decode=False)
+        return functools.reduce(fn, _unpickled(partials), zero)
+
     # Actions.
 
     def _decoding(self, decode: Optional[bool], errors: Optional[str]
@@ -283,9 +316,18 @@ class Dataset:
             c[None] = nulls
         return c
 
-    def reduce(self, fn: str) -> Optional[Number]:
+    def reduce(self, fn: Union[str, Callable[[Any, Any], Any]]) -> Any:
         """Reduce the records, each a number, with "sum", "min" or "max":
-        an int while exact, else a float; None when there is no record."""
+        an int while exact, else a float; None when there is no record.
+        With a function of two records: each partition is reduced in the
+        workers, the partitions' results here (ValueError when there is
+        no record)."""
+        if callable(fn):
+            partials = self._with(functions.python_op(
+                "reduce", fn)).collect(decode=False)
+            if not partials:
+                raise ValueError("reduce: the dataset is empty")
+            return functools.reduce(fn, _unpickled(partials))
         reply = self.session.execute(self.plan, "reduce", {"fn": fn})
         if "value" not in reply:
             raise ProtocolError("reduce reply without value: %r" % (reply,))
@@ -404,3 +446,13 @@ def _iterate(stream: ResultStream, convert: Optional[Converter]
         batches.close()
         if not stream.finished:
             stream.stop()
+
+
+def _unpickled(records: List[Record]) -> Iterator[Any]:
+    """The partitions' results of a reduce or fold, pickled by the job's
+    own workers (the user's processes, never emberd)."""
+    for r in records:
+        if not isinstance(r, bytes):
+            raise ProtocolError("a partition's result is not bytes: %r"
+                                % (r,))
+        yield pickle.loads(r)

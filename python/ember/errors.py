@@ -19,7 +19,7 @@ __all__ = [
     "OperationNotReattachable", "SessionMismatch", "PositionInvalid",
     "PositionNotAvailable", "TaskFailed", "ResultTooLarge", "SaveFailed",
     "SessionNotFound", "BroadcastNotFound", "CheckpointNotFound",
-    "CheckpointFailed",
+    "CheckpointFailed", "PythonError",
     "Interrupted", "LimitExceeded", "ShuttingDown", "HelperFailed",
     "Internal",
     "error_from_reply", "error_from_stream", "error_classes",
@@ -269,12 +269,34 @@ class CheckpointFailed(EmberError):
     error_class = "CHECKPOINT_FAILED"
 
 
+class PythonError(TaskFailed):
+    """A Python function of the job raised in a worker: a TaskFailed
+    (class TASK_FAILED) whose ``traceback`` is the worker's whole Python
+    traceback, the exception's line last."""
+
+    def __init__(self, message: str, error_class: Optional[str] = None,
+                 records: Optional[list] = None):
+        TaskFailed.__init__(self, message, error_class, records)
+        self.traceback = self.reason[len(_PYTHON):]
+
+
+_PYTHON = "python: "
+
 _BY_CLASS: Dict[str, Type[EmberError]] = {
     cls.error_class: cls
     for cls in (globals().get(name) for name in __all__)
     if isinstance(cls, type) and issubclass(cls, EmberError)
-    and cls is not EmberError
+    and cls is not EmberError and cls is not PythonError
 }
+
+
+def _task_failed(message: str, error_class: Optional[str] = None
+                 ) -> TaskFailed:
+    """TaskFailed, or PythonError when a function raised."""
+    err = TaskFailed(message, error_class)
+    if err.reason.startswith(_PYTHON):
+        return PythonError(message, error_class)
+    return err
 
 _STREAM_CLASS = re.compile(r"([A-Z][A-Z_]*[A-Z]): (.*)\Z", re.DOTALL)
 
@@ -291,6 +313,8 @@ def error_from_reply(reply: dict) -> EmberError:
         return ProtocolError("error reply without class and message: %r"
                              % (reply,))
     cls = _BY_CLASS.get(error_class, EmberError)
+    if cls is TaskFailed:
+        return _task_failed(message, error_class)
     return cls(message, error_class)
 
 
@@ -306,7 +330,7 @@ def error_from_stream(message: str) -> EmberError:
     m = _STREAM_CLASS.match(message)
     if m is not None:
         return _BY_CLASS.get(m.group(1), EmberError)(m.group(2), m.group(1))
-    err = TaskFailed(message)
+    err = _task_failed(message)
     if err.partition is not None:
         return err
     return Interrupted(message)

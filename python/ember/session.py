@@ -318,6 +318,25 @@ class Session:
             f.flush()
             return self._broadcast_fd(f.fileno())
 
+    def ship_module(self, module: Any) -> None:
+        """Send the functions and classes of module, a module of yours
+        the workers cannot import, by value with the functions that use
+        them (cloudpickle's register_pickle_by_value)."""
+        from . import functions
+
+        functions.ship_module(module)
+
+    def broadcast_object(self, obj: Any) -> ObjectBroadcast:
+        """Upload a Python object, pickled once with cloudpickle: the
+        returned ObjectBroadcast's ``value`` is obj here, and inside a
+        function a worker runs, obj unpickled at most once per worker
+        (and kept while the worker is reused)."""
+        from . import functions
+
+        data, _ = functions.dumps_bytes(obj)
+        made = self._broadcast_bytes(memoryview(data))
+        return ObjectBroadcast(self, int(made.id), made.size, obj)
+
     def _broadcast_bytes(self, data: memoryview) -> Broadcast:
         wire = self._acquire()
         try:
@@ -396,3 +415,21 @@ class Broadcast(_Held):
     def __repr__(self) -> str:
         return "<ember.Broadcast %s (%s bytes)%s>" % (
             self.id, self.size, " dropped" if self.dropped else "")
+
+
+class ObjectBroadcast(Broadcast):
+    """A broadcast of a Python object (Session.broadcast_object).  A
+    function that refers to it reads ``b.value``; pickled into the
+    function it is only its id, and the op lists it among its
+    ``broadcasts``."""
+
+    def __init__(self, session: Session, bid: int, size: Optional[int],
+                 value: Any):
+        Broadcast.__init__(self, session, bid, size)
+        self.value = value
+
+    def __reduce__(self) -> Any:
+        from . import _pyref, functions
+
+        functions.note_broadcast(int(self.id))
+        return (_pyref.worker_broadcast, (self.id,))

@@ -1,0 +1,282 @@
+"""PySpark's RDD names over ember, so that a program written for PySpark's
+core API runs with only its import changed::
+
+    from ember.pyspark import SparkContext
+
+    sc = SparkContext("local[*]", "wordcount")   # master, appName ignored
+    counts = (sc.textFile("/data/books/*.txt")
+                .flatMap(lambda line: line.split())
+                .map(lambda w: w.lower())
+                .countByValue())
+    sc.stop()
+
+Elements are Python objects, as in PySpark: ``parallelize([1, 2])`` gives
+ints, ``range`` ints, ``textFile`` str.  Between functions they stay Python
+objects in the worker; an action pickles them in the workers and unpickles
+them here.  A method of PySpark's RDD that ember does not have raises
+NotImplementedError naming it.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import functools
+import importlib.util
+import os
+import pickle
+import sys
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional,
+                    cast)
+
+from . import _pyref
+from .dataset import Dataset
+from .session import ObjectBroadcast, Session, connect
+
+__all__ = ["SparkContext", "RDD", "Broadcast"]
+
+Broadcast = ObjectBroadcast
+
+# PySpark's RDD methods that ember does not have.
+_MISSING = frozenset("""
+aggregate aggregateByKey barrier cache cartesian coalesce cogroup collectAsMap
+collectWithJobGroup combineByKey countApprox countApproxDistinct countByKey
+distinct flatMapValues foldByKey foreachPartition fullOuterJoin
+getCheckpointFile getResourceProfile getStorageLevel glom groupBy groupByKey
+groupWith histogram intersection isCheckpointed isEmpty isLocallyCheckpointed
+join keyBy keys leftOuterJoin lookup mapPartitionsWithIndex
+mapPartitionsWithSplit mapValues max mean min partitionBy persist pipe
+randomSplit reduceByKey reduceByKeyLocally repartition
+repartitionAndSortWithinPartitions rightOuterJoin sample sampleByKey
+sampleStdev sampleVariance saveAsHadoopDataset saveAsHadoopFile
+saveAsNewAPIHadoopDataset saveAsNewAPIHadoopFile saveAsPickleFile
+saveAsSequenceFile setName sortBy sortByKey stats stdev subtract
+subtractByKey sum sumApprox takeOrdered takeSample toDF toDebugString top
+treeAggregate treeReduce union unpersist values variance withResources zip
+zipWithIndex zipWithUniqueId
+""".split())
+
+
+class RDD:
+    """A dataset of Python objects (PySpark's RDD), over an ember Dataset.
+
+    ``objects`` says whether the last op is a Python function, so that
+    records may be any Python object: an action then pickles them in the
+    workers.  Otherwise they are str, as ember's ops leave them.
+    """
+
+    def __init__(self, ctx: SparkContext, ds: Dataset, objects: bool):
+        self.ctx = ctx
+        self._ds = ds
+        self._objects = objects
+
+    def __repr__(self) -> str:
+        return "<ember.pyspark.RDD %r>" % (self._ds.plan,)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _MISSING:
+            raise NotImplementedError("ember.pyspark: RDD.%s is not "
+                                      "implemented" % name)
+        raise AttributeError(name)
+
+    def _py(self, ds: Dataset) -> RDD:
+        return RDD(self.ctx, ds, True)
+
+    def _out(self) -> Dataset:
+        """The dataset whose records come back pickled, if need be."""
+        return self._ds.map(_pyref.dumps) if self._objects else self._ds
+
+    def _records(self, records: Iterable[Any]) -> Iterator[Any]:
+        if self._objects:
+            return (pickle.loads(r) for r in records)
+        return iter(records)
+
+    def _decode(self) -> Optional[bool]:
+        return False if self._objects else None
+
+    # Transformations.
+
+    def map(self, f: Callable[[Any], Any],
+            preservesPartitioning: bool = False) -> RDD:
+        return self._py(self._ds.map(f))
+
+    def filter(self, f: Callable[[Any], Any]) -> RDD:
+        return self._py(self._ds.filter(f))
+
+    def flatMap(self, f: Callable[[Any], Iterable[Any]],
+                preservesPartitioning: bool = False) -> RDD:
+        return self._py(self._ds.flat_map(f))
+
+    def mapPartitions(self, f: Callable[[Iterator[Any]], Iterable[Any]],
+                      preservesPartitioning: bool = False) -> RDD:
+        return self._py(self._ds.map_partitions(f))
+
+    # Actions.
+
+    def collect(self) -> List[Any]:
+        return list(self._records(self._out().collect(
+            decode=self._decode())))
+
+    def count(self) -> int:
+        if not self._objects:
+            return self._ds.count()
+        # Counted in Python: the elements need not be records.
+        return sum(int(cast(str, n)) for n in self._ds.map_partitions(
+            _pyref.count).collect())
+
+    def take(self, num: int) -> List[Any]:
+        return list(self._records(self._out().take(
+            num, decode=self._decode())))
+
+    def first(self) -> Any:
+        got = self.take(1)
+        if not got:
+            raise ValueError("RDD is empty")
+        return got[0]
+
+    def reduce(self, f: Callable[[Any, Any], Any]) -> Any:
+        return self._ds.reduce(f)
+
+    def fold(self, zeroValue: Any, op: Callable[[Any, Any], Any]) -> Any:
+        return self._ds.fold(zeroValue, op)
+
+    def foreach(self, f: Callable[[Any], None]) -> None:
+        """f of each element, run in the workers, as PySpark does."""
+        self._ds.map_partitions(functools.partial(
+            _pyref.run_foreach, f)).count()
+
+    def toLocalIterator(self, prefetchPartitions: bool = False
+                        ) -> Iterator[Any]:
+        return self._records(self._out().to_local_iterator(
+            1 if prefetchPartitions else 0, decode=self._decode()))
+
+    def countByValue(self) -> Dict[Any, int]:
+        out: Dict[Any, int] = collections.defaultdict(int)
+        if not self._objects:
+            out.update(self._ds.count_by_value())
+            return out
+        for r in self._ds.map_partitions(_pyref.counts).collect(
+                decode=False):
+            for k, n in pickle.loads(cast(bytes, r)).items():
+                out[k] += n
+        return out
+
+    def saveAsTextFile(self, path: str,
+                       compressionCodecClass: Optional[str] = None) -> None:
+        if compressionCodecClass is not None:
+            raise NotImplementedError("ember.pyspark: saveAsTextFile "
+                                      "with compressionCodecClass")
+        ds = self._ds.map(_pyref.text) if self._objects else self._ds
+        ds.save(path)
+
+    def _checkpoint(self, local: bool) -> None:
+        cp = self._out().checkpoint(local=local, eager=False)
+        self._ds = cp.map(_pyref.loads) if self._objects else cp
+
+    def checkpoint(self) -> None:
+        """Checkpoint (reliable, under emberd's checkpoint.dir), written
+        by the next action and read by every later one."""
+        self._checkpoint(False)
+
+    def localCheckpoint(self) -> None:
+        """Checkpoint into emberd's local directory, for the session."""
+        self._checkpoint(True)
+
+    def getNumPartitions(self) -> int:
+        return self._ds.plan["partitions"]
+
+
+class SparkContext:
+    """A session of emberd under PySpark's name.  ``master`` and
+    ``appName`` are accepted and ignored; ``socket`` is emberd's (by
+    default ``$EMBER_SOCKET``, else the system one)."""
+
+    _active: Optional[SparkContext] = None
+
+    def __init__(self, master: Optional[str] = None,
+                 appName: Optional[str] = None, conf: Any = None, *,
+                 socket: Optional[str] = None):
+        self.master = master
+        self.appName = appName
+        self.session: Session = connect(socket)
+        self.defaultParallelism = os.cpu_count() or 2
+        SparkContext._active = self
+
+    @classmethod
+    def getOrCreate(cls, conf: Any = None) -> SparkContext:
+        if cls._active is None:
+            return cls(conf=conf)
+        return cls._active
+
+    def __enter__(self) -> SparkContext:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("_"):
+            raise NotImplementedError("ember.pyspark: SparkContext.%s is "
+                                      "not implemented" % name)
+        raise AttributeError(name)
+
+    def parallelize(self, c: Iterable[Any],
+                    numSlices: Optional[int] = None) -> RDD:
+        """The elements of c; any picklable objects (str and None go as
+        they are, others pickled into the plan)."""
+        items = list(c)
+        n = numSlices or self.defaultParallelism
+        if all(x is None or isinstance(x, str) for x in items):
+            return RDD(self, self.session.parallelize(items, partitions=n),
+                       False)
+        records = [base64.b64encode(pickle.dumps(x)).decode("ascii")
+                   for x in items]
+        ds = self.session.parallelize(records, partitions=n)
+        return RDD(self, ds.map(_pyref.b64_loads), True)
+
+    def range(self, start: int, end: Optional[int] = None, step: int = 1,
+              numSlices: Optional[int] = None) -> RDD:
+        """ints, as PySpark's range."""
+        ds = self.session.range(start, end, step,
+                                partitions=numSlices or
+                                self.defaultParallelism)
+        return RDD(self, ds.map(int), True)
+
+    def textFile(self, name: str, minPartitions: Optional[int] = None,
+                 use_unicode: bool = True) -> RDD:
+        """The lines of the files (globs and comma-separated paths)."""
+        n = minPartitions or min(self.defaultParallelism, 2)
+        paths = name.split(",") if isinstance(name, str) else name
+        return RDD(self, self.session.text_file(paths, partitions=n), False)
+
+    def broadcast(self, value: Any) -> ObjectBroadcast:
+        """value pickled once; ``b.value`` in a function is unpickled at
+        most once per worker."""
+        b = self.session.broadcast_object(value)
+        b.unpersist = b.destroy = b.drop	# type: ignore[attr-defined]
+        return b
+
+    def addPyFile(self, path: str) -> None:
+        """Import the module of a .py file here and send its functions
+        and classes by value with the functions that use them: the
+        workers need not have the file.  (A .zip or .egg is not taken.)"""
+        if not path.endswith(".py"):
+            raise NotImplementedError("ember.pyspark: addPyFile of %r: "
+                                      "only .py files" % path)
+        name = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError("addPyFile: cannot load %s" % path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        self.session.ship_module(module)
+
+    def setCheckpointDir(self, dirName: str) -> None:
+        """Accepted and ignored: reliable checkpoints go to emberd's
+        checkpoint.dir."""
+
+    def stop(self) -> None:
+        self.session.close()
+        if SparkContext._active is self:
+            SparkContext._active = None

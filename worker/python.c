@@ -1,0 +1,552 @@
+/*
+ * The python ops.  The interpreter is started in the fork-server, with
+ * ember_worker (worker/pyworker.py, built into a C string) and the
+ * python.preload modules imported, and inherited by each worker fork()
+ * makes, as pyspark/daemon.py does.  The worker's one thread holds the GIL
+ * all along; a map_partitions function runs on a Python thread of its own
+ * that takes turns with it (pyworker.py, PullStage).
+ *
+ * A stage is one op of the chain for a run of consecutive python ops.  Its
+ * push() gathers records into a list and hands the list over when it is
+ * full: one call into Python per batch, not per record.  What comes back
+ * leaves Python here, as bytes: str (UTF-8), bytes, None, int or float.
+ */
+#ifdef HAVE_PYTHON
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define PYTHON_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PYTHON_LSAN 1
+#endif
+#endif
+#ifdef PYTHON_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
+#include "held.h"
+#include "log.h"
+#include "ops.h"
+#include "plan.h"
+#include "python.h"
+#include "xmalloc.h"
+
+#ifndef HAVE_PYTHON
+
+/* Start nothing: there is no interpreter. */
+void
+python_start(__attribute__((unused)) char *const *preload,
+    __attribute__((unused)) size_t npreload)
+{
+}
+
+/* No interpreter, no hooks. */
+void
+python_fork_before(void)
+{
+}
+
+/* No interpreter, no hooks. */
+void
+python_fork_parent(void)
+{
+}
+
+/* No interpreter, no hooks. */
+void
+python_fork_child(void)
+{
+}
+
+/* Refuse the op: emberd refuses such plans, so this is a stale worker. */
+struct op *
+python_op_create(__attribute__((unused)) const struct plan_op *first,
+    __attribute__((unused)) size_t n, __attribute__((unused)) struct chain *c,
+    char **err)
+{
+	*err = xstrdup("python: this ember-worker was built without Python");
+	return (NULL);
+}
+
+#else
+
+/* Records handed to Python at a time, and bytes at most. */
+#define PYTHON_BATCH_RECORDS	1024
+#define PYTHON_BATCH_BYTES	(1024 * 1024)
+
+extern const char	 pyworker_source[];
+
+/* ember_worker's stage() and format_error(); NULL when Python failed to
+ * start, and python_failure says why. */
+static PyObject		*python_stage_fn;
+static PyObject		*python_format_fn;
+static char		*python_failure;
+static int		 python_started;
+
+/* A stage: the op, and ember_worker's Stage for the task. */
+struct python_op {
+	struct op	 op;
+	PyObject	*stage;
+	PyObject	*batch;		/* the records gathered (a list) */
+	size_t		 bytes;		/* and their bytes */
+	int		 downstream;	/* OP_STOP or OP_FAIL from next */
+};
+
+/* _ember_worker.broadcast(id): a read-only view of a held broadcast's
+ * bytes and their address (which changes when the broadcast does). */
+static PyObject *
+python_broadcast_cb(__attribute__((unused)) PyObject *self, PyObject *arg)
+{
+	const void	*bytes;
+	long long	 id;
+	size_t		 len;
+
+	id = PyLong_AsLongLong(arg);
+	if (id == -1 && PyErr_Occurred())
+		return (NULL);
+	if ((bytes = held_bytes(id, &len)) == NULL) {
+		PyErr_Format(PyExc_KeyError, "broadcast %lld is not held by "
+		    "this worker (is it in the op's broadcasts?)", id);
+		return (NULL);
+	}
+	return (Py_BuildValue("(NK)", PyMemoryView_FromMemory((char *)bytes,
+	    (Py_ssize_t)len, PyBUF_READ),
+	    (unsigned long long)(uintptr_t)bytes));
+}
+
+static PyMethodDef python_methods[] = {
+	{ "broadcast", python_broadcast_cb, METH_O,
+	    "The bytes of a broadcast the worker holds, and their address." },
+	{ NULL, NULL, 0, NULL }
+};
+
+static struct PyModuleDef python_module = {
+	PyModuleDef_HEAD_INIT, "_ember_worker", NULL, -1, python_methods,
+	NULL, NULL, NULL, NULL
+};
+
+/* Make the _ember_worker module. */
+static PyObject *
+python_module_init(void)
+{
+	return (PyModule_Create(&python_module));
+}
+
+/* The pending exception's traceback as text, allocated; clears it. */
+static char *
+python_error(void)
+{
+	PyObject	*type, *value, *tb, *text = NULL;
+	const char	*s = NULL;
+	char		*message;
+
+	PyErr_Fetch(&type, &value, &tb);
+	PyErr_NormalizeException(&type, &value, &tb);
+	if (value != NULL && tb != NULL)
+		PyException_SetTraceback(value, tb);
+	if (value != NULL && python_format_fn != NULL)
+		text = PyObject_CallOneArg(python_format_fn, value);
+	if (text != NULL)
+		s = PyUnicode_AsUTF8(text);
+	if (s == NULL) {
+		PyErr_Clear();
+		s = "an exception that cannot be formatted";
+	}
+	message = xstrdup(s);
+	/* Python's traceback ends with a newline; the error does not. */
+	if (*message != '\0' && message[strlen(message) - 1] == '\n')
+		message[strlen(message) - 1] = '\0';
+	Py_XDECREF(text);
+	Py_XDECREF(type);
+	Py_XDECREF(value);
+	Py_XDECREF(tb);
+	return (message);
+}
+
+/* Remember why Python cannot run python ops here. */
+static void
+python_fail(const char *what)
+{
+	char	*e = python_error();
+
+	xasprintf(&python_failure, "python: %s: %s", what, e);
+	log_error("%s", python_failure);
+	free(e);
+}
+
+/* Run ember_worker's source as a module and keep what the ops call. */
+static int
+python_load_worker(void)
+{
+	PyObject	*code, *mod;
+
+	code = Py_CompileString(pyworker_source, "ember_worker.py",
+	    Py_file_input);
+	if (code == NULL)
+		return (-1);
+	mod = PyImport_ExecCodeModule("ember_worker", code);
+	Py_DECREF(code);
+	if (mod == NULL)
+		return (-1);
+	python_stage_fn = PyObject_GetAttrString(mod, "stage");
+	python_format_fn = PyObject_GetAttrString(mod, "format_error");
+	Py_DECREF(mod);
+	return (python_stage_fn != NULL && python_format_fn != NULL ? 0 : -1);
+}
+
+static void	python_start_interpreter(char *const *, size_t);
+
+/*
+ * Start the interpreter once.  What it allocates lives as long as the
+ * fork-server, reachable only from Python's own arenas, which the leak
+ * checker does not scan: it is told to look away.
+ */
+void
+python_start(char *const *preload, size_t npreload)
+{
+#ifdef PYTHON_LSAN
+	__lsan_disable();
+#endif
+	python_start_interpreter(preload, npreload);
+#ifdef PYTHON_LSAN
+	__lsan_enable();
+#endif
+}
+
+/* Start the interpreter, without its signal handlers (the worker's
+ * signals are the fork-server's business), and import the modules. */
+static void
+python_start_interpreter(char *const *preload, size_t npreload)
+{
+	PyConfig	 config;
+	PyStatus	 status;
+	PyObject	*mod;
+	size_t		 i;
+
+	if (PyImport_AppendInittab("_ember_worker", python_module_init) == -1)
+		fatalx("PyImport_AppendInittab");
+	PyConfig_InitPythonConfig(&config);
+	config.install_signal_handlers = 0;
+	config.parse_argv = 0;
+	status = PyConfig_SetString(&config, &config.program_name,
+	    L"ember-worker");
+	if (!PyStatus_Exception(status))
+		status = Py_InitializeFromConfig(&config);
+	PyConfig_Clear(&config);
+	if (PyStatus_Exception(status)) {
+		xasprintf(&python_failure, "python: the interpreter did not "
+		    "start: %s", status.err_msg != NULL ? status.err_msg : "?");
+		log_error("%s", python_failure);
+		return;
+	}
+	python_started = 1;
+	if (python_load_worker() == -1) {
+		python_fail("ember_worker");
+		return;
+	}
+	for (i = 0; i < npreload; i++) {
+		if ((mod = PyImport_ImportModule(preload[i])) == NULL) {
+			char *e = python_error();
+
+			log_error("python.preload %s: %s", preload[i], e);
+			free(e);
+			continue;
+		}
+		Py_DECREF(mod);
+		log_debug("python: imported %s", preload[i]);
+	}
+}
+
+/* Take the interpreter's locks before fork(). */
+void
+python_fork_before(void)
+{
+	if (python_started)
+		PyOS_BeforeFork();
+}
+
+/* Release them in the fork-server. */
+void
+python_fork_parent(void)
+{
+	if (python_started)
+		PyOS_AfterFork_Parent();
+}
+
+/* Make the worker's interpreter its own. */
+void
+python_fork_child(void)
+{
+	if (python_started)
+		PyOS_AfterFork_Child();
+}
+
+/* A record as Python sees it: str (surrogateescape keeps bytes that are
+ * not UTF-8 for the way out), or None. */
+static PyObject *
+python_from_record(const struct record *r)
+{
+	if (r->null)
+		Py_RETURN_NONE;
+	return (PyUnicode_DecodeUTF8(r->data != NULL ? r->data : "",
+	    (Py_ssize_t)r->len, "surrogateescape"));
+}
+
+/* A Python object as a record; *keep holds what its bytes live in.  -1
+ * with an error set when it has none of the types a record may have. */
+static int
+python_to_record(PyObject *o, struct record *r, PyObject **keep)
+{
+	Py_ssize_t	 len;
+	char		*data;
+
+	*keep = NULL;
+	*r = (struct record){ NULL, 0, 0 };
+	if (o == Py_None) {
+		r->null = 1;
+		return (0);
+	}
+	if (PyLong_CheckExact(o))
+		o = *keep = PyObject_Str(o);
+	else if (PyFloat_CheckExact(o))
+		o = *keep = PyObject_Repr(o);
+	if (o == NULL)
+		return (-1);
+	if (PyUnicode_Check(o)) {
+		if ((r->data = PyUnicode_AsUTF8AndSize(o, &len)) == NULL) {
+			/* Lone surrogates: bytes that came in as not UTF-8. */
+			PyErr_Clear();
+			Py_XDECREF(*keep);
+			*keep = PyUnicode_AsEncodedString(o, "utf-8",
+			    "surrogateescape");
+			if (*keep == NULL)
+				return (-1);
+			o = *keep;
+		} else {
+			r->len = (size_t)len;
+			return (0);
+		}
+	}
+	if (PyBytes_Check(o)) {
+		if (PyBytes_AsStringAndSize(o, &data, &len) == -1)
+			return (-1);
+		r->data = data;
+		r->len = (size_t)len;
+		return (0);
+	}
+	PyErr_Format(PyExc_TypeError, "a record leaving Python must be str, "
+	    "bytes, None, int or float, not %s", Py_TYPE(o)->tp_name);
+	return (-1);
+}
+
+/* Fail the task with the pending exception's traceback. */
+static int
+python_op_fail(struct python_op *p)
+{
+	char	*e = python_error();
+	int	 rc;
+
+	rc = op_fail(&p->op, "python: %s", e);
+	free(e);
+	return (rc);
+}
+
+/* Pass what a stage made down the chain. */
+static int
+python_emit(struct python_op *p, PyObject *out)
+{
+	struct record	 r;
+	PyObject	*keep, *o;
+	Py_ssize_t	 i, n;
+	int		 rc;
+
+	n = PyList_GET_SIZE(out);
+	for (i = 0; i < n && p->downstream == OP_OK; i++) {
+		o = PyList_GET_ITEM(out, i);
+		if (python_to_record(o, &r, &keep) == -1)
+			return (python_op_fail(p));
+		rc = op_next(&p->op, &r);
+		Py_XDECREF(keep);
+		if (rc != OP_OK)
+			p->downstream = rc;
+	}
+	return (p->downstream);
+}
+
+/* Call a method of the stage, then pass on what it made and what more it
+ * makes until it wants input again. */
+static int
+python_call(struct python_op *p, const char *method, PyObject *arg)
+{
+	PyObject	*out;
+	const char	*next = "more";
+	int		 rc;
+
+	for (;;) {
+		if (arg != NULL)
+			out = PyObject_CallMethod(p->stage, method, "O", arg);
+		else
+			out = PyObject_CallMethod(p->stage, method, NULL);
+		if (out == NULL)
+			return (python_op_fail(p));
+		if (out == Py_None || out == Py_False) {
+			/* None: it wants input; False: it wants no more. */
+			rc = out == Py_None ? OP_OK : OP_STOP;
+			Py_DECREF(out);
+			return (rc);
+		}
+		if (!PyList_Check(out)) {
+			Py_DECREF(out);
+			return (op_fail(&p->op, "python: %s() did not give a "
+			    "list", method));
+		}
+		rc = python_emit(p, out);
+		Py_DECREF(out);
+		if (rc != OP_OK)
+			return (rc);
+		method = next;
+		arg = NULL;
+	}
+}
+
+/* Hand the gathered records to the stage. */
+static int
+python_flush(struct python_op *p)
+{
+	PyObject	*batch = p->batch;
+	int		 rc;
+
+	if (PyList_GET_SIZE(batch) == 0)
+		return (OP_OK);
+	if ((p->batch = PyList_New(0)) == NULL)
+		fatalx("python: out of memory");
+	p->bytes = 0;
+	rc = python_call(p, "push", batch);
+	Py_DECREF(batch);
+	return (rc);
+}
+
+/* Gather a record; hand the batch over when it is full. */
+static int
+python_push_cb(struct op *op, const struct record *r)
+{
+	struct python_op	*p = (struct python_op *)op;
+	PyObject		*o;
+	int			 rc;
+
+	if (p->downstream != OP_OK)
+		return (p->downstream);
+	if ((o = python_from_record(r)) == NULL)
+		return (python_op_fail(p));
+	rc = PyList_Append(p->batch, o);
+	Py_DECREF(o);
+	if (rc == -1)
+		return (python_op_fail(p));
+	p->bytes += r->len;
+	if (PyList_GET_SIZE(p->batch) >= PYTHON_BATCH_RECORDS ||
+	    p->bytes >= PYTHON_BATCH_BYTES)
+		return (python_flush(p));
+	return (OP_OK);
+}
+
+/* Hand over the last records, end the stage's input, then finish. */
+static int
+python_finish_cb(struct op *op)
+{
+	struct python_op	*p = (struct python_op *)op;
+	int			 rc;
+
+	if (p->downstream == OP_OK && (rc = python_flush(p)) == OP_FAIL)
+		return (rc);
+	if (p->downstream == OP_OK &&
+	    (rc = python_call(p, "finish", NULL)) == OP_FAIL)
+		return (rc);
+	if (p->downstream == OP_FAIL)
+		return (OP_FAIL);
+	return (op_next_finish(op));
+}
+
+/* Free the stage; a map_partitions function left halfway is unwound. */
+static void
+python_free_cb(struct op *op)
+{
+	struct python_op	*p = (struct python_op *)op;
+	PyObject		*rc;
+
+	if (p->stage != NULL) {
+		if ((rc = PyObject_CallMethod(p->stage, "close", NULL)) == NULL)
+			PyErr_Clear();
+		Py_XDECREF(rc);
+	}
+	Py_XDECREF(p->stage);
+	Py_XDECREF(p->batch);
+	free(p);
+}
+
+/* The stage's specs for ember_worker.stage(): [(kind, fn, zero), ...]. */
+static PyObject *
+python_specs(const struct plan_op *first, size_t n)
+{
+	PyObject	*specs, *spec;
+	size_t		 i;
+
+	if ((specs = PyList_New((Py_ssize_t)n)) == NULL)
+		return (NULL);
+	for (i = 0; i < n; i++) {
+		spec = Py_BuildValue("(ssz)",
+		    plan_python_kind_name(first[i].py_kind), first[i].py_fn,
+		    first[i].py_zero);
+		if (spec == NULL) {
+			Py_DECREF(specs);
+			return (NULL);
+		}
+		PyList_SET_ITEM(specs, (Py_ssize_t)i, spec);
+	}
+	return (specs);
+}
+
+/* Make a stage for n python ops. */
+struct op *
+python_op_create(const struct plan_op *first, size_t n, struct chain *chain,
+    char **err)
+{
+	struct python_op	*p;
+	PyObject		*specs, *stage;
+	char			*e;
+
+	*err = NULL;
+	if (python_stage_fn == NULL) {
+		*err = xstrdup(python_failure != NULL ? python_failure :
+		    "python: the interpreter was not started");
+		return (NULL);
+	}
+	stage = NULL;
+	if ((specs = python_specs(first, n)) != NULL) {
+		stage = PyObject_CallOneArg(python_stage_fn, specs);
+		Py_DECREF(specs);
+	}
+	if (stage == NULL) {
+		e = python_error();
+		xasprintf(err, "python: the function did not unpickle: %s", e);
+		free(e);
+		return (NULL);
+	}
+	p = xcalloc(1, sizeof *p);
+	p->op.push = python_push_cb;
+	p->op.finish = python_finish_cb;
+	p->op.free = python_free_cb;
+	p->op.chain = chain;
+	p->stage = stage;
+	p->downstream = OP_OK;
+	if ((p->batch = PyList_New(0)) == NULL)
+		fatalx("python: out of memory");
+	return (&p->op);
+}
+
+#endif

@@ -1,0 +1,39 @@
+/*
+ * The python ops: CPython embedded in ember-worker.  The fork-server starts
+ * the interpreter once (python_start) and every worker it forks inherits
+ * it, copy-on-write, with the modules of python.preload imported.  A run of
+ * consecutive python ops is one stage, one op of the chain, that hands
+ * records to Python in batches (worker/pyworker.py).  Without Python
+ * (./configure --without-python) the same functions are stubs.
+ */
+#ifndef EMBER_WORKER_PYTHON_H
+#define EMBER_WORKER_PYTHON_H
+
+#include <stddef.h>
+
+struct chain;
+struct op;
+struct plan_op;
+
+/*
+ * Start the interpreter and import the modules named (the fork-server,
+ * once, after it has dropped its privileges).  A module that does not
+ * import is logged and skipped; an interpreter that does not start leaves
+ * every python op failing with the reason.
+ */
+void		 python_start(char *const *preload, size_t npreload);
+
+/* Around the fork-server's fork(): the interpreter's own fork hooks. */
+void		 python_fork_before(void);
+void		 python_fork_parent(void);
+void		 python_fork_child(void);
+
+/*
+ * Make the op for the n consecutive PLAN_OP_PYTHON ops from first (they
+ * must outlive the op), unpickling their functions.  NULL with *err
+ * allocated when Python is missing or a function does not unpickle.
+ */
+struct op	*python_op_create(const struct plan_op *first, size_t n,
+		     struct chain *, char **err);
+
+#endif

@@ -1332,13 +1332,19 @@ operation_reply_send(struct operation *op, json_t *reply)
 	operation_end(op);
 }
 
-/* Stop at a partition boundary: the client wrote 0. */
+/* Stop: the client wrote 0, between partitions or inside one, which then
+ * ends at once (its tasks stop where they are). */
 static void
 operation_stop(struct operation *op)
 {
+	struct evbuffer	*out = connection_output(op->conn);
+
 	log_debug("operation %s: stopped by the client after %d of %d "
 	    "partitions", op->id, op->next_deliver, op->npartitions);
-	evbuffer_add_int32(connection_output(op->conn), EMBER_STREAM_DONE);
+	if (op->partition_open)
+		evbuffer_add_int32(out, EMBER_END_OF_DATA_SECTION);
+	op->partition_open = 0;
+	evbuffer_add_int32(out, EMBER_STREAM_DONE);
 	ember_counters.operations_interrupted++;
 	operation_bury(op, "OPERATION_FINISHED", "operation %s was stopped by "
 	    "its client", op->id);
@@ -1357,13 +1363,17 @@ operation_stream_input(struct operation *op, struct evbuffer *in)
 	unsigned char	b[4];
 	int32_t		request;
 
-	/* Requests come between partitions; collect takes none. */
-	if (op->action != ACTION_ITERATE || op->requested)
+	/* Requests come between partitions, but a stop may come inside
+	 * one: the client wants no more of it.  collect takes none. */
+	if (op->action != ACTION_ITERATE)
 		return (0);
 	if (evbuffer_get_length(in) < sizeof b)
 		return (0);
-	evbuffer_remove(in, b, sizeof b);
+	evbuffer_copyout(in, b, sizeof b);
 	request = be32_get(b);
+	if (op->requested && request != EMBER_REQUEST_STOP)
+		return (0);
+	evbuffer_drain(in, sizeof b);
 	if (request == EMBER_REQUEST_STOP) {
 		operation_stop(op);
 		return (1);

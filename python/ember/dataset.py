@@ -226,9 +226,14 @@ class Dataset:
         whose connection breaks resumes right after the last record
         yielded.
         """
+        return self._iterator({"prefetch": prefetch} if prefetch else {},
+                              decode, errors)
+
+    def _iterator(self, options: dict, decode: Optional[bool],
+                  errors: Optional[str]) -> Generator[Record, None, None]:
+        """The records of an iterate with these options."""
         convert = self._decoding(decode, errors)
-        options = {"prefetch": prefetch} if prefetch else None
-        stream = self.session.stream(self.plan, "iterate", options)
+        stream = self.session.stream(self.plan, "iterate", options or None)
         records = _iterate(stream, convert)
         next(records)		# started: closing it now stops the stream
         return records
@@ -236,9 +241,17 @@ class Dataset:
     def __iter__(self) -> Iterator[Record]:
         return self.to_local_iterator()
 
-    def take(self, n: int, **kw: Any) -> List[Record]:
-        """The first n records (stopping the operation after them)."""
-        it = self.to_local_iterator(**kw)
+    def take(self, n: int, prefetch: int = 0, *,
+             decode: Optional[bool] = None,
+             errors: Optional[str] = None) -> List[Record]:
+        """The first n records (stopping the operation after them: emberd
+        is told the limit, and stops the tasks once it has sent them)."""
+        if n <= 0:
+            return []
+        options: dict = {"limit": n}
+        if prefetch:
+            options["prefetch"] = prefetch
+        it = self._iterator(options, decode, errors)
         try:
             return list(itertools.islice(it, n))
         finally:

@@ -224,6 +224,47 @@ def test_iterator(d):
                  "the session goes on after the stops")
 
 
+def _counter(d, name):
+    with d.client() as c:
+        return c.status()["counters"][name]
+
+
+def test_early_stop_is_prompt(d):
+    # The guide's first example: a sparse match early in a partition of
+    # 500M records.  Breaking out stops the task mid-partition.
+    with _session(d) as s:
+        t0 = time.monotonic()
+        for line in s.range(10**9, partitions=2).filter_contains("777777"):
+            check_eq(line, "777777", "the first match")
+            break
+        took = time.monotonic() - t0
+        check(took < 2.0, "break took %.1f s" % took)
+        _no_operations(d)
+        # take, first and a limit on a partition of 30M records.
+        ds = s.range(30 * 10**6, partitions=1)
+        for what, fn in [("take", lambda: ds.take(1)),
+                         ("first", lambda: [ds.first()]),
+                         ("take sparse", lambda: s.range(
+                             30 * 10**6, partitions=1).filter_contains(
+                             "777777").take(1))]:
+            t0 = time.monotonic()
+            got = fn()
+            took = time.monotonic() - t0
+            check(len(got) == 1, "%s: %r" % (what, got))
+            check(took < 2.0, "%s took %.1f s" % (what, took))
+        _no_operations(d)
+        # Each task stopped where it was, and its worker was kept.
+        check_eq(_counter(d, "workers_killed"), 0, "workers killed")
+        # A pipe command that does not return: its worker is killed soon.
+        it = iter(s.range(10, partitions=1).pipe("cat; sleep 30"))
+        check_eq(next(it), "0", "the pipe's first record")
+        t0 = time.monotonic()
+        it.close()
+        check(time.monotonic() - t0 < 2.0, "the stop waited for the pipe")
+        check(wait_until(lambda: _counter(d, "workers_killed") == 1, 3),
+              "the worker of the pipe was not killed")
+
+
 def test_errors(d):
     with _session(d) as s:
         for bad, cls, needle in [

@@ -124,6 +124,12 @@ class ResultStream:
         except GeneratorExit:
             self.stop()
             raise
+        except KeyboardInterrupt:
+            # The user's interrupt is the operation's.
+            if not self.finished:
+                self.session._interrupt(self.operation)
+                self.abandon()
+            raise
         except BaseException:
             if not self.finished:
                 self.abandon()

@@ -321,6 +321,50 @@ def test_interrupted(d):
             raise AssertionError("no Interrupted")
 
 
+def _interrupted_by_ctrl_c(d, body):
+    # A Python program runs body on a long job; Ctrl-C (SIGINT) must
+    # interrupt the operation, not leave it running.
+    code = ("import sys, time\n"
+            "sys.path.insert(0, %r)\n"
+            "import ember\n"
+            "s = ember.connect(%r)\n"
+            "ds = s.range(10**12, partitions=2).filter_contains('zz')\n"
+            "try:\n"
+            "    %s\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted', flush=True)\n"
+            "    s.close()\n" % (os.path.join(SRCDIR, "python"), d.socket,
+                                 body))
+    p = subprocess.Popen([sys.executable, "-c", code],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def running():
+            with d.client() as c:
+                return any(o["running"] > 0
+                           for o in c.status()["operations"])
+        check(wait_until(running, 10), "the job did not start")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=5)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    check_eq(out.decode().strip(), "interrupted", "stdout (%s)" % err)
+
+    def free():
+        with d.client() as c:
+            st = c.status()
+        return not st["operations"] and all(
+            w["state"] != "busy" for w in st["workers"])
+    check(wait_until(free, 1.5), "the workers are still busy")
+
+
+def test_ctrl_c_interrupts(d):
+    for body in ["ds.count()", "ds.collect()",
+                 "[x for x in ds.to_local_iterator()]"]:
+        _interrupted_by_ctrl_c(d, body)
+
+
 @with_daemon(sets=["daemon.max_connections_per_uid=2"])
 def test_limit_exceeded(d):
     held = [d.client(), d.client()]

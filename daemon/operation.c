@@ -29,9 +29,13 @@
 #include "task.h"
 #include "taskdesc.h"
 #include "utf8.h"
+#include "worker.h"
 #include "xmalloc.h"
 
 #define OPERATION_MAX_PREFETCH	1024
+/* Without options.prefetch, iterate computes ahead one partition per
+ * worker, fewer when what they would hold in emberd passes this. */
+#define OPERATION_AHEAD_BYTES	(4 * 1024 * 1024)
 /* Counting tasks queued per worker: deeper when tasks are short, so the
  * round trip to emberd never leaves a worker waiting for its next task. */
 #define PIPELINE_SHALLOW	2
@@ -60,7 +64,7 @@ struct operation {
 	struct session		*session;
 	struct connection	*conn;		/* attached, or NULL */
 	enum action		 action;
-	int			 prefetch;
+	int			 prefetch;	/* -1: as many as fit */
 	struct plan		*plan;
 	char			*plan_text;	/* "plan":...,"files":... */
 	int			 npartitions;
@@ -370,13 +374,36 @@ operation_pipeline_depth(const struct operation *op)
 	return (PIPELINE_SHALLOW);
 }
 
+/*
+ * Partitions iterate computes ahead of the one the client reads: its
+ * options.prefetch, else one per worker, as many as fit in
+ * OPERATION_AHEAD_BYTES at what each holds in emberd while it waits for
+ * its turn (a worker's output buffer, or less: the average of the
+ * partitions sent so far).
+ */
+static int
+operation_ahead(const struct operation *op)
+{
+	uint64_t	each = WORKER_READ_HIGH;
+	int		n = ember_workers_max();
+
+	if (op->prefetch >= 0)
+		return (op->prefetch);
+	if (op->next_deliver > 0 &&
+	    op->bytes_sent / (uint64_t)op->next_deliver < each)
+		each = op->bytes_sent / (uint64_t)op->next_deliver + 1;
+	if ((uint64_t)n > OPERATION_AHEAD_BYTES / each)
+		n = (int)(OPERATION_AHEAD_BYTES / each);
+	return (n > 0 ? n : 1);
+}
+
 /* Tasks allowed in flight: ahead of the delivered partition for streams. */
 static int
 operation_window(const struct operation *op)
 {
 	switch (op->action) {
 	case ACTION_ITERATE:
-		return (op->prefetch + op->requested);
+		return (operation_ahead(op) + op->requested);
 	case ACTION_COLLECT:
 		return (ember_workers_max() + 1);
 	default:
@@ -1461,7 +1488,7 @@ static int
 operation_read_options(struct operation *op, json_t *options,
     const char **path, int *overwrite, char **err)
 {
-	json_int_t	 prefetch = 0, limit = 0;
+	json_int_t	 prefetch = -1, limit = 0;
 	int		 reattachable = 1, local = 0, eager = 1;
 	const char	*fn = NULL;
 
@@ -1491,7 +1518,8 @@ operation_read_options(struct operation *op, json_t *options,
 		goto fail;
 	op->ckpt_local = local;
 	op->ckpt_eager = eager;
-	if (prefetch < 0 || prefetch > OPERATION_MAX_PREFETCH) {
+	if (json_object_get(options, "prefetch") != NULL && (prefetch < 0 ||
+	    prefetch > OPERATION_MAX_PREFETCH)) {
 		jread_fail(err, "options.prefetch", "must be from 0 to %d",
 		    OPERATION_MAX_PREFETCH);
 		goto fail;

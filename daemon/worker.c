@@ -25,8 +25,6 @@
 #include "utf8.h"
 #include "xmalloc.h"
 
-/* Output buffered from one worker before emberd stops reading it. */
-#define WORKER_READ_HIGH	(256 * 1024)
 /* An idle worker is checked for a pending kill after this long idle. */
 #define WORKER_DYING_CHECK_MS	2
 /* A worker told to stop its task (STOP_TASK) that has not ended it after

@@ -413,5 +413,34 @@ def test_limit_is_prompt(d):
     check(wait_until(lambda: _workers_free(d), 1.0), "workers busy")
 
 
+@with_daemon(sets=["workers.max=2"])
+def test_iterate_computes_ahead(d):
+    # 8 partitions of a second each on 2 workers: 4 s when the next
+    # partition is computed while one is printed, 8 s one by one.
+    plan = write_file(d.path("slow8.json"), json.dumps(range_plan(
+        0, 80, 8, ops=[{"pipe": {"command": "sleep 1; cat"}}])))
+    t0 = time.monotonic()
+    p = subprocess.Popen([EMBER, "--socket", d.socket, "run", plan],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        most = 0
+        while p.poll() is None:
+            most = max([most] + [o["running"] for o in _operations(d)])
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        out, err = p.communicate()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    check_eq((p.returncode, out), (0, "".join("%d\n" % i
+                                              for i in range(80))), err)
+    check(most >= 2, "tasks in flight at once: %d" % most)
+    check(took < 6.5, "8 partitions took %.1f s" % took)
+    r = run_cli(["-h"])
+    check("prefetch" in r.stdout, "ember -h says nothing of prefetch")
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -14,7 +14,9 @@
 #include <jansson.h>
 #include <uuid/uuid.h>
 
+#include "cancel.h"
 #include "ember.h"
+#include "oplist.h"
 #include "progress.h"
 #include "status.h"
 
@@ -36,6 +38,8 @@ usage(FILE *f, int full)
 	    "usage: ember [--socket PATH] run [--collect | --count | "
 	    "--action ACTION]\n"
 	    "                 [--option KEY=VALUE ...] PLAN.json\n"
+	    "       ember [--socket PATH] ops [--json]\n"
+	    "       ember [--socket PATH] cancel OPERATION\n"
 	    "       ember [--socket PATH] checkpoint drop ID\n"
 	    "       ember [--socket PATH] status [-v | --json]\n"
 	    "       ember --version | --help\n");
@@ -56,9 +60,22 @@ usage(FILE *f, int full)
 	    "           (prints the checkpoint's id, kept until dropped;\n"
 	    "           eager=false writes it on first read; a plan reads it\n"
 	    "           with {\"checkpoint\": ID} as its source).  --option\n"
-	    "           values are JSON when they parse as JSON, else text.\n"
-	    "           Options may also follow PLAN.json.  On a\n"
+	    "           prefetch=N: partitions iterate computes ahead of the\n"
+	    "           one printed (by default one per worker, fewer when\n"
+	    "           they would hold over 4 MiB in emberd; 0: none);\n"
+	    "           limit=N: stop after N records in all (iterate,\n"
+	    "           collect).  --option values are JSON when they parse\n"
+	    "           as JSON, else text.  Options may also follow\n"
+	    "           PLAN.json.  On a\n"
 	    "           terminal, a progress line shows on standard error.\n"
+	    "           Ctrl-C interrupts the operation: emberd stops its\n"
+	    "           tasks at once.\n"
+	    "  ops      list your operations: action, state, partitions done,\n"
+	    "           tasks running, records sent, age; --json prints them\n"
+	    "           as emberd's status has them.\n"
+	    "  cancel OPERATION\n"
+	    "           interrupt one of your operations (its id, or the\n"
+	    "           start of it), whichever session it belongs to.\n"
 	    "  checkpoint drop ID\n"
 	    "           remove a checkpoint and its files.\n"
 	    "  status   show emberd's workers, pools, sessions and operations\n"
@@ -74,6 +91,7 @@ usage(FILE *f, int full)
 static void __attribute__((noreturn))
 ember_die(struct ember *e)
 {
+	cancel_wait();
 	fprintf(stderr, "ember: %s: %s\n", ember_error_class(e),
 	    ember_error(e));
 	ember_close(e);
@@ -290,6 +308,35 @@ run_check_action(const char *action, json_t *options)
 	return (0);
 }
 
+/*
+ * The execute request's text, with an operation id of our own (in id): a
+ * Ctrl-C interrupts it, and the progress line finds it, before the reply
+ * comes.  NULL if the plan or the options are not JSON objects.
+ */
+static char *
+run_request(const char *plan, const char *action, const char *options,
+    char id[37])
+{
+	json_t	*request;
+	char	*text;
+	uuid_t	 u;
+
+	uuid_generate(u);
+	uuid_unparse_lower(u, id);
+	request = json_pack("{s:s,s:o,s:s,s:o,s:s}", "op", "execute", "plan",
+	    json_loads(plan, JSON_ALLOW_NUL, NULL), "action", action, "options",
+	    options != NULL ? json_loads(options, JSON_ALLOW_NUL, NULL) :
+	    json_object(),
+	    "operation", id);
+	if (request == NULL) {
+		fprintf(stderr, "ember: run: the plan is not a JSON object\n");
+		return (NULL);
+	}
+	text = json_dumps(request, JSON_COMPACT);
+	json_decref(request);
+	return (text);
+}
+
 /* Stream the records of iterate or collect to standard output. */
 static int
 run_stream(struct ember *e, const char *plan, const char *action,
@@ -298,7 +345,7 @@ run_stream(struct ember *e, const char *plan, const char *action,
 	struct output	 out;
 	struct progress	*progress;
 	json_t		*reply;
-	char		*text;
+	char		*text, *request, id[37];
 	const void	*data;
 	size_t		 len;
 	int64_t		 records = 0;
@@ -312,7 +359,12 @@ run_stream(struct ember *e, const char *plan, const char *action,
 		fprintf(stderr, "ember: out of memory\n");
 		exit(1);
 	}
-	if (ember_execute(e, plan, action, options, &text) == -1)
+	if ((request = run_request(plan, action, options, id)) == NULL)
+		return (EXIT_USAGE);
+	cancel_set(ember_session(e), id);
+	rc = ember_request(e, request, &text);
+	free(request);
+	if (rc == -1)
 		ember_die(e);
 	reply = json_loads(text, 0, NULL);
 	free(text);
@@ -440,26 +492,13 @@ run_reply(struct ember *e, const char *plan, const char *action,
     const char *options)
 {
 	struct progress	*progress;
-	json_t		*request;
 	char		*text, *reply_text;
 	char		 id[37];
-	uuid_t		 u;
 	int		 rc;
 
-	/* Our own operation id, so the progress line can find it. */
-	uuid_generate(u);
-	uuid_unparse_lower(u, id);
-	request = json_pack("{s:s,s:o,s:s,s:o,s:s}", "op", "execute", "plan",
-	    json_loads(plan, JSON_ALLOW_NUL, NULL), "action", action, "options",
-	    options != NULL ? json_loads(options, JSON_ALLOW_NUL, NULL) :
-	    json_object(),
-	    "operation", id);
-	if (request == NULL) {
-		fprintf(stderr, "ember: run: the plan is not a JSON object\n");
+	if ((text = run_request(plan, action, options, id)) == NULL)
 		return (EXIT_USAGE);
-	}
-	text = json_dumps(request, JSON_COMPACT);
-	json_decref(request);
+	cancel_set(ember_session(e), id);
 	progress = progress_create(0);
 	progress_watch(progress, socket_path, id);
 	rc = ember_request(e, text, &reply_text);
@@ -548,6 +587,7 @@ cmd_run(int argc, char **argv)
 		free(opts);
 		return (1);
 	}
+	cancel_arm(socket_path);
 	e = ember_open();
 	if (strcmp(action, "iterate") == 0 || strcmp(action, "collect") == 0)
 		rc = run_stream(e, plan, action, opts);
@@ -631,6 +671,105 @@ cmd_status(int argc, char **argv)
 	return (0);
 }
 
+/* Fetch emberd's status as JSON, or exit. */
+static json_t *
+ember_fetch_status(const char *what)
+{
+	struct ember	*e;
+	json_t		*reply;
+	json_error_t	 jerr;
+	char		*text;
+
+	e = ember_open();
+	if ((text = ember_status(e)) == NULL)
+		ember_die(e);
+	ember_close(e);
+	if ((reply = json_loads(text, 0, &jerr)) == NULL) {
+		fprintf(stderr, "ember: %s: %s\n", what, jerr.text);
+		free(text);
+		exit(1);
+	}
+	free(text);
+	return (reply);
+}
+
+/* ember ops: the caller's operations and their state. */
+static int
+cmd_ops(int argc, char **argv)
+{
+	json_t	*status;
+	char	*text;
+	int	 raw = 0;
+
+	if (argc == 2 && (strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "--help") == 0)) {
+		usage(stdout, 1);
+		return (0);
+	}
+	if (argc == 2 && strcmp(argv[1], "--json") == 0)
+		raw = 1;
+	else if (argc != 1) {
+		fprintf(stderr, "ember: ops: takes only --json; what is "
+		    "\"%s\"?\n", argv[1]);
+		usage(stderr, 0);
+		return (EXIT_USAGE);
+	}
+	status = ember_fetch_status("ops");
+	if (raw) {
+		text = json_dumps(json_object_get(status, "operations"),
+		    JSON_COMPACT);
+		printf("%s\n", text != NULL ? text : "[]");
+		free(text);
+	} else
+		oplist_print(stdout, status);
+	json_decref(status);
+	if (fflush(stdout) == EOF && errno != EPIPE) {
+		fprintf(stderr, "ember: standard output: %s\n",
+		    strerror(errno));
+		return (1);
+	}
+	return (0);
+}
+
+/* ember cancel OP: interrupt an operation of the caller's, in any of its
+ * sessions. */
+static int
+cmd_cancel(int argc, char **argv)
+{
+	json_t		*status, *op;
+	const char	*why;
+	char		*err;
+	int		 rc = 0;
+
+	if (argc == 2 && (strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "--help") == 0)) {
+		usage(stdout, 1);
+		return (0);
+	}
+	if (argc != 2) {
+		fprintf(stderr, "ember: cancel: expected one operation id "
+		    "(ember ops lists them)\n");
+		usage(stderr, 0);
+		return (EXIT_USAGE);
+	}
+	status = ember_fetch_status("cancel");
+	if ((op = oplist_find(status, argv[1], &why)) == NULL) {
+		fprintf(stderr, "ember: cancel: %s: %s\n", argv[1], why);
+		json_decref(status);
+		return (1);
+	}
+	if (ember_interrupt(socket_path, json_string_value(json_object_get(op,
+	    "session")), json_string_value(json_object_get(op, "id")),
+	    &err) == -1) {
+		fprintf(stderr, "ember: cancel: %s\n", err != NULL ? err :
+		    "out of memory");
+		free(err);
+		rc = 1;
+	}
+	json_decref(status);
+	return (rc);
+}
+
 /* ember checkpoint drop ID. */
 static int
 cmd_checkpoint(int argc, char **argv)
@@ -685,8 +824,8 @@ main(int argc, char **argv)
 	argc -= optind;
 	argv += optind;
 	if (argc == 0) {
-		fprintf(stderr, "ember: missing a command: run, checkpoint or "
-		    "status\n");
+		fprintf(stderr, "ember: missing a command: run, ops, cancel, "
+		    "checkpoint or status\n");
 		usage(stderr, 0);
 		return (EXIT_USAGE);
 	}
@@ -701,6 +840,10 @@ main(int argc, char **argv)
 	}
 	if (strcmp(argv[0], "checkpoint") == 0)
 		return (cmd_checkpoint(argc, argv));
+	if (strcmp(argv[0], "ops") == 0)
+		return (cmd_ops(argc, argv));
+	if (strcmp(argv[0], "cancel") == 0)
+		return (cmd_cancel(argc, argv));
 	fprintf(stderr, "ember: unknown command \"%s\"\n", argv[0]);
 	usage(stderr, 0);
 	return (EXIT_USAGE);

@@ -54,6 +54,17 @@ struct ember;
  */
 struct ember	*ember_connect(const char *socket_path, char **errmsg);
 
+/*
+ * Interrupt operation, of session (an id from ember_session, or the
+ * status reply), on a connection of its own that leaves the session open:
+ * emberd stops the operation's tasks and frees their workers, and its
+ * stream or pending reply ends with INTERRUPTED.  For a program's Ctrl-C,
+ * say, from another thread than the one reading the stream.  0, or -1 and,
+ * if errmsg is not NULL, an allocated message ("OPERATION_NOT_FOUND: ...").
+ */
+int		 ember_interrupt(const char *socket_path, const char *session,
+		     const char *operation, char **errmsg);
+
 /* Close the connection; an open result stream ends its operation (it is
  * released), as does a finished one emberd keeps for a reattach.  The
  * session ends too, with the broadcasts it holds. */
@@ -117,8 +128,9 @@ int		 ember_execute(struct ember *, const char *plan_json,
 int		 ember_next(struct ember *, const void **data, size_t *len);
 
 /*
- * Stop the result stream early: read the rest of the current partition,
- * tell emberd to stop, and wait until it has.  The connection then takes
+ * Stop the result stream early: tell emberd to stop (inside a partition
+ * it ends that partition at once), read and drop what it sent before, and
+ * wait until it has stopped.  The connection then takes
  * control requests again.  0 once stopped (a task failing meanwhile counts
  * as stopped; ember_error has it), -1 if the connection broke.  Without an
  * open stream, 0.

@@ -79,6 +79,7 @@ struct ember {
 	int			 push;		/* collect: no requests */
 	int			 requested;	/* iterate: a request is unanswered */
 	int			 stopping;	/* ember_stop is draining */
+	int			 stop_early;	/* its 0 went mid-partition */
 	int			 streamed;	/* a stream has ended */
 	int64_t			 partition;	/* current partition, from 0 */
 
@@ -322,6 +323,7 @@ ember_end_stream(struct ember *e)
 	e->state = EMBER_CONTROL;
 	e->streamed = 1;
 	e->stopping = 0;
+	e->stop_early = 0;
 	e->requested = 0;
 	e->in_stream = 0;
 
@@ -343,6 +345,7 @@ ember_stream_error(struct ember *e)
 {
 	const unsigned char	*msg;
 	size_t			 len;
+	int			 early = e->stop_early;
 
 	if (ember_read_frame(e, EMBER_MAX_ERROR, "error frame", &msg,
 	    &len) == -1)
@@ -350,6 +353,11 @@ ember_stream_error(struct ember *e)
 	/* msg is in the buffer, which ending the stream may shrink. */
 	ember_fail(e, "TASK_FAILED", "%.*s", (int)len, (const char *)msg);
 	ember_end_stream(e);
+	/* The stream ended before emberd took the stop, which it read as an
+	 * (empty, so refused) control frame: drop that reply. */
+	if (early && ember_read_frame(e, EMBER_MAX_ERROR, "reply", &msg,
+	    &len) == -1)
+		return (-1);
 	return (-1);
 }
 
@@ -542,6 +550,13 @@ ember_stop(struct ember *e)
 		break;
 	}
 	e->stopping = 1;
+	/* Inside a partition, say so at once: emberd ends it there. */
+	if (!e->push && e->state == EMBER_RECORDS && !e->requested) {
+		if (ember_send_int32(e, EMBER_REQUEST_STOP) == -1)
+			return (-1);
+		e->requested = 1;
+		e->stop_early = 1;
+	}
 	while ((rc = ember_next(e, &data, &len)) == 1)
 		/* drain */;
 	if (rc == -1 && e->state == EMBER_BROKEN)
@@ -630,9 +645,11 @@ ember_dial(const char *path, char **why)
 	return (-1);
 }
 
-/* Connect to emberd and say hello. */
-struct ember *
-ember_connect(const char *socket_path, char **errmsg)
+static void	ember_free(struct ember *);
+
+/* Connect to emberd and say hello, into session if not NULL. */
+static struct ember *
+ember_open(const char *socket_path, const char *session, char **errmsg)
 {
 	struct ember	*e;
 	json_t		*req, *reply;
@@ -671,6 +688,11 @@ ember_connect(const char *socket_path, char **errmsg)
 
 	req = json_pack("{s:s,s:i,s:s}", "op", "hello", "version",
 	    EMBER_PROTOCOL_VERSION, "client", "libember/" PACKAGE_VERSION);
+	if (req != NULL && session != NULL &&
+	    json_object_set_new(req, "session", json_string(session)) == -1) {
+		json_decref(req);
+		req = NULL;
+	}
 	if (req == NULL) {
 		ember_fail(e, "NO_MEMORY", "out of memory");
 		goto fail_hello;
@@ -688,13 +710,49 @@ fail_hello:
 	if (asprintf(&why, "hello: %s: %s", ember_error_class(e),
 	    ember_error(e)) == -1)
 		why = NULL;
-	ember_close(e);
+	if (session != NULL)
+		ember_free(e);	/* the session is not ours to close */
+	else
+		ember_close(e);
 fail:
 	if (errmsg != NULL)
 		*errmsg = why != NULL ? why : strdup("out of memory");
 	else
 		free(why);
 	return (NULL);
+}
+
+/* Connect to emberd and say hello. */
+struct ember *
+ember_connect(const char *socket_path, char **errmsg)
+{
+	return (ember_open(socket_path, NULL, errmsg));
+}
+
+/* Interrupt an operation of a session, on a connection of its own. */
+int
+ember_interrupt(const char *socket_path, const char *session,
+    const char *operation, char **errmsg)
+{
+	struct ember	*e;
+	json_t		*req;
+	int		 rc = -1;
+
+	if (errmsg != NULL)
+		*errmsg = NULL;
+	if ((e = ember_open(socket_path, session, errmsg)) == NULL)
+		return (-1);
+	req = json_pack("{s:s,s:s}", "op", "interrupt", "operation",
+	    operation);
+	if (req == NULL)
+		ember_fail(e, "NO_MEMORY", "out of memory");
+	else
+		rc = ember_call(e, req, NULL, NULL);
+	if (rc == -1 && errmsg != NULL && asprintf(errmsg, "%s: %s",
+	    ember_error_class(e), ember_error(e)) == -1)
+		*errmsg = NULL;
+	ember_free(e);
+	return (rc);
 }
 
 /* Send a frame without waiting, and without blocking: 0, or -1. */
@@ -874,6 +932,7 @@ ember_reconnect(struct ember *e)
 		close(e->rfd);
 		e->rfd = -1;
 	}
+	e->stop_early = 0;	/* that connection is gone */
 	for (i = 0; i < e->attempts; i++) {
 		if (i > 0)
 			ember_backoff(e, i);
@@ -961,6 +1020,13 @@ ember_close(struct ember *e)
 	 * after session.timeout, with what it holds (broadcasts). */
 	if (e->fd != -1 && e->state != EMBER_BROKEN && !e->in_stream)
 		(void)ember_send_nowait(e->fd, "{\"op\":\"close_session\"}");
+	ember_free(e);
+}
+
+/* Close the connection and free the handle, leaving its session be. */
+static void
+ember_free(struct ember *e)
+{
 	if (e->rfd != -1)
 		close(e->rfd);
 	if (e->fd != -1)

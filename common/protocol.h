@@ -23,6 +23,9 @@
 /* Worker -> emberd only: int32 records, int32 bytes, then that many bytes
  * of record frames, relayed to the client without being re-framed. */
 #define EMBER_RECORD_BATCH		(-6)
+/* emberd -> worker only, a frame length with no payload: stop the task
+ * that runs when it is read (ignored between tasks). */
+#define EMBER_STOP_TASK			(-7)
 
 /* Result stream responses, emberd -> client (section 2.2). */
 #define EMBER_STREAM_DONE		0

@@ -29,9 +29,13 @@
 #include "task.h"
 #include "taskdesc.h"
 #include "utf8.h"
+#include "worker.h"
 #include "xmalloc.h"
 
 #define OPERATION_MAX_PREFETCH	1024
+/* Without options.prefetch, iterate computes ahead one partition per
+ * worker, fewer when what they would hold in emberd passes this. */
+#define OPERATION_AHEAD_BYTES	(4 * 1024 * 1024)
 /* Counting tasks queued per worker: deeper when tasks are short, so the
  * round trip to emberd never leaves a worker waiting for its next task. */
 #define PIPELINE_SHALLOW	2
@@ -60,7 +64,7 @@ struct operation {
 	struct session		*session;
 	struct connection	*conn;		/* attached, or NULL */
 	enum action		 action;
-	int			 prefetch;
+	int			 prefetch;	/* -1: as many as fit */
 	struct plan		*plan;
 	char			*plan_text;	/* "plan":...,"files":... */
 	int			 npartitions;
@@ -426,13 +430,36 @@ operation_pipeline_depth(const struct operation *op)
 	return (PIPELINE_SHALLOW);
 }
 
+/*
+ * Partitions iterate computes ahead of the one the client reads: its
+ * options.prefetch, else one per worker, as many as fit in
+ * OPERATION_AHEAD_BYTES at what each holds in emberd while it waits for
+ * its turn (a worker's output buffer, or less: the average of the
+ * partitions sent so far).
+ */
+static int
+operation_ahead(const struct operation *op)
+{
+	uint64_t	each = WORKER_READ_HIGH;
+	int		n = ember_workers_max();
+
+	if (op->prefetch >= 0)
+		return (op->prefetch);
+	if (op->next_deliver > 0 &&
+	    op->bytes_sent / (uint64_t)op->next_deliver < each)
+		each = op->bytes_sent / (uint64_t)op->next_deliver + 1;
+	if ((uint64_t)n > OPERATION_AHEAD_BYTES / each)
+		n = (int)(OPERATION_AHEAD_BYTES / each);
+	return (n > 0 ? n : 1);
+}
+
 /* Tasks allowed in flight: ahead of the delivered partition for streams. */
 static int
 operation_window(const struct operation *op)
 {
 	switch (op->action) {
 	case ACTION_ITERATE:
-		return (op->prefetch + op->requested);
+		return (operation_ahead(op) + op->requested);
 	case ACTION_COLLECT:
 		return (ember_workers_max() + 1);
 	default:
@@ -1429,13 +1456,19 @@ operation_reply_send(struct operation *op, json_t *reply)
 	operation_end(op);
 }
 
-/* Stop at a partition boundary: the client wrote 0. */
+/* Stop: the client wrote 0, between partitions or inside one, which then
+ * ends at once (its tasks stop where they are). */
 static void
 operation_stop(struct operation *op)
 {
+	struct evbuffer	*out = connection_output(op->conn);
+
 	log_debug("operation %s: stopped by the client after %d of %d "
 	    "partitions", op->id, op->next_deliver, op->npartitions);
-	evbuffer_add_int32(connection_output(op->conn), EMBER_STREAM_DONE);
+	if (op->partition_open)
+		evbuffer_add_int32(out, EMBER_END_OF_DATA_SECTION);
+	op->partition_open = 0;
+	evbuffer_add_int32(out, EMBER_STREAM_DONE);
 	ember_counters.operations_interrupted++;
 	operation_bury(op, "OPERATION_FINISHED", "operation %s was stopped by "
 	    "its client", op->id);
@@ -1454,13 +1487,17 @@ operation_stream_input(struct operation *op, struct evbuffer *in)
 	unsigned char	b[4];
 	int32_t		request;
 
-	/* Requests come between partitions; collect takes none. */
-	if (op->action != ACTION_ITERATE || op->requested)
+	/* Requests come between partitions, but a stop may come inside
+	 * one: the client wants no more of it.  collect takes none. */
+	if (op->action != ACTION_ITERATE)
 		return (0);
 	if (evbuffer_get_length(in) < sizeof b)
 		return (0);
-	evbuffer_remove(in, b, sizeof b);
+	evbuffer_copyout(in, b, sizeof b);
 	request = be32_get(b);
+	if (op->requested && request != EMBER_REQUEST_STOP)
+		return (0);
+	evbuffer_drain(in, sizeof b);
 	if (request == EMBER_REQUEST_STOP) {
 		operation_stop(op);
 		return (1);
@@ -1548,7 +1585,7 @@ static int
 operation_read_options(struct operation *op, json_t *options,
     const char **path, int *overwrite, char **err)
 {
-	json_int_t	 prefetch = 0, limit = 0;
+	json_int_t	 prefetch = -1, limit = 0;
 	int		 reattachable = 1, local = 0, eager = 1;
 	const char	*fn = NULL;
 
@@ -1578,7 +1615,8 @@ operation_read_options(struct operation *op, json_t *options,
 		goto fail;
 	op->ckpt_local = local;
 	op->ckpt_eager = eager;
-	if (prefetch < 0 || prefetch > OPERATION_MAX_PREFETCH) {
+	if (json_object_get(options, "prefetch") != NULL && (prefetch < 0 ||
+	    prefetch > OPERATION_MAX_PREFETCH)) {
 		jread_fail(err, "options.prefetch", "must be from 0 to %d",
 		    OPERATION_MAX_PREFETCH);
 		goto fail;

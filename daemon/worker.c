@@ -27,10 +27,11 @@
 #include "utf8.h"
 #include "xmalloc.h"
 
-/* Output buffered from one worker before emberd stops reading it. */
-#define WORKER_READ_HIGH	(256 * 1024)
 /* An idle worker is checked for a pending kill after this long idle. */
 #define WORKER_DYING_CHECK_MS	2
+/* A worker told to stop its task (STOP_TASK) that has not ended it after
+ * this long (a udf or a pipe command that does not return) is killed. */
+#define WORKER_STOP_MS		500
 
 enum worker_state {
 	WORKER_IDLE,
@@ -69,6 +70,10 @@ struct worker {
 	int			 exited;
 	int			 status;	/* wait status, once exited */
 	int			 evicted;	/* stopped to make room */
+	int			 stopping;	/* its task was stopped: its
+						   output is dropped until the
+						   task's end */
+	struct event		*stop_ev;	/* kills it if that is slow */
 	TAILQ_ENTRY(worker)	 entry;
 	TAILQ_ENTRY(worker)	 idle_entry;
 };
@@ -221,6 +226,8 @@ worker_free(struct worker *w)
 	TAILQ_REMOVE(&workers, w, entry);
 	nworkers--;
 	event_free(w->kick);
+	if (w->stop_ev != NULL)
+		event_free(w->stop_ev);
 	channel_free(w->ch);
 	free(w->held);
 	free(w);
@@ -269,6 +276,9 @@ worker_retire(struct worker *w, enum retire_cause cause)
 	pool_count_retired(w->pool, cause);
 	log_debug("worker %ld retired: %s", (long)w->pid, retire_names[cause]);
 	worker_leave_idle(w, WORKER_DEAD);
+	w->stopping = 0;
+	if (w->stop_ev != NULL)
+		event_del(w->stop_ev);
 	channel_stop(w->ch);
 	while ((t = TAILQ_FIRST(&w->tasks)) != NULL) {
 		TAILQ_REMOVE(&w->tasks, t, queue_entry);
@@ -558,6 +568,61 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 	fatalx("%s: message %s", __func__, wmsg_type_name(m.type));
 }
 
+/* The stopped task ended cleanly: the worker is idle again. */
+static void
+worker_stopped(struct worker *w)
+{
+	log_debug("worker %ld: its stopped task ended", (long)w->pid);
+	w->stopping = 0;
+	event_del(w->stop_ev);
+	w->tasks_run++;
+	if (w->max_tasks > 0 && w->tasks_run >= w->max_tasks) {
+		worker_retire(w, RETIRE_MAX_TASKS);
+		return;
+	}
+	worker_set_idle(w);
+	scheduler_kick();
+}
+
+/* Drop the output of a stopped task until its end.  Nothing walks the
+ * batches, so they need no check. */
+static void
+worker_drain_stopped(struct worker *w, struct evbuffer *in)
+{
+	unsigned char	 hdr[WMSG_MAX_SIZE];
+	struct wmsg	 m;
+	const char	*err;
+	size_t		 size;
+
+	while (w->stopping) {
+		if (!worker_need(w, in, WMSG_TYPE_SIZE))
+			break;
+		evbuffer_copyout(in, hdr, WMSG_TYPE_SIZE);
+		if ((size = wmsg_size(be32_get(hdr))) == 0) {
+			worker_corrupt(w, "unknown message");
+			return;
+		}
+		if (!worker_need(w, in, size))
+			break;
+		evbuffer_copyout(in, hdr, size);
+		if (wmsg_get(hdr, size, &m, &err) == -1) {
+			worker_corrupt(w, err);
+			return;
+		}
+		if (!worker_need(w, in, size + wmsg_payload(&m)))
+			break;
+		evbuffer_drain(in, size + wmsg_payload(&m));
+		if (m.type == EMBER_END_OF_STREAM)
+			worker_stopped(w);
+		else if (m.type == EMBER_EXCEPTION_THROWN) {
+			worker_retire(w, RETIRE_FAILED);	/* it exits */
+			return;
+		}
+	}
+	if (w->stopping && w->eof)
+		worker_retire(w, RETIRE_EXITED);
+}
+
 /* Relay what the worker sent, as far as its task may go right now. */
 static void
 worker_relay(struct worker *w)
@@ -566,6 +631,8 @@ worker_relay(struct worker *w)
 	struct task	*t;
 
 	w->eof = channel_eof(w->ch);
+	if (w->stopping)
+		worker_drain_stopped(w, in);
 	while (w->state == WORKER_BUSY && (t = TAILQ_FIRST(&w->tasks)) != NULL) {
 		switch (worker_message(w, t, in)) {
 		case WORKER_HANDLED:
@@ -738,7 +805,7 @@ worker_take_behind(const struct task *t)
 		    w->tasks_run + (uint64_t)w->ntasks >= w->max_tasks))
 			continue;
 		head = TAILQ_FIRST(&w->tasks);
-		if (head->reply_mode && head->op == t->op)
+		if (head != NULL && head->reply_mode && head->op == t->op)
 			return (w);
 	}
 	return (NULL);
@@ -874,13 +941,61 @@ worker_flush_all(void)
 	}
 }
 
-/* Take a task being stopped off its worker, and retire the worker. */
+static void
+worker_stop_timeout_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct worker	*w = arg;
+
+	(void)fd; (void)events;
+	log_info("worker %ld: its task did not stop within %dms; killing it",
+	    (long)w->pid, WORKER_STOP_MS);
+	worker_retire(w, RETIRE_INTERRUPTED);
+}
+
+/*
+ * Can the worker's one task be stopped with STOP_TASK, and the worker
+ * kept?  Only a stream's task (the others' ends are results), and only
+ * the one task a worker has: a STOP_TASK stops whatever runs when the
+ * worker reads it.
+ */
+static int
+worker_can_stop(const struct worker *w, const struct task *t)
+{
+	return (w->state == WORKER_BUSY && !w->stopping && !t->reply_mode &&
+	    w->ntasks == 1 && ember_conf.workers_reuse &&
+	    !channel_eof(w->ch));
+}
+
+/* Tell the worker to stop its task, and drop its output until the end. */
+static void
+worker_stop_task(struct worker *w)
+{
+	struct timeval	tv = { WORKER_STOP_MS / 1000,
+			    (WORKER_STOP_MS % 1000) * 1000 };
+
+	evbuffer_add_int32(channel_output(w->ch), EMBER_STOP_TASK);
+	channel_flush(w->ch);
+	w->stopping = 1;
+	w->blocked_ms = 0;
+	if (w->stop_ev == NULL)
+		w->stop_ev = evtimer_new(ember_base, worker_stop_timeout_cb, w);
+	evtimer_add(w->stop_ev, &tv);
+	worker_kick(w);		/* what it sent already may end it */
+}
+
+/* Take a task being stopped off its worker; the worker is told to stop
+ * it, or retired. */
 void
 worker_cancel_task(struct worker *w, struct task *t)
 {
+	int	stop = worker_can_stop(w, t);
+
 	TAILQ_REMOVE(&w->tasks, t, queue_entry);
 	w->ntasks--;
-	worker_retire(w, RETIRE_INTERRUPTED);
+	if (stop)
+		worker_stop_task(w);
+	else
+		worker_retire(w, RETIRE_INTERRUPTED);
 }
 
 /* Note a worker's exit. */
@@ -971,6 +1086,8 @@ worker_check(struct worker *w, uint64_t now)
 	char		why[192];
 	int		n;
 
+	if (w->stopping)
+		return;		/* its own timer bounds it */
 	/* (The client's idle time is looked at on every check while the
 	 * worker is blocked, so that both times run together.) */
 	if (ember_conf.stream_stall_timeout > 0 && w->blocked_ms != 0 &&
@@ -1110,6 +1227,8 @@ worker_status(const struct worker *w, uint64_t now)
 	for (i = 0; i < w->nheld; i++)
 		json_array_append_new(held, json_integer(w->held[i]));
 	json_object_set_new(o, "broadcasts", held);
+	if (w->stopping)
+		json_object_set_new(o, "stopping", json_true());
 	if ((t = TAILQ_FIRST(&w->tasks)) != NULL)
 		json_object_set_new(o, "task", json_pack("{s:s,s:i,s:I}",
 		    "operation", operation_id(t->op), "partition",

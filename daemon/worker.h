@@ -9,6 +9,10 @@
 #ifndef EMBER_WORKER_H
 #define EMBER_WORKER_H
 
+/* Output buffered from one worker before emberd stops reading it: what a
+ * task computed ahead of its turn holds in emberd, at most. */
+#define WORKER_READ_HIGH	(256 * 1024)
+
 #include <sys/types.h>
 
 #include <stdint.h>

@@ -31,7 +31,13 @@ struct chain {
 	int64_t		 dropped;
 	int		 partition;
 	int		 stopped;
+	int		 halted;	/* emberd stopped the task */
+	uint32_t	 pushed;
 };
+
+/* The output is ticked (a stale batch sent, a stop looked for) once per
+ * this many records from the source: a power of two. */
+#define CHAIN_TICK	1024
 
 /* filter contains: keep records holding a substring. */
 struct ops_contains {
@@ -737,12 +743,30 @@ chain_push(struct chain *chain, const struct record *r)
 {
 	int	rc;
 
+	char	*err;
+
 	if (chain->stopped)
 		return (OP_STOP);
+	if (chain->out != NULL && (++chain->pushed & (CHAIN_TICK - 1)) == 0) {
+		switch (output_tick(chain->out, &err)) {
+		case -1:
+			chain->stopped = 1;
+			return (op_fail_take(chain->head, err));
+		case 1:
+			chain->stopped = chain->halted = 1;
+			return (OP_STOP);
+		}
+	}
 	rc = chain->head->push(chain->head, r);
 	if (rc != OP_OK)
 		chain->stopped = 1;
 	return (rc);
+}
+
+int
+chain_halted(const struct chain *chain)
+{
+	return (chain->halted);
 }
 
 /* Finish the chain once the source has ended. */

@@ -59,6 +59,9 @@ void		 chain_free(struct chain *);
 int		 chain_push(struct chain *, const struct record *);
 int		 chain_finish(struct chain *);
 
+/* Did emberd stop the task (STOP_TASK) before the source ended?  Then
+ * the chain is not finished: the task ends with what it sent. */
+int		 chain_halted(const struct chain *);
 /* The partition the chain runs. */
 int		 chain_partition(const struct chain *);
 /* Records the ops dropped as unusable (map json). */

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "frame.h"
@@ -17,6 +18,8 @@
 #define OUTPUT_BUFFER		(64 * 1024)
 /* The ends of quick tasks held back to go out with the next write. */
 #define OUTPUT_HELD		2048
+/* The longest a buffered record waits for the buffer to fill. */
+#define OUTPUT_LATENCY_MS	20
 
 struct output {
 	int		 fd;
@@ -28,7 +31,29 @@ struct output {
 
 	unsigned char	 held[OUTPUT_HELD];
 	size_t		 heldlen;
+
+	uint64_t	 first_ms;	/* when buf's first record came */
+	int		(*stop_check)(void *);
+	void		*stop_arg;
 };
+
+/* Milliseconds on a coarse monotonic clock: cheap enough per batch. */
+static uint64_t
+output_now_ms(void)
+{
+	struct timespec	ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
+}
+
+/* Note when the buffer took its first record. */
+static void
+output_mark(struct output *out)
+{
+	if (out->count == 0)
+		out->first_ms = output_now_ms();
+}
 
 /* Create the output for a worker's socket. */
 struct output *
@@ -154,6 +179,25 @@ output_flush(struct output *out, char **err)
 	return (0);
 }
 
+int
+output_tick(struct output *out, char **err)
+{
+	if (out->count > 0 &&
+	    output_now_ms() - out->first_ms >= OUTPUT_LATENCY_MS &&
+	    output_flush(out, err) == -1)
+		return (-1);
+	if (out->stop_check != NULL && out->stop_check(out->stop_arg))
+		return (1);
+	return (0);
+}
+
+void
+output_set_stop_check(struct output *out, int (*check)(void *), void *arg)
+{
+	out->stop_check = check;
+	out->stop_arg = arg;
+}
+
 /* Send a record too large for the buffer as a batch of its own. */
 static int
 output_record_alone(struct output *out, const void *data, size_t len,
@@ -183,6 +227,7 @@ output_record(struct output *out, const void *data, size_t len, int null,
 		if (out->used + 4 > OUTPUT_BUFFER &&
 		    output_flush(out, err) == -1)
 			return (-1);
+		output_mark(out);
 		be32_put(out->buf + out->used, EMBER_NULL);
 		out->used += 4;
 		out->count++;
@@ -199,6 +244,7 @@ output_record(struct output *out, const void *data, size_t len, int null,
 		if (4 + len > OUTPUT_BUFFER)
 			return (output_record_alone(out, data, len, err));
 	}
+	output_mark(out);
 	be32_put(out->buf + out->used, (int32_t)len);
 	if (len > 0)	/* an empty record may come with no buffer at all */
 		memcpy(out->buf + out->used + 4, data, len);
@@ -227,6 +273,7 @@ output_pair(struct output *out, const void *data, size_t len, int null,
 	if (out->used + need > OUTPUT_BUFFER && output_flush(out, err) == -1)
 		return (-1);
 	if (need <= OUTPUT_BUFFER) {
+		output_mark(out);
 		be32_put(out->buf + out->used, null ? EMBER_NULL :
 		    (int32_t)len);
 		if (len != 0)

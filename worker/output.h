@@ -33,6 +33,18 @@ int		 output_pair(struct output *, const void *, size_t, int null,
  * 0, or -1 with *err. */
 int		 output_flush(struct output *, char **err);
 
+/*
+ * Called between records as a task runs: send the buffered records when
+ * the oldest has waited OUTPUT_LATENCY_MS (a sparse output reaches its
+ * client at once, not when the buffer is full), and ask the stop check
+ * whether emberd wants the task stopped.  1: stop; 0: go on; -1 with
+ * *err: emberd is gone.
+ */
+int		 output_tick(struct output *, char **err);
+/* The stop check output_tick asks: 1 when emberd sent STOP_TASK. */
+void		 output_set_stop_check(struct output *, int (*)(void *),
+		     void *);
+
 /* Bytes of batch payload since output_reset, sent or buffered. */
 int64_t		 output_bytes(const struct output *);
 /* Whether a write to emberd has failed: nothing more can be sent. */

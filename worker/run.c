@@ -709,7 +709,7 @@ run_execute(const struct run *t, struct output *out,
 		return (-1);
 	rc = source_run(t->plan, t->partition, t->source_dirfd, chain, &in,
 	    &serr);
-	if (rc == OP_OK)
+	if (rc == OP_OK && !chain_halted(chain))
 		rc = chain_finish(chain);
 	if (rc == OP_FAIL) {
 		if (serr != NULL)

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ struct server {
 	size_t		 nfds;
 	int		 fds_overflow;
 	struct output	*out;
+	int		 stoppable;	/* the task may end at a STOP_TASK */
 
 	/* The last plan parsed, reused by the next tasks of its operation. */
 	char		*operation;
@@ -88,6 +90,70 @@ serve_has_frame(struct server *w)
 	    (unsigned char *)w->buf + w->start));
 }
 
+/* Take a STOP_TASK out of the buffered frames: 1 if there was one. */
+static int
+serve_take_stop(struct server *w)
+{
+	size_t	at = w->start;
+	int32_t	len;
+
+	while (w->end - at >= 4) {
+		len = be32_get((unsigned char *)w->buf + at);
+		if (len == EMBER_STOP_TASK) {
+			memmove(w->buf + at, w->buf + at + 4, w->end - at - 4);
+			w->end -= 4;
+			return (1);
+		}
+		if (len < 0 || w->end - at - 4 < (size_t)len)
+			return (0);	/* serve_read_frame judges it */
+		at += 4 + (size_t)len;
+	}
+	return (0);
+}
+
+/* Make room to read more without blocking: compact, and grow (up to a
+ * descriptor's bound) when a partial frame fills the buffer. */
+static int
+serve_room(struct server *w)
+{
+	if (w->start > 0) {
+		memmove(w->buf, w->buf + w->start, w->end - w->start);
+		w->end -= w->start;
+		w->start = 0;
+	}
+	if (w->end < w->size)
+		return (1);
+	if (w->size >= 8 + (size_t)EMBER_MAX_TASK_FRAME)
+		return (0);
+	w->size *= 2;
+	w->buf = xrealloc(w->buf, w->size);
+	return (1);
+}
+
+/*
+ * The stop check between records: read what emberd sent, if anything,
+ * without blocking, and look for STOP_TASK among the frames (descriptors
+ * sent ahead stay buffered for later).
+ */
+static int
+serve_stop_check_cb(void *arg)
+{
+	struct server	*w = arg;
+	struct pollfd	 pfd = { w->fd, POLLIN, 0 };
+	ssize_t		 n;
+
+	if (!w->stoppable)
+		return (0);
+	while (poll(&pfd, 1, 0) == 1 && serve_room(w)) {
+		n = fd_recv_many(w->fd, w->buf + w->end, w->size - w->end,
+		    w->fds, SERVE_MAX_FDS, &w->nfds, &w->fds_overflow);
+		if (n <= 0)
+			break;	/* the next read of a descriptor sees it */
+		w->end += (size_t)n;
+	}
+	return (serve_take_stop(w));
+}
+
 /* Drop a consumed frame; give back the memory a large one took. */
 static void
 serve_consume(struct server *w, size_t len)
@@ -115,9 +181,15 @@ serve_read_frame(struct server *w, const char **data, size_t *len,
 	int	rc;
 
 	*err = NULL;
+again:
 	if ((rc = serve_fill(w, 4)) <= 0)
 		goto fail;
 	n = be32_get((unsigned char *)w->buf + w->start);
+	if (n == EMBER_STOP_TASK) {
+		/* The task it was for had ended before it came. */
+		serve_consume(w, 4);
+		goto again;
+	}
 	if (n < 0 || n > EMBER_MAX_TASK_FRAME) {
 		xasprintf(err, "frame length %d", n);
 		return (-1);
@@ -333,7 +405,11 @@ serve_loop(struct server *w)
 		}
 
 		output_reset(w->out);
+		/* Only a stream's task stops short: the others' results
+		 * would be wrong, and emberd kills their workers instead. */
+		w->stoppable = t.run.mode == MODE_RECORDS;
 		rc = run_execute(&t.run, w->out, metrics, &err);
+		w->stoppable = 0;
 		serve_task_clear(&t);
 		if (rc == -1)
 			return (serve_fail(w, NULL, err));
@@ -361,6 +437,7 @@ serve_main(int fd)
 	w.size = SERVE_BUFFER;
 	w.buf = xmalloc(w.size);
 	w.out = output_create(fd);
+	output_set_stop_check(w.out, serve_stop_check_cb, &w);
 
 	rc = serve_loop(&w);
 

@@ -124,6 +124,12 @@ class ResultStream:
         except GeneratorExit:
             self.stop()
             raise
+        except KeyboardInterrupt:
+            # The user's interrupt is the operation's.
+            if not self.finished:
+                self.session._interrupt(self.operation)
+                self.abandon()
+            raise
         except BaseException:
             if not self.finished:
                 self.abandon()
@@ -268,20 +274,21 @@ class ResultStream:
         self.session._release(wire)
 
     def stop(self) -> None:
-        """Stop early: read the rest of the open partition, write 0, wait
-        for emberd's 0.  A push stream (collect) takes no requests: its
-        connection is closed instead, which ends the operation."""
+        """Stop early: write 0, read what emberd sent of the open
+        partition before it took the 0 (it ends the partition at once),
+        wait for emberd's 0.  A push stream (collect) takes no requests:
+        its connection is closed instead, which ends the operation."""
         if self.finished:
             return
         if not self.pull:
             self.abandon()
             return
         try:
+            self._conn.write_int(_wire.REQUEST_STOP)
             if self.open:
                 self._drain()
             if self.finished:
                 return
-            self._conn.write_int(_wire.REQUEST_STOP)
             response = self._conn.read_int()
             if response != _wire.STREAM_DONE:
                 raise ProtocolError("answer %d to a stop" % response)
@@ -298,8 +305,10 @@ class ResultStream:
                 self.open = False
                 return
             if status == _wire.EXCEPTION_THROWN:
+                # The stream ended before emberd took the 0, which it
+                # reads as a control frame: the connection goes.
                 self._conn.read_error_frame()
-                self._finish(released=False)
+                self.abandon()
                 return
 
     def abandon(self) -> None:

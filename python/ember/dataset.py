@@ -246,24 +246,30 @@ class Dataset:
             raise
         return out
 
-    def to_local_iterator(self, prefetch: int = 0, *,
+    def to_local_iterator(self, prefetch: Optional[int] = None, *,
                           decode: Optional[bool] = None,
                           errors: Optional[str] = None
                           ) -> Generator[Record, None, None]:
         """The records, one partition at a time: a partition is asked for
         when the one before is consumed, and prefetch partitions are
-        computed ahead meanwhile.
+        computed ahead meanwhile (by default emberd's choice: one per
+        worker, fewer for large partitions; 0 for none).
 
         Breaking out of the loop, or closing the generator, stops the
-        operation cleanly (the rest of the partition being read is drained,
-        then emberd stops the remaining tasks).  A failed task raises
+        operation at once (emberd ends the partition being read and stops
+        the tasks where they are).  A failed task raises
         TaskFailed after the records before it.  A reattachable operation
         whose connection breaks resumes right after the last record
         yielded.
         """
+        return self._iterator({} if prefetch is None else
+                              {"prefetch": prefetch}, decode, errors)
+
+    def _iterator(self, options: dict, decode: Optional[bool],
+                  errors: Optional[str]) -> Generator[Record, None, None]:
+        """The records of an iterate with these options."""
         convert = self._decoding(decode, errors)
-        options = {"prefetch": prefetch} if prefetch else None
-        stream = self.session.stream(self.plan, "iterate", options)
+        stream = self.session.stream(self.plan, "iterate", options or None)
         records = _iterate(stream, convert)
         next(records)		# started: closing it now stops the stream
         return records
@@ -271,9 +277,17 @@ class Dataset:
     def __iter__(self) -> Iterator[Record]:
         return self.to_local_iterator()
 
-    def take(self, n: int, **kw: Any) -> List[Record]:
-        """The first n records (stopping the operation after them)."""
-        it = self.to_local_iterator(**kw)
+    def take(self, n: int, prefetch: Optional[int] = None, *,
+             decode: Optional[bool] = None,
+             errors: Optional[str] = None) -> List[Record]:
+        """The first n records (stopping the operation after them: emberd
+        is told the limit, and stops the tasks once it has sent them)."""
+        if n <= 0:
+            return []
+        options: dict = {"limit": n}
+        if prefetch is not None:
+            options["prefetch"] = prefetch
+        it = self._iterator(options, decode, errors)
         try:
             return list(itertools.islice(it, n))
         finally:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import codecs
 import os
 import random
+import sys
 import tempfile
+import uuid
 from typing import (IO, TYPE_CHECKING, Any, Iterable, List, Optional,
                     Sequence, Set, TypeVar, Union)
 
@@ -159,9 +161,16 @@ class Session:
         error reply raises the exception named after its class."""
         wire = self._acquire()
         try:
-            return wire.request(req)
-        finally:
+            reply = wire.request(req)
+        except EmberError:
             self._release(wire)
+            raise
+        except BaseException:
+            # Cut off mid-request (Ctrl-C): its reply may still come.
+            self._discard(wire)
+            raise
+        self._release(wire)
+        return reply
 
     def _quiet_request(self, req: dict) -> None:
         """request(), ignoring any failure: for clean-ups."""
@@ -176,23 +185,45 @@ class Session:
                 options: Optional[dict] = None) -> dict:
         """Execute plan with an action that answers with one reply (count,
         count_by_value, reduce, save, checkpoint); the reply."""
-        req = {"op": "execute", "plan": plan, "action": action}
+        req = self._execute_request(plan, action, options)
+        try:
+            return self.request(req)
+        except KeyboardInterrupt:
+            self._interrupt(req["operation"])
+            raise
+
+    @staticmethod
+    def _execute_request(plan: dict, action: str,
+                         options: Optional[dict]) -> dict:
+        """An execute request, with an operation id of the client's own, so
+        that the operation can be interrupted before its reply came."""
+        req = {"op": "execute", "plan": plan, "action": action,
+               "operation": str(uuid.uuid4())}
         if options:
             req["options"] = options
-        return self.request(req)
+        return req
+
+    def _interrupt(self, operation: str) -> None:
+        """The user interrupted the program (Ctrl-C): interrupt the
+        operation too, on another connection, so that its workers are
+        freed now rather than at its end."""
+        self._quiet_request({"op": "interrupt", "operation": operation})
 
     def stream(self, plan: dict, action: str,
                options: Optional[dict] = None) -> ResultStream:
         """Execute plan with iterate (pull) or collect (push); the open
         result stream."""
-        req = {"op": "execute", "plan": plan, "action": action}
-        if options:
-            req["options"] = options
+        req = self._execute_request(plan, action, options)
         wire = self._acquire()
         try:
             reply = wire.request(req)
-        except BaseException:
+        except EmberError:
             self._release(wire)
+            raise
+        except BaseException:
+            self._discard(wire)
+            if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                self._interrupt(req["operation"])
             raise
         for key in ("operation", "partitions"):
             if key not in reply:

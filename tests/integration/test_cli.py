@@ -44,7 +44,10 @@ def _usage_error(args, *needles):
 
 @no_daemon
 def test_missing_and_extra_arguments(_):
-    _usage_error([], "missing a command", "run, checkpoint or status")
+    _usage_error([], "missing a command",
+                 "run, ops, cancel, checkpoint or status")
+    _usage_error(["cancel"], "expected one operation id")
+    _usage_error(["ops", "extra"], "takes only --json", '"extra"')
     _usage_error(["run"], "missing the plan", "- for standard input")
     _usage_error(["run", "a.json", "b.json"], "one plan only", '"b.json"')
     _usage_error(["status", "extra"], "takes no argument", '"extra"')
@@ -458,6 +461,145 @@ def test_progress_erased_on_epipe(d):
     check_eq(p.wait(30), 0, "exit status of the pipeline")
     check(b"partitions" in got, "no progress line: %r" % got)
     check(got.endswith(b"\r\033[K"), "not erased: %r" % got[-40:])
+
+
+
+# A job that runs until it is stopped: nothing matches in a trillion.
+ENDLESS = range_plan(0, 10**12, 2, ops=[{"filter": {"contains": "zz"}}])
+
+
+def _operations(d):
+    with d.client() as c:
+        return c.status()["operations"]
+
+
+def _workers_free(d):
+    with d.client() as c:
+        st = c.status()
+    return not st["operations"] and all(w["state"] != "busy"
+                                        for w in st["workers"])
+
+
+class Tmux:
+    """A terminal of 80x24 in a tmux server of the test's own."""
+
+    def __init__(self, d):
+        self.name = "ember-test-%d" % os.getpid()
+        self.d = d
+        subprocess.run(["tmux", "-L", self.name, "new-session", "-d",
+                        "-x", "80", "-y", "24"], check=True)
+
+    def type(self, *keys):
+        subprocess.run(["tmux", "-L", self.name, "send-keys"] + list(keys),
+                       check=True)
+
+    def screen(self):
+        return subprocess.run(["tmux", "-L", self.name, "capture-pane",
+                               "-p"], capture_output=True, text=True,
+                              check=True).stdout
+
+    def close(self):
+        subprocess.run(["tmux", "-L", self.name, "kill-server"],
+                       capture_output=True)
+
+
+@skip_unless(shutil.which("tmux"), "tmux is not installed")
+def test_ctrl_c_interrupts_the_operation(d):
+    plan = write_file(d.path("endless.json"), json.dumps(ENDLESS))
+    term = Tmux(d)
+    try:
+        for n, args in enumerate(["", "--count", "--collect"]):
+            # (An interactive shell drops the rest of a line whose command
+            # died of SIGINT; sh with a trap goes on, and ember gets SIGINT
+            # back at its default.)
+            term.type("clear; sh -c 'trap : INT; %s --socket %s run %s %s; "
+                      "echo status=$?:%d'" % (EMBER, d.socket, args, plan, n),
+                      "Enter")
+            check(wait_until(lambda: any(o["running"] > 0
+                                         for o in _operations(d)), 10),
+                  "ember run %s did not start" % args)
+            term.type("C-c")
+            check(wait_until(lambda: "status=" in term.screen(), 5),
+                  "ember run %s still runs: %r" % (args, term.screen()))
+            check("status=130:%d" % n in term.screen(),
+                  "ember run %s: %r" % (args, term.screen()))
+            check(wait_until(lambda: _workers_free(d), 1.0),
+                  "ember run %s: the operation goes on: %r" %
+                  (args, _operations(d)))
+    finally:
+        term.close()
+
+
+def test_ops_and_cancel(d):
+    r = run_cli(["ops"], d.socket)
+    check_eq((r.returncode, r.stdout), (0, "no operations\n"), "ops")
+    plan = write_file(d.path("endless.json"), json.dumps(ENDLESS))
+    p = subprocess.Popen([EMBER, "--socket", d.socket, "run", plan],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        check(wait_until(lambda: _operations(d), 10), "no operation")
+        op = _operations(d)[0]["id"]
+        r = run_cli(["ops"], d.socket)
+        check_eq(r.returncode, 0, "ops: %s" % r.stderr)
+        check(re.search(r"^%s +iterate +attached +0/2 " % op, r.stdout,
+                        re.M), "ops: %r" % r.stdout)
+        r = run_cli(["ops", "--json"], d.socket)
+        check_eq([o["id"] for o in json.loads(r.stdout)], [op], "--json")
+        r = run_cli(["cancel", "nothere"], d.socket)
+        check_eq(r.returncode, 1, "cancel of nothing")
+        check("no such operation" in r.stderr, r.stderr)
+        r = run_cli(["cancel", op[:8]], d.socket)
+        check_eq((r.returncode, r.stderr), (0, ""), "cancel")
+        check_eq(p.wait(5), 1, "ember run after the cancel")
+        check("interrupted" in p.stderr.read(), "its message")
+        check(wait_until(lambda: _workers_free(d), 1.0), "workers busy")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stderr.close()
+
+
+def test_limit_is_prompt(d):
+    # A sparse match in a partition of 300M records: the limit stops it.
+    plan = write_file(d.path("sparse.json"), json.dumps(range_plan(
+        0, 300 * 10**6, 1, ops=[{"filter": {"contains": "777777"}}])))
+    t0 = time.monotonic()
+    r = run_cli(["run", "--option", "limit=1", plan], d.socket)
+    took = time.monotonic() - t0
+    check_eq((r.returncode, r.stdout), (0, "777777\n"), r.stderr)
+    check(took < 2.0, "limit=1 took %.1f s" % took)
+    check(wait_until(lambda: _workers_free(d), 1.0), "workers busy")
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_iterate_computes_ahead(d):
+    # 8 partitions of a second each on 2 workers: 4 s when the next
+    # partition is computed while one is printed, 8 s one by one.
+    plan = write_file(d.path("slow8.json"), json.dumps(range_plan(
+        0, 80, 8, ops=[{"pipe": {"command": "sleep 1; cat"}}])))
+    t0 = time.monotonic()
+    p = subprocess.Popen([EMBER, "--socket", d.socket, "run", plan],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        most = 0
+        while p.poll() is None:
+            most = max([most] + [o["running"] for o in _operations(d)])
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        out, err = p.communicate()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    check_eq((p.returncode, out), (0, "".join("%d\n" % i
+                                              for i in range(80))), err)
+    check(most >= 2, "tasks in flight at once: %d" % most)
+    check(took < 6.5, "8 partitions took %.1f s" % took)
+    r = run_cli(["-h"])
+    check("prefetch" in r.stdout, "ember -h says nothing of prefetch")
 
 
 if __name__ == "__main__":

@@ -224,6 +224,47 @@ def test_iterator(d):
                  "the session goes on after the stops")
 
 
+def _counter(d, name):
+    with d.client() as c:
+        return c.status()["counters"][name]
+
+
+def test_early_stop_is_prompt(d):
+    # The guide's first example: a sparse match early in a partition of
+    # 500M records.  Breaking out stops the task mid-partition.
+    with _session(d) as s:
+        t0 = time.monotonic()
+        for line in s.range(10**9, partitions=2).filter_contains("777777"):
+            check_eq(line, "777777", "the first match")
+            break
+        took = time.monotonic() - t0
+        check(took < 2.0, "break took %.1f s" % took)
+        _no_operations(d)
+        # take, first and a limit on a partition of 30M records.
+        ds = s.range(30 * 10**6, partitions=1)
+        for what, fn in [("take", lambda: ds.take(1)),
+                         ("first", lambda: [ds.first()]),
+                         ("take sparse", lambda: s.range(
+                             30 * 10**6, partitions=1).filter_contains(
+                             "777777").take(1))]:
+            t0 = time.monotonic()
+            got = fn()
+            took = time.monotonic() - t0
+            check(len(got) == 1, "%s: %r" % (what, got))
+            check(took < 2.0, "%s took %.1f s" % (what, took))
+        _no_operations(d)
+        # Each task stopped where it was, and its worker was kept.
+        check_eq(_counter(d, "workers_killed"), 0, "workers killed")
+        # A pipe command that does not return: its worker is killed soon.
+        it = iter(s.range(10, partitions=1).pipe("cat; sleep 30"))
+        check_eq(next(it), "0", "the pipe's first record")
+        t0 = time.monotonic()
+        it.close()
+        check(time.monotonic() - t0 < 2.0, "the stop waited for the pipe")
+        check(wait_until(lambda: _counter(d, "workers_killed") == 1, 3),
+              "the worker of the pipe was not killed")
+
+
 def test_errors(d):
     with _session(d) as s:
         for bad, cls, needle in [
@@ -278,6 +319,50 @@ def test_interrupted(d):
             check("session closed" in e.message, e.message)
         else:
             raise AssertionError("no Interrupted")
+
+
+def _interrupted_by_ctrl_c(d, body):
+    # A Python program runs body on a long job; Ctrl-C (SIGINT) must
+    # interrupt the operation, not leave it running.
+    code = ("import sys, time\n"
+            "sys.path.insert(0, %r)\n"
+            "import ember\n"
+            "s = ember.connect(%r)\n"
+            "ds = s.range(10**12, partitions=2).filter_contains('zz')\n"
+            "try:\n"
+            "    %s\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted', flush=True)\n"
+            "    s.close()\n" % (os.path.join(SRCDIR, "python"), d.socket,
+                                 body))
+    p = subprocess.Popen([sys.executable, "-c", code],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def running():
+            with d.client() as c:
+                return any(o["running"] > 0
+                           for o in c.status()["operations"])
+        check(wait_until(running, 10), "the job did not start")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=5)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    check_eq(out.decode().strip(), "interrupted", "stdout (%s)" % err)
+
+    def free():
+        with d.client() as c:
+            st = c.status()
+        return not st["operations"] and all(
+            w["state"] != "busy" for w in st["workers"])
+    check(wait_until(free, 1.5), "the workers are still busy")
+
+
+def test_ctrl_c_interrupts(d):
+    for body in ["ds.count()", "ds.collect()",
+                 "[x for x in ds.to_local_iterator()]"]:
+        _interrupted_by_ctrl_c(d, body)
 
 
 @with_daemon(sets=["daemon.max_connections_per_uid=2"])

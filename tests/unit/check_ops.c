@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "frame.h"
@@ -21,6 +22,7 @@
 #include "source.h"
 #include "suites.h"
 #include "run.h"
+#include "wmsg.h"
 
 /* What reached the sink: the records' bytes end to end, and each one's
  * place. */
@@ -972,6 +974,64 @@ START_TEST(test_ops_save_fails_midway)
 }
 END_TEST
 
+/* A stop check that says stop at once. */
+static int
+ops_stop_now_cb(void *arg)
+{
+	(*(int *)arg)++;
+	return (1);
+}
+
+START_TEST(test_output_sends_stale_records)
+{
+	char		 path[] = "/tmp/ember-check-ops-XXXXXX", *err = NULL;
+	struct timespec	 ms30 = { 0, 30 * 1000 * 1000 };
+	struct output	*out;
+	struct stat	 st;
+	int		 fd;
+
+	ck_assert_int_ne(fd = mkstemp(path), -1);
+	unlink(path);
+	out = output_create(fd);
+	ck_assert_int_eq(output_record(out, "777777", 6, 0, &err), 0);
+	ck_assert_int_eq(output_tick(out, &err), 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, 0);	/* fresh: it waits for more */
+	nanosleep(&ms30, NULL);
+	ck_assert_int_eq(output_tick(out, &err), 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, WMSG_BATCH_SIZE + 4 + 6);
+	output_free(out);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_output_stop_halts_the_task)
+{
+	struct run	 t = { .mode = MODE_RECORDS };
+	struct output	*out;
+	struct plan	*plan;
+	int64_t		 metrics[EMBER_METRIC_COUNT];
+	char		*err = NULL;
+	int		 fd, asked = 0;
+
+	t.plan = plan = ops_plan("{\"source\": {\"range\": {\"start\": 0, "
+	    "\"end\": 1000000}}, \"partitions\": 1}");
+	ck_assert_int_ne(fd = open("/dev/null", O_WRONLY | O_CLOEXEC), -1);
+	out = output_create(fd);
+	output_set_stop_check(out, ops_stop_now_cb, &asked);
+	ck_assert_int_eq(run_execute(&t, out, metrics, &err), 0);
+	ck_assert_int_eq(asked, 1);
+	/* Stopped at the first look, a tick's worth of records in. */
+	ck_assert_int_lt(metrics[EMBER_METRIC_RECORDS_IN], 1000000);
+	ck_assert_int_eq(metrics[EMBER_METRIC_RECORDS_OUT],
+	    metrics[EMBER_METRIC_RECORDS_IN] - 1);
+	output_free(out);
+	close(fd);
+	plan_free(plan);
+}
+END_TEST
+
 /* Build the ops suite. */
 Suite *
 ops_suite(void)
@@ -1001,6 +1061,12 @@ ops_suite(void)
 	tcase_add_test(tc, test_ops_count_by_value_wide);
 	tcase_add_test(tc, test_ops_save);
 	tcase_add_test(tc, test_ops_save_fails_midway);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("output");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_output_sends_stale_records);
+	tcase_add_test(tc, test_output_stop_halts_the_task);
 	suite_add_tcase(s, tc);
 
 	return (s);

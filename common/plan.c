@@ -550,7 +550,7 @@ plan_parse_python(struct plan_op *op, json_t *arg, const char *path,
 {
 	static const char *const keys[] = { "map", "filter", "flat_map",
 	    "map_partitions", "reduce", "fold", "zero", "version",
-	    "broadcasts", NULL };
+	    "broadcasts", "deterministic", NULL };
 	const char	*fn = NULL, *zero = NULL, *version;
 	json_t		*ids = NULL;
 	size_t		 i, n = 0;
@@ -578,7 +578,9 @@ plan_parse_python(struct plan_op *op, json_t *arg, const char *path,
 	    jread_string(arg, path, "zero", op->py_kind == PLAN_PYTHON_FOLD ?
 	    JREAD_REQUIRED : JREAD_OPTIONAL, &zero, err) == -1 ||
 	    jread_array(arg, path, "broadcasts", JREAD_OPTIONAL, &ids,
-	    err) == -1)
+	    err) == -1 ||
+	    jread_bool(arg, path, "deterministic", JREAD_OPTIONAL,
+	    &op->py_deterministic, err) == -1)
 		return (-1);
 	if (zero != NULL && op->py_kind != PLAN_PYTHON_FOLD)
 		return (jread_fail(err, path, "zero: only for fold"));
@@ -835,7 +837,9 @@ plan_is_deterministic(const struct plan *plan)
 	for (i = 0; i < plan->nops; i++) {
 		if (plan->ops[i].type == PLAN_OP_PIPE ||
 		    (plan->ops[i].type == PLAN_OP_UDF &&
-		    !plan->ops[i].udf_deterministic))
+		    !plan->ops[i].udf_deterministic) ||
+		    (plan->ops[i].type == PLAN_OP_PYTHON &&
+		    !plan->ops[i].py_deterministic))
 			return (0);
 	}
 	return (1);

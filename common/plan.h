@@ -86,6 +86,7 @@ struct plan_op {
 	enum plan_python_kind	 py_kind;
 	char			*py_fn;
 	char			*py_zero;
+	int			 py_deterministic; /* the client says so */
 };
 
 /* The name of a python op's kind, as the plan writes it. */

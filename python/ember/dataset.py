@@ -180,23 +180,34 @@ class Dataset:
     # enter a function as str (None for a null); what leaves the last of
     # consecutive python ops must be str, bytes, None, int or float.
 
-    def map(self, fn: Callable[[Any], Any]) -> Dataset:
+    # deterministic=True says fn gives the same records every time for
+    # the same input: then emberd may compute a partition again (a
+    # reattach past the retry buffer, a task whose worker was lost).
+
+    def map(self, fn: Callable[[Any], Any], *,
+            deterministic: bool = False) -> Dataset:
         """fn of each record."""
-        return self._with(functions.python_op("map", fn))
+        return self._with(functions.python_op(
+            "map", fn, deterministic=deterministic))
 
-    def filter(self, fn: Callable[[Any], Any]) -> Dataset:
+    def filter(self, fn: Callable[[Any], Any], *,
+               deterministic: bool = False) -> Dataset:
         """The records for which fn is true."""
-        return self._with(functions.python_op("filter", fn))
+        return self._with(functions.python_op(
+            "filter", fn, deterministic=deterministic))
 
-    def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> Dataset:
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *,
+                 deterministic: bool = False) -> Dataset:
         """Each element of the iterable fn gives for each record."""
-        return self._with(functions.python_op("flat_map", fn))
+        return self._with(functions.python_op(
+            "flat_map", fn, deterministic=deterministic))
 
-    def map_partitions(self, fn: Callable[[Iterator[Any]], Iterable[Any]]
-                       ) -> Dataset:
+    def map_partitions(self, fn: Callable[[Iterator[Any]], Iterable[Any]],
+                       *, deterministic: bool = False) -> Dataset:
         """What fn makes of an iterator over a whole partition: an
         iterable, consumed as the partition streams."""
-        return self._with(functions.python_op("map_partitions", fn))
+        return self._with(functions.python_op(
+            "map_partitions", fn, deterministic=deterministic))
 
     def fold(self, zero: Any, fn: Callable[[Any, Any], Any]) -> Any:
         """Fold each partition from a copy of zero with fn in the workers,

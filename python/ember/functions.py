@@ -68,9 +68,12 @@ def dumps(obj: Any) -> Tuple[str, List[int]]:
 
 
 def python_op(kind: str, fn: Callable, zero: Any = None,
-              with_zero: bool = False) -> Dict[str, Any]:
+              with_zero: bool = False,
+              deterministic: bool = False) -> Dict[str, Any]:
     """The plan op for a function: ``{"python": {kind: ..., "version":
-    ...}}``, with fold's ``zero`` and the ``broadcasts`` it reads."""
+    ...}}``, with fold's ``zero``, the ``broadcasts`` it reads, and
+    ``"deterministic": true`` when the caller says it gives the same
+    records every time (then emberd may compute a partition again)."""
     if not callable(fn):
         raise TypeError("%s: expected a function, got %r" % (kind, fn))
     text, ids = dumps(fn)
@@ -80,6 +83,8 @@ def python_op(kind: str, fn: Callable, zero: Any = None,
         ids = sorted(set(ids) | set(more))
     if ids:
         op["broadcasts"] = ids
+    if deterministic:
+        op["deterministic"] = True
     return {"python": op}
 
 

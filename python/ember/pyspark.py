@@ -94,22 +94,23 @@ class RDD:
     def _decode(self) -> Optional[bool]:
         return False if self._objects else None
 
-    # Transformations.
+    # Transformations.  Spark recomputes a lost partition from its
+    # lineage, so its functions are taken as deterministic: the same here.
 
     def map(self, f: Callable[[Any], Any],
             preservesPartitioning: bool = False) -> RDD:
-        return self._py(self._ds.map(f))
+        return self._py(self._ds.map(f, deterministic=True))
 
     def filter(self, f: Callable[[Any], Any]) -> RDD:
-        return self._py(self._ds.filter(f))
+        return self._py(self._ds.filter(f, deterministic=True))
 
     def flatMap(self, f: Callable[[Any], Iterable[Any]],
                 preservesPartitioning: bool = False) -> RDD:
-        return self._py(self._ds.flat_map(f))
+        return self._py(self._ds.flat_map(f, deterministic=True))
 
     def mapPartitions(self, f: Callable[[Iterator[Any]], Iterable[Any]],
                       preservesPartitioning: bool = False) -> RDD:
-        return self._py(self._ds.map_partitions(f))
+        return self._py(self._ds.map_partitions(f, deterministic=True))
 
     # Actions.
 

@@ -6,8 +6,18 @@ and a stream's retried partition resumes after the last record sent."""
 
 import os
 import signal
+import sys
 
 from harness import *
+
+sys.path.insert(0, os.path.join(SRCDIR, "python"))
+try:
+    from ember import functions
+    import cloudpickle  # noqa: F401
+    with open(EMBER_WORKER, "rb") as f:
+        PYTHON_OPS = b"Py_InitializeFromConfig" in f.read()
+except ImportError:
+    PYTHON_OPS = False
 
 SLOW = job_readable(os.path.join(BUILDDIR, "tests", "integration",
                                  "slow_udf.so"))
@@ -145,6 +155,36 @@ def test_retries_off(d):
                  "plan": range_plan(0, 100, 1, ops=[slow(50)])})
     os.kill(busy_worker(d.client()), signal.SIGKILL)
     check_error(c.recv_json(), "TASK_FAILED", "SIGKILL")
+
+
+def slow_python_map(deterministic):
+    import time
+
+    def slow(s):
+        time.sleep(0.05)
+        return s
+    return functions.python_op("map", slow, deterministic=deterministic)
+
+
+@skip_unless(PYTHON_OPS, "no Python ops here (ember-worker built without "
+             "Python, or no cloudpickle for this python3)")
+@with_daemon(sets=["workers.max=1"])
+def test_python_function_retried_only_when_deterministic(d):
+    """A Python function is run again only when its client says it is
+    deterministic (as ember.pyspark does for every function)."""
+    watcher = d.client()
+    for deterministic in (False, True):
+        c = d.client()
+        c.send_json({"op": "execute", "action": "count", "plan": range_plan(
+            0, 100, 1, ops=[slow_python_map(deterministic)])})
+        os.kill(busy_worker(watcher), signal.SIGKILL)
+        reply = c.recv_json()
+        if deterministic:
+            check(reply.get("ok"), "count: %r" % reply)
+            check_eq(reply["count"], 100, "count")
+        else:
+            check_error(reply, "TASK_FAILED", "SIGKILL")
+    check_eq(counters(watcher)["tasks_retried"], 1, "tasks retried")
 
 
 if __name__ == "__main__":

@@ -1105,6 +1105,13 @@ START_TEST(test_plan_python)
 		ck_assert_int_eq(plan->ops[1].udf_broadcasts[1], 2);
 		ck_assert_str_eq(plan_python_kind_name(PLAN_PYTHON_FOLD),
 		    "fold");
+		/* Not said deterministic: never computed again. */
+		ck_assert(!plan_is_deterministic(plan));
+		plan_free(plan);
+		plan = plan_ok("{\"source\": {\"range\": {\"end\": 1}}, "
+		    "\"ops\": [{\"python\": {\"map\": \"bQ==\", "
+		    "\"deterministic\": true, " PY_VERSION_FIELD "}}]}");
+		ck_assert(plan->ops[0].py_deterministic);
 		ck_assert(plan_is_deterministic(plan));
 		plan_free(plan);
 		plan_described("{\"source\": {\"range\": {\"end\": 1}}, "

@@ -31,7 +31,7 @@
 #define WORKER_DYING_CHECK_MS	2
 /* A worker told to stop its task (STOP_TASK) that has not ended it after
  * this long (a udf or a pipe command that does not return) is killed. */
-#define WORKER_STOP_MS		500
+#define WORKER_STOP_MS		2000
 
 enum worker_state {
 	WORKER_IDLE,
@@ -1192,7 +1192,8 @@ worker_count_evicting(void)
 	return (n);
 }
 
-/* Count the busy workers running a task of uid's. */
+/* Count the busy workers running a task of uid's, or ending one it
+ * stopped (which hold a place of its until they are idle again). */
 int
 worker_count_busy(uid_t uid)
 {
@@ -1201,9 +1202,11 @@ worker_count_busy(uid_t uid)
 	int		 n = 0;
 
 	TAILQ_FOREACH(w, &workers, entry) {
-		if (w->state == WORKER_BUSY &&
-		    (t = TAILQ_FIRST(&w->tasks)) != NULL &&
-		    operation_uid(t->op) == uid)
+		if (w->state != WORKER_BUSY)
+			continue;
+		if ((t = TAILQ_FIRST(&w->tasks)) != NULL ?
+		    operation_uid(t->op) == uid :
+		    w->stopping && pool_client(w->pool) == uid)
 			n++;
 	}
 	return (n);

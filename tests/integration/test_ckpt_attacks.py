@@ -98,7 +98,7 @@ def test_hostile_manifests(d):
                 time.sleep(0.02)
         return worst
     worst = as_user("b", poll)
-    check(wait_until(lambda: cleans_of(d, uid_a) >= before + 2, 20),
+    check(wait_until(lambda: cleans_of(d, uid_a) >= before + 2, 60),
           "the cleaner did not scan a's directory twice: %s" % d.log_tail())
     hwm = vm_hwm_kb(d.pid)
     check(hwm < 400 * 1024, "emberd's peak RSS is %d kB" % hwm)

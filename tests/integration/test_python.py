@@ -261,7 +261,7 @@ def test_early_stop_is_prompt(d):
         t0 = time.monotonic()
         it.close()
         check(time.monotonic() - t0 < 2.0, "the stop waited for the pipe")
-        check(wait_until(lambda: _counter(d, "workers_killed") == 1, 3),
+        check(wait_until(lambda: _counter(d, "workers_killed") == 1, 6),
               "the worker of the pipe was not killed")
 
 

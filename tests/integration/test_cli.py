@@ -235,9 +235,12 @@ def test_status_at_80_columns(d):
     what = {o["ACTION"] + " " + o["STATE"]: o.get("WHAT", "") for o in ops}
     check(what["count attached"].startswith("range 0..100 | filter c"),
           "what the attached one does:\n%s" % r.stdout)
+    # A path of 24 bytes or fewer stays whole, then the column is cut
+    # to end within 80 columns: what shows starts what it does.
     readme = os.path.join(SRCDIR, "README.md")
-    check(what["iterate detached"] == "text " + (
-        readme if len(readme) <= 24 else ".../README.md"),
+    full = "text " + (readme if len(readme) <= 24 else ".../README.md")
+    check(len(what["iterate detached"]) > len("text ") and
+          full.startswith(what["iterate detached"]),
           "the detached one:\n%s" % r.stdout)
     st = [o for o in c.status()["operations"] if o["action"] == "count"]
     check_eq(st[0]["what"], "range 0..100 | filter contains 1 | pipe " +

@@ -17,6 +17,7 @@
 #include "ember.h"
 #include "progress.h"
 #include "status.h"
+#include "submit.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -37,6 +38,8 @@ usage(FILE *f, int full)
 	    "--action ACTION]\n"
 	    "                 [--option KEY=VALUE ...] PLAN.json\n"
 	    "       ember [--socket PATH] checkpoint drop ID\n"
+	    "       ember submit --master URL [run's action options] "
+	    "PLAN.json\n"
 	    "       ember [--socket PATH] status [-v | --json]\n"
 	    "       ember --version | --help\n");
 	if (!full)
@@ -61,6 +64,9 @@ usage(FILE *f, int full)
 	    "           terminal, a progress line shows on standard error.\n"
 	    "  checkpoint drop ID\n"
 	    "           remove a checkpoint and its files.\n"
+	    "  submit   run the plan on Spark (spark-submit --master URL)\n"
+	    "           and print what run prints; ember submit --help\n"
+	    "           says more, docs/spark.md all.\n"
 	    "  status   show emberd's workers, pools, sessions and operations\n"
 	    "           (what each does, its partitions done, running and\n"
 	    "           left); -v adds the limits, the counters and more\n"
@@ -685,8 +691,8 @@ main(int argc, char **argv)
 	argc -= optind;
 	argv += optind;
 	if (argc == 0) {
-		fprintf(stderr, "ember: missing a command: run, checkpoint or "
-		    "status\n");
+		fprintf(stderr, "ember: missing a command: run, submit, "
+		    "or status\n");
 		usage(stderr, 0);
 		return (EXIT_USAGE);
 	}
@@ -701,6 +707,10 @@ main(int argc, char **argv)
 	}
 	if (strcmp(argv[0], "checkpoint") == 0)
 		return (cmd_checkpoint(argc, argv));
+	if (strcmp(argv[0], "submit") == 0) {
+		argv[0] = (char *)"ember submit";
+		return (cmd_submit(argc, argv));
+	}
 	fprintf(stderr, "ember: unknown command \"%s\"\n", argv[0]);
 	usage(stderr, 0);
 	return (EXIT_USAGE);

@@ -692,7 +692,7 @@ main(int argc, char **argv)
 	argv += optind;
 	if (argc == 0) {
 		fprintf(stderr, "ember: missing a command: run, submit, "
-		    "or status\n");
+		    "checkpoint or status\n");
 		usage(stderr, 0);
 		return (EXIT_USAGE);
 	}

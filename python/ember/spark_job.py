@@ -525,13 +525,60 @@ def fail(error_class, message):
     sys.exit(EXIT_FAILED)
 
 
+def load_jobs(args):
+    """The jobs to run: the one of --plan-file, or the list of --batch
+    ({"plan", "action", "options", "output" or "result"} each)."""
+    if args.batch:
+        with open(args.batch, "rb") as f:
+            return json.loads(f.read())
+    with open(args.plan_file, "rb") as f:
+        plan = json.loads(f.read())
+    return [{"plan": plan, "action": args.action,
+             "options": json.loads(args.options), "result": args.result}]
+
+
+def run_job(sc, job, worker, out):
+    """Run one checked job, printing to out or pickling its result."""
+    rdd = build_rdd(sc, job["plan"], worker)
+    kind, result = run_action(sc, rdd, job["action"], job["options"])
+    if job.get("result"):
+        write_result(job["result"], kind, job["action"], result)
+    elif kind == "records":
+        print_records(out, result)
+    else:
+        print_value(out, job["action"], result)
+    out.flush()
+
+
+def run_batch(sc, jobs, worker):
+    """Several jobs in one application (the JVMs start once): each job's
+    output and error go to files of its own, and a failure ends only its
+    job."""
+    for job in jobs:
+        try:
+            with open(job["output"], "wb") as out:
+                check_plan(job["plan"], job["action"], job["options"],
+                           worker)
+                run_job(sc, job, worker, out)
+        except Refused as e:
+            error = "ember: %s: %s\n" % (e.error_class, e)
+        except Exception as e:  # noqa: BLE001: a job's failure, reported
+            error = "ember: JOB_FAILED: %s\n" % job_error(e)
+        else:
+            continue
+        with open(job["output"] + ".err", "w") as f:
+            f.write(error)
+
+
 def main(argv):
     ap = argparse.ArgumentParser(prog="ember submit")
     ap.add_argument("--worker", required=True)
-    ap.add_argument("--plan-file", required=True)
+    ap.add_argument("--plan-file")
     ap.add_argument("--action", default="iterate")
     ap.add_argument("--options", default="{}")
     ap.add_argument("--result", help="pickle the result here, print nothing")
+    ap.add_argument("--batch", help="a JSON list of jobs to run in one "
+                    "application, each printing to its own output file")
     ap.add_argument("--stderr-file", help="where this process's standard "
                     "error goes: spark-submit merges it into standard "
                     "output, which must hold the records alone")
@@ -540,32 +587,27 @@ def main(argv):
         fd = os.open(args.stderr_file, os.O_WRONLY | os.O_APPEND)
         os.dup2(fd, 2)
         os.close(fd)
+    if not args.batch and not args.plan_file:
+        ap.error("give --plan-file or --batch")
     try:
-        with open(args.plan_file, "rb") as f:
-            plan = json.loads(f.read())
-        options = json.loads(args.options)
+        jobs = load_jobs(args)
     except (OSError, ValueError) as e:
-        fail("PLAN_INVALID", "%s: %s" % (args.plan_file, e))
-    try:
-        check_plan(plan, args.action, options, args.worker)
-    except Refused as e:
-        fail(e.error_class, str(e))
+        fail("PLAN_INVALID", "%s: %s" % (args.batch or args.plan_file, e))
+    if not args.batch:
+        try:
+            check_plan(jobs[0]["plan"], jobs[0]["action"],
+                       jobs[0]["options"], args.worker)
+        except Refused as e:
+            fail(e.error_class, str(e))
 
     from pyspark import SparkContext
     sc = SparkContext(appName="ember")
     sc.setLogLevel("ERROR")
     try:
-        rdd = build_rdd(sc, plan, args.worker)
-        kind, result = run_action(sc, rdd, args.action, options)
-        if args.result:
-            write_result(args.result, kind, args.action, result)
+        if args.batch:
+            run_batch(sc, jobs, args.worker)
         else:
-            out = sys.stdout.buffer
-            if kind == "records":
-                print_records(out, result)
-            else:
-                print_value(out, args.action, result)
-            out.flush()
+            run_job(sc, jobs[0], args.worker, sys.stdout.buffer)
     except Refused as e:
         fail(e.error_class, str(e))
     except Exception as e:      # noqa: BLE001: a job's failure, reported

@@ -374,57 +374,8 @@ def cases(top):
     ]
 
 
-@skip_unless(NEEDS_SPARK, WHY)
-def test_plans_print_what_emberd_prints(d):
-    """Each case through emberd (ember run) and on the cluster: the same
-    bytes."""
-    top = corpus()
-    jobs = cases(top)
-    want = {}
-    for name, plan, args in jobs:
-        done = run(d, args + [write_plan(d, name.replace(" ", "_"), plan)])
-        check(done.returncode == 0, "%s: ember run: %s" % (name,
-                                                            done.stderr))
-        want[name] = done.stdout
-    got = submit_batch([(plan, args) for _, plan, args in jobs])
-    for (name, _, args), result in zip(jobs, got):
-        check_same(name, want[name], result, args)
-    check(b"STRASSE" in want["regex upper split"] and
-          b"\xc3\x89CLAIR" in want["regex upper split"],
-          "Unicode case mapping in the output")
-
-
-@skip_unless(NEEDS_SPARK, WHY)
-def test_cli_submit(d):
-    """ember submit itself: its standard output holds the records alone,
-    as ember run's does, and a save writes the same part files."""
-    top = corpus()
-    same_output(d, "cli", {"source": {"text": {"paths": [
-        os.path.join(top, "a.txt")]}}, "ops": [{"map": "upper"}]}, [])
-    out = data_dir()
-    plan = {"source": {"parallelize": {"records": ["x", None, "ÿ", "z"]}},
-            "partitions": 2, "ops": [{"map": "upper"}]}
-    theirs = job_writable(os.path.join(out, "ember"))
-    want = run(d, ["--action", "save", "--option", "path=" + theirs,
-                   "--option", "overwrite=true",
-                   write_plan(d, "save", plan)])
-    check(want.returncode == 0, "ember run save: %s" % want.stderr)
-    mine = os.path.join(out, "spark")
-    got = submit(["--action", "save", "--option", "path=" + mine,
-                  write_plan(d, "save", plan)])
-    check(got.returncode == 0, "ember submit save: %s" % got.stderr[-2000:])
-    check_eq(got.stdout, want.stdout, "save's line")
-    for part in ("part-00000", "part-00001", "_SUCCESS"):
-        with open(os.path.join(theirs, part), "rb") as a, \
-                open(os.path.join(mine, part), "rb") as b:
-            check_eq(b.read(), a.read(), part)
-
-
-@skip_unless(NEEDS_SPARK, WHY)
-@skip_unless(HAS_CLOUDPICKLE, "cloudpickle is not installed")
-def test_python_op(d):
-    """A python op keeps its cloudpickle payload and runs as Spark's own
-    Python function; C ops around it run in ember-worker."""
+def python_case():
+    """A python op between C ops, and the records it must give."""
     import cloudpickle
     fn = base64.b64encode(cloudpickle.dumps(
         lambda s: None if s == "3" else s[::-1] + "!")).decode()
@@ -433,68 +384,109 @@ def test_python_op(d):
         {"filter": {"regex": "^[0-9]$|3"}},
         {"python": {"map": fn, "version": version}},
         {"map": "upper"}])
-    want_records = []
+    want = b""
     for i in range(40):
         s = str(i)
         if re.search("^[0-9]$|3", s):
-            want_records.append(b"" if s == "3" else
-                                (s[::-1] + "!").upper().encode())
-    status, out, err = submit_batch([(plan, ["--collect"])])[0]
-    check(status == 0, "python op: %s" % err)
-    check_eq(out, b"".join(r + b"\n" for r in want_records), "records")
-    want = run(d, ["--collect", write_plan(d, "python", plan)])
-    if want.returncode == 0:    # an emberd built with Python
-        check_eq(out, want.stdout, "ember run's records")
+            want += b"\n" if s == "3" else (s[::-1] + "!").upper().encode() \
+                + b"\n"
+    return plan, want
+
+
+# Refused before any job runs, or failing as emberd fails: (plan, args,
+# what the error says).
+REFUSED = [
+    ({"source": {"range": {"end": 10}},
+      "ops": [{"filter": {"in_broadcast": 1}}]}, [],
+     "PLAN_INVALID: plan.ops[0].filter.in_broadcast"),
+    ({"source": {"checkpoint": "0b697aef-9a9d-44bf-a3db-6f881122a3e3"}}, [],
+     "PLAN_INVALID: plan.source.checkpoint"),
+    ({"source": {"range": {"end": 10}},
+      "ops": [{"udf": {"library": PLUGIN, "symbol": "nope"}}]}, [],
+     "PLAN_INVALID: plan.ops[0].udf.symbol"),
+    ({"source": {"range": {"end": 10}}},
+     ["--action", "checkpoint", "--option", "local=true"],
+     "PLAN_INVALID: options.local"),
+    ({"source": {"range": {"end": 10}}, "partitions": 2},
+     ["--action", "reduce", "--option", "fn=avg"],
+     "PLAN_INVALID: options.fn"),
+    ({"source": {"parallelize": {"records": ["1", "two"]}}},
+     ["--action", "reduce", "--option", "fn=sum"],
+     'JOB_FAILED: reduce: record "two" is not a number'),
+]
 
 
 @skip_unless(NEEDS_SPARK, WHY)
-@no_daemon
-def test_refused_before_the_job(d):
-    """What Spark cannot do as emberd does, and a bad plan, are refused
-    with the reason, before any job runs: here on a master no one listens
-    on, where a job that started would fail otherwise."""
-    tmp = data_dir()
-    cases = [
-        ({"source": {"range": {"end": 10}},
-          "ops": [{"filter": {"in_broadcast": 1}}]}, [],
-         "plan.ops[0].filter.in_broadcast"),
-        ({"source": {"range": {"end": 10}},
-          "ops": [{"filter": {"regex": "("}}]}, [],
-         "plan.ops[0].filter.regex: missing closing parenthesis"),
-    ]
-    for i, (plan, args, needle) in enumerate(cases):
-        path = os.path.join(tmp, "p%d.json" % i)
-        with open(path, "w") as f:
-            json.dump(plan, f)
-        got = submit(args + [path], master="spark://127.0.0.1:%d" %
-                     _free_port())
-        err = got.stderr.decode("utf-8", "replace")
-        check_eq(got.returncode, 1, "exit status for %s" % needle)
-        check("ember: PLAN_INVALID: " + needle in err,
-              "%r not in the error: %s" % (needle, err[-1500:]))
-        check_eq(got.stdout, b"", "standard output for %s" % needle)
-    # The rest in one application: each refused, none run.
-    more = [
-        ({"source": {"checkpoint":
-                     "0b697aef-9a9d-44bf-a3db-6f881122a3e3"}}, [],
-         "PLAN_INVALID: plan.source.checkpoint"),
-        ({"source": {"range": {"end": 10}},
-          "ops": [{"udf": {"library": PLUGIN, "symbol": "nope"}}]}, [],
-         "PLAN_INVALID: plan.ops[0].udf.symbol"),
-        ({"source": {"range": {"end": 10}}},
-         ["--action", "checkpoint", "--option", "local=true"],
-         "PLAN_INVALID: options.local"),
-        ({"source": {"range": {"end": 10}}, "partitions": 2},
-         ["--action", "reduce", "--option", "fn=avg"],
-         "PLAN_INVALID: options.fn"),
-        ({"source": {"parallelize": {"records": ["1", "two"]}}},
-         ["--action", "reduce", "--option", "fn=sum"],
-         'JOB_FAILED: reduce: record "two" is not a number'),
-    ]
-    got = submit_batch([(plan, args) for plan, args, _ in more])
-    for (_, _, needle), (status, out, err) in zip(more, got):
+def test_plans_print_what_emberd_prints(d):
+    """Each case through emberd (ember run) and on the cluster, in one
+    Spark application: the same bytes; a save writes the same part files;
+    a python op runs as Spark's Python; what cannot run is refused."""
+    top = corpus()
+    jobs = cases(top)
+    want = {}
+    for name, plan, args in jobs:
+        done = run(d, args + [write_plan(d, name.replace(" ", "_"), plan)])
+        check(done.returncode == 0, "%s: ember run: %s" % (name,
+                                                            done.stderr))
+        want[name] = done.stdout
+    batch = [(plan, args) for _, plan, args in jobs]
+    if HAS_CLOUDPICKLE:
+        py_plan, py_want = python_case()
+        batch.append((py_plan, ["--collect"]))
+    out = data_dir()
+    save_plan = {"source": {"parallelize": {"records": [
+        "x", None, "ÿ", "z"]}}, "partitions": 2, "ops": [{"map": "upper"}]}
+    theirs = job_writable(os.path.join(out, "ember"))
+    saved = run(d, ["--action", "save", "--option", "path=" + theirs,
+                    "--option", "overwrite=true",
+                    write_plan(d, "save", save_plan)])
+    check(saved.returncode == 0, "ember run save: %s" % saved.stderr)
+    mine = os.path.join(out, "spark")
+    batch.append((save_plan, ["--action", "save", "--option",
+                              "path=" + mine]))
+    batch += [(plan, args) for plan, args, _ in REFUSED]
+
+    got = submit_batch(batch)
+    for (name, _, args), result in zip(jobs, got):
+        check_same(name, want[name], result, args)
+    check(b"STRASSE" in want["regex upper split"] and
+          b"\xc3\x89CLAIR" in want["regex upper split"],
+          "Unicode case mapping in the output")
+    got = got[len(jobs):]
+    if HAS_CLOUDPICKLE:
+        check_same("python", py_want, got.pop(0), [])
+        done = run(d, ["--collect", write_plan(d, "python", py_plan)])
+        if done.returncode == 0:    # an emberd built with Python
+            check_eq(py_want, done.stdout, "ember run's python op")
+    else:
+        print("python op not checked: cloudpickle is not installed")
+    check_same("save", saved.stdout, got.pop(0), [])
+    for part in ("part-00000", "part-00001", "_SUCCESS"):
+        with open(os.path.join(theirs, part), "rb") as a, \
+                open(os.path.join(mine, part), "rb") as b:
+            check_eq(b.read(), a.read(), part)
+    for (_, _, needle), (status, _, err) in zip(REFUSED, got):
         check(status == 1 and needle in err,
               "%r not in the error: %r" % (needle, err))
+
+
+@skip_unless(NEEDS_SPARK, WHY)
+def test_cli_submit(d):
+    """ember submit itself: its standard output holds the records alone,
+    as ember run's does; a plan it cannot run is refused, before any job,
+    with the reason on standard error and nothing on standard output."""
+    top = corpus()
+    same_output(d, "cli", {"source": {"text": {"paths": [
+        os.path.join(top, "a.txt")]}}, "ops": [{"map": "upper"}]}, [])
+    path = write_plan(d, "refused", {"source": {"range": {"end": 10}},
+                                     "ops": [{"filter": {"regex": "("}}]})
+    # A master no one listens on: a job that started would fail there.
+    got = submit([path], master="spark://127.0.0.1:%d" % _free_port())
+    err = got.stderr.decode("utf-8", "replace")
+    check_eq(got.returncode, 1, "exit status")
+    check("ember: PLAN_INVALID: plan.ops[0].filter.regex: missing closing "
+          "parenthesis" in err, "the error: %s" % err[-1500:])
+    check_eq(got.stdout, b"", "standard output")
 
 
 @skip_unless(NEEDS_SPARK, WHY)

@@ -267,7 +267,8 @@ def python_stage(ops):
                 for k in PYTHON_KINDS if k in op["python"]]
 
     def run(records):
-        import cloudpickle  # noqa: F401  (the functions' pickles need it)
+        # The functions were pickled by cloudpickle: their loads need it.
+        import cloudpickle  # type: ignore  # noqa: F401
         it = map(to_python, records)
         for kind, payload in payloads:
             fn = pickle.loads(base64.b64decode(payload))
@@ -600,7 +601,7 @@ def main(argv):
         except Refused as e:
             fail(e.error_class, str(e))
 
-    from pyspark import SparkContext
+    from pyspark import SparkContext  # type: ignore
     sc = SparkContext(appName="ember")
     sc.setLogLevel("ERROR")
     try:

@@ -45,6 +45,8 @@ def _spark_bin():
 
 
 SPARK_BIN = _spark_bin()
+# Every JVM and driver of this file binds 127.0.0.1 alone.
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 JAVA = shutil.which("java") or (os.environ.get("JAVA_HOME") and
                                 os.path.join(os.environ["JAVA_HOME"],
                                              "bin", "java"))
@@ -487,6 +489,26 @@ def test_cli_submit(d):
     check("ember: PLAN_INVALID: plan.ops[0].filter.regex: missing closing "
           "parenthesis" in err, "the error: %s" % err[-1500:])
     check_eq(got.stdout, b"", "standard output")
+
+
+@skip_unless(NEEDS_SPARK, WHY)
+def test_python_client_submit(d):
+    """ember.submit() answers what the Dataset action answers: here the
+    records of ember run, as str, a null as None."""
+    sys.path.insert(0, os.path.join(SRCDIR, "python"))
+    import ember
+    plan = {"source": {"parallelize": {"records": ["ab", None, "çé"]}},
+            "partitions": 2, "ops": [{"map": "upper"}]}
+    got = ember.submit(plan, "collect", master=cluster().url,
+                       worker=EMBER_WORKER,
+                       conf={"spark.driver.host": "127.0.0.1",
+                             "spark.executor.memory": "512m",
+                             "spark.ui.enabled": "false"},
+                       timeout=SUBMIT_TIMEOUT)
+    check_eq(got, ["AB", None, "ÇÉ"], "records")
+    want = run(d, ["--collect", write_plan(d, "client", plan)])
+    check_eq("".join((r or "") + "\n" for r in got).encode(), want.stdout,
+             "ember run's records")
 
 
 @skip_unless(NEEDS_SPARK, WHY)

@@ -195,12 +195,13 @@ submit_usage(FILE *f)
 	    "                    [--option KEY=VALUE ...] [--conf KEY=VALUE "
 	    "...]\n"
 	    "                    [--spark-submit PATH] [--worker PATH] "
-	    "PLAN.json\n"
+	    "[--ship] PLAN.json\n"
 	    "Runs the plan on Spark with spark-submit and prints what "
 	    "ember run prints\n"
 	    "(docs/spark.md).  --conf goes to spark-submit; --worker is "
 	    "ember-worker's\n"
-	    "path on the executors.\n");
+	    "path on the executors, or with --ship the one spark-submit "
+	    "copies to them.\n");
 }
 
 /* Add an argument, or fail when there are too many. */
@@ -220,7 +221,7 @@ submit_arg(char **argv, int *argc, char *arg)
 static int
 submit_run(const char *master, char **confs, int nconfs, const char *action,
     const char *options, const char *plan_path, const char *spark_submit,
-    const char *worker)
+    const char *worker, int ship)
 {
 	char	 dir[] = "/tmp/ember-submit.XXXXXX", *argv[SUBMIT_MAX_ARGS];
 	char	*plan = NULL, *job, *errfile = NULL, *ss, *wk;
@@ -253,6 +254,10 @@ submit_run(const char *master, char **confs, int nconfs, const char *action,
 		if (submit_arg(argv, &argc, "--conf") == -1 ||
 		    submit_arg(argv, &argc, confs[i]) == -1)
 			goto out;
+	/* Shipped: Spark copies ember-worker to each executor. */
+	if (ship && (submit_arg(argv, &argc, "--files") == -1 ||
+	    submit_arg(argv, &argc, wk) == -1))
+		goto out;
 	if (submit_arg(argv, &argc, job) == -1 ||
 	    submit_arg(argv, &argc, "--worker") == -1 ||
 	    submit_arg(argv, &argc, wk) == -1 ||
@@ -263,7 +268,8 @@ submit_run(const char *master, char **confs, int nconfs, const char *action,
 	    submit_arg(argv, &argc, "--options") == -1 ||
 	    submit_arg(argv, &argc, (char *)options) == -1 ||
 	    submit_arg(argv, &argc, "--stderr-file") == -1 ||
-	    submit_arg(argv, &argc, errfile) == -1)
+	    submit_arg(argv, &argc, errfile) == -1 ||
+	    (ship && submit_arg(argv, &argc, "--shipped") == -1))
 		goto out;
 	rc = submit_spawn(argv);
 	submit_relay_stderr(errfile);
@@ -294,6 +300,7 @@ cmd_submit(int argc, char **argv)
 		{ "conf",		required_argument,	NULL, 'c' },
 		{ "spark-submit",	required_argument,	NULL, 's' },
 		{ "worker",		required_argument,	NULL, 'w' },
+		{ "ship",		no_argument,		NULL, 'p' },
 		{ "help",		no_argument,		NULL, 'h' },
 		{ NULL,			0,			NULL, 0 }
 	};
@@ -301,7 +308,7 @@ cmd_submit(int argc, char **argv)
 	const char	*worker = NULL;
 	char		*confs[SUBMIT_MAX_ARGS / 2], *opts;
 	json_t		*options = json_object();
-	int		 ch, nconfs = 0, rc = SUBMIT_EXIT_USAGE;
+	int		 ch, nconfs = 0, ship = 0, rc = SUBMIT_EXIT_USAGE;
 
 	optind = 0;
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -339,6 +346,9 @@ cmd_submit(int argc, char **argv)
 		case 'w':
 			worker = optarg;
 			break;
+		case 'p':
+			ship = 1;
+			break;
 		case 'h':
 			submit_usage(stdout);
 			rc = 0;
@@ -357,7 +367,7 @@ cmd_submit(int argc, char **argv)
 	}
 	opts = json_dumps(options, JSON_COMPACT);
 	rc = submit_run(master, confs, nconfs, action != NULL ? action :
-	    "iterate", opts, argv[optind], spark_submit, worker);
+	    "iterate", opts, argv[optind], spark_submit, worker, ship);
 	free(opts);
 out:
 	json_decref(options);

@@ -97,7 +97,8 @@ def submit(plan: Any, action: str = "collect", *, master: str,
            options: Optional[Dict[str, Any]] = None,
            worker: Optional[str] = None, spark_submit: Optional[str] = None,
            conf: Optional[Dict[str, str]] = None,
-           spark_args: Iterable[str] = (), decode: bool = True,
+           spark_args: Iterable[str] = (), ship: bool = False,
+           decode: bool = True,
            errors: str = "strict", timeout: Optional[float] = None) -> Any:
     """Run plan (a Dataset, a dict or JSON text) on Spark at master
     ("spark://host:7077", "local[4]", "yarn"...) and answer what the action
@@ -108,7 +109,8 @@ def submit(plan: Any, action: str = "collect", *, master: str,
     checkpoint's directory for checkpoint.
 
     worker is ember-worker's path on every Spark node (else $EMBER_WORKER
-    or the usual libexec places); conf and spark_args go to spark-submit.
+    or the usual libexec places), or with ship=True here, and Spark copies
+    it to the executors; conf and spark_args go to spark-submit.
     What Spark cannot run as emberd does raises PlanInvalid before any
     job; a failed job raises the ember error its message names."""
     worker = _find_worker(worker)
@@ -117,6 +119,8 @@ def submit(plan: Any, action: str = "collect", *, master: str,
     for key, value in (conf or {}).items():
         argv += ["--conf", "%s=%s" % (key, value)]
     argv += list(spark_args)
+    if ship:    # Spark copies ember-worker to each executor
+        argv += ["--files", worker]
     with tempfile.TemporaryDirectory(prefix="ember-submit-") as tmp:
         plan_path = os.path.join(tmp, "plan.json")
         result_path = os.path.join(tmp, "result")
@@ -127,6 +131,8 @@ def submit(plan: Any, action: str = "collect", *, master: str,
         argv += [SPARK_JOB, "--worker", worker, "--plan-file", plan_path,
                  "--action", action, "--options", json.dumps(options or {}),
                  "--result", result_path, "--stderr-file", stderr_path]
+        if ship:
+            argv.append("--shipped")
         done = subprocess.run(argv, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, timeout=timeout)

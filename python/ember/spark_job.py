@@ -171,12 +171,25 @@ def frame(record):
     return struct.pack(">i", len(record)) + record
 
 
-def chain_partition(worker, plan_text):
+def executor_worker(worker, shipped):
+    """ember-worker's path on this executor: worker, or the copy Spark
+    fetched when it was shipped with the job (spark-submit --files)."""
+    if not shipped:
+        return worker
+    from pyspark import SparkFiles  # type: ignore
+    path = SparkFiles.get(os.path.basename(worker))
+    if not os.access(path, os.X_OK):
+        os.chmod(path, 0o755)
+    return path
+
+
+def chain_partition(worker, plan_text, shipped=False):
     """The function mapPartitionsWithIndex runs: the partition through
     ember-worker, fed by a thread (as RDD.pipe feeds its command)."""
     def run(index, records):
+        worker_path = executor_worker(worker, shipped)
         proc = subprocess.Popen(
-            [worker, "--stdio", "--plan", plan_text, "--partition",
+            [worker_path, "--stdio", "--plan", plan_text, "--partition",
              str(index)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE)
         errors = []
@@ -328,7 +341,7 @@ def source_text(sc, spec, partitions):
     return pairs.map(lambda kv: kv[1].encode("utf-8"))
 
 
-def build_rdd(sc, plan, worker):
+def build_rdd(sc, plan, worker, shipped=False):
     source = plan["source"]
     kind, spec = next(iter(source.items()))
     partitions = plan.get("partitions")
@@ -344,7 +357,7 @@ def build_rdd(sc, plan, worker):
         else:
             sub = {"source": {"parallelize": {"records": []}}, "ops": ops}
             rdd = rdd.mapPartitionsWithIndex(chain_partition(
-                worker, json.dumps(sub)))
+                worker, json.dumps(sub), shipped))
     return rdd
 
 
@@ -538,9 +551,9 @@ def load_jobs(args):
              "options": json.loads(args.options), "result": args.result}]
 
 
-def run_job(sc, job, worker, out):
+def run_job(sc, job, worker, out, shipped=False):
     """Run one checked job, printing to out or pickling its result."""
-    rdd = build_rdd(sc, job["plan"], worker)
+    rdd = build_rdd(sc, job["plan"], worker, shipped)
     kind, result = run_action(sc, rdd, job["action"], job["options"])
     if job.get("result"):
         write_result(job["result"], kind, job["action"], result)
@@ -551,7 +564,7 @@ def run_job(sc, job, worker, out):
     out.flush()
 
 
-def run_batch(sc, jobs, worker):
+def run_batch(sc, jobs, worker, shipped=False):
     """Several jobs in one application (the JVMs start once): each job's
     output and error go to files of its own, and a failure ends only its
     job."""
@@ -560,7 +573,7 @@ def run_batch(sc, jobs, worker):
             with open(job["output"], "wb") as out:
                 check_plan(job["plan"], job["action"], job["options"],
                            worker)
-                run_job(sc, job, worker, out)
+                run_job(sc, job, worker, out, shipped)
         except Refused as e:
             error = "ember: %s: %s\n" % (e.error_class, e)
         except Exception as e:  # noqa: BLE001: a job's failure, reported
@@ -574,6 +587,9 @@ def run_batch(sc, jobs, worker):
 def main(argv):
     ap = argparse.ArgumentParser(prog="ember submit")
     ap.add_argument("--worker", required=True)
+    ap.add_argument("--shipped", action="store_true",
+                    help="--worker was shipped with spark-submit --files: "
+                    "executors run the copy Spark fetched")
     ap.add_argument("--plan-file")
     ap.add_argument("--action", default="iterate")
     ap.add_argument("--options", default="{}")
@@ -606,9 +622,10 @@ def main(argv):
     sc.setLogLevel("ERROR")
     try:
         if args.batch:
-            run_batch(sc, jobs, args.worker)
+            run_batch(sc, jobs, args.worker, args.shipped)
         else:
-            run_job(sc, jobs[0], args.worker, sys.stdout.buffer)
+            run_job(sc, jobs[0], args.worker, sys.stdout.buffer,
+                    args.shipped)
     except Refused as e:
         fail(e.error_class, str(e))
     except Exception as e:      # noqa: BLE001: a job's failure, reported

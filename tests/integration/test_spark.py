@@ -515,7 +515,8 @@ def test_python_client_submit(d):
 @no_daemon
 def test_worker_killed_mid_job(d):
     """A Spark worker and its executor killed while tasks run: Spark runs
-    the lost tasks again on the other worker, and the answer is right."""
+    the lost tasks again on the other worker, and the answer is right.
+    ember-worker is shipped with the job (--ship)."""
     c = cluster()
     tmp = data_dir()
     path = os.path.join(tmp, "slow.json")
@@ -525,7 +526,8 @@ def test_worker_killed_mid_job(d):
         json.dump(range_plan(0, 100000, 8, ops=[
             {"pipe": {"command": "sleep 1.5; cat"}},
             {"filter": {"contains": "9"}}]), f)
-    argv, env = submit_command(["--count", path])
+    # Shipped: the executors run the copy of ember-worker Spark fetched.
+    argv, env = submit_command(["--count", "--ship", path])
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, start_new_session=True)
@@ -539,6 +541,9 @@ def test_worker_killed_mid_job(d):
                    SUBMIT_TIMEOUT)
         check(proc.poll() is None and running_there(),
               "no task ran under worker1 while the job ran")
+        shipped = cmdline(running_there()[0]).split()[0]
+        check(shipped != EMBER_WORKER and shipped.startswith(c.dir),
+              "the executor runs %s, not a copy of its own" % shipped)
         c.kill_worker("worker1")
         out, err = proc.communicate(timeout=SUBMIT_TIMEOUT)
     finally:

@@ -691,8 +691,8 @@ main(int argc, char **argv)
 	argc -= optind;
 	argv += optind;
 	if (argc == 0) {
-		fprintf(stderr, "ember: missing a command: run, submit, "
-		    "checkpoint or status\n");
+		fprintf(stderr, "ember: missing a command: run, checkpoint or "
+		    "status\n");
 		usage(stderr, 0);
 		return (EXIT_USAGE);
 	}

@@ -23,7 +23,12 @@ import sys
 import tempfile
 import time
 
+import harness
 from harness import *
+
+# A test here starts JVMs (a cluster, a driver, executors) that take tens
+# of seconds each on a busy machine: more than the usual minute or two.
+harness.TEST_TIMEOUT = 300
 
 PLUGIN = job_readable(os.path.join(BUILDDIR, "examples", "udf_example.so"))
 SUBMIT_TIMEOUT = 100     # seconds for one ember submit, JVMs included

@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -559,6 +560,80 @@ def test_worker_killed_mid_job(d):
     check_eq(proc.returncode, 0, "ember submit's status (%s)" %
              err.decode("utf-8", "replace")[-2000:])
     check_eq(out, b"%d\n" % want, "the count")
+
+
+def frames(records):
+    return b"".join(struct.pack(">i", -5) if r is None else
+                    struct.pack(">i", len(r)) + r for r in records)
+
+
+def stdio(ops, records, partition=0, raw=None):
+    """ember-worker --stdio over records: (status, records out or None if
+    the end marker is missing, stderr)."""
+    plan = json.dumps({"source": {"parallelize": {"records": []}},
+                       "ops": ops})
+    done = subprocess.run([EMBER_WORKER, "--stdio", "--plan", plan,
+                           "--partition", str(partition)],
+                          input=frames(records) if raw is None else raw,
+                          capture_output=True, timeout=30)
+    out, pos, whole = [], 0, False
+    while pos + 4 <= len(done.stdout):
+        n = struct.unpack(">i", done.stdout[pos:pos + 4])[0]
+        pos += 4
+        if n == -1:
+            whole = pos == len(done.stdout)
+            break
+        if n == -5:
+            out.append(None)
+            continue
+        out.append(done.stdout[pos:pos + n])
+        pos += n
+    return done.returncode, out if whole else None, done.stderr.decode(
+        "utf-8", "replace")
+
+
+@no_daemon
+def test_stdio_chain(_):
+    """ember-worker --stdio, what the executors run, needs no Spark:
+    records and nulls framed in and out, the end marker after the last, a
+    limit that stops reading, a udf's failure and a broken frame as exit 1
+    with the reason; a pipe's stderr kept out of the stream."""
+    rc, out, err = stdio([{"filter": {"regex": "(?i)éclair|^$"}},
+                          {"map": "upper"}, {"flat_map": {"split": " "}}],
+                         ["straße Éclair".encode(), None, b"", b"x",
+                          "ǆ éclair".encode()])
+    check_eq((rc, err), (0, ""), "status")
+    check_eq(out, ["STRASSE".encode(), "ÉCLAIR".encode(), b"",
+                   "Ǆ".encode(), "ÉCLAIR".encode()], "records")
+    rc, out, _ = stdio([{"limit": 2}], [b"r%d" % i for i in range(100000)])
+    check_eq((rc, out), (0, [b"r0", b"r1"]), "limit")
+    rc, out, _ = stdio([{"map": "trim"}], [None, b" a "])
+    check_eq(out, [None, b"a"], "a null passes a map")
+    a = stdio([{"sample": {"fraction": 0.5, "seed": 3}}],
+              [b"%d" % i for i in range(200)], partition=1)
+    b = stdio([{"sample": {"fraction": 0.5, "seed": 3}}],
+              [b"%d" % i for i in range(200)], partition=2)
+    check(a[1] != b[1] and a[1] == stdio(
+        [{"sample": {"fraction": 0.5, "seed": 3}}],
+        [b"%d" % i for i in range(200)], partition=1)[1],
+          "sample seeds from --partition")
+    rc, out, err = stdio([{"udf": {"library": PLUGIN,
+                                   "symbol": "udf_fail"}}], [b"x"],
+                         partition=4)
+    check(rc == 1 and out is None and "partition 4: " in err and
+          "deliberate failure" in err, "udf failure: %r" % err)
+    rc, out, err = stdio([], None, raw=struct.pack(">i", 10) + b"abc")
+    check(rc == 1 and "cut short" in err, "short frame: %r" % err)
+    rc, out, err = stdio([], None, raw=struct.pack(">i", -7))
+    check(rc == 1 and "bad frame length -7" in err, "bad length: %r" % err)
+    rc, out, err = stdio([{"pipe": {"command": "echo noise; cat"}}], [b"a"])
+    check_eq((rc, out), (0, [b"noise", b"a"]), "a pipe's records")
+    rc, out, err = stdio([{"pipe": {"command": "echo noise >&2; cat"}}],
+                         [b"a"])
+    check(rc == 0 and out == [b"a"], "a pipe's stderr stays out: %r" % out)
+    rc, out, err = stdio([{"filter": {"regex": "("}}], [])
+    check(rc == 1 and err.startswith("PLAN_INVALID: plan.ops[0].filter."
+                                     "regex"), "bad plan: %r" % err)
 
 
 @skip_unless(NEEDS_SPARK, WHY)

@@ -2,8 +2,9 @@
 # Run ember's benchmarks against a private emberd and print one summary.
 #
 # usage: run.sh [tasks] [stream] [wordcount] [regex] [reuse] [broadcast]
-#               [reattach] [python] [scrape] [checkpoint]
-# (no name: all of them).  Run from the build directory (`make bench`
+#               [reattach] [python] [scrape] [checkpoint] [spark]
+# (no name: all of them but spark, which starts JVMs and needs PySpark and
+# Java: PySpark local[2] beside ember on the word count and regex).  Run from the build directory (`make bench`
 # does); EMBER_BUILDDIR overrides.  Every figure is printed beside a
 # baseline measured in the same run.
 
@@ -13,16 +14,17 @@ srcdir=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${EMBER_BUILDDIR:-$(pwd)}
 python=${PYTHON3:-python3}
 all="tasks stream wordcount regex reuse broadcast reattach python scrape checkpoint"
+extra="spark"
 
 if [ $# -eq 0 ]; then
 	# shellcheck disable=SC2086
 	set -- $all
 fi
 for name in "$@"; do
-	case " $all " in
+	case " $all $extra " in
 	*" $name "*) ;;
 	*)
-		echo "usage: run.sh [$(echo "$all" | sed 's/ /] [/g')]" >&2
+		echo "usage: run.sh [$(echo "$all $extra" | sed 's/ /] [/g')]" >&2
 		exit 2
 		;;
 	esac
@@ -155,6 +157,10 @@ if [ -n "$wc" ]; then
 	# shellcheck disable=SC2086
 	run bench_wordcount sh "$srcdir/bench/bench_wordcount.sh" \
 	    --socket "$sock" --dir "$dir" $wc
+fi
+if want spark; then
+	run bench_spark sh "$srcdir/bench/bench_spark.sh" --socket "$sock" \
+	    --dir "$dir"
 fi
 if want reuse; then
 	run bench_reuse bench/bench_reuse --socket "$sock" \
@@ -337,4 +343,17 @@ if want checkpoint; then
 	    "$(result ck_write_bytes)" "$(result ck_write_mbs)"
 	printf 'dd conv=fsync of the same bytes %s MB/s | ratio %s\n' \
 	    "$(result ck_dd_mbs)" "$(result ck_write_ratio)"
+fi
+if want spark; then
+	if result spark_skipped >/dev/null; then
+		echo "spark: skipped (needs PySpark and Java)"
+	else
+		printf 'spark (%s MB, local[2], JVM start %s s): word count ember ' \
+		    "$(result spark_mb)" "$(result spark_start_s)"
+		printf '%s s | ember submit %s s | PySpark %s s; regex ember %s ' \
+		    "$(result spark_wc_ember_s)" "$(result spark_wc_submit_s)" \
+		    "$(result spark_wc_pyspark_s)" "$(result spark_re_ember_s)"
+		printf 's | ember submit %s s | PySpark %s s\n' \
+		    "$(result spark_re_submit_s)" "$(result spark_re_pyspark_s)"
+	fi
 fi

@@ -19,6 +19,7 @@
 #include "oplist.h"
 #include "progress.h"
 #include "status.h"
+#include "submit.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -41,6 +42,8 @@ usage(FILE *f, int full)
 	    "       ember [--socket PATH] ops [--json]\n"
 	    "       ember [--socket PATH] cancel OPERATION\n"
 	    "       ember [--socket PATH] checkpoint drop ID\n"
+	    "       ember submit --master URL [run's action options] "
+	    "PLAN.json\n"
 	    "       ember [--socket PATH] status [-v | --json]\n"
 	    "       ember --version | --help\n");
 	if (!full)
@@ -78,6 +81,9 @@ usage(FILE *f, int full)
 	    "           start of it), whichever session it belongs to.\n"
 	    "  checkpoint drop ID\n"
 	    "           remove a checkpoint and its files.\n"
+	    "  submit   run the plan on Spark (spark-submit --master URL)\n"
+	    "           and print what run prints; ember submit --help\n"
+	    "           says more, docs/spark.md all.\n"
 	    "  status   show emberd's workers, pools, sessions and operations\n"
 	    "           (what each does, its partitions done, running and\n"
 	    "           left); -v adds the limits, the counters and more\n"
@@ -844,6 +850,10 @@ main(int argc, char **argv)
 		return (cmd_ops(argc, argv));
 	if (strcmp(argv[0], "cancel") == 0)
 		return (cmd_cancel(argc, argv));
+	if (strcmp(argv[0], "submit") == 0) {
+		argv[0] = (char *)"ember submit";
+		return (cmd_submit(argc, argv));
+	}
 	fprintf(stderr, "ember: unknown command \"%s\"\n", argv[0]);
 	usage(stderr, 0);
 	return (EXIT_USAGE);

@@ -26,9 +26,10 @@ fi
 
 # What some tests use when it is there, and skip (saying so) or replace
 # when it is not: promtool (prometheus) checks /metrics, chromium loads
-# the status page, mypy checks the Python client's type hints.  A failure
-# to install them never fails this script.
-OPTIONAL="prometheus chromium mypy"
+# the status page, mypy checks the Python client's type hints, Java runs
+# the Spark cluster of test_spark.py (with PySpark, below).  A failure to
+# install them never fails this script.
+OPTIONAL="prometheus chromium mypy openjdk-17-jre-headless"
 
 # What the build needs, by command and by pkg-config module, for systems
 # without dpkg (libunistring has no .pc file: its header is looked for).
@@ -49,6 +50,20 @@ client_cloudpickle()
 	    echo "install-deps: cloudpickle did not install for" \
 	        "$(command -v python3); the Python client cannot ship" \
 	        "functions" >&2
+}
+
+# ember submit runs plans on Spark (docs/spark.md): test_spark.py starts
+# a standalone cluster from PySpark's spark-class, so the python3 on PATH
+# gets PySpark when Java is there.  Without either the tests skip, saying
+# which is missing.
+client_pyspark()
+{
+	python3 -c 'import pyspark' 2>/dev/null && return 0
+	command -v java >/dev/null 2>&1 || return 0
+	echo "install-deps: pyspark for $(command -v python3)" >&2
+	python3 -m pip install -q "pyspark>=3.5" >/dev/null 2>&1 ||
+	    echo "install-deps: pyspark did not install for" \
+	        "$(command -v python3); test_spark.py skips" >&2
 }
 
 # Print the packages of PACKAGES that are not installed.
@@ -93,6 +108,7 @@ missing=$(missing_packages | tr '\n' ' ' | sed 's/ *$//')
 optional=$(missing_packages "$OPTIONAL" | tr '\n' ' ' | sed 's/ *$//')
 if [ -z "$missing" ] && [ -z "$optional" ]; then
 	client_cloudpickle
+	client_pyspark
 	exit 0
 fi
 
@@ -129,4 +145,5 @@ if [ -n "$optional" ]; then
 	done
 fi
 client_cloudpickle
+client_pyspark
 echo "install-deps: done" >&2

@@ -11,8 +11,10 @@
 
 #include "forkserver.h"
 #include "log.h"
+#include "plan.h"
 #include "proctitle.h"
 #include "protocol.h"
+#include "stdio_chain.h"
 #include "xmalloc.h"
 
 static __attribute__((noreturn)) void	main_usage(void);
@@ -28,6 +30,8 @@ main_usage(void)
 	    "[--python-preload MODULE]...\n"
 	    "                    [--memory-limit BYTES] "
 	    "[--nproc-limit COUNT]\n"
+	    "       ember-worker --stdio --plan JSON [--partition N] "
+	    "[--check]\n"
 	    "       ember-worker --version\n"
 	    "The fork-server is started by emberd, with its control "
 	    "socket on fd %d.\n", FORKSERVER_FD);
@@ -84,12 +88,19 @@ main(int argc, char **argv)
 		{ "python-preload", required_argument, NULL, 'P' },
 		{ "user", required_argument, NULL, 'u' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "stdio", no_argument, NULL, 's' },
+		{ "plan", required_argument, NULL, 'j' },
+		{ "partition", required_argument, NULL, 'i' },
+		{ "check", no_argument, NULL, 'c' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct forkserver_options	 o;
 	enum log_level			 level = LOG_LEVEL_INFO;
 	uintmax_t			 limit;
 	int				 ch, forkserver = 0, type, rc;
+	int				 stdio = 0, check = 0;
+	char				*plan = NULL;
+	uintmax_t			 partition = 0;
 	socklen_t			 len = sizeof type;
 	size_t				 i;
 
@@ -141,6 +152,24 @@ main(int argc, char **argv)
 		case 'u':
 			main_user(optarg, &o);
 			break;
+		case 's':
+			stdio = 1;
+			break;
+		case 'j':
+			plan = xstrdup(optarg);	/* as --preload's */
+			break;
+		case 'i':
+			if (main_number(optarg, PLAN_MAX_PARTITIONS - 1,
+			    &partition, NULL) == -1) {
+				fprintf(stderr, "ember-worker: --partition "
+				    "%s: expected a partition index\n",
+				    optarg);
+				main_usage();
+			}
+			break;
+		case 'c':
+			check = 1;
+			break;
 		case 'V':
 			printf("ember-worker %s (protocol %d)\n",
 			    PACKAGE_VERSION, EMBER_PROTOCOL_VERSION);
@@ -149,8 +178,13 @@ main(int argc, char **argv)
 			main_usage();
 		}
 	}
-	if (optind != argc || !forkserver)
+	if (optind != argc || forkserver == stdio || (stdio && plan == NULL))
 		main_usage();
+	/* Another engine's executor runs the ops: no emberd, no fork-server. */
+	if (stdio) {
+		log_open("ember-worker", level, LOG_FORMAT_TEXT, 0);
+		return (stdio_chain_main(plan, (int)partition, check));
+	}
 
 	/* Our stderr is a pipe emberd reads: it stamps and formats each line. */
 	log_open("ember-worker", level, LOG_FORMAT_RELAYED, 0);

@@ -40,11 +40,12 @@ from .errors import *  # noqa: F401,F403 (the classes of errors.__all__)
 from .errors import __all__ as _error_names
 from .session import (DEFAULT_SOCKET, SOCKET_ENV, Broadcast,
                       ObjectBroadcast, Session, connect, default_socket)
+from .spark import submit
 
 __version__ = "0.1.0"
 
 __all__ = [
     "connect", "default_socket", "Session", "Dataset", "Checkpoint",
     "Broadcast", "ObjectBroadcast", "SaveResult", "Record", "ReattachPolicy", "DEFAULT_SOCKET",
-    "SOCKET_ENV",
+    "SOCKET_ENV", "submit",
 ] + [name for name in _error_names if not name.startswith("error_")]

@@ -1,0 +1,147 @@
+"""Plans run on a Spark cluster: `ember.submit(plan, action, master=...)`.
+
+The same plan as `Session` runs through emberd, run by spark-submit with
+spark_job.py (beside this file) on a Spark master, answering what the
+Dataset action answers.  docs/spark.md says what maps to what.
+"""
+
+import collections
+import json
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import tempfile
+from typing import Any, Dict, Iterable, Optional
+
+from .errors import EmberError, error_from_reply
+
+__all__ = ["submit", "SPARK_JOB"]
+
+# The driver spark-submit runs; installed with the package.
+SPARK_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                         "spark_job.py")
+
+# Where ember-worker is looked for without worker= or $EMBER_WORKER.
+_WORKER_PLACES = ("/usr/libexec/ember-worker",
+                  "/usr/local/libexec/ember-worker",
+                  "/usr/lib/ember/ember-worker")
+
+
+def _find_worker(worker: Optional[str]) -> str:
+    for path in (worker, os.environ.get("EMBER_WORKER")) + _WORKER_PLACES:
+        if path and os.access(path, os.X_OK):
+            return os.path.abspath(path)
+    raise EmberError("ember-worker not found: give worker=PATH or set "
+                     "EMBER_WORKER (its path on every Spark node)",
+                     "WORKER_NOT_FOUND")
+
+
+def _find_spark_submit(spark_submit: Optional[str]) -> str:
+    if spark_submit:
+        return spark_submit
+    home = os.environ.get("SPARK_HOME")
+    if home:
+        return os.path.join(home, "bin", "spark-submit")
+    try:
+        import pyspark  # type: ignore
+        path = os.path.join(os.path.dirname(pyspark.__file__), "bin",
+                            "spark-submit")
+        if os.access(path, os.X_OK):
+            return path
+    except ImportError:
+        pass
+    return shutil.which("spark-submit") or "spark-submit"
+
+
+def _plan_of(plan: Any) -> dict:
+    """A Dataset's plan, or a plan given as a dict or JSON text."""
+    if hasattr(plan, "plan"):
+        return plan.plan
+    if isinstance(plan, (str, bytes)):
+        return json.loads(plan)
+    return plan
+
+
+def _raise_from(stderr: str, status: int) -> None:
+    """Raise the error the driver printed ("ember: CLASS: message")."""
+    found = re.findall(r"^ember: ([A-Z_]+): (.*)$", stderr, re.M)
+    if found:
+        cls, message = found[-1]
+        raise error_from_reply({"ok": False, "error": {
+            "class": cls, "message": message}})
+    raise EmberError("spark-submit exited with status %d: %s" %
+                     (status, stderr.strip()[-2000:]), "SPARK_FAILED")
+
+
+def _decode(record: Optional[bytes], decode: bool, errors: str) -> Any:
+    if record is None or not decode:
+        return record
+    return record.decode("utf-8", errors)
+
+
+def _answer(action: str, result: Any, decode: bool, errors: str) -> Any:
+    """What the Dataset action answers, from the driver's result."""
+    if action in ("iterate", "collect"):
+        return [_decode(r, decode, errors) for r in result]
+    if action == "count_by_value":
+        return collections.Counter({_decode(k, decode, errors): n
+                                    for k, n in result.items()})
+    if action == "reduce":
+        return None if result is None else result[1]
+    return result
+
+
+def submit(plan: Any, action: str = "collect", *, master: str,
+           options: Optional[Dict[str, Any]] = None,
+           worker: Optional[str] = None, spark_submit: Optional[str] = None,
+           conf: Optional[Dict[str, str]] = None,
+           spark_args: Iterable[str] = (), ship: bool = False,
+           decode: bool = True,
+           errors: str = "strict", timeout: Optional[float] = None) -> Any:
+    """Run plan (a Dataset, a dict or JSON text) on Spark at master
+    ("spark://host:7077", "local[4]", "yarn"...) and answer what the action
+    answers through emberd: a list of records for iterate and collect
+    (str, or bytes with decode=False; None for a null), an int for count,
+    a Counter for count_by_value, a number (None if there are no records)
+    for reduce (options={"fn": "sum"}), {"records", "files"} for save, the
+    checkpoint's directory for checkpoint.
+
+    worker is ember-worker's path on every Spark node (else $EMBER_WORKER
+    or the usual libexec places), or with ship=True here, and Spark copies
+    it to the executors; conf and spark_args go to spark-submit.
+    What Spark cannot run as emberd does raises PlanInvalid before any
+    job; a failed job raises the ember error its message names."""
+    worker = _find_worker(worker)
+    argv = [_find_spark_submit(spark_submit), "--master", master,
+            "--conf", "spark.log.level=WARN"]
+    for key, value in (conf or {}).items():
+        argv += ["--conf", "%s=%s" % (key, value)]
+    argv += list(spark_args)
+    if ship:    # Spark copies ember-worker to each executor
+        argv += ["--files", worker]
+    with tempfile.TemporaryDirectory(prefix="ember-submit-") as tmp:
+        plan_path = os.path.join(tmp, "plan.json")
+        result_path = os.path.join(tmp, "result")
+        stderr_path = os.path.join(tmp, "stderr")
+        with open(plan_path, "w") as f:
+            json.dump(_plan_of(plan), f)
+        open(stderr_path, "w").close()
+        argv += [SPARK_JOB, "--worker", worker, "--plan-file", plan_path,
+                 "--action", action, "--options", json.dumps(options or {}),
+                 "--result", result_path, "--stderr-file", stderr_path]
+        if ship:
+            argv.append("--shipped")
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, timeout=timeout)
+        with open(stderr_path, errors="replace") as f:
+            driver_stderr = f.read()
+        if done.returncode != 0 or not os.path.exists(result_path):
+            _raise_from(driver_stderr + done.stderr.decode("utf-8",
+                                                           "replace"),
+                        done.returncode)
+        with open(result_path, "rb") as f:
+            result = pickle.load(f)["result"]
+    return _answer(action, result, decode, errors)

@@ -1,0 +1,654 @@
+"""ember submit (docs/spark.md): plans run unchanged on a real Spark
+standalone cluster, a master and two workers on 127.0.0.1 started by this
+file, print byte for byte what `ember run` prints through emberd; a worker
+killed mid-job does not change the answer; what Spark cannot do the way
+emberd does is refused before the job starts.
+
+Needs PySpark (spark-submit, spark-class) and Java: without them every
+test is skipped, saying which is missing.  The cluster is started once,
+by the first test that needs it, and stopped (with everything below it)
+by the last test and at exit."""
+
+import atexit
+import base64
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import harness
+from harness import *
+
+# A test here starts JVMs (a cluster, a driver, executors) that take tens
+# of seconds each on a busy machine: more than the usual minute or two.
+harness.TEST_TIMEOUT = 300
+
+PLUGIN = job_readable(os.path.join(BUILDDIR, "examples", "udf_example.so"))
+SUBMIT_TIMEOUT = 100     # seconds for one ember submit, JVMs included
+CLUSTER_TIMEOUT = 60     # seconds for the master and both workers to be up
+
+
+def _spark_bin():
+    """The directory of spark-submit and spark-class, or None."""
+    home = os.environ.get("SPARK_HOME")
+    if not home:
+        try:
+            import pyspark
+            home = os.path.dirname(pyspark.__file__)
+        except ImportError:
+            return None
+    path = os.path.join(home, "bin")
+    return path if os.access(os.path.join(path, "spark-class"),
+                             os.X_OK) else None
+
+
+SPARK_BIN = _spark_bin()
+# Every JVM and driver of this file binds 127.0.0.1 alone.
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+JAVA = shutil.which("java") or (os.environ.get("JAVA_HOME") and
+                                os.path.join(os.environ["JAVA_HOME"],
+                                             "bin", "java"))
+NEEDS_SPARK = SPARK_BIN is not None and JAVA is not None
+WHY = ("PySpark is not installed (python3 -m pip install pyspark; "
+       "scripts/install-deps.sh does it)" if SPARK_BIN is None else
+       "no Java for Spark (openjdk-17-jre-headless)")
+
+
+def _has_cloudpickle():
+    try:
+        import cloudpickle  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+HAS_CLOUDPICKLE = _has_cloudpickle()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A Spark standalone master and two workers, each a process of its
+    own in a session of its own, on 127.0.0.1."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="ember-spark-")
+        os.chmod(self.dir, 0o755)
+        self.port = _free_port()
+        self.url = "spark://127.0.0.1:%d" % self.port
+        self.procs = {}
+        self.env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1",
+                        SPARK_LOG_DIR=self.dir, SPARK_PID_DIR=self.dir,
+                        SPARK_WORKER_DIR=os.path.join(self.dir, "work"),
+                        SPARK_NO_DAEMONIZE="1")
+
+    def _spawn(self, name, argv):
+        log = open(os.path.join(self.dir, name + ".log"), "wb")
+        self.procs[name] = subprocess.Popen(
+            [os.path.join(SPARK_BIN, "spark-class")] + argv,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=self.env, start_new_session=True)
+        log.close()
+
+    def log(self, name):
+        with open(os.path.join(self.dir, name + ".log"), "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def start(self):
+        self._spawn("master", ["org.apache.spark.deploy.master.Master",
+                               "--host", "127.0.0.1", "--port",
+                               str(self.port), "--webui-port", "0"])
+        for name in ("worker1", "worker2"):
+            self._spawn(name, ["org.apache.spark.deploy.worker.Worker",
+                               self.url, "--host", "127.0.0.1",
+                               "--webui-port", "0", "--cores", "1",
+                               "--memory", "1g", "--work-dir",
+                               os.path.join(self.dir, name)])
+        wait_until(lambda: self.workers_registered() >= 2 or
+                   self.dead(), CLUSTER_TIMEOUT, interval=0.2)
+        check(not self.dead(), "a cluster process died:\n%s" % self.tails())
+        check(self.workers_registered() >= 2,
+              "the workers did not register:\n%s" % self.tails())
+
+    def workers_registered(self):
+        return len(re.findall(r"Registering worker", self.log("master")))
+
+    def dead(self):
+        return [n for n, p in self.procs.items() if p.poll() is not None]
+
+    def tails(self):
+        return "\n".join("--- %s\n%s" % (n, self.log(n)[-2000:])
+                         for n in self.procs)
+
+    def kill_worker(self, name):
+        """Kill a worker and what it started (its executors), as a lost
+        machine would."""
+        pid = self.procs[name].pid
+        for p in [pid] + descendants(pid):
+            kill_quietly(p)
+        self.procs[name].wait(10)
+
+    def stop(self):
+        """SIGTERM every process group, SIGKILL what lingers."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 15
+        for p in self.procs.values():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(10)
+        shutil.rmtree(self.dir, True)
+
+
+_cluster = None
+
+
+def cluster():
+    global _cluster
+    if _cluster is None:
+        _cluster = Cluster()
+        atexit.register(_cluster.stop)
+        _cluster.start()
+    return _cluster
+
+
+def submit_command(args, master=None):
+    """ember submit ARGS on the cluster: argv and environment."""
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1",
+               EMBER_SPARK_JOB=os.path.join(SRCDIR, "python", "ember",
+                                            "spark_job.py"))
+    env["PATH"] = SPARK_BIN + os.pathsep + env.get("PATH", "")
+    argv = [EMBER, "submit", "--master", master or cluster().url,
+            "--worker", EMBER_WORKER,
+            "--conf", "spark.driver.host=127.0.0.1",
+            "--conf", "spark.executor.memory=512m",
+            "--conf", "spark.ui.enabled=false"] + list(args)
+    return argv, env
+
+
+def submit(args, master=None, timeout=SUBMIT_TIMEOUT):
+    """ember submit ARGS on the cluster; a CompletedProcess with bytes."""
+    argv, env = submit_command(args, master)
+    return subprocess.run(argv, stdin=subprocess.DEVNULL,
+                          capture_output=True, timeout=timeout, env=env)
+
+
+def run(d, args):
+    """ember run ARGS through the test's emberd; bytes."""
+    return subprocess.run([EMBER, "--socket", d.socket, "run"] + list(args),
+                          stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=60)
+
+
+def data_dir():
+    path = tempfile.mkdtemp(prefix="ember-spark-data-")
+    os.chmod(path, 0o755)
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def write_plan(d, name, plan):
+    path = d.path(name + ".json")
+    with open(path, "w") as f:
+        json.dump(plan, f)
+    os.chmod(path, 0o644)
+    return path
+
+
+def action_of(args):
+    """The action and options of ember run's arguments."""
+    action, options, i = "iterate", {}, 0
+    while i < len(args):
+        if args[i] in ("--count", "--collect"):
+            action = args[i][2:]
+        elif args[i] == "--action":
+            i += 1
+            action = args[i]
+        elif args[i] == "--option":
+            i += 1
+            key, value = args[i].split("=", 1)
+            try:
+                options[key] = json.loads(value)
+            except ValueError:
+                options[key] = value
+        i += 1
+    return action, options
+
+
+def submit_batch(jobs):
+    """Run jobs [(plan, args)] in one Spark application with spark_job.py's
+    batch mode (what ember submit runs, with JVMs started once): a list of
+    (status, output bytes, error text)."""
+    tmp = data_dir()
+    batch = []
+    for i, (plan, args) in enumerate(jobs):
+        action, options = action_of(args)
+        batch.append({"plan": plan, "action": action, "options": options,
+                      "output": os.path.join(tmp, "out%d" % i)})
+    path = os.path.join(tmp, "batch.json")
+    with open(path, "w") as f:
+        json.dump(batch, f)
+    argv, env = submit_command([], cluster().url)
+    argv = [os.path.join(SPARK_BIN, "spark-submit"), "--master",
+            cluster().url, "--conf", "spark.driver.host=127.0.0.1",
+            "--conf", "spark.executor.memory=512m",
+            "--conf", "spark.ui.enabled=false",
+            env["EMBER_SPARK_JOB"], "--worker", EMBER_WORKER,
+            "--batch", path]
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL,
+                          capture_output=True, timeout=SUBMIT_TIMEOUT * 2,
+                          env=env)
+    check_eq(done.returncode, 0, "spark-submit --batch's status (%s)" %
+             done.stderr.decode("utf-8", "replace")[-3000:])
+    results = []
+    for job in batch:
+        err = job["output"] + ".err"
+        if os.path.exists(err):
+            with open(err) as f:
+                results.append((1, b"", f.read()))
+        else:
+            with open(job["output"], "rb") as f:
+                results.append((0, f.read(), ""))
+    return results
+
+
+def check_same(name, want, got, args):
+    """ember run's output (want) against ember submit's (got), as sorted
+    lines where the action's order is not defined."""
+    status, out, err = got
+    check(status == 0, "%s: ember submit failed: %s" % (name, err))
+    check_eq(out, want, "%s: ember submit's output" % name)
+
+
+def same_output(d, name, plan, args):
+    """Run plan both ways through the CLI; both succeed and print the same
+    bytes."""
+    path = write_plan(d, name, plan)
+    want = run(d, args + [path])
+    check(want.returncode == 0, "%s: ember run: %s" % (name, want.stderr))
+    got = submit(args + [path])
+    check_same(name, want.stdout, (got.returncode, got.stdout,
+                                   got.stderr.decode("utf-8", "replace")
+                                   [-3000:]), args)
+    return got.stdout
+
+
+TEXT = ("hello World\r\n"
+        "straße and Éclair\n"
+        "ǅemal ΟΔΟΣ final sigma\n"
+        "\n"
+        "tab\tseparated,fields,here\n"
+        "  padded  \n"
+        "123-ABC\n"
+        "no newline at the end").encode()
+
+
+def corpus():
+    """Two text files with non-ASCII, CRLF and no final newline, and a
+    copy of ember's docs, as the demo's word count reads them."""
+    top = data_dir()
+    with open(os.path.join(top, "a.txt"), "wb") as f:
+        f.write(TEXT)
+    with open(os.path.join(top, "b.txt"), "wb") as f:
+        f.write("second file\nÀ LA CARTE\n".encode() * 50)
+    docs = os.path.join(top, "docs")
+    os.mkdir(docs)
+    for p in glob.glob(os.path.join(SRCDIR, "docs", "*.md")) + \
+            [os.path.join(SRCDIR, "README.md")]:
+        shutil.copy(p, docs)
+    for root, dirs, files in os.walk(top):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    return top
+
+
+def cases(top):
+    """(name, plan, ember run's arguments): the demo's jobs
+    (scripts/demo.sh, examples/wordcount.py) and ops whose semantics are
+    ember's own (PCRE2, Unicode case, split, the udf ABI), each action.
+    Every action here has a defined order: count_by_value prints largest
+    count first, then by record."""
+    paths = [os.path.join(top, "*.txt")]
+    return [
+        ("wordcount", {
+            "source": {"text": {"paths": [os.path.join(top, "docs", "*")]}},
+            "partitions": 4,
+            "ops": [{"map": "lower"}, {"flat_map": {"split": " "}},
+                    {"filter": {"regex": "^[a-z]{3,}$"}}]},
+         ["--action", "count_by_value"]),
+        ("sum", range_plan(0, 1000000, 8),
+         ["--action", "reduce", "--option", "fn=sum"]),
+        ("count", range_plan(0, 1000000, 8,
+                             ops=[{"filter": {"contains": "7"}}]),
+         ["--count"]),
+        ("regex upper split", {
+            "source": {"text": {"paths": paths}},
+            "ops": [{"filter": {"regex": "(?i)éclair|σ|^[0-9]{3}-|ǅ|file"}},
+                    {"map": "upper"}, {"flat_map": {"split": " "}}]},
+         ["--action", "iterate"]),
+        ("lower trim field", {
+            "source": {"text": {"paths": paths}}, "partitions": 3,
+            "ops": [{"map": "lower"}, {"map": "trim"},
+                    {"map": {"field": {"sep": ",", "index": -1}}}]},
+         ["--collect"]),
+        ("udf", {
+            "source": {"text": {"paths": paths}},
+            "ops": [{"udf": {"library": PLUGIN, "symbol": "udf_prefix",
+                             "args": {"prefix": "» "}}},
+                    {"map": {"field": {"sep": " ", "index": 1}}},
+                    {"udf": {"library": PLUGIN, "symbol": "udf_wordlen"}}]},
+         ["--collect"]),
+        ("nulls limit", {
+            "source": {"parallelize": {"records": [
+                "b", None, "a", "", None, "b", "ß", "b"]}},
+            "partitions": 3, "ops": [{"limit": 2}]},
+         ["--action", "count_by_value"]),
+        ("reals", {
+            "source": {"parallelize": {"records": [
+                "0.1", "2", "1e-3", "-7", "0.2"]}},
+            "partitions": 2}, ["--action", "reduce", "--option", "fn=sum"]),
+        ("max", range_plan(-50, 50, 3, step=7),
+         ["--action", "reduce", "--option", "fn=max"]),
+        ("sample", range_plan(0, 5000, 4, ops=[
+            {"sample": {"fraction": 0.01, "seed": 7}}]), ["--collect"]),
+        ("pipe", range_plan(0, 30, 3, ops=[{"pipe": {"command": "rev"}}]),
+         ["--collect"]),
+        ("iterate limit", range_plan(0, 100, 4),
+         ["--option", "limit=30", "--option", "prefetch=2"]),
+    ]
+
+
+def python_case():
+    """A python op between C ops, and the records it must give."""
+    import cloudpickle
+    fn = base64.b64encode(cloudpickle.dumps(
+        lambda s: None if s == "3" else s[::-1] + "!")).decode()
+    version = "%d.%d" % sys.version_info[:2]
+    plan = range_plan(0, 40, 4, ops=[
+        {"filter": {"regex": "^[0-9]$|3"}},
+        {"python": {"map": fn, "version": version}},
+        {"map": "upper"}])
+    want = b""
+    for i in range(40):
+        s = str(i)
+        if re.search("^[0-9]$|3", s):
+            want += b"\n" if s == "3" else (s[::-1] + "!").upper().encode() \
+                + b"\n"
+    return plan, want
+
+
+# Refused before any job runs, or failing as emberd fails: (plan, args,
+# what the error says).
+REFUSED = [
+    ({"source": {"range": {"end": 10}},
+      "ops": [{"filter": {"in_broadcast": 1}}]}, [],
+     "PLAN_INVALID: plan.ops[0].filter.in_broadcast"),
+    ({"source": {"checkpoint": "0b697aef-9a9d-44bf-a3db-6f881122a3e3"}}, [],
+     "PLAN_INVALID: plan.source.checkpoint"),
+    ({"source": {"range": {"end": 10}},
+      "ops": [{"udf": {"library": PLUGIN, "symbol": "nope"}}]}, [],
+     "PLAN_INVALID: plan.ops[0].udf.symbol"),
+    ({"source": {"range": {"end": 10}}},
+     ["--action", "checkpoint", "--option", "local=true"],
+     "PLAN_INVALID: options.local"),
+    ({"source": {"range": {"end": 10}}, "partitions": 2},
+     ["--action", "reduce", "--option", "fn=avg"],
+     "PLAN_INVALID: options.fn"),
+    ({"source": {"parallelize": {"records": ["1", "two"]}}},
+     ["--action", "reduce", "--option", "fn=sum"],
+     'JOB_FAILED: reduce: record "two" is not a number'),
+]
+
+
+@skip_unless(NEEDS_SPARK, WHY)
+def test_plans_print_what_emberd_prints(d):
+    """Each case through emberd (ember run) and on the cluster, in one
+    Spark application: the same bytes; a save writes the same part files;
+    a python op runs as Spark's Python; what cannot run is refused."""
+    top = corpus()
+    jobs = cases(top)
+    want = {}
+    for name, plan, args in jobs:
+        done = run(d, args + [write_plan(d, name.replace(" ", "_"), plan)])
+        check(done.returncode == 0, "%s: ember run: %s" % (name,
+                                                            done.stderr))
+        want[name] = done.stdout
+    batch = [(plan, args) for _, plan, args in jobs]
+    if HAS_CLOUDPICKLE:
+        py_plan, py_want = python_case()
+        batch.append((py_plan, ["--collect"]))
+    out = data_dir()
+    save_plan = {"source": {"parallelize": {"records": [
+        "x", None, "ÿ", "z"]}}, "partitions": 2, "ops": [{"map": "upper"}]}
+    theirs = job_writable(os.path.join(out, "ember"))
+    saved = run(d, ["--action", "save", "--option", "path=" + theirs,
+                    "--option", "overwrite=true",
+                    write_plan(d, "save", save_plan)])
+    check(saved.returncode == 0, "ember run save: %s" % saved.stderr)
+    mine = os.path.join(out, "spark")
+    batch.append((save_plan, ["--action", "save", "--option",
+                              "path=" + mine]))
+    batch += [(plan, args) for plan, args, _ in REFUSED]
+
+    got = submit_batch(batch)
+    for (name, _, args), result in zip(jobs, got):
+        check_same(name, want[name], result, args)
+    check(b"STRASSE" in want["regex upper split"] and
+          b"\xc3\x89CLAIR" in want["regex upper split"],
+          "Unicode case mapping in the output")
+    got = got[len(jobs):]
+    if HAS_CLOUDPICKLE:
+        check_same("python", py_want, got.pop(0), [])
+        done = run(d, ["--collect", write_plan(d, "python", py_plan)])
+        if done.returncode == 0:    # an emberd built with Python
+            check_eq(py_want, done.stdout, "ember run's python op")
+    else:
+        print("python op not checked: cloudpickle is not installed")
+    check_same("save", saved.stdout, got.pop(0), [])
+    for part in ("part-00000", "part-00001", "_SUCCESS"):
+        with open(os.path.join(theirs, part), "rb") as a, \
+                open(os.path.join(mine, part), "rb") as b:
+            check_eq(b.read(), a.read(), part)
+    for (_, _, needle), (status, _, err) in zip(REFUSED, got):
+        check(status == 1 and needle in err,
+              "%r not in the error: %r" % (needle, err))
+
+
+@skip_unless(NEEDS_SPARK, WHY)
+def test_cli_submit(d):
+    """ember submit itself: its standard output holds the records alone,
+    as ember run's does; a plan it cannot run is refused, before any job,
+    with the reason on standard error and nothing on standard output."""
+    top = corpus()
+    same_output(d, "cli", {"source": {"text": {"paths": [
+        os.path.join(top, "a.txt")]}}, "ops": [{"map": "upper"}]}, [])
+    path = write_plan(d, "refused", {"source": {"range": {"end": 10}},
+                                     "ops": [{"filter": {"regex": "("}}]})
+    # A master no one listens on: a job that started would fail there.
+    got = submit([path], master="spark://127.0.0.1:%d" % _free_port())
+    err = got.stderr.decode("utf-8", "replace")
+    check_eq(got.returncode, 1, "exit status")
+    check("ember: PLAN_INVALID: plan.ops[0].filter.regex: missing closing "
+          "parenthesis" in err, "the error: %s" % err[-1500:])
+    check_eq(got.stdout, b"", "standard output")
+
+
+@skip_unless(NEEDS_SPARK, WHY)
+def test_python_client_submit(d):
+    """ember.submit() answers what the Dataset action answers: here the
+    records of ember run, as str, a null as None."""
+    sys.path.insert(0, os.path.join(SRCDIR, "python"))
+    import ember
+    plan = {"source": {"parallelize": {"records": ["ab", None, "çé"]}},
+            "partitions": 2, "ops": [{"map": "upper"}]}
+    got = ember.submit(plan, "collect", master=cluster().url,
+                       worker=EMBER_WORKER,
+                       conf={"spark.driver.host": "127.0.0.1",
+                             "spark.executor.memory": "512m",
+                             "spark.ui.enabled": "false"},
+                       timeout=SUBMIT_TIMEOUT)
+    check_eq(got, ["AB", None, "ÇÉ"], "records")
+    want = run(d, ["--collect", write_plan(d, "client", plan)])
+    check_eq("".join((r or "") + "\n" for r in got).encode(), want.stdout,
+             "ember run's records")
+
+
+@skip_unless(NEEDS_SPARK, WHY)
+@no_daemon
+def test_worker_killed_mid_job(d):
+    """A Spark worker and its executor killed while tasks run: Spark runs
+    the lost tasks again on the other worker, and the answer is right.
+    ember-worker is shipped with the job (--ship)."""
+    c = cluster()
+    tmp = data_dir()
+    path = os.path.join(tmp, "slow.json")
+    # Each task sleeps in its pipe, so the job lasts long enough to lose
+    # a worker in the middle.
+    with open(path, "w") as f:
+        json.dump(range_plan(0, 100000, 8, ops=[
+            {"pipe": {"command": "sleep 1.5; cat"}},
+            {"filter": {"contains": "9"}}]), f)
+    # Shipped: the executors run the copy of ember-worker Spark fetched.
+    argv, env = submit_command(["--count", "--ship", path])
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, start_new_session=True)
+    try:
+        victim = c.procs["worker1"].pid
+
+        def running_there():
+            return [p for p in descendants(victim)
+                    if "--stdio" in cmdline(p)]
+        wait_until(lambda: running_there() or proc.poll() is not None,
+                   SUBMIT_TIMEOUT)
+        check(proc.poll() is None and running_there(),
+              "no task ran under worker1 while the job ran")
+        shipped = cmdline(running_there()[0]).split()[0]
+        check(shipped != EMBER_WORKER and shipped.startswith(c.dir),
+              "the executor runs %s, not a copy of its own" % shipped)
+        c.kill_worker("worker1")
+        out, err = proc.communicate(timeout=SUBMIT_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    want = sum(1 for i in range(100000) if "9" in str(i))
+    check_eq(proc.returncode, 0, "ember submit's status (%s)" %
+             err.decode("utf-8", "replace")[-2000:])
+    check_eq(out, b"%d\n" % want, "the count")
+
+
+def frames(records):
+    return b"".join(struct.pack(">i", -5) if r is None else
+                    struct.pack(">i", len(r)) + r for r in records)
+
+
+def stdio(ops, records, partition=0, raw=None):
+    """ember-worker --stdio over records: (status, records out or None if
+    the end marker is missing, stderr)."""
+    plan = json.dumps({"source": {"parallelize": {"records": []}},
+                       "ops": ops})
+    done = subprocess.run([EMBER_WORKER, "--stdio", "--plan", plan,
+                           "--partition", str(partition)],
+                          input=frames(records) if raw is None else raw,
+                          capture_output=True, timeout=30)
+    out, pos, whole = [], 0, False
+    while pos + 4 <= len(done.stdout):
+        n = struct.unpack(">i", done.stdout[pos:pos + 4])[0]
+        pos += 4
+        if n == -1:
+            whole = pos == len(done.stdout)
+            break
+        if n == -5:
+            out.append(None)
+            continue
+        out.append(done.stdout[pos:pos + n])
+        pos += n
+    return done.returncode, out if whole else None, done.stderr.decode(
+        "utf-8", "replace")
+
+
+@no_daemon
+def test_stdio_chain(_):
+    """ember-worker --stdio, what the executors run, needs no Spark:
+    records and nulls framed in and out, the end marker after the last, a
+    limit that stops reading, a udf's failure and a broken frame as exit 1
+    with the reason; a pipe's stderr kept out of the stream."""
+    rc, out, err = stdio([{"filter": {"regex": "(?i)éclair|^$"}},
+                          {"map": "upper"}, {"flat_map": {"split": " "}}],
+                         ["straße Éclair".encode(), None, b"", b"x",
+                          "ǆ éclair".encode()])
+    check_eq((rc, err), (0, ""), "status")
+    check_eq(out, ["STRASSE".encode(), "ÉCLAIR".encode(), b"",
+                   "Ǆ".encode(), "ÉCLAIR".encode()], "records")
+    rc, out, _ = stdio([{"limit": 2}], [b"r%d" % i for i in range(100000)])
+    check_eq((rc, out), (0, [b"r0", b"r1"]), "limit")
+    rc, out, _ = stdio([{"map": "trim"}], [None, b" a "])
+    check_eq(out, [None, b"a"], "a null passes a map")
+    a = stdio([{"sample": {"fraction": 0.5, "seed": 3}}],
+              [b"%d" % i for i in range(200)], partition=1)
+    b = stdio([{"sample": {"fraction": 0.5, "seed": 3}}],
+              [b"%d" % i for i in range(200)], partition=2)
+    check(a[1] != b[1] and a[1] == stdio(
+        [{"sample": {"fraction": 0.5, "seed": 3}}],
+        [b"%d" % i for i in range(200)], partition=1)[1],
+          "sample seeds from --partition")
+    rc, out, err = stdio([{"udf": {"library": PLUGIN,
+                                   "symbol": "udf_fail"}}], [b"x"],
+                         partition=4)
+    check(rc == 1 and out is None and "partition 4: " in err and
+          "deliberate failure" in err, "udf failure: %r" % err)
+    rc, out, err = stdio([], None, raw=struct.pack(">i", 10) + b"abc")
+    check(rc == 1 and "cut short" in err, "short frame: %r" % err)
+    rc, out, err = stdio([], None, raw=struct.pack(">i", -7))
+    check(rc == 1 and "bad frame length -7" in err, "bad length: %r" % err)
+    rc, out, err = stdio([{"pipe": {"command": "echo noise; cat"}}], [b"a"])
+    check_eq((rc, out), (0, [b"noise", b"a"]), "a pipe's records")
+    rc, out, err = stdio([{"pipe": {"command": "echo noise >&2; cat"}}],
+                         [b"a"])
+    check(rc == 0 and out == [b"a"], "a pipe's stderr stays out: %r" % out)
+    rc, out, err = stdio([{"filter": {"regex": "("}}], [])
+    check(rc == 1 and err.startswith("PLAN_INVALID: plan.ops[0].filter."
+                                     "regex"), "bad plan: %r" % err)
+
+
+@skip_unless(NEEDS_SPARK, WHY)
+@no_daemon
+def test_zz_cluster_stops(d):
+    """Every process of the cluster is gone after stop."""
+    c = cluster()
+    pids = [p.pid for p in c.procs.values()]
+    for pid in list(pids):
+        pids += descendants(pid)
+    c.stop()
+    wait_until(lambda: not any(is_running(p) for p in pids), 15)
+    check(not any(is_running(p) for p in pids),
+          "left running: %r" % [p for p in pids if is_running(p)])
+
+
+if __name__ == "__main__":
+    run_tests(globals(), watchdog=600)

@@ -183,7 +183,9 @@ main(int argc, char **argv)
 	/* Another engine's executor runs the ops: no emberd, no fork-server. */
 	if (stdio) {
 		log_open("ember-worker", level, LOG_FORMAT_TEXT, 0);
-		return (stdio_chain_main(plan, (int)partition, check));
+		rc = stdio_chain_main(plan, (int)partition, check);
+		free(plan);
+		return (rc);
 	}
 
 	/* Our stderr is a pipe emberd reads: it stamps and formats each line. */

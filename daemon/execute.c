@@ -2,7 +2,6 @@
  * execute: the request read and checked (options, plan), the plan's
  * files and plugins checked by a helper, and the operation launched.
  */
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -87,197 +86,36 @@ operation_find_broadcasts(struct operation *op, struct session *s,
 	return (0);
 }
 
-/* The options each action takes, besides reattachable. */
-static const char *const *
-operation_option_keys(enum action action)
-{
-	static const char *const iterate[] = { "prefetch", "limit",
-	    "reattachable", NULL };
-	static const char *const collect[] = { "limit", "reattachable", NULL };
-	static const char *const reduce[] = { "fn", "reattachable", NULL };
-	static const char *const save[] = { "path", "overwrite",
-	    "reattachable", NULL };
-	static const char *const checkpoint[] = { "local", "eager",
-	    "reattachable", NULL };
-	static const char *const other[] = { "reattachable", NULL };
-
-	switch (action) {
-	case ACTION_ITERATE:
-		return (iterate);
-	case ACTION_COLLECT:
-		return (collect);
-	case ACTION_REDUCE:
-		return (reduce);
-	case ACTION_SAVE:
-		return (save);
-	case ACTION_CHECKPOINT:
-		return (checkpoint);
-	default:
-		return (other);
-	}
-}
-
-/* An option of another action: name the action it belongs to.  -1 with
- * *err when options holds one, else 0. */
+/* Is id uid's operation, or one of its tombstones? */
 static int
-operation_foreign_option(enum action action, json_t *options, char **err)
+operation_id_taken(const char *id, void *arg)
 {
-	const char *const	*mine = operation_option_keys(action), *const *k;
-	const char		*key;
-	json_t			*v;
-	size_t			 a;
+	uid_t	uid = *(uid_t *)arg;
 
-	json_object_foreach(options, key, v) {
-		for (k = mine; *k != NULL && strcmp(*k, key) != 0; k++)
-			;
-		if (*k != NULL)
-			continue;
-		for (a = 0; a < sizeof action_names / sizeof *action_names;
-		    a++) {
-			for (k = operation_option_keys((enum action)a);
-			    *k != NULL && strcmp(*k, key) != 0; k++)
-				;
-			if (*k != NULL)
-				return (jread_fail(err, NULL, "options.%s "
-				    "belongs to action %s, not %s", key,
-				    action_names[a], action_names[action]));
-		}
-	}
-	return (0);
+	return (operation_find(uid, id) != NULL ||
+	    operation_find_tombstone(uid, id) != NULL);
 }
 
-/* Read the options of an action; -1 with *err.  *path, *overwrite: save. */
-static int
-operation_read_options(struct operation *op, json_t *options,
-    const char **path, int *overwrite, char **err)
-{
-	json_int_t	 prefetch = -1, limit = 0;
-	int		 reattachable = 1, local = 0, eager = 1;
-	const char	*fn = NULL;
-
-	if (options == NULL)
-		options = json_object();
-	else
-		json_incref(options);
-	if (operation_foreign_option(op->action, options, err) == -1 ||
-	    jread_only(options, "options", operation_option_keys(op->action),
-	    err) == -1 ||
-	    jread_int(options, "options", "prefetch", JREAD_OPTIONAL,
-	    &prefetch, err) == -1 ||
-	    jread_int(options, "options", "limit", JREAD_OPTIONAL,
-	    &limit, err) == -1 ||
-	    jread_bool(options, "options", "reattachable", JREAD_OPTIONAL,
-	    &reattachable, err) == -1 ||
-	    jread_string(options, "options", "fn", op->action == ACTION_REDUCE,
-	    &fn, err) == -1 ||
-	    jread_string(options, "options", "path", op->action == ACTION_SAVE,
-	    path, err) == -1 ||
-	    jread_bool(options, "options", "overwrite", JREAD_OPTIONAL,
-	    overwrite, err) == -1 ||
-	    jread_bool(options, "options", "local", JREAD_OPTIONAL, &local,
-	    err) == -1 ||
-	    jread_bool(options, "options", "eager", JREAD_OPTIONAL, &eager,
-	    err) == -1)
-		goto fail;
-	op->ckpt_local = local;
-	op->ckpt_eager = eager;
-	if (json_object_get(options, "prefetch") != NULL && (prefetch < 0 ||
-	    prefetch > OPERATION_MAX_PREFETCH)) {
-		jread_fail(err, "options.prefetch", "must be from 0 to %d",
-		    OPERATION_MAX_PREFETCH);
-		goto fail;
-	}
-	if (fn != NULL && reduce_fn_from_string(fn, &op->fn) == -1) {
-		jread_fail(err, "options.fn", "expected \"sum\", \"min\" or "
-		    "\"max\", not \"%s\"", fn);
-		goto fail;
-	}
-	if (limit < 0) {
-		jread_fail(err, "options.limit", "must not be negative");
-		goto fail;
-	}
-	/* Only the text: the path itself is the user's, looked at by a
-	 * helper as the user (commit.c). */
-	if (*path != NULL && **path != '/') {
-		jread_fail(err, "options.path", "\"%s\" is not an absolute "
-		    "path", *path);
-		goto fail;
-	}
-	op->prefetch = (int)prefetch;
-	op->reattachable = reattachable;
-	op->limit = limit;
-	json_decref(options);
-	return (0);
-fail:
-	json_decref(options);
-	return (-1);
-}
-
-/* Set the class and message of a refused request; returns -1. */
-static int
-operation_refuse(const char **class, char **err, const char *c,
-    const char *fmt, ...)
-{
-	va_list	ap;
-
-	*class = c;
-	va_start(ap, fmt);
-	xvasprintf(err, fmt, ap);
-	va_end(ap);
-	return (-1);
-}
-
-/* Read the request's members but the plan: its action, options and id. */
+/* Read the request's members but the plan into op. */
 static int
 operation_read_head(struct operation *op, uid_t uid, json_t *req,
-    const char **save_path, int *overwrite, const char **class, char **err)
+    const char **class, char **err)
 {
-	static const char *const keys[] = { "op", "plan", "action", "options",
-	    "operation", NULL };
-	const char	*action = NULL, *id = NULL;
-	json_t		*options = NULL;
-	char		*e = NULL;
-	uuid_t		 u;
-	size_t		 i;
+	struct execute_request	 er;
 
-	if (jread_only(req, "", keys, &e) == -1 ||
-	    jread_string(req, "", "action", JREAD_REQUIRED, &action,
-	    &e) == -1 ||
-	    jread_object(req, "", "options", JREAD_OPTIONAL, &options,
-	    &e) == -1 ||
-	    jread_string(req, "", "operation", JREAD_OPTIONAL, &id, &e) == -1) {
-		operation_refuse(class, err, "REQUEST_INVALID", "execute: %s",
-		    e);
-		free(e);
-		return (-1);
-	}
-	if (id != NULL && (uuid_parse(id, u) == -1 || strlen(id) != 36))
-		return (operation_refuse(class, err, "REQUEST_INVALID",
-		    "operation: \"%s\" is not a UUID", id));
-	if (id != NULL && (operation_find(uid, id) != NULL ||
-	    operation_find_tombstone(uid, id) != NULL))
-		return (operation_refuse(class, err, "OPERATION_ALREADY_EXISTS",
-		    "operation %s already exists", id));
-	for (i = 0; i < sizeof action_names / sizeof action_names[0]; i++) {
-		if (strcmp(action, action_names[i]) == 0)
-			break;
-	}
-	if (i == sizeof action_names / sizeof action_names[0])
-		return (operation_refuse(class, err, "ACTION_INVALID",
-		    "action: unknown action \"%s\" (expected iterate, collect, "
-		    "count, count_by_value, reduce, save or checkpoint)",
-		    action));
-	op->action = (enum action)i;
-	*class = "ACTION_INVALID";
-	if (operation_read_options(op, options, save_path, overwrite,
+	if (request_read_execute(req, operation_id_taken, &uid, &er, class,
 	    err) == -1)
 		return (-1);
-	if (id != NULL)
-		strcpy(op->id, id);
-	else {
-		uuid_generate(u);
-		uuid_unparse_lower(u, op->id);
-	}
+	op->action = er.action;
+	strcpy(op->id, er.id);
+	op->prefetch = er.prefetch;
+	op->limit = er.limit;
+	op->reattachable = er.reattachable;
+	op->fn = er.fn;
+	op->ckpt_local = er.ckpt_local;
+	op->ckpt_eager = er.ckpt_eager;
+	op->save_path = er.save_path != NULL ? xstrdup(er.save_path) : NULL;
+	op->overwrite = er.overwrite;
 	return (0);
 }
 
@@ -307,13 +145,13 @@ operation_find_source(struct operation *op, struct session *s,
 		return (0);
 	if ((c = checkpoint_find(session_uid(s), op->plan->checkpoint)) ==
 	    NULL)
-		return (operation_refuse(class, err, "CHECKPOINT_NOT_FOUND",
+		return (request_refuse(class, err, "CHECKPOINT_NOT_FOUND",
 		    "plan.source.checkpoint: no checkpoint %s%s",
 		    op->plan->checkpoint, checkpoint_scanning(session_uid(s)) ?
 		    " (emberd is still reading checkpoint.dir)" : ""));
 	if (json_object_get(plan_json, "partitions") != NULL &&
 	    op->plan->partitions != checkpoint_partitions(c))
-		return (operation_refuse(class, err, "PLAN_INVALID",
+		return (request_refuse(class, err, "PLAN_INVALID",
 		    "plan.partitions: checkpoint %s has %d partitions, not %d",
 		    op->plan->checkpoint, checkpoint_partitions(c),
 		    op->plan->partitions));
@@ -333,7 +171,7 @@ operation_read_plan(struct operation *op, struct session *s, json_t *req,
 
 	*class = "PLAN_INVALID";
 	if (plan_json == NULL)
-		return (operation_refuse(class, err, "PLAN_INVALID",
+		return (request_refuse(class, err, "PLAN_INVALID",
 		    "plan: missing"));
 	if (plan_parse(plan_json, &op->plan, err) == -1 ||
 	    operation_find_broadcasts(op, s, err) == -1 ||
@@ -375,7 +213,7 @@ operation_take_check(struct operation *op, json_t *reply, const char **class,
 
 	if ((error = json_string_value(json_object_get(reply,
 	    "error"))) != NULL)
-		return (operation_refuse(class, err, "PLAN_INVALID", "%s",
+		return (request_refuse(class, err, "PLAN_INVALID", "%s",
 		    error));
 	files = json_object_get(reply, "files");
 	udfs = json_object_get(reply, "udfs");
@@ -383,7 +221,7 @@ operation_take_check(struct operation *op, json_t *reply, const char **class,
 	    plan_files_from_json(op->plan, files, &e) == -1) {
 		log_error("operation %s: plan_check reply: %s", op->id, e);
 		free(e);
-		return (operation_refuse(class, err, "INTERNAL", "plan: its "
+		return (request_refuse(class, err, "INTERNAL", "plan: its "
 		    "check answered files that do not fit it"));
 	}
 	for (i = 0; i < op->plan->nops; i++) {
@@ -396,13 +234,13 @@ operation_take_check(struct operation *op, json_t *reply, const char **class,
 			log_error("operation %s: plan_check reply: %s", op->id,
 			    e);
 			free(e);
-			return (operation_refuse(class, err, "INTERNAL",
+			return (request_refuse(class, err, "INTERNAL",
 			    "plan: its check answered udfs that do not fit "
 			    "it"));
 		}
 	}
 	if (j != json_array_size(udfs))
-		return (operation_refuse(class, err, "INTERNAL", "plan: its "
+		return (request_refuse(class, err, "INTERNAL", "plan: its "
 		    "check answered %zu udfs for %zu", json_array_size(udfs),
 		    j));
 	return (0);
@@ -554,14 +392,14 @@ operation_still_wanted(struct operation *op, struct session *s,
     const char *while_what, const char **class, char **err)
 {
 	if (session_closed(s))
-		return (operation_refuse(class, err, "INTERRUPTED", "the "
+		return (request_refuse(class, err, "INTERRUPTED", "the "
 		    "session was closed while %s", while_what));
 	if (ember_draining)
-		return (operation_refuse(class, err, "SHUTTING_DOWN", "emberd "
+		return (request_refuse(class, err, "SHUTTING_DOWN", "emberd "
 		    "is shutting down"));
 	if (operation_find(session_uid(s), op->id) != NULL ||
 	    operation_find_tombstone(session_uid(s), op->id) != NULL)
-		return (operation_refuse(class, err,
+		return (request_refuse(class, err,
 		    "OPERATION_ALREADY_EXISTS", "operation %s already exists",
 		    op->id));
 	return (0);
@@ -605,9 +443,9 @@ operation_begun_cb(const char *hclass, const char *herr, void *arg)
 	op->beginning = 0;
 	c = operation_helper_done(op);
 	if (hclass != NULL && strcmp(hclass, "ACTION_INVALID") == 0)
-		operation_refuse(&class, &err, hclass, "%s", herr);
+		request_refuse(&class, &err, hclass, "%s", herr);
 	else if (hclass != NULL)
-		operation_refuse(&class, &err, hclass, "options.path: checking "
+		request_refuse(&class, &err, hclass, "options.path: checking "
 		    "it as uid %ld: %s", (long)session_uid(s), herr);
 	else
 		operation_still_wanted(op, s, "the save began", &class, &err);
@@ -677,7 +515,7 @@ operation_checked_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
 		close(fds[--nfds]);
 	c = operation_helper_done(op);
 	if (hclass != NULL)
-		operation_refuse(&class, &err, hclass, "plan: checking what it "
+		request_refuse(&class, &err, hclass, "plan: checking what it "
 		    "names as uid %ld: %s", (long)session_uid(s), herr);
 	else if (operation_take_check(op, reply, &class, &err) == -1)
 		;
@@ -697,22 +535,19 @@ void
 operation_execute(struct connection *c, struct session *s, json_t *req)
 {
 	struct operation	*op;
-	const char		*class = NULL, *save_path = NULL;
-	int			 overwrite = 0;
+	const char		*class = NULL;
 	char			*err = NULL;
 	json_t			*args;
 
 	op = xcalloc(1, sizeof *op);
 	TAILQ_INIT(&op->tasks);
-	if (operation_read_head(op, session_uid(s), req, &save_path,
-	    &overwrite, &class, &err) == -1 ||
+	if (operation_read_head(op, session_uid(s), req, &class,
+	    &err) == -1 ||
 	    operation_read_plan(op, s, req, &class, &err) == -1 ||
 	    operation_count_in(op, s, &class, &err) == -1) {
 		operation_refused(op, c, class, err);
 		return;
 	}
-	op->save_path = save_path != NULL ? xstrdup(save_path) : NULL;
-	op->overwrite = overwrite;
 	if (!plan_names_resources(op->plan)) {
 		operation_launch(op, c, s);
 		return;

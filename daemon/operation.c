@@ -31,11 +31,11 @@
 /* Without options.prefetch, iterate computes ahead one partition per
  * worker, fewer when what they would hold in emberd passes this. */
 #define OPERATION_AHEAD_BYTES	(4 * 1024 * 1024)
-
-const char *const action_names[ACTION_CHECKPOINT + 1] = { "iterate", "collect", "count",
-    "count_by_value", "reduce", "save", "checkpoint" };
-const enum taskdesc_mode action_modes[ACTION_CHECKPOINT + 1] = { MODE_RECORDS, MODE_RECORDS,
-    MODE_COUNT, MODE_COUNT_BY_VALUE, MODE_REDUCE, MODE_SAVE, MODE_CHECKPOINT };
+/* Counting tasks queued per worker: deeper when tasks are short, so the
+ * round trip to emberd never leaves a worker waiting for its next task. */
+#define PIPELINE_SHALLOW	2
+#define PIPELINE_DEEP		8
+#define PIPELINE_SHORT_NS	500000
 
 struct operation_list operations = TAILQ_HEAD_INITIALIZER(operations);
 size_t		 noperations;

@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "request.h"
 #include "operation.h"
 #include "queue.h"
 #include "result.h"
@@ -20,25 +21,6 @@ struct connection;
 struct evbuffer;
 struct tombstone;
 
-#define OPERATION_MAX_PREFETCH	1024
-/* Counting tasks queued per worker: deeper when tasks are short, so the
- * round trip to emberd never leaves a worker waiting for its next task. */
-#define PIPELINE_SHALLOW	2
-#define PIPELINE_DEEP		8
-#define PIPELINE_SHORT_NS	500000
-
-enum action {
-	ACTION_ITERATE,		/* pull: a partition per client request */
-	ACTION_COLLECT,		/* push: every partition in order */
-	ACTION_COUNT,		/* the rest answer with one reply */
-	ACTION_COUNT_BY_VALUE,
-	ACTION_REDUCE,
-	ACTION_SAVE,
-	ACTION_CHECKPOINT,
-};
-extern const char *const action_names[ACTION_CHECKPOINT + 1];
-/* What a task of each action is asked to send back (docs/protocol.md). */
-extern const enum taskdesc_mode action_modes[ACTION_CHECKPOINT + 1];
 #define ACTION_STREAMS(a)	((a) == ACTION_ITERATE || (a) == ACTION_COLLECT)
 
 struct operation {

@@ -765,6 +765,16 @@ operation_state(const struct operation *op)
 	return (op->conn != NULL ? "attached" : "detached");
 }
 
+void
+operation_count_states(uint64_t counts[3])
+{
+	struct operation	*op;
+
+	counts[0] = counts[1] = counts[2] = 0;
+	TAILQ_FOREACH(op, &operations, entry)
+		counts[op->complete ? 2 : op->conn != NULL ? 0 : 1]++;
+}
+
 json_t *
 operation_status(uid_t uid)
 {

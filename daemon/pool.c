@@ -398,28 +398,59 @@ pool_forkserver_lost(struct pool *p, const char *why, int before_hello)
 	worker_lost_pool(p, why);
 }
 
+/* Fill in p's numbers. */
+static void
+pool_stats(struct pool *p, struct pool_stats *st)
+{
+	int	i;
+
+	st->client = p->client;
+	worker_count_pool(p, &st->workers, &st->idle);
+	st->busy = st->workers - st->idle;
+	st->starting = p->pending;
+	st->forks = p->forks;
+	st->reuses = p->reuses;
+	for (i = 0; i < RETIRE_CAUSES; i++)
+		st->retired[i] = p->retired[i];
+}
+
+struct pool_stats *
+pool_stats_all(size_t *n)
+{
+	struct pool_stats	*a = NULL;
+	struct pool		*p;
+
+	*n = 0;
+	TAILQ_FOREACH(p, &pools, entry) {
+		a = xreallocarray(a, *n + 1, sizeof *a);
+		pool_stats(p, &a[(*n)++]);
+	}
+	return (a);
+}
+
 json_t *
 pool_status(uid_t uid)
 {
-	json_t		*a = json_array(), *retired;
-	struct pool	*p;
-	int		 i, all, idle;
+	json_t			*a = json_array(), *retired;
+	struct pool		*p;
+	struct pool_stats	 st;
+	int			 i;
 
 	TAILQ_FOREACH(p, &pools, entry) {
 		if (uid != 0 && p->client != uid)
 			continue;
-		worker_count_pool(p, &all, &idle);
+		pool_stats(p, &st);
 		retired = json_object();
 		for (i = 0; i < RETIRE_CAUSES; i++)
 			json_object_set_new(retired, worker_retire_name(i),
-			    json_integer((json_int_t)p->retired[i]));
+			    json_integer((json_int_t)st.retired[i]));
 		json_array_append_new(a, json_pack("{s:I,s:I,s:I,s:i,s:i,s:i,"
 		    "s:i,s:i,s:I,s:I,s:o,s:i}", "client", (json_int_t)p->client,
 		    "uid", (json_int_t)p->uid, "gid", (json_int_t)p->gid,
-		    "workers", all, "idle", idle, "busy", all - idle,
-		    "starting", p->pending,
+		    "workers", st.workers, "idle", st.idle, "busy", st.busy,
+		    "starting", st.starting,
 		    "crashes_in_a_row", p->crashes, "forks",
-		    (json_int_t)p->forks, "reuses", (json_int_t)p->reuses,
+		    (json_int_t)st.forks, "reuses", (json_int_t)st.reuses,
 		    "retired", retired, "forkserver", fslink_running(p->fs) ?
 		    (int)fslink_pid(p->fs) : 0));
 	}

@@ -68,4 +68,15 @@ void		 pool_count_success(struct pool *);
 
 json_t		*pool_status(uid_t);
 
+/* A pool's numbers, as status shows them. */
+struct pool_stats {
+	uid_t		 client;	/* whose jobs it runs */
+	int		 workers, idle, busy;
+	int		 starting;	/* forks asked for, not made yet */
+	uint64_t	 forks, reuses;
+	uint64_t	 retired[RETIRE_CAUSES];	/* by cause */
+};
+/* Every pool's numbers: an array of *n, to free. */
+struct pool_stats *pool_stats_all(size_t *n);
+
 #endif

@@ -182,6 +182,17 @@ session_remove_operation(struct session *s, struct operation *op)
 	session_free_unheld(s);
 }
 
+size_t
+session_count(void)
+{
+	struct session	*s;
+	size_t		 n = 0;
+
+	TAILQ_FOREACH(s, &sessions, entry)
+		n++;
+	return (n);
+}
+
 json_t *
 session_status(uid_t uid)
 {

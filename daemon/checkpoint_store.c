@@ -26,6 +26,7 @@
 #include "operation.h"
 #include "plan.h"
 #include "session.h"
+#include "userdb.h"
 #include "xmalloc.h"
 
 #include "checkpoint_private.h"
@@ -351,9 +352,9 @@ checkpoint_forget_removals(void)
 void
 checkpoint_load_removals(void)
 {
-	struct ckpt_call	*k;
-	struct passwd		*pw;
-	char			 id[64];
+	struct ckpt_call		*k;
+	const struct userdb_user	*pw;
+	char				 id[64];
 	long			 uid;
 	FILE			*f;
 	int			 fd;
@@ -370,7 +371,8 @@ checkpoint_load_removals(void)
 			continue;
 		k = xcalloc(1, sizeof *k);
 		k->uid = (uid_t)uid;
-		k->gid = (pw = getpwuid(k->uid)) != NULL ? pw->pw_gid :
+		/* At start, before the loop: a lookup may wait. */
+		k->gid = (pw = userdb_uid_now(k->uid)) != NULL ? pw->gid :
 		    (gid_t)uid;
 		xasprintf(&k->uid_dir, "%s/%ld", ckpt_reliable_path, uid);
 		k->id = xstrdup(id);
@@ -676,14 +678,21 @@ static void
 checkpoint_clean_uid(const char *basepath, uid_t uid, int local, int adopt,
     int64_t before)
 {
-	struct ckpt_call	*k, *r;
-	struct checkpoint	*c;
-	struct passwd		*pw;
-	json_t			*keep = json_array();
+	struct ckpt_call		*k, *r;
+	struct checkpoint		*c;
+	const struct userdb_user	*pw;
+	json_t				*keep;
 
+	/* The start's scan may wait for a lookup; the cleaner, on the loop,
+	 * takes the cached user, or leaves uid to its next round. */
+	if (ckpt_timer == NULL)
+		pw = userdb_uid_now(uid);
+	else if (userdb_uid(uid, &pw) == 0)
+		return;
+	keep = json_array();
 	k = xcalloc(1, sizeof *k);
 	k->uid = uid;
-	k->gid = (pw = getpwuid(uid)) != NULL ? pw->pw_gid : (gid_t)uid;
+	k->gid = pw != NULL ? pw->gid : (gid_t)uid;
 	k->adopt = adopt;
 	k->local = local;
 	xasprintf(&k->uid_dir, "%s/%ld", basepath, (long)uid);

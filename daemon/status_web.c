@@ -1,7 +1,6 @@
 #include <sys/types.h>
 
 #include <ctype.h>
-#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +10,7 @@
 #include "status.h"
 #include "status_view.h"
 #include "status_web.h"
+#include "userdb.h"
 #include "xmalloc.h"
 
 /* A user the listener shows, or one whose name was looked up. */
@@ -19,14 +19,10 @@ struct web_user {
 	char	*name;		/* NULL: a uid without a name */
 };
 
-#define WEB_NAMES_MAX	64	/* names remembered for status.users = * */
-
 static char		*web_users_text;	/* status.users as parsed */
 static int		 web_all;		/* "*" */
 static struct web_user	*web_users;
 static size_t		 web_nusers;
-static struct web_user	 web_names[WEB_NAMES_MAX];
-static size_t		 web_nnames;
 
 /* Forget the parsed list. */
 static void
@@ -46,10 +42,10 @@ status_web_clear(void)
 static int
 status_web_add(const char *word)
 {
-	struct passwd	*pw;
-	struct web_user	*u;
-	char		*end;
-	unsigned long	 n;
+	const struct userdb_user	*pw;
+	struct web_user			*u;
+	char				*end;
+	unsigned long			 n;
 
 	if (strcmp(word, "*") == 0) {
 		web_all = 1;
@@ -62,16 +58,16 @@ status_web_add(const char *word)
 			    "a uid", word);
 			return (-1);
 		}
-		pw = getpwuid((uid_t)n);
-	} else if ((pw = getpwnam(word)) == NULL) {
+		pw = userdb_uid_now((uid_t)n);
+	} else if ((pw = userdb_name_now(word)) == NULL) {
 		log_error("status.users: no user \"%s\"", word);
 		return (-1);
 	} else
-		n = pw->pw_uid;
+		n = pw->uid;
 	web_users = xreallocarray(web_users, web_nusers + 1, sizeof *web_users);
 	u = &web_users[web_nusers++];
 	u->uid = (uid_t)n;
-	u->name = pw != NULL ? xstrdup(pw->pw_name) : NULL;
+	u->name = pw != NULL ? xstrdup(pw->name) : NULL;
 	return (0);
 }
 
@@ -110,27 +106,21 @@ status_web_allows(uid_t uid)
 	return (0);
 }
 
-/* The name of uid, or NULL; looked up once (status.users = * only). */
+/* The name of uid, or NULL: the one cached, never a lookup on the loop
+ * (the users of sessions and pools are cached from their hello). */
 static const char *
 status_web_name(uid_t uid)
 {
-	struct passwd	*pw;
-	size_t		 i;
+	const struct userdb_user	*pw;
+	size_t				 i;
 
 	for (i = 0; i < web_nusers; i++) {
 		if (web_users[i].uid == uid)
 			return (web_users[i].name);
 	}
-	for (i = 0; i < web_nnames; i++) {
-		if (web_names[i].uid == uid)
-			return (web_names[i].name);
-	}
-	if (web_nnames == WEB_NAMES_MAX)
-		return (NULL);
-	pw = getpwuid(uid);
-	web_names[web_nnames].uid = uid;
-	web_names[web_nnames].name = pw != NULL ? xstrdup(pw->pw_name) : NULL;
-	return (web_names[web_nnames++].name);
+	if (userdb_uid(uid, &pw) == 1 && pw != NULL)
+		return (pw->name);
+	return (NULL);
 }
 
 /* status.users as a viewer's rule: does it show uid's own records? */

@@ -426,18 +426,10 @@ static size_t
 operation_limit_batch(struct operation *op, struct evbuffer *from,
     size_t bytes, int32_t n)
 {
-	struct evbuffer_ptr	 pos;
-	unsigned char		 b[4];
-	size_t			 keep = 0;
-	int32_t			 len;
+	size_t	keep;
 
-	while (n-- > 0) {
-		evbuffer_ptr_set(from, &pos, keep, EVBUFFER_PTR_SET);
-		if (evbuffer_copyout_from(from, &pos, b, sizeof b) != 4)
-			fatalx("operation %s: short batch", op->id);
-		len = be32_get(b);
-		keep += 4 + (len > 0 ? (size_t)len : 0);
-	}
+	if (frame_skip_records(from, n, &keep) == -1)
+		fatalx("operation %s: short batch", op->id);
 	if (keep > bytes)
 		fatalx("operation %s: batch overrun", op->id);
 	if (keep < bytes) {

@@ -16,6 +16,7 @@
 #include "frame.h"
 #include "fslink.h"
 #include "helper.h"
+#include "hmsg.h"
 #include "limit.h"
 #include "log.h"
 #include "pool.h"
@@ -56,6 +57,7 @@ struct helper {
 	int			 fds[HELPER_MAX_FDS];	/* came with it */
 	size_t			 nfds;
 	char			*verb;
+	enum hmsg_verb		 verb_id;
 	int32_t			 max_reply;	/* the reply's bound */
 	uint64_t		 started_ms;
 	helper_cb		 cb;		/* NULL: answered or cancelled */
@@ -262,9 +264,9 @@ helper_create(uid_t client, gid_t gid, const char *verb, json_t *args,
 {
 	struct helper	*h;
 	struct pool	*p;
-	json_t		*req;
 	char		*text;
-	size_t		 i;
+	size_t		 i, len;
+	int		 v;
 
 	*class = "INTERNAL";
 	if (nfds > HELPER_MAX_FDS)
@@ -294,6 +296,9 @@ helper_create(uid_t client, gid_t gid, const char *verb, json_t *args,
 	h->pid = -1;
 	h->sock = -1;
 	h->verb = xstrdup(verb);
+	if ((v = hmsg_verb_find(verb)) == -1)
+		fatalx("helper: no verb %s", verb);
+	h->verb_id = (enum hmsg_verb)v;
 	h->max_reply = HELPER_MAX_REPLY;
 	h->cb = cb;
 	h->arg = arg;
@@ -310,12 +315,9 @@ helper_create(uid_t client, gid_t gid, const char *verb, json_t *args,
 		}
 		h->nin++;
 	}
-	req = json_pack("{s:s,s:O}", "verb", verb, "args", args);
-	if ((text = json_dumps(req, JSON_COMPACT)) == NULL)
-		fatalx("json_dumps");
-	json_decref(req);
+	text = hmsg_request_encode(h->verb_id, args, &len);
 	h->out = evbuffer_new();
-	evbuffer_add_frame(h->out, text, strlen(text));
+	evbuffer_add_frame(h->out, text, len);
 	free(text);
 	h->in = evbuffer_new();
 	if (background && helper_background_running(client) >=
@@ -430,27 +432,22 @@ helper_answered(struct helper *h)
 static void
 helper_answer(struct helper *h, size_t len)
 {
-	json_error_t	 je;
-	json_t		*msg, *reply, *ok;
+	json_t		*msg, *reply;
 	helper_cb	 cb = h->cb;
 	void		*arg = h->arg;
 	const char	*error;
+	char		*err = NULL;
 	int		 fds[HELPER_MAX_FDS];
 	size_t		 nfds = h->nfds;
 
-	msg = json_loadb((const char *)evbuffer_pullup(h->in,
-	    (ev_ssize_t)len), len, 0, &je);
-	ok = json_object_get(msg, "ok");
-	reply = json_object_get(msg, "reply");
-	error = json_string_value(json_object_get(msg, "error"));
-	if (!json_is_object(msg) || !json_is_boolean(ok) ||
-	    (json_is_true(ok) && !json_is_object(reply)) ||
-	    (!json_is_true(ok) && error == NULL)) {
+	if (hmsg_reply_decode(evbuffer_pullup(h->in, (ev_ssize_t)len), len,
+	    h->verb_id, &msg, &reply, &error, &err) == -1) {
 		json_decref(msg);
-		helper_fail(h, "INTERNAL", "a malformed reply");
+		helper_fail(h, "INTERNAL", "a malformed reply: %s", err);
+		free(err);
 		return;
 	}
-	if (!json_is_true(ok)) {
+	if (error != NULL) {
 		helper_fail(h, "INTERNAL", "it refused the request: %s",
 		    error);
 		json_decref(msg);

@@ -601,7 +601,6 @@ checkpoint_status(uid_t uid)
 void
 checkpoint_init(void)
 {
-	struct timeval	 tv;
 	char		*err = NULL;
 
 	ckpt_started = checkpoint_now_ms();
@@ -635,9 +634,7 @@ checkpoint_init(void)
 	    ckpt_started);
 	checkpoint_retry_removals();
 	ckpt_timer = evtimer_new(ember_base, checkpoint_timer_cb, NULL);
-	tv.tv_sec = ember_conf.checkpoint_clean_interval / 1000;
-	tv.tv_usec = (ember_conf.checkpoint_clean_interval % 1000) * 1000;
-	evtimer_add(ckpt_timer, &tv);
+	checkpoint_arm_cleaner();
 }
 
 size_t

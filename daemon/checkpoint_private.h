@@ -160,6 +160,8 @@ void		 checkpoint_clean_base(int base, const char *basepath,
 /* The cleaner: local directories whose checkpoint is gone, and reliable
  * leftovers. */
 void		 checkpoint_timer_cb(evutil_socket_t, short, void *);
+/* Arm the cleaner for checkpoint.clean_interval from now. */
+void		 checkpoint_arm_cleaner(void);
 /* Milliseconds since the epoch, as file times are. */
 int64_t		 checkpoint_now_ms(void);
 /* Remove the empty directories of a base, emberd's own entries. */

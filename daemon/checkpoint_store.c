@@ -757,7 +757,6 @@ checkpoint_clean_base(int base, const char *basepath, int local, int adopt,
 void
 checkpoint_timer_cb(evutil_socket_t fd, short events, void *arg)
 {
-	struct timeval	tv;
 	int64_t		before = checkpoint_now_ms() - 1000;
 
 	(void)fd; (void)events; (void)arg;
@@ -769,6 +768,14 @@ checkpoint_timer_cb(evutil_socket_t fd, short events, void *arg)
 	if (!checkpoint_scanning((uid_t)-1))
 		checkpoint_clean_base(ckpt_reliable_fd, ckpt_reliable_path, 0,
 		    1, before);
+	checkpoint_arm_cleaner();
+}
+
+void
+checkpoint_arm_cleaner(void)
+{
+	struct timeval	tv;
+
 	tv.tv_sec = ember_conf.checkpoint_clean_interval / 1000;
 	tv.tv_usec = (ember_conf.checkpoint_clean_interval % 1000) * 1000;
 	evtimer_add(ckpt_timer, &tv);

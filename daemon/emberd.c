@@ -414,6 +414,7 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 		log_open("emberd", level, format, 1);
 	}
 	scheduler_init();
+	helper_init();
 	if (pool_init() == -1) {
 		scheduler_free();
 		ember_failed_start();

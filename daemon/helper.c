@@ -525,7 +525,8 @@ helper_io_cb(evutil_socket_t fd, short events, void *arg)
 		helper_read(h);
 }
 
-void
+/* The fork-server forked the helper of request. */
+static void
 helper_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
 {
 	struct helper	*h = helper_find(fs, request);
@@ -552,7 +553,8 @@ helper_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
 	    request, h->verb, (long)h->client);
 }
 
-void
+/* The fork-server could not fork the helper of request. */
+static void
 helper_fork_failed(struct fslink *fs, int32_t request, int error)
 {
 	struct helper	*h = helper_find(fs, request);
@@ -568,7 +570,8 @@ helper_fork_failed(struct fslink *fs, int32_t request, int error)
 	helper_free(h);
 }
 
-int
+/* A child of the fork-server exited: 1 if it was a helper. */
+static int
 helper_exited(struct fslink *fs, pid_t pid, int status)
 {
 	struct helper	*h;
@@ -595,11 +598,15 @@ helper_exited(struct fslink *fs, pid_t pid, int status)
 	return (1);
 }
 
-void
-helper_lost(struct fslink *fs, const char *why, int restarting)
+/* A fork-server exited: its helpers are gone, their requests fail; with
+ * restarting, those not forked yet wait for the next one. */
+static void
+helper_lost(struct fslink *fs, const char *why, int restarting,
+    int before_hello)
 {
 	struct helper	*h, *next;
 
+	(void)before_hello;
 	TAILQ_FOREACH_SAFE(h, &helpers, entry, next) {
 		if (h->fs != fs)
 			continue;
@@ -617,7 +624,8 @@ helper_lost(struct fslink *fs, const char *why, int restarting)
 	}
 }
 
-void
+/* A fork-server (re)started: ask it for the helpers waiting. */
+static void
 helper_forkserver_ready(struct fslink *fs)
 {
 	struct helper	*h;
@@ -628,6 +636,21 @@ helper_forkserver_ready(struct fslink *fs)
 		if (fslink_helper(fs, h->id) == 0)
 			h->sent = 1;
 	}
+}
+
+/* What a fork-server tells helper.c (fslink.h). */
+static const struct fslink_peer helper_fslink_peer = {
+	.ready = helper_forkserver_ready,
+	.forked = helper_forked,
+	.fork_failed = helper_fork_failed,
+	.exited = helper_exited,
+	.lost = helper_lost,
+};
+
+void
+helper_init(void)
+{
+	fslink_add_peer(FSLINK_HELPERS, &helper_fslink_peer);
 }
 
 void

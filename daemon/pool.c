@@ -113,6 +113,23 @@ pool_maintain_cb(evutil_socket_t fd, short events, void *arg)
 	}
 }
 
+static void	pool_worker_forked(struct fslink *, int32_t, pid_t, int);
+static void	pool_fork_failed(struct fslink *, int32_t, int);
+static int	pool_worker_exited(struct fslink *, pid_t, int);
+static void	pool_forkserver_ready(struct fslink *);
+static void	pool_forkserver_hello(struct fslink *);
+static void	pool_forkserver_lost(struct fslink *, const char *, int, int);
+
+/* What a pool's fork-server tells it (fslink.h). */
+static const struct fslink_peer pool_fslink_peer = {
+	.ready = pool_forkserver_ready,
+	.hello = pool_forkserver_hello,
+	.forked = pool_worker_forked,
+	.fork_failed = pool_fork_failed,
+	.exited = pool_worker_exited,
+	.lost = pool_forkserver_lost,
+};
+
 /* Start the maintenance timer and, unless root, the one pool. */
 int
 pool_init(void)
@@ -121,8 +138,10 @@ pool_init(void)
 	uid_t		 uid;
 	gid_t		 gid;
 
-	/* Before any fork-server starts: each goes into its user's cgroup. */
+	/* Before any fork-server starts: each goes into its user's cgroup,
+	 * and tells its pool what it forked. */
 	cgroup_init();
+	fslink_add_peer(FSLINK_WORKERS, &pool_fslink_peer);
 	pool_maintain = event_new(ember_base, -1, EV_PERSIST, pool_maintain_cb,
 	    NULL);
 	evtimer_add(pool_maintain, &tv);
@@ -312,9 +331,12 @@ pool_grow(struct pool *p, size_t wanted, int past)
 	}
 }
 
-void
-pool_worker_forked(struct pool *p, int32_t request, pid_t pid, int fd)
+/* Its fork-server forked a worker. */
+static void
+pool_worker_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
 {
+	struct pool	*p = fslink_pool(fs);
+
 	(void)request;
 	if (p->pending > 0) {
 		p->pending--;
@@ -328,9 +350,12 @@ pool_worker_forked(struct pool *p, int32_t request, pid_t pid, int fd)
 	service_check_ready();
 }
 
-void
-pool_fork_failed(struct pool *p, int32_t request, int error)
+/* Its fork-server could not fork a worker. */
+static void
+pool_fork_failed(struct fslink *fs, int32_t request, int error)
 {
+	struct pool	*p = fslink_pool(fs);
+
 	(void)request;
 	if (p->pending > 0) {
 		p->pending--;
@@ -341,30 +366,34 @@ pool_fork_failed(struct pool *p, int32_t request, int error)
 	scheduler_kick();
 }
 
-void
-pool_worker_exited(struct pool *p, pid_t pid, int status)
+/* A child of its fork-server that no helper was exited: a worker. */
+static int
+pool_worker_exited(struct fslink *fs, pid_t pid, int status)
 {
-	struct worker	*w = worker_find(p, pid);
+	struct worker	*w = worker_find(fslink_pool(fs), pid);
 
 	ember_counters.workers_exited++;
 	if (w == NULL) {
 		log_debug("exit of unknown worker %ld", (long)pid);
-		return;
+		return (1);
 	}
 	worker_exited(w, status);
+	return (1);
 }
 
-void
-pool_forkserver_ready(struct pool *p)
+/* Its fork-server started: forks may be asked for. */
+static void
+pool_forkserver_ready(struct fslink *fs)
 {
-	(void)p;
+	(void)fs;
 	scheduler_kick();
 }
 
-void
-pool_forkserver_hello(struct pool *p)
+/* Its fork-server said hello. */
+static void
+pool_forkserver_hello(struct fslink *fs)
 {
-	p->ready = 1;
+	fslink_pool(fs)->ready = 1;
 	service_check_ready();
 }
 
@@ -383,9 +412,14 @@ pool_first_warm(void)
 	return (idle >= warm);
 }
 
-void
-pool_forkserver_lost(struct pool *p, const char *why, int before_hello)
+/* Its fork-server is gone, and its workers with it. */
+static void
+pool_forkserver_lost(struct fslink *fs, const char *why, int restarting,
+    int before_hello)
 {
+	struct pool	*p = fslink_pool(fs);
+
+	(void)restarting;
 	/* One that dies before it says hello cannot make workers: fail the
 	 * tasks waiting for it rather than keep them waiting. */
 	if (before_hello) {
@@ -397,6 +431,7 @@ pool_forkserver_lost(struct pool *p, const char *why, int before_hello)
 	p->pending = 0;
 	worker_lost_pool(p, why);
 }
+
 
 /* Fill in p's numbers. */
 static void

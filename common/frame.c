@@ -111,6 +111,26 @@ frame_peek(struct evbuffer *buf, size_t max, int32_t *len)
 	return (FRAME_OK);
 }
 
+int
+frame_skip_records(struct evbuffer *buf, int64_t n, size_t *bytes)
+{
+	struct evbuffer_ptr	 p;
+	unsigned char		 hdr[4];
+	size_t			 off = 0;
+	int32_t			 len;
+
+	while (n-- > 0) {
+		if (evbuffer_ptr_set(buf, &p, off, EVBUFFER_PTR_SET) == -1 ||
+		    evbuffer_copyout_from(buf, &p, hdr, sizeof hdr) !=
+		    (ev_ssize_t)sizeof hdr)
+			return (-1);
+		len = be32_get(hdr);
+		off += sizeof hdr + (len > 0 ? (size_t)len : 0);
+	}
+	*bytes = off;
+	return (0);
+}
+
 void
 evbuffer_add_int32(struct evbuffer *buf, int32_t v)
 {

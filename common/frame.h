@@ -63,6 +63,12 @@ enum frame_status {
  * (or just 4 for a special value) are buffered.
  */
 enum frame_status frame_peek(struct evbuffer *, size_t max, int32_t *len);
+/*
+ * The bytes of the first n record frames of buf (a NULL record, -5, is a
+ * header alone): 0 with *bytes, or -1 if buf holds fewer.  For a batch
+ * checked as it arrived (worker.c), where a short one is emberd's bug.
+ */
+int	frame_skip_records(struct evbuffer *, int64_t n, size_t *bytes);
 
 /* Append an int32, and a frame of len bytes. */
 void	evbuffer_add_int32(struct evbuffer *, int32_t);

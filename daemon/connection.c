@@ -25,6 +25,7 @@
 #include "request.h"
 #include "session.h"
 #include "status.h"
+#include "userdb.h"
 #include "xmalloc.h"
 
 /* Frames handled per read event before yielding to other connections. */
@@ -76,6 +77,8 @@ struct connection {
 	struct operation	*completed;	/* its stream ended here; the
 						   next request confirms it */
 	struct broadcast	*upload;	/* CONN_UPLOAD */
+	struct userdb_wait	*lookup;	/* CONN_BUSY: hello waits for */
+	json_t			*hello;		/* the user, off the loop */
 	TAILQ_ENTRY(connection)	 entry;
 };
 static TAILQ_HEAD(, connection) connections =
@@ -352,6 +355,43 @@ connection_busy_end(struct connection *c)
 	connection_stream_end(c);
 }
 
+static void	connection_hello(struct connection *, json_t *);
+
+/* The user hello waited for is looked up: say hello again. */
+static void
+connection_user_cb(void *arg)
+{
+	struct connection	*c = arg;
+	json_t			*req = c->hello;
+
+	c->lookup = NULL;
+	c->hello = NULL;
+	connection_stream_end(c);	/* back to control frames */
+	connection_hello(c, req);
+	json_decref(req);
+}
+
+/*
+ * Have the users a client's jobs need (its own; for root,
+ * workers.root_user) looked up off the loop before its session starts, so
+ * that nothing after waits for a lookup on the loop: 1 if hello waits,
+ * the connection busy meanwhile.
+ */
+static int
+connection_wait_user(struct connection *c, json_t *req)
+{
+	c->lookup = userdb_wait_uid(c->uid, connection_user_cb, c);
+	if (c->lookup == NULL && c->uid == 0 && geteuid() == 0)
+		c->lookup = userdb_wait_name(ember_conf.workers_root_user,
+		    connection_user_cb, c);
+	if (c->lookup == NULL)
+		return (0);
+	c->hello = json_incref(req);
+	c->state = CONN_BUSY;
+	c->active_ms = ember_now_ms();
+	return (1);
+}
+
 /* hello: version check, then a new or resumed session. */
 static void
 connection_hello(struct connection *c, json_t *req)
@@ -380,6 +420,8 @@ connection_hello(struct connection *c, json_t *req)
 		ember_counters.request_errors++;
 		return;
 	}
+	if (connection_wait_user(c, req))
+		return;
 	if (sid != NULL) {
 		if ((s = session_resume(sid, c->uid)) == NULL) {
 			connection_reply_error(c, "SESSION_NOT_FOUND",
@@ -1088,6 +1130,10 @@ connection_free(struct connection *c)
 		operation_forget_connection(c->completed);
 	if (c->upload != NULL)
 		broadcast_abandon(c->upload);
+	if (c->lookup != NULL)
+		userdb_cancel(c->lookup);
+	if (c->hello != NULL)
+		json_decref(c->hello);
 	while (c->nfds > 0)
 		close(c->fds[--c->nfds]);
 	if (c->session != NULL)

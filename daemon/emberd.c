@@ -39,6 +39,7 @@
 #include "scheduler.h"
 #include "session.h"
 #include "service.h"
+#include "userdb.h"
 #include "xmalloc.h"
 
 struct event_base	*ember_base;
@@ -413,6 +414,7 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 		log_open("emberd", level, format, 1);
 	}
 	scheduler_init();
+	helper_init();
 	if (pool_init() == -1) {
 		scheduler_free();
 		ember_failed_start();
@@ -421,6 +423,8 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 	operation_maintenance_start();
 	checkpoint_init();
 	savelog_open();
+	/* Last: the start's own lookups wait, before the loop runs. */
+	userdb_start();
 	service_started(geteuid() != 0);
 	return (0);
 }
@@ -441,6 +445,7 @@ ember_stop(void)
 	helper_shutdown();
 	pool_shutdown();
 	scheduler_free();
+	userdb_stop();
 	localdir_close(1);
 	service_exit();
 	if (ember_grace != NULL)

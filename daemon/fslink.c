@@ -17,11 +17,9 @@
 #include "emberd.h"
 #include "fdpass.h"
 #include "fslink.h"
-#include "helper.h"
 #include "jobenv.h"
 #include "joblog.h"
 #include "log.h"
-#include "pool.h"
 #include "service.h"
 #include "queue.h"
 #include "xmalloc.h"
@@ -44,6 +42,71 @@ static TAILQ_HEAD(, fslink) fslinks =
 static char	*fslink_path;
 
 static int	fslink_start(struct fslink *);
+
+static const struct fslink_peer	*fslink_peers[FSLINK_KINDS];
+
+void
+fslink_add_peer(enum fslink_kind kind, const struct fslink_peer *peer)
+{
+	fslink_peers[kind] = peer;
+}
+
+struct pool *
+fslink_pool(const struct fslink *fs)
+{
+	return (fs->pool);
+}
+
+/* The peer of kind, if it has call (a member of struct fslink_peer). */
+#define FSLINK_PEER(kind, call)						\
+	(fslink_peers[kind] != NULL && fslink_peers[kind]->call != NULL ?	\
+	fslink_peers[kind] : NULL)
+
+/* A fork request of kind was answered: the child, or why not. */
+static void
+fslink_forked(struct fslink *fs, enum fslink_kind kind, const struct fs_msg *m,
+    int passed)
+{
+	const struct fslink_peer	*p;
+
+	if (passed == -1) {
+		log_error("fork-server sent %s %ld without its socket",
+		    kind == FSLINK_WORKERS ? "worker" : "helper", (long)m->pid);
+		fslink_kill(fs, m->pid, SIGKILL);
+		if ((p = FSLINK_PEER(kind, fork_failed)) != NULL)
+			p->fork_failed(fs, m->id, EBADMSG);
+		return;
+	}
+	if ((p = FSLINK_PEER(kind, forked)) != NULL)
+		p->forked(fs, m->id, m->pid, passed);
+	else
+		close(passed);
+}
+
+/* A fork request of kind failed. */
+static void
+fslink_fork_failed(struct fslink *fs, enum fslink_kind kind,
+    const struct fs_msg *m)
+{
+	const struct fslink_peer	*p;
+
+	if ((p = FSLINK_PEER(kind, fork_failed)) != NULL)
+		p->fork_failed(fs, m->id, m->value);
+}
+
+/* A child exited: the helpers', else the workers'. */
+static void
+fslink_child_exited(struct fslink *fs, const struct fs_msg *m)
+{
+	const struct fslink_peer	*p;
+	int				 k;
+
+	for (k = FSLINK_KINDS - 1; k >= 0; k--) {
+		if ((p = FSLINK_PEER(k, exited)) != NULL &&
+		    p->exited(fs, m->pid, m->value))
+			return;
+	}
+}
 
 /* ember-worker: the conf's path, else beside emberd, else libexecdir. */
 static char *
@@ -94,9 +157,10 @@ fslink_close(struct fslink *fs)
 static void
 fslink_read_cb(evutil_socket_t fd, short events, void *arg)
 {
-	struct fslink	*fs = arg;
-	struct fs_msg		 m;
-	int			 passed, n, i;
+	struct fslink			*fs = arg;
+	const struct fslink_peer	*p;
+	struct fs_msg			 m;
+	int				 passed, n, i, k;
 
 	(void)events;
 	/* A few messages per turn, so a burst of exits cannot starve clients. */
@@ -124,37 +188,25 @@ fslink_read_cb(evutil_socket_t fd, short events, void *arg)
 			    "%d)", (long)m.pid, (long)fs->uid, m.id);
 			fs->failures = 0;
 			fs->hello = 1;
-			pool_forkserver_hello(fs->pool);
+			for (k = 0; k < FSLINK_KINDS; k++) {
+				if ((p = FSLINK_PEER(k, hello)) != NULL)
+					p->hello(fs);
+			}
 			break;
 		case FS_FORKED:
-			if (passed == -1) {
-				log_error("fork-server sent worker %ld without "
-				    "its socket", (long)m.pid);
-				fslink_kill(fs, m.pid, SIGKILL);
-				pool_fork_failed(fs->pool, m.id, EBADMSG);
-				break;
-			}
-			pool_worker_forked(fs->pool, m.id, m.pid, passed);
+			fslink_forked(fs, FSLINK_WORKERS, &m, passed);
 			break;
 		case FS_FORK_FAILED:
-			pool_fork_failed(fs->pool, m.id, m.value);
+			fslink_fork_failed(fs, FSLINK_WORKERS, &m);
 			break;
 		case FS_HELPER_FORKED:
-			if (passed == -1) {
-				log_error("fork-server sent helper %ld without "
-				    "its socket", (long)m.pid);
-				fslink_kill(fs, m.pid, SIGKILL);
-				helper_fork_failed(fs, m.id, EBADMSG);
-				break;
-			}
-			helper_forked(fs, m.id, m.pid, passed);
+			fslink_forked(fs, FSLINK_HELPERS, &m, passed);
 			break;
 		case FS_HELPER_FAILED:
-			helper_fork_failed(fs, m.id, m.value);
+			fslink_fork_failed(fs, FSLINK_HELPERS, &m);
 			break;
 		case FS_EXIT:
-			if (!helper_exited(fs, m.pid, m.value))
-				pool_worker_exited(fs->pool, m.pid, m.value);
+			fslink_child_exited(fs, &m);
 			break;
 		default:
 			log_error("fork-server sent message type %d; killing it",
@@ -255,10 +307,11 @@ fslink_child_stdio(int logfd)
 static int
 fslink_start(struct fslink *fs)
 {
-	char		**argv, **env;
-	int		  sv[2], logfd, i;
-	sigset_t	  all, old;
-	pid_t		  pid;
+	const struct fslink_peer	 *p;
+	char				**argv, **env;
+	int				  sv[2], logfd, i, k;
+	sigset_t			  all, old;
+	pid_t				  pid;
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == -1) {
 		log_error("socketpair: %s", strerror(errno));
@@ -327,8 +380,10 @@ fslink_start(struct fslink *fs)
 	event_add(fs->event, NULL);
 	log_debug("started fork-server %ld for uid %ld (%s)", (long)pid,
 	    (long)fs->uid, fslink_path);
-	pool_forkserver_ready(fs->pool);
-	helper_forkserver_ready(fs);
+	for (k = 0; k < FSLINK_KINDS; k++) {
+		if ((p = FSLINK_PEER(k, ready)) != NULL)
+			p->ready(fs);
+	}
 	return (0);
 }
 
@@ -374,10 +429,11 @@ fslink_pid(const struct fslink *fs)
 static void
 fslink_exited(struct fslink *fs, int status)
 {
-	struct timeval	 tv;
-	char		 how[96], why[128];
-	int64_t		 delay;
-	int		 again;
+	const struct fslink_peer	*p;
+	struct timeval			 tv;
+	char				 how[96], why[128];
+	int64_t				 delay;
+	int				 again, k;
 
 	log_describe_wait(status, how, sizeof how);
 	snprintf(why, sizeof why, "the fork-server %s%s",
@@ -388,8 +444,10 @@ fslink_exited(struct fslink *fs, int status)
 	fs->joblog = NULL;
 	/* One that had said hello is started again, and helpers wait. */
 	again = fs->hello && !ember_draining && !service_failed();
-	helper_lost(fs, why, again);
-	pool_forkserver_lost(fs->pool, why, !fs->hello);
+	for (k = FSLINK_KINDS - 1; k >= 0; k--) {
+		if ((p = FSLINK_PEER(k, lost)) != NULL)
+			p->lost(fs, why, again, !fs->hello);
+	}
 	fs->hello = 0;
 	if (ember_draining || service_failed()) {
 		log_info("%s", why);

@@ -16,6 +16,38 @@
 struct fslink;
 struct pool;
 
+/*
+ * What a fork-server's messages are for: each part of emberd that has it
+ * fork processes adds its calls once (as tmux's proc_add_peer), the
+ * pools for their workers and helper.c for its helpers, and fslink.c
+ * hands each message to the one it is for.  A call may be NULL.
+ */
+struct fslink_peer {
+	/* It started (requests may be sent now), it said hello. */
+	void	(*ready)(struct fslink *);
+	void	(*hello)(struct fslink *);
+	/* Its answer to fork request id: the child and emberd's end of its
+	 * socket, or the errno why not. */
+	void	(*forked)(struct fslink *, int32_t id, pid_t, int fd);
+	void	(*fork_failed)(struct fslink *, int32_t id, int error);
+	/* A child of it exited: 1 if it was this peer's. */
+	int	(*exited)(struct fslink *, pid_t, int status);
+	/* It is gone; restarting: it is started again; before_hello: it
+	 * died before its hello. */
+	void	(*lost)(struct fslink *, const char *why, int restarting,
+		    int before_hello);
+};
+/* Whose forks: FS_FORKED answers the workers', FS_HELPER_FORKED the
+ * helpers'.  Exits and losses go to the helpers first. */
+enum fslink_kind {
+	FSLINK_WORKERS,
+	FSLINK_HELPERS,
+	FSLINK_KINDS
+};
+void		 fslink_add_peer(enum fslink_kind, const struct fslink_peer *);
+/* The pool whose workers fs forks. */
+struct pool	*fslink_pool(const struct fslink *);
+
 /* Check that ember-worker can be run; -1 (logged) if not. */
 int		 fslink_init(void);
 /* Start a fork-server for pool's workers, running as uid:gid (--user when

@@ -16,6 +16,7 @@
 #include "frame.h"
 #include "fslink.h"
 #include "helper.h"
+#include "hmsg.h"
 #include "limit.h"
 #include "log.h"
 #include "pool.h"
@@ -56,6 +57,7 @@ struct helper {
 	int			 fds[HELPER_MAX_FDS];	/* came with it */
 	size_t			 nfds;
 	char			*verb;
+	enum hmsg_verb		 verb_id;
 	int32_t			 max_reply;	/* the reply's bound */
 	uint64_t		 started_ms;
 	helper_cb		 cb;		/* NULL: answered or cancelled */
@@ -262,9 +264,9 @@ helper_create(uid_t client, gid_t gid, const char *verb, json_t *args,
 {
 	struct helper	*h;
 	struct pool	*p;
-	json_t		*req;
 	char		*text;
-	size_t		 i;
+	size_t		 i, len;
+	int		 v;
 
 	*class = "INTERNAL";
 	if (nfds > HELPER_MAX_FDS)
@@ -294,6 +296,9 @@ helper_create(uid_t client, gid_t gid, const char *verb, json_t *args,
 	h->pid = -1;
 	h->sock = -1;
 	h->verb = xstrdup(verb);
+	if ((v = hmsg_verb_find(verb)) == -1)
+		fatalx("helper: no verb %s", verb);
+	h->verb_id = (enum hmsg_verb)v;
 	h->max_reply = HELPER_MAX_REPLY;
 	h->cb = cb;
 	h->arg = arg;
@@ -310,12 +315,9 @@ helper_create(uid_t client, gid_t gid, const char *verb, json_t *args,
 		}
 		h->nin++;
 	}
-	req = json_pack("{s:s,s:O}", "verb", verb, "args", args);
-	if ((text = json_dumps(req, JSON_COMPACT)) == NULL)
-		fatalx("json_dumps");
-	json_decref(req);
+	text = hmsg_request_encode(h->verb_id, args, &len);
 	h->out = evbuffer_new();
-	evbuffer_add_frame(h->out, text, strlen(text));
+	evbuffer_add_frame(h->out, text, len);
 	free(text);
 	h->in = evbuffer_new();
 	if (background && helper_background_running(client) >=
@@ -430,27 +432,22 @@ helper_answered(struct helper *h)
 static void
 helper_answer(struct helper *h, size_t len)
 {
-	json_error_t	 je;
-	json_t		*msg, *reply, *ok;
+	json_t		*msg, *reply;
 	helper_cb	 cb = h->cb;
 	void		*arg = h->arg;
 	const char	*error;
+	char		*err = NULL;
 	int		 fds[HELPER_MAX_FDS];
 	size_t		 nfds = h->nfds;
 
-	msg = json_loadb((const char *)evbuffer_pullup(h->in,
-	    (ev_ssize_t)len), len, 0, &je);
-	ok = json_object_get(msg, "ok");
-	reply = json_object_get(msg, "reply");
-	error = json_string_value(json_object_get(msg, "error"));
-	if (!json_is_object(msg) || !json_is_boolean(ok) ||
-	    (json_is_true(ok) && !json_is_object(reply)) ||
-	    (!json_is_true(ok) && error == NULL)) {
+	if (hmsg_reply_decode(evbuffer_pullup(h->in, (ev_ssize_t)len), len,
+	    h->verb_id, &msg, &reply, &error, &err) == -1) {
 		json_decref(msg);
-		helper_fail(h, "INTERNAL", "a malformed reply");
+		helper_fail(h, "INTERNAL", "a malformed reply: %s", err);
+		free(err);
 		return;
 	}
-	if (!json_is_true(ok)) {
+	if (error != NULL) {
 		helper_fail(h, "INTERNAL", "it refused the request: %s",
 		    error);
 		json_decref(msg);
@@ -528,7 +525,8 @@ helper_io_cb(evutil_socket_t fd, short events, void *arg)
 		helper_read(h);
 }
 
-void
+/* The fork-server forked the helper of request. */
+static void
 helper_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
 {
 	struct helper	*h = helper_find(fs, request);
@@ -555,7 +553,8 @@ helper_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
 	    request, h->verb, (long)h->client);
 }
 
-void
+/* The fork-server could not fork the helper of request. */
+static void
 helper_fork_failed(struct fslink *fs, int32_t request, int error)
 {
 	struct helper	*h = helper_find(fs, request);
@@ -571,7 +570,8 @@ helper_fork_failed(struct fslink *fs, int32_t request, int error)
 	helper_free(h);
 }
 
-int
+/* A child of the fork-server exited: 1 if it was a helper. */
+static int
 helper_exited(struct fslink *fs, pid_t pid, int status)
 {
 	struct helper	*h;
@@ -598,11 +598,15 @@ helper_exited(struct fslink *fs, pid_t pid, int status)
 	return (1);
 }
 
-void
-helper_lost(struct fslink *fs, const char *why, int restarting)
+/* A fork-server exited: its helpers are gone, their requests fail; with
+ * restarting, those not forked yet wait for the next one. */
+static void
+helper_lost(struct fslink *fs, const char *why, int restarting,
+    int before_hello)
 {
 	struct helper	*h, *next;
 
+	(void)before_hello;
 	TAILQ_FOREACH_SAFE(h, &helpers, entry, next) {
 		if (h->fs != fs)
 			continue;
@@ -620,7 +624,8 @@ helper_lost(struct fslink *fs, const char *why, int restarting)
 	}
 }
 
-void
+/* A fork-server (re)started: ask it for the helpers waiting. */
+static void
 helper_forkserver_ready(struct fslink *fs)
 {
 	struct helper	*h;
@@ -631,6 +636,21 @@ helper_forkserver_ready(struct fslink *fs)
 		if (fslink_helper(fs, h->id) == 0)
 			h->sent = 1;
 	}
+}
+
+/* What a fork-server tells helper.c (fslink.h). */
+static const struct fslink_peer helper_fslink_peer = {
+	.ready = helper_forkserver_ready,
+	.forked = helper_forked,
+	.fork_failed = helper_fork_failed,
+	.exited = helper_exited,
+	.lost = helper_lost,
+};
+
+void
+helper_init(void)
+{
+	fslink_add_peer(FSLINK_HELPERS, &helper_fslink_peer);
 }
 
 void

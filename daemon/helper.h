@@ -72,16 +72,8 @@ void		 helper_limit_reply(struct helper *, size_t max);
  * callback is not called, the helper is killed, nothing is left. */
 void		 helper_cancel(struct helper *);
 
-/* From fslink.c: a fork-server's answers about helpers.  helper_exited
- * returns 1 if pid was a helper's (else it is a worker's). */
-void		 helper_forked(struct fslink *, int32_t request, pid_t, int fd);
-void		 helper_fork_failed(struct fslink *, int32_t request, int error);
-int		 helper_exited(struct fslink *, pid_t, int status);
-/* A fork-server exited: its helpers are gone, their requests fail; with
- * restarting, those not forked yet wait for the next one. */
-void		 helper_lost(struct fslink *, const char *why, int restarting);
-/* A fork-server (re)started: ask it for the helpers waiting. */
-void		 helper_forkserver_ready(struct fslink *);
+/* Hear from the fork-servers about helpers (fslink_add_peer). */
+void		 helper_init(void);
 /* Cancel and forget every helper (exit). */
 void		 helper_shutdown(void);
 

@@ -23,6 +23,7 @@
 
 #include "emberd.h"
 #include "httpd.h"
+#include "listener.h"
 #include "localdir.h"
 #include "log.h"
 #include "metrics.h"
@@ -265,7 +266,7 @@ httpd_conn_of(struct evhttp_request *req)
 }
 
 /* Send a short plain-text error. */
-static void
+static void __attribute__((format(printf, 4, 5)))
 httpd_error(struct evhttp_request *req, int code, const char *reason,
     const char *fmt, ...)
 {
@@ -387,37 +388,19 @@ httpd_request_cb(struct evhttp_request *req, void *arg)
 	evbuffer_free(b);
 }
 
-static void
-httpd_retry_cb(evutil_socket_t fd, short events, void *arg)
-{
-	(void)fd; (void)events; (void)arg;
-	if (httpd_listener != NULL)
-		evconnlistener_enable(httpd_listener);
-}
-
-/* accept failed: out of descriptors pauses the listener for a second
- * rather than spinning on a listener that is always readable. */
+/* accept failed on the status listener. */
 static void
 httpd_accept_error_cb(struct evconnlistener *l, void *arg)
 {
-	struct timeval	tv = { 1, 0 };
-	int		err = EVUTIL_SOCKET_ERROR();
-
 	(void)arg;
-	log_warn("status: accept: %s", strerror(err));
-	if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-		evconnlistener_disable(l);
-		evtimer_add(httpd_retry_ev, &tv);
-	}
+	listener_accept_failed(l, httpd_retry_ev, "status: ");
 }
 
-/* Make the Unix socket at path: a stale socket file is replaced, any
- * other file is an error. */
+/* Make the Unix socket at path: a stale socket file is replaced; any other
+ * file, or a socket something accepts on, is an error. */
 static int
 httpd_bind_unix(const char *path, struct sockaddr_un *sun)
 {
-	struct stat	st;
-
 	if (strlen(path) >= sizeof sun->sun_path) {
 		log_error("status.listen: %s: path too long", path);
 		return (-1);
@@ -427,14 +410,8 @@ httpd_bind_unix(const char *path, struct sockaddr_un *sun)
 	strcpy(sun->sun_path, path);
 	if (localdir_check_above("status.listen", path) == -1)
 		return (-1);
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			log_error("status.listen: %s exists and is not a "
-			    "socket", path);
-			return (-1);
-		}
-		unlink(path);
-	}
+	if (listener_clear_path("status.listen", sun) == -1)
+		return (-1);
 	return (0);
 }
 
@@ -592,7 +569,8 @@ httpd_start(void)
 	evhttp_set_bevcb(httpd, httpd_bev_cb, NULL);
 	evhttp_set_gencb(httpd, httpd_request_cb, NULL);
 	httpd_attach_ev = event_new(ember_base, -1, 0, httpd_attach_cb, NULL);
-	httpd_retry_ev = evtimer_new(ember_base, httpd_retry_cb, NULL);
+	httpd_retry_ev = evtimer_new(ember_base, listener_resume_cb,
+	    &httpd_listener);
 	if (evhttp_bind_listener(httpd, httpd_listener) == NULL)
 		fatalx("evhttp_bind_listener failed");
 	httpd_log_address();

@@ -5,6 +5,7 @@
 
 #include "emberd.h"
 #include "jobenv.h"
+#include "userdb.h"
 #include "xmalloc.h"
 
 extern char **environ;
@@ -69,20 +70,21 @@ jobenv_add(char ***env, size_t *n, size_t *max, const char *name,
 char **
 jobenv_build(uid_t uid)
 {
-	struct passwd	*pw;
-	char		**env = NULL, uidtext[32], *eq;
-	const char	*home = "/", *shell = "/bin/sh", *name;
-	size_t		  n = 0, max = 0, i;
+	const struct userdb_user	 *pw;
+	char				**env = NULL, uidtext[32], *eq;
+	const char			 *home = "/", *shell = "/bin/sh", *name;
+	size_t				  n = 0, max = 0, i;
 
 	/* A uid without an entry: its number for a name, / for a home. */
 	snprintf(uidtext, sizeof uidtext, "%lu", (unsigned long)uid);
 	name = uidtext;
-	if ((pw = getpwuid(uid)) != NULL) {
-		name = pw->pw_name;
-		if (pw->pw_dir != NULL && pw->pw_dir[0] == '/')
-			home = pw->pw_dir;
-		if (pw->pw_shell != NULL && pw->pw_shell[0] == '/')
-			shell = pw->pw_shell;
+	/* Cached: the pool's user was looked up before its fork-server. */
+	if ((pw = userdb_uid_now(uid)) != NULL) {
+		name = pw->name;
+		if (pw->dir[0] == '/')
+			home = pw->dir;
+		if (pw->shell[0] == '/')
+			shell = pw->shell;
 	}
 	jobenv_add(&env, &n, &max, "PATH=", ember_conf.workers_path);
 	jobenv_add(&env, &n, &max, "HOME=", home);

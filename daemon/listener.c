@@ -57,30 +57,61 @@ listener_accept_cb(struct evconnlistener *l, evutil_socket_t fd,
 	connection_create(fd);
 }
 
-static void
-listener_retry_cb(evutil_socket_t fd, short events, void *arg)
+void
+listener_resume_cb(evutil_socket_t fd, short events, void *arg)
 {
-	(void)fd; (void)events; (void)arg;
-	if (listener != NULL)
-		evconnlistener_enable(listener);
+	struct evconnlistener	**l = arg;
+
+	(void)fd; (void)events;
+	if (*l != NULL)
+		evconnlistener_enable(*l);
 }
 
-/* accept failed: out of descriptors pauses accepting for a second rather
- * than spinning on a listener that is always readable. */
-static void
-listener_error_cb(struct evconnlistener *l, void *arg)
+void
+listener_accept_failed(struct evconnlistener *l, struct event *resume,
+    const char *who)
 {
 	struct timeval	tv = { 1, 0 };
 	int		err = EVUTIL_SOCKET_ERROR();
 
-	(void)arg;
 	if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-		log_warn("accept: %s; pausing accept for 1s", strerror(err));
+		log_warn("%saccept: %s; pausing accept for 1s", who,
+		    strerror(err));
 		evconnlistener_disable(l);
-		evtimer_add(listener_retry, &tv);
+		evtimer_add(resume, &tv);
 		return;
 	}
-	log_warn("accept: %s", strerror(err));
+	log_warn("%saccept: %s", who, strerror(err));
+}
+
+/* accept failed on the client socket. */
+static void
+listener_error_cb(struct evconnlistener *l, void *arg)
+{
+	(void)arg;
+	listener_accept_failed(l, listener_retry, "");
+}
+
+int
+listener_clear_path(const char *key, const struct sockaddr_un *sun)
+{
+	const char	*path = sun->sun_path;
+	struct stat	 st;
+
+	if (lstat(path, &st) == -1)
+		return (0);
+	if (!S_ISSOCK(st.st_mode)) {
+		log_error("%s: %s exists and is not a socket", key, path);
+		return (-1);
+	}
+	if (listener_in_use(sun)) {
+		log_error("%s: %s: another emberd is listening there", key,
+		    path);
+		return (-1);
+	}
+	log_info("removing stale socket %s", path);
+	unlink(path);
+	return (1);
 }
 
 int
@@ -88,7 +119,6 @@ listener_start(void)
 {
 	struct sockaddr_un	 sun;
 	const char		*path = ember_conf.daemon_socket;
-	struct stat		 st;
 	struct group		*gr;
 	int			 fd;
 	mode_t			 mask;
@@ -102,21 +132,13 @@ listener_start(void)
 	}
 	strcpy(sun.sun_path, path);
 
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			log_error("daemon.socket: %s exists and is not a socket",
-			    path);
-			return (-1);
-		}
-		if (listener_in_use(&sun)) {
-			log_error("daemon.socket: %s: another emberd is "
-			    "listening there", path);
-			return (-1);
-		}
-		log_info("removing stale socket %s", path);
-		unlink(path);
-	} else
+	switch (listener_clear_path("daemon.socket", &sun)) {
+	case -1:
+		return (-1);
+	case 0:
 		listener_make_dir(path);
+		break;
+	}
 	/* Whoever may write the directory could replace the socket, or
 	 * rename it between bind and chown. */
 	if (localdir_check_above("daemon.socket", path) == -1)
@@ -161,7 +183,7 @@ listener_start(void)
 	if (listener == NULL)
 		fatalx("evconnlistener_new failed");
 	evconnlistener_set_error_cb(listener, listener_error_cb);
-	listener_retry = evtimer_new(ember_base, listener_retry_cb, NULL);
+	listener_retry = evtimer_new(ember_base, listener_resume_cb, &listener);
 	listener_path = xstrdup(path);
 	return (0);
 }

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -346,39 +347,18 @@ metrics_write_counters(struct evbuffer *b)
 	}
 }
 
-/* Count the entries of an array of objects by the string under key. */
-static void
-metrics_count_by(json_t *a, const char *key, const char *const *names,
-    uint64_t *counts)
-{
-	json_t		*o;
-	const char	*s;
-	size_t		 i, k;
-
-	json_array_foreach(a, i, o) {
-		if ((s = json_string_value(json_object_get(o, key))) == NULL)
-			continue;
-		for (k = 0; names[k] != NULL; k++) {
-			if (strcmp(s, names[k]) == 0)
-				counts[k]++;
-		}
-	}
-}
-
 /* Workers by state, and the forks under way. */
 static void
-metrics_write_workers(struct evbuffer *b, json_t *pools)
+metrics_write_workers(struct evbuffer *b, const struct pool_stats *pools,
+    size_t npools)
 {
 	static const char *const states[] = { "idle", "busy", "dead", NULL };
-	uint64_t	 counts[3] = { 0, 0, 0 }, starting = 0;
-	json_t		*workers = worker_status_all(0), *p;
+	uint64_t	 counts[3], starting = 0;
 	size_t		 i;
 
-	metrics_count_by(workers, "state", states, counts);
-	json_decref(workers);
-	json_array_foreach(pools, i, p)
-		starting += (uint64_t)json_integer_value(json_object_get(p,
-		    "starting"));
+	worker_count_states(counts);
+	for (i = 0; i < npools; i++)
+		starting += (uint64_t)pools[i].starting;
 	metrics_head(b, "ember_workers", "gauge", "Worker processes by state "
 	    "(starting: forks asked for, not made yet).");
 	for (i = 0; states[i] != NULL; i++)
@@ -397,78 +377,73 @@ metrics_write_operations(struct evbuffer *b)
 {
 	static const char *const states[] = { "attached", "detached",
 	    "complete", NULL };
-	uint64_t	 counts[3] = { 0, 0, 0 };
-	json_t		*ops = operation_status(0), *sessions;
+	uint64_t	 counts[3];
 	size_t		 i;
 
-	metrics_count_by(ops, "state", states, counts);
-	json_decref(ops);
+	operation_count_states(counts);
 	metrics_head(b, "ember_operations", "gauge", "Operations held, by "
 	    "state: with a client, waiting for a reattach, or complete and "
 	    "waiting for release.");
 	for (i = 0; states[i] != NULL; i++)
 		evbuffer_add_printf(b, "ember_operations{state=\"%s\"} %llu\n",
 		    states[i], (unsigned long long)counts[i]);
-	sessions = session_status(0);
 	metrics_value(b, "ember_sessions", "gauge", "Sessions held.",
-	    (double)json_array_size(sessions));
-	json_decref(sessions);
+	    (double)session_count());
 	metrics_value(b, "ember_tasks_queued", "gauge",
 	    "Tasks waiting for a worker.", (double)scheduler_queued());
 }
 
-/* One family of per-pool numbers, labelled by the pool's uid. */
+/* One family of per-pool counters, labelled by the pool's uid: the
+ * uint64_t at offset off of each pool's numbers. */
 static void
-metrics_write_pool_family(struct evbuffer *b, json_t *pools,
-    const char *name, const char *type, const char *help, const char *key)
+metrics_write_pool_family(struct evbuffer *b, const struct pool_stats *pools,
+    size_t npools, const char *name, const char *help, size_t off)
 {
-	json_t	*p;
-	size_t	 i;
+	size_t	i;
 
-	metrics_head(b, name, type, help);
-	json_array_foreach(pools, i, p) {
+	metrics_head(b, name, "counter", help);
+	for (i = 0; i < npools; i++)
 		evbuffer_add_printf(b, "%s{uid=\"%lld\"} %lld\n", name,
-		    (long long)json_integer_value(json_object_get(p, "client")),
-		    (long long)json_integer_value(json_object_get(p, key)));
-	}
+		    (long long)pools[i].client, (long long)*(const uint64_t *)
+		    (const void *)((const char *)&pools[i] + off));
 }
 
 /* Per pool: workers, forks, reuses, retirements by cause. */
 static void
-metrics_write_pools(struct evbuffer *b, json_t *pools)
+metrics_write_pools(struct evbuffer *b, const struct pool_stats *pools,
+    size_t npools)
 {
 	static const char *const states[] = { "idle", "busy", "starting" };
-	json_t		*p, *retired, *n;
-	const char	*cause;
-	size_t		 i, k;
+	size_t		 i;
+	int		 k, n[3];
 
 	metrics_head(b, "ember_pool_workers", "gauge",
 	    "Workers of each pool (uid: the user whose jobs it runs), by "
 	    "state.");
-	json_array_foreach(pools, i, p) {
+	for (i = 0; i < npools; i++) {
+		n[0] = pools[i].idle;
+		n[1] = pools[i].busy;
+		n[2] = pools[i].starting;
 		for (k = 0; k < 3; k++)
 			evbuffer_add_printf(b, "ember_pool_workers{uid=\"%lld\","
-			    "state=\"%s\"} %lld\n", (long long)
-			    json_integer_value(json_object_get(p, "client")),
-			    states[k], (long long)json_integer_value(
-			    json_object_get(p, states[k])));
+			    "state=\"%s\"} %lld\n", (long long)pools[i].client,
+			    states[k], (long long)n[k]);
 	}
-	metrics_write_pool_family(b, pools, "ember_pool_forks_total",
-	    "counter", "Workers each pool's fork-server made.", "forks");
-	metrics_write_pool_family(b, pools, "ember_pool_reuses_total",
-	    "counter", "Tasks each pool gave to a worker that had run one.",
-	    "reuses");
+	metrics_write_pool_family(b, pools, npools, "ember_pool_forks_total",
+	    "Workers each pool's fork-server made.",
+	    offsetof(struct pool_stats, forks));
+	metrics_write_pool_family(b, pools, npools, "ember_pool_reuses_total",
+	    "Tasks each pool gave to a worker that had run one.",
+	    offsetof(struct pool_stats, reuses));
 	metrics_head(b, "ember_pool_retirements_total", "counter",
 	    "Workers each pool stopped using, by cause.");
-	json_array_foreach(pools, i, p) {
-		retired = json_object_get(p, "retired");
-		json_object_foreach(retired, cause, n) {
+	for (i = 0; i < npools; i++) {
+		for (k = 0; k < RETIRE_CAUSES; k++) {
 			evbuffer_add_printf(b, "ember_pool_retirements_total{"
-			    "uid=\"%lld\",cause=\"", (long long)
-			    json_integer_value(json_object_get(p, "client")));
-			metrics_label(b, cause);
+			    "uid=\"%lld\",cause=\"", (long long)pools[i].client);
+			metrics_label(b, worker_retire_name(k));
 			evbuffer_add_printf(b, "\"} %lld\n",
-			    (long long)json_integer_value(n));
+			    (long long)pools[i].retired[k]);
 		}
 	}
 }
@@ -532,8 +507,10 @@ metrics_write_process(struct evbuffer *b)
 void
 metrics_write(struct evbuffer *b)
 {
-	json_t	*pools = pool_status(0);
+	struct pool_stats	*pools;
+	size_t			 npools;
 
+	pools = pool_stats_all(&npools);
 	metrics_head(b, "ember_build_info", "gauge",
 	    "Always 1; the version of emberd in a label.");
 	evbuffer_add_printf(b, "ember_build_info{version=\"");
@@ -542,10 +519,10 @@ metrics_write(struct evbuffer *b)
 	metrics_value(b, "ember_draining", "gauge",
 	    "1 while emberd drains after SIGTERM, else 0.", ember_draining);
 	metrics_write_counters(b);
-	metrics_write_workers(b, pools);
+	metrics_write_workers(b, pools, npools);
 	metrics_write_operations(b);
-	metrics_write_pools(b, pools);
-	json_decref(pools);
+	metrics_write_pools(b, pools, npools);
+	free(pools);
 	metrics_histogram(b, "ember_task_duration_seconds",
 	    "Run time of the tasks that ended cleanly, as their worker "
 	    "measured it.", &metrics_duration);

@@ -68,6 +68,9 @@ void		 operation_shutdown_unstarted(struct operation *);
 /* Operations a drain waits for: those with a client attached. */
 size_t		 operation_count(void);
 json_t		*operation_status(uid_t);
+/* Count every operation by state: counts[0] attached, [1] detached,
+ * [2] complete (as status names them). */
+void		 operation_count_states(uint64_t counts[3]);
 
 /* What a worker needs to run a task of op. */
 uint64_t	 operation_serial(const struct operation *);

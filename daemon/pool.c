@@ -113,6 +113,23 @@ pool_maintain_cb(evutil_socket_t fd, short events, void *arg)
 	}
 }
 
+static void	pool_worker_forked(struct fslink *, int32_t, pid_t, int);
+static void	pool_fork_failed(struct fslink *, int32_t, int);
+static int	pool_worker_exited(struct fslink *, pid_t, int);
+static void	pool_forkserver_ready(struct fslink *);
+static void	pool_forkserver_hello(struct fslink *);
+static void	pool_forkserver_lost(struct fslink *, const char *, int, int);
+
+/* What a pool's fork-server tells it (fslink.h). */
+static const struct fslink_peer pool_fslink_peer = {
+	.ready = pool_forkserver_ready,
+	.hello = pool_forkserver_hello,
+	.forked = pool_worker_forked,
+	.fork_failed = pool_fork_failed,
+	.exited = pool_worker_exited,
+	.lost = pool_forkserver_lost,
+};
+
 /* Start the maintenance timer and, unless root, the one pool. */
 int
 pool_init(void)
@@ -121,8 +138,10 @@ pool_init(void)
 	uid_t		 uid;
 	gid_t		 gid;
 
-	/* Before any fork-server starts: each goes into its user's cgroup. */
+	/* Before any fork-server starts: each goes into its user's cgroup,
+	 * and tells its pool what it forked. */
 	cgroup_init();
+	fslink_add_peer(FSLINK_WORKERS, &pool_fslink_peer);
 	pool_maintain = event_new(ember_base, -1, EV_PERSIST, pool_maintain_cb,
 	    NULL);
 	evtimer_add(pool_maintain, &tv);
@@ -312,9 +331,12 @@ pool_grow(struct pool *p, size_t wanted, int past)
 	}
 }
 
-void
-pool_worker_forked(struct pool *p, int32_t request, pid_t pid, int fd)
+/* Its fork-server forked a worker. */
+static void
+pool_worker_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
 {
+	struct pool	*p = fslink_pool(fs);
+
 	(void)request;
 	if (p->pending > 0) {
 		p->pending--;
@@ -328,9 +350,12 @@ pool_worker_forked(struct pool *p, int32_t request, pid_t pid, int fd)
 	service_check_ready();
 }
 
-void
-pool_fork_failed(struct pool *p, int32_t request, int error)
+/* Its fork-server could not fork a worker. */
+static void
+pool_fork_failed(struct fslink *fs, int32_t request, int error)
 {
+	struct pool	*p = fslink_pool(fs);
+
 	(void)request;
 	if (p->pending > 0) {
 		p->pending--;
@@ -341,30 +366,34 @@ pool_fork_failed(struct pool *p, int32_t request, int error)
 	scheduler_kick();
 }
 
-void
-pool_worker_exited(struct pool *p, pid_t pid, int status)
+/* A child of its fork-server that no helper was exited: a worker. */
+static int
+pool_worker_exited(struct fslink *fs, pid_t pid, int status)
 {
-	struct worker	*w = worker_find(p, pid);
+	struct worker	*w = worker_find(fslink_pool(fs), pid);
 
 	ember_counters.workers_exited++;
 	if (w == NULL) {
 		log_debug("exit of unknown worker %ld", (long)pid);
-		return;
+		return (1);
 	}
 	worker_exited(w, status);
+	return (1);
 }
 
-void
-pool_forkserver_ready(struct pool *p)
+/* Its fork-server started: forks may be asked for. */
+static void
+pool_forkserver_ready(struct fslink *fs)
 {
-	(void)p;
+	(void)fs;
 	scheduler_kick();
 }
 
-void
-pool_forkserver_hello(struct pool *p)
+/* Its fork-server said hello. */
+static void
+pool_forkserver_hello(struct fslink *fs)
 {
-	p->ready = 1;
+	fslink_pool(fs)->ready = 1;
 	service_check_ready();
 }
 
@@ -383,9 +412,14 @@ pool_first_warm(void)
 	return (idle >= warm);
 }
 
-void
-pool_forkserver_lost(struct pool *p, const char *why, int before_hello)
+/* Its fork-server is gone, and its workers with it. */
+static void
+pool_forkserver_lost(struct fslink *fs, const char *why, int restarting,
+    int before_hello)
 {
+	struct pool	*p = fslink_pool(fs);
+
+	(void)restarting;
 	/* One that dies before it says hello cannot make workers: fail the
 	 * tasks waiting for it rather than keep them waiting. */
 	if (before_hello) {
@@ -398,28 +432,60 @@ pool_forkserver_lost(struct pool *p, const char *why, int before_hello)
 	worker_lost_pool(p, why);
 }
 
+
+/* Fill in p's numbers. */
+static void
+pool_stats(struct pool *p, struct pool_stats *st)
+{
+	int	i;
+
+	st->client = p->client;
+	worker_count_pool(p, &st->workers, &st->idle);
+	st->busy = st->workers - st->idle;
+	st->starting = p->pending;
+	st->forks = p->forks;
+	st->reuses = p->reuses;
+	for (i = 0; i < RETIRE_CAUSES; i++)
+		st->retired[i] = p->retired[i];
+}
+
+struct pool_stats *
+pool_stats_all(size_t *n)
+{
+	struct pool_stats	*a = NULL;
+	struct pool		*p;
+
+	*n = 0;
+	TAILQ_FOREACH(p, &pools, entry) {
+		a = xreallocarray(a, *n + 1, sizeof *a);
+		pool_stats(p, &a[(*n)++]);
+	}
+	return (a);
+}
+
 json_t *
 pool_status(uid_t uid)
 {
-	json_t		*a = json_array(), *retired;
-	struct pool	*p;
-	int		 i, all, idle;
+	json_t			*a = json_array(), *retired;
+	struct pool		*p;
+	struct pool_stats	 st;
+	int			 i;
 
 	TAILQ_FOREACH(p, &pools, entry) {
 		if (uid != 0 && p->client != uid)
 			continue;
-		worker_count_pool(p, &all, &idle);
+		pool_stats(p, &st);
 		retired = json_object();
 		for (i = 0; i < RETIRE_CAUSES; i++)
 			json_object_set_new(retired, worker_retire_name(i),
-			    json_integer((json_int_t)p->retired[i]));
+			    json_integer((json_int_t)st.retired[i]));
 		json_array_append_new(a, json_pack("{s:I,s:I,s:I,s:i,s:i,s:i,"
 		    "s:i,s:i,s:I,s:I,s:o,s:i}", "client", (json_int_t)p->client,
 		    "uid", (json_int_t)p->uid, "gid", (json_int_t)p->gid,
-		    "workers", all, "idle", idle, "busy", all - idle,
-		    "starting", p->pending,
+		    "workers", st.workers, "idle", st.idle, "busy", st.busy,
+		    "starting", st.starting,
 		    "crashes_in_a_row", p->crashes, "forks",
-		    (json_int_t)p->forks, "reuses", (json_int_t)p->reuses,
+		    (json_int_t)st.forks, "reuses", (json_int_t)st.reuses,
 		    "retired", retired, "forkserver", fslink_running(p->fs) ?
 		    (int)fslink_pid(p->fs) : 0));
 	}

@@ -47,17 +47,8 @@ struct pool	*pool_of_task(const struct task *);
 /* The pool that runs client uid:gid's jobs (made on first use), or NULL. */
 struct pool	*pool_of_client(uid_t, gid_t);
 
-/* From a pool's fork-server. */
-void		 pool_worker_forked(struct pool *, int32_t request, pid_t,
-		     int fd);
-void		 pool_fork_failed(struct pool *, int32_t request, int error);
-void		 pool_worker_exited(struct pool *, pid_t, int status);
-void		 pool_forkserver_ready(struct pool *);
-void		 pool_forkserver_hello(struct pool *);
 /* Whether the first pool's fork-server is up with min_idle workers idle. */
 int		 pool_first_warm(void);
-void		 pool_forkserver_lost(struct pool *, const char *why,
-		     int before_hello);
 
 /* From its workers: what status counts, and the crash-storm count. */
 struct fslink *pool_fslink(struct pool *);
@@ -67,5 +58,16 @@ void		 pool_count_crash(struct pool *);
 void		 pool_count_success(struct pool *);
 
 json_t		*pool_status(uid_t);
+
+/* A pool's numbers, as status shows them. */
+struct pool_stats {
+	uid_t		 client;	/* whose jobs it runs */
+	int		 workers, idle, busy;
+	int		 starting;	/* forks asked for, not made yet */
+	uint64_t	 forks, reuses;
+	uint64_t	 retired[RETIRE_CAUSES];	/* by cause */
+};
+/* Every pool's numbers: an array of *n, to free. */
+struct pool_stats *pool_stats_all(size_t *n);
 
 #endif

@@ -200,20 +200,11 @@ retry_check(const struct retry *r, const struct position *pos, char *why,
 static size_t
 retry_frames_bytes(struct evbuffer *buf, int64_t n)
 {
-	struct evbuffer_ptr	 p;
-	unsigned char		 hdr[4];
-	size_t			 off = 0;
-	int32_t			 len;
+	size_t	bytes;
 
-	while (n-- > 0) {
-		if (evbuffer_ptr_set(buf, &p, off, EVBUFFER_PTR_SET) == -1 ||
-		    evbuffer_copyout_from(buf, &p, hdr, 4) != 4)
-			fatalx("retry buffer: a batch is shorter than its "
-			    "records");
-		len = be32_get(hdr);
-		off += 4 + (len > 0 ? (size_t)len : 0);
-	}
-	return (off);
+	if (frame_skip_records(buf, n, &bytes) == -1)
+		fatalx("retry buffer: a batch is shorter than its records");
+	return (bytes);
 }
 
 int

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "operation.h"
 #include "session.h"
+#include "userdb.h"
 #include "xmalloc.h"
 
 /*
@@ -182,6 +183,17 @@ session_remove_operation(struct session *s, struct operation *op)
 	session_free_unheld(s);
 }
 
+size_t
+session_count(void)
+{
+	struct session	*s;
+	size_t		 n = 0;
+
+	TAILQ_FOREACH(s, &sessions, entry)
+		n++;
+	return (n);
+}
+
 json_t *
 session_status(uid_t uid)
 {
@@ -207,31 +219,32 @@ session_status(uid_t uid)
 int
 session_job_user(uid_t client, gid_t client_gid, uid_t *uid, gid_t *gid)
 {
-	struct passwd	*pw;
+	const struct userdb_user	*pw;
 
 	if (geteuid() != 0) {
 		*uid = getuid();
 		*gid = getgid();
 		return (0);
 	}
+	/* Cached: a client's hello waited for its user (connection.c). */
 	if (client == 0)
-		pw = getpwnam(ember_conf.workers_root_user);
+		pw = userdb_name_now(ember_conf.workers_root_user);
 	else
-		pw = getpwuid(client);
+		pw = userdb_uid_now(client);
 	if (pw == NULL && client != 0) {
 		/* A uid without a name still runs as itself. */
 		*uid = client;
 		*gid = client_gid;
 		return (0);
 	}
-	if (pw == NULL || pw->pw_uid == 0) {
+	if (pw == NULL || pw->uid == 0) {
 		log_error("workers.root_user: \"%s\" is %s",
 		    ember_conf.workers_root_user, pw == NULL ? "no user" :
 		    "root, and a job never runs as root");
 		return (-1);
 	}
-	*uid = pw->pw_uid;
-	*gid = pw->pw_gid;
+	*uid = pw->uid;
+	*gid = pw->gid;
 	return (0);
 }
 
@@ -240,10 +253,10 @@ session_job_user(uid_t client, gid_t client_gid, uid_t *uid, gid_t *gid)
 static char *
 session_job_whom(uid_t client)
 {
-	struct passwd	*pw;
-	char		*whom;
-	uid_t		 uid = client;
-	const char	*why = "";
+	const struct userdb_user	*pw = NULL;
+	char				*whom;
+	uid_t				 uid = client;
+	const char			*why = "";
 
 	if (geteuid() != 0) {
 		uid = getuid();
@@ -253,9 +266,10 @@ session_job_whom(uid_t client)
 		    "a job as root", ember_conf.workers_root_user);
 		return (whom);
 	}
-	/* An error's path only: one lookup, as session_job_user makes. */
-	if ((pw = getpwuid(uid)) != NULL)
-		xasprintf(&whom, "%s%s", pw->pw_name, why);
+	/* The cached entry, as session_job_user found it; never a lookup
+	 * on the loop. */
+	if (userdb_uid(uid, &pw) == 1 && pw != NULL)
+		xasprintf(&whom, "%s%s", pw->name, why);
 	else
 		xasprintf(&whom, "uid %ld%s", (long)uid, why);
 	return (whom);

@@ -55,5 +55,7 @@ char		*session_explain_denied(uid_t client, const char *msg);
 
 /* Sessions visible to uid (root sees all), for status. */
 json_t		*session_status(uid_t);
+/* Sessions held, everyone's. */
+size_t		 session_count(void);
 
 #endif

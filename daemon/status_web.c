@@ -1,7 +1,6 @@
 #include <sys/types.h>
 
 #include <ctype.h>
-#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,7 +8,9 @@
 #include "log.h"
 #include "metrics.h"
 #include "status.h"
+#include "status_view.h"
 #include "status_web.h"
+#include "userdb.h"
 #include "xmalloc.h"
 
 /* A user the listener shows, or one whose name was looked up. */
@@ -18,14 +19,10 @@ struct web_user {
 	char	*name;		/* NULL: a uid without a name */
 };
 
-#define WEB_NAMES_MAX	64	/* names remembered for status.users = * */
-
 static char		*web_users_text;	/* status.users as parsed */
 static int		 web_all;		/* "*" */
 static struct web_user	*web_users;
 static size_t		 web_nusers;
-static struct web_user	 web_names[WEB_NAMES_MAX];
-static size_t		 web_nnames;
 
 /* Forget the parsed list. */
 static void
@@ -45,10 +42,10 @@ status_web_clear(void)
 static int
 status_web_add(const char *word)
 {
-	struct passwd	*pw;
-	struct web_user	*u;
-	char		*end;
-	unsigned long	 n;
+	const struct userdb_user	*pw;
+	struct web_user			*u;
+	char				*end;
+	unsigned long			 n;
 
 	if (strcmp(word, "*") == 0) {
 		web_all = 1;
@@ -61,16 +58,16 @@ status_web_add(const char *word)
 			    "a uid", word);
 			return (-1);
 		}
-		pw = getpwuid((uid_t)n);
-	} else if ((pw = getpwnam(word)) == NULL) {
+		pw = userdb_uid_now((uid_t)n);
+	} else if ((pw = userdb_name_now(word)) == NULL) {
 		log_error("status.users: no user \"%s\"", word);
 		return (-1);
 	} else
-		n = pw->pw_uid;
+		n = pw->uid;
 	web_users = xreallocarray(web_users, web_nusers + 1, sizeof *web_users);
 	u = &web_users[web_nusers++];
 	u->uid = (uid_t)n;
-	u->name = pw != NULL ? xstrdup(pw->pw_name) : NULL;
+	u->name = pw != NULL ? xstrdup(pw->name) : NULL;
 	return (0);
 }
 
@@ -109,110 +106,62 @@ status_web_allows(uid_t uid)
 	return (0);
 }
 
-/* The name of uid, or NULL; looked up once (status.users = * only). */
+/* The name of uid, or NULL: the one cached, never a lookup on the loop
+ * (the users of sessions and pools are cached from their hello). */
 static const char *
 status_web_name(uid_t uid)
 {
-	struct passwd	*pw;
-	size_t		 i;
+	const struct userdb_user	*pw;
+	size_t				 i;
 
 	for (i = 0; i < web_nusers; i++) {
 		if (web_users[i].uid == uid)
 			return (web_users[i].name);
 	}
-	for (i = 0; i < web_nnames; i++) {
-		if (web_names[i].uid == uid)
-			return (web_names[i].name);
-	}
-	if (web_nnames == WEB_NAMES_MAX)
-		return (NULL);
-	pw = getpwuid(uid);
-	web_names[web_nnames].uid = uid;
-	web_names[web_nnames].name = pw != NULL ? xstrdup(pw->pw_name) : NULL;
-	return (web_names[web_nnames++].name);
+	if (userdb_uid(uid, &pw) == 1 && pw != NULL)
+		return (pw->name);
+	return (NULL);
 }
 
-/* Keep the entries of array a that keep() accepts; return how many went. */
-static size_t
-status_web_filter(json_t *a, int (*keep)(json_t *, void *), void *arg)
-{
-	size_t	i = 0, gone = 0;
-
-	while (i < json_array_size(a)) {
-		if (keep(json_array_get(a, i), arg))
-			i++;
-		else {
-			json_array_remove(a, i);
-			gone++;
-		}
-	}
-	return (gone);
-}
-
-/* A session of an allowed user: remember its uid under its id. */
+/* status.users as a viewer's rule: does it show uid's own records? */
 static int
-status_web_keep_session(json_t *s, void *arg)
-{
-	json_t	*uids = arg;
-	uid_t	 uid = (uid_t)json_integer_value(json_object_get(s, "uid"));
-
-	if (!status_web_allows(uid))
-		return (0);
-	json_object_set_new(uids, json_string_value(json_object_get(s, "id")),
-	    json_integer((json_int_t)uid));
-	return (1);
-}
-
-/* An object of a kept session: an operation gets its user. */
-static int
-status_web_keep_owned(json_t *o, void *arg)
-{
-	json_t		*uid;
-	const char	*session, *name;
-
-	session = json_string_value(json_object_get(o, "session"));
-	if (session == NULL ||
-	    (uid = json_object_get(arg, session)) == NULL)
-		return (0);
-	if (json_object_get(o, "action") != NULL) {
-		json_object_set(o, "uid", uid);
-		name = status_web_name((uid_t)json_integer_value(uid));
-		json_object_set_new(o, "user", name != NULL ?
-		    json_string(name) : json_null());
-	}
-	return (1);
-}
-
-/* A limits entry of an allowed uid. */
-static int
-status_web_keep_uid(json_t *o, void *arg)
+status_web_viewer_allows(uid_t uid, void *arg)
 {
 	(void)arg;
-	return (status_web_allows((uid_t)json_integer_value(
-	    json_object_get(o, "uid"))));
+	return (status_web_allows(uid));
 }
 
-/* A worker's task names its operation only if the operation is shown. */
-static void
-status_web_hide_tasks(json_t *workers, json_t *ops)
+/* Every uid: the view, not the source, leaves out whose are not shown. */
+static int
+status_web_every_uid(uid_t uid)
 {
-	json_t		*w, *task, *op;
-	const char	*id;
-	size_t		 i, k;
-	int		 shown;
+	(void)uid;
+	return (1);
+}
 
-	json_array_foreach(workers, i, w) {
-		if ((task = json_object_get(w, "task")) == NULL)
-			continue;
-		id = json_string_value(json_object_get(task, "operation"));
-		shown = 0;
-		json_array_foreach(ops, k, op) {
+/* Give each operation shown the uid and name of its session's user. */
+static void
+status_web_name_operations(json_t *s)
+{
+	json_t		*op, *session, *uid;
+	const char	*id, *name;
+	size_t		 i, k;
+
+	json_array_foreach(json_object_get(s, "operations"), i, op) {
+		id = json_string_value(json_object_get(op, "session"));
+		uid = NULL;
+		json_array_foreach(json_object_get(s, "sessions"), k,
+		    session) {
 			if (id != NULL && strcmp(id, json_string_value(
-			    json_object_get(op, "id"))) == 0)
-				shown = 1;
+			    json_object_get(session, "id"))) == 0)
+				uid = json_object_get(session, "uid");
 		}
-		if (!shown)
-			json_object_del(task, "operation");
+		if (uid == NULL)
+			continue;
+		json_object_set(op, "uid", uid);
+		name = status_web_name((uid_t)json_integer_value(uid));
+		json_object_set_new(op, "user", name != NULL ?
+		    json_string(name) : json_null());
 	}
 }
 
@@ -253,29 +202,20 @@ status_web_users_json(void)
 json_t *
 status_web_build(void)
 {
-	json_t	*s, *uids, *ops, *limits;
-	size_t	 hidden;
+	struct status_viewer	 viewer = { status_web_viewer_allows, NULL };
+	json_t			*full, *s;
+	size_t			 hidden;
 
 	status_web_check_users();
-	s = status_build(0);
-	uids = json_object();
-	status_web_filter(json_object_get(s, "sessions"),
-	    status_web_keep_session, uids);
-	ops = json_object_get(s, "operations");
-	hidden = status_web_filter(ops, status_web_keep_owned, uids);
-	status_web_filter(json_object_get(s, "broadcasts"),
-	    status_web_keep_owned, uids);
-	status_web_filter(json_object_get(s, "checkpoints"),
-	    status_web_keep_uid, NULL);
-	if ((limits = json_object_get(s, "limits")) != NULL)
-		status_web_filter(json_object_get(limits, "users"),
-		    status_web_keep_uid, NULL);
-	status_web_hide_tasks(json_object_get(s, "workers"), ops);
-	json_decref(uids);
+	full = status_build(0);
+	json_object_set_new(full, "failures",
+	    metrics_failures(status_web_every_uid));
+	s = status_view(full, &status_view_web, &viewer, &hidden);
+	json_decref(full);
+	status_web_name_operations(s);
 	/* A pool is named by the user its workers run as, as ember status
 	 * names it: root's jobs run as workers.root_user. */
 	status_web_name_all(json_object_get(s, "pools"), "uid");
-	json_object_set_new(s, "failures", metrics_failures(status_web_allows));
 	status_web_name_all(json_object_get(s, "failures"), "uid");
 	json_object_set_new(s, "operations_hidden",
 	    json_integer((json_int_t)hidden));

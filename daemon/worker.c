@@ -1253,6 +1253,16 @@ worker_visible(const struct worker *w, uid_t uid)
 	    (t != NULL && operation_uid(t->op) == uid));
 }
 
+void
+worker_count_states(uint64_t counts[3])
+{
+	struct worker	*w;
+
+	counts[0] = counts[1] = counts[2] = 0;
+	TAILQ_FOREACH(w, &workers, entry)
+		counts[w->state]++;
+}
+
 /* Describe for status the workers uid's jobs run on: all of them for
  * root. */
 json_t *

@@ -98,5 +98,7 @@ int		 worker_count_busy(uid_t);
 
 /* The workers uid's jobs run on (all for root), for status. */
 json_t		*worker_status_all(uid_t);
+/* Count every worker by state: counts[0] idle, [1] busy, [2] dead. */
+void		 worker_count_states(uint64_t counts[3]);
 
 #endif

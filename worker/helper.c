@@ -15,6 +15,7 @@
 #include "fdpass.h"
 #include "frame.h"
 #include "helper.h"
+#include "hmsg.h"
 #include "jread.h"
 #include "log.h"
 #include "plan.h"
@@ -35,34 +36,22 @@ static json_t	*helper_broadcast_read(json_t *, const int *, size_t, int *,
 static json_t	*helper_release(json_t *, const int *, size_t, int *,
 		    size_t *, char **);
 
-/* What a helper can be asked to do. */
-static const struct {
-	const char	*name;
-	helper_verb_fn	 fn;
-} helper_verbs[] = {
-	{ "plan_check", helper_plan_check },
-	{ "save_begin", helper_save_begin },
-	{ "save_commit", helper_save_commit },
-	{ "save_abort", helper_save_abort },
-	{ "broadcast_read", helper_broadcast_read },
-	{ "release", helper_release },
-	{ "checkpoint_commit", ckpt_verb_commit },
-	{ "checkpoint_remove", ckpt_verb_remove },
-	{ "checkpoint_clean", ckpt_verb_clean },
-	{ "checkpoint_plan", ckpt_verb_plan },
+/* What a helper can be asked to do: common/hmsg.h's table of verbs. */
+static const helper_verb_fn helper_verbs[HMSG_NVERBS] = {
+#define HELPER_VERB(id, name, fn, keys)	[HMSG_##id] = fn,
+	HMSG_VERBS(HELPER_VERB)
+#undef HELPER_VERB
 };
 
 /* Find a verb by name. */
 helper_verb_fn
 helper_find_verb(const char *name)
 {
-	size_t	i;
+	int	verb;
 
-	for (i = 0; i < sizeof helper_verbs / sizeof helper_verbs[0]; i++) {
-		if (strcmp(helper_verbs[i].name, name) == 0)
-			return (helper_verbs[i].fn);
-	}
-	return (NULL);
+	if ((verb = hmsg_verb_find(name)) == -1)
+		return (NULL);
+	return (helper_verbs[verb]);
 }
 
 /*
@@ -394,13 +383,12 @@ helper_read(int sock, void *buf, size_t len, int *fds, size_t *nfds)
 	return (overflow ? -1 : 0);
 }
 
-/* Read the request frame; NULL (logged) if it cannot be. */
-static json_t *
-helper_read_request(int sock, int *fds, size_t *nfds)
+/* Read the request frame: its bytes, *len of them; NULL (logged) if it
+ * cannot be. */
+static char *
+helper_read_request(int sock, int *fds, size_t *nfds, size_t *size)
 {
 	unsigned char	 hdr[4];
-	json_error_t	 je;
-	json_t		*req;
 	char		*buf;
 	int32_t		 len;
 
@@ -420,35 +408,23 @@ helper_read_request(int sock, int *fds, size_t *nfds)
 		free(buf);
 		return (NULL);
 	}
-	req = json_loadb(buf, (size_t)len, 0, &je);
-	free(buf);
-	if (req == NULL || !json_is_object(req)) {
-		log_error("helper: request is not a JSON object");
-		json_decref(req);
-		return (NULL);
-	}
-	return (req);
+	*size = (size_t)len;
+	return (buf);
 }
 
-/* Write the reply frame, the descriptors with its first bytes. */
+/* Write the reply frame (text, len bytes, which this frees), the
+ * descriptors with its first bytes. */
 static int
-helper_write_reply(int sock, json_t *reply, const int *fds, size_t nfds)
+helper_write_reply(int sock, char *text, size_t len, const int *fds,
+    size_t nfds)
 {
 	unsigned char	*buf;
-	char		*text;
-	size_t		 len, off = 0;
+	size_t		 off = 0;
 	ssize_t		 n;
 
-	if ((text = json_dumps(reply, JSON_COMPACT)) == NULL)
-		fatalx("json_dumps");
-	len = strlen(text);
 	if (len > HELPER_MAX_REPLY) {
 		free(text);
-		reply = json_pack("{s:b,s:s}", "ok", 0, "error",
-		    "the reply is too large");
-		text = json_dumps(reply, JSON_COMPACT);
-		json_decref(reply);
-		len = strlen(text);
+		text = hmsg_reply_encode_error("the reply is too large", &len);
 		nfds = 0;
 	}
 	buf = xmalloc(len + 4);
@@ -470,56 +446,52 @@ helper_write_reply(int sock, json_t *reply, const int *fds, size_t nfds)
 	return (0);
 }
 
-/* Run the request's verb; the reply, ok or not. */
-static json_t *
-helper_dispatch(json_t *req, const int *fds, size_t nfds, int *out,
-    size_t *nout)
+/* Run the request's verb: the reply's text, ok or not, *len bytes. */
+static char *
+helper_dispatch(const char *buf, size_t size, const int *fds, size_t nfds,
+    int *out, size_t *nout, size_t *len)
 {
-	static const char *const keys[] = { "verb", "args", NULL };
-	helper_verb_fn	 fn;
-	const char	*verb;
-	json_t		*args, *reply;
-	char		*err = NULL;
+	enum hmsg_verb	 verb;
+	json_t		*req, *args, *reply;
+	char		*err = NULL, *text;
 
-	if (jread_only(req, "", keys, &err) == -1 ||
-	    jread_string(req, "", "verb", JREAD_REQUIRED, &verb, &err) == -1 ||
-	    jread_object(req, "", "args", JREAD_REQUIRED, &args, &err) == -1)
+	if (hmsg_request_decode(buf, size, &req, &verb, &args, &err) == -1)
 		goto fail;
-	if ((fn = helper_find_verb(verb)) == NULL) {
-		xasprintf(&err, "unknown verb \"%s\"", verb);
-		goto fail;
-	}
-	log_debug("helper %ld: %s", (long)getpid(), verb);
-	if ((reply = fn(args, fds, nfds, out, nout, &err)) == NULL) {
+	log_debug("helper %ld: %s", (long)getpid(), hmsg_verb_name(verb));
+	if ((reply = helper_verbs[verb](args, fds, nfds, out, nout,
+	    &err)) == NULL) {
 		*nout = 0;
 		goto fail;
 	}
-	return (json_pack("{s:b,s:o}", "ok", 1, "reply", reply));
+	json_decref(req);
+	text = hmsg_reply_encode(reply, len);
+	json_decref(reply);
+	return (text);
 fail:
+	json_decref(req);
 	log_error("helper: bad request: %s", err);
-	reply = json_pack("{s:b,s:s}", "ok", 0, "error", err);
+	text = hmsg_reply_encode_error(err, len);
 	free(err);
-	return (reply);
+	return (text);
 }
 
 int
 helper_main(int sock)
 {
-	json_t	*req, *reply;
+	char	*req, *reply;
 	int	 in[HELPER_MAX_FDS], out[HELPER_MAX_FDS], rc;
-	size_t	 nin = 0, nout = 0, i;
+	size_t	 nin = 0, nout = 0, i, size, len;
 
-	if ((req = helper_read_request(sock, in, &nin)) == NULL) {
+	if ((req = helper_read_request(sock, in, &nin, &size)) == NULL) {
 		for (i = 0; i < nin; i++)
 			close(in[i]);
 		return (1);
 	}
-	reply = helper_dispatch(req, in, nin, out, &nout);
-	json_decref(req);
+	reply = helper_dispatch(req, size, in, nin, out, &nout, &len);
+	free(req);
 	for (i = 0; i < nin; i++)
 		close(in[i]);
-	rc = helper_write_reply(sock, reply, out, nout) == -1 ? 1 : 0;
-	json_decref(reply);
+	rc = helper_write_reply(sock, reply, len, out, nout) == -1 ? 1 : 0;
 	for (i = 0; i < nout; i++)
 		close(out[i]);
 	return (rc);

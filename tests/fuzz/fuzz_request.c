@@ -3,7 +3,7 @@
  * sends.  The bytes are split into frames as a connection splits them
  * (common/frame.c's frame_peek on an evbuffer, under a frame limit), each
  * frame parsed as a request (daemon/request.c), and an execute request's
- * plan parsed as emberd parses it.
+ * members (request_read_execute) and plan read as emberd reads them.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,15 +20,24 @@
 /* A small daemon.max_frame, so that large lengths are refused too. */
 #define FUZZ_MAX_FRAME	(64 * 1024)
 
-/* Parse an execute request's plan, as operation.c does before it looks at
- * files. */
+/* Read an execute request's members and parse its plan, as execute.c
+ * does before it looks at files. */
 static void
-fuzz_plan(json_t *req)
+fuzz_execute(json_t *req)
 {
-	struct plan	*plan = NULL;
-	json_t		*j;
-	char		*err = NULL;
+	struct execute_request	 er;
+	struct plan		*plan = NULL;
+	json_t			*j;
+	const char		*class = NULL;
+	char			*err = NULL;
 
+	if (request_read_execute(req, NULL, NULL, &er, &class, &err) == -1) {
+		if (err == NULL || class == NULL)
+			abort();
+		free(err);
+		err = NULL;
+	} else if (er.action > ACTION_CHECKPOINT || strlen(er.id) != 36)
+		abort();
 	if ((j = json_object_get(req, "plan")) == NULL)
 		return;
 	if (plan_parse(j, &plan, &err) == -1) {
@@ -73,7 +82,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		} else {
 			if (strcmp(json_string_value(json_object_get(req,
 			    "op")), "execute") == 0)
-				fuzz_plan(req);
+				fuzz_execute(req);
 			json_decref(req);
 		}
 		evbuffer_drain(in, (size_t)len + 4);

@@ -839,5 +839,41 @@ def test_waiting_partitions_are_not_stalled(d):
         a.close()
 
 
+SLOW_GETPW = os.path.join(BUILDDIR, "tests", "integration", "slow_getpw.so")
+SLOW_GETPW_MS = 3000
+
+
+@needs_users
+@with_daemon(sets=SHARED, env={
+    "LD_PRELOAD": SLOW_GETPW, "EMBER_SLOW_GETPW_MS": str(SLOW_GETPW_MS),
+    # A sanitized emberd takes a preload after its runtime.
+    "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+    ":verify_asan_link_order=0"})
+def test_slow_user_lookup_does_not_stall_others(d):
+    """With a passwd database that takes seconds a lookup (LDAP, sssd), a
+    new user's first job waits for its user; another client's status is
+    served all along, and the new user's job then runs."""
+    def b_counts(ctl):
+        with d.client() as c:
+            return c.count(range_plan(0, 10, 1))
+
+    with d.client() as c:
+        check(c.status().get("ok") is True, "root's status")
+        start = time.monotonic()
+        b = AsUser(USERS["b"], b_counts)
+        worst = 0.0
+        while time.monotonic() - start < SLOW_GETPW_MS / 1000.0 + 0.5:
+            t = time.monotonic()
+            check(c.status().get("ok") is True, "root's status")
+            worst = max(worst, time.monotonic() - t)
+            time.sleep(0.05)
+        check(worst < 1.0, "a status took %.2f s while b's user was "
+              "looked up" % worst)
+        got = b.result()
+        check(got == 10, "b's count: %r" % got)
+        check(time.monotonic() - start >= SLOW_GETPW_MS / 1000.0,
+              "b's job waited for its user")
+
+
 if __name__ == "__main__":
     run_tests(globals())

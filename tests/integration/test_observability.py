@@ -645,17 +645,12 @@ def test_off_by_default(d):
     check(not inodes & set(listening), "emberd listens on TCP")
 
 
-@no_daemon
-def test_unix_socket_listener(_):
-    """status.listen as a Unix socket path serves the same pages."""
-    d = Daemon(start=False)
-    path = d.path("status.sock")
-    d.sets = ["status.listen=" + path]
-    d.start()
+def unix_get(path, target):
+    """The whole reply to GET target on the Unix socket at path."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
     s.connect(path)
-    s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+    s.sendall(b"GET %s HTTP/1.0\r\n\r\n" % target.encode())
     out = b""
     while True:
         chunk = s.recv(65536)
@@ -663,6 +658,17 @@ def test_unix_socket_listener(_):
             break
         out += chunk
     s.close()
+    return out
+
+
+@no_daemon
+def test_unix_socket_listener(_):
+    """status.listen as a Unix socket path serves the same pages."""
+    d = Daemon(start=False)
+    path = d.path("status.sock")
+    d.sets = ["status.listen=" + path]
+    d.start()
+    out = unix_get(path, "/metrics")
     head, _, body = out.partition(b"\r\n\r\n")
     check(head.startswith(b"HTTP/1.0 200") or head.startswith(b"HTTP/1.1 200"),
           "reply: %r" % head[:100])
@@ -670,6 +676,28 @@ def test_unix_socket_listener(_):
     check_eq(os.stat(path).st_mode & 0o777, 0o666, "socket mode")
     d.stop()
     check(not os.path.exists(path), "the socket file is left behind")
+    d.cleanup()
+
+
+@no_daemon
+def test_unix_listener_in_use_is_not_taken(_):
+    """A second emberd whose status.listen names a socket the first
+    serves on refuses to start, naming the key, and leaves the first's
+    socket alone (a stale one it would replace)."""
+    d = Daemon(start=False)
+    path = d.path("status.sock")
+    d.sets = ["status.listen=" + path]
+    d.start()
+    tmp = Daemon(start=False)
+    r = subprocess.run(tmp.argv() + ["--set", "status.listen=" + path],
+                       capture_output=True, text=True, timeout=20)
+    check(r.returncode != 0, "a second emberd took the status socket")
+    check("status.listen" in r.stderr and "listening there" in r.stderr,
+          "the refusal: %r" % r.stderr[-500:])
+    check(unix_get(path, "/metrics").startswith(b"HTTP/1."),
+          "the first still serves")
+    tmp.cleanup()
+    d.stop()
     d.cleanup()
 
 

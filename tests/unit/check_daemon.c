@@ -29,6 +29,7 @@ main(void)
 	srunner_add_suite(sr, request_suite());
 	srunner_add_suite(sr, joblog_suite());
 	srunner_add_suite(sr, cgroup_suite());
+	srunner_add_suite(sr, status_view_suite());
 
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);

@@ -116,6 +116,27 @@ START_TEST(test_frame_peek)
 }
 END_TEST
 
+START_TEST(test_frame_skip_records)
+{
+	struct evbuffer	*b = evbuffer_new();
+	size_t		 bytes = 99;
+
+	evbuffer_add_frame(b, "ab", 2);
+	evbuffer_add_int32(b, EMBER_NULL);
+	evbuffer_add_frame(b, "", 0);
+	evbuffer_add_frame(b, "xyz", 3);
+	ck_assert_int_eq(frame_skip_records(b, 0, &bytes), 0);
+	ck_assert_uint_eq(bytes, 0);
+	ck_assert_int_eq(frame_skip_records(b, 2, &bytes), 0);
+	ck_assert_uint_eq(bytes, 6 + 4);	/* "ab", then NULL's header */
+	ck_assert_int_eq(frame_skip_records(b, 4, &bytes), 0);
+	ck_assert_uint_eq(bytes, 6 + 4 + 4 + 7);
+	/* Fewer records than asked for. */
+	ck_assert_int_eq(frame_skip_records(b, 5, &bytes), -1);
+	evbuffer_free(b);
+}
+END_TEST
+
 START_TEST(test_frame_peek_special)
 {
 	static const int32_t specials[] = {
@@ -508,6 +529,7 @@ frame_suite(void)
 	tc = tcase_create("evbuffer");
 	tcase_add_test(tc, test_frame_peek);
 	tcase_add_test(tc, test_frame_peek_special);
+	tcase_add_test(tc, test_frame_skip_records);
 	tcase_add_test(tc, test_frame_peek_limit);
 	tcase_add_test(tc, test_evbuffer_add_frame);
 	suite_add_tcase(s, tc);

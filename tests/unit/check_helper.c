@@ -15,6 +15,7 @@
 #include "fdpass.h"
 #include "frame.h"
 #include "helper.h"
+#include "hmsg.h"
 #include "protocol.h"
 #include "suites.h"
 
@@ -146,6 +147,75 @@ START_TEST(test_helper_no_request)
 }
 END_TEST
 
+/* Decode reply text to a request of verb: 0 or -1, as hmsg_reply_decode. */
+static int
+hmsg_reply(const char *text, enum hmsg_verb verb, const char **error)
+{
+	json_t	*msg, *reply;
+	char	*err = NULL;
+	int	 rc;
+
+	rc = hmsg_reply_decode(text, strlen(text), verb, &msg, &reply, error,
+	    &err);
+	if (rc == -1)
+		ck_assert_ptr_nonnull(err);
+	free(err);
+	json_decref(msg);
+	*error = NULL;		/* it pointed into msg */
+	return (rc);
+}
+
+START_TEST(test_hmsg_envelopes)
+{
+	enum hmsg_verb	 verb;
+	json_t		*args = json_pack("{s:i}", "max", 5), *req, *got;
+	const char	*error;
+	char		*text, *err = NULL;
+	size_t		 len;
+
+	/* A request goes through whole, by its verb's name. */
+	text = hmsg_request_encode(HMSG_BROADCAST_READ, args, &len);
+	ck_assert_int_eq(hmsg_request_decode(text, len, &req, &verb, &got,
+	    &err), 0);
+	ck_assert_int_eq(verb, HMSG_BROADCAST_READ);
+	ck_assert(json_equal(got, args));
+	json_decref(req);
+	free(text);
+	json_decref(args);
+	ck_assert_int_eq(hmsg_verb_find("broadcast_read"), HMSG_BROADCAST_READ);
+	ck_assert_int_eq(hmsg_verb_find("format_disk"), -1);
+	text = "{\"verb\":\"format_disk\",\"args\":{}}";
+	ck_assert_int_eq(hmsg_request_decode(text, strlen(text), &req, &verb,
+	    &got, &err), -1);
+	ck_assert_str_eq(err, "unknown verb \"format_disk\"");
+	free(err);
+	json_decref(req);
+
+	/* Replies: the verb's fields, or an error, and nothing else. */
+	ck_assert_int_eq(hmsg_reply("{\"ok\":true,\"reply\":{\"size\":3}}",
+	    HMSG_BROADCAST_READ, &error), 0);
+	ck_assert_int_eq(hmsg_reply("{\"ok\":true,\"reply\":{\"error\":"
+	    "\"gone\",\"over\":9}}", HMSG_BROADCAST_READ, &error), 0);
+	ck_assert_int_eq(hmsg_reply("{\"ok\":false,\"error\":\"no\"}",
+	    HMSG_RELEASE, &error), 0);
+	/* A field the verb does not answer with. */
+	ck_assert_int_eq(hmsg_reply("{\"ok\":true,\"reply\":{\"size\":3}}",
+	    HMSG_RELEASE, &error), -1);
+	ck_assert_int_eq(hmsg_reply("{\"ok\":true,\"reply\":{},\"x\":1}",
+	    HMSG_RELEASE, &error), -1);
+	ck_assert_int_eq(hmsg_reply("{\"ok\":true}", HMSG_RELEASE, &error),
+	    -1);
+	ck_assert_int_eq(hmsg_reply("{\"ok\":false}", HMSG_RELEASE, &error),
+	    -1);
+	ck_assert_int_eq(hmsg_reply("{\"ok\":true,\"reply\":{\"error\":1}}",
+	    HMSG_RELEASE, &error), -1);
+	ck_assert_int_eq(hmsg_reply("[]", HMSG_RELEASE, &error), -1);
+	text = hmsg_reply_encode_error("bad", &len);
+	ck_assert_str_eq(text, "{\"ok\":false,\"error\":\"bad\"}");
+	free(text);
+}
+END_TEST
+
 Suite *
 helper_suite(void)
 {
@@ -157,6 +227,9 @@ helper_suite(void)
 	tcase_add_test(tc, test_helper_plan_check_files);
 	tcase_add_test(tc, test_helper_bad_requests);
 	tcase_add_test(tc, test_helper_no_request);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("messages");
+	tcase_add_test(tc, test_hmsg_envelopes);
 	suite_add_tcase(s, tc);
 	return (s);
 }

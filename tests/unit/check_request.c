@@ -1,6 +1,7 @@
 /*
  * Tests for daemon/request.c: a control frame's bytes to a request, and
- * the REQUEST_INVALID messages a client gets for anything else.
+ * the REQUEST_INVALID messages a client gets for anything else; an
+ * execute request's members read into a plain struct.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,121 @@ START_TEST(test_request_refused)
 }
 END_TEST
 
+/* Read execute request text; 0, or -1 with *class and *err. */
+static int
+request_execute(const char *text, int (*taken)(const char *, void *),
+    struct execute_request *er, const char **class, char **err)
+{
+	json_t	*req;
+	int	 rc;
+
+	req = json_loads(text, 0, NULL);
+	ck_assert_ptr_nonnull(req);
+	*class = NULL;
+	*err = NULL;
+	rc = request_read_execute(req, taken, NULL, er, class, err);
+	json_decref(req);
+	return (rc);
+}
+
+/* Expect text refused with class and a message that starts with want. */
+static void
+execute_refused(const char *text, const char *class, const char *want)
+{
+	struct execute_request	 er;
+	const char		*c;
+	char			*err;
+
+	ck_assert_int_eq(request_execute(text, NULL, &er, &c, &err), -1);
+	ck_assert_str_eq(c, class);
+	ck_assert_ptr_nonnull(err);
+	ck_assert_msg(strncmp(err, want, strlen(want)) == 0,
+	    "got \"%s\", want \"%s\"", err, want);
+	free(err);
+}
+
+/* Every client-chosen id is taken. */
+static int
+every_id_taken(const char *id, void *arg)
+{
+	(void)id; (void)arg;
+	return (1);
+}
+
+START_TEST(test_execute_read)
+{
+	struct execute_request	 er;
+	const char		*c;
+	char			*err;
+
+	ck_assert_int_eq(request_execute("{\"op\":\"execute\",\"plan\":{},"
+	    "\"action\":\"iterate\",\"options\":{\"prefetch\":3,"
+	    "\"limit\":10,\"reattachable\":false}}", NULL, &er, &c, &err), 0);
+	ck_assert_int_eq(er.action, ACTION_ITERATE);
+	ck_assert_int_eq(er.prefetch, 3);
+	ck_assert_int_eq(er.limit, 10);
+	ck_assert_int_eq(er.reattachable, 0);
+	ck_assert_uint_eq(strlen(er.id), 36);
+	/* Defaults: prefetch -1 (as many as fit), reattachable, eager. */
+	ck_assert_int_eq(request_execute("{\"op\":\"execute\",\"action\":"
+	    "\"checkpoint\",\"operation\":"
+	    "\"0b697aef-1111-4222-8333-444455556666\"}", NULL, &er, &c,
+	    &err), 0);
+	ck_assert_int_eq(er.action, ACTION_CHECKPOINT);
+	ck_assert_int_eq(er.prefetch, -1);
+	ck_assert_int_eq(er.reattachable, 1);
+	ck_assert_int_eq(er.ckpt_eager, 1);
+	ck_assert_int_eq(er.ckpt_local, 0);
+	ck_assert_str_eq(er.id, "0b697aef-1111-4222-8333-444455556666");
+	ck_assert_int_eq(request_execute("{\"op\":\"execute\",\"action\":"
+	    "\"save\",\"options\":{\"path\":\"/tmp/x\",\"overwrite\":true}}",
+	    NULL, &er, &c, &err), 0);
+	ck_assert_int_eq(er.overwrite, 1);
+	ck_assert_int_eq(request_execute("{\"op\":\"execute\",\"action\":"
+	    "\"reduce\",\"options\":{\"fn\":\"max\"}}", NULL, &er, &c, &err),
+	    0);
+	ck_assert_int_eq(er.fn, REDUCE_MAX);
+}
+END_TEST
+
+START_TEST(test_execute_refused)
+{
+	struct execute_request	 er;
+	const char		*c;
+	char			*err;
+
+	execute_refused("{\"op\":\"execute\"}", "REQUEST_INVALID",
+	    "execute: ");
+	execute_refused("{\"op\":\"execute\",\"action\":\"count\","
+	    "\"x\":1}", "REQUEST_INVALID", "execute: ");
+	execute_refused("{\"op\":\"execute\",\"action\":\"count\","
+	    "\"operation\":\"nope\"}", "REQUEST_INVALID",
+	    "operation: \"nope\" is not a UUID");
+	execute_refused("{\"op\":\"execute\",\"action\":\"sort\"}",
+	    "ACTION_INVALID", "action: unknown action \"sort\"");
+	execute_refused("{\"op\":\"execute\",\"action\":\"count\","
+	    "\"options\":{\"prefetch\":1}}", "ACTION_INVALID",
+	    "options.prefetch belongs to action iterate, not count");
+	execute_refused("{\"op\":\"execute\",\"action\":\"iterate\","
+	    "\"options\":{\"prefetch\":1025}}", "ACTION_INVALID",
+	    "options.prefetch: must be from 0 to 1024");
+	execute_refused("{\"op\":\"execute\",\"action\":\"collect\","
+	    "\"options\":{\"limit\":-1}}", "ACTION_INVALID",
+	    "options.limit: must not be negative");
+	execute_refused("{\"op\":\"execute\",\"action\":\"reduce\","
+	    "\"options\":{\"fn\":\"avg\"}}", "ACTION_INVALID", "options.fn: ");
+	execute_refused("{\"op\":\"execute\",\"action\":\"save\","
+	    "\"options\":{\"path\":\"rel\"}}", "ACTION_INVALID",
+	    "options.path: \"rel\" is not an absolute path");
+	/* An id in use is refused before the action is looked at. */
+	ck_assert_int_eq(request_execute("{\"op\":\"execute\",\"action\":"
+	    "\"sort\",\"operation\":\"0b697aef-1111-4222-8333-444455556666\"}",
+	    every_id_taken, &er, &c, &err), -1);
+	ck_assert_str_eq(c, "OPERATION_ALREADY_EXISTS");
+	free(err);
+}
+END_TEST
+
 Suite *
 request_suite(void)
 {
@@ -74,6 +190,10 @@ request_suite(void)
 
 	tcase_add_test(tc, test_request_ok);
 	tcase_add_test(tc, test_request_refused);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("execute");
+	tcase_add_test(tc, test_execute_read);
+	tcase_add_test(tc, test_execute_refused);
 	suite_add_tcase(s, tc);
 	return (s);
 }

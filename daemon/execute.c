@@ -1,0 +1,564 @@
+/*
+ * execute: the request read and checked (options, plan), the plan's
+ * files and plugins checked by a helper, and the operation launched.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <uuid/uuid.h>
+
+#include "connection.h"
+#include "emberd.h"
+#include "helper.h"
+#include "jread.h"
+#include "limit.h"
+#include "log.h"
+#include "plan.h"
+#include "broadcast.h"
+#include "checkpoint.h"
+#include "commit.h"
+#include "retry.h"
+#include "session.h"
+#include "xmalloc.h"
+
+#include "operation_private.h"
+
+static uint64_t	 operation_next_serial = 1;
+
+static void	operation_start(struct operation *op, struct connection *c,
+		    struct session *s);
+
+/* Add broadcast id, named by field, to the operation's; -1 with *err if
+ * the session has no such broadcast. */
+static int
+operation_use_broadcast(struct operation *op, struct session *s, int64_t id,
+    const char *field, char **err)
+{
+	struct broadcast	*b;
+	size_t			 i;
+
+	if ((b = broadcast_find(s, id)) == NULL) {
+		xasprintf(err, "%s: no broadcast %lld in this session", field,
+		    (long long)id);
+		return (-1);
+	}
+	for (i = 0; i < op->nbroadcasts; i++) {
+		if (op->broadcasts[i] == b)
+			return (0);
+	}
+	op->broadcasts = xreallocarray(op->broadcasts, op->nbroadcasts + 1,
+	    sizeof *op->broadcasts);
+	op->broadcasts[op->nbroadcasts++] = b;
+	broadcast_use(b);
+	return (0);
+}
+
+/* Find the broadcasts the plan's ops use; each must be the session's. */
+static int
+operation_find_broadcasts(struct operation *op, struct session *s,
+    char **err)
+{
+	const struct plan_op	*o;
+	char			 field[96];
+	size_t			 i, j;
+
+	for (i = 0; i < op->plan->nops; i++) {
+		o = &op->plan->ops[i];
+		if (o->type == PLAN_OP_FILTER_BROADCAST) {
+			snprintf(field, sizeof field,
+			    "plan.ops[%zu].filter.in_broadcast", i);
+			if (operation_use_broadcast(op, s, o->broadcast, field,
+			    err) == -1)
+				return (-1);
+		}
+		for (j = 0; (o->type == PLAN_OP_UDF ||
+		    o->type == PLAN_OP_PYTHON) && j < o->udf_nbroadcasts;
+		    j++) {
+			snprintf(field, sizeof field,
+			    "plan.ops[%zu].%s.broadcasts[%zu]", i,
+			    o->type == PLAN_OP_UDF ? "udf" : "python", j);
+			if (operation_use_broadcast(op, s, o->udf_broadcasts[j],
+			    field, err) == -1)
+				return (-1);
+		}
+	}
+	return (0);
+}
+
+/* Is id uid's operation, or one of its tombstones? */
+static int
+operation_id_taken(const char *id, void *arg)
+{
+	uid_t	uid = *(uid_t *)arg;
+
+	return (operation_find(uid, id) != NULL ||
+	    operation_find_tombstone(uid, id) != NULL);
+}
+
+/* Read the request's members but the plan into op. */
+static int
+operation_read_head(struct operation *op, uid_t uid, json_t *req,
+    const char **class, char **err)
+{
+	struct execute_request	 er;
+
+	if (request_read_execute(req, operation_id_taken, &uid, &er, class,
+	    err) == -1)
+		return (-1);
+	op->action = er.action;
+	strcpy(op->id, er.id);
+	op->prefetch = er.prefetch;
+	op->limit = er.limit;
+	op->reattachable = er.reattachable;
+	op->fn = er.fn;
+	op->ckpt_local = er.ckpt_local;
+	op->ckpt_eager = er.ckpt_eager;
+	op->save_path = er.save_path != NULL ? xstrdup(er.save_path) : NULL;
+	op->overwrite = er.overwrite;
+	return (0);
+}
+
+/* Count the operation in daemon.max_operations_per_uid and
+ * daemon.max_operations. */
+static int
+operation_count_in(struct operation *op, struct session *s,
+    const char **class, char **err)
+{
+	*class = "LIMIT_EXCEEDED";
+	if (limit_charge(session_uid(s), LIMIT_OPERATIONS, 1, err) == -1)
+		return (-1);
+	op->uid = session_uid(s);
+	op->counted = 1;
+	return (0);
+}
+
+/* A checkpoint source: the uid's checkpoint, whose partitions the plan
+ * has (CHECKPOINT_NOT_FOUND for any other id). */
+static int
+operation_find_source(struct operation *op, struct session *s,
+    json_t *plan_json, const char **class, char **err)
+{
+	struct checkpoint	*c;
+
+	if (op->plan->source != PLAN_SOURCE_CHECKPOINT)
+		return (0);
+	if ((c = checkpoint_find(session_uid(s), op->plan->checkpoint)) ==
+	    NULL)
+		return (request_refuse(class, err, "CHECKPOINT_NOT_FOUND",
+		    "plan.source.checkpoint: no checkpoint %s%s",
+		    op->plan->checkpoint, checkpoint_scanning(session_uid(s)) ?
+		    " (emberd is still reading checkpoint.dir)" : ""));
+	if (json_object_get(plan_json, "partitions") != NULL &&
+	    op->plan->partitions != checkpoint_partitions(c))
+		return (request_refuse(class, err, "PLAN_INVALID",
+		    "plan.partitions: checkpoint %s has %d partitions, not %d",
+		    op->plan->checkpoint, checkpoint_partitions(c),
+		    op->plan->partitions));
+	op->plan->partitions = checkpoint_partitions(c);
+	op->source = c;
+	checkpoint_use(c);
+	return (0);
+}
+
+/* Read and check the plan, and find the broadcasts and the checkpoint it
+ * uses.  What it names outside itself is checked later, by a helper. */
+static int
+operation_read_plan(struct operation *op, struct session *s, json_t *req,
+    const char **class, char **err)
+{
+	json_t	*plan_json = json_object_get(req, "plan");
+
+	*class = "PLAN_INVALID";
+	if (plan_json == NULL)
+		return (request_refuse(class, err, "PLAN_INVALID",
+		    "plan: missing"));
+	if (plan_parse(plan_json, &op->plan, err) == -1 ||
+	    operation_find_broadcasts(op, s, err) == -1 ||
+	    operation_find_source(op, s, plan_json, class, err) == -1)
+		return (-1);
+	op->plan_json = json_incref(plan_json);
+	return (0);
+}
+
+/* The plan is checked: fix its partitions and the text tasks carry. */
+static void
+operation_plan_done(struct operation *op)
+{
+	plan_set_partitions(op->plan, ember_workers_max());
+	op->npartitions = op->plan->partitions;
+	op->plan_text = taskdesc_encode_plan(op->plan_json,
+	    op->plan->source == PLAN_SOURCE_TEXT ?
+	    plan_files_to_json(op->plan) : NULL, op->source != NULL ?
+	    checkpoint_dir(op->source) : NULL);
+	json_decref(op->plan_json);
+	op->plan_json = NULL;
+}
+
+/*
+ * Take what the helper found: the text files with their sizes, and
+ * whether each udf is deterministic.  -1 with *class and *err: the
+ * user's files are not right (PLAN_INVALID), or the reply does not fit
+ * the plan (INTERNAL).
+ */
+static int
+operation_take_check(struct operation *op, json_t *reply, const char **class,
+    char **err)
+{
+	const char	*error;
+	json_t		*udfs, *files;
+	char		*e = NULL;
+	size_t		 i, j = 0;
+	int		 det;
+
+	if ((error = json_string_value(json_object_get(reply,
+	    "error"))) != NULL)
+		return (request_refuse(class, err, "PLAN_INVALID", "%s",
+		    error));
+	files = json_object_get(reply, "files");
+	udfs = json_object_get(reply, "udfs");
+	if (op->plan->source == PLAN_SOURCE_TEXT &&
+	    plan_files_from_json(op->plan, files, &e) == -1) {
+		log_error("operation %s: plan_check reply: %s", op->id, e);
+		free(e);
+		return (request_refuse(class, err, "INTERNAL", "plan: its "
+		    "check answered files that do not fit it"));
+	}
+	for (i = 0; i < op->plan->nops; i++) {
+		if (op->plan->ops[i].type != PLAN_OP_UDF)
+			continue;
+		det = jread_bool(json_array_get(udfs, j++), "udfs",
+		    "deterministic", JREAD_REQUIRED, &op->plan->ops[i].
+		    udf_deterministic, &e);
+		if (det == -1) {
+			log_error("operation %s: plan_check reply: %s", op->id,
+			    e);
+			free(e);
+			return (request_refuse(class, err, "INTERNAL",
+			    "plan: its check answered udfs that do not fit "
+			    "it"));
+		}
+	}
+	if (j != json_array_size(udfs))
+		return (request_refuse(class, err, "INTERNAL", "plan: its "
+		    "check answered %zu udfs for %zu", json_array_size(udfs),
+		    j));
+	return (0);
+}
+
+/* Make what the action gathers: the result, or the save's commit. */
+static void
+operation_prepare(struct operation *op, struct session *s)
+{
+	if (op->action == ACTION_COUNT_BY_VALUE)
+		op->result = result_create(RESULT_COUNT_BY_VALUE, op->fn);
+	else if (op->action == ACTION_REDUCE)
+		op->result = result_create(RESULT_REDUCE, op->fn);
+	else if (op->action == ACTION_SAVE)
+		op->commit = commit_create(op->save_path, op->overwrite,
+		    op->id, session_uid(s), session_gid(s));
+}
+
+/* The checkpoint action: the checkpoint its tasks write (a lazy one keeps
+ * the plan, and its text files as the check found them, for its first
+ * read).  -1 with *class and *err. */
+static int
+operation_prepare_checkpoint(struct operation *op, struct session *s,
+    json_t *plan, const char **class, char **err)
+{
+	json_t	*files;
+
+	if (op->action != ACTION_CHECKPOINT)
+		return (0);
+	files = op->plan->source == PLAN_SOURCE_TEXT ?
+	    plan_files_to_json(op->plan) : NULL;
+	op->ckpt = checkpoint_create(s, op, op->ckpt_local, op->ckpt_eager,
+	    plan, files, op->npartitions, class, err);
+	if (files != NULL)
+		json_decref(files);
+	return (op->ckpt == NULL ? -1 : 0);
+}
+
+/* The source is a checkpoint not computed yet: wait for it. */
+static int
+operation_wait_source(struct operation *op, struct session *s,
+    const char **class, char **err)
+{
+	if (op->source == NULL || checkpoint_ready(op->source))
+		return (0);
+	op->waiting = 1;
+	if (checkpoint_wait(op->source, op, s, err) == -1) {
+		op->waiting = 0;
+		*class = "CHECKPOINT_FAILED";
+		return (-1);
+	}
+	return (0);
+}
+
+struct operation *
+operation_materialize(struct session *s, struct checkpoint *c, json_t *plan,
+    json_t *files, char **err)
+{
+	struct operation	*op;
+	const char		*class;
+	json_t			*req;
+	uuid_t			 u;
+
+	op = xcalloc(1, sizeof *op);
+	TAILQ_INIT(&op->tasks);
+	op->action = ACTION_CHECKPOINT;
+	op->internal = 1;
+	uuid_generate(u);
+	uuid_unparse_lower(u, op->id);
+	/* Its files were checked, and sized, when it was asked for. */
+	req = json_pack("{s:O}", "plan", plan);
+	if (operation_read_plan(op, s, req, &class, err) == -1 ||
+	    (files != NULL && plan_files_from_json(op->plan, files,
+	    err) == -1)) {
+		json_decref(req);
+		operation_free(op);
+		return (NULL);
+	}
+	json_decref(req);
+	operation_plan_done(op);
+	if (op->npartitions != checkpoint_partitions(c)) {
+		xasprintf(err, "its plan now has %d partitions, not %d",
+		    op->npartitions, checkpoint_partitions(c));
+		operation_free(op);
+		return (NULL);
+	}
+	if (operation_wait_source(op, s, &class, err) == -1) {
+		operation_free(op);
+		return (NULL);
+	}
+	op->ckpt = c;
+	operation_start(op, NULL, s);
+	return (op);
+}
+
+/* Start a checked operation: list it, answer or hold the connection, and
+ * start its first tasks. */
+static void
+operation_start(struct operation *op, struct connection *c,
+    struct session *s)
+{
+	op->serial = operation_next_serial++;
+	op->session = s;
+	op->conn = c;
+	op->requested = op->action == ACTION_COLLECT;
+	op->started_ms = ember_now_ms();
+	op->attached_ms = op->started_ms;
+	op->deterministic = plan_is_deterministic(op->plan);
+	if (op->reattachable && ACTION_STREAMS(op->action))
+		op->retry = retry_create(op->npartitions);
+	TAILQ_INSERT_TAIL(&operations, op, entry);
+	noperations++;
+	session_add_operation(s, op);
+	ember_counters.operations++;
+	log_debug("operation %s: %s of %d partitions for pid %ld", op->id,
+	    action_names[op->action], op->npartitions,
+	    c != NULL ? (long)connection_pid(c) : -1L);
+
+	if (!ACTION_STREAMS(op->action)) {
+		if (c != NULL)
+			connection_busy_begin(c, op);
+		operation_fill(op);
+		return;
+	}
+	connection_reply_ok(c, json_pack("{s:s,s:i,s:b}", "operation", op->id,
+	    "partitions", op->npartitions, "reattachable", op->reattachable));
+	connection_stream_begin(c, op);
+	operation_fill(op);
+	operation_pump(op);
+}
+
+/* Refuse an operation that has not started, and free it. */
+static void
+operation_refused(struct operation *op, struct connection *c,
+    const char *class, char *err)
+{
+	connection_reply_error(c, class, "%s", err);
+	free(err);
+	operation_free(op);
+}
+
+/*
+ * Between execute and start the operation is in no list: before it starts,
+ * check that it may still (its session open, emberd not draining, its id
+ * still free).  0, or -1 with *class and *err.
+ */
+static int
+operation_still_wanted(struct operation *op, struct session *s,
+    const char *while_what, const char **class, char **err)
+{
+	if (session_closed(s))
+		return (request_refuse(class, err, "INTERRUPTED", "the "
+		    "session was closed while %s", while_what));
+	if (ember_draining)
+		return (request_refuse(class, err, "SHUTTING_DOWN", "emberd "
+		    "is shutting down"));
+	if (operation_find(session_uid(s), op->id) != NULL ||
+	    operation_find_tombstone(session_uid(s), op->id) != NULL)
+		return (request_refuse(class, err,
+		    "OPERATION_ALREADY_EXISTS", "operation %s already exists",
+		    op->id));
+	return (0);
+}
+
+/* Hold the connection while a helper works for an operation not started:
+ * the reply waits for its answer. */
+static void
+operation_wait_helper(struct operation *op, struct connection *c,
+    struct session *s)
+{
+	op->planned_for = s;
+	op->conn = c;
+	connection_busy_begin(c, op);
+}
+
+/* The helper answered: give the connection back; it was op's. */
+static struct connection *
+operation_helper_done(struct operation *op)
+{
+	struct connection	*c = op->conn;
+
+	op->conn = NULL;
+	connection_busy_end(c);
+	return (c);
+}
+
+/*
+ * save_begin answered: PATH is checked and the operation's directory made,
+ * as the user, or the save is refused.  Only then does the save start.
+ */
+static void
+operation_begun_cb(const char *hclass, const char *herr, void *arg)
+{
+	struct operation	*op = arg;
+	struct session		*s = op->planned_for;
+	struct connection	*c;
+	const char		*class = NULL;
+	char			*err = NULL;
+
+	op->beginning = 0;
+	c = operation_helper_done(op);
+	if (hclass != NULL && strcmp(hclass, "ACTION_INVALID") == 0)
+		request_refuse(&class, &err, hclass, "%s", herr);
+	else if (hclass != NULL)
+		request_refuse(&class, &err, hclass, "options.path: checking "
+		    "it as uid %ld: %s", (long)session_uid(s), herr);
+	else
+		operation_still_wanted(op, s, "the save began", &class, &err);
+	if (class != NULL) {
+		operation_refused(op, c, class, err);	/* undoes the begin */
+		return;
+	}
+	operation_start(op, c, s);
+}
+
+/* The plan is checked: prepare what the action gathers and start; a save
+ * begins first. */
+static void
+operation_launch(struct operation *op, struct connection *c,
+    struct session *s)
+{
+	const char	*class = NULL;
+	char		*err = NULL;
+	json_t		*plan = json_incref(op->plan_json);
+
+	operation_plan_done(op);
+	if (operation_prepare_checkpoint(op, s, plan, &class, &err) == -1 ||
+	    operation_wait_source(op, s, &class, &err) == -1) {
+		json_decref(plan);
+		operation_refused(op, c, class, err);
+		return;
+	}
+	json_decref(plan);
+	if (op->action == ACTION_CHECKPOINT && !op->ckpt_eager) {
+		/* Lazy: computed by the first operation that reads it. */
+		connection_reply_ok(c, operation_checkpoint_reply(op));
+		op->ckpt = NULL;
+		operation_free(op);
+		return;
+	}
+	operation_prepare(op, s);
+	if (op->commit == NULL) {
+		operation_start(op, c, s);
+		return;
+	}
+	if (commit_begin(op->commit, operation_begun_cb, op, &class,
+	    &err) == -1) {
+		operation_refused(op, c, class, err);
+		return;
+	}
+	op->beginning = 1;
+	operation_wait_helper(op, c, s);
+}
+
+/*
+ * The helper checked the plan's files and plugins as the user, or could
+ * not.  Meanwhile the connection was busy; it is handed back before the
+ * refusal, or the operation starts on it.
+ */
+static void
+operation_checked_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
+    const char *herr, void *arg)
+{
+	struct operation	*op = arg;
+	struct session		*s = op->planned_for;
+	struct connection	*c;
+	const char		*class = NULL;
+	char			*err = NULL;
+
+	op->planning = NULL;
+	while (nfds > 0)
+		close(fds[--nfds]);
+	c = operation_helper_done(op);
+	if (hclass != NULL)
+		request_refuse(&class, &err, hclass, "plan: checking what it "
+		    "names as uid %ld: %s", (long)session_uid(s), herr);
+	else if (operation_take_check(op, reply, &class, &err) == -1)
+		;
+	else
+		operation_still_wanted(op, s, "the plan was checked", &class,
+		    &err);
+	if (class != NULL) {
+		operation_refused(op, c, class, err);
+		return;
+	}
+	operation_launch(op, c, s);
+}
+
+/* execute: read and check the request, then start the operation; when
+ * the plan names files or plugins, a helper checks them first. */
+void
+operation_execute(struct connection *c, struct session *s, json_t *req)
+{
+	struct operation	*op;
+	const char		*class = NULL;
+	char			*err = NULL;
+	json_t			*args;
+
+	op = xcalloc(1, sizeof *op);
+	TAILQ_INIT(&op->tasks);
+	if (operation_read_head(op, session_uid(s), req, &class,
+	    &err) == -1 ||
+	    operation_read_plan(op, s, req, &class, &err) == -1 ||
+	    operation_count_in(op, s, &class, &err) == -1) {
+		operation_refused(op, c, class, err);
+		return;
+	}
+	if (!plan_names_resources(op->plan)) {
+		operation_launch(op, c, s);
+		return;
+	}
+	args = json_pack("{s:O}", "plan", op->plan_json);
+	op->planning = helper_run(session_uid(s), session_gid(s), "plan_check",
+	    args, -1, operation_checked_cb, op, &class, &err);
+	json_decref(args);
+	if (op->planning == NULL) {
+		operation_refused(op, c, class, err);
+		return;
+	}
+	operation_wait_helper(op, c, s);
+}

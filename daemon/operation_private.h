@@ -1,0 +1,156 @@
+/*
+ * What the files of an operation share: operation.c (its life, its
+ * tasks' window and ends, the reply actions, status), execute.c,
+ * stream.c and reattach.c.  Nothing outside them includes it: the rest of
+ * emberd sees operation.h.
+ */
+#ifndef EMBER_OPERATION_PRIVATE_H
+#define EMBER_OPERATION_PRIVATE_H
+
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "request.h"
+#include "operation.h"
+#include "queue.h"
+#include "result.h"
+#include "taskdesc.h"
+
+struct connection;
+struct evbuffer;
+struct tombstone;
+
+#define ACTION_STREAMS(a)	((a) == ACTION_ITERATE || (a) == ACTION_COLLECT)
+
+struct operation {
+	char			 id[37];
+	uint64_t		 serial;
+	struct session		*session;
+	struct connection	*conn;		/* attached, or NULL */
+	enum action		 action;
+	int			 prefetch;	/* -1: as many as fit */
+	struct plan		*plan;
+	char			*plan_text;	/* "plan":...,"files":... */
+	int			 npartitions;
+	int			 next_start;	/* first partition not started */
+	int			 next_deliver;	/* partition the client gets next */
+	int			 requested;	/* the client asked for it */
+	int			 partition_open; /* its "1" went out */
+	int			 live;		/* tasks started, not retired */
+	int			 done;		/* tasks retired (count) */
+	int64_t			 count;		/* records out, tasks retired */
+	int64_t			 task_ns;	/* elapsed, tasks retired */
+	struct result		*result;	/* count_by_value, reduce */
+	int64_t			 result_charged; /* to daemon.max_results */
+	int64_t			 count_distinct; /* records in the result */
+	uid_t			 uid;		/* counted in daemon.max_operations */
+	int			 counted;
+	const char		*result_class;	/* result over its bound: */
+	char			*result_error;	/* freed, and the op fails */
+	enum reduce_fn		 fn;
+	struct commit		*commit;	/* save: its steps run as the
+						   user, the operation waits */
+	int			 beginning;	/* save_begin runs: not started */
+	int			 failing;	/* save_abort runs, then the
+						   error goes out */
+	const char		*fail_class;
+	char			*fail_error;
+	uint64_t		 save_attempts;	/* tasks sent, each a number of
+						   its own for its part file */
+	struct checkpoint	*ckpt;		/* checkpoint: what it writes,
+						   until committed */
+	int			 ckpt_local, ckpt_eager;
+	struct checkpoint	*source;	/* the checkpoint it reads */
+	int			 waiting;	/* for source to be computed */
+	int			 internal;	/* computes a lazy checkpoint
+						   for its first read */
+	struct broadcast	**broadcasts;	/* the plan uses, each once */
+	size_t			 nbroadcasts;
+	int64_t			 records_sent;
+	uint64_t		 bytes_sent;
+	int64_t			 limit;		/* records in all, 0: no limit */
+	int			 limit_reached;
+	struct event		*limit_ev;	/* ends a stream at its limit */
+	struct event		*pump_ev;	/* delivers, on the next turn */
+	uint64_t		 client_idle_ms; /* since when its client has
+						   taken nothing, or 0 */
+	uint64_t		 started_ms;
+
+	/* Reattachable operations (docs/protocol.md, "Reattach"). */
+	int			 reattachable;
+	int			 deterministic;	/* its plan can be recomputed */
+	struct retry		*retry;		/* reattachable streams */
+	int64_t			 delivered;	/* records of next_deliver sent
+						   on this attachment */
+	int			 complete;	/* its end went out; it waits
+						   for release all */
+	json_t			*reply;		/* a reply action's, kept for
+						   a reattach */
+	struct connection	*completed_on;	/* its end went out there */
+	uint64_t		 detached_ms;	/* when it lost its client */
+	uint64_t		 attached_ms;	/* when its stream began */
+	uint64_t		 attached_bytes; /* sent on that stream */
+	int			 skip_partition; /* the next task of it skips */
+	int64_t			 skip;
+
+	/* Between execute and start: the plan's files and plugins being
+	 * checked by a helper, as the user.  The connection is busy. */
+	struct helper		*planning;
+	struct session		*planned_for;
+	json_t			*plan_json;
+	char			*save_path;
+	int			 overwrite;
+
+	TAILQ_HEAD(, task)	 tasks;		/* live tasks, by partition */
+	TAILQ_ENTRY(operation)	 entry;
+};
+TAILQ_HEAD(operation_list, operation);
+/* Every started operation, in start order, and how many. */
+extern struct operation_list	 operations;
+extern size_t			 noperations;
+
+/* operation.c: an operation's life. */
+/* Find uid's operation id: ids are the uid's own. */
+struct operation *operation_find(uid_t uid, const char *id);
+/* Start tasks while the window has room. */
+void		 operation_fill(struct operation *);
+/* Retire a task: stop it wherever it is and free it. */
+void		 operation_retire(struct operation *, struct task *);
+/* Free the merged result and what it held of daemon.max_results. */
+void		 operation_drop_result(struct operation *);
+/* Free an operation: its tasks are stopped and its workers not reused.
+ * One refused before it started is in no list and has no task. */
+void		 operation_free(struct operation *);
+/* Give the connection back to control frames and free the operation. */
+void		 operation_end(struct operation *);
+/* Interrupt op and tell its client, if any, why: an error reply, or on a
+ * stream an error frame that starts with the same class. */
+void		 operation_abort(struct operation *, const char *class,
+		     const char *why);
+/* Keep what a detached stream needs, and no more than its bound. */
+void		 operation_unplug(struct operation *);
+/* Send a reply action's reply to c, and end.  The reply's bytes, not the
+ * merged result's, are held against the uid's results until the client
+ * takes them; past the bounds it is LIMIT_EXCEEDED instead. */
+void		 operation_reply_deliver(struct operation *,
+		     struct connection *, json_t *reply);
+/* A checkpoint action's reply fields. */
+json_t		*operation_checkpoint_reply(const struct operation *);
+
+/* stream.c: the result stream. */
+/* End a stream with an error: -1 before the partition's first record,
+ * -2 (EXCEPTION_THROWN) after it, then the message frame. */
+void		 operation_stream_error(struct operation *, const char *msg);
+/* Deliver what can be delivered, in partition order. */
+void		 operation_pump(struct operation *);
+
+/* reattach.c: detach, reattach, tombstones, the reaper. */
+/* Find uid's tombstone for id. */
+struct tombstone *operation_find_tombstone(uid_t uid, const char *id);
+/* Remember why a reattachable operation is gone, in a bounded list. */
+void		 operation_bury(struct operation *, const char *class,
+		     const char *fmt, ...)
+		     __attribute__((format(printf, 3, 4)));
+
+#endif

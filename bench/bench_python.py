@@ -197,7 +197,14 @@ def bench_iterate(args, sc, directory):
               % (want, LINE, mb, args.runs, name, best[kind], med[kind],
                  mb / best[kind], want / best[kind] / 1e6,
                  min(cpu[kind])))
+    # Each round's package/CLI ratio: the two ran side by side.
+    ratios = sorted(c / b for b, c in zip(runs["bytes"], runs["cli"]))
+    print("iterate: package/CLI by round: median %.2f, min %.2f, max %.2f"
+          % (ratios[len(ratios) // 2], ratios[0], ratios[-1]))
     return {"py_iter_mbs": mb / best["bytes"],
+            "py_iter_ratio_median": ratios[len(ratios) // 2],
+            "py_iter_ratio_min": ratios[0],
+            "py_iter_ratio_max": ratios[-1],
             "py_iter_str_mbs": mb / best["str"],
             "py_iter_cli_mbs": mb / best["cli"],
             "py_iter_ratio": best["cli"] / best["bytes"],

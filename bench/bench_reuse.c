@@ -163,11 +163,11 @@ fork_once(long n)
 
 /*
  * Time runs counts of the many-task plan on one daemon, after a warm-up;
- * the best microseconds per task, and the median in *med.
+ * the best microseconds per task, the median in *med, the worst in *max.
  */
 static double
 tasks_on(const char *path, const char *name, int reuse, long tasks,
-    long runs, double *med)
+    long runs, double *med, double *max)
 {
 	struct ember	*e;
 	struct counters	 a, b, d;
@@ -196,6 +196,7 @@ tasks_on(const char *path, const char *name, int reuse, long tasks,
 	qsort(secs, (size_t)runs, sizeof *secs, cmp_double);
 	best = secs[0] * 1e6 / (double)tasks;
 	*med = secs[runs / 2] * 1e6 / (double)tasks;
+	*max = secs[runs - 1] * 1e6 / (double)tasks;
 	printf("ember %s: count of %ld one-record partitions with map upper "
 	    "x %ld (after %d warm-up tasks): best %.3f s, %.1f us/task, median "
 	    "%.1f us/task; %" PRId64 " workers forked, %" PRId64 " reuses\n",
@@ -210,7 +211,8 @@ tasks_on(const char *path, const char *name, int reuse, long tasks,
 static void
 bench_tasks(const char *on, const char *off, long tasks, long runs)
 {
-	double	fork_us[FORK_RUNS], f, on_us, off_us, med;
+	double	fork_us[FORK_RUNS], f, on_us, off_us, med, max, off_med;
+	double	off_max;
 	long	i;
 
 	for (i = 0; i < FORK_RUNS; i++)
@@ -220,14 +222,17 @@ bench_tasks(const char *on, const char *off, long tasks, long runs)
 	printf("raw fork: fork + _exit + waitpid x %ld, best of %d: %.1f "
 	    "us/task\n", tasks, FORK_RUNS, f);
 
-	on_us = tasks_on(on, "reuse on ", 1, tasks, runs, &med);
-	off_us = tasks_on(off, "reuse off", 0, tasks, runs, &med);
+	on_us = tasks_on(on, "reuse on ", 1, tasks, runs, &med, &max);
+	off_us = tasks_on(off, "reuse off", 0, tasks, runs, &off_med,
+	    &off_max);
 	printf("reuse off / reuse on %.1f; reuse off - raw fork %.1f us/task\n",
 	    off_us / on_us, off_us - f);
 
 	printf("result reuse_on_us %.1f\n", on_us);
 	printf("result reuse_off_us %.1f\n", off_us);
 	printf("result fork_us %.1f\n", f);
+	printf("result reuse_off_median_us %.1f\n", off_med);
+	printf("result reuse_off_max_us %.1f\n", off_max);
 }
 
 /* Make the broadcast's bytes: 0 .. n-1, one per line; its size in *size. */

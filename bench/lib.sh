@@ -41,3 +41,10 @@ words_file() {
 	chmod 644 "$1"
 	stat -c %s "$1"
 }
+
+# The median, the least and the greatest of the numbers given: "MED MIN
+# MAX".
+spread() {
+	printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+		printf "%s %s %s\n", v[int((NR + 1) / 2)], v[1], v[NR] }'
+}

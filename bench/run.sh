@@ -164,7 +164,7 @@ if want spark; then
 fi
 if want reuse; then
 	run bench_reuse bench/bench_reuse --socket "$sock" \
-	    --socket-off "$dir/off/e.sock" --only tasks
+	    --socket-off "$dir/off/e.sock" --only tasks --runs 5
 	run bench_mp "$python" "$srcdir/bench/bench_pool.py" --tasks 2000 \
 	    --method forkserver --result mp_forkserver_us
 fi
@@ -178,7 +178,7 @@ if want reattach; then
 fi
 if want python; then
 	run bench_python "$python" "$srcdir/bench/bench_python.py" \
-	    --socket "$sock" --ember ./ember --dir "$dir"
+	    --socket "$sock" --ember ./ember --dir "$dir" --runs 5
 fi
 if want scrape; then
 	run bench_scrape "$python" "$srcdir/bench/bench_scrape.py" \
@@ -255,6 +255,12 @@ if want wordcount; then
 	printf 'ember %sx sort, %sx Counter  [target >= 2x both: %s]\n' \
 	    "$(div "$ws" "$we" 1)" "$(div "$wp" "$we" 1)" \
 	    "$(verdict "$ws >= 2 * $we && $wp >= 2 * $we")"
+	wm=$(result wc_ember_mbs)
+	printf 'word count speed: ember median of 5 %s MB/s (min %s, max %s) ' \
+	    "$wm" "$(result wc_ember_min_mbs)" "$(result wc_ember_max_mbs)"
+	printf '| sort|uniq -c %s MB/s | Counter %s MB/s  ' \
+	    "$(result wc_sort_mbs)" "$(result wc_counter_mbs)"
+	printf '[target >= 1500 MB/s: %s]\n' "$(verdict "$wm >= 1500")"
 fi
 if want regex; then
 	re=$(result re_ember_s)
@@ -264,6 +270,11 @@ if want regex; then
 	printf '(%s MB/s) | ember %sx grep  [target >= 1x: %s]\n' \
 	    "$(result re_grep_mbs)" "$(div "$rg" "$re" 2)" \
 	    "$(verdict "$rg >= $re")"
+	rr=$(result re_ratio)
+	printf 'regex speed: ember/grep -cE, median of 5 pairs %s (min %s, ' \
+	    "$rr" "$(result re_ratio_min)"
+	printf 'max %s)  [target >= 5x: %s]\n' "$(result re_ratio_max)" \
+	    "$(verdict "$rr >= 5")"
 fi
 if want reuse; then
 	ron=$(result reuse_on_us)
@@ -276,6 +287,13 @@ if want reuse; then
 	printf 'off/on %s, on/mp %s  [target on < mp: %s]\n' \
 	    "$(div "$roff" "$ron" 0)" "$(div "$ron" "$mp" 2)" \
 	    "$(verdict "$ron < $mp")"
+	rmed=$(result reuse_off_median_us)
+	printf 'fresh worker: reuse off median of 5 %s us/task (min %s, ' \
+	    "$rmed" "$roff"
+	printf 'max %s) | fork+wait %s us | off/fork %s  ' \
+	    "$(result reuse_off_max_us)" "$(result fork_us)" \
+	    "$(div "$rmed" "$(result fork_us)" 2)"
+	printf '[target <= 200 us: %s]\n' "$(verdict "$rmed <= 200")"
 fi
 if want broadcast; then
 	bon=$(result bcast_on_s)
@@ -322,6 +340,11 @@ if want python; then
 	    "$(result py_iter_cli_mbs)"
 	printf 'package/CLI %s (str %s)  [target >= 0.33: %s]\n' "$pir" \
 	    "$(result py_iter_str_ratio)" "$(verdict "$pir >= 0.33")"
+	pim=$(result py_iter_ratio_median)
+	printf 'python iterate: package/CLI by round, median of 5 %s ' "$pim"
+	printf '(min %s, max %s)  [target >= 0.5: %s]\n' \
+	    "$(result py_iter_ratio_min)" "$(result py_iter_ratio_max)" \
+	    "$(verdict "$pim >= 0.5")"
 fi
 if want scrape; then
 	sratio=$(result scrape_ratio)

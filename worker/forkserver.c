@@ -43,6 +43,11 @@ struct forkserver {
 /* Signals arrive as bytes on this pipe, read by the poll loop. */
 static int	forkserver_signal_pipe[2] = { -1, -1 };
 
+/* The signals whose disposition is not the default once the fork-server
+ * is set up: what a new worker resets. */
+static int	forkserver_handled[NSIG];
+static int	forkserver_nhandled;
+
 /* Note a signal for the loop. */
 static void
 forkserver_signal_cb(int sig)
@@ -79,6 +84,24 @@ forkserver_signals(void)
 		int sig = i == 0 ? SIGPIPE : i == 1 ? SIGINT : SIGHUP;
 		if (sigaction(sig, &sa, NULL) == -1)
 			fatal("sigaction");
+	}
+}
+
+/*
+ * Note which signals a worker must reset: those that are not SIG_DFL once
+ * the handlers, the preloaded plugins and Python are set up (nothing
+ * changes them after).  A worker then resets a few, not every signal.
+ */
+static void
+forkserver_note_handled(void)
+{
+	struct sigaction	sa;
+	int			i;
+
+	forkserver_nhandled = 0;
+	for (i = 1; i < NSIG; i++) {
+		if (sigaction(i, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL)
+			forkserver_handled[forkserver_nhandled++] = i;
 	}
 }
 
@@ -178,8 +201,8 @@ forkserver_child(struct forkserver *fs, int sv[2], int helper)
 	/* If the fork-server died before this, nobody would kill us. */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) == -1 || getppid() != fs->pid)
 		_exit(1);
-	for (i = 1; i < NSIG; i++)
-		signal(i, SIG_DFL);
+	for (i = 0; i < forkserver_nhandled; i++)
+		signal(forkserver_handled[i], SIG_DFL);
 	close(fs->ctl);
 	close(sv[0]);
 	close(forkserver_signal_pipe[0]);
@@ -533,6 +556,7 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 	forkserver_signals();
 	forkserver_preload(options);
 	python_start(options->pypreload, options->npypreload);
+	forkserver_note_handled();
 
 	hello.pid = fs.pid;
 	forkserver_send(&fs, &hello, -1);

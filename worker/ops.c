@@ -5,6 +5,10 @@
 
 #include <jansson.h>
 
+#if defined(__SSE2__) && defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <unicase.h>
@@ -46,7 +50,12 @@ struct ops_contains {
 	size_t		 len;
 };
 
-/* filter regex: the plan's compiled pattern, and what a match needs. */
+/* The longest literal a regex filter looks for before it matches. */
+#define OPS_LITERAL_MAX	64
+
+/* filter regex: the plan's compiled pattern, and what a match needs; and
+ * a literal every match holds, if the pattern shows one, which a block of
+ * lines is searched for before any line of it is matched. */
 struct ops_regex {
 	struct op		 op;
 	const pcre2_code	*code;
@@ -54,6 +63,9 @@ struct ops_regex {
 	pcre2_match_context	*mc;
 	pcre2_jit_stack		*stack;
 	int			 jit;
+	char			 lit[OPS_LITERAL_MAX];
+	size_t			 litlen;
+	size_t			 pick;		/* its rarest byte */
 };
 
 /* filter in_broadcast: the worker's set of the broadcast's lines. */
@@ -181,6 +193,130 @@ ops_regex_push_cb(struct op *op, const struct record *r)
 	return (op_fail(op, "filter regex: %s", (char *)message));
 }
 
+/* How rare a byte is in text, roughly: higher is rarer. */
+static int
+ops_byte_rarity(unsigned char c)
+{
+	static const char	 common[] = " etaoinshrdlcumwfgypbvkjxqz";
+	const char		*p;
+
+	if (c >= 'a' && c <= 'z' && (p = strchr(common, c)) != NULL)
+		return ((int)(p - common));
+	if (c == ' ')
+		return (0);
+	if (c >= '0' && c <= '9')
+		return (20);
+	if (c >= 'A' && c <= 'Z')
+		return (28);
+	return (30);
+}
+
+/* Can c stand for itself in a pattern, outside a class? */
+static int
+ops_is_plain(unsigned char c)
+{
+	return ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	    (c >= '0' && c <= '9') ||
+	    (c != '\0' && strchr("_ ,-/:=@!\"'<>%&~;", c) != NULL));
+}
+
+/*
+ * The literal every match of a pattern starts with, or 0 bytes: the plain
+ * characters at its start, after any assertions that take no characters
+ * (\b, \B, ^), but for the last one if a quantifier follows it.  Any
+ * alternation, group or escape at the start, or an option that changes
+ * what a character matches, and there is none: a literal must never be
+ * missed where the pattern matches.
+ */
+static size_t
+ops_regex_literal(const pcre2_code *code, const char *pat, size_t len,
+    char *lit, size_t size)
+{
+	uint32_t	options, type, unit;
+	size_t		i = 0, n = 0;
+
+	if (pcre2_pattern_info(code, PCRE2_INFO_ALLOPTIONS, &options) != 0 ||
+	    (options & (PCRE2_CASELESS | PCRE2_EXTENDED |
+	    PCRE2_EXTENDED_MORE | PCRE2_LITERAL)) != 0)
+		return (0);
+	if (memchr(pat, '|', len) != NULL)
+		return (0);
+	for (;;) {
+		if (i + 1 < len && pat[i] == '\\' &&
+		    (pat[i + 1] == 'b' || pat[i + 1] == 'B'))
+			i += 2;
+		else if (i < len && pat[i] == '^')
+			i++;
+		else
+			break;
+	}
+	while (i + n < len && n < size &&
+	    ops_is_plain((unsigned char)pat[i + n]))
+		n++;
+	if (i + n < len && strchr("*+?{", pat[i + n]) != NULL && n > 0)
+		n--;
+	if (n == 0)
+		return (0);
+	memcpy(lit, pat + i, n);
+	/* PCRE2 agrees where it knows a first character. */
+	if (pcre2_pattern_info(code, PCRE2_INFO_FIRSTCODETYPE, &type) == 0 &&
+	    type == 1 &&
+	    (pcre2_pattern_info(code, PCRE2_INFO_FIRSTCODEUNIT, &unit) != 0 ||
+	    unit != (unsigned char)lit[0]))
+		return (0);
+	return (n);
+}
+
+/* Find the regex's literal in [p, end): the search runs on its rarest
+ * byte.  NULL if it is not there. */
+static const char *
+ops_regex_find(const struct ops_regex *x, const char *p, const char *end)
+{
+	const char	*s, *last, *h;
+
+	if ((size_t)(end - p) < x->litlen)
+		return (NULL);
+	s = p + x->pick;
+	last = end - (x->litlen - x->pick);	/* the byte's last place */
+	while (s <= last) {
+		h = memchr(s, x->lit[x->pick], (size_t)(last - s) + 1);
+		if (h == NULL)
+			return (NULL);
+		if (memcmp(h - x->pick, x->lit, x->litlen) == 0)
+			return (h - x->pick);
+		s = h + 1;
+	}
+	return (NULL);
+}
+
+/* Match the lines of a block that hold the regex's literal; the others
+ * cannot match. */
+static int
+ops_regex_lines_cb(struct op *op, const char *data, size_t len, size_t *used)
+{
+	struct ops_regex	*x = (struct ops_regex *)op;
+	const char		*p = data, *end = data + len, *hit, *ls, *le;
+	struct record		 r = { NULL, 0, 0 };
+	int			 rc;
+
+	while ((hit = ops_regex_find(x, p, end)) != NULL) {
+		ls = hit > p ? memrchr(p, '\n', (size_t)(hit - p)) : NULL;
+		ls = ls != NULL ? ls + 1 : p;
+		le = memchr(hit, '\n', (size_t)(end - hit));
+		if (le == NULL)
+			fatalx("%s: a block that does not end a line", __func__);
+		r.data = ls;
+		r.len = (size_t)(le - ls);
+		p = le + 1;
+		if ((rc = ops_regex_push_cb(op, &r)) != OP_OK) {
+			*used = (size_t)(p - data);
+			return (rc);
+		}
+	}
+	*used = len;
+	return (OP_OK);
+}
+
 /* Free a regex filter; the pattern is the plan's. */
 static void
 ops_regex_free_cb(struct op *op)
@@ -199,6 +335,7 @@ static struct op *
 ops_regex_create(const struct plan_op *p)
 {
 	struct ops_regex	*x;
+	size_t			 i;
 
 	x = xcalloc(1, sizeof *x);
 	x->op.push = ops_regex_push_cb;
@@ -208,6 +345,15 @@ ops_regex_create(const struct plan_op *p)
 	if ((x->md = pcre2_match_data_create(1, NULL)) == NULL ||
 	    (x->mc = pcre2_match_context_create(NULL)) == NULL)
 		fatalx("pcre2: out of memory");
+	x->litlen = ops_regex_literal(p->regex, p->arg, p->arglen, x->lit,
+	    sizeof x->lit);
+	if (x->litlen > 0) {
+		for (i = 1; i < x->litlen; i++)
+			if (ops_byte_rarity((unsigned char)x->lit[i]) >
+			    ops_byte_rarity((unsigned char)x->lit[x->pick]))
+				x->pick = i;
+		x->op.push_lines = ops_regex_lines_cb;
+	}
 	x->jit = pcre2_jit_compile(p->regex, PCRE2_JIT_COMPLETE) == 0;
 	if (x->jit) {
 		x->stack = pcre2_jit_stack_create(32 * 1024, OPS_JIT_STACK,
@@ -514,6 +660,17 @@ ops_split_push_cb(struct op *op, const struct record *r)
 	}
 }
 
+/* flat_map split at one byte, of a block of lines: the next op takes the
+ * pieces in one call. */
+static int
+ops_split_lines_cb(struct op *op, const char *data, size_t len, size_t *used)
+{
+	struct ops_map	*m = (struct ops_map *)op;
+
+	*used = len;
+	return (op->next->push_pieces(op->next, data, len, m->p->arg[0]));
+}
+
 /* Free a map op. */
 static void
 ops_map_free_cb(struct op *op)
@@ -715,6 +872,9 @@ chain_create(const struct plan *plan, int partition, struct output *out,
 		}
 		op->next = next;
 		op->chain = chain;
+		if (op->push == ops_split_push_cb && next->push_pieces != NULL &&
+		    plan->ops[first].arglen == 1)
+			op->push_lines = ops_split_lines_cb;
 		next = op;
 	}
 	chain->head = next;
@@ -767,6 +927,67 @@ int
 chain_halted(const struct chain *chain)
 {
 	return (chain->halted);
+}
+
+/* Does the chain take whole blocks of lines? */
+int
+chain_takes_lines(const struct chain *chain)
+{
+	return (chain->head->push_lines != NULL);
+}
+
+/* Push a block of whole lines from the source. */
+int
+chain_push_lines(struct chain *chain, const char *data, size_t len,
+    size_t *used)
+{
+	char	*err;
+	int	rc;
+
+	*used = 0;
+	if (chain->stopped)
+		return (OP_STOP);
+	/* A block is many records: emberd's stop and the flush of what
+	 * has waited are looked at once a block. */
+	if (chain->out != NULL) {
+		switch (output_tick(chain->out, &err)) {
+		case -1:
+			chain->stopped = 1;
+			return (op_fail_take(chain->head, err));
+		case 1:
+			chain->stopped = chain->halted = 1;
+			return (OP_STOP);
+		}
+	}
+	rc = chain->head->push_lines(chain->head, data, len, used);
+	if (rc != OP_OK)
+		chain->stopped = 1;
+	return (rc);
+}
+
+/* How many times byte c is in [p, p + len). */
+size_t
+ops_count_byte(const char *p, size_t len, char c)
+{
+	size_t		 n = 0, i = 0;
+#if defined(__SSE2__) && defined(__x86_64__)
+	__m128i		 needle = _mm_set1_epi8(c), acc, sum;
+	int		 k;
+
+	while (i + 16 <= len) {
+		/* Byte counters, summed before any can pass 255. */
+		acc = _mm_setzero_si128();
+		for (k = 0; k < 255 && i + 16 <= len; k++, i += 16)
+			acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(needle,
+			    _mm_loadu_si128((const __m128i *)(p + i))));
+		sum = _mm_sad_epu8(acc, _mm_setzero_si128());
+		n += (size_t)_mm_cvtsi128_si64(sum) +
+		    (size_t)_mm_extract_epi16(sum, 4);
+	}
+#endif
+	for (; i < len; i++)
+		n += p[i] == c;
+	return (n);
 }
 
 /* Finish the chain once the source has ended. */

@@ -12,6 +12,16 @@
  * A record pushed is only borrowed: its bytes are valid during the call,
  * so ops pass on pointers into their input or into a buffer of their own
  * and nothing is allocated per record.
+ *
+ * Two optional entries take many records in one call, for the text
+ * source's lines, where a call per line costs more than the work:
+ * push_lines() takes a block of whole lines, each ending in '\n' (the
+ * newline is no part of the record), and says in *used how far it got:
+ * all of it, or to the end of the line that stopped or failed the chain.
+ * push_pieces() takes the same block split at a byte as flat_map split
+ * splits each line (every piece a record, empty ones too), and is offered
+ * only by ops that never stop the chain.  An op that has neither gets
+ * its records one push() at a time.
  */
 #ifndef EMBER_WORKER_OPS_H
 #define EMBER_WORKER_OPS_H
@@ -40,6 +50,10 @@ struct op {
 	int		(*push)(struct op *, const struct record *);
 	int		(*finish)(struct op *);
 	void		(*free)(struct op *);
+	int		(*push_lines)(struct op *, const char *, size_t,
+			     size_t *);
+	int		(*push_pieces)(struct op *, const char *, size_t,
+			     char);
 	struct op	*next;
 	struct chain	*chain;
 };
@@ -58,6 +72,13 @@ void		 chain_free(struct chain *);
 /* Push a record into the chain; finish it.  OP_OK, OP_STOP or OP_FAIL. */
 int		 chain_push(struct chain *, const struct record *);
 int		 chain_finish(struct chain *);
+/* Does the chain take whole blocks of lines?  Push such a block (see
+ * push_lines above; *used says how much of it was taken). */
+int		 chain_takes_lines(const struct chain *);
+int		 chain_push_lines(struct chain *, const char *, size_t,
+		     size_t *used);
+/* How many times byte c is in [p, p + len). */
+size_t		 ops_count_byte(const char *p, size_t len, char c);
 
 /* Did emberd stop the task (STOP_TASK) before the source ended?  Then
  * the chain is not finished: the task ends with what it sent. */

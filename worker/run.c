@@ -8,6 +8,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#if defined(__SSE2__) && defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include "checkpoint.h"
 #include "frame.h"
 #include "log.h"
@@ -37,11 +41,16 @@ struct run_sink {
 };
 
 /* count_by_value: an open-addressing table (linear probing) of records
- * and counts; a slot with count 0 is free. */
+ * and counts; a slot with count 0 is free.  A record of up to 16 bytes
+ * is kept in the slot itself, zero-padded: the common short record is
+ * found with a few compares and no pointer to follow, in 32 bytes a slot.
+ * A longer one is copied into the chunks; its slot holds where (k[0]) and
+ * its hash (k[1]). */
+#define RUN_CBV_INLINE	16
+
 struct run_cbv_slot {
-	const char	*key;
-	size_t		 len;
-	uint64_t	 hash;
+	uint64_t	 k[2];
+	uint64_t	 len;
 	int64_t		 count;
 };
 
@@ -209,11 +218,28 @@ run_cbv_copy(struct run_cbv *c, const char *data, size_t len)
 	return (k->data + k->used - len);
 }
 
+/* The slot index of a short record's key. */
+static inline uint64_t
+run_hash_short(uint64_t k0, uint64_t k1, uint64_t len)
+{
+	return (run_mix(k0 ^ 0xa0761d6478bd642fULL,
+	    k1 ^ 0xe7037ed1a0b428dbULL ^ len));
+}
+
+/* Where a slot's key would go in the table. */
+static uint64_t
+run_cbv_slot_hash(const struct run_cbv_slot *s)
+{
+	if (s->len <= RUN_CBV_INLINE)
+		return (run_hash_short(s->k[0], s->k[1], s->len));
+	return (s->k[1]);
+}
+
 /* Double the table. */
 static void
 run_cbv_grow(struct run_cbv *c)
 {
-	struct run_cbv_slot	*old = c->slots, *s;
+	struct run_cbv_slot	*old = c->slots;
 	size_t			 oldsize = c->mask + 1, i, j;
 
 	c->mask = oldsize * 2 - 1;
@@ -221,49 +247,243 @@ run_cbv_grow(struct run_cbv *c)
 	for (i = 0; i < oldsize; i++) {
 		if (old[i].count == 0)
 			continue;
-		for (j = old[i].hash & c->mask; c->slots[j].count != 0;
-		    j = (j + 1) & c->mask)
+		for (j = run_cbv_slot_hash(&old[i]) & c->mask;
+		    c->slots[j].count != 0; j = (j + 1) & c->mask)
 			;
-		s = &c->slots[j];
-		*s = old[i];
+		c->slots[j] = old[i];
 	}
 	free(old);
+}
+
+/* A new key went into a slot. */
+static inline void
+run_cbv_added(struct run_cbv *c)
+{
+	/* Grow at 70% full: linear probing slows down past that. */
+	if (++c->used * 10 >= (c->mask + 1) * 7)
+		run_cbv_grow(c);
+}
+
+/* Count a record of up to 16 bytes, given as its zero-padded key and the
+ * key's run_hash_short. */
+static inline void
+run_cbv_count_hashed(struct run_cbv *c, uint64_t k0, uint64_t k1, size_t len,
+    uint64_t h)
+{
+	struct run_cbv_slot	*s;
+	size_t			 i;
+
+	for (i = h & c->mask;; i = (i + 1) & c->mask) {
+		s = &c->slots[i];
+		if (s->count == 0)
+			break;
+		if (s->k[0] == k0 && s->k[1] == k1 && s->len == len) {
+			s->count++;
+			return;
+		}
+	}
+	s->k[0] = k0;
+	s->k[1] = k1;
+	s->len = len;
+	s->count = 1;
+	run_cbv_added(c);
+}
+
+/* Count a record of up to 16 bytes, given as its zero-padded key. */
+static inline void
+run_cbv_count_short(struct run_cbv *c, uint64_t k0, uint64_t k1, size_t len)
+{
+	run_cbv_count_hashed(c, k0, k1, len, run_hash_short(k0, k1, len));
+}
+
+/* Count a record longer than 16 bytes. */
+static void
+run_cbv_count_long(struct run_cbv *c, const char *data, size_t len)
+{
+	struct run_cbv_slot	*s;
+	uint64_t		 h = run_hash(data, len);
+	size_t			 i;
+
+	for (i = h & c->mask;; i = (i + 1) & c->mask) {
+		s = &c->slots[i];
+		if (s->count == 0)
+			break;
+		if (s->len == len && s->k[1] == h &&
+		    memcmp((const char *)(uintptr_t)s->k[0], data, len) == 0) {
+			s->count++;
+			return;
+		}
+	}
+	s->k[0] = (uint64_t)(uintptr_t)run_cbv_copy(c, data, len);
+	s->k[1] = h;
+	s->len = len;
+	s->count = 1;
+	run_cbv_added(c);
+}
+
+/* Count a record's bytes. */
+static void
+run_cbv_count(struct run_cbv *c, const char *data, size_t len)
+{
+	uint64_t	k[2] = { 0, 0 };
+
+	if (len > RUN_CBV_INLINE) {
+		run_cbv_count_long(c, data, len);
+		return;
+	}
+	if (len > 0)
+		memcpy(k, data, len);
+	run_cbv_count_short(c, k[0], k[1], len);
 }
 
 /* count_by_value: count a record. */
 static int
 run_cbv_push_cb(struct op *op, const struct record *r)
 {
-	struct run_cbv		*c = (struct run_cbv *)op;
-	struct run_cbv_slot	*s;
-	uint64_t		 h;
-	size_t			 i;
+	struct run_cbv	*c = (struct run_cbv *)op;
 
 	c->sink.records++;
-	if (r->null) {
+	if (r->null)
 		c->nulls++;
-		return (OP_OK);
-	}
-	h = run_hash(r->data, r->len);
-	for (i = h & c->mask;; i = (i + 1) & c->mask) {
-		s = &c->slots[i];
-		if (s->count == 0)
-			break;
-		if (s->hash == h && s->len == r->len &&
-		    memcmp(s->key, r->data, r->len) == 0) {
-			s->count++;
-			return (OP_OK);
-		}
-	}
-	s->key = r->len == 0 ? "" : run_cbv_copy(c, r->data, r->len);
-	s->len = r->len;
-	s->hash = h;
-	s->count = 1;
-	/* Grow at 70% full: linear probing slows down past that. */
-	if (++c->used * 10 >= (c->mask + 1) * 7)
-		run_cbv_grow(c);
+	else
+		run_cbv_count(c, r->data, r->len);
 	return (OP_OK);
 }
+
+#if defined(__SSE2__) && defined(__x86_64__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* The bytes of a load that hold a key of n bytes (n up to 16). */
+static const uint64_t	run_cbv_mask0[17] = {
+	0, 0xff, 0xffff, 0xffffff, 0xffffffffULL, 0xffffffffffULL,
+	0xffffffffffffULL, 0xffffffffffffffULL, ~0ULL, ~0ULL, ~0ULL, ~0ULL,
+	~0ULL, ~0ULL, ~0ULL, ~0ULL, ~0ULL
+};
+static const uint64_t	run_cbv_mask1[17] = {
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xffff, 0xffffff, 0xffffffffULL,
+	0xffffffffffULL, 0xffffffffffffULL, 0xffffffffffffffULL, ~0ULL
+};
+
+/* A bit for each byte of p[0, 64) that is sep or a newline. */
+static inline uint64_t
+run_cbv_delims(const char *p, __m128i vsep, __m128i vnl)
+{
+	uint64_t	m = 0;
+	__m128i		v;
+	int		i;
+
+	for (i = 0; i < 4; i++) {
+		v = _mm_loadu_si128((const __m128i *)(p + 16 * i));
+		m |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(
+		    _mm_cmpeq_epi8(v, vsep), _mm_cmpeq_epi8(v, vnl))) <<
+		    (16 * i);
+	}
+	return (m);
+}
+
+/* Short pieces waiting for their slots, whose lines are being fetched. */
+#define RUN_CBV_BATCH	32
+
+struct run_cbv_batch {
+	uint64_t	 k0[RUN_CBV_BATCH], k1[RUN_CBV_BATCH];
+	uint64_t	 len[RUN_CBV_BATCH], h[RUN_CBV_BATCH];
+	int		 n;
+};
+
+/* Count the pieces of a batch. */
+static void
+run_cbv_batch_flush(struct run_cbv *c, struct run_cbv_batch *b)
+{
+	int	i;
+
+	for (i = 0; i < b->n; i++)
+		run_cbv_count_hashed(c, b->k0[i], b->k1[i], b->len[i], b->h[i]);
+	b->n = 0;
+}
+
+/*
+ * Count the piece [p, p + len) of a block that goes on to end.  A short
+ * one waits in the batch while its slot's line is fetched: looking up a
+ * batch of slots that are on their way costs one wait to memory, not one
+ * each.  Counting in another order gives the same counts.
+ */
+static inline void
+run_cbv_count_piece(struct run_cbv *c, struct run_cbv_batch *b,
+    const char *p, size_t len, const char *end)
+{
+	uint64_t	k0, k1, h;
+
+	if (len > RUN_CBV_INLINE || end - p < 16) {
+		run_cbv_count(c, p, len);
+		return;
+	}
+	/* Two loads that may run past the piece, inside the block. */
+	k0 = run_load64(p) & run_cbv_mask0[len];
+	k1 = run_load64(p + 8) & run_cbv_mask1[len];
+	h = run_hash_short(k0, k1, len);
+	__builtin_prefetch(&c->slots[h & c->mask]);
+	b->k0[b->n] = k0;
+	b->k1[b->n] = k1;
+	b->len[b->n] = len;
+	b->h[b->n] = h;
+	if (++b->n == RUN_CBV_BATCH)
+		run_cbv_batch_flush(c, b);
+}
+
+/* count_by_value: count the pieces of a block of lines split at sep,
+ * finding the separators 64 bytes a step. */
+static int
+run_cbv_pieces_cb(struct op *op, const char *data, size_t len, char sep)
+{
+	struct run_cbv		*c = (struct run_cbv *)op;
+	struct run_cbv_batch	 b;
+	const char		*start = data, *end = data + len, *e;
+	__m128i			 vsep = _mm_set1_epi8(sep);
+	__m128i			 vnl = _mm_set1_epi8('\n');
+	uint64_t		 bits;
+	size_t			 at;
+	int64_t			 pieces = 0;
+
+	b.n = 0;
+	for (at = 0; at + 64 <= len; at += 64) {
+		for (bits = run_cbv_delims(data + at, vsep, vnl); bits != 0;
+		    bits &= bits - 1) {
+			e = data + at + __builtin_ctzll(bits);
+			run_cbv_count_piece(c, &b, start, (size_t)(e - start),
+			    end);
+			start = e + 1;
+			pieces++;
+		}
+	}
+	for (e = data + at; e < end; e++) {
+		if (*e == sep || *e == '\n') {
+			run_cbv_count_piece(c, &b, start, (size_t)(e - start),
+			    end);
+			start = e + 1;
+			pieces++;
+		}
+	}
+	run_cbv_batch_flush(c, &b);
+	c->sink.records += pieces;
+	return (OP_OK);
+}
+#else
+/* count_by_value: count the pieces of a block of lines split at sep. */
+static int
+run_cbv_pieces_cb(struct op *op, const char *data, size_t len, char sep)
+{
+	struct run_cbv	*c = (struct run_cbv *)op;
+	const char	*start = data, *end = data + len, *e;
+
+	for (e = data; e < end; e++) {
+		if (*e == sep || *e == '\n') {
+			run_cbv_count(c, start, (size_t)(e - start));
+			start = e + 1;
+			c->sink.records++;
+		}
+	}
+	return (OP_OK);
+}
+#endif
 
 /* Send a record and its count. */
 static int
@@ -291,8 +511,9 @@ run_cbv_finish_cb(struct op *op)
 		return (OP_FAIL);
 	for (i = 0; i <= c->mask; i++) {
 		s = &c->slots[i];
-		if (s->count != 0 &&
-		    run_cbv_send(c, s->key, s->len, 0, s->count) != OP_OK)
+		if (s->count != 0 && run_cbv_send(c, s->len <= RUN_CBV_INLINE ?
+		    (const char *)s->k : (const char *)(uintptr_t)s->k[0],
+		    s->len, 0, s->count) != OP_OK)
 			return (OP_FAIL);
 	}
 	return (OP_OK);
@@ -656,6 +877,7 @@ run_sink_create(const struct run *t, struct output *out, char **err)
 		c->slots = xcalloc(RUN_CBV_SLOTS, sizeof *c->slots);
 		s = &c->sink;
 		s->op.push = run_cbv_push_cb;
+		s->op.push_pieces = run_cbv_pieces_cb;
 		s->op.finish = run_cbv_finish_cb;
 		s->op.free = run_cbv_free_cb;
 		break;

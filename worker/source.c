@@ -92,6 +92,43 @@ source_run_parallelize(const struct plan *plan, int partition,
 }
 
 /*
+ * Push the complete lines of source_buf[*start, fill) that start before
+ * end (a file offset; base is that of source_buf[0]) as one block, and
+ * move *start past what the chain took.  OP_STOP once the block held the
+ * partition's last line.
+ */
+static int
+source_push_block(struct chain *chain, int64_t base, int64_t end,
+    size_t *start, size_t fill, int64_t *records_in)
+{
+	const char	*last;
+	size_t		 stop, lim, used;
+	int		 rc, final = 0;
+
+	if (base + (int64_t)*start >= end || *start >= fill)
+		return (OP_OK);
+	last = memrchr(source_buf + *start, '\n', fill - *start);
+	if (last == NULL)
+		return (OP_OK);
+	stop = (size_t)(last - source_buf) + 1;
+	lim = (size_t)(end - base);	/* lines start before it */
+	if (stop > lim) {
+		/* The line that holds lim - 1 is the partition's last. */
+		last = memchr(source_buf + lim - 1, '\n', stop - (lim - 1));
+		stop = (size_t)(last - source_buf) + 1;
+		final = 1;
+	}
+	rc = chain_push_lines(chain, source_buf + *start, stop - *start,
+	    &used);
+	*records_in += (int64_t)ops_count_byte(source_buf + *start, used,
+	    '\n');
+	*start += used;
+	if (rc == OP_OK && final)
+		rc = OP_STOP;
+	return (rc);
+}
+
+/*
  * Push the lines of one file that start in [begin, end) (file offsets).
  * This is Hadoop's LineRecordReader rule: a line belongs to the partition
  * where it starts, so a range that starts inside a line skips to the next
@@ -110,6 +147,7 @@ source_run_file(const struct plan_file *f, int64_t begin, int64_t end,
 	struct stat	 st;
 	ssize_t		 n;
 	int		 fd, eof = 0, skip, rc = OP_OK;
+	int		 lines = chain_takes_lines(chain);
 
 	/* The path may have changed since the job's check: a FIFO must not
 	 * block the open, a terminal must not become ours. */
@@ -139,6 +177,14 @@ source_run_file(const struct plan_file *f, int64_t begin, int64_t end,
 			} else
 				start = scan = fill;
 		}
+		/* A chain that takes blocks gets the complete lines at once. */
+		if (!skip && lines &&
+		    (rc = source_push_block(chain, base, end, &start, fill,
+		    records_in)) != OP_OK) {
+			rc = rc == OP_STOP ? OP_OK : OP_FAIL;
+			goto done;
+		}
+		scan = start > scan ? start : scan;
 		/* Take the complete lines in the buffer. */
 		while (!skip) {
 			if (base + (int64_t)start >= end)

@@ -12,7 +12,7 @@ import json
 import os
 import socket
 import struct
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import ConnectionFailed, ProtocolError, error_from_reply
 
@@ -53,6 +53,8 @@ class Wire:
         self._dead: Optional[socket.socket] = None
         self.buf = b""
         self.pos = 0
+        self._run_wait = 0		# records read one by one before a run
+        self._run_backoff = RUN_MIN
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.settimeout(timeout)
@@ -238,20 +240,39 @@ class Wire:
         return 4 + n if n > 0 else 4
 
     def _parse_batch(self) -> Tuple[List[RawRecord], int]:
-        # The client's hot loop: one pass per record, names bound locally
-        # (a quarter less CPU per record than with module globals).
+        # The client's hot loop.  Records of one length in a row (fixed
+        # width data, say) are read RUN_MAX at a time by one struct call
+        # that takes lengths and records alike, kept when every length is
+        # the same; a try that fails waits for more records one by one
+        # before the next, so that varied lengths lose next to nothing.
+        # One by one, names are bound locally (a quarter less CPU per
+        # record than with module globals).
         buf, pos = self.buf, self.pos
         end = len(buf)
         out: List[RawRecord] = []
         append = out.append
         unpack, max_frame, null = _unpack_int, MAX_FRAME, NULL
         status = 0
+        wait = self._run_wait
         while pos + 4 <= end:
             n = unpack(buf, pos)[0]
             start = pos + 4
             if n >= 0:
                 if n > max_frame:
                     raise self._protocol("record of %d bytes" % n)
+                if wait <= 0:
+                    k = (end - pos) // (n + 4)
+                    if k >= RUN_MIN:
+                        got = _read_run(buf, pos, n, k)
+                        if got is not None:
+                            out += got
+                            pos += len(got) * (n + 4)
+                            self._run_backoff = RUN_MIN
+                            continue
+                        self._run_backoff = min(self._run_backoff * 2,
+                                                RUN_BACKOFF_MAX)
+                        wait = self._run_backoff
+                wait -= 1
                 stop = start + n
                 if stop > end:
                     break
@@ -268,7 +289,36 @@ class Wire:
                 raise self._protocol("unexpected length %d in a partition"
                                      % n)
         self.pos = pos
+        self._run_wait = wait
         return out, status
+
+
+# A run of records of one length: at least RUN_MIN, at most RUN_MAX read by
+# one call; after a run that failed, the next try waits for up to
+# RUN_BACKOFF_MAX records.
+RUN_MIN = 8
+RUN_MAX = 256
+RUN_BACKOFF_MAX = 4096
+_runs: Dict[Tuple[int, int], struct.Struct] = {}
+
+
+def _read_run(buf: bytes, pos: int, n: int, k: int
+              ) -> Optional[Tuple[bytes, ...]]:
+    """The records of n bytes at pos, as many as one run reads (up to k,
+    whole and in buf), or None if a length differs among them."""
+    if k > RUN_MAX:
+        k = RUN_MAX
+    else:
+        k = 1 << (k.bit_length() - 1)	# few formats for a buffer's tail
+    fmt = _runs.get((n, k))
+    if fmt is None:
+        if len(_runs) >= 256:
+            _runs.clear()
+        fmt = _runs[(n, k)] = struct.Struct(">" + "i%ds" % n * k)
+    t = fmt.unpack_from(buf, pos)
+    if t[0::2].count(n) != k:
+        return None
+    return t[1::2]
 
 
 def close_quietly(fd: int) -> None:

@@ -1032,6 +1032,164 @@ START_TEST(test_output_stop_halts_the_task)
 }
 END_TEST
 
+/* Write a text file of lines of words, some empty, some with two spaces
+ * between words; with or without a final newline.  Its path. */
+static char *
+ops_words_file(uint64_t seed, int lines, int final_newline)
+{
+	static const char *const words[] = { "", "a", "qu", "quick", "quack",
+	    "abbc", "cab", "caba", "seven77", "eight888", "fifteen15151515",
+	    "sixteen161616166", "seventeen17171717", "aquick", "ab", "b",
+	    "a-word-of-forty-bytes-that-is-long-xxxxx", "qu k", "abbbbbbc" };
+	char	 path[] = "/tmp/ember-check-blocks-XXXXXX";
+	FILE	*fp;
+	int	 fd, line, i, n;
+
+	ck_assert_int_ne(fd = mkstemp(path), -1);
+	ck_assert_ptr_nonnull(fp = fdopen(fd, "w"));
+	for (line = 0; line < lines; line++) {
+		seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+		n = (int)((seed >> 33) % 12);
+		for (i = 0; i < n; i++) {
+			seed = seed * 6364136223846793005ULL +
+			    1442695040888963407ULL;
+			if (i > 0)
+				fputs((seed >> 60) == 0 ? "  " : " ", fp);
+			fputs(words[(seed >> 33) %
+			    (sizeof words / sizeof *words)], fp);
+		}
+		if (line + 1 < lines || final_newline)
+			fputc('\n', fp);
+	}
+	ck_assert_int_eq(fclose(fp), 0);
+	return (strdup(path));
+}
+
+/* Run every partition of a text plan over path in mode; sum the records
+ * in and out, and the pairs' counts (count_by_value) into a JSON object
+ * (nulls under "null"). */
+static void
+ops_text_task(const char *path, const char *ops, int partitions,
+    enum taskdesc_mode mode, int64_t *in, int64_t *out, json_t *pairs)
+{
+	struct run	 t = { .mode = mode };
+	struct sent	 s;
+	struct plan	*plan;
+	struct output	*o;
+	struct stat	 st;
+	char		*text, *err = NULL, *key;
+	char		 tmp[] = "/tmp/ember-check-out-XXXXXX";
+	int64_t		 metrics[EMBER_METRIC_COUNT], n;
+	size_t		 i;
+	int		 fd, p;
+
+	ck_assert_int_ne(asprintf(&text, "{\"source\": {\"text\": {\"paths\": "
+	    "[\"%s\"]}}, \"partitions\": %d, \"ops\": [%s]}", path,
+	    partitions, ops), -1);
+	plan = ops_plan(text);
+	free(text);
+	ck_assert_int_eq(stat(path, &st), 0);
+	plan->files[0].size = st.st_size;
+	*in = *out = 0;
+	for (p = 0; p < partitions; p++) {
+		ck_assert_int_ne(fd = mkstemp(tmp), -1);
+		unlink(tmp);
+		memcpy(tmp + sizeof tmp - 7, "XXXXXX", 6);
+		o = output_create(fd);
+		t.plan = plan;
+		t.partition = p;
+		output_reset(o);
+		ck_assert_msg(run_execute(&t, o, metrics, &err) == 0, "%s: %s",
+		    ops, err);
+		ck_assert_int_eq(output_finish(o, metrics, EMBER_METRIC_COUNT,
+		    0, &err), 0);
+		output_free(o);
+		sent_read(fd, &s);
+		close(fd);
+		*in += s.metrics[EMBER_METRIC_RECORDS_IN];
+		*out += s.metrics[EMBER_METRIC_RECORDS_OUT];
+		for (i = 0; pairs != NULL && i < s.c.n; i += 2) {
+			key = s.c.recs[i].null ? strdup("null") :
+			    strndup(s.c.data + s.c.recs[i].off,
+			    s.c.recs[i].len);
+			n = json_integer_value(json_object_get(pairs, key));
+			json_object_set_new(pairs, key,
+			    json_integer(n + ops_pair_count(&s.c, i + 1)));
+			free(key);
+		}
+		capture_clear(&s.c);
+	}
+	plan_free(plan);
+}
+
+START_TEST(test_ops_text_blocks)
+{
+	/* Each pattern with a literal before it, and the same pattern that
+	 * shows none (a group first), which is matched a line at a time. */
+	static const char *const patterns[][2] = {
+		{ "ab+c", "(?:ab+c)" },
+		{ "\\\\bqu[a-z]+k\\\\b", "(?:\\\\bqu[a-z]+k\\\\b)" },
+		{ "^quick", "(?:^quick)" },
+		{ "caba?", "(?:caba?)" },
+		{ "qu k", "(?:qu k)" },
+		{ "b{2}", "(?:b{2})" },
+		{ "seven77 e", "(?:seven77 e)" },
+		{ "x", "(?:x)" },
+	};
+	json_t		*fast, *slow;
+	char		*path, *ops;
+	int64_t		 in, out, in2, out2;
+	size_t		 i;
+	int		 final, partitions;
+
+	for (final = 0; final < 2; final++) {
+		path = ops_words_file(42 + (uint64_t)final, 3000, final);
+		for (partitions = 1; partitions <= 7; partitions += 3) {
+			for (i = 0; i < sizeof patterns / sizeof *patterns;
+			    i++) {
+				ck_assert_int_ne(asprintf(&ops, "{\"filter\": "
+				    "{\"regex\": \"%s\"}}", patterns[i][0]),
+				    -1);
+				ops_text_task(path, ops, partitions, MODE_COUNT,
+				    &in, &out, NULL);
+				free(ops);
+				ck_assert_int_ne(asprintf(&ops, "{\"filter\": "
+				    "{\"regex\": \"%s\"}}", patterns[i][1]),
+				    -1);
+				ops_text_task(path, ops, partitions, MODE_COUNT,
+				    &in2, &out2, NULL);
+				free(ops);
+				ck_assert_int_eq(in, 3000);
+				ck_assert_int_eq(in2, 3000);
+				ck_assert_msg(out == out2, "%s: %lld lines, "
+				    "want %lld", patterns[i][0],
+				    (long long)out, (long long)out2);
+			}
+
+			/* A word count in blocks, and a record at a time (a
+			 * filter after the split takes them one by one). */
+			fast = json_object();
+			slow = json_object();
+			ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}",
+			    partitions, MODE_COUNT_BY_VALUE, &in, &out, fast);
+			ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}, "
+			    "{\"filter\": {\"contains\": \"\"}}", partitions,
+			    MODE_COUNT_BY_VALUE, &in2, &out2, slow);
+			ck_assert_int_eq(in, in2);
+			ck_assert_int_eq(out, out2);
+			ck_assert_msg(json_equal(fast, slow), "the counts "
+			    "differ: %s, want %s", json_dumps(fast, 0),
+			    json_dumps(slow, 0));
+			ck_assert_int_gt(json_object_size(fast), 15);
+			json_decref(fast);
+			json_decref(slow);
+		}
+		unlink(path);
+		free(path);
+	}
+}
+END_TEST
+
 /* Build the ops suite. */
 Suite *
 ops_suite(void)
@@ -1059,6 +1217,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_ops_reduce);
 	tcase_add_test(tc, test_ops_count_by_value);
 	tcase_add_test(tc, test_ops_count_by_value_wide);
+	tcase_add_test(tc, test_ops_text_blocks);
 	tcase_add_test(tc, test_ops_save);
 	tcase_add_test(tc, test_ops_save_fails_midway);
 	suite_add_tcase(s, tc);

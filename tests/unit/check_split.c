@@ -83,6 +83,28 @@ split_check_push_cb(struct op *op, const struct record *r)
 	return (OP_OK);
 }
 
+/* A block of whole lines: each must be the next line. */
+static int
+split_check_lines_cb(struct op *op, const char *data, size_t len,
+    size_t *used)
+{
+	struct record	 r = { NULL, 0, 0 };
+	const char	*p = data, *end = data + len, *nl;
+
+	if (len == 0 || data[len - 1] != '\n')
+		ck_abort_msg("a block of %zu bytes that does not end a line",
+		    len);
+	while (p < end) {
+		nl = memchr(p, '\n', (size_t)(end - p));
+		r.data = p;
+		r.len = (size_t)(nl - p);
+		split_check_push_cb(op, &r);
+		p = nl + 1;
+	}
+	*used = len;
+	return (OP_OK);
+}
+
 /* Nothing to finish. */
 static int
 split_check_finish_cb(__attribute__((unused)) struct op *op)
@@ -155,18 +177,60 @@ split_count_lines(const struct split_file *f)
 	return (n);
 }
 
-/* Check every partition count from 1 to max over the files. */
+/* Check one partition count over the files, a line a push or in blocks
+ * of lines. */
+static void
+split_check_count(struct plan *plan, const struct split_file *files,
+    size_t nfiles, int64_t want, int blocks)
+{
+	struct split_check	 c;
+	struct chain		*chain;
+	int64_t			 in;
+	char			*err = NULL;
+	int			 p;
+
+	memset(&c, 0, sizeof c);
+	c.op.push = split_check_push_cb;
+	if (blocks)
+		c.op.push_lines = split_check_lines_cb;
+	c.op.finish = split_check_finish_cb;
+	c.op.free = split_check_free_cb;
+	c.files = files;
+	c.nfiles = nfiles;
+	c.partitions = plan->partitions;
+	for (p = 0; p < plan->partitions; p++) {
+		c.partition = p;
+		/* Plain tests: each ck_assert writes to the runner. */
+		if ((chain = chain_create(plan, p, NULL, &c.op, &err)) == NULL)
+			ck_abort_msg("chain_create: %s", err);
+		in = 0;
+		if (source_run(plan, p, -1, chain, &in, &err) != OP_OK)
+			ck_abort_msg("source_run: %s", err);
+		chain_free(chain);
+		if (in != c.records)
+			ck_abort_msg("%d partitions, partition %d: %lld records "
+			    "in, %lld pushed", plan->partitions, p,
+			    (long long)in, (long long)c.records);
+		want -= c.records;
+		c.records = 0;
+	}
+	split_check_skip(&c);
+	if (want != 0 || c.file != nfiles)
+		ck_abort_msg("%d partitions%s: %lld records too few",
+		    plan->partitions, blocks ? " (blocks)" : "",
+		    (long long)want);
+}
+
+/* Check every partition count from 1 to max over the files, a line a
+ * push and in blocks of lines. */
 static void
 split_check_files(const struct split_file *files, size_t nfiles, int max)
 {
 	struct plan		 plan;
 	struct plan_file	*pf;
-	struct split_check	 c;
-	struct chain		*chain;
-	int64_t			 want = 0, in;
-	char			*err = NULL;
+	int64_t			 want = 0;
 	size_t			 i;
-	int			 p;
+	int			 blocks;
 
 	pf = calloc(nfiles, sizeof *pf);
 	for (i = 0; i < nfiles; i++) {
@@ -178,32 +242,10 @@ split_check_files(const struct split_file *files, size_t nfiles, int max)
 	plan.source = PLAN_SOURCE_TEXT;
 	plan.files = pf;
 	plan.nfiles = nfiles;
-	for (plan.partitions = 1; plan.partitions <= max; plan.partitions++) {
-		memset(&c, 0, sizeof c);
-		c.op.push = split_check_push_cb;
-		c.op.finish = split_check_finish_cb;
-		c.op.free = split_check_free_cb;
-		c.files = files;
-		c.nfiles = nfiles;
-		c.partitions = plan.partitions;
-		for (p = 0; p < plan.partitions; p++) {
-			c.partition = p;
-			/* Plain tests: each ck_assert writes to the
-			 * runner. */
-			if ((chain = chain_create(&plan, p, NULL, &c.op,
-			    &err)) == NULL)
-				ck_abort_msg("chain_create: %s", err);
-			in = 0;
-			if (source_run(&plan, p, -1, chain, &in, &err) != OP_OK)
-				ck_abort_msg("source_run: %s", err);
-			chain_free(chain);
-		}
-		split_check_skip(&c);
-		if (c.records != want || c.file != nfiles)
-			ck_abort_msg("%d partitions: %lld records, want %lld",
-			    plan.partitions, (long long)c.records,
-			    (long long)want);
-	}
+	for (blocks = 0; blocks < 2; blocks++)
+		for (plan.partitions = 1; plan.partitions <= max;
+		    plan.partitions++)
+			split_check_count(&plan, files, nfiles, want, blocks);
 	free(pf);
 }
 

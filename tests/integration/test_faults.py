@@ -268,7 +268,9 @@ def test_commit_left_by_a_crash(d):
     finally:
         delay.stop()
     d.start()
-    check(wait_until(lambda: "_SUCCESS" in listing(out), 15),
+    # The commit writes _SUCCESS, then takes _temporary away.
+    check(wait_until(lambda: "_SUCCESS" in listing(out) and
+                     "_temporary" not in listing(out), 15),
           "the commit was not run again: %r" % listing(out))
     check_whole_or_absent(out, {"ok": True}, 8)
 

@@ -226,12 +226,34 @@ fslink_restart_cb(evutil_socket_t fd, short events, void *arg)
 		ember_counters.forkserver_restarts++;
 }
 
+/* Add "flag name" to argv for each name of a comma-separated list (blanks
+ * around a name ignored, empty names skipped); argv grows as needed. */
+static char **
+fslink_argv_list(char **argv, size_t *n, size_t *max, const char *flag,
+    const char *names)
+{
+	char	*list, *p, *name;
+
+	list = xstrdup(names);
+	for (p = list; (name = strsep(&p, ",")) != NULL;) {
+		name += strspn(name, " \t");
+		name[strcspn(name, " \t")] = '\0';
+		if (*name == '\0')
+			continue;
+		argv = xreallocarray(argv, *max += 2, sizeof *argv);
+		argv[(*n)++] = xstrdup(flag);
+		argv[(*n)++] = xstrdup(name);
+	}
+	free(list);
+	return (argv);
+}
+
 /* The fork-server's command line: --user when emberd is root, and the
  * plugins to preload. */
 static char **
 fslink_argv(const struct fslink *fs)
 {
-	char	**argv, *list, *p, *path;
+	char	**argv;
 	size_t	  n = 0, max = 14;	/* room for the fixed options and NULL */
 
 	argv = xcalloc(max, sizeof *argv);
@@ -258,28 +280,10 @@ fslink_argv(const struct fslink *fs)
 		xasprintf(&argv[n++], "%lld",
 		    (long long)ember_conf.workers_max_pids_per_user);
 	}
-	list = xstrdup(ember_conf.workers_preload);
-	for (p = list; (path = strsep(&p, ",")) != NULL;) {
-		path += strspn(path, " \t");
-		path[strcspn(path, " \t")] = '\0';
-		if (*path == '\0')
-			continue;
-		argv = xreallocarray(argv, max += 2, sizeof *argv);
-		argv[n++] = xstrdup("--preload");
-		argv[n++] = xstrdup(path);
-	}
-	free(list);
-	list = xstrdup(ember_conf.python_preload);
-	for (p = list; (path = strsep(&p, ",")) != NULL;) {
-		path += strspn(path, " \t");
-		path[strcspn(path, " \t")] = '\0';
-		if (*path == '\0')
-			continue;
-		argv = xreallocarray(argv, max += 2, sizeof *argv);
-		argv[n++] = xstrdup("--python-preload");
-		argv[n++] = xstrdup(path);
-	}
-	free(list);
+	argv = fslink_argv_list(argv, &n, &max, "--preload",
+	    ember_conf.workers_preload);
+	argv = fslink_argv_list(argv, &n, &max, "--python-preload",
+	    ember_conf.python_preload);
 	argv[n] = NULL;
 	return (argv);
 }

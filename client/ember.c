@@ -270,23 +270,23 @@ run_check_plan(const char *path, const char *plan)
 	return (0);
 }
 
-/* Add key=value to options: the value as JSON if it parses, else text. */
-static int
-run_option(json_t *options, const char *kv)
+int
+cli_option(json_t *options, const char *command, const char *kv)
 {
 	const char	*eq = strchr(kv, '=');
 	json_t		*v;
 	char		*key;
 
 	if (eq == NULL || eq == kv) {
-		fprintf(stderr, "ember: run: --option %s: expected key=value\n",
-		    kv);
+		fprintf(stderr, "ember: %s: --option %s: expected key=value\n",
+		    command, kv);
 		return (-1);
 	}
 	if ((v = json_loads(eq + 1, JSON_DECODE_ANY, NULL)) == NULL)
 		v = json_string(eq + 1);
 	if (v == NULL) {
-		fprintf(stderr, "ember: run: --option %s: not UTF-8\n", kv);
+		fprintf(stderr, "ember: %s: --option %s: not UTF-8\n",
+		    command, kv);
 		return (-1);
 	}
 	key = strndup(kv, (size_t)(eq - kv));
@@ -554,7 +554,7 @@ cmd_run(int argc, char **argv)
 			    "count";
 			break;
 		case 'o':
-			if (run_option(options, optarg) == -1)
+			if (cli_option(options, "run", optarg) == -1)
 				goto usage_error;
 			break;
 		case 'S':

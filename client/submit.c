@@ -82,31 +82,6 @@ submit_find_spark_submit(void)
 	return (strdup("spark-submit"));
 }
 
-/* Add key=value to options: the value as JSON if it parses, else text. */
-static int
-submit_option(json_t *options, const char *kv)
-{
-	const char	*eq = strchr(kv, '=');
-	json_t		*v;
-	char		*key;
-
-	if (eq == NULL || eq == kv) {
-		fprintf(stderr, "ember: submit: --option %s: expected "
-		    "key=value\n", kv);
-		return (-1);
-	}
-	if ((v = json_loads(eq + 1, JSON_DECODE_ANY, NULL)) == NULL)
-		v = json_string(eq + 1);
-	if (v == NULL) {
-		fprintf(stderr, "ember: submit: --option %s: not UTF-8\n", kv);
-		return (-1);
-	}
-	key = strndup(kv, (size_t)(eq - kv));
-	json_object_set_new(options, key, v);
-	free(key);
-	return (0);
-}
-
 /* Copy the plan (a file, or - for standard input) into dir/plan.json,
  * checking it is a JSON object on the way. */
 static char *
@@ -326,7 +301,7 @@ cmd_submit(int argc, char **argv)
 			    "count";
 			break;
 		case 'o':
-			if (submit_option(options, optarg) == -1)
+			if (cli_option(options, "submit", optarg) == -1)
 				goto out;
 			break;
 		case 'm':

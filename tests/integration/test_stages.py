@@ -5,6 +5,7 @@ whatever ends it; their bytes count against daemon.max_shuffle_per_uid;
 a map stage's failure reaches the client."""
 
 import os
+import signal
 import stat
 
 from harness import *
@@ -67,6 +68,24 @@ def test_a_map_stage_failure_reaches_the_client(d):
     msg = check_error(r, "TASK_FAILED")
     check("not a number" in msg, "message: %r" % msg)
     check(d.alive(), "emberd died")
+
+
+def test_a_restart_removes_what_a_crash_left(d):
+    # A stream whose map stage is done holds its shuffle files; emberd
+    # is killed with it.
+    c = d.client()
+    c.execute_ok(keyed_plan(20000, 4, ops=[{"sort_by": {}}]), "iterate")
+    c.write_int(1)
+    check_eq(c.read_int(), 1, "a partition follows")
+    top = shuffle_dir(d)
+    check(os.listdir(top) != [], "no shuffle files while the stream runs")
+    d.signal(signal.SIGKILL)
+    d.wait()
+    d.kill_leftovers()
+    check(os.listdir(top) != [], "the crash left no files to test with")
+    d.start()
+    check(wait_until(lambda: os.listdir(top) == [], 15),
+          "a restart left %r" % os.listdir(top))
 
 
 @with_daemon(sets=["daemon.max_shuffle_per_uid=1k"])

@@ -381,7 +381,7 @@ shuffle_clean_uid(uid_t uid)
 	/* The user's helper lists and removes, never emberd: everything
 	 * made before now goes. */
 	args = json_pack("{s:s,s:[],s:I,s:b,s:I,s:I}", "dir", path, "keep",
-	    "before_ms", (json_int_t)ember_now_ms(), "complete", 0, "max",
+	    "before_ms", (json_int_t)checkpoint_now_ms(), "complete", 0, "max",
 	    (json_int_t)0, "max_manifest", (json_int_t)CKPT_MAX_MANIFEST);
 	if (helper_run_background(uid, pw != NULL ? pw->gid : (gid_t)uid,
 	    "checkpoint_clean", args, fd, shuffle_cleaned_cb, path, &class,

@@ -197,13 +197,17 @@ operation_input_lost(struct operation *op, struct task *t, const char *cause)
 	    map < 0 || map >= op->stages[stage].partitions ||
 	    op->reruns >= OPERATION_MAX_RERUNS)
 		return (0);
+	TAILQ_FOREACH(m, &op->map_tasks, op_entry) {
+		if (m->rerun && m->stage == stage && m->partition == map) {
+			log_info("operation %s: stage %d: partition %d: %s; "
+			    "waiting for map task %d of stage %d", op->id,
+			    t->stage, t->partition, cause, map, stage);
+			return (1);	/* it runs again already */
+		}
+	}
 	log_warn("operation %s: stage %d: partition %d: %s; running map "
 	    "task %d of stage %d again", op->id, t->stage, t->partition,
 	    cause, map, stage);
-	TAILQ_FOREACH(m, &op->map_tasks, op_entry) {
-		if (m->rerun && m->stage == stage && m->partition == map)
-			return (1);	/* it runs again already */
-	}
 	op->reruns++;
 	m = task_create(op, map, 1);
 	m->stage = stage;

@@ -226,7 +226,7 @@ serve_plan(struct server *w, json_t *j, const char *operation,
 	free(w->operation);
 	w->plan = NULL;
 	w->operation = NULL;
-	if (plan_parse(j, out, err) == -1)
+	if (plan_parse_stage(j, out, err) == -1)
 		return (-1);
 	w->plan = *out;
 	w->operation = xstrdup(operation);
@@ -278,6 +278,12 @@ serve_take_fds(struct server *w, struct taskdesc *d, char **err)
 	}
 	if (d->ckpt_dir_passed && (d->ckpt_dirfd = serve_take_fd(w)) == -1) {
 		*err = xstrdup("checkpoint.fd: no descriptor came");
+		return (-1);
+	}
+	/* Then the uid's shuffle directory. */
+	if (d->shuffle_dir_passed &&
+	    (d->shuffle_dirfd = serve_take_fd(w)) == -1) {
+		*err = xstrdup("shuffle.fd: no descriptor came");
 		return (-1);
 	}
 	return (0);

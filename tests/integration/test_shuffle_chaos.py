@@ -91,6 +91,7 @@ def test_shuffle_chaos(d):
     kinds = [jobs.reduce_by_key, jobs.group_count, jobs.distinct, jobs.sort,
              jobs.join, jobs.repartition]
     outcomes = collections.Counter()
+    errors = []
     tasks_before = d.client().status()["counters"]["tasks"]
     made = 0
     killer = Killer(d, random.Random(SEED + 1))
@@ -110,6 +111,7 @@ def test_shuffle_chaos(d):
             except TaskFailed as e:
                 what = "TASK_FAILED"
                 check("partition" in str(e), "error: %s" % e)
+                errors.append(str(e))
             except (socket.timeout, TimeoutError):
                 raise AssertionError("job %d (%s) hung" % (i, job.__name__))
             finally:
@@ -133,6 +135,8 @@ def test_shuffle_chaos(d):
     print("seed %d: %s; kills %s; tasks retried %d, map tasks rerun %d" % (
         SEED, dict(outcomes), dict(killer.kills), counters["tasks_retried"],
         reruns))
+    for e in errors[:5]:
+        print("  failed: %s" % e[:300])
     check(outcomes[("reduce_by_key", "ok")] + outcomes[("sort", "ok")] > 0,
           "no shuffling job succeeded: %r" % dict(outcomes))
 

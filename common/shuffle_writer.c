@@ -44,6 +44,14 @@ struct sw_item {
 	struct sw_rec	*rec;
 };
 
+/* A slot of combine's table: the key's hash beside the item, so that a
+ * probe reads no record but the one that matches. */
+struct sw_slot {
+	struct sw_rec	*rec;		/* the item's, NULL empty */
+	uint32_t	 item;		/* its index */
+	uint32_t	 hash;
+};
+
 struct sw_chunk {
 	struct sw_chunk	*next;
 	size_t		 size, used;
@@ -97,7 +105,7 @@ struct shuffle_writer {
 	size_t			 used;		/* memory held */
 	struct sw_item		*items, *tmp;
 	size_t			 nitems, cap;
-	uint32_t		*table;		/* item index + 1, 0 empty */
+	struct sw_slot		*table;		/* combine's: open addressing */
 	size_t			 tcap;
 	int			 runfd;
 	int64_t			 runlen;
@@ -245,7 +253,11 @@ sw_hash(int bucket, const char *key, size_t len)
 
 	for (i = 0; i < len; i++)
 		h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
-	return ((uint32_t)(h ^ h >> 32));
+	/* FNV's low bits are weak, and the table uses them: mix. */
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return ((uint32_t)h);
 }
 
 /* The entry a record holds. */
@@ -354,9 +366,11 @@ sw_table_grow(struct shuffle_writer *w)
 	w->tcap = cap;
 	for (i = 0; i < w->nitems; i++) {
 		s = w->items[i].rec->hash & (cap - 1);
-		while (w->table[s] != 0)
+		while (w->table[s].rec != NULL)
 			s = (s + 1) & (cap - 1);
-		w->table[s] = (uint32_t)i + 1;
+		w->table[s].rec = w->items[i].rec;
+		w->table[s].item = (uint32_t)i;
+		w->table[s].hash = w->items[i].rec->hash;
 	}
 }
 
@@ -371,9 +385,11 @@ sw_table_find(const struct shuffle_writer *w, int bucket,
 	size_t			 s = hash & (w->tcap - 1);
 	int64_t			 klen;
 
-	for (; w->table[s] != 0; s = (s + 1) & (w->tcap - 1)) {
-		r = w->items[w->table[s] - 1].rec;
-		if (r->hash != hash || r->bucket != (uint32_t)bucket)
+	for (; w->table[s].rec != NULL; s = (s + 1) & (w->tcap - 1)) {
+		if (w->table[s].hash != hash)
+			continue;
+		r = w->table[s].rec;
+		if (r->bucket != (uint32_t)bucket)
 			continue;
 		k = sw_rec_key(r, &klen);
 		if ((k == NULL) == e->knull && (k == NULL ||
@@ -388,11 +404,11 @@ sw_table_find(const struct shuffle_writer *w, int bucket,
 
 /* Fold e into the item that has its key. */
 static int
-sw_combine(struct shuffle_writer *w, struct sw_item *it,
+sw_combine(struct shuffle_writer *w, struct sw_slot *slot,
     const struct shuffle_entry *e, char **err)
 {
 	struct shuffle_entry	 a, out;
-	struct sw_rec		*r = it->rec, *n;
+	struct sw_rec		*r = slot->rec, *n;
 	size_t			 size;
 	char			*why = NULL;
 
@@ -415,7 +431,7 @@ sw_combine(struct shuffle_writer *w, struct sw_item *it,
 		n->hash = r->hash;
 		if (w->order == SHUFFLE_ORDER_KEY_NUMERIC)
 			*sw_rec_num(n) = *sw_rec_num(r);
-		it->rec = r = n;
+		w->items[slot->item].rec = slot->rec = r = n;
 	}
 	/* out may point into r: encode apart, then copy in. */
 	if (w->spsize < size) {
@@ -477,7 +493,7 @@ shuffle_writer_add(struct shuffle_writer *w, int bucket,
 {
 	struct sf_num	 num;
 	const char	*why;
-	size_t		 slot;
+	size_t		 slot = 0;
 	uint32_t	 hash = 0;
 	int		 found;
 
@@ -495,11 +511,13 @@ shuffle_writer_add(struct shuffle_writer *w, int bucket,
 		hash = sw_hash(bucket, e->key, e->knull ? 0 : e->klen);
 		slot = sw_table_find(w, bucket, e, hash, &found);
 		if (found)
-			return (sw_combine(w, &w->items[w->table[slot] - 1],
-			    e, err));
-		w->table[slot] = (uint32_t)w->nitems + 1;
+			return (sw_combine(w, &w->table[slot], e, err));
+		w->table[slot].item = (uint32_t)w->nitems;
+		w->table[slot].hash = hash;
 	}
 	sw_append(w, bucket, e, &num, hash, sf_encode_size(e));
+	if (w->combine != NULL)
+		w->table[slot].rec = w->items[w->nitems - 1].rec;
 	if (w->used > w->memory)
 		return (sw_spill(w, err));
 	return (0);

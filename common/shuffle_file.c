@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -246,6 +247,30 @@ sf_num_read(enum shuffle_order order, const struct shuffle_entry *e,
 	if (n->type == 1)
 		n->d = (double)n->i;
 	return (n->type == 0 ? -1 : 0);
+}
+
+/* Show a key in an error. */
+void
+sf_key_show(char *buf, size_t size, const struct shuffle_entry *e)
+{
+	size_t	i, n = e->klen < 64 ? e->klen : 64, at = 0;
+	char	c;
+
+	if (e->knull || size < SF_SHOWN_SIZE) {
+		snprintf(buf, size, "null");
+		return;
+	}
+	buf[at++] = '"';
+	for (i = 0; i < n; i++) {
+		c = e->key[i];
+		buf[at++] = c >= 0x20 && c < 0x7f ? c : '?';
+	}
+	buf[at++] = '"';
+	if (n < e->klen) {
+		memcpy(buf + at, "...", 3);
+		at += 3;
+	}
+	buf[at] = '\0';
 }
 
 /* Compare two keys' bytes: memcmp, then length; NULL first. */
@@ -605,7 +630,10 @@ shuffle_reader_open(int dirfd, const char *name, int bucket, char **err)
 {
 	int	fd;
 
-	fd = openat(dirfd, name, O_RDONLY|O_NOFOLLOW|O_CLOEXEC|O_NOCTTY);
+	/* O_NONBLOCK: a FIFO planted by the user's code does not hang the
+	 * open; it is then refused as no regular file. */
+	fd = openat(dirfd, name, O_RDONLY|O_NOFOLLOW|O_CLOEXEC|O_NOCTTY|
+	    O_NONBLOCK);
 	if (fd == -1) {
 		sf_error(err, name, strerror(errno));
 		return (NULL);
@@ -699,7 +727,7 @@ sf_reader_read(struct shuffle_reader *r, struct shuffle_entry *e,
 		return (-1);
 	r->seen++;
 	if (sf_num_read(r->order, e, &r->num) == -1) {
-		*why = "a key is not a number";
+		*why = "a key is not a number in a numeric file";
 		return (-1);
 	}
 	return (1);

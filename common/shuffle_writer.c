@@ -468,8 +468,7 @@ static int	sw_spill(struct shuffle_writer *, char **);
 
 /* Check an entry the caller gives. */
 static const char *
-sw_entry_check(const struct shuffle_writer *w, const struct shuffle_entry *e,
-    struct sf_num *num)
+sw_entry_check(const struct shuffle_entry *e)
 {
 	if (e->kind != SHUFFLE_KIND_RECORD && e->kind != SHUFFLE_KIND_PAIR &&
 	    e->kind != SHUFFLE_KIND_GROUP)
@@ -481,8 +480,6 @@ sw_entry_check(const struct shuffle_writer *w, const struct shuffle_entry *e,
 		return ("an entry over 2 GiB");
 	if (e->kind == SHUFFLE_KIND_GROUP && e->vnull)
 		return ("a group without values");
-	if (sf_num_read(w->order, e, num) == -1)
-		return ("a key is not a number");
 	return (NULL);
 }
 
@@ -496,13 +493,20 @@ shuffle_writer_add(struct shuffle_writer *w, int bucket,
 	size_t		 slot = 0;
 	uint32_t	 hash = 0;
 	int		 found;
+	char		 shown[SF_SHOWN_SIZE];
 
 	if (bucket < 0 || bucket >= w->buckets)
 		why = "no such bucket";
 	else
-		why = sw_entry_check(w, e, &num);
+		why = sw_entry_check(e);
 	if (why != NULL) {
 		xasprintf(err, "shuffle file %s: %s", w->name, why);
+		return (-1);
+	}
+	if (sf_num_read(w->order, e, &num) == -1) {
+		sf_key_show(shown, sizeof shown, e);
+		xasprintf(err, "shuffle file %s: key %s is not a number",
+		    w->name, shown);
 		return (-1);
 	}
 	if (w->combine != NULL) {

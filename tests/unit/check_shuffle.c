@@ -298,6 +298,35 @@ START_TEST(test_refused)
 }
 END_TEST
 
+/* A numeric file's key that is no number is named in the error. */
+START_TEST(test_not_a_number_named)
+{
+	struct shuffle_writer	*w;
+	struct shuffle_entry	 e = pair("12x\n", "1");
+	char			*err = NULL;
+
+	w = writer("f", 1, SHUFFLE_ORDER_KEY_NUMERIC, 0, 0, NULL);
+	add(w, 0, pair("12", "1"));
+	ck_assert_int_eq(shuffle_writer_add(w, 0, &e, &err), -1);
+	ck_assert_msg(strstr(err, "\"12x?\" is not a number") != NULL, "%s",
+	    err);
+	free(err);
+	shuffle_writer_free(w);
+}
+END_TEST
+
+/* A FIFO planted where a map file should be: an error, not a hang. */
+START_TEST(test_fifo_refused)
+{
+	char	*err = NULL;
+
+	ck_assert_int_eq(mkfifoat(sh_dir, "f", 0600), 0);
+	ck_assert_ptr_null(shuffle_reader_open(sh_dir, "f", 0, &err));
+	ck_assert_ptr_nonnull(strstr(err, "shuffle file f: "));
+	free(err);
+}
+END_TEST
+
 /* Write n pairs of keys key(i) and values i into bucket i % buckets. */
 static void
 fill(struct shuffle_writer *w, int n, int buckets, int keys)
@@ -748,6 +777,8 @@ shuffle_suite(void)
 	tc = sh_tcase("round trip");
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_refused);
+	tcase_add_test(tc, test_not_a_number_named);
+	tcase_add_test(tc, test_fifo_refused);
 	suite_add_tcase(s, tc);
 
 	tc = sh_tcase("order");

@@ -112,6 +112,7 @@ struct shuffle_writer {
 	struct sw_run		*runs;
 	size_t			 nruns;
 	size_t			*starts;	/* each bucket's first item */
+	size_t			*radix;		/* the sort's counts */
 	char			*tmpname;
 	unsigned char		*pending;	/* merge's entry to emit */
 	size_t			 plen, psize;
@@ -304,7 +305,7 @@ sw_item_after(const struct shuffle_writer *w, const struct sw_item *a,
 
 /* Sort n items stably: insertion sort of runs of 16, then merges. */
 static void
-sw_sort(const struct shuffle_writer *w, struct sw_item *a, struct sw_item *t,
+sw_sort_merge(const struct shuffle_writer *w, struct sw_item *a, struct sw_item *t,
     size_t n)
 {
 	struct sw_item	*src = a, *dst = t, *sw, x;
@@ -462,6 +463,55 @@ sw_append(struct shuffle_writer *w, int bucket, const struct shuffle_entry *e,
 	w->items[w->nitems].prefix = w->order == SHUFFLE_ORDER_NONE ? 0 :
 	    sw_prefix(w, e, num);
 	w->items[w->nitems++].rec = r;
+}
+
+#define SW_RADIX_BITS	16
+#define SW_RADIX_MIN	1024	/* fewer items are merge-sorted at once */
+
+/*
+ * Sort n items stably: one counting pass on the 16 highest bits in which
+ * their prefixes differ, then a merge sort of each group.  Random keys
+ * leave groups of a few items, so most of the merge passes go; keys that
+ * share their first bytes are grouped by the bytes after them.
+ */
+static void
+sw_sort(struct shuffle_writer *w, struct sw_item *a, struct sw_item *t,
+    size_t n)
+{
+	size_t		*count, i, g, sum = 0;
+	uint64_t	 diff = 0;
+	int		 shift;
+
+	for (i = 1; i < n; i++)
+		diff |= a[i].prefix ^ a[0].prefix;
+	if (n < SW_RADIX_MIN || diff == 0) {
+		sw_sort_merge(w, a, t, n);
+		return;
+	}
+	shift = 63 - __builtin_clzll(diff) - (SW_RADIX_BITS - 1);
+	if (shift < 0)
+		shift = 0;
+	if (w->radix == NULL)
+		w->radix = xcalloc((size_t)1 << SW_RADIX_BITS,
+		    sizeof *w->radix);
+	count = w->radix;
+	memset(count, 0, sizeof *count << SW_RADIX_BITS);
+	for (i = 0; i < n; i++)
+		count[(a[i].prefix >> shift) & 0xffff]++;
+	for (g = 0; g < (size_t)1 << SW_RADIX_BITS; g++) {
+		i = count[g];
+		count[g] = sum;
+		sum += i;
+	}
+	for (i = 0; i < n; i++)
+		t[count[(a[i].prefix >> shift) & 0xffff]++] = a[i];
+	memcpy(a, t, n * sizeof *a);
+	/* count[g] is now group g's end. */
+	for (g = 0, i = 0; g < (size_t)1 << SW_RADIX_BITS; g++) {
+		if (count[g] - i > 1)
+			sw_sort_merge(w, a + i, t, count[g] - i);
+		i = count[g];
+	}
 }
 
 static int	sw_spill(struct shuffle_writer *, char **);
@@ -744,6 +794,8 @@ sw_src_next(struct shuffle_writer *w, struct sw_src *s, const char **why)
 	if (s->mem) {
 		if (s->i == s->n)
 			return (0);
+		if (s->i + 8 < s->n)
+			__builtin_prefetch(w->items[s->i + 8].rec);
 		r = w->items[s->i++].rec;
 		sw_rec_entry(r, &s->e);
 		if (w->order == SHUFFLE_ORDER_KEY_NUMERIC)
@@ -1197,6 +1249,7 @@ shuffle_writer_free(struct shuffle_writer *w)
 	free(w->items);
 	free(w->table);
 	free(w->starts);
+	free(w->radix);
 	free(w->pending);
 	free(w->spare);
 	free(w->tmpname);

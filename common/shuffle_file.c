@@ -1018,18 +1018,22 @@ struct sf_weighted {
 	size_t			 seq;
 };
 
-static enum shuffle_order	 sf_sort_order;
-static int			 sf_sort_descending;
+/* The order samples are sorted in. */
+struct sf_sort {
+	enum shuffle_order	 order;
+	int			 descending;
+};
 
-/* qsort's comparison of two samples: in order, then by sequence. */
+/* qsort_r's comparison of two samples: in order, then by sequence. */
 static int
-sf_weighted_cmp(const void *va, const void *vb)
+sf_weighted_cmp(const void *va, const void *vb, void *arg)
 {
 	const struct sf_weighted	*a = va, *b = vb;
+	const struct sf_sort		*o = arg;
 	int				 c;
 
-	c = sf_entry_compare(sf_sort_order, sf_sort_descending, &a->e,
-	    &a->num, &b->e, &b->num);
+	c = sf_entry_compare(o->order, o->descending, &a->e, &a->num, &b->e,
+	    &b->num);
 	if (c != 0)
 		return (c);
 	return ((a->seq > b->seq) - (a->seq < b->seq));
@@ -1071,6 +1075,7 @@ shuffle_boundaries(struct shuffle_reader **readers, size_t n, int partitions,
 {
 	struct sf_weighted	*w;
 	struct shuffle_key	*b;
+	struct sf_sort		 sort;
 	double			 total, acc = 0;
 	size_t			 all, k = 0;
 	int			 p;
@@ -1081,9 +1086,9 @@ shuffle_boundaries(struct shuffle_reader **readers, size_t n, int partitions,
 		return (-1);
 	}
 	all = sf_samples_gather(readers, n, order, &w, &total);
-	sf_sort_order = order;
-	sf_sort_descending = descending;
-	qsort(w, all, sizeof *w, sf_weighted_cmp);
+	sort.order = order;
+	sort.descending = descending;
+	qsort_r(w, all, sizeof *w, sf_weighted_cmp, &sort);
 	b = xcalloc((size_t)partitions, sizeof *b);
 	for (p = 1; p < partitions; p++) {
 		/* The sample in which p/partitions of the weight falls. */

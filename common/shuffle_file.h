@@ -90,6 +90,8 @@ int			 shuffle_writer_add(struct shuffle_writer *,
  */
 int			 shuffle_writer_commit(struct shuffle_writer *,
 			     int64_t *bytes, char **err);
+/* The runs spilled so far. */
+int			 shuffle_writer_spills(const struct shuffle_writer *);
 /* Free a writer; one not committed leaves nothing behind. */
 void			 shuffle_writer_free(struct shuffle_writer *);
 

@@ -1231,6 +1231,12 @@ shuffle_writer_commit(struct shuffle_writer *w, int64_t *bytes, char **err)
 	return (0);
 }
 
+int
+shuffle_writer_spills(const struct shuffle_writer *w)
+{
+	return ((int)w->nruns);
+}
+
 void
 shuffle_writer_free(struct shuffle_writer *w)
 {

@@ -402,6 +402,7 @@ START_TEST(test_spill_same_file)
 		commit(w);
 		w = writer("small", 5, order, 0, 1, NULL);
 		fill(w, 100000, 5, 3000);
+		ck_assert_int_gt(shuffle_writer_spills(w), 10);
 		commit(w);
 		a = slurp("big", &alen);
 		b = slurp("small", &blen);
@@ -412,6 +413,12 @@ START_TEST(test_spill_same_file)
 		ck_assert_int_eq(sh_count_files(), 2);
 	}
 	ck_assert_int_eq(check_sorted("small", 4, 0), 20000);
+	/* Abandoned after spilling: nothing left behind. */
+	w = writer("gone", 5, SHUFFLE_ORDER_KEY, 0, 1, NULL);
+	fill(w, 20000, 5, 3000);
+	ck_assert_int_gt(shuffle_writer_spills(w), 1);
+	shuffle_writer_free(w);
+	ck_assert_int_eq(sh_count_files(), 2);
 }
 END_TEST
 

@@ -600,7 +600,8 @@ sw_sort_all(struct shuffle_writer *w)
 	memmove(w->starts + 1, w->starts, (size_t)w->buckets *
 	    sizeof *w->starts);
 	w->starts[0] = 0;
-	memcpy(w->items, w->tmp, w->nitems * sizeof *w->items);
+	if (w->nitems > 0)
+		memcpy(w->items, w->tmp, w->nitems * sizeof *w->items);
 	if (w->order != SHUFFLE_ORDER_NONE) {
 		for (b = 0; b < (size_t)w->buckets; b++) {
 			n = w->starts[b + 1] - w->starts[b];
@@ -669,6 +670,8 @@ static void
 sw_grow_put(unsigned char **buf, size_t *len, size_t *size, const void *p,
     size_t n)
 {
+	if (n == 0)
+		return;
 	if (*len + n > *size) {
 		*size = (*len + n) * 2;
 		*buf = xrealloc(*buf, *size);

@@ -1118,7 +1118,18 @@ sw_spill(struct shuffle_writer *w, char **err)
 	free(o.buf);
 	sw_arena_free(w);
 	w->nitems = 0;
-	if (w->table != NULL)
+	/* Arrays grown past half the bound would leave no room, and every
+	 * later add would spill: start them again small. */
+	if ((w->cap * sizeof *w->items + w->tcap * sizeof *w->table) >
+	    w->memory / 2) {
+		free(w->items);
+		free(w->table);
+		w->items = NULL;
+		w->table = NULL;
+		w->used -= w->cap * sizeof *w->items +
+		    w->tcap * sizeof *w->table;
+		w->cap = w->tcap = 0;
+	} else if (w->table != NULL)
 		memset(w->table, 0, w->tcap * sizeof *w->table);
 	return (0);
 }

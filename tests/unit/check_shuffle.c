@@ -476,6 +476,28 @@ START_TEST(test_kinds_spill)
 }
 END_TEST
 
+static int	sum_cb(void *, const struct shuffle_entry *,
+		    const struct shuffle_entry *, struct shuffle_entry *,
+		    char **);
+
+/* Spills come as often as the entries fill the memory, not at every
+ * add once combine's table has grown past it. */
+START_TEST(test_spills_bounded)
+{
+	struct shuffle_writer	*w;
+	int			 mb;
+
+	for (mb = 1; mb <= 4; mb *= 2) {
+		w = writer("f", 1, SHUFFLE_ORDER_KEY, 0, (size_t)mb << 20,
+		    sum_cb);
+		fill(w, 200000, 1, 200000);
+		ck_assert_msg(shuffle_writer_spills(w) < 40 / mb,
+		    "%d MiB: %d spills", mb, shuffle_writer_spills(w));
+		shuffle_writer_free(w);
+	}
+}
+END_TEST
+
 static char	sum_buf[32];
 
 /* Add two values as integers. */
@@ -902,6 +924,7 @@ shuffle_suite(void)
 	tcase_add_test(tc, test_numeric);
 	tcase_add_test(tc, test_spill_same_file);
 	tcase_add_test(tc, test_kinds_spill);
+	tcase_add_test(tc, test_spills_bounded);
 	tcase_add_test(tc, test_combine);
 	suite_add_tcase(s, tc);
 

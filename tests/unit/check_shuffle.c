@@ -224,6 +224,7 @@ START_TEST(test_round_trip)
 	e.key = big;
 	e.klen = 1 << 20;
 	add(w, 1, e);
+	add(w, 1, pair("after", "big"));
 	memset(&grp, 0, sizeof grp);
 	grp.kind = SHUFFLE_KIND_GROUP;
 	grp.key = "g";
@@ -256,6 +257,9 @@ START_TEST(test_round_trip)
 	eq_bytes(e.key, e.klen, big, 1 << 20);
 	ck_assert(!e.vnull);
 	ck_assert_uint_eq(e.vlen, 0);
+	e = next(r);
+	eq_bytes(e.key, e.klen, "after", 5);
+	eq_bytes(e.value, e.vlen, "big", 3);
 	end(r);
 	shuffle_reader_free(r);
 	r = reader("f", 2);

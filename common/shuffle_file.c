@@ -546,54 +546,50 @@ sf_reader_extra(struct shuffle_reader *r, const unsigned char *p,
 	return (0);
 }
 
-/* Check the trailer and table, and read the bucket's row and extras. */
+/* Read and check the trailer at the file's end into t: 0 and the
+ * table's offset in *toff, or -1 with *why. */
 static int
-sf_reader_footer(struct shuffle_reader *r, int bucket, const char **why)
+sf_reader_trailer(struct shuffle_reader *r, unsigned char *t, int64_t *toff,
+    const char **why)
 {
-	unsigned char	 t[SF_TRAILER_SIZE], *table = NULL, *row;
 	struct stat	 st;
-	int64_t		 size, toff, xoff, xlen;
 	int32_t		 flags;
-	uint32_t	 crc;
-	size_t		 tlen;
-	int		 rc = -1;
 
 	if (fstat(r->fd, &st) == -1) {
 		*why = strerror(errno);
 		return (-1);
 	}
-	size = st.st_size;
 	*why = "no shuffle file footer";
-	if (!S_ISREG(st.st_mode) || size < SF_TRAILER_SIZE ||
-	    sf_pread(r->fd, t, sizeof t, size - SF_TRAILER_SIZE, why) == -1 ||
-	    memcmp(t + 20, SF_MAGIC, SF_MAGIC_SIZE) != 0)
+	if (!S_ISREG(st.st_mode) || st.st_size < SF_TRAILER_SIZE ||
+	    sf_pread(r->fd, t, SF_TRAILER_SIZE, st.st_size - SF_TRAILER_SIZE,
+	    why) == -1 || memcmp(t + 20, SF_MAGIC, SF_MAGIC_SIZE) != 0)
 		return (-1);
 	r->buckets = be32_get(t);
 	flags = be32_get(t + 4);
-	toff = be64_get(t + 8);
+	*toff = be64_get(t + 8);
 	*why = "bad footer";
 	if (r->buckets < 1 || r->buckets > SF_MAX_BUCKETS || (flags & ~7) ||
 	    ((flags & SF_FLAG_NUMERIC) && !(flags & SF_FLAG_ORDERED)))
 		return (-1);
-	tlen = (size_t)r->buckets * SF_ROW_SIZE;
-	if (toff < 0 || toff != size - SF_TRAILER_SIZE - (int64_t)tlen)
+	/* The table ends where the trailer begins. */
+	if (*toff < 0 || *toff != st.st_size - SF_TRAILER_SIZE -
+	    (int64_t)r->buckets * SF_ROW_SIZE)
 		return (-1);
 	r->order = !(flags & SF_FLAG_ORDERED) ? SHUFFLE_ORDER_NONE :
 	    (flags & SF_FLAG_NUMERIC) ? SHUFFLE_ORDER_KEY_NUMERIC :
 	    SHUFFLE_ORDER_KEY;
 	r->descending = (flags & SF_FLAG_DESCENDING) != 0;
-	if (bucket < 0 || bucket >= r->buckets) {
-		*why = "no such bucket";
-		return (-1);
-	}
-	table = xmalloc(tlen);
-	if (sf_pread(r->fd, table, tlen, toff, why) == -1)
-		goto out;
-	crc = (uint32_t)crc32_z(crc32_z(0, table, tlen), t, 16);
-	*why = "footer CRC mismatch";
-	if (SF_CRC_BAD(crc, be32_get(t + 16)))
-		goto out;
-	row = table + (size_t)bucket * SF_ROW_SIZE;
+	return (0);
+}
+
+/* Read the bucket's row (data and extras before the table at toff),
+ * then its extras. */
+static int
+sf_reader_row(struct shuffle_reader *r, const unsigned char *row,
+    int64_t toff, const char **why)
+{
+	int64_t	xoff, xlen;
+
 	r->off = be64_get(row);
 	r->len = be64_get(row + 8);
 	r->count = be64_get(row + 16);
@@ -602,16 +598,43 @@ sf_reader_footer(struct shuffle_reader *r, int bucket, const char **why)
 	xlen = be32_get(row + 36);
 	*why = "bad bucket row";
 	if (r->off < 0 || r->len < 0 || r->off > toff ||
-	    r->len > toff - r->off || r->count < 0 || r->count > r->len || xoff < 0 || xlen < 8 ||
-	    xoff > toff || xlen > toff - xoff)
-		goto out;
+	    r->len > toff - r->off || r->count < 0 || r->count > r->len ||
+	    xoff < 0 || xlen < 8 || xoff > toff || xlen > toff - xoff)
+		return (-1);
 	r->extra = xmalloc((size_t)xlen);
 	if (sf_pread(r->fd, r->extra, (size_t)xlen, xoff, why) == -1)
-		goto out;
+		return (-1);
 	*why = "bucket extras CRC mismatch";
 	if (SF_CRC_BAD(crc32_z(0, r->extra, (size_t)xlen), be32_get(row + 40)))
+		return (-1);
+	return (sf_reader_extra(r, r->extra, (size_t)xlen, why));
+}
+
+/* Check the trailer and the table, and read the bucket's row and
+ * extras. */
+static int
+sf_reader_footer(struct shuffle_reader *r, int bucket, const char **why)
+{
+	unsigned char	 t[SF_TRAILER_SIZE], *table;
+	int64_t		 toff;
+	size_t		 tlen;
+	int		 rc = -1;
+
+	if (sf_reader_trailer(r, t, &toff, why) == -1)
+		return (-1);
+	if (bucket < 0 || bucket >= r->buckets) {
+		*why = "no such bucket";
+		return (-1);
+	}
+	tlen = (size_t)r->buckets * SF_ROW_SIZE;
+	table = xmalloc(tlen);
+	if (sf_pread(r->fd, table, tlen, toff, why) == -1)
 		goto out;
-	rc = sf_reader_extra(r, r->extra, (size_t)xlen, why);
+	*why = "footer CRC mismatch";
+	if (SF_CRC_BAD(crc32_z(crc32_z(0, table, tlen), t, 16),
+	    be32_get(t + 16)))
+		goto out;
+	rc = sf_reader_row(r, table + (size_t)bucket * SF_ROW_SIZE, toff, why);
 out:
 	free(table);
 	return (rc);

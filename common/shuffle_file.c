@@ -681,6 +681,10 @@ shuffle_reader_open(int dirfd, const char *name, int bucket, char **err)
 {
 	int	fd;
 
+	if (*name == '\0' || strchr(name, '/') != NULL) {
+		sf_error(err, name, "a name, not a path");
+		return (NULL);
+	}
 	/* O_NONBLOCK: a FIFO planted by the user's code does not hang the
 	 * open; it is then refused as no regular file. */
 	fd = openat(dirfd, name, O_RDONLY|O_NOFOLLOW|O_CLOEXEC|O_NOCTTY|

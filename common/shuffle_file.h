@@ -67,11 +67,12 @@ struct shuffle_reader;
 struct shuffle_merge;
 
 /*
- * A writer of NAME in dirfd with buckets (1..1000000) buckets, sorted by
- * order (descending reverses it; equal keys keep their arrival order),
- * holding up to memory bytes (at least 64 KiB: the entries, their sort
- * array and combine's table; a sort's scratch array of 16 bytes per entry
- * comes on top while it runs) before it spills.  combine needs an
+ * A writer of NAME in dirfd (a name, not a path, not starting with '.'
+ * as the writer's temporary names do) with buckets (1..1000000) buckets,
+ * sorted by order (descending reverses it; equal keys keep their arrival
+ * order), holding up to memory bytes (at least 64 KiB: the entries, their
+ * sort array and combine's table; a sort's scratch array of 16 bytes per
+ * entry comes on top while it runs) before it spills.  combine needs an
  * ordered file.  NULL with *err (to free) for bad arguments.
  */
 struct shuffle_writer	*shuffle_writer_create(int dirfd, const char *name,

@@ -129,6 +129,10 @@ shuffle_writer_create(int dirfd, const char *name, int buckets,
 {
 	struct shuffle_writer	*w;
 
+	if (*name == '\0' || *name == '.' || strchr(name, '/') != NULL) {
+		xasprintf(err, "shuffle file %s: a name, not a path", name);
+		return (NULL);
+	}
 	if (buckets < 1 || buckets > SF_MAX_BUCKETS) {
 		xasprintf(err, "shuffle file %s: %d buckets", name, buckets);
 		return (NULL);

@@ -289,6 +289,11 @@ START_TEST(test_refused)
 	ck_assert_ptr_null(shuffle_writer_create(sh_dir, "f", 0,
 	    SHUFFLE_ORDER_NONE, 0, 0, NULL, NULL, &err));
 	free(err);
+	ck_assert_ptr_null(shuffle_writer_create(sh_dir, "../f", 1,
+	    SHUFFLE_ORDER_NONE, 0, 0, NULL, NULL, &err));
+	free(err);
+	ck_assert_ptr_null(shuffle_reader_open(sh_dir, "../f", 0, &err));
+	free(err);
 	err = NULL;
 	w = writer("f", 2, SHUFFLE_ORDER_KEY_NUMERIC, 0, 0, NULL);
 	ck_assert_int_eq(shuffle_writer_add(w, 0, &e, &err), -1);

@@ -567,6 +567,9 @@ sf_reader_trailer(struct shuffle_reader *r, unsigned char *t, int64_t *toff,
 	r->buckets = be32_get(t);
 	flags = be32_get(t + 4);
 	*toff = be64_get(t + 8);
+	*why = "footer CRC mismatch";
+	if (SF_CRC_BAD(crc32_z(0, t, 16), be32_get(t + 16)))
+		return (-1);
 	*why = "bad footer";
 	if (r->buckets < 1 || r->buckets > SF_MAX_BUCKETS || (flags & ~7) ||
 	    ((flags & SF_FLAG_NUMERIC) && !(flags & SF_FLAG_ORDERED)))
@@ -610,15 +613,14 @@ sf_reader_row(struct shuffle_reader *r, const unsigned char *row,
 	return (sf_reader_extra(r, r->extra, (size_t)xlen, why));
 }
 
-/* Check the trailer and the table, and read the bucket's row and
- * extras. */
+/* Check the trailer, then read and check the bucket's row and extras:
+ * only those, so that a reduce task opening every map's file reads a
+ * row of each, not R. */
 static int
 sf_reader_footer(struct shuffle_reader *r, int bucket, const char **why)
 {
-	unsigned char	 t[SF_TRAILER_SIZE], *table;
+	unsigned char	 t[SF_TRAILER_SIZE], row[SF_ROW_SIZE];
 	int64_t		 toff;
-	size_t		 tlen;
-	int		 rc = -1;
 
 	if (sf_reader_trailer(r, t, &toff, why) == -1)
 		return (-1);
@@ -626,18 +628,13 @@ sf_reader_footer(struct shuffle_reader *r, int bucket, const char **why)
 		*why = "no such bucket";
 		return (-1);
 	}
-	tlen = (size_t)r->buckets * SF_ROW_SIZE;
-	table = xmalloc(tlen);
-	if (sf_pread(r->fd, table, tlen, toff, why) == -1)
-		goto out;
-	*why = "footer CRC mismatch";
-	if (SF_CRC_BAD(crc32_z(crc32_z(0, table, tlen), t, 16),
-	    be32_get(t + 16)))
-		goto out;
-	rc = sf_reader_row(r, table + (size_t)bucket * SF_ROW_SIZE, toff, why);
-out:
-	free(table);
-	return (rc);
+	if (sf_pread(r->fd, row, sizeof row, toff + (int64_t)bucket *
+	    SF_ROW_SIZE, why) == -1)
+		return (-1);
+	*why = "bucket row CRC mismatch";
+	if (SF_CRC_BAD(crc32_z(0, row, 44), be32_get(row + 44)))
+		return (-1);
+	return (sf_reader_row(r, row, toff, why));
 }
 
 /* Start reading the bucket at block i. */

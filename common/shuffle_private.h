@@ -15,7 +15,7 @@
 #define SF_MAGIC		"EMBSHUF1"
 #define SF_MAGIC_SIZE		8
 #define SF_TRAILER_SIZE		28	/* buckets, flags, table, crc, magic */
-#define SF_ROW_SIZE		44	/* a bucket's row of the table */
+#define SF_ROW_SIZE		48	/* a bucket's row, its CRC last */
 #define SF_BLOCK_SIZE		65536	/* a block ends past this many bytes */
 #define SF_BLOCK_ENTRY_SIZE	12	/* int64 offset, uint32 crc */
 #define SF_MAX_BUCKETS		1000000

@@ -1153,6 +1153,7 @@ sw_out_footer(struct shuffle_writer *w, struct sw_out *o)
 	for (b = 0; b < w->buckets; b++) {
 		row = o->rows + (size_t)b * SF_ROW_SIZE;
 		be64_put(row + 28, be64_get(row + 28) + xbase);
+		be32_put(row + 44, (int32_t)(uint32_t)crc32_z(0, row, 44));
 	}
 	if (sw_out_write(o, o->extra, o->xlen) == -1)
 		return (-1);
@@ -1168,8 +1169,7 @@ sw_out_footer(struct shuffle_writer *w, struct sw_out *o)
 	be32_put(t, w->buckets);
 	be32_put(t + 4, flags);
 	be64_put(t + 8, toff);
-	be32_put(t + 16, (int32_t)(uint32_t)crc32_z(crc32_z(0, o->rows, tlen),
-	    t, 16));
+	be32_put(t + 16, (int32_t)(uint32_t)crc32_z(0, t, 16));
 	memcpy(t + 20, SF_MAGIC, SF_MAGIC_SIZE);
 	if (sw_out_write(o, t, sizeof t) == -1)
 		return (-1);

@@ -18,8 +18,14 @@
 #include <zlib.h>
 
 #include "frame.h"
+#include "plan.h"
 #include "shuffle_private.h"
 #include "xmalloc.h"
+
+/* An entry's kind is the plan's kind of record, as the worker has it. */
+_Static_assert(SHUFFLE_KIND_RECORD == PLAN_KIND_RECORD &&
+    SHUFFLE_KIND_PAIR == PLAN_KIND_PAIR &&
+    SHUFFLE_KIND_GROUP == PLAN_KIND_GROUP, "shuffle kinds are plan kinds");
 
 /*
  * A fuzzing build reads past CRC mismatches, so that the fuzzer reaches

@@ -204,6 +204,8 @@ START_TEST(test_taskdesc_modes)
 	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
 	ck_assert_str_eq(got.shuffle_dir, d.shuffle_dir);
 	ck_assert_ptr_null(got.shuffle_op);
+	/* A reduce side sorts and groups in that memory too. */
+	ck_assert_int_eq(got.shuffle_memory, 1 << 20);
 	taskdesc_clear(&got);
 	d.shuffle_dir = NULL;
 

@@ -296,7 +296,7 @@ ops_regex_lines_cb(struct op *op, const char *data, size_t len, size_t *used)
 {
 	struct ops_regex	*x = (struct ops_regex *)op;
 	const char		*p = data, *end = data + len, *hit, *ls, *le;
-	struct record		 r = { NULL, 0, 0 };
+	struct record		 r = { NULL, 0, 0, 0, NULL, 0 };
 	int			 rc;
 
 	while ((hit = ops_regex_find(x, p, end)) != NULL) {
@@ -570,7 +570,7 @@ ops_map_json(struct ops_map *m, const struct record *r, struct record *out)
 	if (v == NULL)
 		goto out;
 	found = 1;
-	*out = (struct record){ NULL, 0, 0 };
+	*out = (struct record){ NULL, 0, 0, 0, NULL, 0 };
 	if (json_is_null(v))
 		out->null = 1;
 	else if (json_is_string(v)) {
@@ -639,7 +639,7 @@ ops_split_push_cb(struct op *op, const struct record *r)
 	struct ops_map	*m = (struct ops_map *)op;
 	const char	*sep = m->p->arg, *p, *end, *s;
 	size_t		 seplen = m->p->arglen;
-	struct record	 piece = { NULL, 0, 0 };
+	struct record	 piece = { NULL, 0, 0, 0, NULL, 0 };
 	int		 rc;
 
 	if (r->null)

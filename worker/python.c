@@ -307,7 +307,7 @@ python_to_record(PyObject *o, struct record *r, PyObject **keep)
 	char		*data;
 
 	*keep = NULL;
-	*r = (struct record){ NULL, 0, 0 };
+	*r = (struct record){ NULL, 0, 0, 0, NULL, 0 };
 	if (o == Py_None) {
 		r->null = 1;
 		return (0);

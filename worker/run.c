@@ -14,6 +14,7 @@
 
 #include "checkpoint.h"
 #include "frame.h"
+#include "keyed.h"
 #include "log.h"
 #include "ops.h"
 #include "output.h"
@@ -130,6 +131,11 @@ run_records_push_cb(struct op *op, const struct record *r)
 		return (OP_OK);
 	}
 	s->records++;
+	if (r->kind != PLAN_KIND_RECORD) {
+		if (output_keyed(s->out, r, &err) == -1)
+			return (op_fail_take(op, err));
+		return (OP_OK);
+	}
 	if (output_record(s->out, r->data, r->len, r->null, &err) == -1)
 		return (op_fail_take(op, err));
 	return (OP_OK);
@@ -729,6 +735,34 @@ run_save_flush(struct run_save *s)
 	return (run_save_writev(s, &iov, 1));
 }
 
+/* save: a pair's or group's line, made in the buffer or, too large for
+ * it, in one of its own. */
+static int
+run_save_keyed(struct run_save *s, const struct record *r)
+{
+	struct iovec	 iov;
+	size_t		 len = keyed_text_size(r) + 1;
+	char		*line;
+	int		 rc;
+
+	if (s->used + len > RUN_SAVE_BUFFER && run_save_flush(s) != OP_OK)
+		return (OP_FAIL);
+	if (len <= RUN_SAVE_BUFFER) {
+		keyed_text_put(s->buf + s->used, r);
+		s->buf[s->used + len - 1] = '\n';
+		s->used += len;
+		return (OP_OK);
+	}
+	line = xmalloc(len);
+	keyed_text_put(line, r);
+	line[len - 1] = '\n';
+	iov.iov_base = line;
+	iov.iov_len = len;
+	rc = run_save_writev(s, &iov, 1);
+	free(line);
+	return (rc);
+}
+
 /* save: a record and a newline; a null is an empty line. */
 static int
 run_save_push_cb(struct op *op, const struct record *r)
@@ -737,6 +771,8 @@ run_save_push_cb(struct op *op, const struct record *r)
 	struct iovec		 iov[3];
 
 	s->sink.records++;
+	if (r->kind != PLAN_KIND_RECORD)
+		return (run_save_keyed(s, r));
 	if (s->used + r->len + 1 <= RUN_SAVE_BUFFER) {
 		if (r->len != 0)
 			memcpy(s->buf + s->used, r->data, r->len);
@@ -808,6 +844,11 @@ run_ckpt_push_cb(struct op *op, const struct record *r)
 	char		*err;
 
 	c->sink.records++;
+	if (r->kind != PLAN_KIND_RECORD) {
+		if (ckpt_writer_keyed(c->w, r, &err) == -1)
+			return (op_fail_take(op, err));
+		return (OP_OK);
+	}
 	if (ckpt_writer_record(c->w, r->data, r->len, r->null, &err) == -1)
 		return (op_fail_take(op, err));
 	return (OP_OK);

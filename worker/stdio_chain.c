@@ -157,7 +157,7 @@ stdio_plan(const char *text, char **err)
 static int
 stdio_pump(struct chain *chain, FILE *in, char **err)
 {
-	struct record	 r;
+	struct record	 r = { NULL, 0, 0, 0, NULL, 0 };
 	char		*buf = NULL;
 	size_t		 size = 0;
 	int		 rc;

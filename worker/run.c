@@ -14,6 +14,7 @@
 
 #include "checkpoint.h"
 #include "frame.h"
+#include "hash.h"
 #include "keyed.h"
 #include "log.h"
 #include "ops.h"
@@ -150,60 +151,6 @@ run_count_push_cb(struct op *op, __attribute__((unused))
 	return (OP_OK);
 }
 
-/* Read 8 bytes, unaligned, in host order. */
-static inline uint64_t
-run_load64(const char *p)
-{
-	uint64_t	v;
-
-	memcpy(&v, p, 8);
-	return (v);
-}
-
-/* Multiply to 128 bits and fold. */
-static inline uint64_t
-run_mix(uint64_t a, uint64_t b)
-{
-	__uint128_t	r = (__uint128_t)a * b;
-
-	return ((uint64_t)r ^ (uint64_t)(r >> 64));
-}
-
-/* Hash a record, 16 bytes a step (in the manner of wyhash). */
-static uint64_t
-run_hash(const char *p, size_t len)
-{
-	static const uint64_t	k0 = 0xa0761d6478bd642fULL,
-				k1 = 0xe7037ed1a0b428dbULL,
-				k2 = 0x8ebc6af09c88c6e3ULL;
-	uint64_t		h = k0 ^ len, a, b;
-	size_t			n = len;
-
-	while (n > 16) {
-		h = run_mix(run_load64(p) ^ k1, run_load64(p + 8) ^ h);
-		p += 16;
-		n -= 16;
-	}
-	if (n >= 8) {
-		a = run_load64(p);
-		b = run_load64(p + n - 8);
-	} else if (n >= 4) {
-		uint32_t	x, y;
-
-		memcpy(&x, p, 4);
-		memcpy(&y, p + n - 4, 4);
-		a = x;
-		b = y;
-	} else if (n > 0) {
-		a = ((uint64_t)(unsigned char)p[0] << 16) |
-		    ((uint64_t)(unsigned char)p[n / 2] << 8) |
-		    (unsigned char)p[n - 1];
-		b = 0;
-	} else
-		a = b = 0;
-	return (run_mix(k1 ^ len, run_mix(a ^ k2, b ^ h)));
-}
-
 /* Copy a record's bytes into the table's chunks. */
 static const char *
 run_cbv_copy(struct run_cbv *c, const char *data, size_t len)
@@ -228,7 +175,7 @@ run_cbv_copy(struct run_cbv *c, const char *data, size_t len)
 static inline uint64_t
 run_hash_short(uint64_t k0, uint64_t k1, uint64_t len)
 {
-	return (run_mix(k0 ^ 0xa0761d6478bd642fULL,
+	return (hash_mix(k0 ^ 0xa0761d6478bd642fULL,
 	    k1 ^ 0xe7037ed1a0b428dbULL ^ len));
 }
 
@@ -307,7 +254,7 @@ static void
 run_cbv_count_long(struct run_cbv *c, const char *data, size_t len)
 {
 	struct run_cbv_slot	*s;
-	uint64_t		 h = run_hash(data, len);
+	uint64_t		 h = hash_bytes(data, len);
 	size_t			 i;
 
 	for (i = h & c->mask;; i = (i + 1) & c->mask) {
@@ -423,8 +370,8 @@ run_cbv_count_piece(struct run_cbv *c, struct run_cbv_batch *b,
 		return;
 	}
 	/* Two loads that may run past the piece, inside the block. */
-	k0 = run_load64(p) & run_cbv_mask0[len];
-	k1 = run_load64(p + 8) & run_cbv_mask1[len];
+	k0 = hash_load64(p) & run_cbv_mask0[len];
+	k1 = hash_load64(p + 8) & run_cbv_mask1[len];
 	h = run_hash_short(k0, k1, len);
 	__builtin_prefetch(&c->slots[h & c->mask]);
 	b->k0[b->n] = k0;

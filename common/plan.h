@@ -88,22 +88,6 @@ struct plan_shuffle_input {
 	int			 maps;
 };
 
-/* What records an op takes or gives: plain, pairs or groups. */
-enum plan_kind {
-	PLAN_KIND_RECORD,
-	PLAN_KIND_PAIR,
-	PLAN_KIND_GROUP,
-};
-
-/* reduce_by_key's fold of a key's values. */
-enum plan_kv_fn {
-	PLAN_KV_SUM,
-	PLAN_KV_MIN,
-	PLAN_KV_MAX,
-	PLAN_KV_COUNT,
-	PLAN_KV_CONCAT,
-};
-
 /* What a python op does with its function (docs/plans.md). */
 enum plan_python_kind {
 	PLAN_PYTHON_MAP,

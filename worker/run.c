@@ -23,6 +23,7 @@
 #include "source.h"
 #include "run.h"
 #include "savecommit.h"
+#include "shuffle.h"
 #include "xmalloc.h"
 
 /* count_by_value's table starts with this many slots, a power of two. */
@@ -93,6 +94,14 @@ struct run_save {
 struct run_ckpt {
 	struct run_sink		 sink;
 	struct ckpt_writer	*w;
+};
+
+/* shuffle: the map task's file, in the operation's directory. */
+struct run_shuffle {
+	struct run_sink		 sink;
+	int			 opdir;
+	struct shuffle_map	*map;
+	int64_t			 bytes;
 };
 
 /* Tell whether a task is answered without reading its source. */
@@ -841,6 +850,87 @@ run_ckpt_create(const struct run *t, char **err)
 	return (&c->sink);
 }
 
+/* shuffle: write a record to its bucket. */
+static int
+run_shuffle_push_cb(struct op *op, const struct record *r)
+{
+	struct run_shuffle	*s = (struct run_shuffle *)op;
+	char			*err;
+
+	s->sink.records++;
+	if (shuffle_map_add(s->map, r, &err) == -1)
+		return (op_fail_take(op, err));
+	return (OP_OK);
+}
+
+/* shuffle: sort, write and name the file. */
+static int
+run_shuffle_finish_cb(struct op *op)
+{
+	struct run_shuffle	*s = (struct run_shuffle *)op;
+	char			*err;
+
+	if (shuffle_map_commit(s->map, &s->bytes, &err) == -1)
+		return (op_fail_take(op, err));
+	return (OP_OK);
+}
+
+/* Free a shuffle sink; a file not committed is removed. */
+static void
+run_shuffle_free_cb(struct op *op)
+{
+	struct run_shuffle	*s = (struct run_shuffle *)op;
+
+	shuffle_map_free(s->map);
+	if (s->opdir != -1)
+		close(s->opdir);
+	free(s);
+}
+
+/* Make the shuffle sink: the operation's directory, the file's writer. */
+static struct run_sink *
+run_shuffle_create(const struct run *t, char **err)
+{
+	struct run_shuffle	*s;
+
+	if (t->shuffle_dirfd == -1 || t->shuffle_dir == NULL ||
+	    t->shuffle_op == NULL) {
+		*err = xstrdup("mode shuffle: no shuffle directory or op");
+		return (NULL);
+	}
+	s = xcalloc(1, sizeof *s);
+	s->sink.op.push = run_shuffle_push_cb;
+	s->sink.op.finish = run_shuffle_finish_cb;
+	s->sink.op.free = run_shuffle_free_cb;
+	if ((s->opdir = shuffle_dir_open(t->shuffle_dirfd, t->shuffle_dir,
+	    err)) == -1 || (s->map = shuffle_map_create(s->opdir,
+	    t->shuffle_stage, t->partition, t->shuffle_buckets,
+	    t->shuffle_op, (size_t)t->shuffle_memory, err)) == NULL) {
+		run_shuffle_free_cb(&s->sink.op);
+		return (NULL);
+	}
+	return (&s->sink);
+}
+
+/* Run a shuffle source: the reduce side of its wide op. */
+static int
+run_shuffle_source(const struct run *t, struct chain *chain, int64_t *in,
+    char **err)
+{
+	int	opdir, rc;
+
+	if (t->shuffle_dirfd == -1 || t->shuffle_dir == NULL) {
+		*err = xstrdup("a shuffle source without a shuffle directory");
+		return (OP_FAIL);
+	}
+	if ((opdir = shuffle_dir_open(t->shuffle_dirfd, t->shuffle_dir,
+	    err)) == -1)
+		return (OP_FAIL);
+	rc = shuffle_source_run(t->plan, t->partition, opdir, chain, in, err);
+	close(opdir);
+	return (rc);
+}
+
 /* Make the sink of a task's mode. */
 static struct run_sink *
 run_sink_create(const struct run *t, struct output *out, char **err)
@@ -886,8 +976,9 @@ run_sink_create(const struct run *t, struct output *out, char **err)
 			return (NULL);
 		break;
 	case MODE_SHUFFLE:
-		*err = xstrdup("mode shuffle: not supported by this worker");
-		return (NULL);
+		if ((s = run_shuffle_create(t, err)) == NULL)
+			return (NULL);
+		break;
 	}
 	s->out = out;
 	return (s);
@@ -920,8 +1011,11 @@ run_execute(const struct run *t, struct output *out,
 	chain = chain_create(t->plan, t->partition, out, &sink->op, err);
 	if (chain == NULL)
 		return (-1);
-	rc = source_run(t->plan, t->partition, t->source_dirfd, chain, &in,
-	    &serr);
+	if (t->plan->source == PLAN_SOURCE_SHUFFLE)
+		rc = run_shuffle_source(t, chain, &in, &serr);
+	else
+		rc = source_run(t->plan, t->partition, t->source_dirfd, chain,
+		    &in, &serr);
 	if (rc == OP_OK && !chain_halted(chain))
 		rc = chain_finish(chain);
 	if (rc == OP_FAIL) {
@@ -940,10 +1034,13 @@ run_execute(const struct run *t, struct output *out,
 	if (t->mode == MODE_CHECKPOINT)
 		metrics[EMBER_METRIC_BYTES_OUT] =
 		    ckpt_writer_bytes(((struct run_ckpt *)sink)->w);
+	if (t->mode == MODE_SHUFFLE)	/* what emberd charges the uid */
+		metrics[EMBER_METRIC_BYTES_OUT] =
+		    ((struct run_shuffle *)sink)->bytes;
 	chain_free(chain);	/* stops and reaps any command still running */
 
 	if (t->mode != MODE_COUNT && t->mode != MODE_SAVE &&
-	    t->mode != MODE_CHECKPOINT)
+	    t->mode != MODE_CHECKPOINT && t->mode != MODE_SHUFFLE)
 		metrics[EMBER_METRIC_BYTES_OUT] = output_bytes(out);
 	return (rc == OP_FAIL ? -1 : 0);
 }

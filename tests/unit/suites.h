@@ -25,6 +25,7 @@ Suite	*request_suite(void);
 Suite	*result_suite(void);
 Suite	*retry_suite(void);
 Suite	*savecommit_suite(void);
+Suite	*shuffle_suite(void);
 Suite	*split_suite(void);
 Suite	*status_view_suite(void);
 Suite	*task_suite(void);

@@ -30,5 +30,6 @@ Suite	*split_suite(void);
 Suite	*status_view_suite(void);
 Suite	*task_suite(void);
 Suite	*wmsg_suite(void);
+Suite	*wshuffle_suite(void);
 
 #endif

@@ -426,6 +426,101 @@ START_TEST(test_wshuffle_spill)
 }
 END_TEST
 
+/* Run map tasks of stage writing for op, as wsh_run does. */
+static void
+wsh_maps(int dfd, const char *records, int maps, const char *ops,
+    const char *op, int stage, int parts)
+{
+	struct wsh_out	 o;
+	char		*planj;
+	int		 p;
+
+	ck_assert_int_ne(asprintf(&planj, "{\"source\": {\"parallelize\": "
+	    "{\"records\": %s}}, \"partitions\": %d, \"ops\": [%s]}", records,
+	    maps, ops), -1);
+	for (p = 0; p < maps; p++) {
+		ck_assert_msg(wsh_task(dfd, planj, maps, p, MODE_SHUFFLE, stage,
+		    parts, op, 1 << 20, &o) == 0, "map %d: %s", p, o.error);
+		free(o.text);
+	}
+	free(planj);
+}
+
+/* Run the reduce tasks of two inputs (stages 0 and 1 of m0 and m1 maps);
+ * their renderings, "|" between partitions. */
+static char *
+wsh_reduce2(int dfd, const char *op, int m0, int m1, int parts)
+{
+	struct wsh_out	 o;
+	char		*planj, *all;
+	size_t		 used = 0;
+	int		 p;
+
+	ck_assert_int_ne(asprintf(&planj, "{\"source\": {\"shuffle\": {\"op\": "
+	    "%s, \"inputs\": [{\"stage\": 0, \"maps\": %d}, {\"stage\": 1, "
+	    "\"maps\": %d}]}}, \"partitions\": %d}", op, m0, m1, parts), -1);
+	ck_assert_ptr_nonnull(all = calloc(1, 1));
+	for (p = 0; p < parts; p++) {
+		ck_assert_msg(wsh_task(dfd, planj, parts, p, MODE_RECORDS, 2, 0,
+		    NULL, 0, &o) == 0, "reduce %d: %s", p, o.error);
+		ck_assert_ptr_nonnull(all = realloc(all, used + o.used + 2));
+		if (p > 0)
+			all[used++] = '|';
+		memcpy(all + used, o.text, o.used + 1);
+		used += o.used;
+		free(o.text);
+	}
+	free(planj);
+	return (all);
+}
+
+START_TEST(test_wshuffle_join)
+{
+	char		 dir[] = "/tmp/check-wshuffle-XXXXXX", *got;
+	const char	*inner = "{\"join\": {}}", *left =
+			    "{\"join\": {\"how\": \"left\"}}";
+	int		 dfd;
+
+	dfd = wsh_dir(dir);
+	/* Left: a twice, b, d; right: a twice, b, c. */
+	wsh_maps(dfd, "[\"a,1\", \"b,2\", \"a,3\", \"d,4\"]", 2, WSH_KEY_BY,
+	    inner, 0, 1);
+	wsh_maps(dfd, "[\"a,x\", \"c,y\", \"a,z\", \"b,w\"]", 3, WSH_KEY_BY,
+	    inner, 1, 1);
+	got = wsh_reduce2(dfd, inner, 2, 3, 1);
+	ck_assert_str_eq(got, "a:[1,x] a:[1,z] a:[3,x] a:[3,z] b:[2,w]");
+	free(got);
+	wsh_dir_remove(dir, dfd);
+
+	strcpy(dir + strlen(dir) - 6, "XXXXXX");
+	dfd = wsh_dir(dir);
+	wsh_maps(dfd, "[\"a,1\", \"b,2\", \"d,4\"]", 2, WSH_KEY_BY, left, 0,
+	    1);
+	wsh_maps(dfd, "[\"a,x\", \"c,y\"]", 1, WSH_KEY_BY, left, 1, 1);
+	got = wsh_reduce2(dfd, left, 2, 1, 1);
+	ck_assert_str_eq(got, "a:[1,x] b:[2,~] d:[4,~]");
+	free(got);
+	wsh_dir_remove(dir, dfd);
+}
+END_TEST
+
+START_TEST(test_wshuffle_union)
+{
+	char		 dir[] = "/tmp/check-wshuffle-XXXXXX", *got;
+	const char	*op = "{\"union\": {}}";
+	int		 dfd;
+
+	/* Partition p < 2: map p of the first; then the second's. */
+	dfd = wsh_dir(dir);
+	wsh_maps(dfd, "[\"1\", \"2\", \"3\"]", 2, "", op, 0, 1);
+	wsh_maps(dfd, "[\"x\", null, \"z\"]", 3, "", op, 1, 1);
+	got = wsh_reduce2(dfd, op, 2, 3, 5);
+	ck_assert_str_eq(got, "1|2 3|x|~|z");
+	free(got);
+	wsh_dir_remove(dir, dfd);
+}
+END_TEST
+
 START_TEST(test_wshuffle_lost)
 {
 	char		 dir[] = "/tmp/check-wshuffle-XXXXXX", path[256];
@@ -542,6 +637,8 @@ wshuffle_suite(void)
 	tcase_add_test(tc, test_wshuffle_sort_by_ranges);
 	tcase_add_test(tc, test_wshuffle_repartition);
 	tcase_add_test(tc, test_wshuffle_spill);
+	tcase_add_test(tc, test_wshuffle_join);
+	tcase_add_test(tc, test_wshuffle_union);
 	tcase_add_test(tc, test_wshuffle_lost);
 	suite_add_tcase(s, tc);
 	return (s);

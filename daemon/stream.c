@@ -215,6 +215,8 @@ operation_pump(struct operation *op)
 		if (operation_replay(op, out))
 			continue;
 		operation_fill(op);
+		if (operation_in_map_stage(op))
+			return;		/* its stages pump when done */
 		t = TAILQ_FIRST(&op->tasks);
 		if (t == NULL || t->partition != op->next_deliver)
 			fatalx("operation %s: partition %d has no task", op->id,
@@ -252,8 +254,10 @@ operation_pump(struct operation *op)
 			task_kick(t);
 			return;
 		case TASK_PARKED:
-			/* Computed again once the client has room for it. */
-			if (!connection_output_full(op->conn))
+			/* Computed again once the client has room for it
+			 * (and its input is there again). */
+			if (!t->waiting_input &&
+			    !connection_output_full(op->conn))
 				scheduler_submit(t);
 			return;
 		case TASK_NEW:

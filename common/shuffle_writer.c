@@ -26,14 +26,16 @@
 #define SW_CHUNK_MAX	(1 << 20)
 #define SW_CHUNK_MIN	(4 << 10)
 
-/* An entry in the arena: this header, then the entry encoded. */
+/* An entry in the arena: this header, the entry encoded (cap bytes,
+ * 8-aligned) and, in a numeric file, its key's struct sf_num. */
 struct sw_rec {
 	uint32_t	 bucket;
 	uint32_t	 size;		/* bytes of the encoded entry */
 	uint32_t	 cap;		/* room for it, for combine */
 	uint32_t	 hash;
-	struct sf_num	 num;
 };
+
+#define SW_ALIGN(n)	(((size_t)(n) + 7) & ~(size_t)7)
 
 /* What is sorted: a record and its key's first 8 bytes (or number),
  * big-endian, so that integer order is key order. */
@@ -69,6 +71,7 @@ struct sw_out {
 	/* The bucket being written. */
 	int64_t		 bstart, count;
 	unsigned long	 bcrc, kcrc;	/* the bucket's, the block's */
+	size_t		 crc_from;	/* buf's bytes not yet in kcrc */
 	int64_t		 kstart;	/* the block's start */
 	unsigned char	*extra;		/* every bucket's extras */
 	size_t		 xlen, xsize;
@@ -178,6 +181,27 @@ sw_arena_free(struct shuffle_writer *w)
 	}
 }
 
+/* A record's key as a number (numeric files only). */
+static struct sf_num *
+sw_rec_num(const struct sw_rec *r)
+{
+	return ((struct sf_num *)((unsigned char *)(r + 1) + SW_ALIGN(r->cap)));
+}
+
+/* A new record for size bytes (room for cap). */
+static struct sw_rec *
+sw_rec_alloc(struct shuffle_writer *w, size_t size, size_t cap)
+{
+	struct sw_rec	*r;
+
+	r = sw_arena_alloc(w, sizeof *r + SW_ALIGN(cap) +
+	    (w->order == SHUFFLE_ORDER_KEY_NUMERIC ? sizeof (struct sf_num) :
+	    0));
+	r->size = (uint32_t)size;
+	r->cap = (uint32_t)cap;
+	return (r);
+}
+
 /* The key's bytes of a record. */
 static const unsigned char *
 sw_rec_key(const struct sw_rec *r, int64_t *klen)
@@ -246,7 +270,7 @@ sw_rec_compare(const struct shuffle_writer *w, const struct sw_rec *a,
 	int			 c;
 
 	if (w->order == SHUFFLE_ORDER_KEY_NUMERIC)
-		c = sf_num_compare(&a->num, &b->num);
+		c = sf_num_compare(sw_rec_num(a), sw_rec_num(b));
 	else {
 		ka = sw_rec_key(a, &la);
 		kb = sw_rec_key(b, &lb);
@@ -386,9 +410,11 @@ sw_combine(struct shuffle_writer *w, struct sw_item *it,
 		return (-1);
 	}
 	if (size > r->cap) {
-		n = sw_arena_alloc(w, sizeof *n + size + size / 2);
-		*n = *r;
-		n->cap = (uint32_t)(size + size / 2);
+		n = sw_rec_alloc(w, size, size + size / 2);
+		n->bucket = r->bucket;
+		n->hash = r->hash;
+		if (w->order == SHUFFLE_ORDER_KEY_NUMERIC)
+			*sw_rec_num(n) = *sw_rec_num(r);
 		it->rec = r = n;
 	}
 	/* out may point into r: encode apart, then copy in. */
@@ -409,11 +435,11 @@ sw_append(struct shuffle_writer *w, int bucket, const struct shuffle_entry *e,
 {
 	struct sw_rec	*r;
 
-	r = sw_arena_alloc(w, sizeof *r + size);
+	r = sw_rec_alloc(w, size, size);
 	r->bucket = (uint32_t)bucket;
-	r->size = r->cap = (uint32_t)size;
 	r->hash = hash;
-	r->num = *num;
+	if (w->order == SHUFFLE_ORDER_KEY_NUMERIC)
+		*sw_rec_num(r) = *num;
 	sf_encode((unsigned char *)(r + 1), e);
 	if (w->nitems == w->cap)
 		sw_items_grow(w);
@@ -514,10 +540,23 @@ sw_sort_all(struct shuffle_writer *w)
 	w->tmp = NULL;
 }
 
+/* Fold the buffered bytes into the block's CRC (in large pieces: a call
+ * per entry would cost more than the CRC itself). */
+static void
+sw_out_crc(struct sw_out *o)
+{
+	if (o->final && o->used > o->crc_from)
+		o->kcrc = crc32_z(o->kcrc, o->buf + o->crc_from,
+		    o->used - o->crc_from);
+	o->crc_from = o->used;
+}
+
 /* Write the output's buffer out. */
 static int
 sw_out_flush(struct sw_out *o)
 {
+	sw_out_crc(o);
+	o->crc_from = 0;
 	if (o->used == 0)
 		return (0);
 	if (fd_write_full(o->fd, o->buf, o->used) == -1)
@@ -538,11 +577,11 @@ sw_out_offset(const struct sw_out *o)
 static int
 sw_out_write(struct sw_out *o, const void *p, size_t n)
 {
-	if (o->final)
-		o->kcrc = crc32_z(o->kcrc, p, n);
 	if (o->used + n > SF_IO_SIZE && sw_out_flush(o) == -1)
 		return (-1);
 	if (n >= SF_IO_SIZE) {
+		if (o->final)
+			o->kcrc = crc32_z(o->kcrc, p, n);
 		if (fd_write_full(o->fd, p, n) == -1)
 			return (-1);
 		o->off += (int64_t)n;
@@ -575,6 +614,7 @@ sw_out_block_end(struct sw_out *o)
 
 	if (len == 0)
 		return;
+	sw_out_crc(o);
 	be64_put(b, o->kstart - o->bstart);
 	be32_put(b + 8, (int32_t)(uint32_t)o->kcrc);
 	sw_grow_put(&o->blocks, &o->nblocks, &o->bsize, b, sizeof b);
@@ -684,7 +724,8 @@ sw_src_next(struct shuffle_writer *w, struct sw_src *s, const char **why)
 			return (0);
 		r = w->items[s->i++].rec;
 		sw_rec_entry(r, &s->e);
-		s->num = r->num;
+		if (w->order == SHUFFLE_ORDER_KEY_NUMERIC)
+			s->num = *sw_rec_num(r);
 		s->p = (const unsigned char *)(r + 1);
 		s->size = r->size;
 		return (1);

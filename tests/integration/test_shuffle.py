@@ -6,8 +6,17 @@ that spills; pairs and groups saved and checkpointed."""
 
 import os
 import random
+import sys
 
 from harness import *
+
+sys.path.insert(0, os.path.join(SRCDIR, "python"))
+try:
+    import cloudpickle  # noqa: F401
+    from ember.functions import python_op
+    HAVE_PY = True
+except ImportError:
+    HAVE_PY = False
 
 
 def _key_by(sep=b",", value=True):
@@ -227,6 +236,46 @@ def test_worker_reduce_by_key_not_a_number(d):
         check("key \"b\": value \"x\" is not a number" in payload, payload)
     else:
         check_error(reply, "TASK_FAILED", "key \"b\"", "\"x\"")
+
+
+def _worker_has_python():
+    with open(EMBER_WORKER, "rb") as f:
+        return b"Py_InitializeFromConfig" in f.read()
+
+
+def _tag(kv):
+    return (kv[0].upper(), str(int(kv[1]) * 10))
+
+
+def _size(kvs):
+    return (kvs[0], "%d:%s" % (len(kvs[1]), "+".join(kvs[1])))
+
+
+def _join_text(kvw):
+    return "%s=%s/%s" % (kvw[0], kvw[1][0], kvw[1][1])
+
+
+@skip_unless(HAVE_PY and _worker_has_python(),
+             "no Python in ember-worker, or no cloudpickle here")
+def test_worker_python_ops_take_and_give_pairs(d):
+    c = d.client()
+    # A pair reaches Python as (key, value); a 2-tuple back is a pair.
+    got = c.collect_all(records_plan(["a,1", "b,2", "a,3"], 2, ops=[
+        _key_by(), python_op("map", _tag),
+        {"reduce_by_key": {"fn": "sum"}}]))
+    check_eq(sorted(got), [(b"A", b"40"), (b"B", b"20")],
+             "python map of pairs into reduce_by_key")
+    # A group reaches Python as (key, [values]).
+    got = c.collect_all(records_plan(["a,1", "b,2", "a,3"], 2, ops=[
+        _key_by(), {"group_by_key": {}}, python_op("map", _size)]))
+    check_eq(sorted(got), [(b"a", b"2:1+3"), (b"b", b"1:2")],
+             "python map of groups")
+    # A join's group of [v, None] too; a plain record back.
+    other = records_plan(["a,x"], 1, ops=[_key_by()])
+    got = c.collect_all(records_plan(["a,1", "b,2"], 2, ops=[
+        _key_by(), {"join": {"how": "left", "plan": other}},
+        python_op("map", _join_text)]))
+    check_eq(sorted(got), [b"a=1/x", b"b=2/None"], "python map of a join")
 
 
 if __name__ == "__main__":

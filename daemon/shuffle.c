@@ -197,13 +197,17 @@ operation_input_lost(struct operation *op, struct task *t, const char *cause)
 	    map < 0 || map >= op->stages[stage].partitions ||
 	    op->reruns >= OPERATION_MAX_RERUNS)
 		return (0);
+	TAILQ_FOREACH(m, &op->map_tasks, op_entry) {
+		if (m->rerun && m->stage == stage && m->partition == map) {
+			log_info("operation %s: stage %d: partition %d: %s; "
+			    "waiting for map task %d of stage %d", op->id,
+			    t->stage, t->partition, cause, map, stage);
+			return (1);	/* it runs again already */
+		}
+	}
 	log_warn("operation %s: stage %d: partition %d: %s; running map "
 	    "task %d of stage %d again", op->id, t->stage, t->partition,
 	    cause, map, stage);
-	TAILQ_FOREACH(m, &op->map_tasks, op_entry) {
-		if (m->rerun && m->stage == stage && m->partition == map)
-			return (1);	/* it runs again already */
-	}
 	op->reruns++;
 	m = task_create(op, map, 1);
 	m->stage = stage;
@@ -381,7 +385,7 @@ shuffle_clean_uid(uid_t uid)
 	/* The user's helper lists and removes, never emberd: everything
 	 * made before now goes. */
 	args = json_pack("{s:s,s:[],s:I,s:b,s:I,s:I}", "dir", path, "keep",
-	    "before_ms", (json_int_t)ember_now_ms(), "complete", 0, "max",
+	    "before_ms", (json_int_t)checkpoint_now_ms(), "complete", 0, "max",
 	    (json_int_t)0, "max_manifest", (json_int_t)CKPT_MAX_MANIFEST);
 	if (helper_run_background(uid, pw != NULL ? pw->gid : (gid_t)uid,
 	    "checkpoint_clean", args, fd, shuffle_cleaned_cb, path, &class,

@@ -526,7 +526,7 @@ START_TEST(test_wshuffle_lost)
 	char		 dir[] = "/tmp/check-wshuffle-XXXXXX", path[256];
 	const char	*op = "{\"group_by_key\": {}}";
 	struct wsh_out	 o;
-	char		*planj;
+	char		*planj, c;
 	int		 dfd, fd, p;
 
 	dfd = wsh_dir(dir);
@@ -542,8 +542,21 @@ START_TEST(test_wshuffle_lost)
 	ck_assert_int_ne(asprintf(&planj, "{\"source\": {\"shuffle\": {\"op\": "
 	    "%s, \"inputs\": [{\"stage\": 3, \"maps\": 2}]}}, \"partitions\": "
 	    "1}", op), -1);
-	/* Map 1's file cut short. */
+	/* A byte of map 1's entries flipped: its footer holds, the bucket's
+	 * CRC does not, found as the merge reads it. */
 	snprintf(path, sizeof path, "%s/op1/s3-m1.data", dir);
+	ck_assert_int_ne(fd = open(path, O_RDWR), -1);
+	ck_assert_int_eq(pread(fd, &c, 1, 6), 1);
+	c ^= 0x20;
+	ck_assert_int_eq(pwrite(fd, &c, 1, 6), 1);
+	close(fd);
+	ck_assert_int_eq(wsh_task(dfd, planj, 1, 0, MODE_RECORDS, 4, 0, NULL,
+	    0, &o), -1);
+	ck_assert_msg(strncmp(o.error, "SHUFFLE_LOST stage 3 map 1: ", 28) ==
+	    0, "%s", o.error);
+	free(o.error);
+	free(o.text);
+	/* Map 1's file cut short. */
 	ck_assert_int_ne(fd = open(path, O_WRONLY), -1);
 	ck_assert_int_eq(ftruncate(fd, 10), 0);
 	close(fd);

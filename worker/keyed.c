@@ -1,3 +1,4 @@
+#include <stdio.h>
 #include <string.h>
 
 #include "frame.h"
@@ -215,4 +216,29 @@ keyed_text_put(char *p, const struct record *r)
 			memcpy(p, v, vlen);
 		p += vlen;
 	}
+}
+
+/* Write up to 64 bytes of p, escaped, for an error. */
+void
+keyed_show(const char *p, size_t len, char *buf, size_t size)
+{
+	size_t		 i, n = len < 64 ? len : 64, used = 0;
+	unsigned char	 c;
+
+	for (i = 0; i < n && used + 5 < size; i++) {
+		c = (unsigned char)p[i];
+		if (c == '"' || c == '\\')
+			used += (size_t)snprintf(buf + used, size - used,
+			    "\\%c", c);
+		else if (c < 0x20 || c >= 0x7f)
+			used += (size_t)snprintf(buf + used, size - used,
+			    "\\x%02x", c);
+		else
+			buf[used++] = (char)c;
+	}
+	if (n < len && used + 4 < size) {
+		memcpy(buf + used, "...", 3);
+		used += 3;
+	}
+	buf[used] = '\0';
 }

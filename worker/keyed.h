@@ -50,4 +50,10 @@ int32_t	 keyed_count(const struct record *);
 size_t	 keyed_text_size(const struct record *);
 void	 keyed_text_put(char *, const struct record *);
 
+/* Write up to 64 bytes of a key or value into buf (KEYED_SHOWN bytes),
+ * quotes, backslashes and bytes that are not printable ASCII escaped, and
+ * "..." when there is more: for an error a user reads. */
+#define KEYED_SHOWN	(4 * 64 + 8)
+void	 keyed_show(const char *, size_t, char *buf, size_t size);
+
 #endif

@@ -3,13 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keyed.h"
 #include "kvfold.h"
 #include "log.h"
 #include "shuffle_file.h"
 #include "xmalloc.h"
-
-/* How much of a key or value an error shows. */
-#define KV_SHOWN	64
 
 struct kv_fold {
 	enum plan_kv_fn	 fn;
@@ -77,44 +75,19 @@ kv_fold_append(struct kv_fold *f, const char *p, size_t len)
 	f->used += len;
 }
 
-/* Write up to KV_SHOWN bytes of p, escaped, for an error. */
-static void
-kv_fold_show(const char *p, size_t len, char *buf, size_t size)
-{
-	size_t		 i, n = len < KV_SHOWN ? len : KV_SHOWN, used = 0;
-	unsigned char	 c;
-
-	for (i = 0; i < n && used + 5 < size; i++) {
-		c = (unsigned char)p[i];
-		if (c == '"' || c == '\\')
-			used += (size_t)snprintf(buf + used, size - used,
-			    "\\%c", c);
-		else if (c < 0x20 || c >= 0x7f)
-			used += (size_t)snprintf(buf + used, size - used,
-			    "\\x%02x", c);
-		else
-			buf[used++] = (char)c;
-	}
-	if (n < len && used + 4 < size) {
-		memcpy(buf + used, "...", 3);
-		used += 3;
-	}
-	buf[used] = '\0';
-}
-
 /* Fail: the key's value is not a number. */
 static int
 kv_fold_nan(const char *key, size_t klen, const char *v, size_t vlen,
     int vnull, char **err)
 {
-	char	k[4 * KV_SHOWN + 8], s[4 * KV_SHOWN + 8];
+	char	k[KEYED_SHOWN], s[KEYED_SHOWN];
 
-	kv_fold_show(key, klen, k, sizeof k);
+	keyed_show(key, klen, k, sizeof k);
 	if (vnull)
 		xasprintf(err, "reduce_by_key: key \"%s\": value null is not "
 		    "a number", k);
 	else {
-		kv_fold_show(v, vlen, s, sizeof s);
+		keyed_show(v, vlen, s, sizeof s);
 		xasprintf(err, "reduce_by_key: key \"%s\": value \"%s\" is "
 		    "not a number", k, s);
 	}

@@ -32,6 +32,9 @@
 #define RUN_CBV_CHUNK		(1024 * 1024)
 /* save writes through a buffer of this size. */
 #define RUN_SAVE_BUFFER	(256 * 1024)
+/* A reduce task's memory when its descriptor gives none: the default of
+ * workers.shuffle_memory. */
+#define RUN_SHUFFLE_MEMORY	((size_t)256 * 1024 * 1024)
 /* How much of a record a reduce error shows. */
 #define RUN_REDUCE_SHOWN	64
 
@@ -926,7 +929,9 @@ run_shuffle_source(const struct run *t, struct chain *chain, int64_t *in,
 	if ((opdir = shuffle_dir_open(t->shuffle_dirfd, t->shuffle_dir,
 	    err)) == -1)
 		return (OP_FAIL);
-	rc = shuffle_source_run(t->plan, t->partition, opdir, chain, in, err);
+	rc = shuffle_source_run(t->plan, t->partition, opdir,
+	    t->shuffle_memory > 0 ? (size_t)t->shuffle_memory :
+	    RUN_SHUFFLE_MEMORY, chain, in, err);
 	close(opdir);
 	return (rc);
 }

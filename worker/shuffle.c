@@ -280,6 +280,7 @@ struct shuffle_reduce {
 	int			 knull, have;
 	char			*vals;		/* a group's value frames */
 	size_t			 vlen, vsize;
+	size_t			 memory;	/* join's right values, at most */
 	int			 chain_failed;
 };
 
@@ -439,12 +440,37 @@ shuffle_take_key(struct shuffle_reduce *x, const struct shuffle_entry *e)
 	x->vlen = 0;
 }
 
-/* Append a value frame to the run's group. */
-static void
+/* Fail: the run's values are more than may be held. */
+static int
+shuffle_too_many(struct shuffle_reduce *x, char **err)
+{
+	char	k[KEYED_SHOWN];
+
+	keyed_show(x->key, x->klen, k, sizeof k);
+	if (x->op->type == PLAN_OP_JOIN)
+		xasprintf(err, "join: key \"%s\": its values on the right are "
+		    "more than the %zu bytes of workers.shuffle_memory", k,
+		    x->memory);
+	else
+		xasprintf(err, "group_by_key: key \"%s\": its values are more "
+		    "than the %d MiB a group may hold", k,
+		    EMBER_MAX_BATCH >> 20);
+	return (OP_FAIL);
+}
+
+/* Append a value frame to the run's group: OP_OK, or OP_FAIL with *err
+ * past what may be held (a group is sent whole in one batch; join holds
+ * a key's right values in the task's memory). */
+static int
 shuffle_add_value(struct shuffle_reduce *x, const char *v, size_t vlen,
-    int vnull)
+    int vnull, char **err)
 {
 	size_t	need = x->vlen + 4 + (vnull ? 0 : vlen);
+	size_t	most = x->op->type == PLAN_OP_JOIN ? x->memory :
+		    EMBER_MAX_BATCH - KEYED_HEAD - 4 - x->klen;
+
+	if (need > most)
+		return (shuffle_too_many(x, err));
 
 	if (need > x->vsize) {
 		x->vsize = need * 2;
@@ -455,6 +481,7 @@ shuffle_add_value(struct shuffle_reduce *x, const char *v, size_t vlen,
 	if (!vnull && vlen > 0)
 		memcpy(x->vals + x->vlen + 4, v, vlen);
 	x->vlen = need;
+	return (OP_OK);
 }
 
 /* Give the run's group (or reduce_by_key's pair) down the chain. */
@@ -498,9 +525,11 @@ shuffle_reduce_runs(struct shuffle_reduce *x, struct shuffle_in *in,
 			if (fold != NULL)
 				kv_fold_begin(fold);
 		}
-		if (fold == NULL)
-			shuffle_add_value(x, e.value, e.vlen, e.vnull);
-		else if (kv_fold_add(fold, e.key, e.klen, e.value, e.vlen,
+		if (fold == NULL) {
+			if ((rc = shuffle_add_value(x, e.value, e.vlen,
+			    e.vnull, err)) != OP_OK)
+				break;
+		} else if (kv_fold_add(fold, e.key, e.klen, e.value, e.vlen,
 		    e.vnull, err) == -1) {
 			rc = OP_FAIL;
 			break;
@@ -643,9 +672,11 @@ shuffle_reduce_join(struct shuffle_reduce *x, struct shuffle_in *left,
 		}
 		/* The right's values of the key (none when c < 0). */
 		shuffle_take_key(x, &l);
-		while (c == 0 && rrc == 1 && shuffle_same_key(x, &r)) {
-			shuffle_add_value(x, r.value, r.vlen, r.vnull);
-			if ((rrc = shuffle_in_next(right, &r, err)) == OP_FAIL)
+		while (c == 0 && rrc == 1 && rc == OP_OK &&
+		    shuffle_same_key(x, &r)) {
+			if ((rc = shuffle_add_value(x, r.value, r.vlen,
+			    r.vnull, err)) == OP_OK &&
+			    (rrc = shuffle_in_next(right, &r, err)) == OP_FAIL)
 				rc = OP_FAIL;
 		}
 		if (rc == OP_OK)
@@ -771,7 +802,7 @@ shuffle_reduce_run(struct shuffle_reduce *x, int opdir, struct shuffle_in *a,
 /* Run the reduce side of a shuffle source. */
 int
 shuffle_source_run(const struct plan *plan, int partition, int opdir,
-    struct chain *chain, int64_t *records_in, char **err)
+    size_t memory, struct chain *chain, int64_t *records_in, char **err)
 {
 	struct shuffle_reduce	 x;
 	struct shuffle_in	 a, b;
@@ -790,6 +821,7 @@ shuffle_source_run(const struct plan *plan, int partition, int opdir,
 	x.partition = partition;
 	x.chain = chain;
 	x.records_in = records_in;
+	x.memory = memory;
 	rc = shuffle_reduce_run(&x, opdir, &a, &b, err);
 	shuffle_in_close(&a);
 	shuffle_in_close(&b);

@@ -44,11 +44,12 @@ void	 shuffle_map_free(struct shuffle_map *);
 
 /*
  * Run the reduce side of a shuffle source's wide op for partition into
- * the chain.  OP_OK, or OP_FAIL with *err allocated (a map file missing,
- * short or corrupt: "SHUFFLE_LOST stage K map M: why"), or *err NULL when
- * the chain failed.
+ * the chain; a join holds a key's right values in up to memory bytes.
+ * OP_OK, or OP_FAIL with *err allocated (a map file missing, short or
+ * corrupt: "SHUFFLE_LOST stage K map M: why"; a key with more values than
+ * may be held), or *err NULL when the chain failed.
  */
 int	 shuffle_source_run(const struct plan *, int partition, int opdir,
-	     struct chain *, int64_t *records_in, char **err);
+	     size_t memory, struct chain *, int64_t *records_in, char **err);
 
 #endif

@@ -504,6 +504,38 @@ START_TEST(test_wshuffle_join)
 }
 END_TEST
 
+START_TEST(test_wshuffle_join_bounded)
+{
+	char		 dir[] = "/tmp/check-wshuffle-XXXXXX", *planj;
+	const char	*op = "{\"join\": {}}";
+	struct wsh_out	 o;
+	int		 dfd;
+
+	/* A key's right values are held while its left ones pass: within
+	 * the task's memory, else the task fails saying so, never grows. */
+	dfd = wsh_dir(dir);
+	wsh_maps(dfd, "[\"a,1\"]", 1, WSH_KEY_BY, op, 0, 1);
+	wsh_maps(dfd, "[\"a,xxxxxxxxxx\", \"a,yyyyyyyyyy\", \"a,zzzzzzzzzz\"]",
+	    1, WSH_KEY_BY, op, 1, 1);
+	ck_assert_int_ne(asprintf(&planj, "{\"source\": {\"shuffle\": {\"op\": "
+	    "%s, \"inputs\": [{\"stage\": 0, \"maps\": 1}, {\"stage\": 1, "
+	    "\"maps\": 1}]}}, \"partitions\": 1}", op), -1);
+	ck_assert_int_eq(wsh_task(dfd, planj, 1, 0, MODE_RECORDS, 2, 0, NULL,
+	    100, &o), 0);
+	ck_assert_str_eq(o.text, "a:[1,xxxxxxxxxx] a:[1,yyyyyyyyyy] "
+	    "a:[1,zzzzzzzzzz]");
+	free(o.text);
+	ck_assert_int_eq(wsh_task(dfd, planj, 1, 0, MODE_RECORDS, 2, 0, NULL,
+	    30, &o), -1);
+	ck_assert_str_eq(o.error, "join: key \"a\": its values on the right "
+	    "are more than the 30 bytes of workers.shuffle_memory");
+	free(o.error);
+	free(o.text);
+	free(planj);
+	wsh_dir_remove(dir, dfd);
+}
+END_TEST
+
 START_TEST(test_wshuffle_union)
 {
 	char		 dir[] = "/tmp/check-wshuffle-XXXXXX", *got;
@@ -651,6 +683,7 @@ wshuffle_suite(void)
 	tcase_add_test(tc, test_wshuffle_repartition);
 	tcase_add_test(tc, test_wshuffle_spill);
 	tcase_add_test(tc, test_wshuffle_join);
+	tcase_add_test(tc, test_wshuffle_join_bounded);
 	tcase_add_test(tc, test_wshuffle_union);
 	tcase_add_test(tc, test_wshuffle_lost);
 	suite_add_tcase(s, tc);

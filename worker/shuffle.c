@@ -201,6 +201,25 @@ shuffle_map_bucket(struct shuffle_map *m, const struct shuffle_entry *e)
 	return ((int)(hash_bytes(e->key, e->klen) % (uint64_t)m->buckets));
 }
 
+/* sort_by numeric: fail on a key that is not a number, naming it. */
+static int
+shuffle_map_number(const struct shuffle_entry *e, char **err)
+{
+	char	k[KEYED_SHOWN];
+	int64_t	i;
+	double	d;
+
+	if (e->knull) {
+		*err = xstrdup("sort_by: a null record is not a number");
+		return (-1);
+	}
+	if (shuffle_number_parse(e->key, e->klen, &i, &d) != 0)
+		return (0);
+	keyed_show(e->key, e->klen, k, sizeof k);
+	xasprintf(err, "sort_by: key \"%s\" is not a number", k);
+	return (-1);
+}
+
 /* Write a record to its bucket. */
 int
 shuffle_map_add(struct shuffle_map *m, const struct record *r, char **err)
@@ -234,6 +253,9 @@ shuffle_map_add(struct shuffle_map *m, const struct record *r, char **err)
 	} else if (m->op->type == PLAN_OP_DISTINCT &&
 	    r->kind == PLAN_KIND_PAIR)
 		shuffle_map_whole(m, r, &e);
+	else if (m->op->type == PLAN_OP_SORT_BY && m->op->numeric &&
+	    shuffle_map_number(&e, err) == -1)
+		return (-1);
 	return (shuffle_writer_add(m->w, shuffle_map_bucket(m, &e), &e, err));
 }
 

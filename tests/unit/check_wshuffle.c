@@ -337,6 +337,7 @@ END_TEST
 
 START_TEST(test_wshuffle_sort_by)
 {
+	char		*got, *error;
 	const char	*recs = "[\"d\", \"b\", \"a\", \"e\", \"c\", \"b\", "
 			    "\"f\", \"a\"]";
 
@@ -346,6 +347,16 @@ START_TEST(test_wshuffle_sort_by)
 	wsh_expect("[\"10\", \"9\", \"100\", \"-1\", \"2.5\"]", 2, "",
 	    "{\"sort_by\": {\"numeric\": true, \"descending\": true}}", 1,
 	    "100 10 9 2.5 -1");
+	/* A key that is not a number fails the task, naming it. */
+	got = wsh_run("[\"1\", \"x\\\"y\"]", 1, "", "{\"sort_by\": {\"numeric\": "
+	    "true}}", 1, "", 1 << 20, &error);
+	ck_assert_ptr_null(got);
+	ck_assert_str_eq(error, "sort_by: key \"x\\\"y\" is not a number");
+	free(error);
+	got = wsh_run("[null]", 1, "", "{\"sort_by\": {\"numeric\": true}}", 1,
+	    "", 1 << 20, &error);
+	ck_assert_str_eq(error, "sort_by: a null record is not a number");
+	free(error);
 	/* Stable: equal keys keep their input order. */
 	wsh_expect("[\"k,1\", \"j,2\", \"k,3\", \"j,4\", \"k,5\"]", 2,
 	    WSH_KEY_BY, "{\"sort_by\": {}}", 1, "j=2 j=4 k=1 k=3 k=5");

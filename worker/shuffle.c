@@ -229,8 +229,9 @@ shuffle_map_add(struct shuffle_map *m, const struct record *r, char **err)
 	e.kind = r->kind;
 	e.knull = 0;
 	if (r->kind == PLAN_KIND_RECORD) {
-		/* The record is the key. */
-		e.key = r->data;
+		/* The record is the key; a key of no bytes still points
+		 * somewhere, as a NULL one is a null record's. */
+		e.key = r->null || r->data != NULL ? r->data : "";
 		e.klen = r->len;
 		e.knull = r->null;
 		e.value = NULL;
@@ -755,8 +756,8 @@ shuffle_reduce_sort(struct shuffle_reduce *x, struct shuffle_in *in,
 		shuffle_in_merge(in);
 		while ((rc = shuffle_in_next(in, &e, err)) == 1) {
 			if (p < parts - 1 && shuffle_key_compare(order, desc,
-			    e.knull ? NULL : e.key, e.klen, bounds[p].key,
-			    bounds[p].len) >= 0) {
+			    e.knull ? NULL : e.key != NULL ? e.key : "", e.klen,
+			    bounds[p].key, bounds[p].len) >= 0) {
 				rc = OP_OK;
 				break;
 			}

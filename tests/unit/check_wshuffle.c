@@ -31,6 +31,7 @@ struct wsh_out {
 	size_t	 used, size;
 	int64_t	 records, bytes_out;
 	char	*error;
+	int	 n;		/* records rendered */
 };
 
 /* Append bytes to the rendering. */
@@ -54,7 +55,7 @@ wsh_render(struct wsh_out *o, const struct record *r)
 	size_t		 vlen;
 	int		 vnull, first = 1;
 
-	if (o->used > 0)
+	if (o->n++ > 0)
 		wsh_add(o, " ", 1);
 	if (r->kind == PLAN_KIND_RECORD) {
 		if (r->null)
@@ -337,13 +338,25 @@ END_TEST
 
 START_TEST(test_wshuffle_sort_by)
 {
-	char		*got, *error;
+	char		*got, *error, *p;
 	const char	*recs = "[\"d\", \"b\", \"a\", \"e\", \"c\", \"b\", "
 			    "\"f\", \"a\"]";
 
 	/* Three partitions in order are one sorted stream. */
 	wsh_expect(recs, 3, "", "{\"sort_by\": {}}", 1,
 	    "a a b b c d e f");
+	/* A null record first, then the empty one (split gives it with no
+	 * bytes at all), over partitions. */
+	wsh_expect("[\"b,\", null, \"a\"]", 2, "{\"flat_map\": {\"split\": "
+	    "\",\"}}", "{\"sort_by\": {}}", 1, "~  a b");
+	got = wsh_run("[\"b,\", null, \"a\", \"c\", \"\"]", 2, "{\"flat_map\": "
+	    "{\"split\": \",\"}}", "{\"sort_by\": {}}", 3, "", 1 << 20, &error);
+	ck_assert_ptr_null(error);
+	for (p = got; *p != '\0'; p++)
+		if (*p == '|')
+			*p = ' ';
+	ck_assert_str_eq(got, "~   a b c");
+	free(got);
 	wsh_expect("[\"10\", \"9\", \"100\", \"-1\", \"2.5\"]", 2, "",
 	    "{\"sort_by\": {\"numeric\": true, \"descending\": true}}", 1,
 	    "100 10 9 2.5 -1");

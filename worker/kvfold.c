@@ -164,6 +164,32 @@ kv_fold_add(struct kv_fold *f, const char *key, size_t klen, const char *v,
 	return (0);
 }
 
+/* A value alone as a partial: no number is formatted per record. */
+int
+kv_fold_partial(struct kv_fold *f, const char *key, size_t klen,
+    const char *v, size_t vlen, int vnull, const char **out, size_t *outlen,
+    char **err)
+{
+	int64_t	i;
+	double	d;
+
+	switch (f->fn) {
+	case PLAN_KV_COUNT:
+		*out = "1";
+		*outlen = 1;
+		return (0);
+	case PLAN_KV_CONCAT:
+		break;
+	default:
+		if (vnull || shuffle_number_parse(v, vlen, &i, &d) == 0)
+			return (kv_fold_nan(key, klen, v, vlen, vnull, err));
+		break;
+	}
+	*out = vnull || v == NULL ? "" : v;
+	*outlen = vnull ? 0 : vlen;
+	return (0);
+}
+
 /* Write a real as the shortest text that reads back the same. */
 static int
 kv_fold_real(char *buf, size_t size, double r)

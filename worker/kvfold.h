@@ -24,6 +24,13 @@ struct kv_fold	*kv_fold_create(enum plan_kv_fn, const char *sep,
 		     size_t seplen, int partials);
 void		 kv_fold_free(struct kv_fold *);
 
+/* A value alone as a partial result, as a map task writes it: the value
+ * itself once checked (a number for sum, min and max), "1" for count.
+ * 0, or -1 with *err as kv_fold_add. */
+int		 kv_fold_partial(struct kv_fold *, const char *key,
+		     size_t klen, const char *v, size_t vlen, int vnull,
+		     const char **out, size_t *outlen, char **err);
+
 /* Begin a key's fold. */
 void		 kv_fold_begin(struct kv_fold *);
 /* Fold a value in (vnull: a null value).  0, or -1 with *err (to free)

@@ -245,11 +245,9 @@ shuffle_map_add(struct shuffle_map *m, const struct record *r, char **err)
 		e.vnull = r->null;
 	}
 	if (m->op->type == PLAN_OP_REDUCE_BY_KEY) {
-		kv_fold_begin(m->partial);
-		if (kv_fold_add(m->partial, r->key, r->klen, r->data, r->len,
-		    r->null, err) == -1)
+		if (kv_fold_partial(m->partial, r->key, r->klen, r->data,
+		    r->len, r->null, &e.value, &e.vlen, err) == -1)
 			return (-1);
-		kv_fold_end(m->partial, &e.value, &e.vlen);
 		e.vnull = 0;
 	} else if (m->op->type == PLAN_OP_DISTINCT &&
 	    r->kind == PLAN_KIND_PAIR)

@@ -662,6 +662,8 @@ START_TEST(test_wshuffle_fold)
 	static const char *const reals[] = { "0.1", "0.2", NULL };
 	static const char *const big[] = { "9223372036854775807", "1", NULL };
 	struct kv_fold	*f;
+	const char	*v;
+	size_t		 vlen;
 	char		*err = NULL;
 
 	wsh_fold(PLAN_KV_SUM, 0, ints, "6");
@@ -682,6 +684,22 @@ START_TEST(test_wshuffle_fold)
 	free(err);
 	ck_assert_int_eq(kv_fold_add(f, "k", 1, "1 ", 2, 0, &err), -1);
 	free(err);
+	/* A map task's partials: the value as it came, once checked. */
+	ck_assert_int_eq(kv_fold_partial(f, "k", 1, "+10", 3, 0, &v, &vlen,
+	    &err), 0);
+	ck_assert_uint_eq(vlen, 3);
+	ck_assert_mem_eq(v, "+10", 3);
+	ck_assert_int_eq(kv_fold_partial(f, "k", 1, "ten", 3, 0, &v, &vlen,
+	    &err), -1);
+	ck_assert_str_eq(err, "reduce_by_key: key \"k\": value \"ten\" is not "
+	    "a number");
+	free(err);
+	kv_fold_free(f);
+	f = kv_fold_create(PLAN_KV_COUNT, NULL, 0, 0);
+	ck_assert_int_eq(kv_fold_partial(f, "k", 1, NULL, 0, 1, &v, &vlen,
+	    &err), 0);
+	ck_assert_uint_eq(vlen, 1);
+	ck_assert_mem_eq(v, "1", 1);
 	kv_fold_free(f);
 }
 END_TEST

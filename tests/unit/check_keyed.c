@@ -197,6 +197,40 @@ START_TEST(test_keyed_output)
 }
 END_TEST
 
+START_TEST(test_keyed_random_bytes)
+{
+	unsigned char	 buf[64];
+	struct record	 r;
+	size_t		 len, used, i;
+	unsigned int	 seed = 1;
+	int		 n, rc;
+	static const int32_t words[] = { EMBER_PAIR, EMBER_GROUP, EMBER_NULL,
+	    0, 1, 2, 3, 5, -1, 60 };
+
+	/* Bytes a checkpoint's owner could write: whatever they are, a
+	 * record decoded lies inside them and asks for no more than is
+	 * there or what it says it needs. */
+	for (n = 0; n < 200000; n++) {
+		len = (size_t)rand_r(&seed) % sizeof buf;
+		for (i = 0; i + 4 <= len; i += 4)
+			be32_put(buf + i, rand_r(&seed) % 3 == 0 ?
+			    rand_r(&seed) : words[rand_r(&seed) % 10]);
+		rc = keyed_get((char *)buf, len, 16, &r, &used);
+		if (rc != 1)
+			continue;
+		ck_assert_uint_le(used, len);
+		if (r.kind != PLAN_KIND_RECORD)
+			ck_assert(r.key >= (char *)buf &&
+			    r.key + r.klen <= (char *)buf + used);
+		if (r.len > 0)
+			ck_assert(r.data >= (char *)buf &&
+			    r.data + r.len <= (char *)buf + used);
+		if (r.kind == PLAN_KIND_GROUP)
+			ck_assert_int_ge(keyed_count(&r), 0);
+	}
+}
+END_TEST
+
 Suite *
 keyed_suite(void)
 {
@@ -208,6 +242,7 @@ keyed_suite(void)
 	tcase_add_test(tc, test_keyed_plain_and_corrupt);
 	tcase_add_test(tc, test_keyed_text);
 	tcase_add_test(tc, test_keyed_output);
+	tcase_add_test(tc, test_keyed_random_bytes);
 	suite_add_tcase(s, tc);
 	return (s);
 }

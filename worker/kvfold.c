@@ -15,12 +15,12 @@ struct kv_fold {
 	size_t		 seplen;
 	int		 partials;
 
-	int64_t		 n;		/* values folded for the key */
+	int64_t		 n;		/* values folded */
 	int		 real;		/* sum, min, max: a double */
 	int64_t		 i;
 	double		 r;
 
-	char		*buf;		/* concat's, and a result's text */
+	char		*buf;		/* concat's, a result's text */
 	size_t		 used, size;
 };
 

@@ -38,6 +38,7 @@ void		 kv_fold_begin(struct kv_fold *);
 int		 kv_fold_add(struct kv_fold *, const char *key, size_t klen,
 		     const char *v, size_t vlen, int vnull, char **err);
 /* The key's result, valid until the next begin; never null. */
-void		 kv_fold_end(struct kv_fold *, const char **v, size_t *vlen);
+void		 kv_fold_end(struct kv_fold *, const char **v,
+		     size_t *vlen);
 
 #endif

@@ -681,7 +681,8 @@ static int
 ops_key_by_push_cb(struct op *op, const struct record *r)
 {
 	struct ops_key_by	*k = (struct ops_key_by *)op;
-	struct record		 out = { NULL, 0, 0, PLAN_KIND_PAIR, NULL, 0 };
+	struct record		 out = { NULL, 0, 0, PLAN_KIND_PAIR, NULL,
+				     0 };
 	int			 rc;
 
 	if (r->null) {

@@ -99,7 +99,7 @@ struct python_op {
 	PyObject	*batch;		/* the records gathered (a list) */
 	size_t		 bytes;		/* and their bytes */
 	int		 downstream;	/* OP_STOP or OP_FAIL from next */
-	char		*keyed;		/* a pair or group made, its bytes */
+	char		*keyed;		/* a pair or group it made */
 	size_t		 used, size;
 };
 
@@ -435,7 +435,8 @@ python_keyed_value(struct python_op *p, PyObject *o, int frame, int *null)
 static int
 python_to_keyed(struct python_op *p, PyObject *o, struct record *r)
 {
-	PyObject	*k = PyTuple_GET_ITEM(o, 0), *v = PyTuple_GET_ITEM(o, 1);
+	PyObject	*k = PyTuple_GET_ITEM(o, 0);
+	PyObject	*v = PyTuple_GET_ITEM(o, 1);
 	Py_ssize_t	 i;
 	size_t		 klen;
 	int		 null;

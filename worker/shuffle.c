@@ -24,10 +24,10 @@ struct shuffle_map {
 	const struct plan_op	*op;
 	struct shuffle_writer	*w;
 	int			 buckets;
-	uint64_t		 next;		/* repartition's round robin */
-	struct kv_fold		*partial;	/* reduce_by_key: a value alone */
-	struct kv_fold		*combine;	/* and two partials of a key */
-	char			*buf;		/* distinct's pair, encoded */
+	uint64_t		 next;	/* repartition's round robin */
+	/* reduce_by_key: a value alone, and two partials of a key */
+	struct kv_fold		*partial, *combine;
+	char			*buf;	/* distinct's pair, encoded */
 	size_t			 size;
 };
 
@@ -284,7 +284,7 @@ shuffle_map_free(struct shuffle_map *m)
 struct shuffle_in {
 	int			 stage;
 	struct shuffle_reader	**readers;
-	int			*maps;		/* each reader's map task */
+	int			*maps;	/* each reader's map task */
 	size_t			 n;
 	struct shuffle_merge	*merge;
 };
@@ -296,12 +296,12 @@ struct shuffle_reduce {
 	int			 partition;
 	struct chain		*chain;
 	int64_t			*records_in;
-	char			*key;		/* the current run's key */
+	char			*key;	/* the current run's key */
 	size_t			 klen, ksize;
 	int			 knull, have;
-	char			*vals;		/* a group's value frames */
+	char			*vals;	/* a group's value frames */
 	size_t			 vlen, vsize;
-	size_t			 memory;	/* join's right values, at most */
+	size_t			 memory; /* join's right values */
 	int			 chain_failed;
 };
 
@@ -739,8 +739,8 @@ shuffle_reduce_sort(struct shuffle_reduce *x, struct shuffle_in *in,
 	struct shuffle_entry	 e;
 	struct record		 r;
 	enum shuffle_order	 order;
-	int			 parts = x->plan->partitions, p = x->partition;
-	int			 desc, rc = OP_OK;
+	int			 parts = x->plan->partitions;
+	int			 p = x->partition, desc, rc = OP_OK;
 	char			*why = NULL;
 
 	order = x->op->numeric ? SHUFFLE_ORDER_KEY_NUMERIC : SHUFFLE_ORDER_KEY;

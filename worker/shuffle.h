@@ -38,7 +38,8 @@ struct shuffle_map *shuffle_map_create(int opdir, int stage, int partition,
 int	 shuffle_map_add(struct shuffle_map *, const struct record *,
 	     char **err);
 /* Write the file whole and name it; *bytes its size.  0, or -1 with *err. */
-int	 shuffle_map_commit(struct shuffle_map *, int64_t *bytes, char **err);
+int	 shuffle_map_commit(struct shuffle_map *, int64_t *bytes,
+	     char **err);
 /* Free a writer; a file not committed leaves nothing behind. */
 void	 shuffle_map_free(struct shuffle_map *);
 

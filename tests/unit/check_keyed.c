@@ -167,7 +167,8 @@ keyed_read_batches(int fd, size_t *bytes)
 
 START_TEST(test_keyed_output)
 {
-	char		 path[] = "/tmp/check_keyed.XXXXXX", *big, *err = NULL;
+	char		 path[] = "/tmp/check_keyed.XXXXXX", *big;
+	char		*err = NULL;
 	struct record	 pair = keyed_pair(), group = keyed_group(), large;
 	struct output	*out;
 	size_t		 bytes, bigsize = 200 * 1024;

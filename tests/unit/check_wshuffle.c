@@ -128,7 +128,8 @@ wsh_task(int dirfd, const char *planj, int partitions, int partition,
 	struct output	*out;
 	struct plan	*plan;
 	json_t		*j, *op = NULL;
-	char		 path[] = "/tmp/check-wshuffle-out-XXXXXX", *err = NULL;
+	char		 path[] = "/tmp/check-wshuffle-out-XXXXXX";
+	char		*err = NULL;
 	int64_t		 metrics[EMBER_METRIC_COUNT];
 	int		 fd, rc;
 
@@ -280,9 +281,9 @@ END_TEST
 
 START_TEST(test_wshuffle_reduce_by_key)
 {
-	const char	*nums = "[\"a,1\", \"b,2\", \"a,3\", \"b,4\", \"a,5\", "
-			    "\"c,9223372036854775807\", \"c,1\", \"d,1.5\", "
-			    "\"d,2\"]";
+	const char	*nums = "[\"a,1\", \"b,2\", \"a,3\", \"b,4\", "
+			    "\"a,5\", \"c,9223372036854775807\", \"c,1\", "
+			    "\"d,1.5\", \"d,2\"]";
 	char		*got, *error;
 
 	wsh_expect(nums, 3, WSH_KEY_BY, "{\"reduce_by_key\": {\"fn\": "
@@ -361,8 +362,8 @@ START_TEST(test_wshuffle_sort_by)
 	    "{\"sort_by\": {\"numeric\": true, \"descending\": true}}", 1,
 	    "100 10 9 2.5 -1");
 	/* A key that is not a number fails the task, naming it. */
-	got = wsh_run("[\"1\", \"x\\\"y\"]", 1, "", "{\"sort_by\": {\"numeric\": "
-	    "true}}", 1, "", 1 << 20, &error);
+	got = wsh_run("[\"1\", \"x\\\"y\"]", 1, "",
+	    "{\"sort_by\": {\"numeric\": true}}", 1, "", 1 << 20, &error);
 	ck_assert_ptr_null(got);
 	ck_assert_str_eq(error, "sort_by: key \"x\\\"y\" is not a number");
 	free(error);
@@ -670,7 +671,8 @@ START_TEST(test_wshuffle_fold)
 	wsh_fold(PLAN_KV_MIN, 1, ints, "-7");
 	wsh_fold(PLAN_KV_MAX, 0, ints, "10");
 	wsh_fold(PLAN_KV_COUNT, 0, ints, "3");
-	wsh_fold(PLAN_KV_COUNT, 1, ints, "6");	/* partial counts: summed */
+	/* Partial counts are summed. */
+	wsh_fold(PLAN_KV_COUNT, 1, ints, "6");
 	wsh_fold(PLAN_KV_CONCAT, 0, ints, "3, -7, +10");
 	wsh_fold(PLAN_KV_SUM, 0, reals, "0.30000000000000004");
 	wsh_fold(PLAN_KV_MAX, 0, reals, "0.2");

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,17 @@
 #include "frame.h"
 #include "shuffle_private.h"
 #include "xmalloc.h"
+
+/*
+ * A fuzzing build reads past CRC mismatches, so that the fuzzer reaches
+ * the checks behind them (libFuzzer's convention; configure's
+ * --enable-fuzzing defines it).  Every other build stops at them.
+ */
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+#define SF_CRC_BAD(a, b)	((void)(a), (void)(b), 0)
+#else
+#define SF_CRC_BAD(a, b)	((uint32_t)(a) != (uint32_t)(b))
+#endif
 
 struct sf_block {
 	int64_t		 off;		/* from the bucket's start */
@@ -246,6 +258,30 @@ sf_num_read(enum shuffle_order order, const struct shuffle_entry *e,
 	if (n->type == 1)
 		n->d = (double)n->i;
 	return (n->type == 0 ? -1 : 0);
+}
+
+/* Show a key in an error. */
+void
+sf_key_show(char *buf, size_t size, const struct shuffle_entry *e)
+{
+	size_t	i, n = e->klen < 64 ? e->klen : 64, at = 0;
+	char	c;
+
+	if (e->knull || size < SF_SHOWN_SIZE) {
+		snprintf(buf, size, "null");
+		return;
+	}
+	buf[at++] = '"';
+	for (i = 0; i < n; i++) {
+		c = e->key[i];
+		buf[at++] = c >= 0x20 && c < 0x7f ? c : '?';
+	}
+	buf[at++] = '"';
+	if (n < e->klen) {
+		memcpy(buf + at, "...", 3);
+		at += 3;
+	}
+	buf[at] = '\0';
 }
 
 /* Compare two keys' bytes: memcmp, then length; NULL first. */
@@ -538,7 +574,7 @@ sf_reader_footer(struct shuffle_reader *r, int bucket, const char **why)
 		goto out;
 	crc = (uint32_t)crc32_z(crc32_z(0, table, tlen), t, 16);
 	*why = "footer CRC mismatch";
-	if (crc != (uint32_t)be32_get(t + 16))
+	if (SF_CRC_BAD(crc, be32_get(t + 16)))
 		goto out;
 	row = table + (size_t)bucket * SF_ROW_SIZE;
 	r->off = be64_get(row);
@@ -556,8 +592,7 @@ sf_reader_footer(struct shuffle_reader *r, int bucket, const char **why)
 	if (sf_pread(r->fd, r->extra, (size_t)xlen, xoff, why) == -1)
 		goto out;
 	*why = "bucket extras CRC mismatch";
-	if ((uint32_t)crc32_z(0, r->extra, (size_t)xlen) !=
-	    (uint32_t)be32_get(row + 40))
+	if (SF_CRC_BAD(crc32_z(0, r->extra, (size_t)xlen), be32_get(row + 40)))
 		goto out;
 	rc = sf_reader_extra(r, r->extra, (size_t)xlen, why);
 out:
@@ -605,7 +640,10 @@ shuffle_reader_open(int dirfd, const char *name, int bucket, char **err)
 {
 	int	fd;
 
-	fd = openat(dirfd, name, O_RDONLY|O_NOFOLLOW|O_CLOEXEC|O_NOCTTY);
+	/* O_NONBLOCK: a FIFO planted by the user's code does not hang the
+	 * open; it is then refused as no regular file. */
+	fd = openat(dirfd, name, O_RDONLY|O_NOFOLLOW|O_CLOEXEC|O_NOCTTY|
+	    O_NONBLOCK);
 	if (fd == -1) {
 		sf_error(err, name, strerror(errno));
 		return (NULL);
@@ -657,7 +695,7 @@ sf_reader_block(struct shuffle_reader *r, const char **why)
 		return (-1);
 	}
 	sf_in_crc(&r->in, at);
-	if ((uint32_t)r->in.crc != r->blocks[r->blk].crc) {
+	if (SF_CRC_BAD(r->in.crc, r->blocks[r->blk].crc)) {
 		*why = "CRC mismatch";
 		return (-1);
 	}
@@ -674,7 +712,7 @@ sf_reader_end(struct shuffle_reader *r, const char **why)
 {
 	if (!r->whole)
 		return (0);
-	if ((uint32_t)r->bcrc != r->crc) {
+	if (SF_CRC_BAD(r->bcrc, r->crc)) {
 		*why = "bucket CRC mismatch";
 		return (-1);
 	}
@@ -699,7 +737,7 @@ sf_reader_read(struct shuffle_reader *r, struct shuffle_entry *e,
 		return (-1);
 	r->seen++;
 	if (sf_num_read(r->order, e, &r->num) == -1) {
-		*why = "a key is not a number";
+		*why = "a key is not a number in a numeric file";
 		return (-1);
 	}
 	return (1);
@@ -980,18 +1018,22 @@ struct sf_weighted {
 	size_t			 seq;
 };
 
-static enum shuffle_order	 sf_sort_order;
-static int			 sf_sort_descending;
+/* The order samples are sorted in. */
+struct sf_sort {
+	enum shuffle_order	 order;
+	int			 descending;
+};
 
-/* qsort's comparison of two samples: in order, then by sequence. */
+/* qsort_r's comparison of two samples: in order, then by sequence. */
 static int
-sf_weighted_cmp(const void *va, const void *vb)
+sf_weighted_cmp(const void *va, const void *vb, void *arg)
 {
 	const struct sf_weighted	*a = va, *b = vb;
+	const struct sf_sort		*o = arg;
 	int				 c;
 
-	c = sf_entry_compare(sf_sort_order, sf_sort_descending, &a->e,
-	    &a->num, &b->e, &b->num);
+	c = sf_entry_compare(o->order, o->descending, &a->e, &a->num, &b->e,
+	    &b->num);
 	if (c != 0)
 		return (c);
 	return ((a->seq > b->seq) - (a->seq < b->seq));
@@ -1033,6 +1075,7 @@ shuffle_boundaries(struct shuffle_reader **readers, size_t n, int partitions,
 {
 	struct sf_weighted	*w;
 	struct shuffle_key	*b;
+	struct sf_sort		 sort;
 	double			 total, acc = 0;
 	size_t			 all, k = 0;
 	int			 p;
@@ -1043,9 +1086,9 @@ shuffle_boundaries(struct shuffle_reader **readers, size_t n, int partitions,
 		return (-1);
 	}
 	all = sf_samples_gather(readers, n, order, &w, &total);
-	sf_sort_order = order;
-	sf_sort_descending = descending;
-	qsort(w, all, sizeof *w, sf_weighted_cmp);
+	sort.order = order;
+	sort.descending = descending;
+	qsort_r(w, all, sizeof *w, sf_weighted_cmp, &sort);
 	b = xcalloc((size_t)partitions, sizeof *b);
 	for (p = 1; p < partitions; p++) {
 		/* The sample in which p/partitions of the weight falls. */

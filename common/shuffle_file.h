@@ -69,8 +69,10 @@ struct shuffle_merge;
 /*
  * A writer of NAME in dirfd with buckets (1..1000000) buckets, sorted by
  * order (descending reverses it; equal keys keep their arrival order),
- * holding up to memory bytes before it spills.  combine needs an ordered
- * file.  NULL with *err (to free) for bad arguments.
+ * holding up to memory bytes (at least 64 KiB: the entries, their sort
+ * array and combine's table; a sort's scratch array of 16 bytes per entry
+ * comes on top while it runs) before it spills.  combine needs an
+ * ordered file.  NULL with *err (to free) for bad arguments.
  */
 struct shuffle_writer	*shuffle_writer_create(int dirfd, const char *name,
 			     int buckets, enum shuffle_order, int descending,
@@ -90,6 +92,8 @@ int			 shuffle_writer_add(struct shuffle_writer *,
  */
 int			 shuffle_writer_commit(struct shuffle_writer *,
 			     int64_t *bytes, char **err);
+/* The runs spilled so far. */
+int			 shuffle_writer_spills(const struct shuffle_writer *);
 /* Free a writer; one not committed leaves nothing behind. */
 void			 shuffle_writer_free(struct shuffle_writer *);
 

@@ -54,6 +54,10 @@ int	sf_num_read(enum shuffle_order, const struct shuffle_entry *,
 int	sf_entry_compare(enum shuffle_order, int descending,
 	    const struct shuffle_entry *, const struct sf_num *,
 	    const struct shuffle_entry *, const struct sf_num *);
+#define SF_SHOWN_SIZE		72	/* a key shown in an error */
+/* Show a key in an error: its first 64 bytes, quoted, each byte that is
+ * not printable ASCII as '?', "..." if cut; "null" for a null key. */
+void	sf_key_show(char *, size_t, const struct shuffle_entry *);
 /* Compare two keys' bytes, a NULL key first. */
 int	sf_bytes_compare(const char *, size_t, const char *, size_t);
 /* Compare two numbers. */

@@ -44,6 +44,14 @@ struct sw_item {
 	struct sw_rec	*rec;
 };
 
+/* A slot of combine's table: the key's hash beside the item, so that a
+ * probe reads no record but the one that matches. */
+struct sw_slot {
+	struct sw_rec	*rec;		/* the item's, NULL empty */
+	uint32_t	 item;		/* its index */
+	uint32_t	 hash;
+};
+
 struct sw_chunk {
 	struct sw_chunk	*next;
 	size_t		 size, used;
@@ -97,13 +105,14 @@ struct shuffle_writer {
 	size_t			 used;		/* memory held */
 	struct sw_item		*items, *tmp;
 	size_t			 nitems, cap;
-	uint32_t		*table;		/* item index + 1, 0 empty */
+	struct sw_slot		*table;		/* combine's: open addressing */
 	size_t			 tcap;
 	int			 runfd;
 	int64_t			 runlen;
 	struct sw_run		*runs;
 	size_t			 nruns;
 	size_t			*starts;	/* each bucket's first item */
+	size_t			*radix;		/* the sort's counts */
 	char			*tmpname;
 	unsigned char		*pending;	/* merge's entry to emit */
 	size_t			 plen, psize;
@@ -245,7 +254,11 @@ sw_hash(int bucket, const char *key, size_t len)
 
 	for (i = 0; i < len; i++)
 		h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
-	return ((uint32_t)(h ^ h >> 32));
+	/* FNV's low bits are weak, and the table uses them: mix. */
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return ((uint32_t)h);
 }
 
 /* The entry a record holds. */
@@ -292,7 +305,7 @@ sw_item_after(const struct shuffle_writer *w, const struct sw_item *a,
 
 /* Sort n items stably: insertion sort of runs of 16, then merges. */
 static void
-sw_sort(const struct shuffle_writer *w, struct sw_item *a, struct sw_item *t,
+sw_sort_merge(const struct shuffle_writer *w, struct sw_item *a, struct sw_item *t,
     size_t n)
 {
 	struct sw_item	*src = a, *dst = t, *sw, x;
@@ -354,9 +367,11 @@ sw_table_grow(struct shuffle_writer *w)
 	w->tcap = cap;
 	for (i = 0; i < w->nitems; i++) {
 		s = w->items[i].rec->hash & (cap - 1);
-		while (w->table[s] != 0)
+		while (w->table[s].rec != NULL)
 			s = (s + 1) & (cap - 1);
-		w->table[s] = (uint32_t)i + 1;
+		w->table[s].rec = w->items[i].rec;
+		w->table[s].item = (uint32_t)i;
+		w->table[s].hash = w->items[i].rec->hash;
 	}
 }
 
@@ -371,9 +386,11 @@ sw_table_find(const struct shuffle_writer *w, int bucket,
 	size_t			 s = hash & (w->tcap - 1);
 	int64_t			 klen;
 
-	for (; w->table[s] != 0; s = (s + 1) & (w->tcap - 1)) {
-		r = w->items[w->table[s] - 1].rec;
-		if (r->hash != hash || r->bucket != (uint32_t)bucket)
+	for (; w->table[s].rec != NULL; s = (s + 1) & (w->tcap - 1)) {
+		if (w->table[s].hash != hash)
+			continue;
+		r = w->table[s].rec;
+		if (r->bucket != (uint32_t)bucket)
 			continue;
 		k = sw_rec_key(r, &klen);
 		if ((k == NULL) == e->knull && (k == NULL ||
@@ -388,11 +405,11 @@ sw_table_find(const struct shuffle_writer *w, int bucket,
 
 /* Fold e into the item that has its key. */
 static int
-sw_combine(struct shuffle_writer *w, struct sw_item *it,
+sw_combine(struct shuffle_writer *w, struct sw_slot *slot,
     const struct shuffle_entry *e, char **err)
 {
 	struct shuffle_entry	 a, out;
-	struct sw_rec		*r = it->rec, *n;
+	struct sw_rec		*r = slot->rec, *n;
 	size_t			 size;
 	char			*why = NULL;
 
@@ -415,7 +432,7 @@ sw_combine(struct shuffle_writer *w, struct sw_item *it,
 		n->hash = r->hash;
 		if (w->order == SHUFFLE_ORDER_KEY_NUMERIC)
 			*sw_rec_num(n) = *sw_rec_num(r);
-		it->rec = r = n;
+		w->items[slot->item].rec = slot->rec = r = n;
 	}
 	/* out may point into r: encode apart, then copy in. */
 	if (w->spsize < size) {
@@ -448,12 +465,60 @@ sw_append(struct shuffle_writer *w, int bucket, const struct shuffle_entry *e,
 	w->items[w->nitems++].rec = r;
 }
 
+#define SW_RADIX_BITS	16
+#define SW_RADIX_MIN	1024	/* fewer items are merge-sorted at once */
+
+/*
+ * Sort n items stably: one counting pass on the 16 highest bits in which
+ * their prefixes differ, then a merge sort of each group.  Random keys
+ * leave groups of a few items, so most of the merge passes go; keys that
+ * share their first bytes are grouped by the bytes after them.
+ */
+static void
+sw_sort(struct shuffle_writer *w, struct sw_item *a, struct sw_item *t,
+    size_t n)
+{
+	size_t		*count, i, g, sum = 0;
+	uint64_t	 diff = 0;
+	int		 shift;
+
+	for (i = 1; i < n; i++)
+		diff |= a[i].prefix ^ a[0].prefix;
+	if (n < SW_RADIX_MIN || diff == 0) {
+		sw_sort_merge(w, a, t, n);
+		return;
+	}
+	shift = 63 - __builtin_clzll(diff) - (SW_RADIX_BITS - 1);
+	if (shift < 0)
+		shift = 0;
+	if (w->radix == NULL)
+		w->radix = xcalloc((size_t)1 << SW_RADIX_BITS,
+		    sizeof *w->radix);
+	count = w->radix;
+	memset(count, 0, sizeof *count << SW_RADIX_BITS);
+	for (i = 0; i < n; i++)
+		count[(a[i].prefix >> shift) & 0xffff]++;
+	for (g = 0; g < (size_t)1 << SW_RADIX_BITS; g++) {
+		i = count[g];
+		count[g] = sum;
+		sum += i;
+	}
+	for (i = 0; i < n; i++)
+		t[count[(a[i].prefix >> shift) & 0xffff]++] = a[i];
+	memcpy(a, t, n * sizeof *a);
+	/* count[g] is now group g's end. */
+	for (g = 0, i = 0; g < (size_t)1 << SW_RADIX_BITS; g++) {
+		if (count[g] - i > 1)
+			sw_sort_merge(w, a + i, t, count[g] - i);
+		i = count[g];
+	}
+}
+
 static int	sw_spill(struct shuffle_writer *, char **);
 
 /* Check an entry the caller gives. */
 static const char *
-sw_entry_check(const struct shuffle_writer *w, const struct shuffle_entry *e,
-    struct sf_num *num)
+sw_entry_check(const struct shuffle_entry *e)
 {
 	if (e->kind != SHUFFLE_KIND_RECORD && e->kind != SHUFFLE_KIND_PAIR &&
 	    e->kind != SHUFFLE_KIND_GROUP)
@@ -465,8 +530,6 @@ sw_entry_check(const struct shuffle_writer *w, const struct shuffle_entry *e,
 		return ("an entry over 2 GiB");
 	if (e->kind == SHUFFLE_KIND_GROUP && e->vnull)
 		return ("a group without values");
-	if (sf_num_read(w->order, e, num) == -1)
-		return ("a key is not a number");
 	return (NULL);
 }
 
@@ -477,16 +540,23 @@ shuffle_writer_add(struct shuffle_writer *w, int bucket,
 {
 	struct sf_num	 num;
 	const char	*why;
-	size_t		 slot;
+	size_t		 slot = 0;
 	uint32_t	 hash = 0;
 	int		 found;
+	char		 shown[SF_SHOWN_SIZE];
 
 	if (bucket < 0 || bucket >= w->buckets)
 		why = "no such bucket";
 	else
-		why = sw_entry_check(w, e, &num);
+		why = sw_entry_check(e);
 	if (why != NULL) {
 		xasprintf(err, "shuffle file %s: %s", w->name, why);
+		return (-1);
+	}
+	if (sf_num_read(w->order, e, &num) == -1) {
+		sf_key_show(shown, sizeof shown, e);
+		xasprintf(err, "shuffle file %s: key %s is not a number",
+		    w->name, shown);
 		return (-1);
 	}
 	if (w->combine != NULL) {
@@ -495,11 +565,13 @@ shuffle_writer_add(struct shuffle_writer *w, int bucket,
 		hash = sw_hash(bucket, e->key, e->knull ? 0 : e->klen);
 		slot = sw_table_find(w, bucket, e, hash, &found);
 		if (found)
-			return (sw_combine(w, &w->items[w->table[slot] - 1],
-			    e, err));
-		w->table[slot] = (uint32_t)w->nitems + 1;
+			return (sw_combine(w, &w->table[slot], e, err));
+		w->table[slot].item = (uint32_t)w->nitems;
+		w->table[slot].hash = hash;
 	}
 	sw_append(w, bucket, e, &num, hash, sf_encode_size(e));
+	if (w->combine != NULL)
+		w->table[slot].rec = w->items[w->nitems - 1].rec;
 	if (w->used > w->memory)
 		return (sw_spill(w, err));
 	return (0);
@@ -722,6 +794,8 @@ sw_src_next(struct shuffle_writer *w, struct sw_src *s, const char **why)
 	if (s->mem) {
 		if (s->i == s->n)
 			return (0);
+		if (s->i + 8 < s->n)
+			__builtin_prefetch(w->items[s->i + 8].rec);
 		r = w->items[s->i++].rec;
 		sw_rec_entry(r, &s->e);
 		if (w->order == SHUFFLE_ORDER_KEY_NUMERIC)
@@ -1157,6 +1231,12 @@ shuffle_writer_commit(struct shuffle_writer *w, int64_t *bytes, char **err)
 	return (0);
 }
 
+int
+shuffle_writer_spills(const struct shuffle_writer *w)
+{
+	return ((int)w->nruns);
+}
+
 void
 shuffle_writer_free(struct shuffle_writer *w)
 {
@@ -1175,6 +1255,7 @@ shuffle_writer_free(struct shuffle_writer *w)
 	free(w->items);
 	free(w->table);
 	free(w->starts);
+	free(w->radix);
 	free(w->pending);
 	free(w->spare);
 	free(w->tmpname);

@@ -298,6 +298,35 @@ START_TEST(test_refused)
 }
 END_TEST
 
+/* A numeric file's key that is no number is named in the error. */
+START_TEST(test_not_a_number_named)
+{
+	struct shuffle_writer	*w;
+	struct shuffle_entry	 e = pair("12x\n", "1");
+	char			*err = NULL;
+
+	w = writer("f", 1, SHUFFLE_ORDER_KEY_NUMERIC, 0, 0, NULL);
+	add(w, 0, pair("12", "1"));
+	ck_assert_int_eq(shuffle_writer_add(w, 0, &e, &err), -1);
+	ck_assert_msg(strstr(err, "\"12x?\" is not a number") != NULL, "%s",
+	    err);
+	free(err);
+	shuffle_writer_free(w);
+}
+END_TEST
+
+/* A FIFO planted where a map file should be: an error, not a hang. */
+START_TEST(test_fifo_refused)
+{
+	char	*err = NULL;
+
+	ck_assert_int_eq(mkfifoat(sh_dir, "f", 0600), 0);
+	ck_assert_ptr_null(shuffle_reader_open(sh_dir, "f", 0, &err));
+	ck_assert_ptr_nonnull(strstr(err, "shuffle file f: "));
+	free(err);
+}
+END_TEST
+
 /* Write n pairs of keys key(i) and values i into bucket i % buckets. */
 static void
 fill(struct shuffle_writer *w, int n, int buckets, int keys)
@@ -373,6 +402,7 @@ START_TEST(test_spill_same_file)
 		commit(w);
 		w = writer("small", 5, order, 0, 1, NULL);
 		fill(w, 100000, 5, 3000);
+		ck_assert_int_gt(shuffle_writer_spills(w), 10);
 		commit(w);
 		a = slurp("big", &alen);
 		b = slurp("small", &blen);
@@ -383,6 +413,66 @@ START_TEST(test_spill_same_file)
 		ck_assert_int_eq(sh_count_files(), 2);
 	}
 	ck_assert_int_eq(check_sorted("small", 4, 0), 20000);
+	/* Abandoned after spilling: nothing left behind. */
+	w = writer("gone", 5, SHUFFLE_ORDER_KEY, 0, 1, NULL);
+	fill(w, 20000, 5, 3000);
+	ck_assert_int_gt(shuffle_writer_spills(w), 1);
+	shuffle_writer_free(w);
+	ck_assert_int_eq(sh_count_files(), 2);
+}
+END_TEST
+
+/* Groups, null values and records mixed, through spills: what is read
+ * back is what was written, in order. */
+START_TEST(test_kinds_spill)
+{
+	struct shuffle_writer	*w;
+	struct shuffle_reader	*r;
+	struct shuffle_entry	 e, g;
+	unsigned char		 vals[64];
+	char			 k[32];
+	int			 i, n = 30000;
+
+	w = writer("f", 2, SHUFFLE_ORDER_KEY, 0, 1, NULL);
+	for (i = 0; i < n; i++) {
+		snprintf(k, sizeof k, "%06d", i);
+		memset(&g, 0, sizeof g);
+		g.key = k;
+		g.klen = 6;
+		if (i % 3 == 0) {
+			g.kind = SHUFFLE_KIND_GROUP;
+			/* Two values: the key, and a null. */
+			vals[0] = vals[1] = vals[2] = 0;
+			vals[3] = 6;
+			memcpy(vals + 4, k, 6);
+			memcpy(vals + 10, "\xff\xff\xff\xfb", 4);
+			g.value = (const char *)vals;
+			g.vlen = 14;
+		} else if (i % 3 == 1) {
+			g.kind = SHUFFLE_KIND_PAIR;
+			g.vnull = 1;
+		} else
+			g.kind = SHUFFLE_KIND_RECORD;
+		add(w, i % 2, g);
+	}
+	ck_assert_int_gt(shuffle_writer_spills(w), 2);
+	commit(w);
+	r = reader("f", 1);
+	for (i = 1; i < n; i += 2) {
+		snprintf(k, sizeof k, "%06d", i);
+		e = next(r);
+		eq_bytes(e.key, e.klen, k, 6);
+		ck_assert_int_eq(e.kind, i % 3 == 0 ? SHUFFLE_KIND_GROUP :
+		    i % 3 == 1 ? SHUFFLE_KIND_PAIR : SHUFFLE_KIND_RECORD);
+		if (e.kind == SHUFFLE_KIND_GROUP) {
+			ck_assert_uint_eq(e.vlen, 14);
+			ck_assert(memcmp(e.value + 4, k, 6) == 0);
+		}
+		if (e.kind == SHUFFLE_KIND_PAIR)
+			ck_assert(e.vnull);
+	}
+	end(r);
+	shuffle_reader_free(r);
 }
 END_TEST
 
@@ -729,6 +819,61 @@ START_TEST(test_boundaries)
 }
 END_TEST
 
+/* A numeric, descending file: seek and boundaries in its order. */
+START_TEST(test_seek_numeric_descending)
+{
+	struct shuffle_writer	*w;
+	struct shuffle_reader	*r;
+	struct shuffle_entry	 e;
+	struct shuffle_key	*b;
+	char			 k[32], *err = NULL;
+	int			 i, n = 60000, p, c[3] = { 0, 0, 0 };
+
+	w = writer("f", 1, SHUFFLE_ORDER_KEY_NUMERIC, 1, 1 << 16, NULL);
+	for (i = 0; i < n; i++) {
+		snprintf(k, sizeof k, "%d", (i * 7919) % n);
+		add(w, 0, pair(k, "v"));
+	}
+	ck_assert_int_gt(shuffle_writer_spills(w), 0);
+	commit(w);
+	r = reader("f", 0);
+	ck_assert_int_eq(shuffle_reader_seek(r, "30000.5", 7, &err), 0);
+	e = next(r);
+	eq_bytes(e.key, e.klen, "30000", 5);
+	e = next(r);
+	eq_bytes(e.key, e.klen, "29999", 5);
+	ck_assert_int_eq(shuffle_reader_seek(r, "1e9", 3, &err), 0);
+	e = next(r);
+	eq_bytes(e.key, e.klen, "59999", 5);
+	ck_assert_int_eq(shuffle_reader_seek(r, "-1", 2, &err), 0);
+	end(r);
+	ck_assert_int_eq(shuffle_boundaries(&r, 1, 3, SHUFFLE_ORDER_KEY_NUMERIC,
+	    1, &b, &err), 0);
+	shuffle_reader_free(r);
+	/* Partition 0 holds the largest keys; each about a third. */
+	r = reader("f", 0);
+	for (p = 0; p < 3; p++) {
+		if (p > 0)
+			ck_assert_int_eq(shuffle_reader_seek(r, b[p - 1].key,
+			    b[p - 1].len, &err), 0);
+		while (shuffle_reader_next(r, &e, &err) == 1) {
+			if (p < 2 && shuffle_key_compare(
+			    SHUFFLE_ORDER_KEY_NUMERIC, 1, e.key, e.klen,
+			    b[p].key, b[p].len) >= 0)
+				break;
+			if (p == 0)
+				ck_assert_int_ge(num(e.key, e.klen), 36000);
+			c[p]++;
+		}
+	}
+	for (p = 0; p < 3; p++)
+		ck_assert_msg(c[p] > n / 3 * 9 / 10 && c[p] < n / 3 * 11 / 10,
+		    "partition %d: %d", p, c[p]);
+	shuffle_boundaries_free(b, 3);
+	shuffle_reader_free(r);
+}
+END_TEST
+
 static TCase *
 sh_tcase(const char *name)
 {
@@ -748,12 +893,15 @@ shuffle_suite(void)
 	tc = sh_tcase("round trip");
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_refused);
+	tcase_add_test(tc, test_not_a_number_named);
+	tcase_add_test(tc, test_fifo_refused);
 	suite_add_tcase(s, tc);
 
 	tc = sh_tcase("order");
 	tcase_add_test(tc, test_sorted_stable);
 	tcase_add_test(tc, test_numeric);
 	tcase_add_test(tc, test_spill_same_file);
+	tcase_add_test(tc, test_kinds_spill);
 	tcase_add_test(tc, test_combine);
 	suite_add_tcase(s, tc);
 
@@ -765,6 +913,7 @@ shuffle_suite(void)
 	tc = sh_tcase("read");
 	tcase_add_test(tc, test_merge_ties);
 	tcase_add_test(tc, test_seek);
+	tcase_add_test(tc, test_seek_numeric_descending);
 	tcase_add_test(tc, test_boundaries);
 	suite_add_tcase(s, tc);
 	return (s);

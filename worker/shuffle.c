@@ -29,6 +29,7 @@ struct shuffle_map {
 	struct kv_fold		*partial, *combine;
 	char			*buf;	/* distinct's pair, encoded */
 	size_t			 size;
+	char			 name[64];
 };
 
 /* Open the operation's directory in the uid's shuffle directory. */
@@ -113,7 +114,6 @@ shuffle_map_create(int opdir, int stage, int partition, int buckets,
 	struct shuffle_map	*m;
 	enum shuffle_order	 order = SHUFFLE_ORDER_KEY;
 	shuffle_combine_fn	 combine = NULL;
-	char			 name[64];
 	int			 descending = 0;
 
 	m = xcalloc(1, sizeof *m);
@@ -150,8 +150,8 @@ shuffle_map_create(int opdir, int stage, int partition, int buckets,
 		break;
 	}
 	m->buckets = buckets;
-	snprintf(name, sizeof name, "s%d-m%d.data", stage, partition);
-	m->w = shuffle_writer_create(opdir, name, buckets, order, descending,
+	snprintf(m->name, sizeof m->name, "s%d-m%d.data", stage, partition);
+	m->w = shuffle_writer_create(opdir, m->name, buckets, order, descending,
 	    memory, combine, m, err);
 	if (m->w == NULL)
 		goto fail;
@@ -258,11 +258,15 @@ shuffle_map_add(struct shuffle_map *m, const struct record *r, char **err)
 	return (shuffle_writer_add(m->w, shuffle_map_bucket(m, &e), &e, err));
 }
 
-/* Write the file whole. */
+/* Write the file whole; say how it went, for a look at its memory. */
 int
 shuffle_map_commit(struct shuffle_map *m, int64_t *bytes, char **err)
 {
-	return (shuffle_writer_commit(m->w, bytes, err));
+	if (shuffle_writer_commit(m->w, bytes, err) == -1)
+		return (-1);
+	log_debug("shuffle: %s: %lld bytes, %d runs spilled", m->name,
+	    (long long)*bytes, shuffle_writer_spills(m->w));
+	return (0);
 }
 
 /* Free a writer. */

@@ -6,6 +6,7 @@ that spills; pairs and groups saved and checkpointed."""
 
 import os
 import random
+import re
 import sys
 
 from harness import *
@@ -196,6 +197,10 @@ def test_worker_sort_stable_under_spill(d):
         _key_by(), {"sort_by": {"partitions": 3}}]))
     check_eq(got, sorted(_pairs(lines), key=lambda p: p[0]),
              "sorted, equal keys in input order")
+    spills = [int(n) for n in re.findall(r"(\d+) runs spilled",
+                                         d.log_text())]
+    check(len(spills) == 4 and min(spills) > 0,
+          "every map task spilled: %r" % spills)
     got = c.collect_all(text_plan([path], 4, ops=[
         _key_by(), {"reduce_by_key": {"fn": "count"}}]))
     g = _groups(_pairs(lines))

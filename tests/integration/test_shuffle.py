@@ -243,6 +243,40 @@ def test_worker_reduce_by_key_not_a_number(d):
         check_error(reply, "TASK_FAILED", "key \"b\"", "\"x\"")
 
 
+def _read_partition_rest(c):
+    got = []
+    while True:
+        rec = c.read_record()
+        if rec == END_OF_DATA_SECTION:
+            return got
+        check(not isinstance(rec, int), "a special length %r" % (rec,))
+        got.append(rec)
+
+
+def test_worker_reattach_inside_pairs(d):
+    """A stream of groups cut inside a partition reattaches at the record
+    after the last one received: a pair or a group is one record of a
+    position, nothing lost, nothing repeated."""
+    plan = records_plan(["k%d,%d" % (i % 3000, i) for i in range(9000)], 3,
+                        ops=[_key_by(), {"group_by_key": {"partitions": 2}}])
+    want = d.client().iterate_partitions(plan)
+    c = d.client()
+    op = c.execute_ok(plan, "iterate")["operation"]
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "response")
+    head = [c.read_record() for _ in range(700)]
+    c.close_abruptly()
+    c2 = d.client(hello=False)
+    c2.request_ok({"op": "hello", "version": 1, "session": c.session})
+    reply = c2.request({"op": "reattach", "operation": op, "partition": 0,
+                        "offset": 700})
+    check(reply.get("ok"), "reattach: %r" % reply)
+    c2.write_int(REQUEST_NEXT)
+    check_eq(c2.read_int(), STREAM_PARTITION, "response after reattach")
+    check_eq(head + _read_partition_rest(c2), want[0], "partition 0")
+    check_eq(c2.read_stream(pull=True), want[1:], "partition 1")
+
+
 def _worker_has_python():
     with open(EMBER_WORKER, "rb") as f:
         return b"Py_InitializeFromConfig" in f.read()

@@ -24,6 +24,7 @@
 #include "run.h"
 #include "savecommit.h"
 #include "shuffle.h"
+#include "shuffle_file.h"
 #include "xmalloc.h"
 
 /* count_by_value's table starts with this many slots, a power of two. */
@@ -35,8 +36,6 @@
 /* A reduce task's memory when its descriptor gives none: the default of
  * workers.shuffle_memory. */
 #define RUN_SHUFFLE_MEMORY	((size_t)256 * 1024 * 1024)
-/* How much of a record a reduce error shows. */
-#define RUN_REDUCE_SHOWN	64
 
 /* What every sink has: the records that reached it. */
 struct run_sink {
@@ -81,8 +80,6 @@ struct run_reducer {
 	int			 real;
 	int64_t			 i;
 	double			 r;
-	char			*scratch;
-	size_t			 size;
 };
 
 /* save: the part file being written under a temporary name. */
@@ -499,94 +496,21 @@ run_cbv_free_cb(struct op *op)
 	free(c);
 }
 
-/* Write up to RUN_REDUCE_SHOWN bytes of a record, escaped, for an error. */
-static void
-run_reduce_show(const struct record *r, char *buf, size_t size)
-{
-	size_t		 i, n = r->len < RUN_REDUCE_SHOWN ? r->len :
-			     RUN_REDUCE_SHOWN, used = 0;
-	unsigned char	 c;
-
-	for (i = 0; i < n && used + 5 < size; i++) {
-		c = (unsigned char)r->data[i];
-		if (c == '"' || c == '\\')
-			used += (size_t)snprintf(buf + used, size - used,
-			    "\\%c", c);
-		else if (c < 0x20 || c >= 0x7f)
-			used += (size_t)snprintf(buf + used, size - used,
-			    "\\x%02x", c);
-		else
-			buf[used++] = (char)c;
-	}
-	if (n < r->len && used + 4 < size) {
-		memcpy(buf + used, "...", 3);
-		used += 3;
-	}
-	buf[used] = '\0';
-}
-
-/*
- * Read a record as a number: 1 for an integer in *i, 2 for a real in *d,
- * 0 for neither.  The whole record must be the number, with no spaces; an
- * integer too large for an int64 is read as a real.
- */
-static int
-run_reduce_parse(struct run_reducer *x, const struct record *r, int64_t *i,
-    double *d)
-{
-	char	*s, *end;
-	size_t	 k;
-	int	 integer = 1;
-
-	if (r->null || r->len == 0)
-		return (0);
-	for (k = 0; k < r->len; k++) {
-		char c = r->data[k];
-
-		if (c >= '0' && c <= '9')
-			continue;
-		if ((c == '+' || c == '-') && k == 0)
-			continue;
-		if (c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-')
-			integer = 0;
-		else
-			return (0);
-	}
-	if (r->len + 1 > x->size) {
-		free(x->scratch);
-		x->size = r->len + 1 < 64 ? 64 : r->len + 1;
-		x->scratch = xmalloc(x->size);
-	}
-	s = x->scratch;
-	memcpy(s, r->data, r->len);
-	s[r->len] = '\0';
-	if (integer) {
-		errno = 0;
-		*i = strtoll(s, &end, 10);
-		if (errno == 0 && *end == '\0' && end != s)
-			return (1);
-	}
-	errno = 0;
-	*d = strtod(s, &end);
-	if (*end != '\0' || end == s || !isfinite(*d))
-		return (0);
-	return (2);
-}
-
 /* reduce: fold a record in. */
 static int
 run_reduce_push_cb(struct op *op, const struct record *r)
 {
 	struct run_reducer	*x = (struct run_reducer *)op;
-	char			 shown[4 * RUN_REDUCE_SHOWN + 8];
+	char			 shown[KEYED_SHOWN];
 	int64_t			 i = 0, sum;
 	double			 d = 0;
 	int			 kind, first = x->sink.records == 0;
 
 	if (r->null)
 		return (op_fail(op, "reduce: record null is not a number"));
-	if ((kind = run_reduce_parse(x, r, &i, &d)) == 0) {
-		run_reduce_show(r, shown, sizeof shown);
+	/* The whole record is the number, as a shuffle reads a key. */
+	if ((kind = shuffle_number_parse(r->data, r->len, &i, &d)) == 0) {
+		keyed_show(r->data, r->len, shown, sizeof shown);
 		return (op_fail(op, "reduce: record \"%s\" is not a number",
 		    shown));
 	}
@@ -658,16 +582,6 @@ run_reduce_finish_cb(struct op *op)
 	if (output_record(x->sink.out, buf, (size_t)n, 0, &err) == -1)
 		return (op_fail_take(op, err));
 	return (OP_OK);
-}
-
-/* Free a reduce sink. */
-static void
-run_reduce_free_cb(struct op *op)
-{
-	struct run_reducer	*x = (struct run_reducer *)op;
-
-	free(x->scratch);
-	free(x);
 }
 
 /* Write all of an iovec array to the part file. */
@@ -970,7 +884,7 @@ run_sink_create(const struct run *t, struct output *out, char **err)
 		s = &x->sink;
 		s->op.push = run_reduce_push_cb;
 		s->op.finish = run_reduce_finish_cb;
-		s->op.free = run_reduce_free_cb;
+		s->op.free = run_free_cb;
 		break;
 	case MODE_SAVE:
 		if ((s = run_save_create(t, err)) == NULL)

@@ -138,6 +138,12 @@ operation_describe_task(struct operation *op, const struct task *t,
 	d->mode = action_modes[op->action];
 	d->fn = op->fn;
 	d->skip = t->skip;
+	if (op->nstages > 0 && t->stage < op->nstages - 1) {
+		/* A map task: it writes its shuffle file, not the action's
+		 * output, and gets no descriptor of the action's. */
+		operation_stage_describe(op, t, d);
+		return;
+	}
 	if (op->action == ACTION_SAVE) {
 		d->save_dir = commit_task_dir(op->commit);
 		d->save_attempt = (int64_t)++op->save_attempts;

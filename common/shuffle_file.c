@@ -51,6 +51,7 @@ struct shuffle_reader {
 	struct shuffle_key *sample;
 	size_t		 nsample;
 	struct sf_in	 in;
+	size_t		 chunk;		/* bytes per read */
 	size_t		 blk;		/* the block being read */
 	unsigned long	 bcrc;		/* the blocks' CRCs combined */
 	int		 whole;		/* read from the start */
@@ -387,6 +388,28 @@ sf_in_crc(struct sf_in *in, int64_t upto)
 	in->crc_done = upto;
 }
 
+/* Move the unread bytes to the buffer's start (the bytes before them
+ * folded into the CRC first: they are gone after). */
+static void
+sf_in_compact(struct sf_in *in)
+{
+	sf_in_crc(in, sf_in_offset(in));
+	if (in->head > 0) {
+		memmove(in->buf, in->buf + in->head, in->tail - in->head);
+		in->bufoff += (int64_t)in->head;
+		in->tail -= in->head;
+		in->head = 0;
+	}
+}
+
+/* Read in pieces of chunk bytes from now on.  The buffer shrinks at
+ * its next refill, when the entry it gave last is no longer valid. */
+void
+sf_in_resize(struct sf_in *in, size_t chunk)
+{
+	in->chunk = chunk;
+}
+
 /* Have n bytes buffered: 0, or -1 with *why (past the range, a short
  * file, a read error). */
 static int
@@ -401,21 +424,14 @@ sf_in_fill(struct sf_in *in, size_t n, const char **why)
 		*why = "an entry runs past its bucket";
 		return (-1);
 	}
-	sf_in_crc(in, sf_in_offset(in));
-	if (in->head > 0) {
-		memmove(in->buf, in->buf + in->head, in->tail - in->head);
-		in->bufoff += (int64_t)in->head;
-		in->tail -= in->head;
-		in->head = 0;
-	}
-	if (in->size < n || in->size < in->chunk) {
-		want = n > in->chunk ? n : in->chunk;
-		if ((int64_t)want > (int64_t)in->tail + (in->end - in->pos))
-			want = in->tail + (size_t)(in->end - in->pos);
-		if (want > in->size) {
-			in->buf = xrealloc(in->buf, want);
-			in->size = want;
-		}
+	sf_in_compact(in);
+	want = n > in->chunk ? n : in->chunk;
+	if ((int64_t)want > (int64_t)in->tail + (in->end - in->pos))
+		want = in->tail + (size_t)(in->end - in->pos);
+	/* Grown for a large entry, or for a larger chunk: back to size. */
+	if (want > in->size || (in->size > in->chunk && want <= in->chunk)) {
+		in->buf = xrealloc(in->buf, want);
+		in->size = want;
 	}
 	while (in->tail < n) {
 		want = in->size - in->tail;
@@ -606,7 +622,7 @@ sf_reader_start(struct shuffle_reader *r, size_t i)
 {
 	int64_t	start = r->off + (i < r->nblocks ? r->blocks[i].off : r->len);
 
-	sf_in_init(&r->in, r->fd, start, r->off + r->len, SF_IO_SIZE);
+	sf_in_init(&r->in, r->fd, start, r->off + r->len, r->chunk);
 	r->in.crc_on = 1;
 	r->blk = i;
 	r->bcrc = crc32_z(0, NULL, 0);
@@ -625,6 +641,7 @@ shuffle_reader_open_fd(int fd, const char *name, int bucket, char **err)
 	r = xcalloc(1, sizeof *r);
 	r->name = xstrdup(name);
 	r->fd = fd;
+	r->chunk = SF_IO_SIZE;
 	if (sf_reader_footer(r, bucket, &why) == -1) {
 		sf_error(err, name, why);
 		shuffle_reader_free(r);
@@ -920,12 +937,22 @@ shuffle_merge_create(struct shuffle_reader **readers, size_t n,
     enum shuffle_order order, int descending)
 {
 	struct shuffle_merge	*m;
+	size_t			 i, chunk;
 
 	m = xcalloc(1, sizeof *m);
 	m->readers = readers;
 	m->n = n;
 	m->order = order;
 	m->descending = descending;
+	/* Many readers read in smaller pieces: their buffers stay within
+	 * SF_MERGE_BUFFERS in all. */
+	chunk = n > 0 ? SF_MERGE_BUFFERS / n : SF_IO_SIZE;
+	chunk = chunk > SF_IO_SIZE ? SF_IO_SIZE : chunk < SF_IO_MIN ?
+	    SF_IO_MIN : chunk;
+	for (i = 0; i < n; i++) {
+		readers[i]->chunk = chunk;
+		sf_in_resize(&readers[i]->in, chunk);
+	}
 	m->cur = xcalloc(n + 1, sizeof *m->cur);
 	m->num = xcalloc(n + 1, sizeof *m->num);
 	m->heap = xcalloc(n + 1, sizeof *m->heap);

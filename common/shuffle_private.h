@@ -28,6 +28,7 @@
 #define SF_FLAG_DESCENDING	0x4
 #define SF_IO_SIZE		(1 << 20)	/* a read or write, at most */
 #define SF_IO_MIN		(64 << 10)
+#define SF_MERGE_BUFFERS	(64 << 20)	/* a merge's readers' buffers */
 
 /* A key read as a number: type 0 not a number, 1 int64, 2 double. */
 struct sf_num {
@@ -86,6 +87,9 @@ int64_t	sf_in_offset(const struct sf_in *);
 /* The next entry: 1 (and its size), 0 at the end, -1 with *why. */
 int	sf_in_next(struct sf_in *, struct shuffle_entry *, size_t *size,
 	    const char **why);
+/* Read in pieces of chunk bytes from now on (the buffer shrinks to that
+ * at its next refill). */
+void	sf_in_resize(struct sf_in *, size_t chunk);
 /* Fold the bytes read up to the file offset upto into in->crc. */
 void	sf_in_crc(struct sf_in *, int64_t upto);
 

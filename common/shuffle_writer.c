@@ -600,7 +600,8 @@ sw_sort_all(struct shuffle_writer *w)
 	memmove(w->starts + 1, w->starts, (size_t)w->buckets *
 	    sizeof *w->starts);
 	w->starts[0] = 0;
-	memcpy(w->items, w->tmp, w->nitems * sizeof *w->items);
+	if (w->nitems > 0)
+		memcpy(w->items, w->tmp, w->nitems * sizeof *w->items);
 	if (w->order != SHUFFLE_ORDER_NONE) {
 		for (b = 0; b < (size_t)w->buckets; b++) {
 			n = w->starts[b + 1] - w->starts[b];
@@ -669,6 +670,8 @@ static void
 sw_grow_put(unsigned char **buf, size_t *len, size_t *size, const void *p,
     size_t n)
 {
+	if (n == 0)
+		return;
 	if (*len + n > *size) {
 		*size = (*len + n) * 2;
 		*buf = xrealloc(*buf, *size);
@@ -1115,7 +1118,18 @@ sw_spill(struct shuffle_writer *w, char **err)
 	free(o.buf);
 	sw_arena_free(w);
 	w->nitems = 0;
-	if (w->table != NULL)
+	/* Arrays grown past half the bound would leave no room, and every
+	 * later add would spill: start them again small. */
+	if ((w->cap * sizeof *w->items + w->tcap * sizeof *w->table) >
+	    w->memory / 2) {
+		free(w->items);
+		free(w->table);
+		w->items = NULL;
+		w->table = NULL;
+		w->used -= w->cap * sizeof *w->items +
+		    w->tcap * sizeof *w->table;
+		w->cap = w->tcap = 0;
+	} else if (w->table != NULL)
 		memset(w->table, 0, w->tcap * sizeof *w->table);
 	return (0);
 }

@@ -224,6 +224,7 @@ START_TEST(test_round_trip)
 	e.key = big;
 	e.klen = 1 << 20;
 	add(w, 1, e);
+	add(w, 1, pair("after", "big"));
 	memset(&grp, 0, sizeof grp);
 	grp.kind = SHUFFLE_KIND_GROUP;
 	grp.key = "g";
@@ -256,6 +257,9 @@ START_TEST(test_round_trip)
 	eq_bytes(e.key, e.klen, big, 1 << 20);
 	ck_assert(!e.vnull);
 	ck_assert_uint_eq(e.vlen, 0);
+	e = next(r);
+	eq_bytes(e.key, e.klen, "after", 5);
+	eq_bytes(e.value, e.vlen, "big", 3);
 	end(r);
 	shuffle_reader_free(r);
 	r = reader("f", 2);
@@ -473,6 +477,28 @@ START_TEST(test_kinds_spill)
 	}
 	end(r);
 	shuffle_reader_free(r);
+}
+END_TEST
+
+static int	sum_cb(void *, const struct shuffle_entry *,
+		    const struct shuffle_entry *, struct shuffle_entry *,
+		    char **);
+
+/* Spills come as often as the entries fill the memory, not at every
+ * add once combine's table has grown past it. */
+START_TEST(test_spills_bounded)
+{
+	struct shuffle_writer	*w;
+	int			 mb;
+
+	for (mb = 1; mb <= 4; mb *= 2) {
+		w = writer("f", 1, SHUFFLE_ORDER_KEY, 0, (size_t)mb << 20,
+		    sum_cb);
+		fill(w, 200000, 1, 200000);
+		ck_assert_msg(shuffle_writer_spills(w) < 40 / mb,
+		    "%d MiB: %d spills", mb, shuffle_writer_spills(w));
+		shuffle_writer_free(w);
+	}
 }
 END_TEST
 
@@ -902,6 +928,7 @@ shuffle_suite(void)
 	tcase_add_test(tc, test_numeric);
 	tcase_add_test(tc, test_spill_same_file);
 	tcase_add_test(tc, test_kinds_spill);
+	tcase_add_test(tc, test_spills_bounded);
 	tcase_add_test(tc, test_combine);
 	suite_add_tcase(s, tc);
 

@@ -363,6 +363,7 @@ sf_in_init(struct sf_in *in, int fd, int64_t start, int64_t end,
 	in->crc = crc32_z(0, NULL, 0);
 }
 
+/* Free the reader's buffer. */
 void
 sf_in_free(struct sf_in *in)
 {
@@ -600,8 +601,8 @@ sf_reader_footer(struct shuffle_reader *r, int bucket, const char **why)
 	xoff = be64_get(row + 28);
 	xlen = be32_get(row + 36);
 	*why = "bad bucket row";
-	if (r->off < 0 || r->len < 0 || r->off > toff || r->len > toff - r->off ||
-	    r->count < 0 || r->count > r->len || xoff < 0 || xlen < 8 ||
+	if (r->off < 0 || r->len < 0 || r->off > toff ||
+	    r->len > toff - r->off || r->count < 0 || r->count > r->len || xoff < 0 || xlen < 8 ||
 	    xoff > toff || xlen > toff - xoff)
 		goto out;
 	r->extra = xmalloc((size_t)xlen);
@@ -668,24 +669,28 @@ shuffle_reader_open(int dirfd, const char *name, int bucket, char **err)
 	return (shuffle_reader_open_fd(fd, name, bucket, err));
 }
 
+/* The file's bucket count. */
 int
 shuffle_reader_buckets(struct shuffle_reader *r)
 {
 	return (r->buckets);
 }
 
+/* The file's order. */
 enum shuffle_order
 shuffle_reader_order(struct shuffle_reader *r)
 {
 	return (r->order);
 }
 
+/* Whether the file's order is reversed. */
 int
 shuffle_reader_descending(struct shuffle_reader *r)
 {
 	return (r->descending);
 }
 
+/* The bucket's entries, as its row gives them. */
 int64_t
 shuffle_reader_count(struct shuffle_reader *r)
 {
@@ -868,6 +873,7 @@ shuffle_reader_sample(struct shuffle_reader *r, const struct shuffle_key **k)
 	return (r->nsample);
 }
 
+/* Free a reader and close its file. */
 void
 shuffle_reader_free(struct shuffle_reader *r)
 {
@@ -1026,6 +1032,7 @@ shuffle_merge_next(struct shuffle_merge *m, struct shuffle_entry *e,
 	return (1);
 }
 
+/* Free a merge (not its readers). */
 void
 shuffle_merge_free(struct shuffle_merge *m)
 {
@@ -1135,6 +1142,7 @@ shuffle_boundaries(struct shuffle_reader **readers, size_t n, int partitions,
 	return (0);
 }
 
+/* Free the boundaries of a sort in partitions. */
 void
 shuffle_boundaries_free(struct shuffle_key *b, int partitions)
 {

@@ -17,8 +17,8 @@
 #include <stdint.h>
 
 /* An entry's kind: the values of enum plan_kind. */
-#define SHUFFLE_KIND_RECORD	0	/* the record is the key (may be null) */
-#define SHUFFLE_KIND_PAIR	1	/* key and value (the value may be null) */
+#define SHUFFLE_KIND_RECORD	0	/* the record is the key (or null) */
+#define SHUFFLE_KIND_PAIR	1	/* key and value (or null) */
 #define SHUFFLE_KIND_GROUP	2	/* key and values, encoded as frames */
 
 #define SHUFFLE_SAMPLE_MAX	256	/* keys sampled per bucket, at most */

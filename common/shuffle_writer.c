@@ -305,8 +305,8 @@ sw_item_after(const struct shuffle_writer *w, const struct sw_item *a,
 
 /* Sort n items stably: insertion sort of runs of 16, then merges. */
 static void
-sw_sort_merge(const struct shuffle_writer *w, struct sw_item *a, struct sw_item *t,
-    size_t n)
+sw_sort_merge(const struct shuffle_writer *w, struct sw_item *a,
+    struct sw_item *t, size_t n)
 {
 	struct sw_item	*src = a, *dst = t, *sw, x;
 	size_t		 i, j, lo, mid, hi, k, width;
@@ -394,7 +394,8 @@ sw_table_find(const struct shuffle_writer *w, int bucket,
 			continue;
 		k = sw_rec_key(r, &klen);
 		if ((k == NULL) == e->knull && (k == NULL ||
-		    ((size_t)klen == e->klen && memcmp(k, e->key, e->klen) == 0))) {
+		    ((size_t)klen == e->klen &&
+		    memcmp(k, e->key, e->klen) == 0))) {
 			*found = 1;
 			return (s);
 		}
@@ -726,7 +727,8 @@ sw_out_sample(struct sw_out *o, enum shuffle_order order,
 	o->next_sample = o->expect <= SHUFFLE_SAMPLE_MAX ? o->count + 1 :
 	    (int64_t)((double)o->nsample * (double)o->expect /
 	    SHUFFLE_SAMPLE_MAX);
-	if (order == SHUFFLE_ORDER_KEY_NUMERIC && len > SHUFFLE_SAMPLE_KEY_MAX) {
+	if (order == SHUFFLE_ORDER_KEY_NUMERIC &&
+	    len > SHUFFLE_SAMPLE_KEY_MAX) {
 		o->nsample--;	/* a prefix of a number is another number */
 		return;
 	}
@@ -1245,12 +1247,14 @@ shuffle_writer_commit(struct shuffle_writer *w, int64_t *bytes, char **err)
 	return (0);
 }
 
+/* The runs spilled so far. */
 int
 shuffle_writer_spills(const struct shuffle_writer *w)
 {
 	return ((int)w->nruns);
 }
 
+/* Free a writer, removing its temporary file if it has one. */
 void
 shuffle_writer_free(struct shuffle_writer *w)
 {

@@ -7,7 +7,9 @@
  * bytes, the reader answers with entries or an error, never a crash, a
  * read out of bounds or an allocation past the file's size.
  *
- * The first byte picks the bucket; the rest is the file.
+ * The first byte picks the bucket (its low two bits) and a second bucket
+ * that a merge takes with the first (the next two); the rest is the
+ * file.
  */
 #include <sys/mman.h>
 
@@ -82,6 +84,36 @@ open_bytes(const uint8_t *data, size_t size, int bucket)
 	return (r);
 }
 
+/* Merge two buckets of the file to their end. */
+static void
+merge_two(const uint8_t *data, size_t size, int a, int b)
+{
+	struct shuffle_reader	*r[2];
+	struct shuffle_merge	*m;
+	struct shuffle_entry	 e;
+	char			*err = NULL;
+	size_t			 from;
+	int			 rc;
+
+	r[0] = open_bytes(data, size, a);
+	r[1] = open_bytes(data, size, b);
+	if (r[0] != NULL && r[1] != NULL) {
+		m = shuffle_merge_create(r, 2, shuffle_reader_order(r[0]),
+		    shuffle_reader_descending(r[0]));
+		while ((rc = shuffle_merge_next(m, &e, &from, &err)) == 1) {
+			entry_check(&e);
+			if (from > 1)
+				abort();
+		}
+		if (rc == -1 && err == NULL)
+			abort();
+		free(err);
+		shuffle_merge_free(m);
+	}
+	shuffle_reader_free(r[0]);
+	shuffle_reader_free(r[1]);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -94,6 +126,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 1)
 		return (0);
+	merge_two(data + 1, size - 1, data[0] % 4, (data[0] >> 2) % 4);
 	if ((r = open_bytes(data + 1, size - 1, data[0] % 4)) == NULL)
 		return (0);
 	read_all(r);

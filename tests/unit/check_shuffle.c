@@ -38,7 +38,9 @@ sh_setup(void)
 static void
 sh_teardown(void)
 {
-	DIR		*d = fdopendir(openat(sh_dir, ".", O_RDONLY|O_DIRECTORY));
+	DIR		*d;
+
+	d = fdopendir(openat(sh_dir, ".", O_RDONLY|O_DIRECTORY));
 	struct dirent	*de;
 
 	ck_assert_ptr_nonnull(d);
@@ -55,7 +57,9 @@ sh_teardown(void)
 static int
 sh_count_files(void)
 {
-	DIR		*d = fdopendir(openat(sh_dir, ".", O_RDONLY|O_DIRECTORY));
+	DIR		*d;
+
+	d = fdopendir(openat(sh_dir, ".", O_RDONLY|O_DIRECTORY));
 	struct dirent	*de;
 	int		 n = 0;
 

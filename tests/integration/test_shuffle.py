@@ -229,6 +229,15 @@ def test_worker_save_and_checkpoint_pairs(d):
     check_eq(sorted(got), [(b"a", [b"a,1"]), (b"b", [b"b"]),
                            (b"c", [b"c,"])],
              "a checkpoint gives its pairs back, to a wide op too")
+    # Groups, written by the last stage of a plan in stages.
+    plan = records_plan(["a,1", "b,2", "a,3"], 2, ops=[
+        _key_by(), {"group_by_key": {"partitions": 2}}])
+    reply = c.request({"op": "execute", "plan": plan,
+                       "action": "checkpoint", "options": {"eager": True}})
+    check(reply.get("ok"), "checkpoint of groups: %r" % reply)
+    got = c.collect_all({"source": {"checkpoint": reply["checkpoint"]}})
+    check_eq(sorted(got), [(b"a", [b"1", b"3"]), (b"b", [b"2"])],
+             "a checkpoint gives its groups back")
 
 
 def test_worker_reduce_by_key_not_a_number(d):

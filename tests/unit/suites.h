@@ -16,6 +16,7 @@ Suite	*held_suite(void);
 Suite	*helper_suite(void);
 Suite	*joblog_suite(void);
 Suite	*jread_suite(void);
+Suite	*keyed_suite(void);
 Suite	*log_suite(void);
 Suite	*ops_suite(void);
 Suite	*plan_suite(void);
@@ -29,5 +30,6 @@ Suite	*split_suite(void);
 Suite	*status_view_suite(void);
 Suite	*task_suite(void);
 Suite	*wmsg_suite(void);
+Suite	*wshuffle_suite(void);
 
 #endif

@@ -428,7 +428,7 @@ sf_in_fill(struct sf_in *in, size_t n, const char **why)
 	if (in->tail - in->head >= n)
 		return (0);
 	if ((int64_t)(n - (in->tail - in->head)) > in->end - in->pos) {
-		*why = "an entry runs past its bucket";
+		*why = "an entry runs past its bucket or block";
 		return (-1);
 	}
 	sf_in_compact(in);
@@ -824,9 +824,14 @@ sf_block_before(struct shuffle_reader *r, size_t i,
 
 	sf_in_init(&r->in, r->fd, r->off + r->blocks[i].off,
 	    sf_block_end(r, i), SF_IO_MIN);
-	if (sf_in_next(&r->in, &e, &size, why) != 1) {
-		*why = "bad block";
+	switch (sf_in_next(&r->in, &e, &size, why)) {
+	case 1:
+		break;
+	case 0:
+		*why = "an empty block";
 		return (-1);
+	default:
+		return (-1);	/* *why says why */
 	}
 	if (sf_num_read(r->order, &e, &r->num) == -1) {
 		*why = "a key is not a number";

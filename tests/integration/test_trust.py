@@ -14,6 +14,7 @@ Not root, each test says why it does nothing.
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -888,6 +889,87 @@ def test_shuffle_dir_planted_link(d):
         check_eq(f.read(), b"mine", "what the link points to")
     check_eq(len(c.collect_all(plan)), 2, "the next job")
 
+
+def _map_file_forgeries(real, secret):
+    """What a user's code may leave where a map task's shuffle file goes
+    (docs/protocol.md, "Shuffle files"), each with a word the reduce
+    task's reason must hold: bytes that are no file, a file cut short,
+    one byte flipped (whose entry or block then fails), a first entry
+    claiming a 2 GiB key, a footer claiming a million buckets, a FIFO, a
+    link to a root-only file."""
+    middle = len(real) // 2
+    flipped = real[:middle] + bytes([real[middle] ^ 0x40]) + real[middle + 1:]
+    huge = real[:1] + b"\x7f\xff\xff\xff" + real[5:]
+    # The trailer: buckets, flags, table offset, CRC, magic.
+    lying = real[:-28] + (1000000).to_bytes(4, "big") + real[-24:]
+    return [
+        ("garbage", b"\xa5" * 4096, ("footer",)),
+        ("empty", b"", ("footer",)),
+        ("truncated", real[:middle], ("footer",)),
+        ("flipped", flipped, ("CRC", "entry")),
+        ("a 2 GiB key", huge, ("runs past its",)),
+        ("a million buckets", lying, ("footer CRC",)),
+        ("a FIFO", None, ("footer",)),
+        ("a link", secret, ("symbolic links",)),
+    ]
+
+
+def _sort_forging(d, plan, forge):
+    """Iterate plan (prefetch 0), calling forge with the path of map task
+    2's shuffle file once partition 0 is read: the records."""
+    base = os.path.join(d.socket + ".local", "shuffle", str(os.getuid()))
+    with d.client() as c:
+        op = c.execute_ok(plan, "iterate", {"prefetch": 0})["operation"]
+        got = []
+        for p in range(4):
+            if p == 1:
+                forge(os.path.join(base, op, "s0-m2.data"))
+            c.write_int(REQUEST_NEXT)
+            status, part = c.read_partition()
+            check_eq(status, STREAM_PARTITION, "partition %d" % p)
+            got += part
+        c.write_int(REQUEST_NEXT)
+        check_eq(c.read_int(), 0, "the end")
+    return got
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_forged_map_files_are_lost_not_read(d):
+    """A map task's shuffle file is the job user's, and the user's code
+    may replace it with anything before a reduce task reads it.  The
+    reader (common/shuffle_file.c) bounds every length by the file's
+    bytes and checks every CRC: each forgery is a SHUFFLE_LOST naming
+    why, the map task runs again, and the sort comes out whole.  No
+    worker crashes, blocks on a FIFO, or reads through a link."""
+    words = ["%05d" % ((i * 7919) % 20000) for i in range(20000)]
+    want = sorted(w.encode() for w in words)
+    secret = os.path.join(private_dir(d), "secret.txt")
+    plan = records_plan(words, 4, ops=[{"sort_by": {}}])
+    real = []
+
+    def keep(path):
+        with open(path, "rb") as f:
+            real.append(f.read())
+    check_eq(_sort_forging(d, plan, keep), want, "the sort")
+    for n, (what, forged, why) in enumerate(
+            _map_file_forgeries(real[0], secret)):
+        def forge(path):
+            os.unlink(path)
+            if forged is None:
+                os.mkfifo(path, 0o666)
+            elif isinstance(forged, str):
+                os.symlink(forged, path)
+            else:
+                write_file(path, forged)
+        check_eq(_sort_forging(d, plan, forge), want,
+                 "the sort, after %s" % what)
+        lost = re.findall(r"SHUFFLE_LOST stage 0 map 2: shuffle file "
+                          r"s0-m2\.data: ([^;\n]*); running map task 2 of "
+                          r"stage 0 again", d.log_text())
+        check_eq(len(lost), n + 1, "map task 2 ran again for %s" % what)
+        check(any(w in lost[-1] for w in why),
+              "%s: the reason %r says one of %r" % (what, lost[-1], why))
+    check("signal" not in d.log_text(), "no worker killed by a signal")
 
 if __name__ == "__main__":
     run_tests(globals())

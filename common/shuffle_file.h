@@ -80,8 +80,8 @@ struct shuffle_writer	*shuffle_writer_create(int dirfd, const char *name,
 			     size_t memory, shuffle_combine_fn, void *arg,
 			     char **err);
 /* Add an entry to a bucket (the bytes are copied).  0, or -1 with *err:
- * a key that is not a number in a numeric file, a combine error, a
- * spill's write error. */
+ * a key that is not a number in a numeric file (named), a combine error,
+ * a spill's write error; after one, only shuffle_writer_free. */
 int			 shuffle_writer_add(struct shuffle_writer *,
 			     int bucket, const struct shuffle_entry *,
 			     char **err);

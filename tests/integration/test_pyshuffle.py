@@ -1,0 +1,262 @@
+"""Keyed data on the client side: pairs (-7) and groups (-8) on the result
+stream read by libember, the CLI and the Python client, byte for byte
+from a scripted peer; the Python client's keyed Dataset methods and
+ember.pyspark's keyed RDD methods building plans; and the same against a
+real emberd, compared with plain Python."""
+
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+
+from harness import *
+
+sys.path.insert(0, os.path.join(SRCDIR, "python"))
+import ember  # noqa: E402
+
+KEYED_READER = os.path.join(BUILDDIR, "tests", "integration", "keyed_reader")
+
+
+# ---------------------------------------------------------------------------
+# The result stream's bytes, as docs/protocol.md ("Pairs and groups") has
+# them.
+
+def frame(b):
+    """A frame, or -5 for None."""
+    if b is None:
+        return struct.pack(">i", -5)
+    return struct.pack(">i", len(b)) + b
+
+
+def pair(k, v):
+    return struct.pack(">i", -7) + frame(k) + frame(v)
+
+
+def group(k, vs):
+    return (struct.pack(">i", -8) + frame(k) + struct.pack(">i", len(vs)) +
+            b"".join(frame(v) for v in vs))
+
+
+class ScriptedEmberd:
+    """A peer on a Unix socket that speaks emberd's control frames and
+    answers every execute with the partitions it was given (each the bytes
+    of its records), in pull or push mode.  It remembers the plans it was
+    sent."""
+
+    def __init__(self, partitions):
+        self.partitions = partitions
+        self.dir = tempfile.mkdtemp(prefix="ember-scripted-")
+        self.path = os.path.join(self.dir, "emberd.sock")
+        self.plans = []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(8)
+        self.threads = []
+        self.accepting = in_thread(self._accept)
+
+    def close(self):
+        try:
+            socket.socket(socket.AF_UNIX).connect(self.path)
+        except OSError:
+            pass
+        self.sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.sock.fileno() == -1:
+                conn.close()
+                return
+            t = threading.Thread(target=self._serve, args=(conn,),
+                                 daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    @staticmethod
+    def _recv(conn, n):
+        data = b""
+        while len(data) < n:
+            got = conn.recv(n - len(data))
+            if not got:
+                raise EOFError
+            data += got
+        return data
+
+    def _int(self, conn):
+        return struct.unpack(">i", self._recv(conn, 4))[0]
+
+    def _reply(self, conn, obj):
+        body = json.dumps(obj).encode()
+        conn.sendall(struct.pack(">i", len(body)) + body)
+
+    def _serve(self, conn):
+        try:
+            with conn:
+                while True:
+                    req = json.loads(self._recv(conn, self._int(conn)))
+                    if req.get("op") == "hello":
+                        self._reply(conn, {"ok": True, "version": 1,
+                                           "session": "s-1",
+                                           "server": "scripted"})
+                    elif req.get("op") == "execute":
+                        self.plans.append(req["plan"])
+                        self._reply(conn, {
+                            "ok": True, "operation": "o-1",
+                            "partitions": len(self.partitions),
+                            "reattachable": False})
+                        self._stream(conn, req["action"] == "iterate")
+                    else:
+                        self._reply(conn, {"ok": True})
+        except (EOFError, OSError):
+            pass
+
+    def _stream(self, conn, pull):
+        for body in self.partitions:
+            if pull and self._int(conn) == 0:
+                conn.sendall(struct.pack(">i", 0))
+                return
+            conn.sendall(struct.pack(">i", 1) + body + struct.pack(">i", -1))
+        if pull:
+            self._int(conn)
+        conn.sendall(struct.pack(">i", 0))
+
+
+# A value of over a megabyte makes libember's buffer grow and move in the
+# middle of a group: its pointers must be taken after.
+BIG = b"x" * (1536 * 1024)
+KEYED = [
+    frame(b"plain") + pair(b"k", b"v") + pair(b"nul", None) +
+    group(b"g", [b"a", None, b"", b"b\tc"]),
+    group(b"empty", []) + frame(None) + pair(b"a\x00b", b"") +
+    group(b"big", [b"1", BIG, b"2"]) + pair(b"after", b"big"),
+]
+KEYED_LINES = [b"plain", b"k\tv", b"nul\t\\N", b"g\ta\t\\N\t\tb\tc",
+               b"empty", b"", b"a\x00b\t", b"big\t1\t" + BIG + b"\t2",
+               b"after\tbig"]
+
+
+@no_daemon
+def test_cli_prints_pairs_and_groups(_):
+    """The CLI prints a pair as key<TAB>value and a group as
+    key<TAB>v1<TAB>v2..., a null value as \\N, iterating and collecting."""
+    with ScriptedEmberd(KEYED) as peer:
+        plan = os.path.join(peer.dir, "plan.json")
+        write_file(plan, '{"source": {"range": {"start": 0, "end": 1}}}')
+        for mode in ([], ["--collect"]):
+            r = subprocess.run([EMBER, "--socket", peer.path, "run"] + mode +
+                               [plan], capture_output=True, timeout=60,
+                               stdin=subprocess.DEVNULL)
+            check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+            check_eq(r.stdout.split(b"\n"), KEYED_LINES + [b""],
+                     "lines %s" % mode)
+
+
+@no_daemon
+def test_libember_next_refuses_a_keyed_record(_):
+    """ember_next reads the plain records and refuses a pair or a group
+    (KEYED_RECORD) leaving it unread; ember_next_item then reads it, with
+    its key and values apart, and the stream goes on."""
+    check(os.path.exists(KEYED_READER), "%s is built (make check builds "
+          "it)" % KEYED_READER)
+    with ScriptedEmberd(KEYED) as peer:
+        r = subprocess.run([KEYED_READER, peer.path], capture_output=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+        check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+        want = [b"record plain", b"refused KEYED_RECORD",
+                b"pair k v", b"refused KEYED_RECORD", b"pair nul (null)",
+                b"refused KEYED_RECORD",
+                b"group g 4: a (null)  b\tc",
+                b"refused KEYED_RECORD", b"group empty 0:",
+                b"record (null)", b"refused KEYED_RECORD",
+                b"pair a\\0b ", b"refused KEYED_RECORD",
+                b"group big 3: 1 <1572864 bytes of x> 2",
+                b"refused KEYED_RECORD", b"pair after big", b"end"]
+        check_eq(r.stdout.split(b"\n"), want + [b""], "what it read")
+
+
+@no_daemon
+def test_python_decodes_pairs_and_groups(_):
+    """The Python client gives a pair as (key, value), a group as (key,
+    [values]), str or bytes as asked, collecting and iterating."""
+    with ScriptedEmberd(KEYED) as peer:
+        s = ember.connect(peer.path)
+        try:
+            ds = s.range(0, 1)
+            want = [b"plain", (b"k", b"v"), (b"nul", None),
+                    (b"g", [b"a", None, b"", b"b\tc"]), (b"empty", []),
+                    None, (b"a\x00b", b""), (b"big", [b"1", BIG, b"2"]),
+                    (b"after", b"big")]
+            check_eq(ds.collect(decode=False), want, "bytes")
+            check_eq(list(ds.to_local_iterator(decode=False)), want,
+                     "bytes, iterated")
+
+            def text(r):
+                if isinstance(r, bytes):
+                    return r.decode()
+                if isinstance(r, tuple):
+                    k, v = r
+                    return (k.decode(), [text(x) for x in v]
+                            if isinstance(v, list) else text(v))
+                return r
+            check_eq(ds.collect(), [text(r) for r in want], "str")
+            check_eq(list(ds), [text(r) for r in want], "str, iterated")
+        finally:
+            s.close()
+
+
+@no_daemon
+def test_python_reads_keyed_records_a_byte_at_a_time(_):
+    """Every cut of the stream inside a pair or a group waits for the rest
+    (the batch reader never gives part of one)."""
+    from ember import _wire
+    body = (KEYED[0] + group(b"empty", []) + frame(None) +
+            pair(b"a\x00b", b"") + struct.pack(">i", -1))
+    whole, status = _wire_of(body)._parse_batch()
+    check_eq(status, -1, "status")
+    for cut in range(len(body) - 1):
+        w = _wire_of(body[:cut])
+        got, status = w._parse_batch()
+        check_eq(status, 0, "status at %d" % cut)
+        check_eq(got, whole[:len(got)], "records at %d" % cut)
+        check(w.pos + w._next_need() > cut, "need at %d" % cut)
+    bad = struct.pack(">i", -7) + frame(None) + frame(b"v")
+    try:
+        _wire_of(bad)._parse_batch()
+        check(False, "a null key was taken")
+    except ember.ProtocolError as e:
+        check("length -5" in str(e), "message %r" % e)
+    check(_wire.PAIR == -7 and _wire.GROUP == -8, "markers")
+
+
+def _wire_of(data):
+    """A Wire with data buffered and no socket behind it."""
+    from ember import _wire
+    w = _wire.Wire.__new__(_wire.Wire)
+    w.path = "scripted"
+    w.broken = False
+    w._dead = None
+    w.sock = socket.socket(socket.AF_UNIX)
+    w.buf = data
+    w.pos = 0
+    w._run_wait = 0
+    w._run_backoff = _wire.RUN_MIN
+    return w
+
+
+if __name__ == "__main__":
+    run_tests(globals())

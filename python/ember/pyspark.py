@@ -23,6 +23,7 @@ import base64
 import collections
 import functools
 import importlib.util
+import operator
 import os
 import pickle
 import sys
@@ -37,22 +38,25 @@ __all__ = ["SparkContext", "RDD", "Broadcast"]
 
 Broadcast = ObjectBroadcast
 
+# reduceByKey's functions that ember's shuffle runs itself.
+_KNOWN_FNS: Dict[Any, str] = {operator.add: "sum", min: "min", max: "max"}
+
 # PySpark's RDD methods that ember does not have.
 _MISSING = frozenset("""
 aggregate aggregateByKey barrier cache cartesian coalesce cogroup collectAsMap
 collectWithJobGroup combineByKey countApprox countApproxDistinct countByKey
-distinct flatMapValues foldByKey foreachPartition fullOuterJoin
-getCheckpointFile getResourceProfile getStorageLevel glom groupBy groupByKey
+flatMapValues foldByKey foreachPartition fullOuterJoin
+getCheckpointFile getResourceProfile getStorageLevel glom groupBy
 groupWith histogram intersection isCheckpointed isEmpty isLocallyCheckpointed
-join keyBy keys leftOuterJoin lookup mapPartitionsWithIndex
-mapPartitionsWithSplit mapValues max mean min partitionBy persist pipe
-randomSplit reduceByKey reduceByKeyLocally repartition
+lookup mapPartitionsWithIndex
+mapPartitionsWithSplit max mean min partitionBy persist pipe
+randomSplit reduceByKeyLocally
 repartitionAndSortWithinPartitions rightOuterJoin sample sampleByKey
 sampleStdev sampleVariance saveAsHadoopDataset saveAsHadoopFile
 saveAsNewAPIHadoopDataset saveAsNewAPIHadoopFile saveAsPickleFile
-saveAsSequenceFile setName sortBy sortByKey stats stdev subtract
+saveAsSequenceFile setName stats stdev subtract
 subtractByKey sum sumApprox takeOrdered takeSample toDF toDebugString top
-treeAggregate treeReduce union unpersist values variance withResources zip
+treeAggregate treeReduce unpersist variance withResources zip
 zipWithIndex zipWithUniqueId
 """.split())
 
@@ -65,10 +69,14 @@ class RDD:
     workers.  Otherwise they are str, as ember's ops leave them.
     """
 
-    def __init__(self, ctx: SparkContext, ds: Dataset, objects: bool):
+    def __init__(self, ctx: SparkContext, ds: Dataset, objects: bool,
+                 partitions: Optional[int] = None):
         self.ctx = ctx
         self._ds = ds
         self._objects = objects
+        # After a shuffle, its partition count (the plan's is the
+        # source's split).
+        self._partitions = partitions
 
     def __repr__(self) -> str:
         return "<ember.pyspark.RDD %r>" % (self._ds.plan,)
@@ -80,7 +88,7 @@ class RDD:
         raise AttributeError(name)
 
     def _py(self, ds: Dataset) -> RDD:
-        return RDD(self.ctx, ds, True)
+        return RDD(self.ctx, ds, True, self._partitions)
 
     def _out(self) -> Dataset:
         """The dataset whose records come back pickled, if need be."""
@@ -111,6 +119,110 @@ class RDD:
     def mapPartitions(self, f: Callable[[Iterator[Any]], Iterable[Any]],
                       preservesPartitioning: bool = False) -> RDD:
         return self._py(self._ds.map_partitions(f, deterministic=True))
+
+    def keys(self) -> RDD:
+        return self._py(self._ds.map(_pyref.key_of, deterministic=True))
+
+    def values(self) -> RDD:
+        return self._py(self._ds.map(_pyref.value_of, deterministic=True))
+
+    def mapValues(self, f: Callable[[Any], Any]) -> RDD:
+        return self._py(self._ds.map(functools.partial(_pyref.map_value, f),
+                                     deterministic=True))
+
+    def keyBy(self, f: Callable[[Any], Any]) -> RDD:
+        return self._py(self._ds.map(functools.partial(_pyref.key_by, f),
+                                     deterministic=True))
+
+    # Keyed methods: ember's shuffle (docs/python.md, "Keyed data").
+    # Keys and values cross it as bytes (_pyref.enc: a str as its UTF-8, a
+    # number so that it sorts as a number, any other object pickled) and
+    # come back as the objects they were.
+
+    def _map(self, f: Callable[[Any], Any]) -> Dataset:
+        return self._ds.map(f, deterministic=True)
+
+    def _shuffled(self, ds: Dataset, back: Callable[[Any], Any],
+                  partitions: Optional[int]) -> RDD:
+        """The RDD of a shuffle's output, each record made an object by
+        back."""
+        return RDD(self.ctx, ds.map(back, deterministic=True), True,
+                   partitions or self.getNumPartitions())
+
+    def reduceByKey(self, func: Callable[[Any, Any], Any],
+                    numPartitions: Optional[int] = None,
+                    partitionFunc: Any = None) -> RDD:
+        """operator.add, min and max of numbers run in ember's shuffle
+        (with a combine on the map side); another function raises
+        NotImplementedError."""
+        fn = _KNOWN_FNS.get(func)
+        if fn is None:
+            raise NotImplementedError(
+                "ember.pyspark: reduceByKey(%r): only operator.add, min "
+                "and max (of numbers) run in ember's shuffle; a Python "
+                "function is not supported yet (groupByKey, then "
+                "mapValues, does it)" % (func,))
+        ds = self._map(_pyref.num_pair_out).reduce_by_key(
+            fn, partitions=numPartitions)
+        return self._shuffled(ds, _pyref.num_pair_in, numPartitions)
+
+    def groupByKey(self, numPartitions: Optional[int] = None,
+                   partitionFunc: Any = None) -> RDD:
+        """(k, [values]): the values as a list, in input order."""
+        ds = self._map(_pyref.pair_out).group_by_key(
+            partitions=numPartitions)
+        return self._shuffled(ds, _pyref.group_in, numPartitions)
+
+    def sortBy(self, keyfunc: Callable[[Any], Any], ascending: bool = True,
+               numPartitions: Optional[int] = None) -> RDD:
+        """Sorted by keyfunc's keys: str keys as Python orders them,
+        numbers as numbers (ints past 2**53 by their nearest float);
+        other keys group together, in an order of their own."""
+        ds = self._map(functools.partial(_pyref.keyed_out, keyfunc))
+        ds = ds.sort_by(descending=not ascending,
+                        partitions=numPartitions).values()
+        return self._shuffled(ds, _pyref.dec, numPartitions)
+
+    def sortByKey(self, ascending: bool = True,
+                  numPartitions: Optional[int] = None,
+                  keyfunc: Callable[[Any], Any] = lambda x: x) -> RDD:
+        return self.sortBy(functools.partial(_pyref.key_first, keyfunc),
+                           ascending, numPartitions)
+
+    def _join(self, other: RDD, how: str,
+              numPartitions: Optional[int]) -> RDD:
+        ds = self._map(_pyref.pair_out).join(
+            other._map(_pyref.pair_out), how, partitions=numPartitions)
+        return self._shuffled(ds, _pyref.join_in, numPartitions or max(
+            self.getNumPartitions(), other.getNumPartitions()))
+
+    def join(self, other: RDD, numPartitions: Optional[int] = None) -> RDD:
+        return self._join(other, "inner", numPartitions)
+
+    def leftOuterJoin(self, other: RDD,
+                      numPartitions: Optional[int] = None) -> RDD:
+        return self._join(other, "left", numPartitions)
+
+    def distinct(self, numPartitions: Optional[int] = None) -> RDD:
+        if not self._objects:
+            return RDD(self.ctx, self._ds.distinct(partitions=numPartitions),
+                       False, numPartitions or self.getNumPartitions())
+        ds = self._map(_pyref.enc).distinct(partitions=numPartitions)
+        return self._shuffled(ds, _pyref.dec, numPartitions)
+
+    def repartition(self, numPartitions: int) -> RDD:
+        if not self._objects:
+            return RDD(self.ctx, self._ds.repartition(numPartitions), False,
+                       numPartitions)
+        ds = self._map(_pyref.dumps).repartition(numPartitions)
+        return self._shuffled(ds, _pyref.loads, numPartitions)
+
+    def union(self, other: RDD) -> RDD:
+        n = self.getNumPartitions() + other.getNumPartitions()
+        if not self._objects and not other._objects:
+            return RDD(self.ctx, self._ds.union(other._ds), False, n)
+        ds = self._map(_pyref.dumps).union(other._map(_pyref.dumps))
+        return self._shuffled(ds, _pyref.loads, n)
 
     # Actions.
 
@@ -184,6 +296,8 @@ class RDD:
         self._checkpoint(True)
 
     def getNumPartitions(self) -> int:
+        if self._partitions is not None:
+            return self._partitions
         return self._ds.plan["partitions"]
 
 

@@ -34,6 +34,11 @@ plan_op_clear(struct plan_op *op)
 	free(op->udf_args);
 	free(op->py_fn);
 	free(op->py_zero);
+	free(op->key.sep);
+	pcre2_code_free(op->key.regex);
+	free(op->value.sep);
+	pcre2_code_free(op->value.regex);
+	plan_free(op->other);
 }
 
 /* Free a plan. */
@@ -52,6 +57,11 @@ plan_free(struct plan *plan)
 	free(plan->ops);
 	json_decref(plan->records);
 	free(plan->checkpoint_dir);
+	if (plan->shuffle_op != NULL) {
+		plan_op_clear(plan->shuffle_op);
+		free(plan->shuffle_op);
+	}
+	free(plan->inputs);
 	free(plan);
 }
 
@@ -391,6 +401,10 @@ plan_parse_map(struct plan_op *op, json_t *arg, const char *path, char **err)
 			op->type = PLAN_OP_MAP_LOWER;
 		else if (strcmp(kind, "trim") == 0)
 			op->type = PLAN_OP_MAP_TRIM;
+		else if (strcmp(kind, "key") == 0)
+			op->type = PLAN_OP_MAP_KEY;
+		else if (strcmp(kind, "value") == 0)
+			op->type = PLAN_OP_MAP_VALUE;
 		else
 			return (jread_fail(err, path, "unknown map \"%s\"",
 			    kind));
@@ -398,7 +412,7 @@ plan_parse_map(struct plan_op *op, json_t *arg, const char *path, char **err)
 	}
 	if (!json_is_object(arg))
 		return (jread_fail(err, path, "expected \"upper\", \"lower\", "
-		    "\"trim\" or an object"));
+		    "\"trim\", \"key\", \"value\" or an object"));
 	if (jread_only(arg, path, keys, err) == -1)
 		return (-1);
 	if (json_object_size(arg) != 1)
@@ -594,17 +608,479 @@ plan_parse_python(struct plan_op *op, json_t *arg, const char *path,
 	return (0);
 }
 
-/* Parse one op: an object with one key, the op's name. */
+/*
+ * Keyed data and the shuffle (docs/plans.md, "Keyed data").  Nested
+ * plans (join, union) are parsed with their own path prefix; a client's
+ * nesting is bounded so that its depth cannot exhaust a stack.
+ */
+#define PLAN_MAX_DEPTH	8
+
+static int	plan_parse_op_at(struct plan_op *, json_t *, const char *,
+		    int depth, int stage, char **err);
+static int	plan_parse_in(json_t *, struct plan **, int depth, int stage,
+		    char **err);
+
+/* Compile a key_by pick's pattern. */
 static int
-plan_parse_op(struct plan_op *op, json_t *o, size_t index, char **err)
+plan_pick_regex(struct plan_pick *k, json_t *v, const char *path, char **err)
+{
+	PCRE2_UCHAR	 message[256];
+	PCRE2_SIZE	 offset;
+	uint32_t	 options = 0, groups;
+	int		 code;
+
+#ifdef PCRE2_MATCH_INVALID_UTF
+	options |= PCRE2_MATCH_INVALID_UTF;
+#endif
+	k->regex = pcre2_compile((PCRE2_SPTR)json_string_value(v),
+	    json_string_length(v), options, &code, &offset, NULL);
+	if (k->regex == NULL) {
+		if (pcre2_get_error_message(code, message, sizeof message) < 0)
+			snprintf((char *)message, sizeof message, "error %d",
+			    code);
+		return (jread_fail(err, path, "%s at offset %zu",
+		    (char *)message, (size_t)offset));
+	}
+	if (pcre2_pattern_info(k->regex, PCRE2_INFO_CAPTURECOUNT,
+	    &groups) != 0 || (uint32_t)k->group > groups)
+		return (jread_fail(err, path, "group %d: the pattern has %u",
+		    k->group, (unsigned)groups));
+	return (0);
+}
+
+/* A key_by pick: {"field": {"sep": s, "index": i}} or {"regex": p,
+ * "group": g}; for the value also "record". */
+static int
+plan_parse_pick(struct plan_pick *k, json_t *v, const char *path, char **err)
+{
+	static const char *const keys[] = { "field", "regex", "group", NULL };
+	static const char *const field_keys[] = { "sep", "index", NULL };
+	json_t		*field, *re;
+	json_int_t	 group = 0, index = 0;
+	const char	*sep;
+	char		*p;
+	int		 rc = -1;
+
+	if (json_is_string(v) && strcmp(json_string_value(v), "record") == 0) {
+		k->whole = 1;
+		return (0);
+	}
+	if (plan_op_object(v, path, keys, err) == -1)
+		return (-1);
+	field = json_object_get(v, "field");
+	re = json_object_get(v, "regex");
+	if ((field == NULL) == (re == NULL))
+		return (jread_fail(err, path, "expected one of field, regex"));
+	if (field != NULL) {
+		if (json_object_get(v, "group") != NULL)
+			return (jread_fail(err, path, "group: only with "
+			    "regex"));
+		p = jread_path(path, "field");
+		if (plan_op_object(field, p, field_keys, err) == 0 &&
+		    jread_string(field, p, "sep", JREAD_REQUIRED, &sep,
+		    err) == 0 &&
+		    jread_int(field, p, "index", JREAD_REQUIRED, &index,
+		    err) == 0) {
+			if (json_string_length(json_object_get(field,
+			    "sep")) == 0)
+				jread_fail(err, p, "sep: must not be empty");
+			else {
+				k->seplen = json_string_length(
+				    json_object_get(field, "sep"));
+				k->sep = xmalloc(k->seplen + 1);
+				memcpy(k->sep, sep, k->seplen + 1);
+				k->index = index;
+				rc = 0;
+			}
+		}
+		free(p);
+		return (rc);
+	}
+	if (!json_is_string(re))
+		return (jread_fail(err, path, "regex: expected a string"));
+	if (jread_int(v, path, "group", JREAD_OPTIONAL, &group, err) == -1)
+		return (-1);
+	if (group < 0 || group > 255)
+		return (jread_fail(err, path, "group: must be from 0 to 255"));
+	k->group = (int)group;
+	p = jread_path(path, "regex");
+	rc = plan_pick_regex(k, re, p, err);
+	free(p);
+	return (rc);
+}
+
+/* {"key_by": {"field": .. | "regex": .., "group": g, "value": pick}} */
+static int
+plan_parse_key_by(struct plan_op *op, json_t *arg, const char *path,
+    char **err)
+{
+	static const char *const keys[] = { "field", "regex", "group",
+	    "value", NULL };
+	json_t	*key, *value;
+	char	*p;
+	int	 rc;
+
+	op->type = PLAN_OP_KEY_BY;
+	if (plan_op_object(arg, path, keys, err) == -1)
+		return (-1);
+	value = json_object_get(arg, "value");
+	if (value == NULL)
+		op->value.whole = 1;
+	else {
+		p = jread_path(path, "value");
+		rc = plan_parse_pick(&op->value, value, p, err);
+		free(p);
+		if (rc == -1)
+			return (-1);
+	}
+	if (json_object_get(arg, "field") == NULL &&
+	    json_object_get(arg, "regex") == NULL) {
+		if (json_object_get(arg, "group") != NULL)
+			return (jread_fail(err, path, "group: only with "
+			    "regex"));
+		op->key.whole = 1;
+		return (0);
+	}
+	key = json_deep_copy(arg);
+	json_object_del(key, "value");
+	rc = plan_parse_pick(&op->key, key, path, err);
+	json_decref(key);
+	return (rc);
+}
+
+/* The output partitions of a wide op: optional, 1 to the most. */
+static int
+plan_parse_out_partitions(struct plan_op *op, json_t *arg, const char *path,
+    char **err)
+{
+	json_int_t	 n = 0;
+	char		*p;
+	int		 rc = 0;
+
+	if (jread_int(arg, path, "partitions", JREAD_OPTIONAL, &n, err) == -1)
+		return (-1);
+	if (json_object_get(arg, "partitions") != NULL &&
+	    (n < 1 || n > PLAN_MAX_PARTITIONS)) {
+		p = jread_path(path, "partitions");
+		rc = jread_fail(err, p, "must be from 1 to %d",
+		    PLAN_MAX_PARTITIONS);
+		free(p);
+	}
+	op->out_partitions = (int)n;
+	return (rc);
+}
+
+/* {"reduce_by_key": {"fn": f, "sep": s, "partitions": n}} */
+static int
+plan_parse_reduce_by_key(struct plan_op *op, json_t *arg, const char *path,
+    char **err)
+{
+	static const char *const keys[] = { "fn", "sep", "partitions", NULL };
+	static const char *const fns[] = { "sum", "min", "max", "count",
+	    "concat", NULL };
+	const char	*fn;
+	size_t		 i;
+
+	op->type = PLAN_OP_REDUCE_BY_KEY;
+	if (plan_op_object(arg, path, keys, err) == -1 ||
+	    plan_parse_out_partitions(op, arg, path, err) == -1 ||
+	    jread_string(arg, path, "fn", JREAD_REQUIRED, &fn, err) == -1)
+		return (-1);
+	for (i = 0; fns[i] != NULL; i++) {
+		if (strcmp(fn, fns[i]) == 0)
+			break;
+	}
+	if (fns[i] == NULL)
+		return (jread_fail(err, path, "fn: \"%s\" is not one of sum, "
+		    "min, max, count, concat", fn));
+	op->kv_fn = (enum plan_kv_fn)i;
+	if (json_object_get(arg, "sep") != NULL) {
+		if (op->kv_fn != PLAN_KV_CONCAT)
+			return (jread_fail(err, path, "sep: only for concat"));
+		return (plan_op_arg(op, arg, path, "sep", 0, err));
+	}
+	op->arg = xstrdup("");
+	return (0);
+}
+
+/* {"sort_by": {"descending": b, "numeric": b, "partitions": n}} */
+static int
+plan_parse_sort_by(struct plan_op *op, json_t *arg, const char *path,
+    char **err)
+{
+	static const char *const keys[] = { "descending", "numeric",
+	    "partitions", NULL };
+
+	op->type = PLAN_OP_SORT_BY;
+	if (plan_op_object(arg, path, keys, err) == -1 ||
+	    plan_parse_out_partitions(op, arg, path, err) == -1 ||
+	    jread_bool(arg, path, "descending", JREAD_OPTIONAL,
+	    &op->descending, err) == -1 ||
+	    jread_bool(arg, path, "numeric", JREAD_OPTIONAL, &op->numeric,
+	    err) == -1)
+		return (-1);
+	return (0);
+}
+
+/* {"join": {"plan": P, "how": "inner"|"left", "partitions": n}} and
+ * {"union": {"plan": P}}: the other plan, parsed under its own path. */
+static int
+plan_parse_other(struct plan_op *op, json_t *arg, const char *path,
+    int depth, int stage, char **err)
+{
+	static const char *const join_keys[] = { "plan", "how", "partitions",
+	    NULL };
+	static const char *const union_keys[] = { "plan", NULL };
+	const char	*how = "inner";
+	json_t		*other;
+	char		*p;
+	int		 rc;
+
+	if (plan_op_object(arg, path, op->type == PLAN_OP_JOIN ? join_keys :
+	    union_keys, err) == -1)
+		return (-1);
+	if (op->type == PLAN_OP_JOIN) {
+		if (plan_parse_out_partitions(op, arg, path, err) == -1 ||
+		    jread_string(arg, path, "how", JREAD_OPTIONAL, &how,
+		    err) == -1)
+			return (-1);
+		if (strcmp(how, "left") == 0)
+			op->left = 1;
+		else if (strcmp(how, "inner") != 0)
+			return (jread_fail(err, path, "how: \"%s\" is not "
+			    "inner or left", how));
+	}
+	if (stage)		/* a stage's shuffle op has no plan of its own */
+		return (0);
+	if (depth >= PLAN_MAX_DEPTH)
+		return (jread_fail(err, path, "plans nested more than %d deep",
+		    PLAN_MAX_DEPTH));
+	if ((other = json_object_get(arg, "plan")) == NULL)
+		return (jread_fail(err, path, "plan: missing"));
+	if ((rc = plan_parse_in(other, &op->other, depth + 1, 0, err)) == 0)
+		return (0);
+	/* Its errors name its fields from "plan": put them under ours. */
+	p = *err;
+	xasprintf(err, "%s.plan%s", path, strncmp(p, "plan", 4) == 0 ?
+	    p + 4 : p);
+	free(p);
+	return (-1);
+}
+
+/* A wide op, or key_by: -1 with *err, 0 when parsed, 1 when name is
+ * none of them. */
+static int
+plan_parse_keyed(struct plan_op *op, const char *name, json_t *arg,
+    const char *path, int depth, int stage, char **err)
+{
+	static const char *const part_keys[] = { "partitions", NULL };
+
+	if (strcmp(name, "key_by") == 0)
+		return (plan_parse_key_by(op, arg, path, err));
+	if (strcmp(name, "reduce_by_key") == 0)
+		return (plan_parse_reduce_by_key(op, arg, path, err));
+	if (strcmp(name, "sort_by") == 0)
+		return (plan_parse_sort_by(op, arg, path, err));
+	if (strcmp(name, "join") == 0 || strcmp(name, "union") == 0) {
+		op->type = strcmp(name, "join") == 0 ? PLAN_OP_JOIN :
+		    PLAN_OP_UNION;
+		return (plan_parse_other(op, arg, path, depth, stage, err));
+	}
+	if (strcmp(name, "group_by_key") == 0)
+		op->type = PLAN_OP_GROUP_BY_KEY;
+	else if (strcmp(name, "distinct") == 0)
+		op->type = PLAN_OP_DISTINCT;
+	else if (strcmp(name, "repartition") == 0)
+		op->type = PLAN_OP_REPARTITION;
+	else
+		return (1);
+	if (plan_op_object(arg, path, part_keys, err) == -1 ||
+	    plan_parse_out_partitions(op, arg, path, err) == -1)
+		return (-1);
+	if (op->type == PLAN_OP_REPARTITION && op->out_partitions == 0)
+		return (jread_fail(err, path, "partitions: missing"));
+	return (0);
+}
+
+int
+plan_op_is_wide(const struct plan_op *op)
+{
+	return (op->type >= PLAN_OP_REDUCE_BY_KEY);
+}
+
+const char *
+plan_kind_name(enum plan_kind kind)
+{
+	static const char *const names[] = { "plain", "pair", "group",
+	    "any" };
+
+	return (names[kind]);
+}
+
+/* Does an op take this kind of record? */
+static int
+plan_op_takes(const struct plan_op *op, enum plan_kind in)
+{
+	if (in == PLAN_KIND_ANY)
+		return (1);
+	switch (op->type) {
+	case PLAN_OP_SAMPLE:
+	case PLAN_OP_LIMIT:
+	case PLAN_OP_PYTHON:
+		return (1);
+	case PLAN_OP_MAP_KEY:
+		return (in != PLAN_KIND_RECORD);
+	case PLAN_OP_MAP_VALUE:
+	case PLAN_OP_REDUCE_BY_KEY:
+	case PLAN_OP_GROUP_BY_KEY:
+	case PLAN_OP_JOIN:
+		return (in == PLAN_KIND_PAIR);
+	case PLAN_OP_SORT_BY:
+	case PLAN_OP_DISTINCT:
+	case PLAN_OP_REPARTITION:
+	case PLAN_OP_UNION:
+		return (in != PLAN_KIND_GROUP);
+	default:
+		return (in == PLAN_KIND_RECORD);
+	}
+}
+
+/* What an op gives, for records of kind in. */
+static enum plan_kind
+plan_op_gives(const struct plan_op *op, enum plan_kind in)
+{
+	switch (op->type) {
+	case PLAN_OP_KEY_BY:
+	case PLAN_OP_REDUCE_BY_KEY:
+		return (PLAN_KIND_PAIR);
+	case PLAN_OP_GROUP_BY_KEY:
+	case PLAN_OP_JOIN:
+		return (PLAN_KIND_GROUP);
+	case PLAN_OP_MAP_KEY:
+	case PLAN_OP_MAP_VALUE:
+		return (PLAN_KIND_RECORD);
+	case PLAN_OP_PYTHON:
+		/* A function gives whatever it returns: a 2-tuple is a
+		 * pair. */
+		return (op->py_kind == PLAN_PYTHON_FILTER ? in : PLAN_KIND_ANY);
+	default:
+		return (in);
+	}
+}
+
+/* Follow the kinds of records through the plan's ops: each op must take
+ * what the one before it gives (union: both sides the same kind). */
+static int
+plan_check_kinds(struct plan *plan, const char *path, char **err)
+{
+	enum plan_kind	 kind;
+	size_t		 i;
+
+	if (plan->source == PLAN_SOURCE_CHECKPOINT)
+		kind = PLAN_KIND_ANY;
+	else if (plan->source == PLAN_SOURCE_SHUFFLE)
+		kind = plan_op_gives(plan->shuffle_op,
+		    plan->shuffle_op->in_kind);
+	else
+		kind = PLAN_KIND_RECORD;
+	for (i = 0; i < plan->nops; i++) {
+		struct plan_op	*op = &plan->ops[i];
+
+		op->in_kind = kind;
+		if (!plan_op_takes(op, kind))
+			return (jread_fail(err, path, "ops[%zu] takes no %s "
+			    "records%s", i, plan_kind_name(kind),
+			    kind == PLAN_KIND_RECORD ? " (key_by makes pairs)" :
+			    " (map key or value makes records)"));
+		if (op->other != NULL && op->type == PLAN_OP_JOIN &&
+		    op->other->kind != PLAN_KIND_PAIR &&
+		    op->other->kind != PLAN_KIND_ANY)
+			return (jread_fail(err, path, "ops[%zu].join.plan: "
+			    "gives %s records, not pairs", i,
+			    plan_kind_name(op->other->kind)));
+		if (op->other != NULL && op->type == PLAN_OP_UNION &&
+		    op->other->kind != kind && kind != PLAN_KIND_ANY &&
+		    op->other->kind != PLAN_KIND_ANY)
+			return (jread_fail(err, path, "ops[%zu].union.plan: "
+			    "gives %s records, this plan %s", i,
+			    plan_kind_name(op->other->kind),
+			    plan_kind_name(kind)));
+		kind = op->out_kind = plan_op_gives(op, kind);
+	}
+	plan->kind = kind;
+	return (0);
+}
+
+/* {"shuffle": {"op": {..}, "inputs": [{"stage": s, "maps": m}, ..]}}: a
+ * stage's input, from emberd. */
+static int
+plan_parse_shuffle(struct plan *plan, json_t *v, char **err)
+{
+	static const char *const keys[] = { "op", "inputs", NULL };
+	static const char *const input_keys[] = { "stage", "maps", NULL };
+	json_t		*o, *inputs, *in;
+	json_int_t	 stage, maps;
+	size_t		 i;
+
+	plan->source = PLAN_SOURCE_SHUFFLE;
+	if (plan_op_object(v, "plan.source.shuffle", keys, err) == -1 ||
+	    jread_object(v, "plan.source.shuffle", "op", JREAD_REQUIRED, &o,
+	    err) == -1 ||
+	    jread_array(v, "plan.source.shuffle", "inputs", JREAD_REQUIRED,
+	    &inputs, err) == -1)
+		return (-1);
+	plan->shuffle_op = xcalloc(1, sizeof *plan->shuffle_op);
+	if (plan_parse_op_at(plan->shuffle_op, o, "plan.source.shuffle.op",
+	    0, 1, err) == -1)
+		return (-1);
+	if (!plan_op_is_wide(plan->shuffle_op))
+		return (jread_fail(err, "plan.source.shuffle.op", "not a "
+		    "wide operation"));
+	if (json_array_size(inputs) !=
+	    (plan->shuffle_op->type == PLAN_OP_JOIN ||
+	    plan->shuffle_op->type == PLAN_OP_UNION ? 2u : 1u))
+		return (jread_fail(err, "plan.source.shuffle.inputs", "wrong "
+		    "number of inputs"));
+	plan->inputs = xcalloc(json_array_size(inputs), sizeof *plan->inputs);
+	json_array_foreach(inputs, i, in) {
+		if (plan_op_object(in, "plan.source.shuffle.inputs",
+		    input_keys, err) == -1 ||
+		    jread_int(in, "plan.source.shuffle.inputs", "stage",
+		    JREAD_REQUIRED, &stage, err) == -1 ||
+		    jread_int(in, "plan.source.shuffle.inputs", "maps",
+		    JREAD_REQUIRED, &maps, err) == -1)
+			return (-1);
+		if (stage < 0 || stage > 4096 || maps < 1 ||
+		    maps > PLAN_MAX_PARTITIONS)
+			return (jread_fail(err, "plan.source.shuffle.inputs",
+			    "stage or maps out of range"));
+		plan->inputs[i].stage = (int)stage;
+		plan->inputs[i].maps = (int)maps;
+		plan->ninputs++;
+	}
+	/* The op's input kind: a union or sort may take records or pairs,
+	 * which the stage's map side knew; here its output is what the
+	 * next ops see. */
+	plan->shuffle_op->in_kind = plan->shuffle_op->type ==
+	    PLAN_OP_SORT_BY || plan->shuffle_op->type == PLAN_OP_DISTINCT ||
+	    plan->shuffle_op->type == PLAN_OP_REPARTITION ||
+	    plan->shuffle_op->type == PLAN_OP_UNION ? PLAN_KIND_ANY :
+	    PLAN_KIND_PAIR;
+	return (0);
+}
+
+/* Parse one op at path: an object with one key, the op's name.  stage:
+ * a stage's shuffle op, whose join or union has no plan of its own. */
+static int
+plan_parse_op_at(struct plan_op *op, json_t *o, const char *path, int depth,
+    int stage, char **err)
 {
 	static const char *const flat_map_keys[] = { "split", NULL };
-	char		 path[64], sub[96];
+	char		 sub[160];
 	const char	*name;
 	json_t		*arg;
 	int		 rc = -1;
 
-	snprintf(path, sizeof path, "plan.ops[%zu]", index);
 	if (!json_is_object(o) || json_object_size(o) != 1)
 		return (jread_fail(err, path,
 		    "expected an object with one operation"));
@@ -637,20 +1113,23 @@ plan_parse_op(struct plan_op *op, json_t *o, size_t index, char **err)
 			rc = plan_parse_udf(op, arg, sub, err);
 		else if (strcmp(name, "python") == 0)
 			rc = plan_parse_python(op, arg, sub, err);
-		else
+		else if ((rc = plan_parse_keyed(op, name, arg, sub, depth,
+		    stage, err)) == 1)
 			rc = jread_fail(err, path, "unknown operation \"%s\"",
 			    name);
 	}
 	return (rc);
 }
 
-/* Parse and check a plan. */
-int
-plan_parse(json_t *j, struct plan **out, char **err)
+/* Parse and check a plan, depth plans deep; stage: it may have a shuffle
+ * source. */
+static int
+plan_parse_in(json_t *j, struct plan **out, int depth, int stage, char **err)
 {
 	struct plan	*plan;
 	json_t		*source, *ops = NULL, *o;
 	json_int_t	 partitions = 0;
+	char		 path[64];
 	size_t		 i;
 
 	*out = NULL;
@@ -659,9 +1138,16 @@ plan_parse(json_t *j, struct plan **out, char **err)
 	plan = xcalloc(1, sizeof *plan);
 	if (jread_only(j, "plan", plan_keys, err) == -1 ||
 	    jread_object(j, "plan", "source", JREAD_REQUIRED, &source,
-	    err) == -1 ||
-	    plan_parse_source(plan, source, err) == -1 ||
-	    jread_int(j, "plan", "partitions", JREAD_OPTIONAL, &partitions,
+	    err) == -1)
+		goto fail;
+	if (stage && json_object_size(source) == 1 &&
+	    json_object_get(source, "shuffle") != NULL) {
+		if (plan_parse_shuffle(plan, json_object_get(source,
+		    "shuffle"), err) == -1)
+			goto fail;
+	} else if (plan_parse_source(plan, source, err) == -1)
+		goto fail;
+	if (jread_int(j, "plan", "partitions", JREAD_OPTIONAL, &partitions,
 	    err) == -1 ||
 	    jread_array(j, "plan", "ops", JREAD_OPTIONAL, &ops, err) == -1)
 		goto fail;
@@ -682,30 +1168,105 @@ plan_parse(json_t *j, struct plan **out, char **err)
 		json_array_foreach(ops, i, o) {
 			/* Count it first: a refused op may hold its arg. */
 			plan->nops++;
-			if (plan_parse_op(&plan->ops[i], o, i, err) == -1)
+			snprintf(path, sizeof path, "plan.ops[%zu]", i);
+			if (plan_parse_op_at(&plan->ops[i], o, path, depth,
+			    0, err) == -1)
 				goto fail;
 		}
 	}
+	if (plan_check_kinds(plan, "plan", err) == -1)
+		goto fail;
 	*out = plan;
 	return (0);
 fail:
 	plan_free(plan);
 	return (-1);
 }
-/* Fix the partition count. */
 
-/* Fix the partition count. */
+int
+plan_parse(json_t *j, struct plan **out, char **err)
+{
+	return (plan_parse_in(j, out, 0, 0, err));
+}
+
+int
+plan_parse_stage(json_t *j, struct plan **out, char **err)
+{
+	return (plan_parse_in(j, out, 0, 1, err));
+}
+
+void
+plan_walk(struct plan *plan, void (*fn)(struct plan *, void *), void *arg)
+{
+	size_t	i;
+
+	fn(plan, arg);
+	for (i = 0; i < plan->nops; i++) {
+		if (plan->ops[i].other != NULL)
+			plan_walk(plan->ops[i].other, fn, arg);
+	}
+}
+
+/* Fix the partition count, and each wide op's from its input's. */
 void
 plan_set_partitions(struct plan *plan, int default_partitions)
 {
+	struct plan_op	*op;
+	int64_t		 n;
+	size_t		 i;
+
 	if (plan->partitions > 0)
-		return;
-	if (plan->source == PLAN_SOURCE_TEXT)
+		;
+	else if (plan->source == PLAN_SOURCE_TEXT)
 		plan->partitions = plan->nfiles > PLAN_MAX_PARTITIONS ?
 		    PLAN_MAX_PARTITIONS : (int)plan->nfiles;
 	else
 		plan->partitions = default_partitions > 0 ?
 		    default_partitions : 1;
+	n = plan->partitions;
+	for (i = 0; i < plan->nops; i++) {
+		op = &plan->ops[i];
+		if (op->other != NULL)
+			plan_set_partitions(op->other, default_partitions);
+		if (!plan_op_is_wide(op))
+			continue;
+		if (op->type == PLAN_OP_UNION) {
+			n += plan_final_partitions(op->other);
+			if (n > PLAN_MAX_PARTITIONS)
+				n = PLAN_MAX_PARTITIONS;
+			op->out_partitions = (int)n;
+		} else if (op->out_partitions == 0) {
+			if (op->type == PLAN_OP_JOIN &&
+			    plan_final_partitions(op->other) > n)
+				n = plan_final_partitions(op->other);
+			op->out_partitions = (int)n;
+		}
+		n = op->out_partitions;
+	}
+}
+
+int
+plan_final_partitions(const struct plan *plan)
+{
+	size_t	i = plan->nops;
+
+	while (i-- > 0) {
+		if (plan_op_is_wide(&plan->ops[i]))
+			return (plan->ops[i].out_partitions);
+	}
+	return (plan->partitions);
+}
+
+int
+plan_is_wide(const struct plan *plan)
+{
+	size_t	i;
+
+	for (i = 0; i < plan->nops; i++) {
+		if (plan_op_is_wide(&plan->ops[i]))
+			return (1);
+	}
+	return (0);
 }
 
 /* Open a text file to check it and take its size; field names the plan's
@@ -839,7 +1400,9 @@ plan_is_deterministic(const struct plan *plan)
 		    (plan->ops[i].type == PLAN_OP_UDF &&
 		    !plan->ops[i].udf_deterministic) ||
 		    (plan->ops[i].type == PLAN_OP_PYTHON &&
-		    !plan->ops[i].py_deterministic))
+		    !plan->ops[i].py_deterministic) ||
+		    (plan->ops[i].other != NULL &&
+		    !plan_is_deterministic(plan->ops[i].other)))
 			return (0);
 	}
 	return (1);
@@ -853,7 +1416,9 @@ plan_names_resources(const struct plan *plan)
 	if (plan->source == PLAN_SOURCE_TEXT)
 		return (1);
 	for (i = 0; i < plan->nops; i++) {
-		if (plan->ops[i].type == PLAN_OP_UDF)
+		if (plan->ops[i].type == PLAN_OP_UDF ||
+		    (plan->ops[i].other != NULL &&
+		    plan_names_resources(plan->ops[i].other)))
 			return (1);
 	}
 	return (0);
@@ -864,6 +1429,7 @@ int
 plan_check_resources(struct plan *plan, char **err)
 {
 	size_t	i;
+	char	*e;
 
 	if (plan->source == PLAN_SOURCE_TEXT &&
 	    plan_check_files(plan, err) == -1)
@@ -872,6 +1438,16 @@ plan_check_resources(struct plan *plan, char **err)
 		if (plan->ops[i].type == PLAN_OP_UDF &&
 		    plan_check_udf(&plan->ops[i], i, err) == -1)
 			return (-1);
+		if (plan->ops[i].other == NULL ||
+		    plan_check_resources(plan->ops[i].other, err) == 0)
+			continue;
+		/* Name the nested plan's field from ours. */
+		e = *err;
+		xasprintf(err, "plan.ops[%zu].%s.plan%s", i,
+		    plan->ops[i].type == PLAN_OP_JOIN ? "join" : "union",
+		    strncmp(e, "plan", 4) == 0 ? e + 4 : e);
+		free(e);
+		return (-1);
 	}
 	return (0);
 }
@@ -1022,6 +1598,9 @@ plan_describe_source(const struct plan *plan, char *buf, size_t *used)
 		plan_describe_addf(buf, used, "checkpoint %.8s",
 		    plan->checkpoint);
 		break;
+	case PLAN_SOURCE_SHUFFLE:
+		plan_describe_addf(buf, used, "shuffle");
+		break;
 	}
 }
 
@@ -1044,7 +1623,19 @@ plan_describe_op(const struct plan_op *op, char *buf, size_t *used)
 		[PLAN_OP_PIPE] = "pipe ",
 		[PLAN_OP_UDF] = "udf ",
 		[PLAN_OP_PYTHON] = "python ",
+		[PLAN_OP_KEY_BY] = "key_by",
+		[PLAN_OP_MAP_KEY] = "map key",
+		[PLAN_OP_MAP_VALUE] = "map value",
+		[PLAN_OP_REDUCE_BY_KEY] = "reduce_by_key ",
+		[PLAN_OP_GROUP_BY_KEY] = "group_by_key",
+		[PLAN_OP_DISTINCT] = "distinct",
+		[PLAN_OP_SORT_BY] = "sort_by",
+		[PLAN_OP_REPARTITION] = "repartition ",
+		[PLAN_OP_JOIN] = "join",
+		[PLAN_OP_UNION] = "union",
 	};
+	static const char *const fns[] = { "sum", "min", "max", "count",
+	    "concat" };
 
 	plan_describe_add(buf, used, names[op->type], strlen(names[op->type]));
 	switch (op->type) {
@@ -1068,9 +1659,26 @@ plan_describe_op(const struct plan_op *op, char *buf, size_t *used)
 		plan_describe_addf(buf, used, "%s",
 		    plan_python_kind_name(op->py_kind));
 		break;
+	case PLAN_OP_REDUCE_BY_KEY:
+		plan_describe_addf(buf, used, "%s", fns[op->kv_fn]);
+		break;
+	case PLAN_OP_REPARTITION:
+		plan_describe_addf(buf, used, "%d", op->out_partitions);
+		break;
+	case PLAN_OP_SORT_BY:
+		if (op->descending)
+			plan_describe_addf(buf, used, " desc");
+		break;
 	case PLAN_OP_MAP_UPPER:
 	case PLAN_OP_MAP_LOWER:
 	case PLAN_OP_MAP_TRIM:
+	case PLAN_OP_KEY_BY:
+	case PLAN_OP_MAP_KEY:
+	case PLAN_OP_MAP_VALUE:
+	case PLAN_OP_GROUP_BY_KEY:
+	case PLAN_OP_DISTINCT:
+	case PLAN_OP_JOIN:
+	case PLAN_OP_UNION:
 		break;
 	default:
 		plan_describe_add(buf, used, op->arg, op->arglen);

@@ -21,6 +21,7 @@ enum plan_source_type {
 	PLAN_SOURCE_TEXT,
 	PLAN_SOURCE_PARALLELIZE,
 	PLAN_SOURCE_CHECKPOINT,
+	PLAN_SOURCE_SHUFFLE,	/* a stage's input (plan_parse_stage only) */
 };
 
 enum plan_op_type {
@@ -38,6 +39,53 @@ enum plan_op_type {
 	PLAN_OP_PIPE,
 	PLAN_OP_UDF,
 	PLAN_OP_PYTHON,
+	PLAN_OP_KEY_BY,
+	PLAN_OP_MAP_KEY,
+	PLAN_OP_MAP_VALUE,
+	/* The wide ops: each ends a stage (docs/plans.md, "Stages"). */
+	PLAN_OP_REDUCE_BY_KEY,
+	PLAN_OP_GROUP_BY_KEY,
+	PLAN_OP_DISTINCT,
+	PLAN_OP_SORT_BY,
+	PLAN_OP_REPARTITION,
+	PLAN_OP_JOIN,
+	PLAN_OP_UNION,
+};
+
+/* What records an op takes or gives: plain records, (key, value) pairs,
+ * or groups (a key and a list of values).  ANY: not known before the
+ * task runs (a checkpoint source). */
+enum plan_kind {
+	PLAN_KIND_RECORD,
+	PLAN_KIND_PAIR,
+	PLAN_KIND_GROUP,
+	PLAN_KIND_ANY,
+};
+
+/* reduce_by_key's functions. */
+enum plan_kv_fn {
+	PLAN_KV_SUM,
+	PLAN_KV_MIN,
+	PLAN_KV_MAX,
+	PLAN_KV_COUNT,
+	PLAN_KV_CONCAT,
+};
+
+/* What key_by takes as the key or the value of a record: the whole
+ * record, a field (as map field picks it), or a regex capture group. */
+struct plan_pick {
+	int			 whole;
+	char			*sep;
+	size_t			 seplen;
+	int64_t			 index;
+	void			*regex;		/* a pcre2_code */
+	int			 group;
+};
+
+struct plan;
+struct plan_shuffle_input {
+	int			 stage;
+	int			 maps;
 };
 
 /* What a python op does with its function (docs/plans.md). */
@@ -87,6 +135,18 @@ struct plan_op {
 	char			*py_fn;
 	char			*py_zero;
 	int			 py_deterministic; /* the client says so */
+
+	/* key_by */
+	struct plan_pick	 key, value;
+	/* The wide ops.  out_partitions: the plan's own, 0 (the input's)
+	 * until plan_set_partitions; reduce_by_key's concat separator is
+	 * in arg. */
+	enum plan_kv_fn		 kv_fn;
+	int			 out_partitions;
+	int			 descending, numeric;	/* sort_by */
+	int			 left;			/* join how=left */
+	struct plan		*other;			/* join, union */
+	enum plan_kind		 in_kind, out_kind;
 };
 
 /* The name of a python op's kind, as the plan writes it. */
@@ -111,6 +171,14 @@ struct plan {
 	int			 partitions;	/* 0 until plan_set_partitions */
 	struct plan_op		*ops;
 	size_t			 nops;
+	enum plan_kind		 kind;		/* what the last op gives */
+
+	/* A shuffle source: the wide op whose reduce side the stage runs,
+	 * and the stages whose map files it reads (join: left, right;
+	 * union: first, second). */
+	struct plan_op		*shuffle_op;
+	struct plan_shuffle_input *inputs;
+	size_t			 ninputs;
 };
 
 /*
@@ -119,11 +187,28 @@ struct plan {
  * plan_check_resources.
  */
 int	 plan_parse(json_t *, struct plan **, char **err);
+/* Parse a stage's plan, as the worker gets it: a plan that may also have
+ * a shuffle source (docs/protocol.md, "Stages"). */
+int	 plan_parse_stage(json_t *, struct plan **, char **err);
 void	 plan_free(struct plan *);
 
+/* Does the op end a stage? */
+int	 plan_op_is_wide(const struct plan_op *);
+/* The kind's name, for errors: "plain", "pair", "group". */
+const char *plan_kind_name(enum plan_kind);
+
+/* Call fn on the plan and each plan nested in it (join, union), parents
+ * first: the order helper replies and stages use. */
+void	 plan_walk(struct plan *, void (*fn)(struct plan *, void *), void *);
+
 /* Fix the partition count: the plan's own, else default_partitions (text:
- * one per file). */
+ * one per file); and each wide op's, the input's where it names none
+ * (join: the larger side's; union: the sum), nested plans too. */
 void	 plan_set_partitions(struct plan *, int default_partitions);
+/* The partitions of what the plan gives: its last wide op's, or its own. */
+int	 plan_final_partitions(const struct plan *);
+/* Does the plan have a wide op, so that it runs in stages? */
+int	 plan_is_wide(const struct plan *);
 
 /*
  * Check what the plan names outside itself, as emberd sees it when the

@@ -15,7 +15,7 @@
 #include "xmalloc.h"
 
 static const char *const taskdesc_modes[] = { "records", "count",
-    "count_by_value", "reduce", "save", "checkpoint" };
+    "count_by_value", "reduce", "save", "checkpoint", "shuffle" };
 static const char *const reduce_fns[] = { "sum", "min", "max" };
 
 #define nitems(a)	(sizeof (a) / sizeof (a)[0])
@@ -177,6 +177,18 @@ taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
 	}
 	if (t->source_dir_passed)
 		evbuffer_add(d, ",\"source_fd\":true", 17);
+	if (t->shuffle_dir != NULL) {
+		evbuffer_add(d, ",\"shuffle\":{\"dir\":", 18);
+		taskdesc_add_string(d, t->shuffle_dir);
+		evbuffer_add_printf(d, ",\"fd\":%s", t->shuffle_dir_passed ?
+		    "true" : "false");
+		if (t->mode == MODE_SHUFFLE)
+			evbuffer_add_printf(d, ",\"stage\":%d,\"buckets\":%d,"
+			    "\"memory\":%lld,\"op\":%s", t->shuffle_stage,
+			    t->shuffle_buckets, (long long)t->shuffle_memory,
+			    t->shuffle_op_text);
+		evbuffer_add(d, "}", 1);
+	}
 	taskdesc_encode_broadcasts(d, b, n);
 	if (plan != NULL) {
 		evbuffer_add(d, ",", 1);
@@ -238,6 +250,47 @@ taskdesc_decode_checkpoint(json_t *root, struct taskdesc *t, char **err)
 	return (0);
 }
 
+/* Read a stage task's shuffle member: its operation's directory, and a
+ * map task's stage, buckets, memory and wide op. */
+static int
+taskdesc_decode_shuffle(json_t *root, struct taskdesc *t, char **err)
+{
+	static const char *const keys[] = { "dir", "fd", "stage", "buckets",
+	    "memory", "op", NULL };
+	json_t		*sh = NULL;
+	json_int_t	 stage = 0, buckets = 0, memory = 0;
+	int		 map = t->mode == MODE_SHUFFLE;
+
+	if (jread_object(root, "", "shuffle", map ? JREAD_REQUIRED :
+	    JREAD_OPTIONAL, &sh, err) == -1)
+		return (-1);
+	if (sh == NULL)
+		return (0);
+	if (jread_only(sh, "shuffle", keys, err) == -1 ||
+	    jread_string(sh, "shuffle", "dir", JREAD_REQUIRED,
+	    &t->shuffle_dir, err) == -1 ||
+	    jread_bool(sh, "shuffle", "fd", JREAD_REQUIRED,
+	    &t->shuffle_dir_passed, err) == -1 ||
+	    jread_int(sh, "shuffle", "stage", map, &stage, err) == -1 ||
+	    jread_int(sh, "shuffle", "buckets", map, &buckets, err) == -1 ||
+	    jread_int(sh, "shuffle", "memory", map, &memory, err) == -1 ||
+	    jread_object(sh, "shuffle", "op", map, &t->shuffle_op, err) == -1)
+		return (-1);
+	/* The directory is a name in the uid's shuffle directory. */
+	if (*t->shuffle_dir == '\0' || strchr(t->shuffle_dir, '/') != NULL ||
+	    *t->shuffle_dir == '.')
+		return (jread_fail(err, "shuffle.dir", "\"%s\" is not a "
+		    "name", t->shuffle_dir));
+	if (map && (stage < 0 || stage > 4096 || buckets < 1 ||
+	    buckets > PLAN_MAX_PARTITIONS || memory < 0))
+		return (jread_fail(err, "shuffle", "stage, buckets or memory "
+		    "out of range"));
+	t->shuffle_stage = (int)stage;
+	t->shuffle_buckets = (int)buckets;
+	t->shuffle_memory = memory;
+	return (0);
+}
+
 /* Read the mode of a descriptor and what it needs. */
 static int
 taskdesc_decode_mode(json_t *root, struct taskdesc *t, char **err)
@@ -256,6 +309,8 @@ taskdesc_decode_mode(json_t *root, struct taskdesc *t, char **err)
 			return (jread_fail(err, "fn", "expected \"sum\", "
 			    "\"min\" or \"max\""));
 	}
+	if (taskdesc_decode_shuffle(root, t, err) == -1)
+		return (-1);
 	if (t->mode == MODE_SAVE)
 		return (taskdesc_decode_save(root, t, err));
 	if (t->mode == MODE_CHECKPOINT)
@@ -324,7 +379,7 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 	json_t		*broadcasts = NULL;
 
 	memset(t, 0, sizeof *t);
-	t->source_dirfd = t->ckpt_dirfd = -1;
+	t->source_dirfd = t->ckpt_dirfd = t->shuffle_dirfd = -1;
 	if ((t->root = json_loadb(data, len, JSON_ALLOW_NUL, &jerr)) == NULL) {
 		xasprintf(err, "not JSON: %s", jerr.text);
 		return (-1);
@@ -377,6 +432,8 @@ taskdesc_clear(struct taskdesc *t)
 		close(t->source_dirfd);
 	if (t->ckpt_dir_passed && t->ckpt_dirfd >= 0)
 		close(t->ckpt_dirfd);
+	if (t->shuffle_dir_passed && t->shuffle_dirfd >= 0)
+		close(t->shuffle_dirfd);
 	free(t->broadcasts);
 	if (t->root != NULL)
 		json_decref(t->root);

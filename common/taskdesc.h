@@ -23,6 +23,8 @@ enum taskdesc_mode {
 	MODE_SAVE,		/* none: they are written to a part file */
 	MODE_CHECKPOINT,	/* none: they are written to a checkpoint's
 				   partition file */
+	MODE_SHUFFLE,		/* none: they are written to the task's
+				   shuffle file, for the next stage */
 };
 
 /* The functions of reduce. */
@@ -72,6 +74,23 @@ struct taskdesc {
 	int			 source_dirfd;
 	int			 ckpt_dir_passed;
 	int			 ckpt_dirfd;
+
+	/*
+	 * A task of an operation in stages (docs/protocol.md, "Stages"):
+	 * its operation's directory in the uid's shuffle directory, whose
+	 * descriptor rides after the checkpoint directories'; and for a map
+	 * task (MODE_SHUFFLE), its stage, the buckets it writes, the wide op
+	 * it writes for (JSON text to encode; decoded, borrowed from root)
+	 * and the memory it may sort in.
+	 */
+	const char		*shuffle_dir;
+	int			 shuffle_stage;
+	int			 shuffle_buckets;
+	const char		*shuffle_op_text;
+	json_t			*shuffle_op;
+	int64_t			 shuffle_memory;
+	int			 shuffle_dir_passed;
+	int			 shuffle_dirfd;
 
 	/* Decoded, and owned by the descriptor until taskdesc_clear; NULL
 	 * when absent. */

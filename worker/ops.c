@@ -829,6 +829,11 @@ ops_create(const struct plan_op *p, int partition, struct chain *chain,
 		return (udf_op_create(p, chain, err));
 	case PLAN_OP_PYTHON:
 		return (python_op_create(p, 1, chain, err));
+	default:
+		/* A keyed op this worker cannot run. */
+		xasprintf(err, "%s: not supported by this worker",
+		    plan_kind_name(p->in_kind));
+		return (NULL);
 	}
 	fatalx("%s: unknown op type %d", __func__, p->type);
 }

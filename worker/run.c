@@ -897,6 +897,9 @@ run_sink_create(const struct run *t, struct output *out, char **err)
 		if ((s = run_ckpt_create(t, err)) == NULL)
 			return (NULL);
 		break;
+	case MODE_SHUFFLE:
+		*err = xstrdup("mode shuffle: not supported by this worker");
+		return (NULL);
 	}
 	s->out = out;
 	return (s);

@@ -280,6 +280,12 @@ serve_take_fds(struct server *w, struct taskdesc *d, char **err)
 		*err = xstrdup("checkpoint.fd: no descriptor came");
 		return (-1);
 	}
+	/* Then the uid's shuffle directory. */
+	if (d->shuffle_dir_passed &&
+	    (d->shuffle_dirfd = serve_take_fd(w)) == -1) {
+		*err = xstrdup("shuffle.fd: no descriptor came");
+		return (-1);
+	}
 	return (0);
 }
 

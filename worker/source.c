@@ -304,6 +304,10 @@ source_run(const struct plan *plan, int partition, int checkpoint_dirfd,
 		}
 		return (ckpt_source_run(plan->checkpoint_dir, checkpoint_dirfd,
 		    partition, chain, records_in, err));
+	case PLAN_SOURCE_SHUFFLE:
+		*err = xstrdup("a shuffle source: not supported by this "
+		    "worker");
+		return (OP_FAIL);
 	}
 	fatalx("%s: unknown source %d", __func__, plan->source);
 }
@@ -325,6 +329,7 @@ source_count(const struct plan *plan, int partition, int64_t *count)
 		return (0);
 	case PLAN_SOURCE_TEXT:
 	case PLAN_SOURCE_CHECKPOINT:
+	case PLAN_SOURCE_SHUFFLE:
 		break;
 	}
 	return (-1);

@@ -352,7 +352,8 @@ START_TEST(test_plan_refused)
 		  "plan.ops[0].map: unknown map \"shout\"" },
 		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"map\": "
 		  "7}]}",
-		  "plan.ops[0].map: expected \"upper\", \"lower\", \"trim\" or "
+		  "plan.ops[0].map: expected \"upper\", \"lower\", \"trim\", "
+		  "\"key\", \"value\" or "
 		  "an object" },
 		{ "{\"source\": {\"range\": {\"end\": 1}}, \"ops\": [{\"filter\": "
 		  "\"7\"}]}",
@@ -542,10 +543,10 @@ START_TEST(test_plan_refused_frees)
 	 * from clients all day long. */
 	for (i = 0; i < sizeof bad / sizeof *bad; i++)
 		ck_assert_ptr_nonnull(j[i] = json_loads(bad[i], 0, NULL));
-	/* Counted from the second round: the first fills the allocator's
-	 * per-size caches, which mallinfo counts as in use. */
-	for (n = 0; n < 10001; n++) {
-		if (n == 1)
+	/* Counted after a thousand rounds: the first ones fill the
+	 * allocator's per-size caches, which mallinfo counts as in use. */
+	for (n = 0; n < 11000; n++) {
+		if (n == 1000)
 			before = mallinfo2().uordblks;
 		for (i = 0; i < sizeof bad / sizeof *bad; i++) {
 			err = NULL;
@@ -1123,6 +1124,134 @@ START_TEST(test_plan_python)
 }
 END_TEST
 
+/* Keyed ops: parsed, their kinds followed, their partitions resolved. */
+START_TEST(test_plan_keyed)
+{
+	struct plan	*plan;
+
+	plan = plan_ok("{\"source\": {\"range\": {\"end\": 10}}, \"partitions\": "
+	    "4, \"ops\": [{\"key_by\": {\"field\": {\"sep\": \",\", \"index\": "
+	    "0}, \"value\": {\"regex\": \"v=(\\\\d+)\", \"group\": 1}}}, "
+	    "{\"reduce_by_key\": {\"fn\": \"concat\", \"sep\": \"+\"}}, "
+	    "{\"sort_by\": {\"descending\": true, \"partitions\": 3}}, "
+	    "{\"map\": \"key\"}]}");
+	ck_assert_int_eq(plan->ops[0].type, PLAN_OP_KEY_BY);
+	ck_assert_ptr_nonnull(plan->ops[0].key.sep);
+	ck_assert_ptr_nonnull(plan->ops[0].value.regex);
+	ck_assert_int_eq(plan->ops[0].value.group, 1);
+	ck_assert_int_eq(plan->ops[1].kv_fn, PLAN_KV_CONCAT);
+	ck_assert_str_eq(plan->ops[1].arg, "+");
+	ck_assert_int_eq(plan->ops[1].in_kind, PLAN_KIND_PAIR);
+	ck_assert_int_eq(plan->ops[2].descending, 1);
+	ck_assert_int_eq(plan->kind, PLAN_KIND_RECORD);
+	ck_assert(plan_is_wide(plan));
+	plan_set_partitions(plan, 2);
+	ck_assert_int_eq(plan->ops[1].out_partitions, 4);
+	ck_assert_int_eq(plan->ops[2].out_partitions, 3);
+	ck_assert_int_eq(plan_final_partitions(plan), 3);
+	plan_free(plan);
+
+	/* join takes the larger side's partitions, union the sum. */
+	plan = plan_ok("{\"source\": {\"range\": {\"end\": 10}}, \"partitions\": "
+	    "2, \"ops\": [{\"key_by\": {}}, {\"join\": {\"how\": \"left\", "
+	    "\"plan\": {\"source\": {\"parallelize\": {\"records\": [\"1\"]}}, "
+	    "\"partitions\": 5, \"ops\": [{\"key_by\": {}}]}}}, "
+	    "{\"map\": \"key\"}, {\"union\": {\"plan\": {\"source\": {\"range\": "
+	    "{\"end\": 3}}, \"partitions\": 3}}}]}");
+	ck_assert_int_eq(plan->ops[1].left, 1);
+	ck_assert_int_eq(plan->ops[1].out_kind, PLAN_KIND_GROUP);
+	plan_set_partitions(plan, 2);
+	ck_assert_int_eq(plan->ops[1].out_partitions, 5);
+	ck_assert_int_eq(plan->ops[3].out_partitions, 8);
+	ck_assert(!plan_is_wide(plan->ops[1].other));
+	plan_free(plan);
+
+	/* A plain plan is not wide. */
+	plan = plan_ok("{\"source\": {\"range\": {\"end\": 10}}}");
+	ck_assert(!plan_is_wide(plan));
+	plan_free(plan);
+}
+END_TEST
+
+START_TEST(test_plan_keyed_refused)
+{
+	plan_refused("{\"source\": {\"range\": {\"end\": 1}}, \"ops\": "
+	    "[{\"reduce_by_key\": {\"fn\": \"sum\"}}]}",
+	    "plan: ops[0] takes no plain records (key_by makes pairs)");
+	plan_refused("{\"source\": {\"range\": {\"end\": 1}}, \"ops\": "
+	    "[{\"key_by\": {}}, {\"map\": \"upper\"}]}",
+	    "plan: ops[1] takes no pair records (map key or value makes "
+	    "records)");
+	plan_refused("{\"source\": {\"range\": {\"end\": 1}}, \"ops\": "
+	    "[{\"key_by\": {}}, {\"reduce_by_key\": {\"fn\": \"avg\"}}]}",
+	    "plan.ops[1].reduce_by_key: fn: \"avg\" is not one of sum, min, "
+	    "max, count, concat");
+	plan_refused("{\"source\": {\"range\": {\"end\": 1}}, \"ops\": "
+	    "[{\"repartition\": {}}]}",
+	    "plan.ops[0].repartition: partitions: missing");
+	plan_refused("{\"source\": {\"range\": {\"end\": 1}}, \"ops\": "
+	    "[{\"key_by\": {\"regex\": \"a(b)\", \"group\": 2}}]}",
+	    "plan.ops[0].key_by.regex: group 2: the pattern has 1");
+	plan_refused("{\"source\": {\"range\": {\"end\": 1}}, \"ops\": "
+	    "[{\"key_by\": {}}, {\"join\": {\"plan\": {\"source\": "
+	    "{\"range\": {\"end\": 1}}, \"ops\": [{\"map\": 7}]}}}]}",
+	    "plan.ops[1].join.plan.ops[0].map: expected \"upper\", \"lower\", "
+	    "\"trim\", \"key\", \"value\" or an object");
+	plan_refused("{\"source\": {\"range\": {\"end\": 1}}, \"ops\": "
+	    "[{\"key_by\": {}}, {\"join\": {\"plan\": {\"source\": "
+	    "{\"range\": {\"end\": 1}}}}}]}",
+	    "plan: ops[1].join.plan: gives plain records, not pairs");
+	/* A client cannot name a stage's shuffle source. */
+	plan_refused("{\"source\": {\"shuffle\": {\"op\": {\"distinct\": {}}, "
+	    "\"inputs\": [{\"stage\": 0, \"maps\": 1}]}}}",
+	    "plan.source: unknown source \"shuffle\"");
+}
+END_TEST
+
+/* Nesting is bounded, whatever the client sends. */
+START_TEST(test_plan_nesting_bounded)
+{
+	struct plan	*plan;
+	json_t		*j, *inner;
+	char		*err = NULL;
+	int		 i;
+
+	j = json_pack("{s:{s:{s:I}}}", "source", "range", "end", 1);
+	for (i = 0; i < 20; i++) {
+		inner = j;
+		j = json_pack("{s:{s:{s:I}},s:[{s:{s:o}}]}", "source", "range",
+		    "end", 1, "ops", "union", "plan", inner);
+	}
+	ck_assert_int_eq(plan_parse(j, &plan, &err), -1);
+	ck_assert_msg(strstr(err, "nested more than") != NULL, "%s", err);
+	free(err);
+	json_decref(j);
+}
+END_TEST
+
+/* A stage's plan may read a shuffle. */
+START_TEST(test_plan_stage_shuffle)
+{
+	struct plan	*plan;
+	json_t		*j;
+	char		*err = NULL;
+
+	j = json_loads("{\"source\": {\"shuffle\": {\"op\": {\"join\": "
+	    "{\"how\": \"left\", \"partitions\": 3}}, \"inputs\": [{\"stage\": "
+	    "0, \"maps\": 2}, {\"stage\": 1, \"maps\": 4}]}}, \"partitions\": 3, "
+	    "\"ops\": [{\"map\": \"key\"}]}", 0, NULL);
+	ck_assert_msg(plan_parse_stage(j, &plan, &err) == 0, "%s", err);
+	ck_assert_int_eq(plan->source, PLAN_SOURCE_SHUFFLE);
+	ck_assert_int_eq(plan->shuffle_op->type, PLAN_OP_JOIN);
+	ck_assert_int_eq(plan->shuffle_op->left, 1);
+	ck_assert_int_eq((int)plan->ninputs, 2);
+	ck_assert_int_eq(plan->inputs[1].maps, 4);
+	ck_assert_int_eq(plan->kind, PLAN_KIND_RECORD);
+	plan_free(plan);
+	json_decref(j);
+}
+END_TEST
+
 /* Build the plan suite. */
 Suite *
 plan_suite(void)
@@ -1137,6 +1266,8 @@ plan_suite(void)
 	tcase_add_test(tc, test_plan_ops);
 	tcase_add_test(tc, test_plan_ops_new);
 	tcase_add_test(tc, test_plan_describe);
+	tcase_add_test(tc, test_plan_keyed);
+	tcase_add_test(tc, test_plan_stage_shuffle);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("refused");
@@ -1144,6 +1275,8 @@ plan_suite(void)
 	tcase_add_test(tc, test_plan_too_many_ops);
 	tcase_add_test(tc, test_plan_refused_frees);
 	tcase_add_test(tc, test_plan_python);
+	tcase_add_test(tc, test_plan_keyed_refused);
+	tcase_add_test(tc, test_plan_nesting_bounded);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("slices");

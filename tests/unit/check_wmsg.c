@@ -185,6 +185,28 @@ START_TEST(test_taskdesc_modes)
 		ck_assert_uint_eq(got.nbroadcasts, 0);
 		taskdesc_clear(&got);
 	}
+	/* A map task of a stage, and a task reading a shuffle. */
+	d.mode = MODE_SHUFFLE;
+	d.shuffle_dir = "0b697aef-9a9d-44bf-a3db-6f881122a3e3";
+	d.shuffle_stage = 2;
+	d.shuffle_buckets = 7;
+	d.shuffle_memory = 1 << 20;
+	d.shuffle_op_text = "{\"distinct\":{\"partitions\":7}}";
+	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+	ck_assert_str_eq(got.shuffle_dir, d.shuffle_dir);
+	ck_assert_int_eq(got.shuffle_stage, 2);
+	ck_assert_int_eq(got.shuffle_buckets, 7);
+	ck_assert_int_eq(got.shuffle_memory, 1 << 20);
+	ck_assert_ptr_nonnull(json_object_get(got.shuffle_op, "distinct"));
+	ck_assert_int_eq(got.shuffle_dir_passed, 0);
+	taskdesc_clear(&got);
+	d.mode = MODE_RECORDS;
+	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+	ck_assert_str_eq(got.shuffle_dir, d.shuffle_dir);
+	ck_assert_ptr_null(got.shuffle_op);
+	taskdesc_clear(&got);
+	d.shuffle_dir = NULL;
+
 	/* A recompute: records skips its first records, only records. */
 	d.mode = MODE_RECORDS;
 	d.skip = 12345678901LL;

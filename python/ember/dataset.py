@@ -229,8 +229,9 @@ class Dataset:
                group: int = 0, value: Pick = None) -> Dataset:
         """Pairs: the key is the record (by default), its field (field=
         (sep, index), as map_field picks it) or a capture group of regex;
-        the value is the record, or value=(sep, index) its field.  A
-        record without the field or a match is dropped."""
+        the value is the record, value=(sep, index) its field, or
+        value={"regex": p, "group": g} a capture group.  A record without
+        the field or a match is dropped."""
         if field is not None and regex is not None:
             raise ValueError("key_by: field= or regex=, not both")
         args: Dict[str, Any] = {}
@@ -240,7 +241,9 @@ class Dataset:
             args["regex"] = text_of(regex, "key_by regex")
             if group:
                 args["group"] = group
-        if value is not None and value != "record":
+        if isinstance(value, dict) and "regex" in value:
+            args["value"] = dict(value)
+        elif value is not None and value != "record":
             args["value"] = {"field": _field(value, "key_by value")}
         return self._with({"key_by": args})
 

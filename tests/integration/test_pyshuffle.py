@@ -243,6 +243,144 @@ def test_python_reads_keyed_records_a_byte_at_a_time(_):
     check(_wire.PAIR == -7 and _wire.GROUP == -8, "markers")
 
 
+@no_daemon
+def test_dataset_keyed_plans(_):
+    """Each keyed method adds the op of docs/plans.md; join and union
+    embed the other dataset's whole plan; reduce_by_key takes the
+    built-in functions and their Python names, and refuses others."""
+    import operator
+    with ScriptedEmberd([]) as peer:
+        s = ember.connect(peer.path)
+        try:
+            ds = s.parallelize(["a,1", "b,2"], partitions=2)
+            other = s.range(0, 3, partitions=1).key_by()
+
+            def last(d):
+                return d.plan["ops"][-1]
+            check_eq(last(ds.key_by()), {"key_by": {}}, "key_by")
+            check_eq(last(ds.key_by((",", 0), value=(",", 1))),
+                     {"key_by": {"field": {"sep": ",", "index": 0},
+                                 "value": {"field": {"sep": ",",
+                                                     "index": 1}}}},
+                     "key_by field")
+            check_eq(last(ds.key_by(regex=r"(\w),", group=1)),
+                     {"key_by": {"regex": r"(\w),", "group": 1}},
+                     "key_by regex")
+            kv = ds.key_by((",", 0))
+            check_eq(last(kv.keys()), {"map": "key"}, "keys")
+            check_eq(last(kv.values()), {"map": "value"}, "values")
+            check_eq(last(kv.reduce_by_key("sum")),
+                     {"reduce_by_key": {"fn": "sum"}}, "reduce_by_key")
+            check_eq(last(kv.reduce_by_key(operator.add, partitions=3)),
+                     {"reduce_by_key": {"fn": "sum", "partitions": 3}},
+                     "operator.add")
+            check_eq(last(kv.reduce_by_key(max)),
+                     {"reduce_by_key": {"fn": "max"}}, "max")
+            check_eq(last(kv.reduce_by_key("concat", sep="+")),
+                     {"reduce_by_key": {"fn": "concat", "sep": "+"}},
+                     "concat")
+            for bad, exc in ((lambda a, b: a + b, NotImplementedError),
+                             ("product", ValueError)):
+                try:
+                    kv.reduce_by_key(bad)
+                    check(False, "reduce_by_key(%r) taken" % (bad,))
+                except exc:
+                    pass
+            check_eq(last(kv.group_by_key(partitions=4)),
+                     {"group_by_key": {"partitions": 4}}, "group_by_key")
+            check_eq(last(ds.distinct()), {"distinct": {}}, "distinct")
+            check_eq(last(kv.sort_by_key(descending=True, numeric=True)),
+                     {"sort_by": {"descending": True, "numeric": True}},
+                     "sort_by_key")
+            check_eq(last(ds.repartition(5)),
+                     {"repartition": {"partitions": 5}}, "repartition")
+            check_eq(last(kv.join(other)),
+                     {"join": {"plan": other.plan}}, "join")
+            check_eq(last(kv.left_outer_join(other, partitions=2)),
+                     {"join": {"plan": other.plan, "how": "left",
+                               "partitions": 2}}, "left_outer_join")
+            check_eq(last(ds.union(s.range(0, 2))),
+                     {"union": {"plan": s.range(0, 2).plan}}, "union")
+            try:
+                ds.repartition(0)
+                check(False, "repartition(0) taken")
+            except ValueError:
+                pass
+        finally:
+            s.close()
+
+
+@no_daemon
+def test_join_results_are_pairs_of_values(_):
+    """A join's groups of two values come back as (key, (v, w)); a
+    group_by_key's as (key, [values])."""
+    stream = [group(b"k", [b"v", None]) + group(b"j", [b"1", b"2"])]
+    with ScriptedEmberd(stream) as peer:
+        s = ember.connect(peer.path)
+        try:
+            kv = s.parallelize(["a"]).key_by()
+            check_eq(kv.left_outer_join(kv).collect(),
+                     [("k", ("v", None)), ("j", ("1", "2"))], "join")
+            check_eq(kv.join(kv).limit(5).collect(decode=False),
+                     [(b"k", (b"v", None)), (b"j", (b"1", b"2"))],
+                     "join, bytes, then limit")
+            check_eq(kv.group_by_key().collect(),
+                     [("k", ["v", None]), ("j", ["1", "2"])], "groups")
+        finally:
+            s.close()
+
+
+@no_daemon
+def test_pyspark_key_bytes_keep_equality_and_order(_):
+    """ember.pyspark's keys cross the shuffle as bytes that give back the
+    object, and sort as Python sorts str and numbers."""
+    from ember import _pyref
+    numbers = [0, -1, 1, 2 ** 40, -2 ** 40, 0.5, -0.25, 1e300, -1e300,
+               3, 2.75, -7, 10 ** 30]
+    check_eq(sorted(numbers, key=_pyref.enc), sorted(numbers), "numbers")
+    words = ["", "a", "ab", "b", "\u00e9", "\U0001f600", "Z", "a\x00"]
+    check_eq(sorted(words, key=_pyref.enc), sorted(words), "str")
+    for x in numbers + words + [None, (1, "a"), frozenset([1]), b"x",
+                                True, [1, 2]]:
+        b = _pyref.enc(x)
+        check_eq(_pyref.dec(b), x, "round trip of %r" % (x,))
+        check_eq(_pyref.dec(b.decode("utf-8", "surrogateescape")), x,
+                 "round trip of %r as a worker gives it" % (x,))
+        check_eq(_pyref.enc(_pyref.dec(b)), b, "bytes of %r" % (x,))
+    check_eq([_pyref.num_dec(_pyref.num_enc(x)) for x in (3, -2, 0.5)],
+             [3, -2, 0.5], "numbers for sum")
+
+
+@no_daemon
+def test_pyspark_keyed_methods_exist(_):
+    """The keyed RDD methods are there; a reduceByKey function ember's
+    shuffle cannot run says so."""
+    import operator
+    from ember import pyspark
+    with ScriptedEmberd([]) as peer:
+        sc = pyspark.SparkContext(socket=peer.path)
+        try:
+            rdd = sc.parallelize([("a", 1), ("b", 2)], 2)
+            for name in ("reduceByKey", "groupByKey", "sortBy", "sortByKey",
+                         "join", "leftOuterJoin", "distinct", "repartition",
+                         "union", "keys", "values", "mapValues", "keyBy"):
+                check(callable(getattr(rdd, name)), name)
+            ops = rdd.reduceByKey(operator.add, 3)._ds.plan["ops"]
+            check_eq(ops[-2], {"reduce_by_key": {"fn": "sum",
+                                                 "partitions": 3}},
+                     "reduceByKey(add)")
+            check_eq(rdd.reduceByKey(operator.add, 3).getNumPartitions(), 3,
+                     "partitions")
+            check_eq(rdd.union(rdd).getNumPartitions(), 4, "union's")
+            try:
+                rdd.reduceByKey(lambda a, b: a * b)
+                check(False, "a lambda taken")
+            except NotImplementedError as e:
+                check("operator.add" in str(e), "message %r" % e)
+        finally:
+            sc.stop()
+
+
 def _wire_of(data):
     """A Wire with data buffered and no socket behind it."""
     from ember import _wire

@@ -45,6 +45,8 @@ struct conf {
 	int64_t		 daemon_max_checkpoints;
 	int64_t		 daemon_max_checkpoint_bytes_per_uid;
 	int64_t		 daemon_max_checkpoint_bytes;
+	int64_t		 daemon_max_shuffle_per_uid;
+	int64_t		 daemon_max_shuffle;
 	char		*daemon_local_dir;
 	char		*daemon_pidfile;
 
@@ -54,7 +56,8 @@ struct conf {
 	int64_t		 workers_idle_timeout;	/* ms, 0: never */
 	int64_t		 workers_min_idle;
 	int64_t		 workers_max_tasks;	/* 0: no limit */
-	int64_t		 workers_max_memory;	/* bytes of RSS, 0: no limit */
+	int64_t		 workers_max_memory;
+	int64_t		 workers_shuffle_memory;	/* bytes of RSS, 0: no limit */
 	int64_t		 workers_task_timeout;	/* ms, 0: none */
 	int64_t		 workers_max_per_user;	/* held at once, 0: no cap */
 	int64_t		 workers_task_retries;	/* a lost task's reruns */

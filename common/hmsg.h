@@ -21,7 +21,7 @@
 /* X(ID, name, function in worker/helper.c, reply fields) */
 #define HMSG_VERBS(X)							\
 	X(PLAN_CHECK, "plan_check", helper_plan_check,			\
-	    HMSG_KEYS("files", "udfs"))					\
+	    HMSG_KEYS("files", "udfs", "nested"))			\
 	X(SAVE_BEGIN, "save_begin", helper_save_begin, HMSG_KEYS("ids"))	\
 	X(SAVE_COMMIT, "save_commit", helper_save_commit, HMSG_KEYS(NULL))	\
 	X(SAVE_ABORT, "save_abort", helper_save_abort, HMSG_KEYS(NULL))	\

@@ -26,6 +26,8 @@ struct event_base;
 	X(tasks_completed)						\
 	X(tasks_failed)							\
 	X(tasks_retried)		/* lost, and run again */	\
+	X(stages)			/* map stages run */		\
+	X(shuffle_bytes)		/* written by map tasks */	\
 	X(records_sent)							\
 	X(bytes_sent)							\
 	X(workers_forked)						\

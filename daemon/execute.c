@@ -181,9 +181,10 @@ operation_read_plan(struct operation *op, struct session *s, json_t *req,
 	return (0);
 }
 
-/* The plan is checked: fix its partitions and the text tasks carry. */
-static void
-operation_plan_done(struct operation *op)
+/* The plan is checked: fix its partitions and the text tasks carry, and
+ * cut it into stages if it has wide ops.  -1 with *class and *err. */
+static int
+operation_plan_done(struct operation *op, const char **class, char **err)
 {
 	plan_set_partitions(op->plan, ember_workers_max());
 	op->npartitions = op->plan->partitions;
@@ -191,8 +192,54 @@ operation_plan_done(struct operation *op)
 	    op->plan->source == PLAN_SOURCE_TEXT ?
 	    plan_files_to_json(op->plan) : NULL, op->source != NULL ?
 	    checkpoint_dir(op->source) : NULL);
+	if (operation_stages_prepare(op, op->plan_json, err) == -1) {
+		*class = "PLAN_INVALID";
+		return (-1);
+	}
 	json_decref(op->plan_json);
 	op->plan_json = NULL;
+	return (0);
+}
+
+/* What the helper's reply gives each plan of the tree, in plan_walk's
+ * order: the nested plans' files, the udfs. */
+struct operation_checked {
+	struct plan	*top;
+	json_t		*nested;
+	size_t		 nested_next;
+	json_t		*udfs;
+	size_t		 udfs_next;
+	int		 bad;
+};
+
+static void
+operation_take_checked(struct plan *plan, void *arg)
+{
+	struct operation_checked	*k = arg;
+	json_t				*files;
+	char				*e = NULL;
+	size_t				 i;
+
+	if (plan != k->top) {
+		files = json_array_get(k->nested, k->nested_next++);
+		if (plan->source == PLAN_SOURCE_TEXT &&
+		    plan_files_from_json(plan, files, &e) == -1) {
+			log_error("plan_check reply: %s", e);
+			free(e);
+			k->bad = 1;
+		}
+	}
+	for (i = 0; i < plan->nops; i++) {
+		if (plan->ops[i].type != PLAN_OP_UDF)
+			continue;
+		if (jread_bool(json_array_get(k->udfs, k->udfs_next++), "udfs",
+		    "deterministic", JREAD_REQUIRED,
+		    &plan->ops[i].udf_deterministic, &e) == -1) {
+			log_error("plan_check reply: %s", e);
+			free(e);
+			k->bad = 1;
+		}
+	}
 }
 
 /*
@@ -205,18 +252,16 @@ static int
 operation_take_check(struct operation *op, json_t *reply, const char **class,
     char **err)
 {
-	const char	*error;
-	json_t		*udfs, *files;
-	char		*e = NULL;
-	size_t		 i, j = 0;
-	int		 det;
+	struct operation_checked	 k;
+	const char			*error;
+	json_t				*files;
+	char				*e = NULL;
 
 	if ((error = json_string_value(json_object_get(reply,
 	    "error"))) != NULL)
 		return (request_refuse(class, err, "PLAN_INVALID", "%s",
 		    error));
 	files = json_object_get(reply, "files");
-	udfs = json_object_get(reply, "udfs");
 	if (op->plan->source == PLAN_SOURCE_TEXT &&
 	    plan_files_from_json(op->plan, files, &e) == -1) {
 		log_error("operation %s: plan_check reply: %s", op->id, e);
@@ -224,25 +269,15 @@ operation_take_check(struct operation *op, json_t *reply, const char **class,
 		return (request_refuse(class, err, "INTERNAL", "plan: its "
 		    "check answered files that do not fit it"));
 	}
-	for (i = 0; i < op->plan->nops; i++) {
-		if (op->plan->ops[i].type != PLAN_OP_UDF)
-			continue;
-		det = jread_bool(json_array_get(udfs, j++), "udfs",
-		    "deterministic", JREAD_REQUIRED, &op->plan->ops[i].
-		    udf_deterministic, &e);
-		if (det == -1) {
-			log_error("operation %s: plan_check reply: %s", op->id,
-			    e);
-			free(e);
-			return (request_refuse(class, err, "INTERNAL",
-			    "plan: its check answered udfs that do not fit "
-			    "it"));
-		}
-	}
-	if (j != json_array_size(udfs))
+	k.top = op->plan;
+	k.nested = json_object_get(reply, "nested");
+	k.udfs = json_object_get(reply, "udfs");
+	k.nested_next = k.udfs_next = 0;
+	k.bad = 0;
+	plan_walk(op->plan, operation_take_checked, &k);
+	if (k.bad || k.udfs_next != json_array_size(k.udfs))
 		return (request_refuse(class, err, "INTERNAL", "plan: its "
-		    "check answered %zu udfs for %zu", json_array_size(udfs),
-		    j));
+		    "check answered udfs or files that do not fit it"));
 	return (0);
 }
 
@@ -306,6 +341,7 @@ operation_materialize(struct session *s, struct checkpoint *c, json_t *plan,
 
 	op = xcalloc(1, sizeof *op);
 	TAILQ_INIT(&op->tasks);
+	TAILQ_INIT(&op->map_tasks);
 	op->action = ACTION_CHECKPOINT;
 	op->internal = 1;
 	uuid_generate(u);
@@ -320,7 +356,10 @@ operation_materialize(struct session *s, struct checkpoint *c, json_t *plan,
 		return (NULL);
 	}
 	json_decref(req);
-	operation_plan_done(op);
+	if (operation_plan_done(op, &class, err) == -1) {
+		operation_free(op);
+		return (NULL);
+	}
 	if (op->npartitions != checkpoint_partitions(c)) {
 		xasprintf(err, "its plan now has %d partitions, not %d",
 		    op->npartitions, checkpoint_partitions(c));
@@ -466,8 +505,8 @@ operation_launch(struct operation *op, struct connection *c,
 	char		*err = NULL;
 	json_t		*plan = json_incref(op->plan_json);
 
-	operation_plan_done(op);
-	if (operation_prepare_checkpoint(op, s, plan, &class, &err) == -1 ||
+	if (operation_plan_done(op, &class, &err) == -1 ||
+	    operation_prepare_checkpoint(op, s, plan, &class, &err) == -1 ||
 	    operation_wait_source(op, s, &class, &err) == -1) {
 		json_decref(plan);
 		operation_refused(op, c, class, err);
@@ -541,6 +580,7 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 
 	op = xcalloc(1, sizeof *op);
 	TAILQ_INIT(&op->tasks);
+	TAILQ_INIT(&op->map_tasks);
 	if (operation_read_head(op, session_uid(s), req, &class,
 	    &err) == -1 ||
 	    operation_read_plan(op, s, req, &class, &err) == -1 ||

@@ -33,6 +33,7 @@ static const struct limit_def limit_defs[LIMIT_KINDS] = {
 	    max_spool),
 	DEF("checkpoints", max_checkpoints),
 	DEF("bytes of checkpoints", max_checkpoint_bytes),
+	DEF("bytes of shuffle files", max_shuffle),
 };
 
 /* Descriptors kept for emberd's own use when daemon.max_connections is

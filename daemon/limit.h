@@ -24,6 +24,7 @@ enum limit_kind {
 	LIMIT_SPOOL,		/* bytes spooled for stalled streams */
 	LIMIT_CHECKPOINTS,	/* checkpoints kept */
 	LIMIT_CHECKPOINT_BYTES,	/* their bytes on disk */
+	LIMIT_SHUFFLE_BYTES,	/* bytes of shuffle files */
 	LIMIT_KINDS
 };
 

@@ -82,9 +82,22 @@ operation_partitions(const struct operation *op)
 	return (op->npartitions);
 }
 
-const char *
-operation_plan_text(const struct operation *op)
+uint64_t
+operation_plan_key(const struct task *t)
 {
+	uint64_t	key;
+
+	operation_task_plan(t->op, t, &key);
+	return (key);
+}
+
+const char *
+operation_task_plan(const struct operation *op, const struct task *t,
+    uint64_t *key)
+{
+	if (op->nstages > 0)
+		return (operation_stage_plan(op, t, key));
+	*key = op->serial << 12;
 	return (op->plan_text);
 }
 
@@ -134,10 +147,13 @@ operation_describe_task(struct operation *op, const struct task *t,
 		d->ckpt_dirfd = operation_open_ckpt_dir(op, op->ckpt);
 		d->ckpt_dir_passed = d->ckpt_dirfd != -1;
 	}
-	if (op->source != NULL) {
+	/* Only the first stage reads the checkpoint source. */
+	if (op->source != NULL && t->stage == 0) {
 		d->source_dirfd = operation_open_ckpt_dir(op, op->source);
 		d->source_dir_passed = d->source_dirfd != -1;
 	}
+	if (op->nstages > 0)
+		operation_stage_describe(op, t, d);
 }
 
 size_t
@@ -221,10 +237,16 @@ operation_fill(struct operation *op)
 
 	if (op->failing || op->waiting)
 		return;
+	if (operation_in_map_stage(op)) {
+		operation_stage_fill(op);
+		return;
+	}
 	while (op->next_start < op->npartitions &&
 	    op->live < operation_window(op)) {
 		t = task_create(op, op->next_start++,
 		    !ACTION_STREAMS(op->action));
+		if (op->nstages > 0)
+			t->stage = op->nstages - 1;
 		if (op->skip > 0 && t->partition == op->skip_partition) {
 			t->skip = op->skip;
 			op->skip = 0;
@@ -269,6 +291,7 @@ operation_free(struct operation *op)
 
 	while ((t = TAILQ_FIRST(&op->tasks)) != NULL)
 		operation_retire(op, t);
+	operation_stages_free(op);
 	if (started) {
 		log_debug("operation %s ended: %lld records sent", op->id,
 		    (long long)op->records_sent);
@@ -448,6 +471,10 @@ operation_check_metrics(const struct operation *op, const struct task *t)
 void
 operation_task_finished(struct operation *op, struct task *t)
 {
+	if (op->nstages > 0 && t->stage < op->nstages - 1) {
+		operation_stage_task_finished(op, t);
+		return;
+	}
 	if (ACTION_STREAMS(op->action)) {
 		if (TAILQ_FIRST(&op->tasks) == t)
 			operation_pump(op);
@@ -480,6 +507,10 @@ operation_task_finished(struct operation *op, struct task *t)
 void
 operation_task_failed(struct operation *op, struct task *t)
 {
+	if (op->nstages > 0 && t->stage < op->nstages - 1) {
+		operation_stage_task_failed(op, t);
+		return;
+	}
 	if (ACTION_STREAMS(op->action)) {
 		if (TAILQ_FIRST(&op->tasks) == t)
 			operation_pump(op);

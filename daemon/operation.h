@@ -83,7 +83,11 @@ gid_t		 operation_gid(const struct operation *);
 /* Tasks of op one worker may hold at once (1: no pipelining). */
 int		 operation_pipeline_depth(const struct operation *);
 /* The plan and its resolved files as JSON text, for task descriptors. */
-const char	*operation_plan_text(const struct operation *);
+/* The plan members of a task's descriptor, and the key a worker that has
+ * them already knows them by (its operation and stage). */
+const char	*operation_task_plan(const struct operation *,
+		     const struct task *, uint64_t *key);
+uint64_t	 operation_plan_key(const struct task *);
 /* Fill in the descriptor of one attempt of t but its broadcasts and plan
  * (a save task's attempt gets a number of its own). */
 void		 operation_describe_task(struct operation *,

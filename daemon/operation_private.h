@@ -19,6 +19,8 @@
 
 struct connection;
 struct evbuffer;
+struct stage;
+struct task;
 struct tombstone;
 
 #define ACTION_STREAMS(a)	((a) == ACTION_ITERATE || (a) == ACTION_COLLECT)
@@ -102,6 +104,19 @@ struct operation {
 	char			*save_path;
 	int			 overwrite;
 
+	/* An operation in stages (shuffle.c); nstages is 0 for a plan
+	 * without wide ops.  Its map stages run first, one at a time; the
+	 * tasks above are the last stage's. */
+	struct stage		*stages;
+	int			 nstages;
+	int			 stage;		/* the stage running */
+	int			 stage_next;	/* its first task not started */
+	int			 stage_done;	/* its tasks ended */
+	int			 map_live;
+	int64_t			 shuffle_bytes;	/* charged to the uid */
+	char			*out_op_text;
+	TAILQ_HEAD(, task)	 map_tasks;
+
 	TAILQ_HEAD(, task)	 tasks;		/* live tasks, by partition */
 	TAILQ_ENTRY(operation)	 entry;
 };
@@ -137,6 +152,28 @@ void		 operation_reply_deliver(struct operation *,
 		     struct connection *, json_t *reply);
 /* A checkpoint action's reply fields. */
 json_t		*operation_checkpoint_reply(const struct operation *);
+
+/* shuffle.c: the stages of an operation with wide ops. */
+/* Cut the plan (its partitions set) into stages, if it has wide ops,
+ * and fix the operation's partitions to the last stage's: -1 with *err
+ * (PLAN_INVALID). */
+int		 operation_stages_prepare(struct operation *, json_t *plan,
+		     char **err);
+/* Does a map stage still run, before the operation's own tasks? */
+int		 operation_in_map_stage(const struct operation *);
+void		 operation_stage_fill(struct operation *);
+void		 operation_stage_task_finished(struct operation *,
+		     struct task *);
+void		 operation_stage_task_failed(struct operation *, struct task *);
+/* What a descriptor says of a task in stages, past operation.c's. */
+void		 operation_stage_describe(struct operation *,
+		     const struct task *, struct taskdesc *);
+/* The stage's plan members for a task, and the key a worker that has
+ * them already knows them by. */
+const char	*operation_stage_plan(const struct operation *,
+		     const struct task *, uint64_t *key);
+/* Stop the map tasks and have the shuffle files removed, as the user. */
+void		 operation_stages_free(struct operation *);
 
 /* stream.c: the result stream. */
 /* End a stream with an error: -1 before the partition's first record,

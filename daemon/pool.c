@@ -221,7 +221,7 @@ pool_take_worker(struct pool *p, const struct task *t, int behind)
 {
 	struct worker	*w;
 
-	if ((w = worker_take_idle(p, operation_serial(t->op))) != NULL)
+	if ((w = worker_take_idle(p, operation_plan_key(t))) != NULL)
 		return (w);
 	/*
 	 * Tasks whose output is for emberd can queue behind one another, once

@@ -49,6 +49,7 @@ enum task_state {
 struct task {
 	struct operation	*op;
 	int			 partition;
+	int			 stage;		/* its operation's stage */
 	int			 reply_mode;	/* its output is for emberd, not
 						   the client: pipelined */
 	enum task_state		 state;

@@ -760,9 +760,9 @@ worker_dying(const struct worker *w)
 	return (dying);
 }
 
-/* Find an idle worker of p for a task of operation serial. */
+/* Find an idle worker of p for a task whose plan key is key. */
 struct worker *
-worker_take_idle(struct pool *p, uint64_t serial)
+worker_take_idle(struct pool *p, uint64_t key)
 {
 	struct worker	*w, *first;
 
@@ -778,7 +778,7 @@ worker_take_idle(struct pool *p, uint64_t serial)
 				continue;
 			if (first == NULL)
 				first = w;
-			if (w->plan_serial == serial)
+			if (w->plan_serial == key)
 				break;
 		}
 		if (w == NULL)
@@ -888,13 +888,14 @@ worker_assign(struct worker *w, struct task *t)
 	struct taskdesc_broadcast	*b;
 	size_t				 nb, i;
 	const char			*plan = NULL;
+	uint64_t			 key;
 
 	operation_describe_task(t->op, t, &d);
 	nb = worker_broadcast_diff(w, t, &b);
-	if (w->plan_serial != operation_serial(t->op)) {
-		plan = operation_plan_text(t->op);
-		w->plan_serial = operation_serial(t->op);
-	}
+	plan = operation_task_plan(t->op, t, &key);
+	if (w->plan_serial == key)
+		plan = NULL;	/* it has them */
+	w->plan_serial = key;
 	/* Each added broadcast's memfd rides on the descriptor's first
 	 * byte, in the order of the adds: the worker never opens a path. */
 	for (i = 0; i < nb; i++) {
@@ -909,6 +910,11 @@ worker_assign(struct worker *w, struct task *t)
 	if (d.ckpt_dir_passed) {
 		channel_pass_fd(w->ch, d.ckpt_dirfd);
 		close(d.ckpt_dirfd);
+	}
+	/* Then the uid's shuffle directory. */
+	if (d.shuffle_dir_passed) {
+		channel_pass_fd(w->ch, d.shuffle_dirfd);
+		close(d.shuffle_dirfd);
 	}
 	taskdesc_encode(channel_output(w->ch), &d, b, nb, plan);
 	free(b);

@@ -59,9 +59,10 @@ void		 worker_count_pool(const struct pool *, int *all, int *idle);
 void		 worker_retire(struct worker *, enum retire_cause);
 
 /* An idle worker of p that can take a task now, preferring one that has
- * the plan of operation serial; dead ones found are retired.  NULL if
+ * the plan whose key (operation_plan_key) is key; dead ones found are
+ * retired.  NULL if
  * none. */
-struct worker	*worker_take_idle(struct pool *, uint64_t serial);
+struct worker	*worker_take_idle(struct pool *, uint64_t key);
 /* A busy worker that can queue t behind the tasks of t's operation it
  * runs (pipelining), or NULL. */
 struct worker	*worker_take_behind(const struct task *);

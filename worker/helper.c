@@ -59,17 +59,47 @@ helper_find_verb(const char *name)
  * the user sees it: expand the text paths' globs, open and size each file,
  * check each udf's library and symbol.  Replies {"error": E} (E starts
  * with the plan field at fault), or {"files": [...]} for a text source
- * and {"udfs": [{"deterministic": B}, ...]}, one per udf op in order.
+ * and {"udfs": [{"deterministic": B}, ...]}, one per udf op in order; a
+ * plan with nested plans (join, union) also has {"nested": [F, ...]}, the
+ * files of each (null if not text), and their udfs in "udfs", in
+ * plan_walk's order.
  */
+struct helper_checked {
+	struct plan	*top;
+	json_t		*nested;
+	json_t		*udfs;
+};
+
+/* Add what the check found in one plan of the tree to the reply. */
+static void
+helper_plan_checked(struct plan *plan, void *arg)
+{
+	struct helper_checked	*c = arg;
+	size_t			 i;
+
+	if (plan != c->top) {
+		if (c->nested == NULL)
+			c->nested = json_array();
+		json_array_append_new(c->nested,
+		    plan->source == PLAN_SOURCE_TEXT ?
+		    plan_files_to_json(plan) : json_null());
+	}
+	for (i = 0; i < plan->nops; i++) {
+		if (plan->ops[i].type == PLAN_OP_UDF)
+			json_array_append_new(c->udfs, json_pack("{s:b}",
+			    "deterministic", plan->ops[i].udf_deterministic));
+	}
+}
+
 static json_t *
 helper_plan_check(json_t *args, const int *fds_in, size_t nin,
     int *fds_out, size_t *nout, char **err)
 {
 	static const char *const keys[] = { "plan", NULL };
-	struct plan	*plan = NULL;
-	json_t		*plan_json, *reply, *udfs;
-	char		*perr = NULL;
-	size_t		 i;
+	struct plan		*plan = NULL;
+	struct helper_checked	 c;
+	json_t			*plan_json, *reply;
+	char			*perr = NULL;
 
 	(void)fds_in; (void)nin; (void)fds_out;
 	*nout = 0;
@@ -87,13 +117,13 @@ helper_plan_check(json_t *args, const int *fds_in, size_t nin,
 	reply = json_object();
 	if (plan->source == PLAN_SOURCE_TEXT)
 		json_object_set_new(reply, "files", plan_files_to_json(plan));
-	udfs = json_array();
-	for (i = 0; i < plan->nops; i++) {
-		if (plan->ops[i].type == PLAN_OP_UDF)
-			json_array_append_new(udfs, json_pack("{s:b}",
-			    "deterministic", plan->ops[i].udf_deterministic));
-	}
-	json_object_set_new(reply, "udfs", udfs);
+	c.top = plan;
+	c.nested = NULL;
+	c.udfs = json_array();
+	plan_walk(plan, helper_plan_checked, &c);
+	json_object_set_new(reply, "udfs", c.udfs);
+	if (c.nested != NULL)
+		json_object_set_new(reply, "nested", c.nested);
 	plan_free(plan);
 	return (reply);
 }

@@ -1,0 +1,276 @@
+/*
+ * An operation in stages (docs/plans.md, "Stages"): its map stages run
+ * one after the other, each task writing its shuffle file in the uid's
+ * shuffle directory, before the last stage's tasks, which are the
+ * operation's own (operation.c) and read the files of the stage before.
+ * emberd never reads a shuffle file: it makes the uid's directory, passes
+ * its descriptor, counts the bytes the map tasks say they wrote, and has
+ * the operation's files removed, as the user, when the operation ends.
+ */
+#include <sys/types.h>
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "checkpoint_private.h"
+#include "emberd.h"
+#include "helper.h"
+#include "limit.h"
+#include "localdir.h"
+#include "log.h"
+#include "operation_private.h"
+#include "plan.h"
+#include "scheduler.h"
+#include "session.h"
+#include "stage.h"
+#include "task.h"
+#include "xmalloc.h"
+
+/* LOCALDIR/shuffle, emberd's own, opened on first use. */
+static int	 shuffle_base = -1;
+static char	*shuffle_base_path;
+
+/* Open (made if missing) the base directory: -1 with *err. */
+static int
+shuffle_open_base(char **err)
+{
+	char	*e = NULL;
+
+	if (shuffle_base != -1)
+		return (shuffle_base);
+	if (localdir_path() == NULL) {
+		*err = xstrdup("no daemon.local_dir");
+		return (-1);
+	}
+	free(shuffle_base_path);
+	xasprintf(&shuffle_base_path, "%s/shuffle", localdir_path());
+	if ((shuffle_base = checkpoint_open_base(shuffle_base_path, 1,
+	    &e)) == -1) {
+		xasprintf(err, "daemon.local_dir: %s", e);
+		free(e);
+	}
+	return (shuffle_base);
+}
+
+/*
+ * Open the uid's directory, made if missing and given to the user its
+ * jobs run as: -1 (logged) if it cannot be, and the task then fails in
+ * its worker, saying so.
+ */
+static int
+shuffle_open_uid(const struct operation *op)
+{
+	struct stat	 st;
+	char		*path, *err = NULL, name[24];
+	int		 fd;
+
+	if (shuffle_open_base(&err) == -1 ||
+	    (path = checkpoint_uid_dir(shuffle_base, shuffle_base_path,
+	    op->uid, session_gid(op->session), &err)) == NULL) {
+		log_warn("operation %s: shuffle: %s", op->id, err);
+		free(err);
+		return (-1);
+	}
+	free(path);
+	snprintf(name, sizeof name, "%ld", (long)op->uid);
+	fd = openat(shuffle_base, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC | O_NOCTTY);
+	if (fd != -1 && (fstat(fd, &st) == -1 || (st.st_mode & 077) != 0)) {
+		close(fd);
+		fd = -1;
+	}
+	if (fd == -1)
+		log_warn("operation %s: shuffle: %s/%s: cannot open it",
+		    op->id, shuffle_base_path, name);
+	return (fd);
+}
+
+int
+operation_stages_prepare(struct operation *op, json_t *plan_json, char **err)
+{
+	struct stage	*s;
+	json_t		*files;
+	int		 i;
+
+	if (!plan_is_wide(op->plan))
+		return (0);
+	if ((op->stages = stage_cut(op->plan, plan_json, &op->nstages,
+	    err)) == NULL)
+		return (-1);
+	for (i = 0; i < op->nstages; i++) {
+		s = &op->stages[i];
+		xasprintf(&s->name, "%s/s%d", op->id, i);
+		files = s->from != NULL && s->from->source == PLAN_SOURCE_TEXT ?
+		    plan_files_to_json(s->from) : NULL;
+		s->plan_text = taskdesc_encode_plan(s->plan, files,
+		    s->from == op->plan && op->source != NULL ?
+		    checkpoint_dir(op->source) : NULL);
+	}
+	op->npartitions = op->stages[op->nstages - 1].partitions;
+	op->stage = 0;
+	return (0);
+}
+
+int
+operation_in_map_stage(const struct operation *op)
+{
+	return (op->nstages > 1 && op->stage < op->nstages - 1);
+}
+
+/* Start the running map stage's tasks while the window has room. */
+void
+operation_stage_fill(struct operation *op)
+{
+	struct stage	*s = &op->stages[op->stage];
+	struct task	*t;
+
+	if (op->failing || op->waiting)
+		return;
+	while (op->stage_next < s->partitions &&
+	    op->map_live < 2 * ember_workers_max()) {
+		t = task_create(op, op->stage_next++, 1);
+		t->stage = op->stage;
+		TAILQ_INSERT_TAIL(&op->map_tasks, t, op_entry);
+		op->map_live++;
+		scheduler_submit(t);
+	}
+}
+
+/* Stop a map task wherever it is, and free it. */
+static void
+operation_stage_retire(struct operation *op, struct task *t)
+{
+	TAILQ_REMOVE(&op->map_tasks, t, op_entry);
+	op->map_live--;
+	task_free(t);
+}
+
+void
+operation_stage_task_finished(struct operation *op, struct task *t)
+{
+	int64_t	 bytes = t->metrics[EMBER_METRIC_BYTES_OUT];
+	char	*err = NULL;
+
+	operation_stage_retire(op, t);
+	if (limit_charge(op->uid, LIMIT_SHUFFLE_BYTES, bytes, &err) == -1) {
+		operation_abort(op, "LIMIT_EXCEEDED", err);
+		free(err);
+		return;
+	}
+	op->shuffle_bytes += bytes;
+	ember_counters.shuffle_bytes += (uint64_t)bytes;
+	if (++op->stage_done < op->stages[op->stage].partitions) {
+		operation_stage_fill(op);
+		return;
+	}
+	log_debug("operation %s: stage %d done", op->id, op->stage);
+	ember_counters.stages++;
+	op->stage++;
+	op->stage_next = op->stage_done = 0;
+	if (operation_in_map_stage(op))
+		operation_stage_fill(op);
+	else
+		operation_fill(op);
+}
+
+void
+operation_stage_task_failed(struct operation *op, struct task *t)
+{
+	char	*why;
+
+	xasprintf(&why, "stage %d: %s", t->stage, t->error);
+	operation_stage_retire(op, t);
+	operation_abort(op, "TASK_FAILED", why);
+	free(why);
+}
+
+void
+operation_stage_describe(struct operation *op, const struct task *t,
+    struct taskdesc *d)
+{
+	const struct stage	*s = &op->stages[t->stage];
+
+	d->operation = s->name;
+	d->partitions = s->partitions;
+	d->shuffle_dir = op->id;
+	if (s->out_op != NULL) {
+		d->mode = MODE_SHUFFLE;
+		d->skip = 0;
+		d->shuffle_stage = t->stage;
+		d->shuffle_buckets = s->buckets;
+		d->shuffle_memory = ember_conf.workers_shuffle_memory;
+		free(op->out_op_text);
+		if ((op->out_op_text = json_dumps(s->out_op,
+		    JSON_COMPACT)) == NULL)
+			fatalx("json_dumps");
+		d->shuffle_op_text = op->out_op_text;
+	}
+	d->shuffle_dirfd = shuffle_open_uid(op);
+	d->shuffle_dir_passed = d->shuffle_dirfd != -1;
+}
+
+const char *
+operation_stage_plan(const struct operation *op, const struct task *t,
+    uint64_t *key)
+{
+	*key = (op->serial << 12) | (uint64_t)t->stage;
+	return (op->stages[t->stage].plan_text);
+}
+
+/* The operation's files were removed, or could not be: say so. */
+static void
+operation_stages_removed_cb(json_t *reply, int *fds, size_t nfds,
+    const char *class, const char *error, void *arg)
+{
+	char	*id = arg;
+
+	(void)reply;
+	while (nfds > 0)
+		close(fds[--nfds]);
+	if (class != NULL)
+		log_warn("operation %s: removing its shuffle files: %s", id,
+		    error);
+	free(id);
+}
+
+void
+operation_stages_free(struct operation *op)
+{
+	struct task	*t;
+	const char	*class;
+	char		*err = NULL, *path, *id;
+	json_t		*args;
+	int		 fd;
+
+	if (op->nstages == 0)
+		return;
+	while ((t = TAILQ_FIRST(&op->map_tasks)) != NULL)
+		operation_stage_retire(op, t);
+	limit_release(op->uid, LIMIT_SHUFFLE_BYTES, op->shuffle_bytes);
+	if (op->session != NULL && (fd = shuffle_open_uid(op)) != -1) {
+		xasprintf(&path, "%s/%ld", shuffle_base_path, (long)op->uid);
+		args = json_pack("{s:s,s:s}", "dir", path, "id", op->id);
+		id = xstrdup(op->id);
+		if (helper_run_background(op->uid, session_gid(op->session),
+		    "checkpoint_remove", args, fd, operation_stages_removed_cb,
+		    id, &class, &err) == NULL) {
+			log_warn("operation %s: removing its shuffle files: %s",
+			    op->id, err);
+			free(err);
+			free(id);
+		}
+		json_decref(args);
+		free(path);
+		close(fd);
+	}
+	stage_free_all(op->stages, op->nstages);
+	op->stages = NULL;
+	op->nstages = 0;
+	free(op->out_op_text);
+}

@@ -381,6 +381,205 @@ def test_pyspark_keyed_methods_exist(_):
             sc.stop()
 
 
+# ---------------------------------------------------------------------------
+# Against emberd: each keyed method's records, compared with plain Python.
+
+WORDS = ("the cat sat on the mat the end a cat is not a dog "
+         "on a log").split()
+LINES = ["%s,%d" % (w, i % 7) for i, w in enumerate(WORDS * 13)]
+
+
+def _session(d, **kw):
+    return ember.connect(d.socket, **kw)
+
+
+def _sums(lines):
+    out = {}
+    for line in lines:
+        k, v = line.split(",")
+        out[k] = out.get(k, 0) + int(v)
+    return out
+
+
+def test_reduce_by_key_as_python(d):
+    """reduce_by_key's sum, count, min, max and concat give what Python
+    gives, over several partitions in and out."""
+    with _session(d) as s:
+        kv = s.parallelize(LINES, partitions=4).key_by(
+            (",", 0), value=(",", 1))
+        got = dict(kv.reduce_by_key("sum", partitions=3).collect())
+        check_eq({k: int(v) for k, v in got.items()}, _sums(LINES), "sum")
+        counts = {}
+        for line in LINES:
+            k = line.split(",")[0]
+            counts[k] = counts.get(k, 0) + 1
+        check_eq({k: int(v) for k, v in
+                  kv.reduce_by_key("count").collect()}, counts, "count")
+        for fn, py in (("min", min), ("max", max)):
+            want = {}
+            for line in LINES:
+                k, v = line.split(",")
+                want[k] = py(want.get(k, int(v)), int(v))
+            check_eq({k: int(v) for k, v in
+                      kv.reduce_by_key(fn).collect()}, want, fn)
+        concat = dict(kv.reduce_by_key("concat", sep="+").collect())
+        want = {}
+        for line in LINES:
+            k, v = line.split(",")
+            want.setdefault(k, []).append(v)
+        check_eq(concat, {k: "+".join(v) for k, v in want.items()},
+                 "concat, in input order")
+
+
+def test_group_by_key_keeps_input_order(d):
+    """group_by_key gives each key once, its values in input order."""
+    with _session(d) as s:
+        groups = s.parallelize(LINES, partitions=3).key_by(
+            (",", 0), value=(",", 1)).group_by_key(partitions=2).collect()
+        want = {}
+        for line in LINES:
+            k, v = line.split(",")
+            want.setdefault(k, []).append(v)
+        check_eq(sorted(k for k, _ in groups), sorted(want), "keys")
+        check_eq(dict(groups), want, "values")
+
+
+def test_sort_by_is_one_sorted_stream(d):
+    """sort_by over partitions gives one sorted stream, by bytes or as
+    numbers, ascending or descending; sort_by_key sorts pairs by key."""
+    nums = [str((i * 7919) % 1000 - 500) for i in range(400)]
+    with _session(d) as s:
+        ds = s.parallelize(nums, partitions=4)
+        check_eq(ds.sort_by(partitions=3).collect(), sorted(nums), "bytes")
+        check_eq(ds.sort_by(numeric=True, partitions=3).collect(),
+                 sorted(nums, key=int), "numeric")
+        check_eq(ds.sort_by(numeric=True, descending=True).collect(),
+                 sorted(nums, key=int, reverse=True), "descending")
+        pairs = s.parallelize(LINES, partitions=3).key_by(
+            (",", 0), value=(",", 1)).sort_by_key().collect()
+        check_eq([k for k, _ in pairs], sorted(l.split(",")[0]
+                                               for l in LINES), "keys")
+        # Stable: equal keys keep their input order.
+        check_eq(pairs, sorted([tuple(l.split(",")) for l in LINES],
+                               key=lambda kv: kv[0]), "stable")
+
+
+def test_distinct_repartition_union(d):
+    """distinct, repartition and union as Python's set, list and +."""
+    with _session(d) as s:
+        ds = s.parallelize(WORDS, partitions=3)
+        got = ds.distinct(partitions=2).collect()
+        check_eq(sorted(got), sorted(set(WORDS)), "distinct")
+        check_eq(len(got), len(set(WORDS)), "each once")
+        kv = ds.key_by()
+        check_eq(sorted(kv.distinct().collect()),
+                 sorted({(w, w) for w in WORDS}), "distinct pairs")
+        r = ds.repartition(5)
+        check_eq(sorted(r.collect()), sorted(WORDS), "repartition")
+        with d.client() as c:
+            check_eq(c.request({"op": "execute", "plan": r.plan,
+                                "action": "count"})["partitions"], 5,
+                     "repartition's partitions")
+        other = s.range(0, 5, partitions=2)
+        check_eq(ds.union(other).collect(),
+                 WORDS + [str(i) for i in range(5)], "union")
+
+
+def test_join_as_python(d):
+    """join and left_outer_join give Python's nested-loop join."""
+    left = [("k%d" % (i % 6), "l%d" % i) for i in range(20)]
+    right = [("k%d" % (i % 4), "r%d" % i) for i in range(9)]
+
+    def pairs(s, rows, n):
+        return s.parallelize(["%s,%s" % r for r in rows],
+                             partitions=n).key_by((",", 0),
+                                                  value=(",", 1))
+    inner = sorted((k, (v, w)) for k, v in left for k2, w in right
+                   if k == k2)
+    keys = {k for k, _ in right}
+    outer = sorted(inner + [(k, (v, None)) for k, v in left
+                            if k not in keys])
+    with _session(d) as s:
+        a, b = pairs(s, left, 3), pairs(s, right, 2)
+        check_eq(sorted(a.join(b).collect()), inner, "inner")
+        check_eq(sorted(a.left_outer_join(b, partitions=4).collect()),
+                 outer, "left")
+
+
+def test_keyed_iterate_take_and_cli(d):
+    """Pairs stream through iterate (take counts a pair as one record)
+    and the CLI prints them as key<TAB>value."""
+    with _session(d) as s:
+        kv = s.parallelize(LINES, partitions=3).key_by(
+            (",", 0), value=(",", 1)).reduce_by_key("sum", partitions=2)
+        want = {k: str(v) for k, v in _sums(LINES).items()}
+        check_eq(dict(kv), want, "iterated")
+        check_eq(len(kv.take(3)), 3, "take(3)")
+        plan = d.path("plan.json")
+        write_file(plan, json.dumps(kv.plan))
+        r = run_cli(["run", plan], socket_path=d.socket)
+        check_eq(r.returncode, 0, "ember run (stderr %r)" % r.stderr)
+        lines = r.stdout.splitlines()
+        check_eq(dict(l.split("\t") for l in lines), want, "CLI lines")
+
+
+def test_pyspark_keyed_as_python(d):
+    """ember.pyspark's keyed methods give what plain Python (PySpark's
+    semantics) gives, keys and values of several types."""
+    import operator
+    from ember import pyspark
+    sc = pyspark.SparkContext(socket=d.socket)
+    try:
+        words = sc.parallelize(WORDS, 3)
+        counts = words.map(lambda w: (w, 1)).reduceByKey(operator.add, 2)
+        want = {}
+        for w in WORDS:
+            want[w] = want.get(w, 0) + 1
+        check_eq(dict(counts.collect()), want, "word count")
+        check_eq(counts.getNumPartitions(), 2, "partitions")
+        nums = sc.parallelize([(i % 5, i * 0.5) for i in range(40)], 4)
+        sums = {}
+        for i in range(40):
+            sums[i % 5] = sums.get(i % 5, 0) + i * 0.5
+        check_eq(dict(nums.reduceByKey(operator.add).collect()), sums,
+                 "int keys, float sums")
+        check_eq(dict(nums.reduceByKey(max).collect()),
+                 {k: max(i * 0.5 for i in range(40) if i % 5 == k)
+                  for k in range(5)}, "max")
+        groups = dict(nums.groupByKey().collect())
+        check_eq(groups, {k: [i * 0.5 for i in range(40) if i % 5 == k]
+                          for k in range(5)}, "groupByKey")
+        mixed = [(-3, "a"), (10, "b"), (2.5, "c"), (-0.5, "d"), (0, "e")]
+        check_eq(sc.parallelize(mixed, 2).sortByKey().collect(),
+                 sorted(mixed), "sortByKey of numbers")
+        check_eq(sc.parallelize(WORDS, 2).sortBy(lambda w: w,
+                                                 ascending=False)
+                 .collect(), sorted(WORDS, reverse=True), "sortBy")
+        a = sc.parallelize([(1, "x"), (2, "y"), (2, "z"), (3, None)], 2)
+        b = sc.parallelize([(2, ("t", 1)), (3, 4), (4, 5)], 2)
+        check_eq(sorted(a.join(b).collect(), key=repr),
+                 sorted([(2, ("y", ("t", 1))), (2, ("z", ("t", 1))),
+                         (3, (None, 4))], key=repr), "join")
+        check_eq(sorted(a.leftOuterJoin(b).collect(), key=repr),
+                 sorted([(1, ("x", None)), (2, ("y", ("t", 1))),
+                         (2, ("z", ("t", 1))), (3, (None, 4))], key=repr),
+                 "leftOuterJoin")
+        check_eq(sorted(sc.parallelize([1, 2, 2, (1,), (1,)], 2)
+                        .distinct().collect(), key=repr),
+                 sorted([1, 2, (1,)], key=repr), "distinct of objects")
+        check_eq(sorted(words.distinct().collect()), sorted(set(WORDS)),
+                 "distinct of text")
+        check_eq(sorted(nums.repartition(3).collect()), sorted(
+            (i % 5, i * 0.5) for i in range(40)), "repartition")
+        check_eq(a.keys().union(words).collect(),
+                 [1, 2, 2, 3] + WORDS, "union")
+        check_eq(sorted(counts.mapValues(lambda n: n * 10).values()
+                        .collect()), sorted(n * 10 for n in want.values()),
+                 "mapValues, values")
+    finally:
+        sc.stop()
+
+
 def _wire_of(data):
     """A Wire with data buffered and no socket behind it."""
     from ember import _wire

@@ -175,6 +175,8 @@ operation_stage_task_finished(struct operation *op, struct task *t)
 	op->stage_next = op->stage_done = 0;
 	if (operation_in_map_stage(op))
 		operation_stage_fill(op);
+	else if (ACTION_STREAMS(op->action))
+		operation_pump(op);	/* it starts the last stage's tasks */
 	else
 		operation_fill(op);
 }

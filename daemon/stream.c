@@ -215,6 +215,8 @@ operation_pump(struct operation *op)
 		if (operation_replay(op, out))
 			continue;
 		operation_fill(op);
+		if (operation_in_map_stage(op))
+			return;		/* its stages pump when done */
 		t = TAILQ_FIRST(&op->tasks);
 		if (t == NULL || t->partition != op->next_deliver)
 			fatalx("operation %s: partition %d has no task", op->id,

@@ -98,7 +98,7 @@ struct ember {
 	size_t			 end;		/* one past the last byte read */
 
 	struct ember_bytes	*values;	/* of the last group read */
-	size_t			 nvalues;	/* room in values */
+	size_t			 values_room;	/* its length */
 
 	char			*error;
 	char			*error_class;
@@ -502,9 +502,9 @@ static int
 ember_grow_values(struct ember *e, size_t n)
 {
 	struct ember_bytes	*nv;
-	size_t			 want = e->nvalues > 0 ? e->nvalues : 16;
+	size_t			 want = e->values_room > 0 ? e->values_room : 16;
 
-	if (n <= e->nvalues)
+	if (n <= e->values_room)
 		return (0);
 	while (want < n)
 		want *= 2;
@@ -512,7 +512,7 @@ ember_grow_values(struct ember *e, size_t n)
 		return (ember_break(e, "NO_MEMORY", "group of %zu values: %s",
 		    n, strerror(errno)));
 	e->values = nv;
-	e->nvalues = want;
+	e->values_room = want;
 	return (0);
 }
 
@@ -621,10 +621,10 @@ ember_next_once(struct ember *e, struct ember_item *it, int plain)
 			return (ember_read_plain(e, n, it));
 		if (n == EMBER_PAIR || n == EMBER_GROUP) {
 			if (plain)
-				return (ember_fail(e, "KEYED_RECORD", "partition "
-				    "%lld: a %s: read it with ember_next_item",
-				    (long long)e->partition, n == EMBER_PAIR ?
-				    "pair" : "group"));
+				return (ember_fail(e, "KEYED_RECORD",
+				    "partition %lld: a %s: read it with "
+				    "ember_next_item", (long long)e->partition,
+				    n == EMBER_PAIR ? "pair" : "group"));
 			return (ember_read_keyed(e, n, it));
 		}
 		e->start += 4;

@@ -19,9 +19,11 @@ def dumps(x):
 
 def loads(record):
     """A record dumps made, as it comes back into Python: str, its bytes
-    kept by surrogateescape."""
+    kept by surrogateescape (or bytes, as the client reads it)."""
     import pickle
-    return pickle.loads(record.encode("utf-8", "surrogateescape"))
+    if isinstance(record, str):
+        record = record.encode("utf-8", "surrogateescape")
+    return pickle.loads(record)
 
 
 def text(x):
@@ -119,47 +121,67 @@ def num_dec(b):
         return float(b)
 
 
-def pair_out(x):
-    """An element (k, v) as a pair."""
+# A pair leaves the Python ops as one record, key and value apart by a
+# tab, and a key_by op makes the pair of it: the key's bytes in hex (which
+# keeps their order), the value's in base64, or a number as its text.
+
+def pair_rec(x):
+    """An element (k, v) as the record of a pair."""
+    import base64
     k, v = x
-    return (enc(k), enc(v))
+    return enc(k).hex() + "\t" + base64.b64encode(enc(v)).decode("ascii")
 
 
-def num_pair_out(x):
-    """An element (k, v), v a number, as a pair for sum, min or max."""
+def num_pair_rec(x):
+    """An element (k, v), v a number, as the record of a pair for sum,
+    min or max."""
     k, v = x
-    return (enc(k), num_enc(v))
+    return enc(k).hex() + "\t" + num_enc(v)
 
 
-def keyed_out(fn, x):
-    """An element as a pair: fn(x) as its key, x as its value."""
-    return (enc(fn(x)), enc(x))
+def keyed_rec(fn, x):
+    """An element as the record of a pair: fn(x) its key, x its value."""
+    import base64
+    return enc(fn(x)).hex() + "\t" + base64.b64encode(enc(x)).decode(
+        "ascii")
+
+
+def key_in(h):
+    """A key of pair_rec's back as the object."""
+    if isinstance(h, bytes):
+        h = h.decode("ascii")
+    return dec(bytes.fromhex(h))
+
+
+def value_in(b):
+    """A value of pair_rec's back as the object; None stays None."""
+    import base64
+    return None if b is None else dec(base64.b64decode(b))
 
 
 def pair_in(x):
     """A pair back as (k, v)."""
     k, v = x
-    return (dec(k), dec(v))
+    return (key_in(k), value_in(v))
 
 
 def num_pair_in(x):
     """A pair of reduceByKey back as (k, number)."""
     k, v = x
-    return (dec(k), num_dec(v))
+    return (key_in(k), num_dec(v))
 
 
 def group_in(x):
     """A group back as (k, [values])."""
     k, vs = x
-    return (dec(k), [dec(v) for v in vs])
+    return (key_in(k), [value_in(v) for v in vs])
 
 
 def join_in(x):
     """A join's group [v, w] back as (k, (v, w)); w None where the other
     side had no such key (leftOuterJoin)."""
-    k, vs = x
-    v, w = vs
-    return (dec(k), (dec(v), dec(w)))
+    k, (v, w) = x
+    return (key_in(k), (value_in(v), value_in(w)))
 
 
 def key_of(x):

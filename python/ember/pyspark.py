@@ -70,13 +70,29 @@ class RDD:
     """
 
     def __init__(self, ctx: SparkContext, ds: Dataset, objects: bool,
-                 partitions: Optional[int] = None):
+                 partitions: Optional[int] = None,
+                 back: Optional[Callable[[Any], Any]] = None):
         self.ctx = ctx
-        self._ds = ds
-        self._objects = objects
+        self._raw = ds
+        # After a shuffle: what makes an element of each of its records
+        # (a pair, a group), as they come here or into a Python op.
+        self._back = back
+        self._objects = objects or back is not None
         # After a shuffle, its partition count (the plan's is the
         # source's split).
         self._partitions = partitions
+
+    @property
+    def _ds(self) -> Dataset:
+        """The dataset whose records are the elements."""
+        if self._back is None:
+            return self._raw
+        return self._raw.map(self._back, deterministic=True)
+
+    @_ds.setter
+    def _ds(self, ds: Dataset) -> None:
+        self._raw = ds
+        self._back = None
 
     def __repr__(self) -> str:
         return "<ember.pyspark.RDD %r>" % (self._ds.plan,)
@@ -135,19 +151,25 @@ class RDD:
                                      deterministic=True))
 
     # Keyed methods: ember's shuffle (docs/python.md, "Keyed data").
-    # Keys and values cross it as bytes (_pyref.enc: a str as its UTF-8, a
-    # number so that it sorts as a number, any other object pickled) and
-    # come back as the objects they were.
+    # Each element leaves the Python ops as one record, its key and value
+    # as bytes (_pyref.enc: a str as its UTF-8, a number so that it sorts
+    # as a number, any other object pickled) apart by a tab, and key_by
+    # makes it a pair.  What the shuffle gives becomes elements again
+    # here for an action, or in the workers before a function.
 
     def _map(self, f: Callable[[Any], Any]) -> Dataset:
         return self._ds.map(f, deterministic=True)
 
+    def _pairs(self, f: Callable[[Any], Any]) -> Dataset:
+        """The pairs of the records f makes of the elements."""
+        return self._map(f).key_by(("\t", 0), value=("\t", 1))
+
     def _shuffled(self, ds: Dataset, back: Callable[[Any], Any],
                   partitions: Optional[int]) -> RDD:
-        """The RDD of a shuffle's output, each record made an object by
+        """The RDD of a shuffle's output, each record made an element by
         back."""
-        return RDD(self.ctx, ds.map(back, deterministic=True), True,
-                   partitions or self.getNumPartitions())
+        return RDD(self.ctx, ds, True, partitions or
+                   self.getNumPartitions(), back)
 
     def reduceByKey(self, func: Callable[[Any, Any], Any],
                     numPartitions: Optional[int] = None,
@@ -162,14 +184,14 @@ class RDD:
                 "and max (of numbers) run in ember's shuffle; a Python "
                 "function is not supported yet (groupByKey, then "
                 "mapValues, does it)" % (func,))
-        ds = self._map(_pyref.num_pair_out).reduce_by_key(
+        ds = self._pairs(_pyref.num_pair_rec).reduce_by_key(
             fn, partitions=numPartitions)
         return self._shuffled(ds, _pyref.num_pair_in, numPartitions)
 
     def groupByKey(self, numPartitions: Optional[int] = None,
                    partitionFunc: Any = None) -> RDD:
         """(k, [values]): the values as a list, in input order."""
-        ds = self._map(_pyref.pair_out).group_by_key(
+        ds = self._pairs(_pyref.pair_rec).group_by_key(
             partitions=numPartitions)
         return self._shuffled(ds, _pyref.group_in, numPartitions)
 
@@ -178,10 +200,10 @@ class RDD:
         """Sorted by keyfunc's keys: str keys as Python orders them,
         numbers as numbers (ints past 2**53 by their nearest float);
         other keys group together, in an order of their own."""
-        ds = self._map(functools.partial(_pyref.keyed_out, keyfunc))
+        ds = self._pairs(functools.partial(_pyref.keyed_rec, keyfunc))
         ds = ds.sort_by(descending=not ascending,
                         partitions=numPartitions).values()
-        return self._shuffled(ds, _pyref.dec, numPartitions)
+        return self._shuffled(ds, _pyref.value_in, numPartitions)
 
     def sortByKey(self, ascending: bool = True,
                   numPartitions: Optional[int] = None,
@@ -191,8 +213,8 @@ class RDD:
 
     def _join(self, other: RDD, how: str,
               numPartitions: Optional[int]) -> RDD:
-        ds = self._map(_pyref.pair_out).join(
-            other._map(_pyref.pair_out), how, partitions=numPartitions)
+        ds = self._pairs(_pyref.pair_rec).join(
+            other._pairs(_pyref.pair_rec), how, partitions=numPartitions)
         return self._shuffled(ds, _pyref.join_in, numPartitions or max(
             self.getNumPartitions(), other.getNumPartitions()))
 
@@ -227,17 +249,22 @@ class RDD:
     # Actions.
 
     def collect(self) -> List[Any]:
+        if self._back is not None:
+            return [self._back(r) for r in self._raw.collect(decode=False)]
         return list(self._records(self._out().collect(
             decode=self._decode())))
 
     def count(self) -> int:
-        if not self._objects:
-            return self._ds.count()
+        if not self._objects or self._back is not None:
+            return self._raw.count()
         # Counted in Python: the elements need not be records.
         return sum(int(cast(str, n)) for n in self._ds.map_partitions(
             _pyref.count).collect())
 
     def take(self, num: int) -> List[Any]:
+        if self._back is not None:
+            return [self._back(r) for r in self._raw.take(num,
+                                                          decode=False)]
         return list(self._records(self._out().take(
             num, decode=self._decode())))
 
@@ -260,6 +287,9 @@ class RDD:
 
     def toLocalIterator(self, prefetchPartitions: bool = False
                         ) -> Iterator[Any]:
+        if self._back is not None:
+            return map(self._back, self._raw.to_local_iterator(
+                1 if prefetchPartitions else 0, decode=False))
         return self._records(self._out().to_local_iterator(
             1 if prefetchPartitions else 0, decode=self._decode()))
 
@@ -298,7 +328,7 @@ class RDD:
     def getNumPartitions(self) -> int:
         if self._partitions is not None:
             return self._partitions
-        return self._ds.plan["partitions"]
+        return self._raw.plan["partitions"]
 
 
 class SparkContext:

@@ -580,6 +580,49 @@ def test_pyspark_keyed_as_python(d):
         sc.stop()
 
 
+@no_daemon
+def test_pyspark_actions_read_shuffled_pairs_here(_):
+    """An action right after a shuffle makes its elements of the pairs
+    and groups here, from their bytes: keys in hex, values in base64 (or
+    a number's text), as ember.pyspark's Python ops wrote them."""
+    import base64
+    import operator
+    from ember import _pyref, pyspark
+
+    def key(x):
+        return _pyref.enc(x).hex().encode()
+
+    def val(x):
+        return base64.b64encode(_pyref.enc(x))
+    stream = [pair(key("a"), b"3") + pair(key(7), b"2.5"),
+              pair(key((1, "t")), b"-4")]
+    with ScriptedEmberd(stream) as peer:
+        sc = pyspark.SparkContext(socket=peer.path)
+        try:
+            counts = sc.parallelize([("a", 1)], 2).reduceByKey(operator.add)
+            want = [("a", 3), (7, 2.5), ((1, "t"), -4)]
+            check_eq(counts.collect(), want, "collect")
+            check_eq(counts.take(2), want[:2], "take")
+            check_eq(list(counts.toLocalIterator()), want, "iterator")
+            check_eq(counts.getNumPartitions(), 2, "partitions")
+            ops = [next(iter(op)) for op in counts._raw.plan["ops"]]
+            check_eq(ops, ["python", "python", "key_by", "reduce_by_key"],
+                     "no Python op after the shuffle")
+        finally:
+            sc.stop()
+    stream = [group(key("k"), [val(None), val({"x": 1})]) +
+              group(key(2), [val("w"), None])]
+    with ScriptedEmberd(stream) as peer:
+        sc = pyspark.SparkContext(socket=peer.path)
+        try:
+            rdd = sc.parallelize([("a", 1)], 2)
+            check_eq(rdd.leftOuterJoin(rdd).collect(),
+                     [("k", (None, {"x": 1})), (2, ("w", None))],
+                     "leftOuterJoin")
+        finally:
+            sc.stop()
+
+
 def _wire_of(data):
     """A Wire with data buffered and no socket behind it."""
     from ember import _wire

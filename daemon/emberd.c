@@ -422,6 +422,7 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 	}
 	operation_maintenance_start();
 	checkpoint_init();
+	shuffle_clean_stale();
 	savelog_open();
 	/* Last: the start's own lookups wait, before the loop runs. */
 	userdb_start();

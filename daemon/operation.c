@@ -27,6 +27,7 @@
 #include "xmalloc.h"
 
 #include "operation_private.h"
+#include "stage.h"
 
 /* Without options.prefetch, iterate computes ahead one partition per
  * worker, fewer when what they would hold in emberd passes this. */
@@ -835,6 +836,12 @@ operation_status(uid_t uid)
 		what = plan_describe(op->plan);
 		json_object_set_new(o, "what", json_string(what));
 		free(what);
+		if (op->nstages > 0)
+			json_object_set_new(o, "stages", json_pack(
+			    "{s:i,s:i,s:i,s:i,s:I}", "count", op->nstages,
+			    "running", op->stage, "done", op->stage_done,
+			    "tasks", op->stages[op->stage].partitions,
+			    "shuffle_bytes", (json_int_t)op->shuffle_bytes));
 		if (op->conn == NULL && op->reattachable)
 			json_object_set_new(o, "detached_ms",
 			    json_integer((json_int_t)(now - op->detached_ms)));

@@ -138,5 +138,13 @@ struct operation *operation_materialize(struct session *,
 /* Called by task.c as a task of op ends. */
 void		 operation_task_finished(struct operation *, struct task *);
 void		 operation_task_failed(struct operation *, struct task *);
+/* A task failed saying a shuffle file it read was lost (cause starts
+ * "SHUFFLE_LOST stage K map M: "): 1 if the operation runs that map task
+ * again and then t (which the caller parks), 0 if t simply fails. */
+int		 operation_input_lost(struct operation *, struct task *,
+		     const char *cause);
+/* At start: have each uid's shuffle files of an earlier run removed, as
+ * the user. */
+void		 shuffle_clean_stale(void);
 
 #endif

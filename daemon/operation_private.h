@@ -114,6 +114,7 @@ struct operation {
 	int			 stage_done;	/* its tasks ended */
 	int			 map_live;
 	int64_t			 shuffle_bytes;	/* charged to the uid */
+	int			 reruns;	/* of map tasks, for lost files */
 	char			*out_op_text;
 	TAILQ_HEAD(, task)	 map_tasks;
 

@@ -10,8 +10,10 @@
 #include <sys/types.h>
 #include <sys/stat.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -30,7 +32,11 @@
 #include "session.h"
 #include "stage.h"
 #include "task.h"
+#include "userdb.h"
 #include "xmalloc.h"
+
+/* The most map tasks an operation runs again for lost shuffle files. */
+#define OPERATION_MAX_RERUNS	64
 
 /* LOCALDIR/shuffle, emberd's own, opened on first use. */
 static int	 shuffle_base = -1;
@@ -151,12 +157,79 @@ operation_stage_retire(struct operation *op, struct task *t)
 	task_free(t);
 }
 
+/* Queue again the tasks that waited for a lost shuffle file, once no
+ * map task runs again for one. */
+static void
+operation_stage_resume(struct operation *op)
+{
+	struct task	*t;
+
+	TAILQ_FOREACH(t, &op->map_tasks, op_entry) {
+		if (t->rerun)
+			return;
+	}
+	TAILQ_FOREACH(t, &op->map_tasks, op_entry) {
+		if (t->waiting_input) {
+			t->waiting_input = 0;
+			scheduler_submit(t);
+		}
+	}
+	TAILQ_FOREACH(t, &op->tasks, op_entry) {
+		if (t->waiting_input) {
+			t->waiting_input = 0;
+			if (!ACTION_STREAMS(op->action))
+				scheduler_submit(t);
+		}
+	}
+	if (ACTION_STREAMS(op->action))
+		operation_pump(op);	/* it queues its parked head */
+}
+
+int
+operation_input_lost(struct operation *op, struct task *t, const char *cause)
+{
+	struct task	*m;
+	int		 stage, map, n = 0;
+
+	if (op->nstages == 0 || op->failing ||
+	    sscanf(cause, "SHUFFLE_LOST stage %d map %d: %n", &stage, &map,
+	    &n) != 2 || n == 0 || stage < 0 || stage >= t->stage ||
+	    map < 0 || map >= op->stages[stage].partitions ||
+	    op->reruns >= OPERATION_MAX_RERUNS)
+		return (0);
+	TAILQ_FOREACH(m, &op->map_tasks, op_entry) {
+		if (m->rerun && m->stage == stage && m->partition == map) {
+			log_info("operation %s: stage %d: partition %d: %s; "
+			    "waiting for map task %d of stage %d", op->id,
+			    t->stage, t->partition, cause, map, stage);
+			return (1);	/* it runs again already */
+		}
+	}
+	log_warn("operation %s: stage %d: partition %d: %s; running map "
+	    "task %d of stage %d again", op->id, t->stage, t->partition,
+	    cause, map, stage);
+	op->reruns++;
+	m = task_create(op, map, 1);
+	m->stage = stage;
+	m->rerun = 1;
+	TAILQ_INSERT_TAIL(&op->map_tasks, m, op_entry);
+	op->map_live++;
+	scheduler_submit(m);
+	return (1);
+}
+
 void
 operation_stage_task_finished(struct operation *op, struct task *t)
 {
 	int64_t	 bytes = t->metrics[EMBER_METRIC_BYTES_OUT];
 	char	*err = NULL;
 
+	if (t->rerun) {
+		/* Its file replaced the lost one, whose bytes are counted. */
+		operation_stage_retire(op, t);
+		operation_stage_resume(op);
+		return;
+	}
 	operation_stage_retire(op, t);
 	if (limit_charge(op->uid, LIMIT_SHUFFLE_BYTES, bytes, &err) == -1) {
 		operation_abort(op, "LIMIT_EXCEEDED", err);
@@ -275,4 +348,85 @@ operation_stages_free(struct operation *op)
 	op->stages = NULL;
 	op->nstages = 0;
 	free(op->out_op_text);
+}
+
+/* A start's clean of a uid's directory is done, or could not be. */
+static void
+shuffle_cleaned_cb(json_t *reply, int *fds, size_t nfds, const char *class,
+    const char *error, void *arg)
+{
+	char	*path = arg;
+
+	(void)reply;
+	while (nfds > 0)
+		close(fds[--nfds]);
+	if (class != NULL)
+		log_warn("%s: removing what an earlier run left: %s", path,
+		    error);
+	free(path);
+}
+
+/* Have the user empty one uid's directory: its files are of operations
+ * of an earlier run, which no longer exist. */
+static void
+shuffle_clean_uid(uid_t uid)
+{
+	const struct userdb_user	*pw = userdb_uid_now(uid);
+	const char			*class;
+	char				*err = NULL, *path, name[24];
+	json_t				*args;
+	int				 fd;
+
+	snprintf(name, sizeof name, "%ld", (long)uid);
+	if ((fd = openat(shuffle_base, name, O_RDONLY | O_DIRECTORY |
+	    O_NOFOLLOW | O_CLOEXEC | O_NOCTTY)) == -1)
+		return;
+	xasprintf(&path, "%s/%s", shuffle_base_path, name);
+	/* The user's helper lists and removes, never emberd: everything
+	 * made before now goes. */
+	args = json_pack("{s:s,s:[],s:I,s:b,s:I,s:I}", "dir", path, "keep",
+	    "before_ms", (json_int_t)checkpoint_now_ms(), "complete", 0, "max",
+	    (json_int_t)0, "max_manifest", (json_int_t)CKPT_MAX_MANIFEST);
+	if (helper_run_background(uid, pw != NULL ? pw->gid : (gid_t)uid,
+	    "checkpoint_clean", args, fd, shuffle_cleaned_cb, path, &class,
+	    &err) == NULL) {
+		log_warn("%s: removing what an earlier run left: %s", path,
+		    err);
+		free(err);
+		free(path);
+	}
+	json_decref(args);
+	close(fd);
+}
+
+void
+shuffle_clean_stale(void)
+{
+	struct dirent	*e;
+	struct stat	 st;
+	char		*end, *err = NULL;
+	long		 uid;
+	DIR		*d;
+	int		 fd;
+
+	if (shuffle_open_base(&err) == -1) {
+		log_warn("shuffle: %s", err);
+		free(err);
+		return;
+	}
+	if ((fd = dup(shuffle_base)) == -1 || (d = fdopendir(fd)) == NULL) {
+		if (fd != -1)
+			close(fd);
+		return;
+	}
+	while ((e = readdir(d)) != NULL) {
+		errno = 0;
+		uid = strtol(e->d_name, &end, 10);
+		if (*end != '\0' || end == e->d_name || uid < 0 || errno != 0)
+			continue;
+		if (fstatat(shuffle_base, e->d_name, &st,
+		    AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+			shuffle_clean_uid((uid_t)uid);
+	}
+	closedir(d);
 }

@@ -32,7 +32,7 @@ static const struct view_field operation_fields[] = {
 	F("bytes_sent", VIEW_ANY), F("spooled_bytes", VIEW_ANY),
 	F("parked", VIEW_ANY), F("what", VIEW_ANY), F("detached_ms", VIEW_ANY),
 	F("sent", VIEW_ANY), F("buffered_from", VIEW_ANY),
-	F("buffered_bytes", VIEW_ANY), END
+	F("buffered_bytes", VIEW_ANY), F("stages", VIEW_ANY), END
 };
 static const struct view_kind operation_kind = { VIEW_SESSION,
     VIEW_OPERATIONS, operation_fields };

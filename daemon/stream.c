@@ -254,8 +254,10 @@ operation_pump(struct operation *op)
 			task_kick(t);
 			return;
 		case TASK_PARKED:
-			/* Computed again once the client has room for it. */
-			if (!connection_output_full(op->conn))
+			/* Computed again once the client has room for it
+			 * (and its input is there again). */
+			if (!t->waiting_input &&
+			    !connection_output_full(op->conn))
 				scheduler_submit(t);
 			return;
 		case TASK_NEW:

@@ -137,6 +137,17 @@ void
 task_fail(struct task *t, pid_t pid, const char *cause)
 {
 	task_expect(t, "fail", TASK_IN(TASK_QUEUED) | TASK_IN(TASK_ASSIGNED));
+	if (t->state == TASK_ASSIGNED && operation_input_lost(t->op, t,
+	    cause)) {
+		/* As a parked task: what was relayed is not sent again. */
+		t->state = TASK_PARKED;
+		t->worker = NULL;
+		t->waiting_input = 1;
+		t->skip += t->records - t->parked_records;
+		t->parked_records = t->records;
+		ember_counters.tasks_retried++;
+		return;
+	}
 	t->state = TASK_FAILED;
 	t->worker = NULL;
 	if (pid > 0)

@@ -13,6 +13,10 @@
  *	ASSIGNED -> DONE	task_finish: it ended cleanly
  *	ASSIGNED -> QUEUED	task_lose: its worker was lost; it runs
  *				again, skipping what was relayed
+ *	ASSIGNED -> PARKED	task_fail: a shuffle file it read was lost;
+ *				its operation runs the map task that wrote
+ *				it again, then queues this one (waiting_input
+ *				until then)
  *	QUEUED, ASSIGNED -> FAILED
  *				task_fail: it ended with an error, or could
  *				not be given to a worker
@@ -62,6 +66,10 @@ struct task {
 	int			 retries;	/* runs again after a lost worker */
 	int			 merged;	/* a partial result of it was
 						   merged: it cannot run again */
+	int			 waiting_input;	/* parked until a lost shuffle
+						   file is written again */
+	int			 rerun;		/* a map task run again for a
+						   lost shuffle file */
 	int64_t			 metrics[EMBER_METRIC_COUNT];
 	char			*error;		/* TASK_FAILED */
 	uint64_t		 queued_ms;

@@ -226,7 +226,7 @@ serve_plan(struct server *w, json_t *j, const char *operation,
 	free(w->operation);
 	w->plan = NULL;
 	w->operation = NULL;
-	if (plan_parse(j, out, err) == -1)
+	if (plan_parse_stage(j, out, err) == -1)
 		return (-1);
 	w->plan = *out;
 	w->operation = xstrdup(operation);

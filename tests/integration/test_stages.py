@@ -5,6 +5,8 @@ whatever ends it; their bytes count against daemon.max_shuffle_per_uid;
 a map stage's failure reaches the client."""
 
 import os
+import re
+import signal
 import stat
 
 from harness import *
@@ -63,10 +65,63 @@ def test_a_map_stage_failure_reaches_the_client(d):
                     "value": {"field": {"sep": ",", "index": 1}}}},
         {"reduce_by_key": {"fn": "sum"}},
         {"sort_by": {}}])
-    r = d.client().execute(plan, "collect")
-    msg = check_error(r, "TASK_FAILED")
-    check("not a number" in msg, "message: %r" % msg)
+    r = d.client().execute(plan, "count")
+    msg = check_error(r, "TASK_FAILED", "stage 0", "not a number")
     check(d.alive(), "emberd died")
+
+
+def test_a_restart_removes_what_a_crash_left(d):
+    # A stream whose map stage is done holds its shuffle files; emberd
+    # is killed with it.
+    c = d.client()
+    c.execute_ok(keyed_plan(20000, 4, ops=[{"sort_by": {}}]), "iterate")
+    c.write_int(1)
+    check_eq(c.read_int(), 1, "a partition follows")
+    top = shuffle_dir(d)
+    check(os.listdir(top) != [], "no shuffle files while the stream runs")
+    d.signal(signal.SIGKILL)
+    d.wait()
+    d.kill_leftovers()
+    check(os.listdir(top) != [], "the crash left no files to test with")
+    d.start()
+    check(wait_until(lambda: os.listdir(top) == [], 15),
+          "a restart left %r" % os.listdir(top))
+
+
+def test_a_lost_shuffle_file_reruns_only_its_map_task(d):
+    words = ["%05d" % ((i * 7919) % 20000) for i in range(20000)]
+    c = d.client()
+    reply = c.execute_ok(records_plan(words, 4, ops=[{"key_by": {}},
+                                                    {"sort_by": {}},
+                                                    {"map": "key"}]),
+                         "iterate", {"prefetch": 0})
+    op = reply["operation"]
+    c.write_int(1)
+    check_eq(c.read_int(), 1, "partition 0 follows")
+    got = []
+    while True:
+        n = c.read_int()
+        if n == -1:
+            break
+        got.append(c.recv_exact(n))
+    lost = os.path.join(shuffle_dir(d), op, "s0-m2.data")
+    check(os.path.exists(lost), "no %s" % lost)
+    os.unlink(lost)
+    for p in range(1, 4):
+        c.write_int(1)
+        check_eq(c.read_int(), 1, "partition %d follows" % p)
+        while True:
+            n = c.read_int()
+            if n == -1:
+                break
+            got.append(c.recv_exact(n))
+    c.write_int(1)
+    check_eq(c.read_int(), 0, "the end")
+    check_eq(got, sorted(w.encode() for w in words), "sorted records")
+    log = d.log_text()
+    reruns = re.findall(r"running map task (\d+) of stage (\d+) again", log)
+    check_eq(reruns, [("2", "0")], "map tasks run again")
+    check(os.path.exists(lost), "the lost file was not written again")
 
 
 @with_daemon(sets=["daemon.max_shuffle_per_uid=1k"])
@@ -88,12 +143,12 @@ def test_kinds_refused_before_any_task(d):
 
 
 @needs_users
+@with_daemon(sets=["daemon.socket_mode=0666"])
 def test_another_user_cannot_see_or_plant_shuffle_files(d):
     a_uid, _, _ = USERS["a"]
 
     def run_a(ctl):
-        from harness import Client
-        with Client(d.socket) as c:
+        with d.client() as c:
             return c.count(keyed_plan(ops=[{"group_by_key": {}}]))
 
     a = AsUser(USERS["a"], run_a)

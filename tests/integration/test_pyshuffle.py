@@ -513,7 +513,7 @@ def test_keyed_iterate_take_and_cli(d):
         kv = s.parallelize(LINES, partitions=3).key_by(
             (",", 0), value=(",", 1)).reduce_by_key("sum", partitions=2)
         want = {k: str(v) for k, v in _sums(LINES).items()}
-        check_eq(dict(kv), want, "iterated")
+        check_eq(dict(kv.to_local_iterator()), want, "iterated")
         check_eq(len(kv.take(3)), 3, "take(3)")
         plan = d.path("plan.json")
         write_file(plan, json.dumps(kv.plan))
@@ -521,6 +521,36 @@ def test_keyed_iterate_take_and_cli(d):
         check_eq(r.returncode, 0, "ember run (stderr %r)" % r.stderr)
         lines = r.stdout.splitlines()
         check_eq(dict(l.split("\t") for l in lines), want, "CLI lines")
+
+
+def test_keyed_limit_counts_pairs(d):
+    """options.limit counts a pair or a group as one record: take(n) of
+    pairs gives n of them, mid-partition and mid-batch."""
+    want = [(str(i), str(i)) for i in range(200)]
+    with _session(d) as s:
+        kv = s.range(200, partitions=2).key_by()
+        for n in (1, 3, 150):
+            check_eq(kv.take(n), want[:n], "take(%d)" % n)
+        groups = kv.group_by_key(partitions=1).sort_by_key(numeric=True)
+        check_eq(groups.take(3), [(str(i), [str(i)]) for i in range(3)],
+                 "take(3) of groups")
+
+
+def test_keyed_stream_reattaches(d):
+    """A proxy cuts every connection after 100 kB of a stream of pairs:
+    the iterator reattaches right after the last pair it yielded, and
+    each pair comes once, whole, in order."""
+    from proxy import CuttingProxy
+    proxy = CuttingProxy(d.socket, d.path("proxy.sock"), 100000)
+    try:
+        with ember.connect(proxy.path) as s:
+            got = list(s.range(300000, partitions=3).key_by())
+            check_eq(len(got), 300000, "pairs through the cuts")
+            check(got == [(str(i), str(i)) for i in range(300000)],
+                  "pairs in order")
+        check(proxy.cuts > 0, "no cut")
+    finally:
+        proxy.close()
 
 
 def test_pyspark_keyed_as_python(d):

@@ -302,11 +302,23 @@ class Wire:
                 pos = start
                 break
             elif n == PAIR or n == GROUP:
-                record, stop = self._keyed(buf, pos, end, n)
+                record: RawRecord = None
+                if n == PAIR and start + 8 <= end:
+                    # The common one inline: a pair whose value is not
+                    # null, whole in buf.
+                    kn = unpack(buf, start)[0]
+                    vs = start + 8 + kn
+                    if 0 <= kn <= max_frame and vs <= end:
+                        vn = unpack(buf, vs - 4)[0]
+                        if 0 <= vn <= max_frame and vs + vn <= end:
+                            record = (buf[start + 4:vs - 4], buf[vs:vs + vn])
+                            stop = vs + vn - pos
                 if record is None:
-                    break
+                    record, stop = self._keyed(buf, pos, end, n)
+                    if record is None:
+                        break
                 append(record)
-                pos = pos + stop
+                pos += stop
             else:
                 raise self._protocol("unexpected length %d in a partition"
                                      % n)

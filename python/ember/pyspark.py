@@ -44,7 +44,7 @@ _KNOWN_FNS: Dict[Any, str] = {operator.add: "sum", min: "min", max: "max"}
 # PySpark's RDD methods that ember does not have.
 _MISSING = frozenset("""
 aggregate aggregateByKey barrier cache cartesian coalesce cogroup collectAsMap
-collectWithJobGroup combineByKey countApprox countApproxDistinct countByKey
+collectWithJobGroup combineByKey countApprox countApproxDistinct
 flatMapValues foldByKey foreachPartition fullOuterJoin
 getCheckpointFile getResourceProfile getStorageLevel glom groupBy
 groupWith histogram intersection isCheckpointed isEmpty isLocallyCheckpointed
@@ -303,6 +303,9 @@ class RDD:
             for k, n in pickle.loads(cast(bytes, r)).items():
                 out[k] += n
         return out
+
+    def countByKey(self) -> Dict[Any, int]:
+        return self.keys().countByValue()
 
     def saveAsTextFile(self, path: str,
                        compressionCodecClass: Optional[str] = None) -> None:

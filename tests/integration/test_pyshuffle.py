@@ -363,7 +363,8 @@ def test_pyspark_keyed_methods_exist(_):
             rdd = sc.parallelize([("a", 1), ("b", 2)], 2)
             for name in ("reduceByKey", "groupByKey", "sortBy", "sortByKey",
                          "join", "leftOuterJoin", "distinct", "repartition",
-                         "union", "keys", "values", "mapValues", "keyBy"):
+                         "union", "keys", "values", "mapValues", "keyBy",
+                         "countByKey"):
                 check(callable(getattr(rdd, name)), name)
             ops = rdd.reduceByKey(operator.add, 3)._ds.plan["ops"]
             check_eq(ops[-2], {"reduce_by_key": {"fn": "sum",
@@ -604,6 +605,8 @@ def test_pyspark_keyed_as_python(d):
             (i % 5, i * 0.5) for i in range(40)), "repartition")
         check_eq(a.keys().union(words).collect(),
                  [1, 2, 2, 3] + WORDS, "union")
+        check_eq(dict(nums.countByKey()), {k: 8 for k in range(5)},
+                 "countByKey")
         check_eq(sorted(counts.mapValues(lambda n: n * 10).values()
                         .collect()), sorted(n * 10 for n in want.values()),
                  "mapValues, values")

@@ -7,6 +7,7 @@
 
 #include "frame.h"
 #include "log.h"
+#include "protocol.h"
 
 int
 fd_read_full(int fd, void *buf, size_t len)
@@ -111,21 +112,68 @@ frame_peek(struct evbuffer *buf, size_t max, int32_t *len)
 	return (FRAME_OK);
 }
 
-int
-frame_skip_records(struct evbuffer *buf, int64_t n, size_t *bytes)
+/* Read the int32 at off in buf: 0, or -1 if it is not all there. */
+static int
+frame_int32_at(struct evbuffer *buf, size_t off, int32_t *v)
 {
 	struct evbuffer_ptr	 p;
 	unsigned char		 hdr[4];
-	size_t			 off = 0;
-	int32_t			 len;
+
+	if (evbuffer_ptr_set(buf, &p, off, EVBUFFER_PTR_SET) == -1 ||
+	    evbuffer_copyout_from(buf, &p, hdr, sizeof hdr) !=
+	    (ev_ssize_t)sizeof hdr)
+		return (-1);
+	*v = be32_get(hdr);
+	return (0);
+}
+
+/* Skip the frame at *off (a header alone for NULL). */
+static int
+frame_skip_one(struct evbuffer *buf, size_t *off)
+{
+	int32_t	len;
+
+	if (frame_int32_at(buf, *off, &len) == -1)
+		return (-1);
+	*off += 4 + (len > 0 ? (size_t)len : 0);
+	return (0);
+}
+
+/* Skip a pair's or group's frames after its marker: the key, then one
+ * value or a count of them (the batch was checked: it is not negative). */
+static int
+frame_skip_keyed(struct evbuffer *buf, size_t *off, int32_t marker)
+{
+	int32_t	values = 1;
+
+	if (frame_skip_one(buf, off) == -1)
+		return (-1);
+	if (marker == EMBER_GROUP) {
+		if (frame_int32_at(buf, *off, &values) == -1)
+			return (-1);
+		*off += 4;
+	}
+	while (values-- > 0)
+		if (frame_skip_one(buf, off) == -1)
+			return (-1);
+	return (0);
+}
+
+int
+frame_skip_records(struct evbuffer *buf, int64_t n, size_t *bytes)
+{
+	size_t	off = 0;
+	int32_t	len;
 
 	while (n-- > 0) {
-		if (evbuffer_ptr_set(buf, &p, off, EVBUFFER_PTR_SET) == -1 ||
-		    evbuffer_copyout_from(buf, &p, hdr, sizeof hdr) !=
-		    (ev_ssize_t)sizeof hdr)
+		if (frame_int32_at(buf, off, &len) == -1)
 			return (-1);
-		len = be32_get(hdr);
-		off += sizeof hdr + (len > 0 ? (size_t)len : 0);
+		off += 4;
+		if (len > 0)
+			off += (size_t)len;
+		else if ((len == EMBER_PAIR || len == EMBER_GROUP) &&
+		    frame_skip_keyed(buf, &off, len) == -1)
+			return (-1);
 	}
 	*bytes = off;
 	return (0);

@@ -64,9 +64,10 @@ enum frame_status {
  */
 enum frame_status frame_peek(struct evbuffer *, size_t max, int32_t *len);
 /*
- * The bytes of the first n record frames of buf (a NULL record, -5, is a
- * header alone): 0 with *bytes, or -1 if buf holds fewer.  For a batch
- * checked as it arrived (worker.c), where a short one is emberd's bug.
+ * The bytes of the first n records of buf (a NULL record, -5, is a header
+ * alone; a pair or group, -7 or -8, its marker and frames): 0 with *bytes,
+ * or -1 if buf holds fewer.  For a batch checked as it arrived
+ * (worker.c), where a short one is emberd's bug.
  */
 int	frame_skip_records(struct evbuffer *, int64_t n, size_t *bytes);
 

@@ -26,6 +26,12 @@
 /* emberd -> worker only, a frame length with no payload: stop the task
  * that runs when it is read (ignored between tasks). */
 #define EMBER_STOP_TASK			(-7)
+/* In a record batch and the result stream, where a record's frame would
+ * start: a pair (key frame, value frame; the key never null) or a group
+ * (key frame, int32 n, n value frames).  Each is one record.  A plan
+ * without keyed ops never gives them. */
+#define EMBER_PAIR			(-7)
+#define EMBER_GROUP			(-8)
 
 /* Result stream responses, emberd -> client (section 2.2). */
 #define EMBER_STREAM_DONE		0

@@ -180,12 +180,12 @@ taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
 	if (t->shuffle_dir != NULL) {
 		evbuffer_add(d, ",\"shuffle\":{\"dir\":", 18);
 		taskdesc_add_string(d, t->shuffle_dir);
-		evbuffer_add_printf(d, ",\"fd\":%s", t->shuffle_dir_passed ?
-		    "true" : "false");
+		evbuffer_add_printf(d, ",\"fd\":%s,\"memory\":%lld",
+		    t->shuffle_dir_passed ? "true" : "false",
+		    (long long)t->shuffle_memory);
 		if (t->mode == MODE_SHUFFLE)
 			evbuffer_add_printf(d, ",\"stage\":%d,\"buckets\":%d,"
-			    "\"memory\":%lld,\"op\":%s", t->shuffle_stage,
-			    t->shuffle_buckets, (long long)t->shuffle_memory,
+			    "\"op\":%s", t->shuffle_stage, t->shuffle_buckets,
 			    t->shuffle_op_text);
 		evbuffer_add(d, "}", 1);
 	}
@@ -273,7 +273,8 @@ taskdesc_decode_shuffle(json_t *root, struct taskdesc *t, char **err)
 	    &t->shuffle_dir_passed, err) == -1 ||
 	    jread_int(sh, "shuffle", "stage", map, &stage, err) == -1 ||
 	    jread_int(sh, "shuffle", "buckets", map, &buckets, err) == -1 ||
-	    jread_int(sh, "shuffle", "memory", map, &memory, err) == -1 ||
+	    jread_int(sh, "shuffle", "memory", JREAD_REQUIRED, &memory,
+	    err) == -1 ||
 	    jread_object(sh, "shuffle", "op", map, &t->shuffle_op, err) == -1)
 		return (-1);
 	/* The directory is a name in the uid's shuffle directory. */
@@ -281,8 +282,8 @@ taskdesc_decode_shuffle(json_t *root, struct taskdesc *t, char **err)
 	    *t->shuffle_dir == '.')
 		return (jread_fail(err, "shuffle.dir", "\"%s\" is not a "
 		    "name", t->shuffle_dir));
-	if (map && (stage < 0 || stage > 4096 || buckets < 1 ||
-	    buckets > PLAN_MAX_PARTITIONS || memory < 0))
+	if (memory < 0 || (map && (stage < 0 || stage > 4096 ||
+	    buckets < 1 || buckets > PLAN_MAX_PARTITIONS)))
 		return (jread_fail(err, "shuffle", "stage, buckets or memory "
 		    "out of range"));
 	t->shuffle_stage = (int)stage;

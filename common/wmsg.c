@@ -178,6 +178,17 @@ wmsg_get_metrics(const unsigned char *p, size_t len, int32_t n,
 	return (0);
 }
 
+/* Where a batch's check is inside a pair or a group: the word it reads
+ * next. */
+enum {
+	WMSG_KEYED_NONE,	/* a record's frame, or a marker */
+	WMSG_KEYED_PAIR_KEY,
+	WMSG_KEYED_PAIR_VALUE,
+	WMSG_KEYED_GROUP_KEY,
+	WMSG_KEYED_GROUP_COUNT,
+	WMSG_KEYED_GROUP_VALUE,
+};
+
 /* Begin the check of a record batch's payload. */
 void
 wmsg_batch_begin(struct wmsg_batch *b, const struct wmsg *m)
@@ -186,6 +197,59 @@ wmsg_batch_begin(struct wmsg_batch *b, const struct wmsg *m)
 	b->left = (size_t)m->length;
 	b->body = 0;
 	b->have = 0;
+	b->keyed = WMSG_KEYED_NONE;
+	b->owed = 0;
+}
+
+/* Check a word that is no plain record's length: a special length, or
+ * one inside a pair or group.  Off the path of plain records. */
+static int
+wmsg_batch_keyed(struct wmsg_batch *b, int32_t word, const char **err)
+{
+	int	value = word >= 0 || word == EMBER_NULL;
+
+	b->body = 0;
+	switch (b->keyed) {
+	case WMSG_KEYED_NONE:
+		if (word == EMBER_PAIR)
+			b->keyed = WMSG_KEYED_PAIR_KEY;
+		else if (word == EMBER_GROUP)
+			b->keyed = WMSG_KEYED_GROUP_KEY;
+		else if (word != EMBER_NULL) {
+			*err = "a record of a negative length";
+			return (-1);
+		}
+		b->frames--;
+		return (0);
+	case WMSG_KEYED_PAIR_KEY:
+	case WMSG_KEYED_GROUP_KEY:
+		if (word < 0) {
+			*err = "a keyed record with a bad key";
+			return (-1);
+		}
+		b->keyed = b->keyed == WMSG_KEYED_PAIR_KEY ?
+		    WMSG_KEYED_PAIR_VALUE : WMSG_KEYED_GROUP_COUNT;
+		break;
+	case WMSG_KEYED_GROUP_COUNT:
+		if (word < 0) {
+			*err = "a group of a negative count";
+			return (-1);
+		}
+		b->owed = word;
+		b->keyed = word > 0 ? WMSG_KEYED_GROUP_VALUE : WMSG_KEYED_NONE;
+		return (0);
+	case WMSG_KEYED_PAIR_VALUE:
+	case WMSG_KEYED_GROUP_VALUE:
+		if (!value) {
+			*err = "a keyed record with a bad value";
+			return (-1);
+		}
+		if (b->keyed == WMSG_KEYED_PAIR_VALUE || --b->owed == 0)
+			b->keyed = WMSG_KEYED_NONE;
+		break;
+	}
+	b->body = word > 0 ? (size_t)word : 0;
+	return (0);
 }
 
 /* Walk the next piece of a batch's payload: frame headers (whole or split
@@ -211,7 +275,7 @@ wmsg_batch_feed(struct wmsg_batch *b, const unsigned char *p, size_t len,
 			b->body -= n;
 			continue;
 		}
-		if (b->frames == 0) {
+		if (b->frames == 0 && b->keyed == WMSG_KEYED_NONE) {
 			*err = "a record batch with more records than it says";
 			return (-1);
 		}
@@ -225,12 +289,13 @@ wmsg_batch_feed(struct wmsg_batch *b, const unsigned char *p, size_t len,
 			frame = be32_get(b->hdr);
 			b->have = 0;
 		}
-		if (frame < 0 && frame != EMBER_NULL) {
-			*err = "a record of a negative length";
-			return (-1);
+		if (frame < 0 || b->keyed != WMSG_KEYED_NONE) {
+			if (wmsg_batch_keyed(b, frame, err) == -1)
+				return (-1);
+			continue;
 		}
 		b->frames--;
-		b->body = frame > 0 ? (size_t)frame : 0;
+		b->body = (size_t)frame;
 	}
 	return (0);
 }
@@ -243,7 +308,8 @@ wmsg_batch_end(const struct wmsg_batch *b, const char **err)
 		*err = "a record batch shorter than it says";
 		return (-1);
 	}
-	if (b->frames > 0 || b->body > 0 || b->have > 0) {
+	if (b->frames > 0 || b->body > 0 || b->have > 0 ||
+	    b->keyed != WMSG_KEYED_NONE) {
 		*err = "a record batch with fewer records than it says";
 		return (-1);
 	}

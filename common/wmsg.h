@@ -56,9 +56,12 @@ int		 wmsg_get_metrics(const unsigned char *, size_t len, int32_t n,
 /*
  * A record batch's payload checked once, where it enters emberd, before
  * anything walks it: exactly the records the header gives, each an int32
- * length of zero or more (or EMBER_NULL) and that many bytes, filling the
- * payload to its last byte.  The payload is fed in pieces, as it lies in
- * a buffer's chains; a frame header may be split between two.
+ * length of zero or more (or EMBER_NULL) and that many bytes, or a keyed
+ * record (EMBER_PAIR: a key frame, never null, and a value frame;
+ * EMBER_GROUP: a key frame, an int32 count of zero or more and that many
+ * value frames), filling the payload to its last byte.  The payload is fed
+ * in pieces, as it lies in a buffer's chains; a frame header may be split
+ * between two.
  */
 struct wmsg_batch {
 	int32_t		frames;		/* records still to come */
@@ -66,6 +69,8 @@ struct wmsg_batch {
 	size_t		body;		/* bytes of the current record to pass */
 	unsigned char	hdr[4];		/* a record's length split between */
 	int		have;		/* pieces, and how much of it is here */
+	int		keyed;		/* inside a pair or group: what is next */
+	int32_t		owed;		/* a group's values still to come */
 };
 
 /* Begin checking the payload of the RECORD_BATCH m. */

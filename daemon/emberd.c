@@ -444,6 +444,7 @@ ember_stop(void)
 	commit_free_all();
 	savelog_close();
 	helper_shutdown();
+	shuffle_shutdown();
 	pool_shutdown();
 	scheduler_free();
 	userdb_stop();

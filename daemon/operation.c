@@ -138,6 +138,17 @@ operation_describe_task(struct operation *op, const struct task *t,
 	d->mode = action_modes[op->action];
 	d->fn = op->fn;
 	d->skip = t->skip;
+	/* Only the first stage reads the checkpoint source. */
+	if (op->source != NULL && t->stage == 0) {
+		d->source_dirfd = operation_open_ckpt_dir(op, op->source);
+		d->source_dir_passed = d->source_dirfd != -1;
+	}
+	if (op->nstages > 0 && t->stage < op->nstages - 1) {
+		/* A map task: it writes its shuffle file, not the action's
+		 * output, and gets no descriptor of the action's. */
+		operation_stage_describe(op, t, d);
+		return;
+	}
 	if (op->action == ACTION_SAVE) {
 		d->save_dir = commit_task_dir(op->commit);
 		d->save_attempt = (int64_t)++op->save_attempts;
@@ -147,11 +158,6 @@ operation_describe_task(struct operation *op, const struct task *t,
 		d->ckpt_sync = checkpoint_sync(op->ckpt);
 		d->ckpt_dirfd = operation_open_ckpt_dir(op, op->ckpt);
 		d->ckpt_dir_passed = d->ckpt_dirfd != -1;
-	}
-	/* Only the first stage reads the checkpoint source. */
-	if (op->source != NULL && t->stage == 0) {
-		d->source_dirfd = operation_open_ckpt_dir(op, op->source);
-		d->source_dir_passed = d->source_dirfd != -1;
 	}
 	if (op->nstages > 0)
 		operation_stage_describe(op, t, d);

@@ -146,5 +146,7 @@ int		 operation_input_lost(struct operation *, struct task *,
 /* At start: have each uid's shuffle files of an earlier run removed, as
  * the user. */
 void		 shuffle_clean_stale(void);
+/* At exit: remove the uids' empty shuffle directories, and the base. */
+void		 shuffle_shutdown(void);
 
 #endif

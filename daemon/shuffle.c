@@ -42,11 +42,13 @@
 static int	 shuffle_base = -1;
 static char	*shuffle_base_path;
 
-/* Open (made if missing) the base directory: -1 with *err. */
+/* Open (made if missing, with create) the base directory: -1 with *err
+ * (and errno). */
 static int
-shuffle_open_base(char **err)
+shuffle_open_base(int create, char **err)
 {
 	char	*e = NULL;
+	int	 saved;
 
 	if (shuffle_base != -1)
 		return (shuffle_base);
@@ -56,10 +58,12 @@ shuffle_open_base(char **err)
 	}
 	free(shuffle_base_path);
 	xasprintf(&shuffle_base_path, "%s/shuffle", localdir_path());
-	if ((shuffle_base = checkpoint_open_base(shuffle_base_path, 1,
+	if ((shuffle_base = checkpoint_open_base(shuffle_base_path, create,
 	    &e)) == -1) {
+		saved = errno;
 		xasprintf(err, "daemon.local_dir: %s", e);
 		free(e);
+		errno = saved;
 	}
 	return (shuffle_base);
 }
@@ -76,7 +80,7 @@ shuffle_open_uid(const struct operation *op)
 	char		*path, *err = NULL, name[24];
 	int		 fd;
 
-	if (shuffle_open_base(&err) == -1 ||
+	if (shuffle_open_base(1, &err) == -1 ||
 	    (path = checkpoint_uid_dir(shuffle_base, shuffle_base_path,
 	    op->uid, session_gid(op->session), &err)) == NULL) {
 		log_warn("operation %s: shuffle: %s", op->id, err);
@@ -274,12 +278,12 @@ operation_stage_describe(struct operation *op, const struct task *t,
 	d->operation = s->name;
 	d->partitions = s->partitions;
 	d->shuffle_dir = op->id;
+	d->shuffle_memory = ember_conf.workers_shuffle_memory;
 	if (s->out_op != NULL) {
 		d->mode = MODE_SHUFFLE;
 		d->skip = 0;
 		d->shuffle_stage = t->stage;
 		d->shuffle_buckets = s->buckets;
-		d->shuffle_memory = ember_conf.workers_shuffle_memory;
 		free(op->out_op_text);
 		if ((op->out_op_text = json_dumps(s->out_op,
 		    JSON_COMPACT)) == NULL)
@@ -409,8 +413,10 @@ shuffle_clean_stale(void)
 	DIR		*d;
 	int		 fd;
 
-	if (shuffle_open_base(&err) == -1) {
-		log_warn("shuffle: %s", err);
+	/* Made by the first operation in stages, not before. */
+	if (shuffle_open_base(0, &err) == -1) {
+		if (errno != ENOENT)
+			log_warn("shuffle: %s", err);
 		free(err);
 		return;
 	}
@@ -429,4 +435,19 @@ shuffle_clean_stale(void)
 			shuffle_clean_uid((uid_t)uid);
 	}
 	closedir(d);
+}
+
+void
+shuffle_shutdown(void)
+{
+	if (shuffle_base == -1)
+		return;
+	/* The uids' directories that are empty, and the base if it is
+	 * then: what is left goes at the next start. */
+	checkpoint_remove_empty(shuffle_base);
+	close(shuffle_base);
+	shuffle_base = -1;
+	rmdir(shuffle_base_path);
+	free(shuffle_base_path);
+	shuffle_base_path = NULL;
 }

@@ -14,7 +14,7 @@ esac
 
 PACKAGES="build-essential autoconf automake libtool pkg-config libevent-dev
 libjansson-dev libinih-dev uuid-dev libpcre2-dev libelf-dev libunistring-dev
-libsystemd-dev check python3 procps util-linux strace libpython3-dev
+libsystemd-dev zlib1g-dev check python3 procps util-linux strace libpython3-dev
 python3-cloudpickle"
 
 if [ "$fuzzing" = yes ]; then
@@ -34,7 +34,7 @@ OPTIONAL="prometheus chromium mypy openjdk-17-jre-headless"
 # What the build needs, by command and by pkg-config module, for systems
 # without dpkg (libunistring has no .pc file: its header is looked for).
 TOOLS="cc make autoreconf automake libtoolize pkg-config python3"
-MODULES="libevent jansson inih uuid libpcre2-8 libelf check python3-embed"
+MODULES="libevent jansson inih uuid libpcre2-8 libelf zlib check python3-embed"
 [ "$fuzzing" = no ] || TOOLS="$TOOLS clang"
 
 # The Python client pickles functions with cloudpickle, and the workers

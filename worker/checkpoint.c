@@ -11,6 +11,7 @@
 
 #include "checkpoint.h"
 #include "frame.h"
+#include "keyed.h"
 #include "jread.h"
 #include "log.h"
 #include "ops.h"
@@ -22,6 +23,8 @@
 #define CKPT_BUFFER		(256 * 1024)
 /* The largest record a partition file may hold. */
 #define CKPT_MAX_RECORD		EMBER_MAX_BATCH
+/* The most a pair or group takes, as the batch it was sent in would. */
+#define CKPT_MAX_KEYED		EMBER_MAX_BATCH
 /* How deep a removal goes: a checkpoint is one level, a stray tree a few. */
 #define CKPT_MAX_DEPTH		8
 #define CKPT_MANIFEST		"manifest.json"
@@ -159,6 +162,37 @@ ckpt_writer_record(struct ckpt_writer *w, const void *data, size_t len,
 }
 
 int
+ckpt_writer_keyed(struct ckpt_writer *w, const struct record *r, char **err)
+{
+	struct iovec	 iov[2];
+	size_t		 len = keyed_size(r);
+	unsigned char	*p;
+	int		 rc;
+
+	if (len > CKPT_MAX_KEYED) {
+		xasprintf(err, "checkpoint: a keyed record of %zu bytes is "
+		    "over the %d a checkpoint holds", len, CKPT_MAX_KEYED);
+		return (-1);
+	}
+	w->bytes += (int64_t)len;
+	if (w->used + len <= CKPT_BUFFER) {
+		keyed_put((unsigned char *)w->buf + w->used, r);
+		w->used += len;
+		return (0);
+	}
+	p = xmalloc(len);
+	keyed_put(p, r);
+	iov[0].iov_base = w->buf;
+	iov[0].iov_len = w->used;
+	iov[1].iov_base = p;
+	iov[1].iov_len = len;
+	w->used = 0;
+	rc = ckpt_writer_writev(w, iov, 2, err);
+	free(p);
+	return (rc);
+}
+
+int
 ckpt_writer_commit(struct ckpt_writer *w, char **err)
 {
 	unsigned char	end[4];
@@ -244,7 +278,7 @@ ckpt_source_run(const char *dir, int ufd, int partition, struct chain *chain,
 	size_t		 size = CKPT_BUFFER, fill = 0, start = 0, need;
 	int32_t		 len;
 	ssize_t		 n;
-	int		 dfd, fd, rc = OP_OK, ended = 0;
+	int		 dfd, fd, rc = OP_OK, ended = 0, got;
 
 	*err = NULL;
 	if ((dfd = ckpt_open_dir(dir, ufd, 0, err)) == -1)
@@ -269,23 +303,15 @@ ckpt_source_run(const char *dir, int ufd, int partition, struct chain *chain,
 				start += 4;
 				break;
 			}
-			if (len < 0 && len != EMBER_NULL) {
+			got = keyed_get(buf + start, fill - start,
+			    CKPT_MAX_RECORD, &r, &need);
+			if (got == -1 || need > CKPT_MAX_KEYED) {
 				xasprintf(err, "checkpoint: %s/%s: corrupt "
-				    "(length %d)", dir, name, len);
+				    "(a record of length %d)", dir, name, len);
 				rc = OP_FAIL;
 				break;
 			}
-			if (len > CKPT_MAX_RECORD) {
-				xasprintf(err, "checkpoint: %s/%s: corrupt "
-				    "(a record of %d bytes)", dir, name, len);
-				rc = OP_FAIL;
-				break;
-			}
-			need = 4 + (len > 0 ? (size_t)len : 0);
-			if (fill - start >= need) {
-				r.data = buf + start + 4;
-				r.len = len > 0 ? (size_t)len : 0;
-				r.null = len == EMBER_NULL;
+			if (got == 1) {
 				start += need;
 				(*records_in)++;
 				if ((rc = chain_push(chain, &r)) != OP_OK) {

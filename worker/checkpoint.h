@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 struct chain;
+struct record;
 struct ckpt_writer;
 
 /* Start writing partition's file in the checkpoint directory dir
@@ -32,6 +33,9 @@ struct ckpt_writer *ckpt_writer_open(const char *dir, int ufd,
 /* Append a record: 0, or -1 with *err (a write error, a full disk). */
 int		 ckpt_writer_record(struct ckpt_writer *, const void *,
 		     size_t, int null, char **err);
+/* Append a pair or group (worker/keyed.h), as a batch holds it. */
+int		 ckpt_writer_keyed(struct ckpt_writer *,
+		     const struct record *, char **err);
 /* End the file, fsync it (reliable) and rename it into place. */
 int		 ckpt_writer_commit(struct ckpt_writer *, char **err);
 /* Bytes written so far. */

@@ -82,6 +82,13 @@ struct ops_map {
 	size_t		 size;
 };
 
+/* key_by: the plan's picks, and a regex's match data. */
+struct ops_key_by {
+	struct op		 op;
+	const struct plan_op	*p;
+	pcre2_match_data	*md;
+};
+
 /* sample: Bernoulli, from a generator seeded by seed and partition. */
 struct ops_sample {
 	struct op	 op;
@@ -296,7 +303,7 @@ ops_regex_lines_cb(struct op *op, const char *data, size_t len, size_t *used)
 {
 	struct ops_regex	*x = (struct ops_regex *)op;
 	const char		*p = data, *end = data + len, *hit, *ls, *le;
-	struct record		 r = { NULL, 0, 0 };
+	struct record		 r = { NULL, 0, 0, 0, NULL, 0 };
 	int			 rc;
 
 	while ((hit = ops_regex_find(x, p, end)) != NULL) {
@@ -483,13 +490,13 @@ ops_count_fields(const struct record *r, const char *sep, size_t seplen)
 	return (n);
 }
 
-/* map field: the index-th field split by sep, empty if there is none. */
+/* The index-th field of a record split by sep: 0 if there is none. */
 static int
-ops_map_field(struct ops_map *m, const struct record *r, struct record *out)
+ops_field(const char *sep, size_t seplen, int64_t index,
+    const struct record *r, struct record *out)
 {
-	const char	*sep = m->p->arg, *p, *end, *s;
-	size_t		 seplen = m->p->arglen;
-	int64_t		 index = m->p->index, i;
+	const char	*p, *end, *s;
+	int64_t		 i;
 
 	out->len = 0;
 	if (r->len == 0)
@@ -570,7 +577,7 @@ ops_map_json(struct ops_map *m, const struct record *r, struct record *out)
 	if (v == NULL)
 		goto out;
 	found = 1;
-	*out = (struct record){ NULL, 0, 0 };
+	*out = (struct record){ NULL, 0, 0, 0, NULL, 0 };
 	if (json_is_null(v))
 		out->null = 1;
 	else if (json_is_string(v)) {
@@ -617,7 +624,8 @@ ops_map_push_cb(struct op *op, const struct record *r)
 			out.len--;
 		break;
 	case PLAN_OP_MAP_FIELD:
-		ops_map_field(m, r, &out);
+		/* Empty where there is no such field. */
+		ops_field(m->p->arg, m->p->arglen, m->p->index, r, &out);
 		break;
 	case PLAN_OP_MAP_JSON:
 		if (!ops_map_json(m, r, &out)) {
@@ -631,6 +639,117 @@ ops_map_push_cb(struct op *op, const struct record *r)
 	return (op_next(op, &out));
 }
 
+/* Pick key_by's key or value from a record: 0 if it has none. */
+static int
+ops_pick(struct ops_key_by *k, const struct plan_pick *pick,
+    const struct record *r, const char **data, size_t *len)
+{
+	struct record	 out = *r;
+	PCRE2_SIZE	*ov;
+	PCRE2_SPTR	 subject;
+	int		 rc;
+
+	if (pick->whole) {
+		*data = r->data;
+		*len = r->len;
+		return (1);
+	}
+	if (pick->regex == NULL) {
+		if (!ops_field(pick->sep, pick->seplen, pick->index, r, &out))
+			return (0);
+		*data = out.data;
+		*len = out.len;
+		return (1);
+	}
+	subject = r->data != NULL ? (PCRE2_SPTR)r->data : (PCRE2_SPTR)"";
+	rc = pcre2_match(pick->regex, subject, r->len, 0, 0, k->md, NULL);
+	if (rc == PCRE2_ERROR_NOMATCH)
+		return (0);
+	if (rc < 0)
+		return (-1);
+	ov = pcre2_get_ovector_pointer(k->md);
+	if (pick->group >= rc || ov[2 * pick->group] == PCRE2_UNSET)
+		return (0);
+	*data = r->data == NULL ? "" : r->data + ov[2 * pick->group];
+	*len = ov[2 * pick->group + 1] - ov[2 * pick->group];
+	return (1);
+}
+
+/* key_by: a record to a pair; one without the key or value (or null) is
+ * dropped. */
+static int
+ops_key_by_push_cb(struct op *op, const struct record *r)
+{
+	struct ops_key_by	*k = (struct ops_key_by *)op;
+	struct record		 out = { NULL, 0, 0, PLAN_KIND_PAIR, NULL,
+				     0 };
+	int			 rc;
+
+	if (r->null) {
+		op_drop(op);
+		return (OP_OK);
+	}
+	if ((rc = ops_pick(k, &k->p->key, r, &out.key, &out.klen)) == 1)
+		rc = ops_pick(k, &k->p->value, r, &out.data, &out.len);
+	if (rc == -1)
+		return (op_fail(op, "key_by: the regex failed"));
+	if (rc == 0) {
+		op_drop(op);
+		return (OP_OK);
+	}
+	if (out.key == NULL)
+		out.key = "";
+	return (op_next(op, &out));
+}
+
+/* Free a key_by op; its patterns are the plan's. */
+static void
+ops_key_by_free_cb(struct op *op)
+{
+	struct ops_key_by	*k = (struct ops_key_by *)op;
+
+	pcre2_match_data_free(k->md);
+	free(k);
+}
+
+/* Make a key_by op. */
+static struct op *
+ops_key_by_create(const struct plan_op *p)
+{
+	struct ops_key_by	*k;
+
+	k = xcalloc(1, sizeof *k);
+	k->op.push = ops_key_by_push_cb;
+	k->op.finish = ops_finish_next_cb;
+	k->op.free = ops_key_by_free_cb;
+	k->p = p;
+	/* Room for the larger group either pick names. */
+	if ((k->md = pcre2_match_data_create(256, NULL)) == NULL)
+		fatalx("pcre2: out of memory");
+	return (&k->op);
+}
+
+/* map key, map value: a pair or group to a plain record. */
+static int
+ops_map_kv_push_cb(struct op *op, const struct record *r)
+{
+	struct ops_map	*m = (struct ops_map *)op;
+	struct record	 out = { NULL, 0, 0, PLAN_KIND_RECORD, NULL, 0 };
+
+	if (r->kind == PLAN_KIND_RECORD)
+		return (op_fail(op, "map %s: a plain record",
+		    m->p->type == PLAN_OP_MAP_KEY ? "key" : "value"));
+	if (m->p->type == PLAN_OP_MAP_KEY) {
+		out.data = r->key;
+		out.len = r->klen;
+	} else {
+		out.data = r->data;
+		out.len = r->len;
+		out.null = r->null;
+	}
+	return (op_next(op, &out));
+}
+
 /* flat_map split: each piece a record, empty ones too (Python's
  * str.split(sep)); a null passes through. */
 static int
@@ -639,7 +758,7 @@ ops_split_push_cb(struct op *op, const struct record *r)
 	struct ops_map	*m = (struct ops_map *)op;
 	const char	*sep = m->p->arg, *p, *end, *s;
 	size_t		 seplen = m->p->arglen;
-	struct record	 piece = { NULL, 0, 0 };
+	struct record	 piece = { NULL, 0, 0, 0, NULL, 0 };
 	int		 rc;
 
 	if (r->null)
@@ -829,6 +948,11 @@ ops_create(const struct plan_op *p, int partition, struct chain *chain,
 		return (udf_op_create(p, chain, err));
 	case PLAN_OP_PYTHON:
 		return (python_op_create(p, 1, chain, err));
+	case PLAN_OP_KEY_BY:
+		return (ops_key_by_create(p));
+	case PLAN_OP_MAP_KEY:
+	case PLAN_OP_MAP_VALUE:
+		return (ops_map_create(p, ops_map_kv_push_cb));
 	default:
 		/* A keyed op this worker cannot run. */
 		xasprintf(err, "%s: not supported by this worker",

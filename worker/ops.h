@@ -37,11 +37,19 @@ struct plan_op;
 #define OP_STOP	1
 #define OP_FAIL	(-1)
 
-/* A record: bytes, or null (data NULL, len 0). */
+/*
+ * A record: bytes, or null (data NULL, len 0).  Or, by kind (an enum
+ * plan_kind, 0 for a plain record), a pair: the key (never null) and the
+ * value in data; or a group: the key and its values as frames in data
+ * (worker/keyed.h).  Ops that pass a record on as it came keep all of it.
+ */
 struct record {
 	const char	*data;
 	size_t		 len;
 	int		 null;
+	int		 kind;
+	const char	*key;
+	size_t		 klen;
 };
 
 struct chain;

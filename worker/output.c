@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "keyed.h"
 #include "log.h"
+#include "ops.h"
 #include "output.h"
 #include "utf8.h"
 #include "protocol.h"
@@ -250,6 +252,46 @@ output_record(struct output *out, const void *data, size_t len, int null,
 		memcpy(out->buf + out->used + 4, data, len);
 	out->used += 4 + len;
 	out->count++;
+	return (0);
+}
+
+/* Append a pair or group; one too large for the buffer goes alone. */
+int
+output_keyed(struct output *out, const struct record *r, char **err)
+{
+	unsigned char	hdr[WMSG_BATCH_SIZE + KEYED_HEAD], word[4];
+	struct iovec	iov[4];
+	size_t		need = keyed_size(r);
+
+	if (r->klen > EMBER_MAX_BATCH || r->len > EMBER_MAX_BATCH ||
+	    need > EMBER_MAX_BATCH) {
+		xasprintf(err, "a keyed record of %zu bytes exceeds the 64 MiB "
+		    "limit", r->klen + r->len);
+		return (-1);
+	}
+	if (out->used + need > OUTPUT_BUFFER && output_flush(out, err) == -1)
+		return (-1);
+	if (need <= OUTPUT_BUFFER) {
+		output_mark(out);
+		keyed_put(out->buf + out->used, r);
+		out->used += need;
+		out->count++;
+		return (0);
+	}
+	output_batch_header(hdr, 1, need);
+	keyed_head(hdr + WMSG_BATCH_SIZE, r);
+	keyed_word(word, r);
+	iov[0].iov_base = hdr;
+	iov[0].iov_len = sizeof hdr;
+	iov[1].iov_base = (void *)r->key;
+	iov[1].iov_len = r->klen;
+	iov[2].iov_base = word;
+	iov[2].iov_len = sizeof word;
+	iov[3].iov_base = (void *)r->data;
+	iov[3].iov_len = r->len;
+	if (output_writev(out, iov, 4, err) == -1)
+		return (-1);
+	out->bytes += need;
 	return (0);
 }
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 struct output;
+struct record;
 
 struct output	*output_create(int fd);
 void		 output_free(struct output *);
@@ -21,6 +22,12 @@ void		 output_reset(struct output *);
  * *err allocated: the record is too large or emberd is gone.
  */
 int		 output_record(struct output *, const void *, size_t, int null,
+		     char **err);
+/*
+ * Append a pair or a group (worker/keyed.h), one record, in one batch
+ * whatever its size.  0, or -1 with *err: too large, or emberd is gone.
+ */
+int		 output_keyed(struct output *, const struct record *,
 		     char **err);
 /*
  * Append a record and an 8-byte value that must travel in the same batch

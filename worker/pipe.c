@@ -210,7 +210,7 @@ pipe_stop(struct pipe_op *p)
 static int
 pipe_output_lines(struct pipe_op *p, int eof)
 {
-	struct record	 r = { NULL, 0, 0 };
+	struct record	 r = { NULL, 0, 0, 0, NULL, 0 };
 	char		*nl;
 	int		 rc;
 

@@ -30,10 +30,13 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
+#include "frame.h"
 #include "held.h"
+#include "keyed.h"
 #include "log.h"
 #include "ops.h"
 #include "plan.h"
+#include "protocol.h"
 #include "python.h"
 #include "xmalloc.h"
 
@@ -96,6 +99,8 @@ struct python_op {
 	PyObject	*batch;		/* the records gathered (a list) */
 	size_t		 bytes;		/* and their bytes */
 	int		 downstream;	/* OP_STOP or OP_FAIL from next */
+	char		*keyed;		/* a pair or group it made */
+	size_t		 used, size;
 };
 
 /* _ember_worker.broadcast(id): a read-only view of a held broadcast's
@@ -287,15 +292,58 @@ python_fork_child(void)
 		PyOS_AfterFork_Child();
 }
 
-/* A record as Python sees it: str (surrogateescape keeps bytes that are
+/* Bytes as Python sees them: str (surrogateescape keeps bytes that are
  * not UTF-8 for the way out), or None. */
+static PyObject *
+python_from_bytes(const char *data, size_t len, int null)
+{
+	if (null)
+		Py_RETURN_NONE;
+	return (PyUnicode_DecodeUTF8(data != NULL ? data : "",
+	    (Py_ssize_t)len, "surrogateescape"));
+}
+
+/* A group's values as a list. */
+static PyObject *
+python_from_values(const struct record *r)
+{
+	const char	*p = r->data, *v;
+	PyObject	*list, *o;
+	size_t		 vlen;
+	int		 vnull;
+
+	if ((list = PyList_New(0)) == NULL)
+		return (NULL);
+	while (keyed_value_next(&p, r->data + r->len, &v, &vlen, &vnull)) {
+		if ((o = python_from_bytes(v, vlen, vnull)) == NULL ||
+		    PyList_Append(list, o) == -1) {
+			Py_XDECREF(o);
+			Py_DECREF(list);
+			return (NULL);
+		}
+		Py_DECREF(o);
+	}
+	return (list);
+}
+
+/* A record as Python sees it: str or None; a pair (key, value); a group
+ * (key, [values]). */
 static PyObject *
 python_from_record(const struct record *r)
 {
-	if (r->null)
-		Py_RETURN_NONE;
-	return (PyUnicode_DecodeUTF8(r->data != NULL ? r->data : "",
-	    (Py_ssize_t)r->len, "surrogateescape"));
+	PyObject	*k, *v;
+
+	if (r->kind == PLAN_KIND_RECORD)
+		return (python_from_bytes(r->data, r->len, r->null));
+	k = python_from_bytes(r->key, r->klen, 0);
+	v = r->kind == PLAN_KIND_GROUP ? python_from_values(r) :
+	    python_from_bytes(r->data, r->len, r->null);
+	if (k == NULL || v == NULL) {
+		Py_XDECREF(k);
+		Py_XDECREF(v);
+		return (NULL);
+	}
+	return (Py_BuildValue("(NN)", k, v));
 }
 
 /* A Python object as a record; *keep holds what its bytes live in.  -1
@@ -307,7 +355,7 @@ python_to_record(PyObject *o, struct record *r, PyObject **keep)
 	char		*data;
 
 	*keep = NULL;
-	*r = (struct record){ NULL, 0, 0 };
+	*r = (struct record){ NULL, 0, 0, 0, NULL, 0 };
 	if (o == Py_None) {
 		r->null = 1;
 		return (0);
@@ -345,6 +393,78 @@ python_to_record(PyObject *o, struct record *r, PyObject **keep)
 	return (-1);
 }
 
+/* Append len bytes to the op's keyed record buffer. */
+static void
+python_keyed_add(struct python_op *p, const void *data, size_t len)
+{
+	if (p->used + len > p->size) {
+		p->size = (p->used + len) * 2;
+		p->keyed = xrealloc(p->keyed, p->size);
+	}
+	if (len > 0)
+		memcpy(p->keyed + p->used, data, len);
+	p->used += len;
+}
+
+/* Append a value (a record's object) to the keyed buffer, as a frame
+ * when frame is set.  -1 with an error set. */
+static int
+python_keyed_value(struct python_op *p, PyObject *o, int frame, int *null)
+{
+	struct record	 v;
+	PyObject	*keep;
+	unsigned char	 len[4];
+
+	if (python_to_record(o, &v, &keep) == -1)
+		return (-1);
+	if (frame) {
+		be32_put(len, v.null ? EMBER_NULL : (int32_t)v.len);
+		python_keyed_add(p, len, 4);
+	}
+	python_keyed_add(p, v.data, v.len);
+	*null = v.null;
+	Py_XDECREF(keep);
+	return (0);
+}
+
+/*
+ * A 2-tuple as a keyed record: (key, value) a pair, (key, [values]) a
+ * group.  Its bytes are copied into the op's buffer, valid until the next
+ * one.  -1 with an error set.
+ */
+static int
+python_to_keyed(struct python_op *p, PyObject *o, struct record *r)
+{
+	PyObject	*k = PyTuple_GET_ITEM(o, 0);
+	PyObject	*v = PyTuple_GET_ITEM(o, 1);
+	Py_ssize_t	 i;
+	size_t		 klen;
+	int		 null;
+
+	p->used = 0;
+	if (k == Py_None) {
+		PyErr_SetString(PyExc_TypeError, "a pair's key must not be "
+		    "None");
+		return (-1);
+	}
+	if (python_keyed_value(p, k, 0, &null) == -1)
+		return (-1);
+	klen = p->used;
+	*r = (struct record){ NULL, 0, 0, PLAN_KIND_PAIR, NULL, klen };
+	if (PyList_Check(v)) {
+		r->kind = PLAN_KIND_GROUP;
+		for (i = 0; i < PyList_GET_SIZE(v); i++)
+			if (python_keyed_value(p, PyList_GET_ITEM(v, i), 1,
+			    &null) == -1)
+				return (-1);
+	} else if (python_keyed_value(p, v, 0, &r->null) == -1)
+		return (-1);
+	r->key = p->keyed != NULL ? p->keyed : "";
+	r->data = r->null ? NULL : r->key + klen;
+	r->len = p->used - klen;
+	return (0);
+}
+
 /* Fail the task with the pending exception's traceback. */
 static int
 python_op_fail(struct python_op *p)
@@ -369,7 +489,11 @@ python_emit(struct python_op *p, PyObject *out)
 	n = PyList_GET_SIZE(out);
 	for (i = 0; i < n && p->downstream == OP_OK; i++) {
 		o = PyList_GET_ITEM(out, i);
-		if (python_to_record(o, &r, &keep) == -1)
+		keep = NULL;
+		if (PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 2) {
+			if (python_to_keyed(p, o, &r) == -1)
+				return (python_op_fail(p));
+		} else if (python_to_record(o, &r, &keep) == -1)
 			return (python_op_fail(p));
 		rc = op_next(&p->op, &r);
 		Py_XDECREF(keep);
@@ -448,7 +572,7 @@ python_push_cb(struct op *op, const struct record *r)
 	Py_DECREF(o);
 	if (rc == -1)
 		return (python_op_fail(p));
-	p->bytes += r->len;
+	p->bytes += r->len + r->klen;
 	if (PyList_GET_SIZE(p->batch) >= PYTHON_BATCH_RECORDS ||
 	    p->bytes >= PYTHON_BATCH_BYTES)
 		return (python_flush(p));
@@ -486,6 +610,7 @@ python_free_cb(struct op *op)
 	}
 	Py_XDECREF(p->stage);
 	Py_XDECREF(p->batch);
+	free(p->keyed);
 	free(p);
 }
 

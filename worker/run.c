@@ -14,6 +14,8 @@
 
 #include "checkpoint.h"
 #include "frame.h"
+#include "hash.h"
+#include "keyed.h"
 #include "log.h"
 #include "ops.h"
 #include "output.h"
@@ -21,6 +23,8 @@
 #include "source.h"
 #include "run.h"
 #include "savecommit.h"
+#include "shuffle.h"
+#include "shuffle_file.h"
 #include "xmalloc.h"
 
 /* count_by_value's table starts with this many slots, a power of two. */
@@ -29,8 +33,9 @@
 #define RUN_CBV_CHUNK		(1024 * 1024)
 /* save writes through a buffer of this size. */
 #define RUN_SAVE_BUFFER	(256 * 1024)
-/* How much of a record a reduce error shows. */
-#define RUN_REDUCE_SHOWN	64
+/* A reduce task's memory when its descriptor gives none: the default of
+ * workers.shuffle_memory. */
+#define RUN_SHUFFLE_MEMORY	((size_t)256 * 1024 * 1024)
 
 /* What every sink has: the records that reached it. */
 struct run_sink {
@@ -75,8 +80,6 @@ struct run_reducer {
 	int			 real;
 	int64_t			 i;
 	double			 r;
-	char			*scratch;
-	size_t			 size;
 };
 
 /* save: the part file being written under a temporary name. */
@@ -91,6 +94,14 @@ struct run_save {
 struct run_ckpt {
 	struct run_sink		 sink;
 	struct ckpt_writer	*w;
+};
+
+/* shuffle: the map task's file, in the operation's directory. */
+struct run_shuffle {
+	struct run_sink		 sink;
+	int			 opdir;
+	struct shuffle_map	*map;
+	int64_t			 bytes;
 };
 
 /* Tell whether a task is answered without reading its source. */
@@ -130,6 +141,11 @@ run_records_push_cb(struct op *op, const struct record *r)
 		return (OP_OK);
 	}
 	s->records++;
+	if (r->kind != PLAN_KIND_RECORD) {
+		if (output_keyed(s->out, r, &err) == -1)
+			return (op_fail_take(op, err));
+		return (OP_OK);
+	}
 	if (output_record(s->out, r->data, r->len, r->null, &err) == -1)
 		return (op_fail_take(op, err));
 	return (OP_OK);
@@ -142,60 +158,6 @@ run_count_push_cb(struct op *op, __attribute__((unused))
 {
 	((struct run_sink *)op)->records++;
 	return (OP_OK);
-}
-
-/* Read 8 bytes, unaligned, in host order. */
-static inline uint64_t
-run_load64(const char *p)
-{
-	uint64_t	v;
-
-	memcpy(&v, p, 8);
-	return (v);
-}
-
-/* Multiply to 128 bits and fold. */
-static inline uint64_t
-run_mix(uint64_t a, uint64_t b)
-{
-	__uint128_t	r = (__uint128_t)a * b;
-
-	return ((uint64_t)r ^ (uint64_t)(r >> 64));
-}
-
-/* Hash a record, 16 bytes a step (in the manner of wyhash). */
-static uint64_t
-run_hash(const char *p, size_t len)
-{
-	static const uint64_t	k0 = 0xa0761d6478bd642fULL,
-				k1 = 0xe7037ed1a0b428dbULL,
-				k2 = 0x8ebc6af09c88c6e3ULL;
-	uint64_t		h = k0 ^ len, a, b;
-	size_t			n = len;
-
-	while (n > 16) {
-		h = run_mix(run_load64(p) ^ k1, run_load64(p + 8) ^ h);
-		p += 16;
-		n -= 16;
-	}
-	if (n >= 8) {
-		a = run_load64(p);
-		b = run_load64(p + n - 8);
-	} else if (n >= 4) {
-		uint32_t	x, y;
-
-		memcpy(&x, p, 4);
-		memcpy(&y, p + n - 4, 4);
-		a = x;
-		b = y;
-	} else if (n > 0) {
-		a = ((uint64_t)(unsigned char)p[0] << 16) |
-		    ((uint64_t)(unsigned char)p[n / 2] << 8) |
-		    (unsigned char)p[n - 1];
-		b = 0;
-	} else
-		a = b = 0;
-	return (run_mix(k1 ^ len, run_mix(a ^ k2, b ^ h)));
 }
 
 /* Copy a record's bytes into the table's chunks. */
@@ -222,7 +184,7 @@ run_cbv_copy(struct run_cbv *c, const char *data, size_t len)
 static inline uint64_t
 run_hash_short(uint64_t k0, uint64_t k1, uint64_t len)
 {
-	return (run_mix(k0 ^ 0xa0761d6478bd642fULL,
+	return (hash_mix(k0 ^ 0xa0761d6478bd642fULL,
 	    k1 ^ 0xe7037ed1a0b428dbULL ^ len));
 }
 
@@ -301,7 +263,7 @@ static void
 run_cbv_count_long(struct run_cbv *c, const char *data, size_t len)
 {
 	struct run_cbv_slot	*s;
-	uint64_t		 h = run_hash(data, len);
+	uint64_t		 h = hash_bytes(data, len);
 	size_t			 i;
 
 	for (i = h & c->mask;; i = (i + 1) & c->mask) {
@@ -417,8 +379,8 @@ run_cbv_count_piece(struct run_cbv *c, struct run_cbv_batch *b,
 		return;
 	}
 	/* Two loads that may run past the piece, inside the block. */
-	k0 = run_load64(p) & run_cbv_mask0[len];
-	k1 = run_load64(p + 8) & run_cbv_mask1[len];
+	k0 = hash_load64(p) & run_cbv_mask0[len];
+	k1 = hash_load64(p + 8) & run_cbv_mask1[len];
 	h = run_hash_short(k0, k1, len);
 	__builtin_prefetch(&c->slots[h & c->mask]);
 	b->k0[b->n] = k0;
@@ -534,94 +496,21 @@ run_cbv_free_cb(struct op *op)
 	free(c);
 }
 
-/* Write up to RUN_REDUCE_SHOWN bytes of a record, escaped, for an error. */
-static void
-run_reduce_show(const struct record *r, char *buf, size_t size)
-{
-	size_t		 i, n = r->len < RUN_REDUCE_SHOWN ? r->len :
-			     RUN_REDUCE_SHOWN, used = 0;
-	unsigned char	 c;
-
-	for (i = 0; i < n && used + 5 < size; i++) {
-		c = (unsigned char)r->data[i];
-		if (c == '"' || c == '\\')
-			used += (size_t)snprintf(buf + used, size - used,
-			    "\\%c", c);
-		else if (c < 0x20 || c >= 0x7f)
-			used += (size_t)snprintf(buf + used, size - used,
-			    "\\x%02x", c);
-		else
-			buf[used++] = (char)c;
-	}
-	if (n < r->len && used + 4 < size) {
-		memcpy(buf + used, "...", 3);
-		used += 3;
-	}
-	buf[used] = '\0';
-}
-
-/*
- * Read a record as a number: 1 for an integer in *i, 2 for a real in *d,
- * 0 for neither.  The whole record must be the number, with no spaces; an
- * integer too large for an int64 is read as a real.
- */
-static int
-run_reduce_parse(struct run_reducer *x, const struct record *r, int64_t *i,
-    double *d)
-{
-	char	*s, *end;
-	size_t	 k;
-	int	 integer = 1;
-
-	if (r->null || r->len == 0)
-		return (0);
-	for (k = 0; k < r->len; k++) {
-		char c = r->data[k];
-
-		if (c >= '0' && c <= '9')
-			continue;
-		if ((c == '+' || c == '-') && k == 0)
-			continue;
-		if (c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-')
-			integer = 0;
-		else
-			return (0);
-	}
-	if (r->len + 1 > x->size) {
-		free(x->scratch);
-		x->size = r->len + 1 < 64 ? 64 : r->len + 1;
-		x->scratch = xmalloc(x->size);
-	}
-	s = x->scratch;
-	memcpy(s, r->data, r->len);
-	s[r->len] = '\0';
-	if (integer) {
-		errno = 0;
-		*i = strtoll(s, &end, 10);
-		if (errno == 0 && *end == '\0' && end != s)
-			return (1);
-	}
-	errno = 0;
-	*d = strtod(s, &end);
-	if (*end != '\0' || end == s || !isfinite(*d))
-		return (0);
-	return (2);
-}
-
 /* reduce: fold a record in. */
 static int
 run_reduce_push_cb(struct op *op, const struct record *r)
 {
 	struct run_reducer	*x = (struct run_reducer *)op;
-	char			 shown[4 * RUN_REDUCE_SHOWN + 8];
+	char			 shown[KEYED_SHOWN];
 	int64_t			 i = 0, sum;
 	double			 d = 0;
 	int			 kind, first = x->sink.records == 0;
 
 	if (r->null)
 		return (op_fail(op, "reduce: record null is not a number"));
-	if ((kind = run_reduce_parse(x, r, &i, &d)) == 0) {
-		run_reduce_show(r, shown, sizeof shown);
+	/* The whole record is the number, as a shuffle reads a key. */
+	if ((kind = shuffle_number_parse(r->data, r->len, &i, &d)) == 0) {
+		keyed_show(r->data, r->len, shown, sizeof shown);
 		return (op_fail(op, "reduce: record \"%s\" is not a number",
 		    shown));
 	}
@@ -695,16 +584,6 @@ run_reduce_finish_cb(struct op *op)
 	return (OP_OK);
 }
 
-/* Free a reduce sink. */
-static void
-run_reduce_free_cb(struct op *op)
-{
-	struct run_reducer	*x = (struct run_reducer *)op;
-
-	free(x->scratch);
-	free(x);
-}
-
 /* Write all of an iovec array to the part file. */
 static int
 run_save_writev(struct run_save *s, struct iovec *iov, int n)
@@ -729,6 +608,34 @@ run_save_flush(struct run_save *s)
 	return (run_save_writev(s, &iov, 1));
 }
 
+/* save: a pair's or group's line, made in the buffer or, too large for
+ * it, in one of its own. */
+static int
+run_save_keyed(struct run_save *s, const struct record *r)
+{
+	struct iovec	 iov;
+	size_t		 len = keyed_text_size(r) + 1;
+	char		*line;
+	int		 rc;
+
+	if (s->used + len > RUN_SAVE_BUFFER && run_save_flush(s) != OP_OK)
+		return (OP_FAIL);
+	if (len <= RUN_SAVE_BUFFER) {
+		keyed_text_put(s->buf + s->used, r);
+		s->buf[s->used + len - 1] = '\n';
+		s->used += len;
+		return (OP_OK);
+	}
+	line = xmalloc(len);
+	keyed_text_put(line, r);
+	line[len - 1] = '\n';
+	iov.iov_base = line;
+	iov.iov_len = len;
+	rc = run_save_writev(s, &iov, 1);
+	free(line);
+	return (rc);
+}
+
 /* save: a record and a newline; a null is an empty line. */
 static int
 run_save_push_cb(struct op *op, const struct record *r)
@@ -737,6 +644,8 @@ run_save_push_cb(struct op *op, const struct record *r)
 	struct iovec		 iov[3];
 
 	s->sink.records++;
+	if (r->kind != PLAN_KIND_RECORD)
+		return (run_save_keyed(s, r));
 	if (s->used + r->len + 1 <= RUN_SAVE_BUFFER) {
 		if (r->len != 0)
 			memcpy(s->buf + s->used, r->data, r->len);
@@ -808,6 +717,11 @@ run_ckpt_push_cb(struct op *op, const struct record *r)
 	char		*err;
 
 	c->sink.records++;
+	if (r->kind != PLAN_KIND_RECORD) {
+		if (ckpt_writer_keyed(c->w, r, &err) == -1)
+			return (op_fail_take(op, err));
+		return (OP_OK);
+	}
 	if (ckpt_writer_record(c->w, r->data, r->len, r->null, &err) == -1)
 		return (op_fail_take(op, err));
 	return (OP_OK);
@@ -853,6 +767,89 @@ run_ckpt_create(const struct run *t, char **err)
 	return (&c->sink);
 }
 
+/* shuffle: write a record to its bucket. */
+static int
+run_shuffle_push_cb(struct op *op, const struct record *r)
+{
+	struct run_shuffle	*s = (struct run_shuffle *)op;
+	char			*err;
+
+	s->sink.records++;
+	if (shuffle_map_add(s->map, r, &err) == -1)
+		return (op_fail_take(op, err));
+	return (OP_OK);
+}
+
+/* shuffle: sort, write and name the file. */
+static int
+run_shuffle_finish_cb(struct op *op)
+{
+	struct run_shuffle	*s = (struct run_shuffle *)op;
+	char			*err;
+
+	if (shuffle_map_commit(s->map, &s->bytes, &err) == -1)
+		return (op_fail_take(op, err));
+	return (OP_OK);
+}
+
+/* Free a shuffle sink; a file not committed is removed. */
+static void
+run_shuffle_free_cb(struct op *op)
+{
+	struct run_shuffle	*s = (struct run_shuffle *)op;
+
+	shuffle_map_free(s->map);
+	if (s->opdir != -1)
+		close(s->opdir);
+	free(s);
+}
+
+/* Make the shuffle sink: the operation's directory, the file's writer. */
+static struct run_sink *
+run_shuffle_create(const struct run *t, char **err)
+{
+	struct run_shuffle	*s;
+
+	if (t->shuffle_dirfd == -1 || t->shuffle_dir == NULL ||
+	    t->shuffle_op == NULL) {
+		*err = xstrdup("mode shuffle: no shuffle directory or op");
+		return (NULL);
+	}
+	s = xcalloc(1, sizeof *s);
+	s->sink.op.push = run_shuffle_push_cb;
+	s->sink.op.finish = run_shuffle_finish_cb;
+	s->sink.op.free = run_shuffle_free_cb;
+	if ((s->opdir = shuffle_dir_open(t->shuffle_dirfd, t->shuffle_dir,
+	    err)) == -1 || (s->map = shuffle_map_create(s->opdir,
+	    t->shuffle_stage, t->partition, t->shuffle_buckets,
+	    t->shuffle_op, (size_t)t->shuffle_memory, err)) == NULL) {
+		run_shuffle_free_cb(&s->sink.op);
+		return (NULL);
+	}
+	return (&s->sink);
+}
+
+/* Run a shuffle source: the reduce side of its wide op. */
+static int
+run_shuffle_source(const struct run *t, struct chain *chain, int64_t *in,
+    char **err)
+{
+	int	opdir, rc;
+
+	if (t->shuffle_dirfd == -1 || t->shuffle_dir == NULL) {
+		*err = xstrdup("a shuffle source without a shuffle directory");
+		return (OP_FAIL);
+	}
+	if ((opdir = shuffle_dir_open(t->shuffle_dirfd, t->shuffle_dir,
+	    err)) == -1)
+		return (OP_FAIL);
+	rc = shuffle_source_run(t->plan, t->partition, opdir,
+	    t->shuffle_memory > 0 ? (size_t)t->shuffle_memory :
+	    RUN_SHUFFLE_MEMORY, chain, in, err);
+	close(opdir);
+	return (rc);
+}
+
 /* Make the sink of a task's mode. */
 static struct run_sink *
 run_sink_create(const struct run *t, struct output *out, char **err)
@@ -887,7 +884,7 @@ run_sink_create(const struct run *t, struct output *out, char **err)
 		s = &x->sink;
 		s->op.push = run_reduce_push_cb;
 		s->op.finish = run_reduce_finish_cb;
-		s->op.free = run_reduce_free_cb;
+		s->op.free = run_free_cb;
 		break;
 	case MODE_SAVE:
 		if ((s = run_save_create(t, err)) == NULL)
@@ -898,8 +895,9 @@ run_sink_create(const struct run *t, struct output *out, char **err)
 			return (NULL);
 		break;
 	case MODE_SHUFFLE:
-		*err = xstrdup("mode shuffle: not supported by this worker");
-		return (NULL);
+		if ((s = run_shuffle_create(t, err)) == NULL)
+			return (NULL);
+		break;
 	}
 	s->out = out;
 	return (s);
@@ -932,8 +930,11 @@ run_execute(const struct run *t, struct output *out,
 	chain = chain_create(t->plan, t->partition, out, &sink->op, err);
 	if (chain == NULL)
 		return (-1);
-	rc = source_run(t->plan, t->partition, t->source_dirfd, chain, &in,
-	    &serr);
+	if (t->plan->source == PLAN_SOURCE_SHUFFLE)
+		rc = run_shuffle_source(t, chain, &in, &serr);
+	else
+		rc = source_run(t->plan, t->partition, t->source_dirfd, chain,
+		    &in, &serr);
 	if (rc == OP_OK && !chain_halted(chain))
 		rc = chain_finish(chain);
 	if (rc == OP_FAIL) {
@@ -952,10 +953,13 @@ run_execute(const struct run *t, struct output *out,
 	if (t->mode == MODE_CHECKPOINT)
 		metrics[EMBER_METRIC_BYTES_OUT] =
 		    ckpt_writer_bytes(((struct run_ckpt *)sink)->w);
+	if (t->mode == MODE_SHUFFLE)	/* what emberd charges the uid */
+		metrics[EMBER_METRIC_BYTES_OUT] =
+		    ((struct run_shuffle *)sink)->bytes;
 	chain_free(chain);	/* stops and reaps any command still running */
 
 	if (t->mode != MODE_COUNT && t->mode != MODE_SAVE &&
-	    t->mode != MODE_CHECKPOINT)
+	    t->mode != MODE_CHECKPOINT && t->mode != MODE_SHUFFLE)
 		metrics[EMBER_METRIC_BYTES_OUT] = output_bytes(out);
 	return (rc == OP_FAIL ? -1 : 0);
 }

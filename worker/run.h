@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "protocol.h"
 #include "taskdesc.h"
 
@@ -27,6 +29,15 @@ struct run {
 	int			 ckpt_sync;	/* and whether to fsync */
 	int			 source_dirfd;	/* a checkpoint source's
 						   parent, from emberd */
+	/* An operation in stages: its directory in the uid's shuffle
+	 * directory (from emberd); a map task's stage, buckets, the wide
+	 * op it writes for and the memory it sorts in. */
+	const char		*shuffle_dir;
+	int			 shuffle_dirfd;
+	int			 shuffle_stage;
+	int			 shuffle_buckets;
+	json_t			*shuffle_op;
+	int64_t			 shuffle_memory;
 };
 
 /*

@@ -226,6 +226,7 @@ serve_plan(struct server *w, json_t *j, const char *operation,
 	free(w->operation);
 	w->plan = NULL;
 	w->operation = NULL;
+	/* A stage's plan: its source may be the shuffle. */
 	if (plan_parse_stage(j, out, err) == -1)
 		return (-1);
 	w->plan = *out;
@@ -340,6 +341,12 @@ serve_parse(struct server *w, const char *data, size_t len,
 	t->ckpt_dirfd = d->ckpt_dir_passed ? d->ckpt_dirfd : -1;
 	t->ckpt_sync = d->ckpt_sync;
 	t->source_dirfd = d->source_dir_passed ? d->source_dirfd : -1;
+	t->shuffle_dir = d->shuffle_dir;
+	t->shuffle_dirfd = d->shuffle_dir_passed ? d->shuffle_dirfd : -1;
+	t->shuffle_stage = d->shuffle_stage;
+	t->shuffle_buckets = d->shuffle_buckets;
+	t->shuffle_op = d->shuffle_op;
+	t->shuffle_memory = d->shuffle_memory;
 	rc = 0;
 out:
 	if (rc != 0)

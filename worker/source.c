@@ -43,7 +43,7 @@ source_run_range(const struct plan *plan, int partition, struct chain *chain,
     int64_t *records_in)
 {
 	char		 buf[24], *end = buf + sizeof buf;
-	struct record	 r = { NULL, 0, 0 };
+	struct record	 r = { NULL, 0, 0, 0, NULL, 0 };
 	int64_t		 first, count, i;
 	uint64_t	 v;
 	int		 rc;
@@ -66,7 +66,7 @@ static int
 source_run_parallelize(const struct plan *plan, int partition,
     struct chain *chain, int64_t *records_in)
 {
-	struct record	 r;
+	struct record	 r = { NULL, 0, 0, 0, NULL, 0 };
 	json_t		*j;
 	int64_t		 begin, end, i;
 	int		 rc;
@@ -140,7 +140,7 @@ static int
 source_run_file(const struct plan_file *f, int64_t begin, int64_t end,
     struct chain *chain, int64_t *records_in, char **err)
 {
-	struct record	 r = { NULL, 0, 0 };
+	struct record	 r = { NULL, 0, 0, 0, NULL, 0 };
 	int64_t		 base;		/* file offset of source_buf[0] */
 	size_t		 fill = 0, start = 0, scan = 0, want;
 	char		*nl;

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "keyed.h"
 #include "ops.h"
 #include "plan.h"
 #include "protocol.h"
@@ -42,12 +43,34 @@ stdio_put_int(FILE *f, int32_t v)
 	return (fwrite(&n, sizeof n, 1, f) == 1 ? 0 : -1);
 }
 
+/* Frame a pair or group onto the output, as a batch holds it. */
+static int
+stdio_sink_keyed(struct stdio_sink *s, const struct record *r)
+{
+	unsigned char	head[KEYED_HEAD], word[4];
+
+	if (r->klen > STDIO_MAX_RECORD || r->len > STDIO_MAX_RECORD)
+		return (op_fail(&s->op, "a keyed record of %zu bytes is too "
+		    "large", r->klen + r->len));
+	keyed_head(head, r);
+	keyed_word(word, r);
+	if (fwrite(head, 1, sizeof head, s->out) != sizeof head ||
+	    (r->klen > 0 && fwrite(r->key, 1, r->klen, s->out) != r->klen) ||
+	    fwrite(word, 1, sizeof word, s->out) != sizeof word ||
+	    (r->len > 0 && fwrite(r->data, 1, r->len, s->out) != r->len))
+		return (op_fail(&s->op, "standard output: %s",
+		    strerror(errno)));
+	return (OP_OK);
+}
+
 /* Frame a record onto the output. */
 static int
 stdio_sink_push_cb(struct op *op, const struct record *r)
 {
 	struct stdio_sink	*s = (struct stdio_sink *)op;
 
+	if (r->kind != PLAN_KIND_RECORD)
+		return (stdio_sink_keyed(s, r));
 	if (r->null) {
 		if (stdio_put_int(s->out, EMBER_NULL) == -1)
 			return (op_fail(op, "standard output: %s",
@@ -157,7 +180,7 @@ stdio_plan(const char *text, char **err)
 static int
 stdio_pump(struct chain *chain, FILE *in, char **err)
 {
-	struct record	 r;
+	struct record	 r = { NULL, 0, 0, 0, NULL, 0 };
 	char		*buf = NULL;
 	size_t		 size = 0;
 	int		 rc;

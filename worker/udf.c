@@ -436,7 +436,7 @@ ember_udf_next(struct ember_udf *u, const char **data, size_t *len)
 int
 ember_udf_emit(struct ember_udf *u, const char *data, size_t len)
 {
-	struct record	r;
+	struct record	r = { NULL, 0, 0, 0, NULL, 0 };
 	int		rc;
 
 	if (u->downstream != OP_OK)

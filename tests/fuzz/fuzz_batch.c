@@ -18,7 +18,46 @@
 #include "protocol.h"
 #include "wmsg.h"
 
-/* Does p hold exactly records frames, to its last byte? */
+/* Walk one frame at *p: a length of at least min (EMBER_NULL allowed
+ * with null) and its bytes.  0, or -1 if it is not whole. */
+static int
+batch_frame(const unsigned char **p, const unsigned char *end, int null)
+{
+	int32_t	n;
+
+	if (end - *p < 4)
+		return (-1);
+	n = be32_get(*p);
+	*p += 4;
+	if (n == EMBER_NULL && null)
+		return (0);
+	if (n < 0 || end - *p < n)
+		return (-1);
+	*p += n;
+	return (0);
+}
+
+/* Walk a pair or group after its marker: the key frame, then a value
+ * frame, or a count and that many. */
+static int
+batch_keyed(const unsigned char **p, const unsigned char *end, int32_t marker)
+{
+	int32_t	n = 1;
+
+	if (batch_frame(p, end, 0) == -1)
+		return (-1);
+	if (marker == EMBER_GROUP) {
+		if (end - *p < 4 || (n = be32_get(*p)) < 0)
+			return (-1);
+		*p += 4;
+	}
+	while (n-- > 0)
+		if (batch_frame(p, end, 1) == -1)
+			return (-1);
+	return (0);
+}
+
+/* Does p hold exactly records records, plain or keyed, to its last byte? */
 static int
 batch_exact(const unsigned char *p, size_t len, int32_t records)
 {
@@ -29,14 +68,12 @@ batch_exact(const unsigned char *p, size_t len, int32_t records)
 		if (records-- == 0 || end - p < 4)
 			return (0);
 		n = be32_get(p);
-		p += 4;
-		if (n < 0 && n != EMBER_NULL)
-			return (0);
-		if (n > 0) {
-			if (end - p < n)
+		if (n == EMBER_PAIR || n == EMBER_GROUP) {
+			p += 4;
+			if (batch_keyed(&p, end, n) == -1)
 				return (0);
-			p += n;
-		}
+		} else if (batch_frame(&p, end, 1) == -1)
+			return (0);
 	}
 	return (records == 0);
 }

@@ -46,6 +46,8 @@ EXCEPTION_THROWN = -2
 TIMING_DATA = -3
 END_OF_STREAM = -4
 NULL = -5
+PAIR = -7		# a keyed record: key frame, value frame
+GROUP = -8		# key frame, int32 n, n value frames
 
 # Result stream responses and requests.
 STREAM_DONE = 0
@@ -769,13 +771,28 @@ class Client:
 
     # The result stream (section 2.2).
 
+    def read_value(self):
+        """A key's value frame: bytes, or None for NULL."""
+        n = self.read_int()
+        if n == NULL:
+            return None
+        if n < 0:
+            raise ProtocolError("a value of length %d" % n)
+        return self.recv_exact(n)
+
     def read_record(self):
-        """One record: bytes, None for NULL, or a special length int."""
+        """One record: bytes, None for NULL, a (key, value) pair, a
+        (key, [values]) group, or a special length int."""
         n = self.read_int()
         if n >= 0:
             return self.recv_exact(n)
         if n == NULL:
             return None
+        if n == PAIR:
+            return (self.recv_exact(self.read_int()), self.read_value())
+        if n == GROUP:
+            key = self.recv_exact(self.read_int())
+            return (key, [self.read_value() for _ in range(self.read_int())])
         return n
 
     def read_error_frame(self):

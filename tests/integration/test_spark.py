@@ -517,8 +517,21 @@ def test_python_client_submit(d):
              "ember run's records")
 
 
-@skip_unless(NEEDS_SPARK, WHY)
 @no_daemon
+def test_stdio_chain_pairs(_):
+    """Pairs leave --stdio as they leave a worker for emberd: -7, the key
+    frame and the value frame, never the value alone with its key lost."""
+    plan = json.dumps({"source": {"parallelize": {"records": []}},
+                       "ops": [{"key_by": {"field": {"sep": ",",
+                                                     "index": 0}}}]})
+    done = subprocess.run([EMBER_WORKER, "--stdio", "--plan", plan],
+                          input=frames([b"a,1", None, b"b,2"]),
+                          capture_output=True, timeout=30)
+    check_eq(done.returncode, 0, "status (%r)" % done.stderr)
+    pair = lambda k, v: (struct.pack(">ii", -7, len(k)) + k +
+                         struct.pack(">i", len(v)) + v)
+    check_eq(done.stdout, pair(b"a", b"a,1") + pair(b"b", b"b,2") +
+             struct.pack(">i", -1), "pairs framed, the null dropped")
 def test_worker_killed_mid_job(d):
     """A Spark worker and its executor killed while tasks run: Spark runs
     the lost tasks again on the other worker, and the answer is right.

@@ -124,6 +124,68 @@ def test_a_lost_shuffle_file_reruns_only_its_map_task(d):
     check(os.path.exists(lost), "the lost file was not written again")
 
 
+def sorted_words(n=20000):
+    return ["%05d" % ((i * 7919) % n) for i in range(n)]
+
+
+def test_reattach_recomputes_from_the_shuffle_files(d):
+    """A stream of a sort cut mid-partition and reattached goes on from
+    its position; the partition is computed again from the shuffle files,
+    and no map stage runs again."""
+    words = sorted_words()
+    want = sorted(w.encode() for w in words)
+    c = d.client()
+    op = c.execute_ok(records_plan(words, 4, ops=[
+        {"sort_by": {"partitions": 4}}]), "iterate",
+        {"prefetch": 0})["operation"]
+    c.write_int(REQUEST_NEXT)
+    status, part0 = c.read_partition()
+    check_eq(status, STREAM_PARTITION, "partition 0")
+    c.write_int(REQUEST_NEXT)
+    check_eq(c.read_int(), STREAM_PARTITION, "partition 1 follows")
+    got = [c.read_record() for _ in range(100)]
+    stages = d.client().status()["counters"]["stages"]
+    c.close_abruptly()
+    c2 = d.client(hello=False)
+    c2.request_ok({"op": "hello", "version": 1, "session": c.session})
+    reply = c2.request({"op": "reattach", "operation": op, "partition": 1,
+                        "offset": 100})
+    check(reply.get("ok"), "reattach: %r" % reply)
+    rest = []
+    while True:
+        c2.write_int(REQUEST_NEXT)
+        status, part = c2.read_partition()
+        if status == STREAM_DONE:
+            break
+        check_eq(status, STREAM_PARTITION, "after reattach")
+        rest += part
+    check_eq(part0 + got + rest, want, "the sorted stream")
+    check_eq(d.client().status()["counters"]["stages"], stages,
+             "map stages run after the reattach")
+
+
+def test_a_checkpoint_cuts_the_lineage(d):
+    """A checkpoint of a shuffled dataset holds its pairs; reading it runs
+    no map stage."""
+    c = d.client()
+    reply = c.request({"op": "execute", "plan": keyed_plan(ops=[
+        {"reduce_by_key": {"fn": "count", "partitions": 3}}]),
+        "action": "checkpoint", "options": {}})
+    check(reply.get("ok"), "checkpoint: %r" % reply)
+    cid = reply["checkpoint"]
+    stages = c.status()["counters"]["stages"]
+    got = c.collect_all({"source": {"checkpoint": cid}})
+    check_eq(sorted(got), sorted((b"w%d" % i, b"200") for i in range(10)),
+             "the checkpoint's pairs")
+    check_eq(c.status()["counters"]["stages"], stages,
+             "map stages run to read the checkpoint")
+    # And pairs read back feed a wide op of their own.
+    got = c.collect_all({"source": {"checkpoint": cid}, "ops": [
+        {"sort_by": {"descending": True, "partitions": 2}},
+        {"map": "key"}]})
+    check_eq(got, [b"w%d" % i for i in range(9, -1, -1)], "sorted keys")
+
+
 @with_daemon(sets=["daemon.max_shuffle_per_uid=1k"])
 def test_shuffle_bytes_are_bounded(d):
     r = d.client().execute(keyed_plan(20000, 4, ops=[{"group_by_key": {}}]),

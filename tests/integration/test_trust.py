@@ -855,5 +855,39 @@ def test_cli_makes_paths_absolute(d):
     check_eq(r.stdout.strip(), "3", "the count")
 
 
+@with_daemon()
+def test_shuffle_dir_planted_link(d):
+    """The operation id is the client's to choose, and the uid's shuffle
+    directory is the user's: a link planted where an operation's
+    directory goes, to another directory of the user's, is refused.  The
+    workers make and open it themselves (mkdirat, then O_NOFOLLOW and
+    O_DIRECTORY): nothing is written through the link, and nothing behind
+    it is removed when the operation is cleaned up."""
+    c = d.client()
+    plan = records_plan(["a,1", "b,2", "a,3"], 2, ops=[
+        {"key_by": {"field": {"sep": ",", "index": 0}}},
+        {"group_by_key": {}}])
+    check_eq(len(c.collect_all(plan)), 2, "a first staged job")
+    base = os.path.join(d.socket + ".local", "shuffle", str(os.getuid()))
+    check(os.path.isdir(base), "no shuffle directory %s" % base)
+    target = job_writable(d.path("elsewhere"))
+    write_file(os.path.join(target, "keep"), b"mine")
+    opid = "0f4c1d7e-5a0b-4c8e-9f3a-2b6d8e1c7a90"
+    os.symlink(target, os.path.join(base, opid))
+    reply = c.execute(plan, "collect", operation=opid)
+    if reply["ok"]:
+        status, message = c.read_partition()
+        check_eq(status, STREAM_ERROR, "the stream of the planted job")
+    else:
+        message = reply["error"]["message"]
+    check("symbolic links" in message or "Not a directory" in message,
+          "the error says why: %r" % message)
+    check_eq(sorted(os.listdir(target)), ["keep"],
+             "nothing written through the link")
+    with open(os.path.join(target, "keep"), "rb") as f:
+        check_eq(f.read(), b"mine", "what the link points to")
+    check_eq(len(c.collect_all(plan)), 2, "the next job")
+
+
 if __name__ == "__main__":
     run_tests(globals())

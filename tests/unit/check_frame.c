@@ -137,6 +137,43 @@ START_TEST(test_frame_skip_records)
 }
 END_TEST
 
+START_TEST(test_frame_skip_keyed_records)
+{
+	struct evbuffer	*b = evbuffer_new();
+	size_t		 bytes = 99;
+
+	/* A pair ("k", "v"), a group ("g", ["a", null]), a pair ("", null),
+	 * a plain record: four records, each skipped whole. */
+	evbuffer_add_int32(b, EMBER_PAIR);
+	evbuffer_add_frame(b, "k", 1);
+	evbuffer_add_frame(b, "v", 1);
+	evbuffer_add_int32(b, EMBER_GROUP);
+	evbuffer_add_frame(b, "g", 1);
+	evbuffer_add_int32(b, 2);
+	evbuffer_add_frame(b, "a", 1);
+	evbuffer_add_int32(b, EMBER_NULL);
+	evbuffer_add_int32(b, EMBER_PAIR);
+	evbuffer_add_frame(b, "", 0);
+	evbuffer_add_int32(b, EMBER_NULL);
+	evbuffer_add_frame(b, "xyz", 3);
+	ck_assert_int_eq(frame_skip_records(b, 1, &bytes), 0);
+	ck_assert_uint_eq(bytes, 4 + 5 + 5);
+	ck_assert_int_eq(frame_skip_records(b, 2, &bytes), 0);
+	ck_assert_uint_eq(bytes, 14 + 4 + 5 + 4 + 5 + 4);
+	ck_assert_int_eq(frame_skip_records(b, 3, &bytes), 0);
+	ck_assert_uint_eq(bytes, 36 + 4 + 4 + 4);
+	ck_assert_int_eq(frame_skip_records(b, 4, &bytes), 0);
+	ck_assert_uint_eq(bytes, evbuffer_get_length(b));
+	ck_assert_int_eq(frame_skip_records(b, 5, &bytes), -1);
+	/* A keyed record cut short is not there. */
+	evbuffer_add_int32(b, EMBER_GROUP);
+	evbuffer_add_frame(b, "g", 1);
+	evbuffer_add_int32(b, 1);
+	ck_assert_int_eq(frame_skip_records(b, 5, &bytes), -1);
+	evbuffer_free(b);
+}
+END_TEST
+
 START_TEST(test_frame_peek_special)
 {
 	static const int32_t specials[] = {
@@ -530,6 +567,7 @@ frame_suite(void)
 	tcase_add_test(tc, test_frame_peek);
 	tcase_add_test(tc, test_frame_peek_special);
 	tcase_add_test(tc, test_frame_skip_records);
+	tcase_add_test(tc, test_frame_skip_keyed_records);
 	tcase_add_test(tc, test_frame_peek_limit);
 	tcase_add_test(tc, test_evbuffer_add_frame);
 	suite_add_tcase(s, tc);

@@ -26,7 +26,10 @@ main(void)
 	srunner_add_suite(sr, helper_suite());
 	srunner_add_suite(sr, ckpt_suite());
 	srunner_add_suite(sr, ops_suite());
+	srunner_add_suite(sr, keyed_suite());
+	srunner_add_suite(sr, wshuffle_suite());
 	srunner_add_suite(sr, savecommit_suite());
+	srunner_add_suite(sr, shuffle_suite());
 	srunner_add_suite(sr, split_suite());
 	srunner_add_suite(sr, wmsg_suite());
 

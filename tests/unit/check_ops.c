@@ -185,8 +185,8 @@ ops_run(const char *ops, int partition, const struct record *in, size_t n,
 	return (dropped);
 }
 
-#define REC(s)		{ s, sizeof s - 1, 0 }
-#define NUL_REC		{ NULL, 0, 1 }
+#define REC(s)		{ s, sizeof s - 1, 0, 0, NULL, 0 }
+#define NUL_REC		{ NULL, 0, 1, 0, NULL, 0 }
 
 START_TEST(test_ops_none)
 {

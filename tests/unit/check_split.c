@@ -88,7 +88,7 @@ static int
 split_check_lines_cb(struct op *op, const char *data, size_t len,
     size_t *used)
 {
-	struct record	 r = { NULL, 0, 0 };
+	struct record	 r = { NULL, 0, 0, 0, NULL, 0 };
 	const char	*p = data, *end = data + len, *nl;
 
 	if (len == 0 || data[len - 1] != '\n')

@@ -60,6 +60,14 @@ operation_task_failed(struct operation *op, struct task *t)
 	stub_failed = t;
 }
 
+/* A lost shuffle file parks the task; none is lost here but the test's. */
+int
+operation_input_lost(struct operation *op, struct task *t, const char *cause)
+{
+	(void)op; (void)t;
+	return (strncmp(cause, "SHUFFLE_LOST ", 13) == 0);
+}
+
 void
 metrics_task_finished(const struct task *t)
 {
@@ -203,6 +211,29 @@ START_TEST(test_task_fail)
 	task_free(u);
 	ck_assert_ptr_null(stub_removed);
 	ck_assert_ptr_null(stub_cancelled);
+}
+END_TEST
+
+/* A task whose shuffle input was lost is parked, not failed: what it
+ * relayed is skipped when it runs again. */
+START_TEST(test_task_input_lost)
+{
+	struct task	*t = task_create(FAKE_OP, 2, 0);
+
+	task_queue(t);
+	task_assign(t, FAKE_WORKER);
+	t->records = 7;
+	task_fail(t, 4242, "SHUFFLE_LOST stage 0 map 3: gone");
+	ck_assert_int_eq(t->state, TASK_PARKED);
+	ck_assert_int_eq(t->waiting_input, 1);
+	ck_assert_int_eq(t->skip, 7);
+	ck_assert_ptr_null(t->worker);
+	ck_assert_ptr_null(t->error);
+	ck_assert_ptr_null(stub_failed);
+	ck_assert_uint_eq(ember_counters.tasks_failed, 0);
+	task_queue(t);
+	ck_assert_int_eq(t->state, TASK_QUEUED);
+	task_free(t);
 }
 END_TEST
 
@@ -373,6 +404,7 @@ task_suite(void)
 	tcase_add_test(tc, test_task_finish);
 	tcase_add_test(tc, test_task_requeue);
 	tcase_add_test(tc, test_task_fail);
+	tcase_add_test(tc, test_task_input_lost);
 	tcase_add_test(tc, test_task_free_queued);
 	tcase_add_test(tc, test_task_park);
 	tcase_add_test(tc, test_task_lose);

@@ -204,6 +204,8 @@ START_TEST(test_taskdesc_modes)
 	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
 	ck_assert_str_eq(got.shuffle_dir, d.shuffle_dir);
 	ck_assert_ptr_null(got.shuffle_op);
+	/* A reduce side sorts and groups in that memory too. */
+	ck_assert_int_eq(got.shuffle_memory, 1 << 20);
 	taskdesc_clear(&got);
 	d.shuffle_dir = NULL;
 
@@ -424,7 +426,7 @@ START_TEST(test_wmsg_batch_lies)
 	/* Ten records in no bytes. */
 	ck_assert_int_eq(batch_check(buf, 0, 10, 1, &err), -1);
 	/* A negative length that is no special one. */
-	be32_put(buf, -7);
+	be32_put(buf, -9);
 	ck_assert_int_eq(batch_check(buf, 8, 1, 3, &err), -1);
 	ck_assert_str_eq(err, "a record of a negative length");
 	be32_put(buf, EMBER_END_OF_DATA_SECTION);
@@ -442,6 +444,100 @@ START_TEST(test_wmsg_batch_lies)
 }
 END_TEST
 
+/* Put a frame (len < 0: that special length alone) at p; its size. */
+static size_t
+batch_put(unsigned char *p, int32_t len, const char *body)
+{
+	be32_put(p, len);
+	if (len > 0)
+		memcpy(p + 4, body, (size_t)len);
+	return (4 + (len > 0 ? (size_t)len : 0));
+}
+
+START_TEST(test_wmsg_batch_keyed)
+{
+	unsigned char	 buf[128];
+	const char	*err = NULL;
+	size_t		 n = 0, step, cut;
+
+	/* A pair ("k", "v"), a pair ("", null), a group ("g", ["a", null]),
+	 * an empty group, a plain record: five records in every cut. */
+	n += batch_put(buf + n, EMBER_PAIR, NULL);
+	n += batch_put(buf + n, 1, "k");
+	n += batch_put(buf + n, 1, "v");
+	n += batch_put(buf + n, EMBER_PAIR, NULL);
+	n += batch_put(buf + n, 0, NULL);
+	n += batch_put(buf + n, EMBER_NULL, NULL);
+	n += batch_put(buf + n, EMBER_GROUP, NULL);
+	n += batch_put(buf + n, 1, "g");
+	be32_put(buf + n, 2);
+	n += 4;
+	n += batch_put(buf + n, 1, "a");
+	n += batch_put(buf + n, EMBER_NULL, NULL);
+	n += batch_put(buf + n, EMBER_GROUP, NULL);
+	n += batch_put(buf + n, 2, "gg");
+	be32_put(buf + n, 0);
+	n += 4;
+	n += batch_put(buf + n, 3, "abc");
+	for (step = 1; step <= n; step++) {
+		ck_assert_int_eq(batch_check(buf, n, 5, step, &err), 0);
+		ck_assert_int_eq(batch_check(buf, n, 6, step, &err), -1);
+		ck_assert_int_eq(batch_check(buf, n, 4, step, &err), -1);
+		/* Cut anywhere inside, the batch is not whole. */
+		for (cut = 1; cut < n; cut++)
+			if (cut != n - 7)	/* before the plain record */
+				ck_assert_int_eq(batch_check(buf, cut, 5, step,
+				    &err), -1);
+	}
+}
+END_TEST
+
+START_TEST(test_wmsg_batch_keyed_lies)
+{
+	unsigned char	 buf[64];
+	const char	*err = NULL;
+	size_t		 n;
+
+	/* A pair whose key is null. */
+	n = batch_put(buf, EMBER_PAIR, NULL);
+	n += batch_put(buf + n, EMBER_NULL, NULL);
+	n += batch_put(buf + n, 1, "v");
+	ck_assert_int_eq(batch_check(buf, n, 1, 4, &err), -1);
+	ck_assert_str_eq(err, "a keyed record with a bad key");
+	/* A pair whose key is a pair. */
+	n = batch_put(buf, EMBER_PAIR, NULL);
+	n += batch_put(buf + n, EMBER_PAIR, NULL);
+	n += batch_put(buf + n, 1, "v");
+	ck_assert_int_eq(batch_check(buf, n, 1, 1, &err), -1);
+	ck_assert_str_eq(err, "a keyed record with a bad key");
+	/* A pair whose value is a group marker. */
+	n = batch_put(buf, EMBER_PAIR, NULL);
+	n += batch_put(buf + n, 1, "k");
+	n += batch_put(buf + n, EMBER_GROUP, NULL);
+	ck_assert_int_eq(batch_check(buf, n, 1, 5, &err), -1);
+	ck_assert_str_eq(err, "a keyed record with a bad value");
+	/* A group of a negative count. */
+	n = batch_put(buf, EMBER_GROUP, NULL);
+	n += batch_put(buf + n, 1, "k");
+	be32_put(buf + n, -1);
+	n += 4;
+	ck_assert_int_eq(batch_check(buf, n, 1, 2, &err), -1);
+	ck_assert_str_eq(err, "a group of a negative count");
+	/* A group that says two values and has one. */
+	n = batch_put(buf, EMBER_GROUP, NULL);
+	n += batch_put(buf + n, 1, "k");
+	be32_put(buf + n, 2);
+	n += 4;
+	n += batch_put(buf + n, 1, "a");
+	ck_assert_int_eq(batch_check(buf, n, 1, 3, &err), -1);
+	ck_assert_str_eq(err, "a record batch with fewer records than it says");
+	/* A pair alone at the end of a batch: its frames are owed. */
+	n = batch_put(buf, EMBER_PAIR, NULL);
+	ck_assert_int_eq(batch_check(buf, n, 1, 4, &err), -1);
+	ck_assert_str_eq(err, "a record batch with fewer records than it says");
+}
+END_TEST
+
 Suite *
 wmsg_suite(void)
 {
@@ -455,6 +551,8 @@ wmsg_suite(void)
 	tcase_add_test(tc, test_wmsg_metrics);
 	tcase_add_test(tc, test_wmsg_batch_exact);
 	tcase_add_test(tc, test_wmsg_batch_lies);
+	tcase_add_test(tc, test_wmsg_batch_keyed);
+	tcase_add_test(tc, test_wmsg_batch_keyed_lies);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("task descriptors");

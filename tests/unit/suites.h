@@ -16,6 +16,7 @@ Suite	*held_suite(void);
 Suite	*helper_suite(void);
 Suite	*joblog_suite(void);
 Suite	*jread_suite(void);
+Suite	*keyed_suite(void);
 Suite	*log_suite(void);
 Suite	*ops_suite(void);
 Suite	*plan_suite(void);
@@ -24,9 +25,11 @@ Suite	*request_suite(void);
 Suite	*result_suite(void);
 Suite	*retry_suite(void);
 Suite	*savecommit_suite(void);
+Suite	*shuffle_suite(void);
 Suite	*split_suite(void);
 Suite	*status_view_suite(void);
 Suite	*task_suite(void);
 Suite	*wmsg_suite(void);
+Suite	*wshuffle_suite(void);
 
 #endif

@@ -46,15 +46,6 @@
 #define EMBER_RETRY_FIRST_MS	20
 #define EMBER_RETRY_MAX_MS	1000
 
-/* The keyed records' markers on the result stream (docs/protocol.md,
- * "Pairs and groups"). */
-#ifndef EMBER_PAIR
-#define EMBER_PAIR		(-7)
-#endif
-#ifndef EMBER_GROUP
-#define EMBER_GROUP		(-8)
-#endif
-
 enum ember_state {
 	EMBER_CONTROL,		/* control requests and replies */
 	EMBER_BETWEEN,		/* stream: a response (1, 0, -1, 2) is next */

@@ -121,67 +121,49 @@ def num_dec(b):
         return float(b)
 
 
-# A pair leaves the Python ops as one record, key and value apart by a
-# tab, and a key_by op makes the pair of it: the key's bytes in hex (which
-# keeps their order), the value's in base64, or a number as its text.
+# A pair leaves the Python ops as a 2-tuple of bytes, which the worker
+# makes a pair of.
 
-def pair_rec(x):
-    """An element (k, v) as the record of a pair."""
-    import base64
+def pair_out(x):
+    """An element (k, v) as a pair."""
     k, v = x
-    return enc(k).hex() + "\t" + base64.b64encode(enc(v)).decode("ascii")
+    return (enc(k), enc(v))
 
 
-def num_pair_rec(x):
-    """An element (k, v), v a number, as the record of a pair for sum,
-    min or max."""
+def num_pair_out(x):
+    """An element (k, v), v a number, as a pair for sum, min or max."""
     k, v = x
-    return enc(k).hex() + "\t" + num_enc(v)
+    return (enc(k), num_enc(v))
 
 
-def keyed_rec(fn, x):
-    """An element as the record of a pair: fn(x) its key, x its value."""
-    import base64
-    return enc(fn(x)).hex() + "\t" + base64.b64encode(enc(x)).decode(
-        "ascii")
-
-
-def key_in(h):
-    """A key of pair_rec's back as the object."""
-    if isinstance(h, bytes):
-        h = h.decode("ascii")
-    return dec(bytes.fromhex(h))
-
-
-def value_in(b):
-    """A value of pair_rec's back as the object; None stays None."""
-    import base64
-    return None if b is None else dec(base64.b64decode(b))
+def keyed_out(fn, x):
+    """An element as a pair: fn(x) its key, x its value."""
+    return (enc(fn(x)), enc(x))
 
 
 def pair_in(x):
     """A pair back as (k, v)."""
     k, v = x
-    return (key_in(k), value_in(v))
+    return (dec(k), dec(v))
 
 
 def num_pair_in(x):
     """A pair of reduceByKey back as (k, number)."""
     k, v = x
-    return (key_in(k), num_dec(v))
+    return (dec(k), num_dec(v))
 
 
 def group_in(x):
     """A group back as (k, [values])."""
     k, vs = x
-    return (key_in(k), [value_in(v) for v in vs])
+    return (dec(k), [dec(v) for v in vs])
 
 
 def join_in(x):
     """A join's group [v, w] back as (k, (v, w)); w None where the other
     side had no such key (leftOuterJoin)."""
     k, (v, w) = x
-    return (key_in(k), (value_in(v), value_in(w)))
+    return (dec(k), (dec(v), dec(w)))
 
 
 def key_of(x):

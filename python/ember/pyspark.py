@@ -151,18 +151,13 @@ class RDD:
                                      deterministic=True))
 
     # Keyed methods: ember's shuffle (docs/python.md, "Keyed data").
-    # Each element leaves the Python ops as one record, its key and value
-    # as bytes (_pyref.enc: a str as its UTF-8, a number so that it sorts
-    # as a number, any other object pickled) apart by a tab, and key_by
-    # makes it a pair.  What the shuffle gives becomes elements again
-    # here for an action, or in the workers before a function.
+    # Each element leaves the Python ops as a pair of bytes (_pyref.enc:
+    # a str as its UTF-8, a number so that it sorts as a number, any other
+    # object pickled).  What the shuffle gives becomes elements again here
+    # for an action, or in the workers before a function.
 
     def _map(self, f: Callable[[Any], Any]) -> Dataset:
         return self._ds.map(f, deterministic=True)
-
-    def _pairs(self, f: Callable[[Any], Any]) -> Dataset:
-        """The pairs of the records f makes of the elements."""
-        return self._map(f).key_by(("\t", 0), value=("\t", 1))
 
     def _shuffled(self, ds: Dataset, back: Callable[[Any], Any],
                   partitions: Optional[int]) -> RDD:
@@ -184,14 +179,14 @@ class RDD:
                 "and max (of numbers) run in ember's shuffle; a Python "
                 "function is not supported yet (groupByKey, then "
                 "mapValues, does it)" % (func,))
-        ds = self._pairs(_pyref.num_pair_rec).reduce_by_key(
+        ds = self._map(_pyref.num_pair_out).reduce_by_key(
             fn, partitions=numPartitions)
         return self._shuffled(ds, _pyref.num_pair_in, numPartitions)
 
     def groupByKey(self, numPartitions: Optional[int] = None,
                    partitionFunc: Any = None) -> RDD:
         """(k, [values]): the values as a list, in input order."""
-        ds = self._pairs(_pyref.pair_rec).group_by_key(
+        ds = self._map(_pyref.pair_out).group_by_key(
             partitions=numPartitions)
         return self._shuffled(ds, _pyref.group_in, numPartitions)
 
@@ -200,10 +195,10 @@ class RDD:
         """Sorted by keyfunc's keys: str keys as Python orders them,
         numbers as numbers (ints past 2**53 by their nearest float);
         other keys group together, in an order of their own."""
-        ds = self._pairs(functools.partial(_pyref.keyed_rec, keyfunc))
+        ds = self._map(functools.partial(_pyref.keyed_out, keyfunc))
         ds = ds.sort_by(descending=not ascending,
                         partitions=numPartitions).values()
-        return self._shuffled(ds, _pyref.value_in, numPartitions)
+        return self._shuffled(ds, _pyref.dec, numPartitions)
 
     def sortByKey(self, ascending: bool = True,
                   numPartitions: Optional[int] = None,
@@ -213,8 +208,8 @@ class RDD:
 
     def _join(self, other: RDD, how: str,
               numPartitions: Optional[int]) -> RDD:
-        ds = self._pairs(_pyref.pair_rec).join(
-            other._pairs(_pyref.pair_rec), how, partitions=numPartitions)
+        ds = self._map(_pyref.pair_out).join(
+            other._map(_pyref.pair_out), how, partitions=numPartitions)
         return self._shuffled(ds, _pyref.join_in, numPartitions or max(
             self.getNumPartitions(), other.getNumPartitions()))
 

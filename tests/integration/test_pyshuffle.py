@@ -617,17 +617,11 @@ def test_pyspark_keyed_as_python(d):
 @no_daemon
 def test_pyspark_actions_read_shuffled_pairs_here(_):
     """An action right after a shuffle makes its elements of the pairs
-    and groups here, from their bytes: keys in hex, values in base64 (or
-    a number's text), as ember.pyspark's Python ops wrote them."""
-    import base64
+    and groups here, from their bytes as ember.pyspark's Python ops wrote
+    them (a number's text for reduceByKey's values)."""
     import operator
     from ember import _pyref, pyspark
-
-    def key(x):
-        return _pyref.enc(x).hex().encode()
-
-    def val(x):
-        return base64.b64encode(_pyref.enc(x))
+    key = val = _pyref.enc
     stream = [pair(key("a"), b"3") + pair(key(7), b"2.5"),
               pair(key((1, "t")), b"-4")]
     with ScriptedEmberd(stream) as peer:
@@ -640,7 +634,7 @@ def test_pyspark_actions_read_shuffled_pairs_here(_):
             check_eq(list(counts.toLocalIterator()), want, "iterator")
             check_eq(counts.getNumPartitions(), 2, "partitions")
             ops = [next(iter(op)) for op in counts._raw.plan["ops"]]
-            check_eq(ops, ["python", "python", "key_by", "reduce_by_key"],
+            check_eq(ops, ["python", "python", "reduce_by_key"],
                      "no Python op after the shuffle")
         finally:
             sc.stop()

@@ -1,7 +1,8 @@
 /*
  * Read a stream of pairs and groups with libember, for test_pyshuffle.py:
  * ember_next for every record, and ember_next_item for each one it
- * refuses.  Prints one line per call's result.
+ * refuses.  Prints one line per call's result.  The plan is argv[2], or
+ * one the scripted peer ignores.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,12 +73,17 @@ main(int argc, char **argv)
 	char			*err;
 	int			 rc;
 
-	if (argc != 2 || (e = ember_connect(argv[1], &err)) == NULL) {
-		fprintf(stderr, "usage: keyed_reader SOCKET\n");
+	const char		*plan = "{\"source\": {\"range\": "
+				    "{\"start\": 0, \"end\": 1}}}";
+
+	if (argc == 3)
+		plan = argv[2];
+	if (argc < 2 || argc > 3 ||
+	    (e = ember_connect(argv[1], &err)) == NULL) {
+		fprintf(stderr, "usage: keyed_reader SOCKET [PLAN]\n");
 		return (2);
 	}
-	if (ember_execute(e, "{\"source\": {\"range\": {\"start\": 0, "
-	    "\"end\": 1}}}", "iterate", NULL, NULL) == -1)
+	if (ember_execute(e, plan, "iterate", NULL, NULL) == -1)
 		goto fail;
 	for (;;) {
 		if ((rc = ember_next(e, &data, &len)) == 1) {

@@ -555,6 +555,29 @@ def test_keyed_stream_reattaches(d):
         proxy.close()
 
 
+def test_libember_reads_a_join(d):
+    """libember reads a real join's groups and a reduce_by_key's pairs,
+    key and values apart."""
+    def pairs(rows, n):
+        return {"source": {"parallelize": {"records": rows}},
+                "partitions": n,
+                "ops": [{"key_by": {"field": {"sep": ",", "index": 0},
+                                    "value": {"field": {"sep": ",",
+                                                        "index": 1}}}}]}
+    plan = pairs(["a,1", "b,2", "a,3"], 2)
+    plan["ops"].append({"join": {"plan": pairs(["a,x", "c,y"], 1),
+                                 "how": "left", "partitions": 1}})
+    r = subprocess.run([KEYED_READER, d.socket, json.dumps(plan)],
+                       capture_output=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+    lines = r.stdout.split(b"\n")
+    check_eq(lines[-2:], [b"end", b""], "the end")
+    check_eq(lines[0:-2:2], [b"refused KEYED_RECORD"] * 3, "refusals")
+    check_eq(sorted(lines[1:-2:2]), [b"group a 2: 1 x", b"group a 2: 3 x",
+                                      b"group b 2: 2 (null)"], "groups")
+
+
 def test_pyspark_keyed_as_python(d):
     """ember.pyspark's keyed methods give what plain Python (PySpark's
     semantics) gives, keys and values of several types."""

@@ -53,7 +53,8 @@ usage(FILE *f, int full)
 	    "  run      execute the plan (PLAN.json, or - for standard input)\n"
 	    "           and print one record per line; a null record prints\n"
 	    "           as an empty line, a pair as key<TAB>value, a group\n"
-	    "           as key<TAB>v1<TAB>v2... (a null value as \\N).\n"
+	    "           as key<TAB>v1<TAB>v2..., as save writes them (a\n"
+	    "           null value as an empty one).\n"
 	    "           --collect has emberd push every partition instead of\n"
 	    "           iterating; --count prints the number of records.\n"
 	    "           --action takes any action: iterate, collect, count,\n"
@@ -249,14 +250,12 @@ output_byte(struct output *o, char c)
 	o->buf[o->len++] = c;
 }
 
-/* Add a tab and a value of a pair or a group, a null as \N: right after
- * output_add, which leaves room for the tab. */
+/* Add a tab and a value of a pair or a group, a null as an empty one, as
+ * save writes it: right after output_add, which leaves room for the tab. */
 static int
 output_value(struct output *o, const struct ember_bytes *v)
 {
 	output_byte(o, '\t');
-	if (v->data == NULL)
-		return (output_add(o, "\\N", 2));
 	return (output_add(o, v->data, v->len));
 }
 

@@ -145,7 +145,7 @@ KEYED = [
     group(b"empty", []) + frame(None) + pair(b"a\x00b", b"") +
     group(b"big", [b"1", BIG, b"2"]) + pair(b"after", b"big"),
 ]
-KEYED_LINES = [b"plain", b"k\tv", b"nul\t\\N", b"g\ta\t\\N\t\tb\tc",
+KEYED_LINES = [b"plain", b"k\tv", b"nul\t", b"g\ta\t\t\tb\tc",
                b"empty", b"", b"a\x00b\t", b"big\t1\t" + BIG + b"\t2",
                b"after\tbig"]
 
@@ -153,7 +153,8 @@ KEYED_LINES = [b"plain", b"k\tv", b"nul\t\\N", b"g\ta\t\\N\t\tb\tc",
 @no_daemon
 def test_cli_prints_pairs_and_groups(_):
     """The CLI prints a pair as key<TAB>value and a group as
-    key<TAB>v1<TAB>v2..., a null value as \\N, iterating and collecting."""
+    key<TAB>v1<TAB>v2..., a null value as an empty one (as save writes
+    them), iterating and collecting."""
     with ScriptedEmberd(KEYED) as peer:
         plan = os.path.join(peer.dir, "plan.json")
         write_file(plan, '{"source": {"range": {"start": 0, "end": 1}}}')
@@ -576,6 +577,32 @@ def test_libember_reads_a_join(d):
     check_eq(lines[0:-2:2], [b"refused KEYED_RECORD"] * 3, "refusals")
     check_eq(sorted(lines[1:-2:2]), [b"group a 2: 1 x", b"group a 2: 3 x",
                                       b"group b 2: 2 (null)"], "groups")
+
+
+def test_cli_prints_what_save_writes(d):
+    """ember run prints pairs and groups, null values among them, as the
+    lines save writes."""
+    with _session(d) as s:
+        a = s.parallelize(["a,1", "b,2", "a,3"], partitions=2).key_by(
+            (",", 0), value=(",", 1))
+        b = s.parallelize(["a,x"], partitions=1).key_by(
+            (",", 0), value=(",", 1))
+        for i, ds in enumerate((a.left_outer_join(b, partitions=2),
+                                a.reduce_by_key("concat", sep="+"))):
+            out = job_writable(d.path("saved%d" % i))
+            ds.save(out, overwrite=True)
+            saved = b"".join(
+                open(os.path.join(out, p), "rb").read()
+                for p in sorted(os.listdir(out)) if p.startswith("part-"))
+            plan = d.path("plan.json")
+            write_file(plan, json.dumps(ds.plan))
+            r = subprocess.run([EMBER, "--socket", d.socket, "run", plan],
+                               capture_output=True, timeout=60,
+                               stdin=subprocess.DEVNULL)
+            check_eq(r.returncode, 0, "ember run (stderr %r)" % r.stderr)
+            check_eq(r.stdout, saved, "ember run's lines and save's")
+            check((b"b\t2\t\n" if i == 0 else b"b\t2\n") in saved,
+                  "lines %r" % saved)
 
 
 def test_pyspark_keyed_as_python(d):

@@ -52,10 +52,13 @@ usage(FILE *f, int full)
 	    "\n"
 	    "  run      execute the plan (PLAN.json, or - for standard input)\n"
 	    "           and print one record per line; a null record prints\n"
-	    "           as an empty line.  --collect has emberd push every\n"
-	    "           partition instead of iterating; --count prints the\n"
-	    "           number of records.  --action takes any action:\n"
-	    "           iterate, collect, count, count_by_value (prints\n"
+	    "           as an empty line, a pair as key<TAB>value, a group\n"
+	    "           as key<TAB>v1<TAB>v2..., as save writes them (a\n"
+	    "           null value as an empty one).\n"
+	    "           --collect has emberd push every partition instead of\n"
+	    "           iterating; --count prints the number of records.\n"
+	    "           --action takes any action: iterate, collect, count,\n"
+	    "           count_by_value (prints\n"
 	    "           count<TAB>record, largest first; null records as\n"
 	    "           count<TAB>\\N), reduce (with\n"
 	    "           --option fn=sum|min|max), save (with --option\n"
@@ -224,23 +227,56 @@ output_flush(struct output *o)
 	return (0);
 }
 
-/* Add a record and its newline. */
+/* Add bytes. */
 static int
-output_record(struct output *o, const void *data, size_t len)
+output_add(struct output *o, const void *data, size_t len)
 {
 	if (o->size - o->len < len + 1) {
 		if (output_flush(o) == -1)
 			return (-1);
-		if (len + 1 > o->size) {
-			if (output_write(o, data, len) == -1)
-				return (-1);
-			len = 0;
-		}
+		if (len + 1 > o->size)
+			return (output_write(o, data, len));
 	}
 	if (len > 0)
 		memcpy(o->buf + o->len, data, len);
 	o->len += len;
-	o->buf[o->len++] = '\n';
+	return (0);
+}
+
+/* Add one byte: output_add always leaves room for it. */
+static void
+output_byte(struct output *o, char c)
+{
+	o->buf[o->len++] = c;
+}
+
+/* Add a tab and a value of a pair or a group, a null as an empty one, as
+ * save writes it: right after output_add, which leaves room for the tab. */
+static int
+output_value(struct output *o, const struct ember_bytes *v)
+{
+	output_byte(o, '\t');
+	return (output_add(o, v->data, v->len));
+}
+
+/*
+ * Add a record and its newline: a plain one as it is (a null as an empty
+ * line), a pair as key<TAB>value, a group as key<TAB>v1<TAB>v2...
+ */
+static int
+output_record(struct output *o, const struct ember_item *it)
+{
+	size_t	i;
+
+	if (output_add(o, it->key.data, it->key.len) == -1)
+		return (-1);
+	if (it->kind == EMBER_KIND_PAIR &&
+	    output_value(o, &it->value) == -1)
+		return (-1);
+	for (i = 0; it->kind == EMBER_KIND_GROUP && i < it->nvalues; i++)
+		if (output_value(o, &it->values[i]) == -1)
+			return (-1);
+	output_byte(o, '\n');
 	return (0);
 }
 
@@ -352,8 +388,7 @@ run_stream(struct ember *e, const char *plan, const char *action,
 	struct progress	*progress;
 	json_t		*reply;
 	char		*text, *request, id[37];
-	const void	*data;
-	size_t		 len;
+	struct ember_item it;
 	int64_t		 records = 0;
 	int		 rc, stop;
 
@@ -379,8 +414,8 @@ run_stream(struct ember *e, const char *plan, const char *action,
 	out.progress = progress;
 	json_decref(reply);
 	stop = strcmp(action, "iterate") == 0;
-	while ((rc = ember_next(e, &data, &len)) == 1) {
-		if (output_record(&out, data, len) == -1)
+	while ((rc = ember_next_item(e, &it)) == 1) {
+		if (output_record(&out, &it) == -1)
 			output_failed(e, stop);
 		progress_stream(progress, ember_partition(e), ++records);
 	}

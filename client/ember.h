@@ -14,6 +14,8 @@
  *	PROTOCOL_ERROR	emberd sent something the protocol does not allow
  *	STREAM_ACTIVE	a control request while a result stream is open
  *	NO_STREAM	ember_next or ember_stop without a result stream
+ *	KEYED_RECORD	ember_next at a pair or a group (ember_next_item
+ *			reads it)
  *	DETACHED	emberd ended the stream early (response 2) of an
  *			operation that is not reattachable
  *	NO_MEMORY	out of memory
@@ -126,6 +128,42 @@ int		 ember_execute(struct ember *, const char *plan_json,
  * In iterate mode the library asks for each partition when it needs it.
  */
 int		 ember_next(struct ember *, const void **data, size_t *len);
+
+/*
+ * Keyed records (docs/protocol.md, "Pairs and groups").  A plan with keyed
+ * ops (key_by, reduce_by_key, group_by_key, join, ...) gives pairs, a key
+ * and a value, or groups, a key and a list of values.  ember_next reads
+ * plain records only: at a pair or a group it returns -1 with class
+ * KEYED_RECORD and leaves it unread, for ember_next_item.
+ */
+enum ember_kind {
+	EMBER_KIND_RECORD,	/* a plain record */
+	EMBER_KIND_PAIR,	/* a key and a value */
+	EMBER_KIND_GROUP,	/* a key and a list of values */
+};
+
+/* Bytes in the library's buffer: not NUL-terminated, may hold NUL
+ * bytes; data NULL (and len 0) for a null. */
+struct ember_bytes {
+	const void	*data;
+	size_t		 len;
+};
+
+struct ember_item {
+	enum ember_kind			 kind;
+	struct ember_bytes		 key;	 /* RECORD: the record */
+	struct ember_bytes		 value;	 /* PAIR: the value */
+	const struct ember_bytes	*values; /* GROUP: nvalues values */
+	size_t				 nvalues;
+};
+
+/*
+ * Read the next record of the result stream, of any kind, into *item.
+ * Returns as ember_next; every pointer of *item stays valid until the next
+ * call on the handle.  A pair or a group counts as one record (in
+ * positions, limits and reattach).  A key is never null.
+ */
+int		 ember_next_item(struct ember *, struct ember_item *item);
 
 /*
  * Stop the result stream early: tell emberd to stop (inside a partition

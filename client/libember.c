@@ -88,6 +88,9 @@ struct ember {
 	size_t			 start;		/* first unread byte */
 	size_t			 end;		/* one past the last byte read */
 
+	struct ember_bytes	*values;	/* of the last group read */
+	size_t			 values_room;	/* its length */
+
 	char			*error;
 	char			*error_class;
 };
@@ -445,9 +448,142 @@ ember_partition(const struct ember *e)
 	return (e->partition);
 }
 
-/* Read the next record, or a stream response; 2: reattached, go on. */
+/*
+ * Measure the frame at off bytes past start (reading it in): its length,
+ * -1 for a null, into *n; the offset past it into *next.  0 or -1.
+ */
 static int
-ember_next_once(struct ember *e, const void **data, size_t *len)
+ember_measure_frame(struct ember *e, size_t off, int nullable, int32_t *n,
+    size_t *next)
+{
+	if (ember_fill(e, off + 4) == -1)
+		return (-1);
+	*n = be32_get(e->buf + e->start + off);
+	if (*n == EMBER_NULL && nullable) {
+		*next = off + 4;
+		return (0);
+	}
+	if (*n < 0 || *n > EMBER_MAX_RECORD || off + 4 + (size_t)*n >
+	    4 + (size_t)EMBER_MAX_RECORD)
+		return (ember_break(e, "PROTOCOL_ERROR", "partition %lld: "
+		    "keyed record with a frame of length %d at byte %zu",
+		    (long long)e->partition, *n, off));
+	*next = off + 4 + (size_t)*n;
+	return (ember_fill(e, *next));
+}
+
+/* Point b at the frame at off bytes past start, already read in. */
+static size_t
+ember_frame_at(struct ember *e, size_t off, struct ember_bytes *b)
+{
+	int32_t	n = be32_get(e->buf + e->start + off);
+
+	if (n == EMBER_NULL) {
+		b->data = NULL;
+		b->len = 0;
+		return (off + 4);
+	}
+	b->data = e->buf + e->start + off + 4;
+	b->len = (size_t)n;
+	return (off + 4 + (size_t)n);
+}
+
+/* Make room for n group values.  0 or -1. */
+static int
+ember_grow_values(struct ember *e, size_t n)
+{
+	struct ember_bytes	*nv;
+	size_t			 want = e->values_room > 0 ? e->values_room : 16;
+
+	if (n <= e->values_room)
+		return (0);
+	while (want < n)
+		want *= 2;
+	if ((nv = reallocarray(e->values, want, sizeof *nv)) == NULL)
+		return (ember_break(e, "NO_MEMORY", "group of %zu values: %s",
+		    n, strerror(errno)));
+	e->values = nv;
+	e->values_room = want;
+	return (0);
+}
+
+/*
+ * Read a pair (-7, key frame, value frame) or a group (-8, key frame,
+ * int32 n, n value frames) whose marker is at start.  Every frame is read
+ * in before any pointer is taken: reading may move the buffer.
+ */
+static int
+ember_read_keyed(struct ember *e, int32_t marker, struct ember_item *it)
+{
+	size_t	 off, i, total;
+	int32_t	 n, count = 1;
+
+	if (ember_measure_frame(e, 4, 0, &n, &off) == -1)
+		return (-1);
+	if (marker == EMBER_GROUP) {
+		if (ember_fill(e, off + 4) == -1)
+			return (-1);
+		count = be32_get(e->buf + e->start + off);
+		if (count < 0 || (size_t)count > EMBER_MAX_RECORD / 4)
+			return (ember_break(e, "PROTOCOL_ERROR", "partition "
+			    "%lld: group of %d values", (long long)e->partition,
+			    count));
+		off += 4;
+	}
+	for (i = 0; i < (size_t)count; i++)
+		if (ember_measure_frame(e, off, 1, &n, &off) == -1)
+			return (-1);
+	total = off;
+	if (marker == EMBER_GROUP && ember_grow_values(e, (size_t)count) == -1)
+		return (-1);
+
+	memset(it, 0, sizeof *it);
+	off = ember_frame_at(e, 4, &it->key);
+	if (marker == EMBER_PAIR) {
+		it->kind = EMBER_KIND_PAIR;
+		(void)ember_frame_at(e, off, &it->value);
+	} else {
+		it->kind = EMBER_KIND_GROUP;
+		off += 4;
+		for (i = 0; i < (size_t)count; i++)
+			off = ember_frame_at(e, off, &e->values[i]);
+		it->values = e->values;
+		it->nvalues = (size_t)count;
+	}
+	e->start += total;
+	e->offset++;
+	e->unreleased += total;
+	return (1);
+}
+
+/*
+ * Read a plain record whose length n >= 0 is at start.
+ */
+static int
+ember_read_plain(struct ember *e, int32_t n, struct ember_item *it)
+{
+	if (n > EMBER_MAX_RECORD)
+		return (ember_break(e, "PROTOCOL_ERROR", "partition %lld: "
+		    "record of %d bytes is too large", (long long)e->partition,
+		    n));
+	if (ember_fill(e, 4 + (size_t)n) == -1)
+		return (-1);
+	memset(it, 0, sizeof *it);
+	it->kind = EMBER_KIND_RECORD;
+	it->key.data = e->buf + e->start + 4;
+	it->key.len = (size_t)n;
+	e->start += 4 + (size_t)n;
+	e->offset++;
+	e->unreleased += 4 + (size_t)n;
+	return (1);
+}
+
+/*
+ * Read the next record, or a stream response; 2: reattached, go on.  With
+ * plain, a pair or a group is refused and left unread.
+ */
+static int
+ember_next_once(struct ember *e, struct ember_item *it, int plain)
 {
 	int32_t	n;
 	int	rc;
@@ -472,25 +608,21 @@ ember_next_once(struct ember *e, const void **data, size_t *len)
 		if (ember_fill(e, 4) == -1)
 			return (-1);
 		n = be32_get(e->buf + e->start);
-		if (n >= 0) {
-			if (n > EMBER_MAX_RECORD)
-				return (ember_break(e, "PROTOCOL_ERROR",
-				    "partition %lld: record of %d bytes is too "
-				    "large", (long long)e->partition, n));
-			if (ember_fill(e, 4 + (size_t)n) == -1)
-				return (-1);
-			*data = e->buf + e->start + 4;
-			*len = (size_t)n;
-			e->start += 4 + (size_t)n;
-			e->offset++;
-			e->unreleased += 4 + (size_t)n;
-			return (1);
+		if (n >= 0)
+			return (ember_read_plain(e, n, it));
+		if (n == EMBER_PAIR || n == EMBER_GROUP) {
+			if (plain)
+				return (ember_fail(e, "KEYED_RECORD",
+				    "partition %lld: a %s: read it with "
+				    "ember_next_item", (long long)e->partition,
+				    n == EMBER_PAIR ? "pair" : "group"));
+			return (ember_read_keyed(e, n, it));
 		}
 		e->start += 4;
 		switch (n) {
 		case EMBER_NULL:
-			*data = NULL;
-			*len = 0;
+			memset(it, 0, sizeof *it);
+			it->kind = EMBER_KIND_RECORD;
 			e->offset++;
 			e->unreleased += 4;
 			return (1);
@@ -509,8 +641,8 @@ ember_next_once(struct ember *e, const void **data, size_t *len)
 }
 
 /* Read the next record of the result stream, reattaching as needed. */
-int
-ember_next(struct ember *e, const void **data, size_t *len)
+static int
+ember_next_any(struct ember *e, struct ember_item *it, int plain)
 {
 	int	rc;
 
@@ -519,7 +651,7 @@ ember_next(struct ember *e, const void **data, size_t *len)
 	    e->unreleased >= EMBER_RELEASE_EVERY)
 		ember_release_consumed(e);
 	for (;;) {
-		rc = ember_next_once(e, data, len);
+		rc = ember_next_once(e, it, plain);
 		if (rc == 2)
 			continue;
 		if (rc == -1 && e->state == EMBER_BROKEN && e->in_stream &&
@@ -533,13 +665,33 @@ ember_next(struct ember *e, const void **data, size_t *len)
 	}
 }
 
+/* Read the next plain record of the result stream. */
+int
+ember_next(struct ember *e, const void **data, size_t *len)
+{
+	struct ember_item	it;
+	int			rc;
+
+	if ((rc = ember_next_any(e, &it, 1)) == 1) {
+		*data = it.key.data;
+		*len = it.key.len;
+	}
+	return (rc);
+}
+
+/* Read the next record of the result stream, of any kind. */
+int
+ember_next_item(struct ember *e, struct ember_item *it)
+{
+	return (ember_next_any(e, it, 0));
+}
+
 /* Stop the result stream early. */
 int
 ember_stop(struct ember *e)
 {
-	const void	*data;
-	size_t		 len;
-	int		 rc;
+	struct ember_item	it;
+	int			rc;
 
 	switch (e->state) {
 	case EMBER_CONTROL:
@@ -557,7 +709,7 @@ ember_stop(struct ember *e)
 		e->requested = 1;
 		e->stop_early = 1;
 	}
-	while ((rc = ember_next(e, &data, &len)) == 1)
+	while ((rc = ember_next_item(e, &it)) == 1)
 		/* drain */;
 	if (rc == -1 && e->state == EMBER_BROKEN)
 		return (-1);
@@ -1033,6 +1185,7 @@ ember_free(struct ember *e)
 		close(e->fd);
 	free(e->socket_path);
 	free(e->buf);
+	free(e->values);
 	free(e->session);
 	free(e->operation);
 	free(e->error);

@@ -12,7 +12,7 @@ import json
 import os
 import socket
 import struct
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union, cast
 
 from .errors import ConnectionFailed, ProtocolError, error_from_reply
 
@@ -20,6 +20,10 @@ from .errors import ConnectionFailed, ProtocolError, error_from_reply
 END_OF_DATA_SECTION = -1
 EXCEPTION_THROWN = -2
 NULL = -5
+# Keyed records on the result stream: a pair (key frame, value frame) and
+# a group (key frame, int32 n, n value frames).
+PAIR = -7
+GROUP = -8
 
 # Result stream responses and requests.
 STREAM_DONE = 0
@@ -36,7 +40,10 @@ MAX_FRAME = 16 << 20		# emberd's default daemon.max_frame
 _INT = struct.Struct(">i")
 _unpack_int = _INT.unpack_from
 
-RawRecord = Optional[bytes]
+# A plain record (bytes, or None for a null), a pair (key, value) or a
+# group (key, [values]).
+RawRecord = Union[None, bytes, Tuple[bytes, Optional[bytes]],
+                  Tuple[bytes, List[Optional[bytes]]]]
 
 
 class Wire:
@@ -237,7 +244,16 @@ class Wire:
         if have < 4:
             return 4
         (n,) = _unpack_int(self.buf, self.pos)
+        if n == PAIR or n == GROUP:
+            return self._keyed(self.buf, self.pos, len(self.buf), n)[1]
         return 4 + n if n > 0 else 4
+
+    def _keyed(self, buf: bytes, pos: int, end: int, marker: int
+               ) -> Tuple[RawRecord, int]:
+        try:
+            return _read_keyed(buf, pos, end, marker)
+        except ValueError as e:
+            raise self._protocol("result stream: %s" % e) from e
 
     def _parse_batch(self) -> Tuple[List[RawRecord], int]:
         # The client's hot loop.  Records of one length in a row (fixed
@@ -285,6 +301,24 @@ class Wire:
                 status = n
                 pos = start
                 break
+            elif n == PAIR or n == GROUP:
+                record: RawRecord = None
+                if n == PAIR and start + 8 <= end:
+                    # The common one inline: a pair whose value is not
+                    # null, whole in buf.
+                    kn = unpack(buf, start)[0]
+                    vs = start + 8 + kn
+                    if 0 <= kn <= max_frame and vs <= end:
+                        vn = unpack(buf, vs - 4)[0]
+                        if 0 <= vn <= max_frame and vs + vn <= end:
+                            record = (buf[start + 4:vs - 4], buf[vs:vs + vn])
+                            stop = vs + vn - pos
+                if record is None:
+                    record, stop = self._keyed(buf, pos, end, n)
+                    if record is None:
+                        break
+                append(record)
+                pos += stop
             else:
                 raise self._protocol("unexpected length %d in a partition"
                                      % n)
@@ -319,6 +353,44 @@ def _read_run(buf: bytes, pos: int, n: int, k: int
     if t[0::2].count(n) != k:
         return None
     return t[1::2]
+
+
+def _read_keyed(buf: bytes, pos: int, end: int, marker: int
+                ) -> Tuple[RawRecord, int]:
+    """The pair or group whose marker is at pos, and the bytes it takes
+    past pos; or, when buf does not hold all of it, None and the bytes
+    past pos needed to read further.  A length no record has (a null key,
+    a negative count) raises ValueError."""
+    unpack = _unpack_int
+    p = pos + 4
+    frames: List[Optional[bytes]] = []
+    count = 1				# values to read after the key
+    while len(frames) <= count:
+        if p + 4 > end:
+            return None, p + 4 - pos
+        (n,) = unpack(buf, p)
+        p += 4
+        if n == NULL and frames:
+            frames.append(None)
+            continue
+        if n < 0 or n > MAX_FRAME:
+            raise ValueError("a %s with a frame of length %d" %
+                             ("pair" if marker == PAIR else "group", n))
+        if p + n > end:
+            return None, p + n - pos
+        frames.append(buf[p:p + n])
+        p += n
+        if len(frames) == 1 and marker == GROUP:
+            if p + 4 > end:
+                return None, p + 4 - pos
+            (count,) = unpack(buf, p)
+            if count < 0 or count > MAX_FRAME // 4:
+                raise ValueError("a group of %d values" % count)
+            p += 4
+    key = cast(bytes, frames[0])
+    if marker == PAIR:
+        return (key, frames[1]), p - pos
+    return (key, frames[1:]), p - pos
 
 
 def close_quietly(fd: int) -> None:

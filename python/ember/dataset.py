@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import operator
 import pickle
 import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Iterable,
-                    Iterator, List, Optional, Tuple, Union)
+                    Iterator, List, Optional, Tuple, Union, cast)
 
 from . import functions
 from .errors import EmberError, ProtocolError, TaskFailed
@@ -20,9 +21,21 @@ if TYPE_CHECKING:
     from ._stream import ResultStream
     from .session import Broadcast, Session
 
-Record = Union[str, bytes, None]
+Plain = Union[str, bytes, None]
+# A plain record, a pair (key, value), a group (key, [values]) or a join's
+# (key, (v, w)).
+Record = Union[Plain, Tuple[Any, Any]]
 Number = Union[int, float]
-Converter = Callable[[List[Optional[bytes]]], List[Record]]
+Converter = Callable[[List[Any]], List[Record]]
+Pick = Union[None, str, Tuple[Union[str, bytes], int], Dict[str, Any]]
+
+# The functions reduce_by_key knows by name (docs/plans.md,
+# reduce_by_key), and the Python ones that mean the same.
+KV_FNS = ("sum", "min", "max", "count", "concat")
+_KNOWN_FNS = {operator.add: "sum", min: "min", max: "max"}
+
+# Ops that pass a record on as it is, of whatever kind.
+_KIND_KEEPING = ("limit", "sample")
 
 
 def text_of(value: Union[str, bytes], what: str) -> str:
@@ -91,6 +104,35 @@ class Dataset:
     def _with(self, op: dict) -> Dataset:
         return Dataset(self.session, self._source, self._partitions,
                        self._ops + (op,))
+
+    def _shuffled(self, name: str, args: Dict[str, Any],
+                  partitions: Optional[int]) -> Dataset:
+        """A wide op (docs/plans.md, "Keyed data and the shuffle"), with
+        its partition count when given."""
+        if partitions is not None:
+            if not isinstance(partitions, int) or \
+                    isinstance(partitions, bool) or partitions < 1:
+                raise ValueError("%s: partitions: expected an int >= 1, "
+                                 "got %r" % (name, partitions))
+            args["partitions"] = partitions
+        return self._with({name: args})
+
+    def _other_plan(self, other: Dataset, what: str) -> dict:
+        """other's plan, to embed in a join or a union."""
+        if not isinstance(other, Dataset):
+            raise TypeError("%s: expected a Dataset, got %r" % (what, other))
+        if other.session is not self.session:
+            raise ValueError("%s: the other dataset is of another session"
+                             % what)
+        return other.plan
+
+    def _joined(self) -> bool:
+        """Whether the records are a join's groups of [v, w]."""
+        for op in reversed(self._ops):
+            name = next(iter(op)) if isinstance(op, dict) else op
+            if name not in _KIND_KEEPING:
+                return name == "join"
+        return False
 
     def with_partitions(self, partitions: int) -> Dataset:
         """The same plan split into another number of partitions."""
@@ -176,6 +218,114 @@ class Dataset:
             op["broadcasts"] = ids
         return self._with({"udf": op})
 
+    # Keyed data (docs/python.md, "Keyed data").  Records may be pairs,
+    # a key and a value, and groups, a key and a list of values; they come
+    # back as (key, value) and (key, [values]) tuples.  The wide ops split
+    # the plan into stages at a shuffle; partitions= is how many
+    # partitions they give (by default, as many as their input has).
+
+    def key_by(self, field: Pick = None, *, regex: Union[str, bytes,
+                                                          None] = None,
+               group: int = 0, value: Pick = None) -> Dataset:
+        """Pairs: the key is the record (by default), its field (field=
+        (sep, index), as map_field picks it) or a capture group of regex;
+        the value is the record, value=(sep, index) its field, or
+        value={"regex": p, "group": g} a capture group.  A record without
+        the field or a match is dropped."""
+        if field is not None and regex is not None:
+            raise ValueError("key_by: field= or regex=, not both")
+        args: Dict[str, Any] = {}
+        if field is not None:
+            args["field"] = _field(field, "key_by field")
+        elif regex is not None:
+            args["regex"] = text_of(regex, "key_by regex")
+            if group:
+                args["group"] = group
+        if isinstance(value, dict) and "regex" in value:
+            args["value"] = dict(value)
+        elif value is not None and value != "record":
+            args["value"] = {"field": _field(value, "key_by value")}
+        return self._with({"key_by": args})
+
+    def keys(self) -> Dataset:
+        """The key of each pair or group, as a plain record."""
+        return self._with({"map": "key"})
+
+    def values(self) -> Dataset:
+        """The value of each pair, as a plain record."""
+        return self._with({"map": "value"})
+
+    def reduce_by_key(self, fn: Union[str, Callable[[Any, Any], Any]], *,
+                      sep: Union[str, bytes] = "",
+                      partitions: Optional[int] = None) -> Dataset:
+        """One pair per key, its values folded by fn: "sum", "min", "max"
+        (numbers, as reduce reads them), "count" (how many) or "concat"
+        (joined by sep, in input order).  operator.add, min and max mean
+        sum, min and max; any other function raises NotImplementedError."""
+        name = _kv_fn(fn)
+        args: Dict[str, Any] = {"fn": name}
+        if name == "concat" and sep:
+            args["sep"] = text_of(sep, "reduce_by_key sep")
+        return self._shuffled("reduce_by_key", args, partitions)
+
+    def group_by_key(self, *, partitions: Optional[int] = None) -> Dataset:
+        """One group per key: (key, [values]), the values in input
+        order."""
+        return self._shuffled("group_by_key", {}, partitions)
+
+    def distinct(self, *, partitions: Optional[int] = None) -> Dataset:
+        """Each distinct record (or whole pair) once."""
+        return self._shuffled("distinct", {}, partitions)
+
+    def sort_by(self, *, descending: bool = False, numeric: bool = False,
+                partitions: Optional[int] = None) -> Dataset:
+        """Sorted, stably: pairs by key, plain records by themselves, as
+        bytes or, numeric, as numbers.  Partition 0 holds the smallest
+        (largest when descending): in partition order, one sorted
+        stream."""
+        args: Dict[str, Any] = {}
+        if descending:
+            args["descending"] = True
+        if numeric:
+            args["numeric"] = True
+        return self._shuffled("sort_by", args, partitions)
+
+    def sort_by_key(self, *, descending: bool = False,
+                    numeric: bool = False,
+                    partitions: Optional[int] = None) -> Dataset:
+        """sort_by of pairs: by their keys."""
+        return self.sort_by(descending=descending, numeric=numeric,
+                            partitions=partitions)
+
+    def repartition(self, partitions: int) -> Dataset:
+        """The same records in partitions partitions, dealt round
+        robin."""
+        return self._shuffled("repartition", {}, partitions)
+
+    def join(self, other: Dataset, how: str = "inner", *,
+             partitions: Optional[int] = None) -> Dataset:
+        """Pairs of this and other by key: (key, (v, w)) for each v of
+        this and w of other with that key.  how="left" keeps the keys
+        other lacks, with w None."""
+        if how not in ("inner", "left"):
+            raise ValueError("join: how: \"inner\" or \"left\", got %r"
+                             % (how,))
+        args: Dict[str, Any] = {"plan": self._other_plan(other, "join")}
+        if how != "inner":
+            args["how"] = how
+        return self._shuffled("join", args, partitions)
+
+    def left_outer_join(self, other: Dataset, *,
+                        partitions: Optional[int] = None) -> Dataset:
+        """join(other, how="left")."""
+        return self.join(other, "left", partitions=partitions)
+
+    def union(self, other: Dataset) -> Dataset:
+        """The records of this dataset, then other's (of the same kind);
+        as many partitions as both have."""
+        return self._with({"union": {"plan": self._other_plan(other,
+                                                                "union")}})
+
     # Python functions (docs/python.md, "Python functions").  Records
     # enter a function as str (None for a null); what leaves the last of
     # consecutive python ops must be str, bytes, None, int or float.
@@ -222,13 +372,37 @@ class Dataset:
     def _decoding(self, decode: Optional[bool], errors: Optional[str]
                   ) -> Optional[Converter]:
         """What turns a batch of raw records into what the caller asked
-        for: None when bytes."""
+        for: None when bytes, as they come."""
         decode = self.session.decode if decode is None else decode
         how = self.session.errors if errors is None else errors
-        if not decode:
+        joined = self._joined()
+        if not decode and not joined:
             return None
-        return lambda rs: [r.decode("utf-8", how) if r is not None
-                           else None for r in rs]
+
+        def text(r: Optional[bytes]) -> Optional[str]:
+            return r.decode("utf-8", how) if r is not None else None
+
+        def keyed(r: Any) -> Record:
+            key, value = r
+            if decode:
+                key = text(key)
+                value = text(value) if not isinstance(value, list) \
+                    else [text(v) for v in value]
+            if joined and isinstance(value, list) and len(value) == 2:
+                value = tuple(value)
+            return (key, value)
+
+        def convert(rs: List[Any]) -> List[Record]:
+            if not joined:
+                try:
+                    # The plain records' fast path: a tuple stops it.
+                    return [r.decode("utf-8", how) if r is not None
+                            else None for r in rs]
+                except AttributeError:
+                    pass
+            return [keyed(r) if isinstance(r, tuple)
+                    else (text(r) if decode else r) for r in rs]
+        return convert
 
     def count(self) -> int:
         """The number of records."""
@@ -452,6 +626,37 @@ class Checkpoint(Dataset, _Held):
         return "<ember.Checkpoint %s (%s)%s>" % (
             self.id, "local" if self.local else "reliable",
             " dropped" if self.dropped else "")
+
+
+def _field(pick: Pick, what: str) -> Dict[str, Any]:
+    """A field pick: (sep, index), or {"sep": s, "index": i}."""
+    if isinstance(pick, dict):
+        sep, index = pick.get("sep"), pick.get("index", 0)
+    elif isinstance(pick, tuple) and len(pick) == 2:
+        sep, index = pick
+    else:
+        raise TypeError("%s: expected (sep, index), got %r" % (what, pick))
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise TypeError("%s: index: expected an int, got %r"
+                        % (what, index))
+    return {"sep": text_of(cast(Union[str, bytes], sep), what + " sep"),
+            "index": index}
+
+
+def _kv_fn(fn: Union[str, Callable[[Any, Any], Any]]) -> str:
+    """reduce_by_key's built-in function for fn."""
+    if isinstance(fn, str):
+        if fn not in KV_FNS:
+            raise ValueError("reduce_by_key: fn: one of %s, got %r"
+                             % (", ".join(KV_FNS), fn))
+        return fn
+    name = _KNOWN_FNS.get(fn) if callable(fn) else None
+    if name is None:
+        raise NotImplementedError(
+            "reduce_by_key: %r: only the built-in functions (%s, or "
+            "operator.add, min, max) run in the shuffle; a Python "
+            "function is not supported yet" % (fn, ", ".join(KV_FNS)))
+    return name
 
 
 def _iterate(stream: ResultStream, convert: Optional[Converter]

@@ -23,6 +23,7 @@ import base64
 import collections
 import functools
 import importlib.util
+import operator
 import os
 import pickle
 import sys
@@ -37,22 +38,25 @@ __all__ = ["SparkContext", "RDD", "Broadcast"]
 
 Broadcast = ObjectBroadcast
 
+# reduceByKey's functions that ember's shuffle runs itself.
+_KNOWN_FNS: Dict[Any, str] = {operator.add: "sum", min: "min", max: "max"}
+
 # PySpark's RDD methods that ember does not have.
 _MISSING = frozenset("""
 aggregate aggregateByKey barrier cache cartesian coalesce cogroup collectAsMap
-collectWithJobGroup combineByKey countApprox countApproxDistinct countByKey
-distinct flatMapValues foldByKey foreachPartition fullOuterJoin
-getCheckpointFile getResourceProfile getStorageLevel glom groupBy groupByKey
+collectWithJobGroup combineByKey countApprox countApproxDistinct
+flatMapValues foldByKey foreachPartition fullOuterJoin
+getCheckpointFile getResourceProfile getStorageLevel glom groupBy
 groupWith histogram intersection isCheckpointed isEmpty isLocallyCheckpointed
-join keyBy keys leftOuterJoin lookup mapPartitionsWithIndex
-mapPartitionsWithSplit mapValues max mean min partitionBy persist pipe
-randomSplit reduceByKey reduceByKeyLocally repartition
+lookup mapPartitionsWithIndex
+mapPartitionsWithSplit max mean min partitionBy persist pipe
+randomSplit reduceByKeyLocally
 repartitionAndSortWithinPartitions rightOuterJoin sample sampleByKey
 sampleStdev sampleVariance saveAsHadoopDataset saveAsHadoopFile
 saveAsNewAPIHadoopDataset saveAsNewAPIHadoopFile saveAsPickleFile
-saveAsSequenceFile setName sortBy sortByKey stats stdev subtract
+saveAsSequenceFile setName stats stdev subtract
 subtractByKey sum sumApprox takeOrdered takeSample toDF toDebugString top
-treeAggregate treeReduce union unpersist values variance withResources zip
+treeAggregate treeReduce unpersist variance withResources zip
 zipWithIndex zipWithUniqueId
 """.split())
 
@@ -65,10 +69,30 @@ class RDD:
     workers.  Otherwise they are str, as ember's ops leave them.
     """
 
-    def __init__(self, ctx: SparkContext, ds: Dataset, objects: bool):
+    def __init__(self, ctx: SparkContext, ds: Dataset, objects: bool,
+                 partitions: Optional[int] = None,
+                 back: Optional[Callable[[Any], Any]] = None):
         self.ctx = ctx
-        self._ds = ds
-        self._objects = objects
+        self._raw = ds
+        # After a shuffle: what makes an element of each of its records
+        # (a pair, a group), as they come here or into a Python op.
+        self._back = back
+        self._objects = objects or back is not None
+        # After a shuffle, its partition count (the plan's is the
+        # source's split).
+        self._partitions = partitions
+
+    @property
+    def _ds(self) -> Dataset:
+        """The dataset whose records are the elements."""
+        if self._back is None:
+            return self._raw
+        return self._raw.map(self._back, deterministic=True)
+
+    @_ds.setter
+    def _ds(self, ds: Dataset) -> None:
+        self._raw = ds
+        self._back = None
 
     def __repr__(self) -> str:
         return "<ember.pyspark.RDD %r>" % (self._ds.plan,)
@@ -80,7 +104,7 @@ class RDD:
         raise AttributeError(name)
 
     def _py(self, ds: Dataset) -> RDD:
-        return RDD(self.ctx, ds, True)
+        return RDD(self.ctx, ds, True, self._partitions)
 
     def _out(self) -> Dataset:
         """The dataset whose records come back pickled, if need be."""
@@ -112,20 +136,130 @@ class RDD:
                       preservesPartitioning: bool = False) -> RDD:
         return self._py(self._ds.map_partitions(f, deterministic=True))
 
+    def keys(self) -> RDD:
+        return self._py(self._ds.map(_pyref.key_of, deterministic=True))
+
+    def values(self) -> RDD:
+        return self._py(self._ds.map(_pyref.value_of, deterministic=True))
+
+    def mapValues(self, f: Callable[[Any], Any]) -> RDD:
+        return self._py(self._ds.map(functools.partial(_pyref.map_value, f),
+                                     deterministic=True))
+
+    def keyBy(self, f: Callable[[Any], Any]) -> RDD:
+        return self._py(self._ds.map(functools.partial(_pyref.key_by, f),
+                                     deterministic=True))
+
+    # Keyed methods: ember's shuffle (docs/python.md, "Keyed data").
+    # Each element leaves the Python ops as a pair of bytes (_pyref.enc:
+    # a str as its UTF-8, a number so that it sorts as a number, any other
+    # object pickled).  What the shuffle gives becomes elements again here
+    # for an action, or in the workers before a function.
+
+    def _map(self, f: Callable[[Any], Any]) -> Dataset:
+        return self._ds.map(f, deterministic=True)
+
+    def _shuffled(self, ds: Dataset, back: Callable[[Any], Any],
+                  partitions: Optional[int]) -> RDD:
+        """The RDD of a shuffle's output, each record made an element by
+        back."""
+        return RDD(self.ctx, ds, True, partitions or
+                   self.getNumPartitions(), back)
+
+    def reduceByKey(self, func: Callable[[Any, Any], Any],
+                    numPartitions: Optional[int] = None,
+                    partitionFunc: Any = None) -> RDD:
+        """operator.add, min and max of numbers run in ember's shuffle
+        (with a combine on the map side); another function raises
+        NotImplementedError."""
+        fn = _KNOWN_FNS.get(func)
+        if fn is None:
+            raise NotImplementedError(
+                "ember.pyspark: reduceByKey(%r): only operator.add, min "
+                "and max (of numbers) run in ember's shuffle; a Python "
+                "function is not supported yet (groupByKey, then "
+                "mapValues, does it)" % (func,))
+        ds = self._map(_pyref.num_pair_out).reduce_by_key(
+            fn, partitions=numPartitions)
+        return self._shuffled(ds, _pyref.num_pair_in, numPartitions)
+
+    def groupByKey(self, numPartitions: Optional[int] = None,
+                   partitionFunc: Any = None) -> RDD:
+        """(k, [values]): the values as a list, in input order."""
+        ds = self._map(_pyref.pair_out).group_by_key(
+            partitions=numPartitions)
+        return self._shuffled(ds, _pyref.group_in, numPartitions)
+
+    def sortBy(self, keyfunc: Callable[[Any], Any], ascending: bool = True,
+               numPartitions: Optional[int] = None) -> RDD:
+        """Sorted by keyfunc's keys: str keys as Python orders them,
+        numbers as numbers (ints past 2**53 by their nearest float);
+        other keys group together, in an order of their own."""
+        ds = self._map(functools.partial(_pyref.keyed_out, keyfunc))
+        ds = ds.sort_by(descending=not ascending,
+                        partitions=numPartitions).values()
+        return self._shuffled(ds, _pyref.dec, numPartitions)
+
+    def sortByKey(self, ascending: bool = True,
+                  numPartitions: Optional[int] = None,
+                  keyfunc: Callable[[Any], Any] = lambda x: x) -> RDD:
+        return self.sortBy(functools.partial(_pyref.key_first, keyfunc),
+                           ascending, numPartitions)
+
+    def _join(self, other: RDD, how: str,
+              numPartitions: Optional[int]) -> RDD:
+        ds = self._map(_pyref.pair_out).join(
+            other._map(_pyref.pair_out), how, partitions=numPartitions)
+        return self._shuffled(ds, _pyref.join_in, numPartitions or max(
+            self.getNumPartitions(), other.getNumPartitions()))
+
+    def join(self, other: RDD, numPartitions: Optional[int] = None) -> RDD:
+        return self._join(other, "inner", numPartitions)
+
+    def leftOuterJoin(self, other: RDD,
+                      numPartitions: Optional[int] = None) -> RDD:
+        return self._join(other, "left", numPartitions)
+
+    def distinct(self, numPartitions: Optional[int] = None) -> RDD:
+        if not self._objects:
+            return RDD(self.ctx, self._ds.distinct(partitions=numPartitions),
+                       False, numPartitions or self.getNumPartitions())
+        ds = self._map(_pyref.enc).distinct(partitions=numPartitions)
+        return self._shuffled(ds, _pyref.dec, numPartitions)
+
+    def repartition(self, numPartitions: int) -> RDD:
+        if not self._objects:
+            return RDD(self.ctx, self._ds.repartition(numPartitions), False,
+                       numPartitions)
+        ds = self._map(_pyref.dumps).repartition(numPartitions)
+        return self._shuffled(ds, _pyref.loads, numPartitions)
+
+    def union(self, other: RDD) -> RDD:
+        n = self.getNumPartitions() + other.getNumPartitions()
+        if not self._objects and not other._objects:
+            return RDD(self.ctx, self._ds.union(other._ds), False, n)
+        ds = self._map(_pyref.dumps).union(other._map(_pyref.dumps))
+        return self._shuffled(ds, _pyref.loads, n)
+
     # Actions.
 
     def collect(self) -> List[Any]:
+        if self._back is not None:
+            return [self._back(r) for r in self._raw.collect(decode=False)]
         return list(self._records(self._out().collect(
             decode=self._decode())))
 
     def count(self) -> int:
-        if not self._objects:
-            return self._ds.count()
+        if not self._objects or self._back is not None:
+            return self._raw.count()
         # Counted in Python: the elements need not be records.
         return sum(int(cast(str, n)) for n in self._ds.map_partitions(
             _pyref.count).collect())
 
     def take(self, num: int) -> List[Any]:
+        if self._back is not None:
+            return [self._back(r) for r in self._raw.take(num,
+                                                          decode=False)]
         return list(self._records(self._out().take(
             num, decode=self._decode())))
 
@@ -148,6 +282,9 @@ class RDD:
 
     def toLocalIterator(self, prefetchPartitions: bool = False
                         ) -> Iterator[Any]:
+        if self._back is not None:
+            return map(self._back, self._raw.to_local_iterator(
+                1 if prefetchPartitions else 0, decode=False))
         return self._records(self._out().to_local_iterator(
             1 if prefetchPartitions else 0, decode=self._decode()))
 
@@ -161,6 +298,9 @@ class RDD:
             for k, n in pickle.loads(cast(bytes, r)).items():
                 out[k] += n
         return out
+
+    def countByKey(self) -> Dict[Any, int]:
+        return self.keys().countByValue()
 
     def saveAsTextFile(self, path: str,
                        compressionCodecClass: Optional[str] = None) -> None:
@@ -184,7 +324,9 @@ class RDD:
         self._checkpoint(True)
 
     def getNumPartitions(self) -> int:
-        return self._ds.plan["partitions"]
+        if self._partitions is not None:
+            return self._partitions
+        return self._raw.plan["partitions"]
 
 
 class SparkContext:

@@ -474,7 +474,7 @@ def test_pyspark(d):
         check_eq(rdd.collect(), [{"x": x} for x in range(6)], "checkpoint")
         check_eq(rdd.map(lambda o: o["x"]).reduce(lambda a, c: a + c), 15,
                  "after the checkpoint")
-        for name in ("groupByKey", "join", "cache"):
+        for name in ("cogroup", "aggregateByKey", "cache"):
             try:
                 getattr(rdd, name)
             except NotImplementedError as e:

@@ -189,3 +189,18 @@ def key_by(fn, x):
 def key_first(fn, kv):
     """sortByKey's keyfunc of a pair's key."""
     return fn(kv[0])
+
+
+def combine_pairs(fn, it):
+    """A partition's (key, value) pairs with each key's values folded by
+    fn, keys in the order they first came."""
+    acc = {}
+    for k, v in it:
+        acc[k] = fn(acc[k], v) if k in acc else v
+    return iter(acc.items())
+
+
+def fold_values(fn, values):
+    """A key's values folded by fn, in order."""
+    import functools
+    return functools.reduce(fn, values)

@@ -170,15 +170,15 @@ class RDD:
                     numPartitions: Optional[int] = None,
                     partitionFunc: Any = None) -> RDD:
         """operator.add, min and max of numbers run in ember's shuffle
-        (with a combine on the map side); another function raises
-        NotImplementedError."""
+        (with a combine on the map side, in C).  Any other function runs
+        as Spark runs it: each partition's values of a key are combined
+        first, then the partial results are grouped by key and folded."""
         fn = _KNOWN_FNS.get(func)
         if fn is None:
-            raise NotImplementedError(
-                "ember.pyspark: reduceByKey(%r): only operator.add, min "
-                "and max (of numbers) run in ember's shuffle; a Python "
-                "function is not supported yet (groupByKey, then "
-                "mapValues, does it)" % (func,))
+            combined = self.mapPartitions(
+                functools.partial(_pyref.combine_pairs, func))
+            return combined.groupByKey(numPartitions).mapValues(
+                functools.partial(_pyref.fold_values, func))
         ds = self._map(_pyref.num_pair_out).reduce_by_key(
             fn, partitions=numPartitions)
         return self._shuffled(ds, _pyref.num_pair_in, numPartitions)

@@ -354,8 +354,8 @@ def test_pyspark_key_bytes_keep_equality_and_order(_):
 
 @no_daemon
 def test_pyspark_keyed_methods_exist(_):
-    """The keyed RDD methods are there; a reduceByKey function ember's
-    shuffle cannot run says so."""
+    """The keyed RDD methods are there; reduceByKey of operator.add is
+    ember's own sum, of any other function a group and a fold."""
     import operator
     from ember import pyspark
     with ScriptedEmberd([]) as peer:
@@ -374,11 +374,11 @@ def test_pyspark_keyed_methods_exist(_):
             check_eq(rdd.reduceByKey(operator.add, 3).getNumPartitions(), 3,
                      "partitions")
             check_eq(rdd.union(rdd).getNumPartitions(), 4, "union's")
-            try:
-                rdd.reduceByKey(lambda a, b: a * b)
-                check(False, "a lambda taken")
-            except NotImplementedError as e:
-                check("operator.add" in str(e), "message %r" % e)
+            # Any other function: combined per partition, grouped, folded.
+            ops = rdd.reduceByKey(lambda a, b: a * b, 3)._ds.plan["ops"]
+            check(any("group_by_key" in op for op in ops),
+                  "reduceByKey(lambda): no group_by_key in %r" %
+                  [list(op) for op in ops])
         finally:
             sc.stop()
 
@@ -625,6 +625,15 @@ def test_pyspark_keyed_as_python(d):
             sums[i % 5] = sums.get(i % 5, 0) + i * 0.5
         check_eq(dict(nums.reduceByKey(operator.add).collect()), sums,
                  "int keys, float sums")
+        check_eq(dict(words.map(lambda w: (w, [w])).reduceByKey(
+            lambda a, b: a + b, 2).mapValues(len).collect()), want,
+                 "a lambda reduceByKey over lists")
+        prods = {}
+        for i in range(40):
+            prods[i % 5] = prods.get(i % 5, 1) * (i + 1)
+        check_eq(dict(sc.parallelize([(i % 5, i + 1) for i in range(40)], 4)
+                      .reduceByKey(lambda a, b: a * b).collect()), prods,
+                 "a lambda reduceByKey, as PySpark")
         check_eq(dict(nums.reduceByKey(max).collect()),
                  {k: max(i * 0.5 for i in range(40) if i % 5 == k)
                   for k in range(5)}, "max")

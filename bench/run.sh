@@ -291,6 +291,33 @@ pyspark_summary() {
 	done
 }
 
+# The lines of bench_shuffle.py: ember's median (or why it did not run)
+# beside each baseline, and baseline/ember.
+shuffle_summary() {
+	for job in sort groupby join wordcount; do
+		e=
+		if result "sh_${job}_unavailable" >/dev/null; then
+			printf 'shuffle %s: ' "$job"
+			printf 'ember: shuffle not available'
+		elif e=$(result "sh_${job}_ember_s"); then
+			printf 'shuffle %s: ' "$job"
+			printf 'ember median %s s (min %s, max %s)' "$e" \
+			    "$(result "sh_${job}_ember_min_s")" \
+			    "$(result "sh_${job}_ember_max_s")"
+		else
+			continue
+		fi
+		for b in gnu duckdb python pyspark count_by_value; do
+			t=$(result "sh_${job}_${b}_s") || continue
+			printf ' | %s %s s' "$b" "$t"
+			if [ -n "$e" ]; then
+				printf ' (%s/ember %s)' "$b" "$(div "$t" "$e" 2)"
+			fi
+		done
+		echo
+	done
+}
+
 echo
 echo "== summary (emberd: workers.max 2; $((t_end - t_start)) s)"
 if want tasks; then

@@ -18,8 +18,9 @@ workers.max 2); only the import differs.
   the count are timed together, as the experiment's script was.
 - upper: `textFile(F, 2).map(lambda s: s.upper()).count()` over a file of
   10M decimal numbers, against a plain Python loop reading the same file
-  and upper-casing each line in one process: per worker, ember's records
-  a second over the loop's (two workers).
+  and upper-casing each line in one process, the two alternating: per
+  worker, ember's records a second over the loop's (two workers), the
+  median of the pairs' ratios.
 - wordcount: `textFile(W, 8).flatMap(lambda l: l.split(" "))
   .countByValue()` over bench/gen_words' 500 MB file.
 - checkpoint: the words of a 100 MB file longer than 3 letters,
@@ -227,13 +228,19 @@ class Bench:
         n = 10000000 // self.scale
         path = numbers_file(os.path.join(self.args.dir, "numbers.txt"), n)
         check = equal(n, "upper")
-        lt = runs_of(lambda: loop_upper(path), self.args.runs, check)
-        et = runs_of(lambda: job_upper(esc, path), self.args.runs, check)
+        # The loop and ember alternate, so that a machine getting busier
+        # or quieter favours neither; each pair gives a ratio.
+        check(job_upper(esc, path))
+        lt, et = [], []
+        for _ in range(self.args.runs):
+            lt += runs_of(lambda: loop_upper(path), 1, check, warm=False)
+            et += runs_of(lambda: job_upper(esc, path), 1, check,
+                          warm=False)
         st = runs_of(lambda: job_upper(ssc, path), self.args.spark_runs,
                      check)
         self.both("upper", "s", et, st)
         loop = spread(lt)
-        per = [loop[0] / (2 * t) for t in et]
+        per = [a / (2 * b) for a, b in zip(lt, et)]
         print("upper (%d records): plain Python loop median %.3f s "
               "(%.2f M records/s) | ember per worker / loop: median %.2f "
               "(min %.2f, max %.2f)" % (n, loop[0], n / loop[0] / 1e6,

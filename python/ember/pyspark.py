@@ -108,7 +108,7 @@ class RDD:
 
     def _out(self) -> Dataset:
         """The dataset whose records come back pickled, if need be."""
-        return self._ds.map(_pyref.dumps) if self._objects else self._ds
+        return self._ds.map(_pyref.dumps, deterministic=True) if self._objects else self._ds
 
     def _records(self, records: Iterable[Any]) -> Iterator[Any]:
         if self._objects:
@@ -254,7 +254,7 @@ class RDD:
             return self._raw.count()
         # Counted in Python: the elements need not be records.
         return sum(int(cast(str, n)) for n in self._ds.map_partitions(
-            _pyref.count).collect())
+            _pyref.count, deterministic=True).collect())
 
     def take(self, num: int) -> List[Any]:
         if self._back is not None:
@@ -278,7 +278,7 @@ class RDD:
     def foreach(self, f: Callable[[Any], None]) -> None:
         """f of each element, run in the workers, as PySpark does."""
         self._ds.map_partitions(functools.partial(
-            _pyref.run_foreach, f)).count()
+            _pyref.run_foreach, f), deterministic=True).count()
 
     def toLocalIterator(self, prefetchPartitions: bool = False
                         ) -> Iterator[Any]:
@@ -293,7 +293,8 @@ class RDD:
         if not self._objects:
             out.update(self._ds.count_by_value())
             return out
-        for r in self._ds.map_partitions(_pyref.counts).collect(
+        for r in self._ds.map_partitions(_pyref.counts,
+                                             deterministic=True).collect(
                 decode=False):
             for k, n in pickle.loads(cast(bytes, r)).items():
                 out[k] += n
@@ -307,12 +308,12 @@ class RDD:
         if compressionCodecClass is not None:
             raise NotImplementedError("ember.pyspark: saveAsTextFile "
                                       "with compressionCodecClass")
-        ds = self._ds.map(_pyref.text) if self._objects else self._ds
+        ds = self._ds.map(_pyref.text, deterministic=True) if self._objects else self._ds
         ds.save(path)
 
     def _checkpoint(self, local: bool) -> None:
         cp = self._out().checkpoint(local=local, eager=False)
-        self._ds = cp.map(_pyref.loads) if self._objects else cp
+        self._ds = cp.map(_pyref.loads, deterministic=True) if self._objects else cp
 
     def checkpoint(self) -> None:
         """Checkpoint (reliable, under emberd's checkpoint.dir), written
@@ -375,7 +376,8 @@ class SparkContext:
         records = [base64.b64encode(pickle.dumps(x)).decode("ascii")
                    for x in items]
         ds = self.session.parallelize(records, partitions=n)
-        return RDD(self, ds.map(_pyref.b64_loads), True)
+        return RDD(self, ds.map(_pyref.b64_loads, deterministic=True),
+                   True)
 
     def range(self, start: int, end: Optional[int] = None, step: int = 1,
               numSlices: Optional[int] = None) -> RDD:
@@ -383,7 +385,7 @@ class SparkContext:
         ds = self.session.range(start, end, step,
                                 partitions=numSlices or
                                 self.defaultParallelism)
-        return RDD(self, ds.map(int), True)
+        return RDD(self, ds.map(int, deterministic=True), True)
 
     def textFile(self, name: str, minPartitions: Optional[int] = None,
                  use_unicode: bool = True) -> RDD:

@@ -191,15 +191,13 @@ def test_job_after_killed_worker(d):
 
 
 @needs_python
-@skip_unless(PYTHON_OPS and _pyspark_jobs_retried(),
-             "ember.pyspark sends its own ops (parallelize's unpickling, "
-             "count's map_partitions) without deterministic, so emberd "
-             "may not run a lost worker's task again")
 @with_daemon(sets=["workers.max=2"])
 def test_killed_worker_task_retried(d):
     """With retries (the default), ember.pyspark's functions count as
     deterministic, as Spark takes them: the killed worker's task runs
     again and the job answers right; then the next job runs."""
+    check(_pyspark_jobs_retried(), "ember.pyspark sends an op without "
+          "deterministic: emberd may not run a lost worker's task again")
     os.chmod(d.tmpdir, 0o777)
     with _context(d) as sc:
         box, ppid, pid = _killed_mid_task(d, sc, d.path("worker"))

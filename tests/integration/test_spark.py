@@ -532,6 +532,55 @@ def test_stdio_chain_pairs(_):
                          struct.pack(">i", len(v)) + v)
     check_eq(done.stdout, pair(b"a", b"a,1") + pair(b"b", b"b,2") +
              struct.pack(">i", -1), "pairs framed, the null dropped")
+
+
+def keyed_frame(key, values, group=False):
+    """A pair (values one value) or a group in ember's framing."""
+    head = struct.pack(">ii", -8 if group else -7, len(key)) + key
+    if not group:
+        values = [values]
+    return head + (struct.pack(">i", len(values)) if group else b"") + \
+        frames(values)
+
+
+def stage_plan(op, ops, inputs=1):
+    """The plan of a stage after a wide op, as emberd gives its tasks."""
+    return json.dumps({"source": {"shuffle": {"op": op, "inputs": [
+        {"stage": i, "maps": 1} for i in range(inputs)]}}, "ops": ops})
+
+
+@no_daemon
+def test_stdio_chain_reads_pairs(_):
+    """After a wide op the executors feed --stdio the pairs and groups the
+    op gave, under the stage's plan: they are read whole, a pair's value
+    mapped, a group passed on byte for byte, one cut short refused."""
+    pairs = keyed_frame(b"k", b"v") + keyed_frame(b"n", None) + \
+        keyed_frame(b"", b"")
+    done = subprocess.run(
+        [EMBER_WORKER, "--stdio", "--plan", stage_plan(
+            {"reduce_by_key": {"fn": "concat"}}, [{"map": "value"}])],
+        input=pairs, capture_output=True, timeout=30)
+    check_eq((done.returncode, done.stderr), (0, b""), "pairs' status")
+    check_eq(done.stdout, frames([b"v", None, b""]) +
+             struct.pack(">i", -1), "their values")
+    groups = keyed_frame(b"g", [b"a", None, b""], group=True) + \
+        keyed_frame(b"h", [], group=True)
+    done = subprocess.run(
+        [EMBER_WORKER, "--stdio", "--plan", stage_plan(
+            {"join": {"how": "left"}}, [{"limit": 5}], inputs=2)],
+        input=groups, capture_output=True, timeout=30)
+    check_eq((done.returncode, done.stderr), (0, b""), "groups' status")
+    check_eq(done.stdout, groups + struct.pack(">i", -1), "the groups")
+    for cut in (pairs[:6], pairs[:12], groups[:14]):
+        done = subprocess.run(
+            [EMBER_WORKER, "--stdio", "--plan", stage_plan(
+                {"group_by_key": {}}, [])],
+            input=cut, capture_output=True, timeout=30)
+        check(done.returncode == 1 and b"cut short" in done.stderr,
+              "a keyed record cut short: %r" % done.stderr)
+
+
+@skip_unless(NEEDS_SPARK, WHY)
 def test_worker_killed_mid_job(d):
     """A Spark worker and its executor killed while tasks run: Spark runs
     the lost tasks again on the other worker, and the answer is right.
@@ -637,8 +686,8 @@ def test_stdio_chain(_):
           "deliberate failure" in err, "udf failure: %r" % err)
     rc, out, err = stdio([], None, raw=struct.pack(">i", 10) + b"abc")
     check(rc == 1 and "cut short" in err, "short frame: %r" % err)
-    rc, out, err = stdio([], None, raw=struct.pack(">i", -7))
-    check(rc == 1 and "bad frame length -7" in err, "bad length: %r" % err)
+    rc, out, err = stdio([], None, raw=struct.pack(">i", -9))
+    check(rc == 1 and "bad frame length -9" in err, "bad length: %r" % err)
     rc, out, err = stdio([{"pipe": {"command": "echo noise; cat"}}], [b"a"])
     check_eq((rc, out), (0, [b"noise", b"a"]), "a pipe's records")
     rc, out, err = stdio([{"pipe": {"command": "echo noise >&2; cat"}}],

@@ -274,11 +274,15 @@ def submit_batch(jobs):
     return results
 
 
-def check_same(name, want, got, args):
+def check_same(name, want, got, args, ordered=True):
     """ember run's output (want) against ember submit's (got), as sorted
-    lines where the action's order is not defined."""
+    lines where the action's order is not defined (not ordered)."""
     status, out, err = got
     check(status == 0, "%s: ember submit failed: %s" % (name, err))
+    if not ordered:
+        if out != want:
+            print("%s: the same lines in another order" % name)
+        out, want = sorted(out.split(b"\n")), sorted(want.split(b"\n"))
     check_eq(out, want, "%s: ember submit's output" % name)
 
 
@@ -476,6 +480,154 @@ def test_plans_print_what_emberd_prints(d):
     for (_, _, needle), (status, _, err) in zip(REFUSED, got):
         check(status == 1 and needle in err,
               "%r not in the error: %r" % (needle, err))
+
+
+def keyed_cases(top):
+    """(name, plan, ember run's arguments, ordered): keyed plans, every
+    wide op on text and parallelize sources, with narrow ops after them.
+    Where ember's docs leave the order open (a hash-partitioned op's
+    partitions), ordered is False and sorted lines are compared; the
+    bytes are the same anyway, as ember's partitioner is used."""
+    text = {"text": {"paths": [os.path.join(top, "*.txt")]}}
+    docs = {"text": {"paths": [os.path.join(top, "docs", "*")]}}
+    words = [{"map": "lower"}, {"flat_map": {"split": " "}},
+             {"filter": {"regex": "^[a-z]{3,}$"}}]
+    csv = {"parallelize": {"records": [
+        "a,1", "b,2.5", "a,3", "c,9223372036854775807", None, "c,1",
+        "b,-0.5", "d,0.1", "d,0.2", "a,-4", "e,x7", "c,+2", "e,", "a,007",
+        "f", "b,1e2"]}}
+    by_field = {"key_by": {"field": {"sep": ",", "index": 0},
+                           "value": {"field": {"sep": ",", "index": 1}}}}
+    numeric = {"source": csv, "partitions": 3, "ops": [
+        {"filter": {"regex": "^[a-d],"}}, by_field]}
+    right = {"source": {"parallelize": {"records": [
+        "a,x", "c,y", "a,z", "g,w", "b,", "a,x"]}}, "partitions": 2,
+        "ops": [by_field]}
+    digit = {"key_by": {"regex": "[0-9]$"}}
+    return [
+        ("wordcount by key", {"source": docs, "partitions": 4, "ops": words + [
+            {"key_by": {}}, {"reduce_by_key": {"fn": "count",
+                                               "partitions": 3}}]},
+         ["--collect"], False),
+        ("sum by key", dict(numeric, ops=numeric["ops"] + [
+            {"reduce_by_key": {"fn": "sum", "partitions": 2}}]),
+         ["--collect"], False),
+        ("min max by key", range_plan(0, 1000, 8, ops=[
+            digit, {"reduce_by_key": {"fn": "min"}},
+            {"map": "value"}, {"key_by": {"regex": "^[0-9]"}},
+            {"reduce_by_key": {"fn": "max", "partitions": 3}}]),
+         ["--action", "iterate"], False),
+        ("concat by key", {"source": csv, "partitions": 3, "ops": [
+            by_field, {"reduce_by_key": {"fn": "concat", "sep": "+"}}]},
+         ["--collect"], False),
+        ("group by key", {"source": text, "ops": [
+            {"key_by": {"field": {"sep": " ", "index": 0}}},
+            {"group_by_key": {"partitions": 2}}]}, ["--collect"], False),
+        ("group then key", {"source": csv, "partitions": 2, "ops": [
+            by_field, {"group_by_key": {}}, {"map": "key"}]},
+         ["--collect"], False),
+        ("distinct", {"source": text, "partitions": 3, "ops": [
+            {"flat_map": {"split": " "}}, {"distinct": {}}]},
+         ["--collect"], False),
+        ("distinct pairs", {"source": {"parallelize": {"records": [
+            "a,1", "a,1", "b,1", "a,2", "b,1", "", None, "a,"]}},
+            "partitions": 2, "ops": [{"distinct": {"partitions": 3}}, by_field,
+                                     {"distinct": {"partitions": 2}}]},
+         ["--collect"], False),
+        ("sort words", {"source": docs, "partitions": 3, "ops": words + [
+            {"sort_by": {"partitions": 4}}]}, ["--collect"], True),
+        ("sort numeric descending", range_plan(0, 300, 5, step=7, ops=[
+            digit, {"sort_by": {"numeric": True, "descending": True,
+                                "partitions": 3}}]), ["--collect"], True),
+        ("sort numbers", {"source": {"parallelize": {"records": [
+            "10", "9.5", "-1", "1e2", "+3", "007", "3", "-0.5"]}},
+            "partitions": 2, "ops": [{"sort_by": {"numeric": True}}]},
+         ["--action", "iterate"], True),
+        ("sort bytes descending", {"source": text, "ops": [
+            {"key_by": {"field": {"sep": " ", "index": 0}}},
+            {"sort_by": {"descending": True, "partitions": 2}}]},
+         ["--collect"], True),
+        ("repartition limit", range_plan(0, 50, 4, ops=[
+            {"repartition": {"partitions": 3}}, {"limit": 5}]),
+         ["--collect"], True),
+        ("join", dict(numeric, ops=numeric["ops"] + [
+            {"join": {"plan": right, "partitions": 3}}]),
+         ["--collect"], False),
+        ("left join text", {"source": text, "partitions": 2, "ops": [
+            {"key_by": {"regex": "^[a-z]"}},
+            {"join": {"plan": right, "how": "left"}}, {"limit": 3}]},
+         ["--collect"], False),
+        ("union", range_plan(0, 20, 2, ops=[{"union": {"plan": {
+            "source": text, "ops": [{"map": "upper"}]}}},
+            {"filter": {"regex": "^[0-9S]"}}]), ["--collect"], True),
+        ("union count", range_plan(0, 20, 2, ops=[
+            {"key_by": {}}, {"union": {"plan": right}},
+            {"group_by_key": {}}]), ["--count"], True),
+    ]
+
+
+# Keyed plans refused, or failing as emberd fails.
+KEYED_REFUSED = [
+    ({"source": {"parallelize": {"records": ["a,1", "a,x"]}}, "ops": [
+        {"key_by": {"field": {"sep": ",", "index": 0},
+                    "value": {"field": {"sep": ",", "index": 1}}}},
+        {"reduce_by_key": {"fn": "sum"}}]}, ["--collect"],
+     'JOB_FAILED: reduce_by_key: key "a": value "x" is not a number'),
+    ({"source": {"parallelize": {"records": ["1", "y"]}}, "ops": [
+        {"sort_by": {"numeric": True}}]}, ["--collect"],
+     'JOB_FAILED: sort_by: key "y" is not a number'),
+    ({"source": {"range": {"end": 10}}, "ops": [{"key_by": {}}]},
+     ["--action", "count_by_value"], "PLAN_INVALID: action: count_by_value "
+     "takes plain records"),
+]
+
+
+@skip_unless(NEEDS_SPARK, WHY)
+def test_keyed_plans_print_what_emberd_prints(d):
+    """Keyed plans through emberd and on the cluster, in one Spark
+    application: the same bytes (sorted lines where ember leaves the
+    order open); a save of pairs writes the same part files; an error of
+    the fold or the sort is the one emberd gives."""
+    top = corpus()
+    jobs = keyed_cases(top)
+    want = {}
+    for name, plan, args, _ in jobs:
+        done = run(d, args + [write_plan(d, name.replace(" ", "_"), plan)])
+        check(done.returncode == 0, "%s: ember run: %s" % (name,
+                                                            done.stderr))
+        want[name] = done.stdout
+    batch = [(plan, args) for _, plan, args, _ in jobs]
+    out = data_dir()
+    save_plan = {"source": {"parallelize": {"records": [
+        "x,1", "y,2", "x,3", "z,", "y,5"]}}, "partitions": 2, "ops": [
+        {"key_by": {"field": {"sep": ",", "index": 0}}},
+        {"group_by_key": {"partitions": 3}}]}
+    theirs = job_writable(os.path.join(out, "ember"))
+    saved = run(d, ["--action", "save", "--option", "path=" + theirs,
+                    "--option", "overwrite=true",
+                    write_plan(d, "save", save_plan)])
+    check(saved.returncode == 0, "ember run save: %s" % saved.stderr)
+    mine = os.path.join(out, "spark")
+    batch.append((save_plan, ["--action", "save", "--option",
+                              "path=" + mine]))
+    batch += [(plan, args) for plan, args, _ in KEYED_REFUSED]
+
+    got = submit_batch(batch)
+    for (name, _, args, ordered), result in zip(jobs, got):
+        check_same(name, want[name], result, args, ordered)
+    got = got[len(jobs):]
+    check_same("save", saved.stdout, got.pop(0), [])
+    for part in ("part-00000", "part-00001", "part-00002", "_SUCCESS"):
+        with open(os.path.join(theirs, part), "rb") as a, \
+                open(os.path.join(mine, part), "rb") as b:
+            check_eq(b.read(), a.read(), part)
+    for (plan, args, needle), (status, _, err) in zip(KEYED_REFUSED, got):
+        check(status == 1 and needle in err,
+              "%r not in the error: %r" % (needle, err))
+        if needle.startswith("JOB_FAILED: "):
+            done = run(d, args + [write_plan(d, "failed", plan)])
+            check(done.returncode == 1 and needle[12:].encode() in
+                  done.stderr, "ember run's error: %r" % done.stderr)
 
 
 @skip_unless(NEEDS_SPARK, WHY)

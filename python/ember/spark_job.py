@@ -119,10 +119,19 @@ def check_op(i, op, keyed=False, where="plan"):
 def check_ops(where, ops):
     if not isinstance(ops, list):
         raise Refused("PLAN_INVALID", "%s.ops: must be an array" % where)
-    keyed = False
+    keyed = sorted_by = False
     for i, op in enumerate(ops):
         check_op(i, op, keyed, where)
-        keyed = keyed or op_name(op) in KEYED_OPS
+        name = op_name(op)
+        if sorted_by and name in ("limit", "sample"):
+            raise Refused("PLAN_INVALID", "%s.ops[%d].%s: after sort_by, "
+                          "which keys fall in which partition follows "
+                          "Spark's sample of them, not emberd's: a %s "
+                          "per partition would keep other records" %
+                          (where, i, name, name))
+        keyed = keyed or name in KEYED_OPS
+        if name in WIDE_OPS:
+            sorted_by = name == "sort_by"
 
 
 def check_source(where, plan):
@@ -848,11 +857,7 @@ def reduce_parse(record):
                 return ("real", x)
         except ValueError:
             pass
-    shown = "".join(
-        "\\" + chr(c) if c in b'"\\' else
-        "\\x%02x" % c if c < 0x20 or c >= 0x7f else chr(c)
-        for c in record[:64]) + ("..." if len(record) > 64 else "")
-    raise ValueError('reduce: record "%s" is not a number' % shown)
+    raise ValueError('reduce: record "%s" is not a number' % shown(record))
 
 
 def reduce_step(fn, acc, value):

@@ -14,6 +14,7 @@ import base64
 import glob
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -432,8 +433,10 @@ REFUSED = [
 def test_plans_print_what_emberd_prints(d):
     """Each case through emberd (ember run) and on the cluster, in one
     Spark application: the same bytes; a save writes the same part files;
-    a python op runs as Spark's Python; what cannot run is refused."""
+    a python op runs as Spark's Python; what cannot run is refused; and
+    the keyed plans (keyed_jobs) likewise."""
     top = corpus()
+    keyed, check_keyed_results = keyed_jobs(d, top)
     jobs = cases(top)
     want = {}
     for name, plan, args in jobs:
@@ -457,8 +460,9 @@ def test_plans_print_what_emberd_prints(d):
     batch.append((save_plan, ["--action", "save", "--option",
                               "path=" + mine]))
     batch += [(plan, args) for plan, args, _ in REFUSED]
-
-    got = submit_batch(batch)
+    got = submit_batch(batch + keyed)
+    check_keyed_results(got[len(batch):])
+    got = got[:len(batch)]
     for (name, _, args), result in zip(jobs, got):
         check_same(name, want[name], result, args)
     check(b"STRASSE" in want["regex upper split"] and
@@ -579,16 +583,17 @@ KEYED_REFUSED = [
     ({"source": {"range": {"end": 10}}, "ops": [{"key_by": {}}]},
      ["--action", "count_by_value"], "PLAN_INVALID: action: count_by_value "
      "takes plain records"),
+    ({"source": {"range": {"end": 10}}, "ops": [
+        {"sort_by": {"partitions": 2}}, {"map": "upper"}, {"limit": 3}]},
+     ["--collect"], "PLAN_INVALID: plan.ops[2].limit: after sort_by"),
 ]
 
 
-@skip_unless(NEEDS_SPARK, WHY)
-def test_keyed_plans_print_what_emberd_prints(d):
-    """Keyed plans through emberd and on the cluster, in one Spark
-    application: the same bytes (sorted lines where ember leaves the
-    order open); a save of pairs writes the same part files; an error of
-    the fold or the sort is the one emberd gives."""
-    top = corpus()
+def keyed_jobs(d, top):
+    """Keyed plans through emberd, and the jobs to run them on the
+    cluster: (batch, check), check(results) comparing the bytes (sorted
+    lines where ember leaves the order open), a save of groups part file
+    by part file, and an error of the fold or the sort with emberd's."""
     jobs = keyed_cases(top)
     want = {}
     for name, plan, args, _ in jobs:
@@ -611,8 +616,12 @@ def test_keyed_plans_print_what_emberd_prints(d):
     batch.append((save_plan, ["--action", "save", "--option",
                               "path=" + mine]))
     batch += [(plan, args) for plan, args, _ in KEYED_REFUSED]
+    return batch, lambda got: check_keyed(d, jobs, want, saved, theirs,
+                                          mine, got)
 
-    got = submit_batch(batch)
+
+def check_keyed(d, jobs, want, saved, theirs, mine, got):
+    """The keyed jobs' results (got) against emberd's."""
     for (name, _, args, ordered), result in zip(jobs, got):
         check_same(name, want[name], result, args, ordered)
     got = got[len(jobs):]
@@ -649,6 +658,45 @@ def test_cli_submit(d):
     check_eq(got.stdout, b"", "standard output")
 
 
+@no_daemon
+def test_python_client_keyed_answer(_):
+    """What the driver pickles for ember.submit() of keyed records reads
+    back as the Dataset gives them: pairs (key, value), groups (key,
+    [values]), a join's (key, (v, w)), a null value None."""
+    sys.path.insert(0, os.path.join(SRCDIR, "python"))
+    sys.path.insert(0, os.path.join(SRCDIR, "python", "ember"))
+    import spark_job
+    from ember import spark
+    by_field = {"key_by": {"field": {"sep": ",", "index": 0},
+                           "value": {"field": {"sep": ",", "index": 1}}}}
+    plan = {"source": {"range": {"end": 1}}, "ops": [by_field]}
+    path = os.path.join(data_dir(), "result")
+    for ops, records, want in [
+            ([], [(b"a", b"1"), (b"b", None)], [("a", "1"), ("b", None)]),
+            ([{"group_by_key": {}}], [(b"a", [b"1", None])],
+             [("a", ["1", None])]),
+            ([{"join": {"plan": plan, "how": "left"}}],
+             [(b"a", [b"1", None])], [("a", ("1", None))]),
+            ([{"join": {"plan": plan}}, {"map": "key"}], [b"a"], ["a"])]:
+        keyed = dict(plan, ops=plan["ops"] + ops)
+        spark_job.write_result(path, "records", "collect", records,
+                               spark_job.plan_kind(keyed, joins=True))
+        with open(path, "rb") as f:
+            answer = pickle.load(f)
+        check_eq(spark._answer("collect", answer["result"], True, "strict",
+                               answer["records"]), want, "%r" % ops)
+
+
+def client_submit(ember, plan):
+    """ember.submit(plan, "collect") on the cluster."""
+    return ember.submit(plan, "collect", master=cluster().url,
+                        worker=EMBER_WORKER,
+                        conf={"spark.driver.host": "127.0.0.1",
+                              "spark.executor.memory": "512m",
+                              "spark.ui.enabled": "false"},
+                        timeout=SUBMIT_TIMEOUT)
+
+
 @skip_unless(NEEDS_SPARK, WHY)
 def test_python_client_submit(d):
     """ember.submit() answers what the Dataset action answers: here the
@@ -657,12 +705,7 @@ def test_python_client_submit(d):
     import ember
     plan = {"source": {"parallelize": {"records": ["ab", None, "çé"]}},
             "partitions": 2, "ops": [{"map": "upper"}]}
-    got = ember.submit(plan, "collect", master=cluster().url,
-                       worker=EMBER_WORKER,
-                       conf={"spark.driver.host": "127.0.0.1",
-                             "spark.executor.memory": "512m",
-                             "spark.ui.enabled": "false"},
-                       timeout=SUBMIT_TIMEOUT)
+    got = client_submit(ember, plan)
     check_eq(got, ["AB", None, "ÇÉ"], "records")
     want = run(d, ["--collect", write_plan(d, "client", plan)])
     check_eq("".join((r or "") + "\n" for r in got).encode(), want.stdout,

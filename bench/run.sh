@@ -1,12 +1,16 @@
 #!/bin/sh
 # Run ember's benchmarks against a private emberd and print one summary.
 #
-# usage: run.sh [tasks] [stream] [wordcount] [regex] [reuse] [broadcast]
-#               [reattach] [python] [scrape] [checkpoint] [spark]
+# usage: run.sh [--quick] [tasks] [stream] [wordcount] [regex] [reuse]
+#               [broadcast] [reattach] [python] [scrape] [checkpoint]
+#               [spark] [shuffle]
 # (no name: all of them but spark, which starts JVMs and needs PySpark and
-# Java: PySpark local[2] beside ember on the word count and regex).  Run from the build directory (`make bench`
-# does); EMBER_BUILDDIR overrides.  Every figure is printed beside a
-# baseline measured in the same run.
+# Java: PySpark local[2] beside ember on the seeds' measurements, and
+# shuffle: sort, group-by, join and word count over 1 GB against GNU sort,
+# DuckDB, Python and PySpark).  --quick runs spark and shuffle on a tenth
+# of their data.  Run from the build directory (`make bench` does);
+# EMBER_BUILDDIR overrides.  Every figure is printed beside a baseline
+# measured in the same run.
 
 set -eu
 
@@ -14,8 +18,13 @@ srcdir=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${EMBER_BUILDDIR:-$(pwd)}
 python=${PYTHON3:-python3}
 all="tasks stream wordcount regex reuse broadcast reattach python scrape checkpoint"
-extra="spark"
+extra="spark shuffle"
 
+quick=
+if [ "${1:-}" = --quick ]; then
+	quick=--quick
+	shift
+fi
 if [ $# -eq 0 ]; then
 	# shellcheck disable=SC2086
 	set -- $all
@@ -24,7 +33,8 @@ for name in "$@"; do
 	case " $all $extra " in
 	*" $name "*) ;;
 	*)
-		echo "usage: run.sh [$(echo "$all $extra" | sed 's/ /] [/g')]" >&2
+		echo "usage: run.sh [--quick]" \
+		    "[$(echo "$all $extra" | sed 's/ /] [/g')]" >&2
 		exit 2
 		;;
 	esac
@@ -102,7 +112,7 @@ start_emberd() {
 
 start_emberd "$dir/on"
 sock=$dir/on/e.sock
-if want reuse || want broadcast; then
+if want reuse || want broadcast || want spark; then
 	start_emberd "$dir/off" --set workers.reuse=no
 fi
 if want reattach; then
@@ -161,6 +171,15 @@ fi
 if want spark; then
 	run bench_spark sh "$srcdir/bench/bench_spark.sh" --socket "$sock" \
 	    --dir "$dir"
+	# shellcheck disable=SC2086
+	run bench_pyspark "$python" "$srcdir/bench/bench_pyspark.py" \
+	    --socket "$sock" --socket-off "$dir/off/e.sock" --dir "$dir" $quick
+fi
+if want shuffle; then
+	# shellcheck disable=SC2086
+	run bench_shuffle "$python" "$srcdir/bench/bench_shuffle.py" \
+	    --socket "$sock" --ember ./ember --dir "$dir" \
+	    ${quick:+--scale 0.1}
 fi
 if want reuse; then
 	run bench_reuse bench/bench_reuse --socket "$sock" \
@@ -212,6 +231,91 @@ verdict() {
 # $1 / $2 with $3 decimals.
 div() {
 	awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { printf "%.*f", n, a / b }'
+}
+
+# "ember MED UNIT (min, max) | PySpark local[2] MED (min, max) |
+# PySpark/ember R" of bench_pyspark's figure $1 in unit $2.
+pyspark_pair() {
+	printf 'ember %s %s (min %s, max %s) | PySpark local[2] %s (min %s, ' \
+	    "$(result "ps_$1_ember")" "$2" "$(result "ps_$1_ember_min")" \
+	    "$(result "ps_$1_ember_max")" "$(result "ps_$1_spark")" \
+	    "$(result "ps_$1_spark_min")"
+	printf 'max %s) | PySpark/ember %s' "$(result "ps_$1_spark_max")" \
+	    "$(result "ps_$1_ratio")"
+}
+
+# The lines of bench_pyspark.py: medians, PySpark beside ember.
+pyspark_summary() {
+	t=$(result ps_tasks_ember)
+	tr=$(result ps_tasks_ratio)
+	printf 'pyspark tasks (2000 one-record partitions, Python map): '
+	pyspark_pair tasks us/task
+	printf '  [target <= 100 us and >= 50x: %s]\n' \
+	    "$(verdict "$t <= 100 && $tr >= 50")"
+	printf 'pyspark toLocalIterator (records of 100 B): ember %s MB/s | ' \
+	    "$(result ps_iterate_ember_mbs)"
+	printf 'PySpark %s MB/s | PySpark/ember %s\n' \
+	    "$(result ps_iterate_spark_mbs)" "$(result ps_iterate_ratio)"
+	b=$(result ps_bcast_on_ember)
+	br=$(result ps_bcast_on_ratio)
+	printf 'pyspark broadcast (set of %s, 100 tasks) reuse on: ' \
+	    "$(result ps_bcast_n)"
+	pyspark_pair bcast_on s
+	printf '  [target <= 10 s and >= 10x: %s]\n' \
+	    "$(verdict "$b <= 10 && $br >= 10")"
+	if result ps_bcast_off_ember >/dev/null; then
+		printf 'pyspark broadcast reuse off: '
+		pyspark_pair bcast_off s
+		echo
+	fi
+	pw=$(result ps_upper_per_worker)
+	printf 'pyspark map(s.upper()) count: '
+	pyspark_pair upper s
+	printf ' | plain Python loop %s s | ember per worker/loop %s ' \
+	    "$(result ps_upper_loop_s)" "$pw"
+	printf '(min %s, max %s)  [target >= 0.8: %s]\n' \
+	    "$(result ps_upper_per_worker_min)" \
+	    "$(result ps_upper_per_worker_max)" "$(verdict "$pw >= 0.8")"
+	printf 'pyspark word count (%s MB, flatMap + countByValue): ' \
+	    "$(result ps_wordcount_mb)"
+	pyspark_pair wordcount s
+	echo
+	for k in ckwrite ckreuse ckrecompute; do
+		case $k in
+		ckwrite) printf 'pyspark checkpoint write (count): ' ;;
+		ckreuse) printf 'pyspark countByValue over it: ' ;;
+		ckrecompute) printf 'pyspark countByValue recomputed: ' ;;
+		esac
+		pyspark_pair $k s
+		echo
+	done
+}
+
+# The lines of bench_shuffle.py: ember's median (or why it did not run)
+# beside each baseline, and baseline/ember.
+shuffle_summary() {
+	for job in sort groupby join wordcount; do
+		e=
+		if result "sh_${job}_unavailable" >/dev/null; then
+			printf 'shuffle %s: ' "$job"
+			printf 'ember: shuffle not available'
+		elif e=$(result "sh_${job}_ember_s"); then
+			printf 'shuffle %s: ' "$job"
+			printf 'ember median %s s (min %s, max %s)' "$e" \
+			    "$(result "sh_${job}_ember_min_s")" \
+			    "$(result "sh_${job}_ember_max_s")"
+		else
+			continue
+		fi
+		for b in gnu duckdb python pyspark count_by_value; do
+			t=$(result "sh_${job}_${b}_s") || continue
+			printf ' | %s %s s' "$b" "$t"
+			if [ -n "$e" ]; then
+				printf ' (%s/ember %s)' "$b" "$(div "$t" "$e" 2)"
+			fi
+		done
+		echo
+	done
 }
 
 echo
@@ -379,4 +483,10 @@ if want spark; then
 		printf 's | ember submit %s s | PySpark %s s\n' \
 		    "$(result spark_re_submit_s)" "$(result spark_re_pyspark_s)"
 	fi
+	if ! result ps_skipped >/dev/null; then
+		pyspark_summary
+	fi
+fi
+if want shuffle; then
+	shuffle_summary
 fi

@@ -245,8 +245,8 @@ status_operation_running(json_t *workers, const char *id)
 static json_t *
 status_operation_row(json_t *op, json_t *workers)
 {
-	json_t		*out = json_object(), *what;
-	json_int_t	 parts, done, run;
+	json_t		*out = json_object(), *what, *stages;
+	json_int_t	 parts, done, run, stage, count;
 	char		 buf[64];
 
 	parts = json_integer_value(json_object_get(op, "partitions"));
@@ -259,6 +259,15 @@ status_operation_row(json_t *op, json_t *workers)
 	json_object_set(out, "state", json_object_get(op, "state"));
 	snprintf(buf, sizeof buf, "%lld/%lld", (long long)done,
 	    (long long)parts);
+	/* In a map stage: that stage's tasks, after which stage. */
+	stages = json_object_get(op, "stages");
+	stage = json_integer_value(json_object_get(stages, "running"));
+	count = json_integer_value(json_object_get(stages, "count"));
+	if (stages != NULL && stage < count - 1)
+		snprintf(buf, sizeof buf, "s%lld:%lld/%lld", (long long)stage,
+		    (long long)json_integer_value(json_object_get(stages,
+		    "done")), (long long)json_integer_value(
+		    json_object_get(stages, "tasks")));
 	json_object_set_new(out, "parts", json_string(buf));
 	json_object_set_new(out, "run", json_integer(run));
 	json_object_set_new(out, "left", json_integer(parts - done - run > 0 ?

@@ -66,6 +66,18 @@ client_pyspark()
 	        "$(command -v python3); test_spark.py skips" >&2
 }
 
+# bench/bench_shuffle.py measures the shuffle against DuckDB: the python3
+# on PATH gets it from the package index (Debian has no package of it).
+# Without it the benchmark says so and skips DuckDB's figures.
+bench_duckdb()
+{
+	python3 -c 'import duckdb' 2>/dev/null && return 0
+	echo "install-deps: duckdb for $(command -v python3), for bench/" >&2
+	python3 -m pip install -q duckdb >/dev/null 2>&1 ||
+	    echo "install-deps: duckdb did not install for" \
+	        "$(command -v python3); bench_shuffle.py skips it" >&2
+}
+
 # Print the packages of PACKAGES that are not installed.
 missing_packages()
 {
@@ -109,6 +121,7 @@ optional=$(missing_packages "$OPTIONAL" | tr '\n' ' ' | sed 's/ *$//')
 if [ -z "$missing" ] && [ -z "$optional" ]; then
 	client_cloudpickle
 	client_pyspark
+	bench_duckdb
 	exit 0
 fi
 
@@ -146,4 +159,5 @@ if [ -n "$optional" ]; then
 fi
 client_cloudpickle
 client_pyspark
+bench_duckdb
 echo "install-deps: done" >&2

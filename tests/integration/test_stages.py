@@ -186,6 +186,29 @@ def test_a_checkpoint_cuts_the_lineage(d):
     check_eq(got, [b"w%d" % i for i in range(9, -1, -1)], "sorted keys")
 
 
+def test_status_shows_the_running_stage(d):
+    slow = job_readable(os.path.join(BUILDDIR, "tests", "integration",
+                                     "slow_udf.so"))
+    plan = records_plan(["w%d" % i for i in range(16)], 8, ops=[
+        {"udf": {"library": slow, "symbol": "udf_slow",
+                 "args": {"ms": 200}}},
+        {"key_by": {}}, {"group_by_key": {"partitions": 3}}])
+    c = d.client()
+    c.send_json({"op": "execute", "plan": plan, "action": "count"})
+
+    def stages():
+        ops = d.client().status()["operations"]
+        return ops[0].get("stages") if ops else None
+    st = wait_until(stages, 10)
+    check(st is not None, "no stages in the status")
+    check_eq((st["count"], st["running"], st["tasks"]), (2, 0, 8),
+             "the map stage running")
+    out = d.cli(["status"]).stdout
+    out = out.decode() if isinstance(out, bytes) else out
+    check("s0:" in out, "ember status shows no stage:\n%s" % out)
+    check_eq(c.recv_json()["count"], 16, "the groups")
+
+
 @with_daemon(sets=["daemon.max_shuffle_per_uid=1k"])
 def test_shuffle_bytes_are_bounded(d):
     r = d.client().execute(keyed_plan(20000, 4, ops=[{"group_by_key": {}}]),

@@ -74,12 +74,26 @@ class Broadcast:
         held = _broadcasts.get(self.id)
         if held is not None and held[0] == address:
             return held[1]
+        _prune_broadcasts()
         value = pickle.loads(view)
         _broadcasts[self.id] = (address, value)
         return value
 
     def __repr__(self):
         return "Broadcast(%d)" % self.id
+
+
+def _prune_broadcasts():
+    """Forget the objects of the broadcasts the worker no longer holds
+    (dropped, or replaced), before unpickling another: a reused worker
+    must not keep every broadcast it ever saw."""
+    for bid, (address, _) in list(_broadcasts.items()):
+        try:
+            if _ember_worker.broadcast(bid)[1] == address:
+                continue
+        except Exception:
+            pass
+        del _broadcasts[bid]
 
 
 def broadcast(bid):

@@ -204,3 +204,10 @@ def fold_values(fn, values):
     """A key's values folded by fn, in order."""
     import functools
     return functools.reduce(fn, values)
+
+
+def fold_group(fn, group):
+    """A group (key, [values]) as the pair of its values folded by fn."""
+    import functools
+    key, values = group
+    return (key, functools.reduce(fn, values))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Iterable,
                     Iterator, List, Optional, Tuple, Union, cast)
 
-from . import functions
+from . import _pyref, functions
 from .errors import EmberError, ProtocolError, TaskFailed
 from .session import _Held
 
@@ -261,7 +261,17 @@ class Dataset:
         """One pair per key, its values folded by fn: "sum", "min", "max"
         (numbers, as reduce reads them), "count" (how many) or "concat"
         (joined by sep, in input order).  operator.add, min and max mean
-        sum, min and max; any other function raises NotImplementedError."""
+        sum, min and max, folded in C on both sides of the shuffle.  Any
+        other function folds the values as Python gives them (str or
+        bytes) in Python: first each partition's values of a key, then,
+        after a group_by_key, the partial results."""
+        if callable(fn) and _KNOWN_FNS.get(fn) is None:
+            return self.map_partitions(
+                functools.partial(_pyref.combine_pairs, fn),
+                deterministic=True).group_by_key(
+                    partitions=partitions).map(
+                        functools.partial(_pyref.fold_group, fn),
+                        deterministic=True)
         name = _kv_fn(fn)
         args: Dict[str, Any] = {"fn": name}
         if name == "concat" and sep:

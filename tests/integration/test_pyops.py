@@ -241,6 +241,47 @@ def test_broadcast_unpickled_once_per_worker(d):
     check_eq(lines, [pids[0]], "unpickled once, by the worker")
 
 
+@needs_python
+@with_daemon(sets=["workers.max=1"])
+def test_dropped_broadcast_is_forgotten(d):
+    """A reused worker does not keep the object of a broadcast that was
+    dropped: unpickling the next one frees it."""
+    marks = d.path("freed")
+    os.chmod(d.tmpdir, 0o777)
+
+    class Tracked(dict):
+        def __reduce__(self):
+            return (_load_tracked, (marks, self["name"]))
+
+    with _session(d) as sc:
+        first = sc.broadcast_object(Tracked(name="first"))
+        sc.range(2, partitions=2).map(lambda _: first.value["name"]) \
+            .collect()
+        first.drop()
+        second = sc.broadcast_object(Tracked(name="second"))
+        got = sc.range(2, partitions=2).map(
+            lambda _: second.value["name"]).collect()
+        check_eq(got, ["second", "second"], "the second broadcast")
+    with open(marks) as f:
+        freed = f.read().split()
+    check("first" in freed, "the dropped broadcast's object was kept "
+          "(freed: %r)" % freed)
+
+
+class _TrackedValue(dict):
+    """A broadcast's value that says when the worker frees it."""
+
+    def __del__(self):
+        with open(self.marks, "a") as f:
+            f.write(self["name"] + "\n")
+
+
+def _load_tracked(marks, name):
+    v = _TrackedValue(name=name)
+    v.marks = marks
+    return v
+
+
 def _load_table(marks, items):
     with open(marks, "a") as f:
         f.write("%d\n" % os.getpid())

@@ -280,8 +280,11 @@ def test_dataset_keyed_plans(_):
             check_eq(last(kv.reduce_by_key("concat", sep="+")),
                      {"reduce_by_key": {"fn": "concat", "sep": "+"}},
                      "concat")
-            for bad, exc in ((lambda a, b: a + b, NotImplementedError),
-                             ("product", ValueError)):
+            # A Python function: combined per partition, grouped, folded.
+            ops = kv.reduce_by_key(lambda a, b: a + b).plan["ops"]
+            check(any("group_by_key" in op for op in ops),
+                  "reduce_by_key(lambda): %r" % [list(op) for op in ops])
+            for bad, exc in (("product", ValueError),):
                 try:
                     kv.reduce_by_key(bad)
                     check(False, "reduce_by_key(%r) taken" % (bad,))
@@ -424,6 +427,15 @@ def test_reduce_by_key_as_python(d):
                 want[k] = py(want.get(k, int(v)), int(v))
             check_eq({k: int(v) for k, v in
                       kv.reduce_by_key(fn).collect()}, want, fn)
+        # Any associative Python function, over the values as Python
+        # gets them: folded in input order, as Spark folds them.
+        got = dict(kv.reduce_by_key(lambda a, b: a + "|" + b,
+                                    partitions=2).collect())
+        want = {}
+        for line in LINES:
+            k, v = line.split(",")
+            want[k] = want[k] + "|" + v if k in want else v
+        check_eq(got, want, "a Python function, in input order")
         concat = dict(kv.reduce_by_key("concat", sep="+").collect())
         want = {}
         for line in LINES:

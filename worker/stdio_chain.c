@@ -4,6 +4,7 @@
  * big-endian length + bytes, -5 for a null record).  Another engine's
  * executor (Spark's, through mapPartitions) feeds it a partition, so the
  * ops there are the very code emberd's workers run (docs/spark.md).
+ * Pairs and groups come in and go out as a worker's batch holds them.
  */
 #include <arpa/inet.h>
 
@@ -115,9 +116,90 @@ stdio_read(FILE *f, void *buf, size_t len)
 	return (n == 0 && feof(f) ? 0 : -1);
 }
 
+/* Grow *buf to hold need bytes. */
+static void
+stdio_grow(char **buf, size_t *size, size_t need)
+{
+	if (need > *size) {
+		*size = need * 2;
+		*buf = xrealloc(*buf, *size);
+	}
+}
+
+/* Read a frame (-5 allowed where null) onto the end of *buf at *used:
+ * 1, or -1 with *err. */
+static int
+stdio_frame_append(FILE *f, char **buf, size_t *size, size_t *used, int null,
+    const char *what, char **err)
+{
+	uint32_t	n;
+	int32_t		len;
+
+	if (stdio_read(f, &n, sizeof n) != 1) {
+		xasprintf(err, "standard input: a %s is cut short", what);
+		return (-1);
+	}
+	len = (int32_t)ntohl(n);
+	if (len < 0 && !(null && len == EMBER_NULL)) {
+		xasprintf(err, "standard input: a %s has a bad length %d", what,
+		    len);
+		return (-1);
+	}
+	stdio_grow(buf, size, *used + 4 + (len > 0 ? (size_t)len : 0));
+	memcpy(*buf + *used, &n, sizeof n);
+	*used += 4;
+	if (len > 0 && stdio_read(f, *buf + *used, (size_t)len) != 1) {
+		xasprintf(err, "standard input: a %s is cut short", what);
+		return (-1);
+	}
+	*used += len > 0 ? (size_t)len : 0;
+	return (1);
+}
+
+/* Read the rest of a pair or group after its marker into *buf, whole as
+ * a batch holds it, and decode it into *r. */
+static int
+stdio_next_keyed(FILE *f, int32_t marker, char **buf, size_t *size,
+    struct record *r, char **err)
+{
+	const char	*what = marker == EMBER_PAIR ? "pair" : "group";
+	uint32_t	 n;
+	int32_t		 count = 1;
+	size_t		 used = 4, got;
+
+	stdio_grow(buf, size, 64);
+	n = htonl((uint32_t)marker);
+	memcpy(*buf, &n, sizeof n);
+	if (stdio_frame_append(f, buf, size, &used, 0, what, err) == -1)
+		return (-1);
+	if (marker == EMBER_GROUP) {
+		if (stdio_read(f, &n, sizeof n) != 1) {
+			xasprintf(err, "standard input: a group is cut short");
+			return (-1);
+		}
+		if ((count = (int32_t)ntohl(n)) < 0) {
+			xasprintf(err, "standard input: a group of %d values",
+			    count);
+			return (-1);
+		}
+		stdio_grow(buf, size, used + 4);
+		memcpy(*buf + used, &n, sizeof n);
+		used += 4;
+	}
+	while (count-- > 0)
+		if (stdio_frame_append(f, buf, size, &used, 1, what, err) == -1)
+			return (-1);
+	if (keyed_get(*buf, used, STDIO_MAX_RECORD, r, &got) != 1 ||
+	    got != used) {
+		xasprintf(err, "standard input: a bad %s", what);
+		return (-1);
+	}
+	return (1);
+}
+
 /*
- * Read one record into *buf (grown as needed): 1 with *r set, 0 at the end
- * of input, -1 with *err on a broken frame.
+ * Read one record, plain or keyed, into *buf (grown as needed): 1 with *r
+ * set, 0 at the end of input, -1 with *err on a broken frame.
  */
 static int
 stdio_next(FILE *f, char **buf, size_t *size, struct record *r, char **err)
@@ -133,6 +215,11 @@ stdio_next(FILE *f, char **buf, size_t *size, struct record *r, char **err)
 		return (rc);
 	}
 	len = (int32_t)ntohl(n);
+	r->kind = PLAN_KIND_RECORD;
+	r->key = NULL;
+	r->klen = 0;
+	if (len == EMBER_PAIR || len == EMBER_GROUP)
+		return (stdio_next_keyed(f, len, buf, size, r, err));
 	if (len == EMBER_NULL) {
 		r->data = NULL;
 		r->len = 0;
@@ -143,10 +230,7 @@ stdio_next(FILE *f, char **buf, size_t *size, struct record *r, char **err)
 		xasprintf(err, "standard input: bad frame length %d", len);
 		return (-1);
 	}
-	if ((size_t)len + 1 > *size) {
-		*size = (size_t)len + 1;
-		*buf = xrealloc(*buf, *size);
-	}
+	stdio_grow(buf, size, (size_t)len + 1);
 	if (stdio_read(f, *buf, (size_t)len) != 1) {
 		xasprintf(err, "standard input: a record of %d bytes is cut "
 		    "short", len);
@@ -158,7 +242,9 @@ stdio_next(FILE *f, char **buf, size_t *size, struct record *r, char **err)
 	return (1);
 }
 
-/* Parse the plan text; NULL with *err naming the field. */
+/* Parse the plan text; NULL with *err naming the field.  A stage's plan
+ * (its source the shuffle of a wide op, as emberd gives a stage's tasks)
+ * says what kind of records come in after that op. */
 static struct plan *
 stdio_plan(const char *text, char **err)
 {
@@ -170,7 +256,7 @@ stdio_plan(const char *text, char **err)
 		xasprintf(err, "plan: %s", jerr.text);
 		return (NULL);
 	}
-	if (plan_parse(j, &plan, err) == -1)
+	if (plan_parse_stage(j, &plan, err) == -1)
 		plan = NULL;
 	json_decref(j);
 	return (plan);

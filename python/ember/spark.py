@@ -81,10 +81,23 @@ def _decode(record: Optional[bytes], decode: bool, errors: str) -> Any:
     return record.decode("utf-8", errors)
 
 
-def _answer(action: str, result: Any, decode: bool, errors: str) -> Any:
+def _item(r: Any, decode: bool, errors: str, join: bool) -> Any:
+    """A record, a pair (key, value) or a group (key, [values]); a join's
+    group as (key, (v, w)), as the Dataset gives them."""
+    if not isinstance(r, tuple):
+        return _decode(r, decode, errors)
+    key, value = r
+    if not isinstance(value, list):
+        return (_decode(key, decode, errors), _decode(value, decode, errors))
+    values = [_decode(v, decode, errors) for v in value]
+    return (_decode(key, decode, errors), tuple(values) if join else values)
+
+
+def _answer(action: str, result: Any, decode: bool, errors: str,
+            records: str = "record") -> Any:
     """What the Dataset action answers, from the driver's result."""
     if action in ("iterate", "collect"):
-        return [_decode(r, decode, errors) for r in result]
+        return [_item(r, decode, errors, records == "join") for r in result]
     if action == "count_by_value":
         return collections.Counter({_decode(k, decode, errors): n
                                     for k, n in result.items()})
@@ -143,5 +156,6 @@ def submit(plan: Any, action: str = "collect", *, master: str,
                                                            "replace"),
                         done.returncode)
         with open(result_path, "rb") as f:
-            result = pickle.load(f)["result"]
-    return _answer(action, result, decode, errors)
+            answer = pickle.load(f)
+    return _answer(action, answer["result"], decode, errors,
+                   answer.get("records", "record"))

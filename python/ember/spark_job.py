@@ -33,12 +33,19 @@ EXIT_USAGE = 2
 
 END_OF_DATA_SECTION = -1
 NULL = -5
+PAIR = -7
+GROUP = -8
 
 PYTHON_KINDS = ("map", "filter", "flat_map", "map_partitions", "reduce",
                 "fold")
 ACTIONS = ("iterate", "collect", "count", "count_by_value", "reduce", "save",
            "checkpoint")
 REDUCE_FNS = ("sum", "min", "max")
+# The ops that end a stage (docs/plans.md, "Stages"), and those that make
+# keyed records.
+WIDE_OPS = ("reduce_by_key", "group_by_key", "distinct", "sort_by",
+            "repartition", "join", "union")
+KEYED_OPS = WIDE_OPS + ("key_by",)
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -56,37 +63,129 @@ def is_python_op(op):
     return isinstance(op, dict) and "python" in op
 
 
-def check_op(i, op):
-    """Refuse an op Spark has no counterpart for."""
+def op_name(op):
+    return next(iter(op)) if isinstance(op, dict) and len(op) == 1 else None
+
+
+def check_op(i, op, keyed=False, where="plan"):
+    """Refuse an op Spark has no counterpart for.  keyed: a keyed op came
+    before it."""
     if not isinstance(op, dict) or len(op) != 1:
         return      # ember-worker --check names the fault
+    name = op_name(op)
+    if name in ("join", "union") and isinstance(op[name], dict) and \
+            "plan" in op[name]:
+        check_source("%s.ops[%d].%s.plan" % (where, i, name),
+                     op[name]["plan"])
+        check_ops("%s.ops[%d].%s.plan" % (where, i, name),
+                  op[name]["plan"].get("ops", []))
+    if is_python_op(op) and keyed:
+        raise Refused("PLAN_INVALID", "%s.ops[%d].python: after a keyed "
+                      "op a python op would get pairs or groups; on "
+                      "Spark python ops take plain records only, before "
+                      "key_by and the wide ops" % (where, i))
     if "filter" in op and isinstance(op["filter"], dict) and \
             "in_broadcast" in op["filter"]:
-        raise Refused("PLAN_INVALID", "plan.ops[%d].filter.in_broadcast: "
+        raise Refused("PLAN_INVALID", "%s.ops[%d].filter.in_broadcast: "
                       "a broadcast lives in emberd's session; on Spark, "
-                      "put its lines in a udf's args or a python op" % i)
+                      "put its lines in a udf's args or a python op" %
+                      (where, i))
     if is_python_op(op):
         py = op["python"]
         if not isinstance(py, dict):
             raise Refused("PLAN_INVALID",
-                          "plan.ops[%d].python: must be an object" % i)
+                          "%s.ops[%d].python: must be an object" % (where, i))
         kinds = [k for k in PYTHON_KINDS if k in py]
         if len(kinds) != 1:
-            raise Refused("PLAN_INVALID", "plan.ops[%d].python: give one "
-                          "of %s" % (i, ", ".join(PYTHON_KINDS)))
+            raise Refused("PLAN_INVALID", "%s.ops[%d].python: give one "
+                          "of %s" % (where, i, ", ".join(PYTHON_KINDS)))
         if kinds[0] in ("reduce", "fold"):
-            raise Refused("PLAN_INVALID", "plan.ops[%d].python.%s: not "
+            raise Refused("PLAN_INVALID", "%s.ops[%d].python.%s: not "
                           "run on Spark yet; use rdd.%s on Spark, or "
-                          "emberd" % (i, kinds[0], kinds[0]))
+                          "emberd" % (where, i, kinds[0], kinds[0]))
         if py.get("broadcasts"):
-            raise Refused("PLAN_INVALID", "plan.ops[%d].python.broadcasts: "
-                          "a broadcast lives in emberd's session" % i)
+            raise Refused("PLAN_INVALID", "%s.ops[%d].python.broadcasts: "
+                          "a broadcast lives in emberd's session" %
+                          (where, i))
         mine = "%d.%d" % sys.version_info[:2]
         if py.get("version") != mine:
-            raise Refused("PLAN_INVALID", "plan.ops[%d].python: version: "
+            raise Refused("PLAN_INVALID", "%s.ops[%d].python: version: "
                           "the client pickled with Python %s, Spark's "
-                          "driver runs Python %s" % (i, py.get("version"),
+                          "driver runs Python %s" % (where, i,
+                                                      py.get("version"),
                                                       mine))
+
+
+def check_ops(where, ops):
+    if not isinstance(ops, list):
+        raise Refused("PLAN_INVALID", "%s.ops: must be an array" % where)
+    keyed = sorted_by = False
+    for i, op in enumerate(ops):
+        check_op(i, op, keyed, where)
+        name = op_name(op)
+        if sorted_by and name in ("limit", "sample"):
+            raise Refused("PLAN_INVALID", "%s.ops[%d].%s: after sort_by, "
+                          "which keys fall in which partition follows "
+                          "Spark's sample of them, not emberd's: a %s "
+                          "per partition would keep other records" %
+                          (where, i, name, name))
+        keyed = keyed or name in KEYED_OPS
+        if name in WIDE_OPS:
+            sorted_by = name == "sort_by"
+
+
+def check_source(where, plan):
+    if not isinstance(plan, dict):
+        raise Refused("PLAN_INVALID", "%s: must be an object" % where)
+    source = plan.get("source")
+    if not isinstance(source, dict) or len(source) != 1:
+        raise Refused("PLAN_INVALID", "%s.source: give one of range, "
+                      "text, parallelize" % where)
+    kind = next(iter(source))
+    if kind == "checkpoint":
+        raise Refused("PLAN_INVALID", "%s.source.checkpoint: an ember "
+                      "checkpoint is emberd's; read its saved files with "
+                      "a text source on Spark" % where)
+    if kind not in ("range", "text", "parallelize"):
+        raise Refused("PLAN_INVALID", "%s.source.%s: unknown source" %
+                      (where, kind))
+
+
+def probe_plan(plan):
+    """The plan ember-worker --check reads: python ops left out, and the
+    sources Spark reads made empty, in every nested plan too."""
+    probe = dict(plan)
+    if "text" in plan.get("source", {}):
+        probe["source"] = {"parallelize": {"records": []}}
+    ops = []
+    for op in plan.get("ops", []):
+        if is_python_op(op):
+            continue
+        name = op_name(op)
+        if name in ("join", "union") and isinstance(op[name], dict) and \
+                isinstance(op[name].get("plan"), dict):
+            op = {name: dict(op[name], plan=probe_plan(op[name]["plan"]))}
+        ops.append(op)
+    probe["ops"] = ops
+    return probe
+
+
+def plan_kind(plan, joins=False):
+    """What the plan's last op gives: "record", "pair" or "group" (ember's
+    plan check has refused an op that cannot take what it gets); with
+    joins, "join" for a join's groups."""
+    kind = "record"
+    for op in plan.get("ops", []):
+        name = op_name(op)
+        if name == "key_by" or name == "reduce_by_key":
+            kind = "pair"
+        elif name == "group_by_key" or (name == "join" and not joins):
+            kind = "group"
+        elif name == "join":
+            kind = "join"
+        elif name in ("map", "flat_map", "udf", "pipe") or is_python_op(op):
+            kind = "record"
+    return kind
 
 
 def segments(ops):
@@ -107,35 +206,23 @@ def check_plan(plan, action, options, worker):
     if unknown:
         raise Refused("PLAN_INVALID", "plan.%s: unknown field" %
                       sorted(unknown)[0])
-    source = plan.get("source")
-    if not isinstance(source, dict) or len(source) != 1:
-        raise Refused("PLAN_INVALID", "plan.source: give one of range, "
-                      "text, parallelize")
-    kind = next(iter(source))
-    if kind == "checkpoint":
-        raise Refused("PLAN_INVALID", "plan.source.checkpoint: an ember "
-                      "checkpoint is emberd's; read its saved files with "
-                      "a text source on Spark")
-    if kind not in ("range", "text", "parallelize"):
-        raise Refused("PLAN_INVALID", "plan.source.%s: unknown source" % kind)
+    check_source("plan", plan)
     parts = plan.get("partitions")
     if parts is not None and (not isinstance(parts, int) or
                               isinstance(parts, bool) or
                               not 1 <= parts <= 1000000):
         raise Refused("PLAN_INVALID",
                       "plan.partitions: must be from 1 to 1000000")
-    ops = plan.get("ops", [])
-    if not isinstance(ops, list):
-        raise Refused("PLAN_INVALID", "plan.ops: must be an array")
-    for i, op in enumerate(ops):
-        check_op(i, op)
+    check_ops("plan", plan.get("ops", []))
     check_action(action, options)
+    if action in ("count_by_value", "reduce") and \
+            plan_kind(plan) != "record":
+        raise Refused("PLAN_INVALID", "action: %s takes plain records, "
+                      "and this plan gives %ss (map key or value makes "
+                      "records)" % (action, plan_kind(plan)))
     # ember's own checks, by ember's own code: the whole plan with the
     # python ops left out and the source made empty where it is Spark's.
-    probe = dict(plan)
-    probe["ops"] = [op for op in ops if not is_python_op(op)]
-    if kind == "text":
-        probe["source"] = {"parallelize": {"records": []}}
+    probe = probe_plan(plan)
     run = subprocess.run([worker, "--stdio", "--check", "--plan",
                           json.dumps(probe)], stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -166,9 +253,51 @@ def check_action(action, options):
 # --- Executors: ember-worker --stdio as a partition function ---------------
 
 def frame(record):
+    """A record in ember's framing: a pair (key, value) and a group (key,
+    [values]) after their markers."""
     if record is None:
         return struct.pack(">i", NULL)
+    if isinstance(record, tuple):
+        key, value = record
+        head = struct.pack(">ii", GROUP if isinstance(value, list) else
+                           PAIR, len(key)) + key
+        if isinstance(value, list):
+            return head + struct.pack(">i", len(value)) + \
+                b"".join(map(frame, value))
+        return head + frame(value)
     return struct.pack(">i", len(record)) + record
+
+
+class CutShort(Exception):
+    """ember-worker's output ended inside a record."""
+
+
+def read_frame(read, null=True):
+    """One frame's bytes (None for a null) from read; CutShort at an end."""
+    head = read(4)
+    if len(head) < 4:
+        raise CutShort()
+    n = struct.unpack(">i", head)[0]
+    if n == NULL and null:
+        return None
+    if n < 0:
+        raise CutShort()
+    data = read(n)
+    if len(data) < n:
+        raise CutShort()
+    return data
+
+
+def read_keyed(read, marker):
+    """The rest of a pair or group after its marker."""
+    key = read_frame(read, null=False)
+    if marker == PAIR:
+        return (key, read_frame(read))
+    head = read(4)
+    if len(head) < 4:
+        raise CutShort()
+    return (key, [read_frame(read) for _ in
+                  range(struct.unpack(">i", head)[0])])
 
 
 def executor_worker(worker, shipped):
@@ -231,8 +360,14 @@ def chain_partition(worker, plan_text, shipped=False):
                 if n == NULL:
                     yield None
                     continue
-                data = read(n)
-                if len(data) < n:
+                try:
+                    if n in (PAIR, GROUP):
+                        yield read_keyed(read, n)
+                        continue
+                except CutShort:
+                    break
+                data = read(n) if n >= 0 else b""
+                if len(data) < n or n < 0:
                     break
                 yield data
         finally:
@@ -341,24 +476,359 @@ def source_text(sc, spec, partitions):
     return pairs.map(lambda kv: kv[1].encode("utf-8"))
 
 
+def narrow(rdd, ops, source, worker, shipped):
+    """Run a stage's narrow ops over rdd: ember-worker for runs of
+    built-in and udf ops (told the stage's source), Spark's Python for
+    runs of python ops."""
+    for seg_kind, run in segments(ops):
+        if seg_kind == "py":
+            rdd = rdd.mapPartitions(python_stage(run))
+        else:
+            sub = {"source": source, "ops": run}
+            rdd = rdd.mapPartitionsWithIndex(chain_partition(
+                worker, json.dumps(sub), shipped))
+    return rdd
+
+
 def build_rdd(sc, plan, worker, shipped=False):
+    """The plan's RDD, cut at each wide op as emberd cuts it into stages
+    (daemon/stage.c)."""
+    return build_stages(sc, plan, worker, shipped)[0]
+
+
+def build_stages(sc, plan, worker, shipped):
+    """The plan's RDD and its partition count as emberd counts them: a
+    wide op's default partitions are its input's by the plan, not
+    Spark's splits of a text source."""
     source = plan["source"]
     kind, spec = next(iter(source.items()))
     partitions = plan.get("partitions")
     if kind == "text":
         rdd = source_text(sc, spec, partitions)
+        partitions = partitions or rdd.getNumPartitions()
     else:
         partitions = partitions or sc.defaultParallelism
         make = source_range if kind == "range" else source_parallelize
         rdd = make(sc, spec, partitions)
-    for seg_kind, ops in segments(plan.get("ops", [])):
-        if seg_kind == "py":
-            rdd = rdd.mapPartitions(python_stage(ops))
+    stage, ops = {"parallelize": {"records": []}}, []
+    for op in plan.get("ops", []):
+        if op_name(op) not in WIDE_OPS:
+            ops.append(op)
+            continue
+        rdd = narrow(rdd, ops, stage, worker, shipped)
+        rdd, partitions = wide_op(sc, rdd, partitions, op, worker, shipped)
+        stage, ops = stage_source(op), []
+    return narrow(rdd, ops, stage, worker, shipped), partitions
+
+
+# --- Wide ops: Spark's shuffle, in ember's order ----------------------------
+#
+# Each wide op tags its records with ember's bucket (worker/hash.h's hash of
+# the key, modulo the op's partitions), the key as ember's reduce side
+# orders it, and the map partition and position, and lets Spark partition
+# by the bucket and sort within each partition: every reduce partition then
+# holds ember's keys in ember's order, each key's values in input order.
+
+_K0, _K1, _K2 = 0xa0761d6478bd642f, 0xe7037ed1a0b428db, 0x8ebc6af09c88c6e3
+_M64 = (1 << 64) - 1
+
+
+def _mix(a, b):
+    r = a * b
+    return (r ^ (r >> 64)) & _M64
+
+
+def ember_hash(p):
+    """worker/hash.h's hash_bytes, loads in host order as ember's."""
+    n, at, h = len(p), 0, _K0 ^ len(p)
+    while n > 16:
+        a, b = struct.unpack_from("=QQ", p, at)
+        h = _mix(a ^ _K1, b ^ h)
+        at += 16
+        n -= 16
+    if n >= 8:
+        a = struct.unpack_from("=Q", p, at)[0]
+        b = struct.unpack_from("=Q", p, at + n - 8)[0]
+    elif n >= 4:
+        a = struct.unpack_from("=I", p, at)[0]
+        b = struct.unpack_from("=I", p, at + n - 4)[0]
+    elif n > 0:
+        a, b = (p[at] << 16) | (p[at + n // 2] << 8) | p[at + n - 1], 0
+    else:
+        a = b = 0
+    return _mix(_K1 ^ len(p), _mix(a ^ _K2, b ^ h))
+
+
+def bucket_of(key, buckets):
+    """The reduce partition of a key (None: a null record) as ember's."""
+    if buckets == 1 or key is None:
+        return 0
+    return ember_hash(key) % buckets
+
+
+def byte_order(key):
+    """A key's place in ember's bytewise order: null first."""
+    return (0, b"") if key is None else (1, key)
+
+
+def whole_pair(record):
+    """distinct's key of a pair, as ember writes it: both frames."""
+    key, value = record
+    return struct.pack(">i", len(key)) + key + frame(value)
+
+
+def shown(data):
+    """Up to 64 bytes of a key or value in an error, as ember shows them."""
+    return "".join("\\" + chr(c) if c in b'"\\' else
+                   "\\x%02x" % c if c < 0x20 or c >= 0x7f else chr(c)
+                   for c in data[:64]) + ("..." if len(data) > 64 else "")
+
+
+def number(data):
+    """A value as ember reads a number: ("int", n), ("real", x) or None."""
+    try:
+        return reduce_parse(data)
+    except ValueError:
+        return None
+
+
+def fold_step(fn, st, num):
+    """worker/kvfold.c's fold of one number into st (real, i, r)."""
+    kind, v = num
+    i, d = (v, 0.0) if kind == "int" else (0, v)
+    if st is None:
+        return (kind == "real", i, d)
+    real, fi, fr = st
+    if not real and kind == "int":
+        if fn in ("sum", "count"):
+            if INT64_MIN <= fi + i <= INT64_MAX:
+                return (False, fi + i, fr)
+        elif fn == "min":
+            return (False, min(fi, i), fr)
         else:
-            sub = {"source": {"parallelize": {"records": []}}, "ops": ops}
-            rdd = rdd.mapPartitionsWithIndex(chain_partition(
-                worker, json.dumps(sub), shipped))
-    return rdd
+            return (False, max(fi, i), fr)
+    if not real:
+        fr = float(fi)
+    if kind == "int":
+        d = float(i)
+    if fn == "min":
+        fr = min(fr, d)
+    elif fn == "max":
+        fr = max(fr, d)
+    else:
+        fr += d
+    return (True, fi, fr)
+
+
+def fold_text(st):
+    """A fold's result as ember writes it: an integer in decimal, a real
+    as the shortest text that reads back the same."""
+    real, i, r = st
+    if not real:
+        return b"%d" % i
+    for prec in (15, 16, 17):
+        text = b"%.*g" % (prec, r)
+        if float(text) == r:
+            break
+    return text
+
+
+class KvFold:
+    """reduce_by_key's fold of a key's values (texts), as kvfold.c."""
+
+    def __init__(self, fn, sep, partials):
+        self.fn, self.sep, self.partials = fn, sep, partials
+
+    def value(self, key, v):
+        """A value alone as the map side writes it: checked, not parsed."""
+        if self.fn == "count":
+            return b"1"
+        if self.fn == "concat":
+            return v or b""
+        if v is None or number(v) is None:
+            raise ValueError(self.nan(key, v))
+        return v
+
+    def fold(self, key, values):
+        """Fold texts (partials: counts are numbers too) to one text."""
+        if self.fn == "concat":
+            return self.sep.join(v or b"" for v in values)
+        st = None
+        for v in values:
+            if self.fn == "count" and not self.partials:
+                num = ("int", 1)
+            else:
+                num = None if v is None else number(v)
+            if num is None:
+                raise ValueError(self.nan(key, v))
+            st = fold_step(self.fn, st, num)
+        return fold_text(st)
+
+    @staticmethod
+    def nan(key, v):
+        return 'reduce_by_key: key "%s": value %s is not a number' % (
+            shown(key), "null" if v is None else '"%s"' % shown(v))
+
+
+def by_bucket(tagged, n):
+    """Spark's shuffle of (sort key, payload) items whose sort key starts
+    with the bucket: each partition its bucket's items, sorted."""
+    return tagged.repartitionAndSortWithinPartitions(
+        n, partitionFunc=lambda k: k[0])
+
+
+def wide_reduce_by_key(rdd, args, n):
+    fn = args.get("fn")
+    sep = args.get("sep", "").encode("utf-8", "surrogatepass")
+
+    def map_side(m, records):
+        # The map side's combine: each step folds the text so far with the
+        # next value, as ember's writer combines two entries.
+        one, two = KvFold(fn, sep, False), KvFold(fn, sep, True)
+        acc = {}
+        for key, v in records:
+            v = one.value(key, v)
+            acc[key] = two.fold(key, [acc[key], v]) if key in acc else v
+        return (((bucket_of(k, n), k, m), v) for k, v in acc.items())
+
+    def reduce_side(items):
+        fold = KvFold(fn, sep, True)
+        for key, run in itertools.groupby(items, lambda kv: kv[0][1]):
+            yield (key, fold.fold(key, [v for _, v in run]))
+    return by_bucket(rdd.mapPartitionsWithIndex(map_side), n) \
+        .mapPartitions(reduce_side, preservesPartitioning=True)
+
+
+def wide_group_by_key(rdd, n):
+    def map_side(m, records):
+        return (((bucket_of(k, n), k, m, pos), v)
+                for pos, (k, v) in enumerate(records))
+
+    def reduce_side(items):
+        for key, run in itertools.groupby(items, lambda kv: kv[0][1]):
+            yield (key, [v for _, v in run])
+    return by_bucket(rdd.mapPartitionsWithIndex(map_side), n) \
+        .mapPartitions(reduce_side, preservesPartitioning=True)
+
+
+def wide_distinct(rdd, n):
+    def map_side(m, records):
+        for pos, r in enumerate(records):
+            key = whole_pair(r) if isinstance(r, tuple) else r
+            yield (bucket_of(key, n), byte_order(key), m, pos), r
+
+    def reduce_side(items):
+        for _, run in itertools.groupby(items, lambda kv: kv[0][1]):
+            yield next(run)[1]
+    return by_bucket(rdd.mapPartitionsWithIndex(map_side), n) \
+        .mapPartitions(reduce_side, preservesPartitioning=True)
+
+
+def wide_repartition(rdd, n):
+    # Each map task deals its records round robin from its own index.
+    def map_side(m, records):
+        return ((((m + pos) % n, m, pos), r)
+                for pos, r in enumerate(records))
+    return by_bucket(rdd.mapPartitionsWithIndex(map_side), n) \
+        .map(lambda kv: kv[1], preservesPartitioning=True)
+
+
+def sort_order(key, numeric, descending):
+    """A key's place in sort_by's order, as a value Python sorts: bytewise
+    (null first) or as a number, reversed when descending."""
+    if numeric:
+        num = None if key is None else number(key)
+        if num is None:
+            raise ValueError("sort_by: a null record is not a number"
+                             if key is None else 'sort_by: key "%s" is '
+                             'not a number' % shown(key))
+        kind, v = num
+        # int64s compare as integers, the rest as doubles.
+        order = (float(v), v - int(float(v)) if kind == "int" else 0)
+        return (-order[0], -order[1]) if descending else order
+    if not descending:
+        return byte_order(key)
+    if key is None:
+        return (1, b"")
+    # Each byte inverted and escaped, the end above them all: longer
+    # keys first among those that share a prefix.
+    return (0, b"".join(b"\x00" + bytes((255 - c,)) for c in key) + b"\x01")
+
+
+def wide_sort_by(sc, rdd, args, n):
+    numeric = bool(args.get("numeric"))
+    descending = bool(args.get("descending"))
+
+    def tag(m, records):
+        for pos, r in enumerate(records):
+            key = r[0] if isinstance(r, tuple) else r
+            yield (sort_order(key, numeric, descending), m, pos), r
+    out = rdd.mapPartitionsWithIndex(tag).sortBy(
+        lambda kv: kv[0], ascending=True, numPartitions=n)
+    if out.getNumPartitions() != n:     # Spark keeps an empty input's
+        return sc.parallelize([], n)
+    return out.map(lambda kv: kv[1], preservesPartitioning=True)
+
+
+def wide_join(left, right, how, n):
+    # The right side's values of a key sort before the left's, so that the
+    # reduce side holds them when the left's come.
+    def map_side(side):
+        def tag(m, records):
+            return (((bucket_of(k, n), k, side, m, pos), v)
+                    for pos, (k, v) in enumerate(records))
+        return tag
+
+    def reduce_side(items):
+        for key, run in itertools.groupby(items, lambda kv: kv[0][1]):
+            ws = []
+            for (_, _, side, _, _), v in run:
+                if side == 0:
+                    ws.append(v)
+                    continue
+                if not ws and how == "left":
+                    yield (key, [v, None])
+                for w in ws:
+                    yield (key, [v, w])
+    tagged = left.mapPartitionsWithIndex(map_side(1)).union(
+        right.mapPartitionsWithIndex(map_side(0)))
+    return by_bucket(tagged, n).mapPartitions(reduce_side,
+                                              preservesPartitioning=True)
+
+
+def wide_op(sc, rdd, parts, op, worker, shipped):
+    """The RDD a wide op gives from rdd of parts partitions (its other
+    plan built here), and its partition count."""
+    name = op_name(op)
+    args = op[name] if isinstance(op[name], dict) else {}
+    other, others = None, 0
+    if name in ("join", "union"):
+        other, others = build_stages(sc, args["plan"], worker, shipped)
+    if name == "union":
+        return rdd.union(other), parts + others
+    n = args.get("partitions") or max(parts, others)
+    if name == "reduce_by_key":
+        return wide_reduce_by_key(rdd, args, n), n
+    if name == "group_by_key":
+        return wide_group_by_key(rdd, n), n
+    if name == "distinct":
+        return wide_distinct(rdd, n), n
+    if name == "repartition":
+        return wide_repartition(rdd, n), n
+    if name == "sort_by":
+        return wide_sort_by(sc, rdd, args, n), n
+    return wide_join(rdd, other, args.get("how", "inner"), n), n
+
+
+def stage_source(op):
+    """The source of the stage after a wide op, as emberd gives it to its
+    tasks: ember-worker --stdio then knows what kind of records come."""
+    name = op_name(op)
+    args = dict(op[name]) if isinstance(op[name], dict) else {}
+    args.pop("plan", None)
+    return {"shuffle": {"op": {name: args}, "inputs": [
+        {"stage": i, "maps": 1} for i in
+        range(2 if name in ("join", "union") else 1)]}}
 
 
 # --- Actions -----------------------------------------------------------------
@@ -387,11 +857,7 @@ def reduce_parse(record):
                 return ("real", x)
         except ValueError:
             pass
-    shown = "".join(
-        "\\" + chr(c) if c in b'"\\' else
-        "\\x%02x" % c if c < 0x20 or c >= 0x7f else chr(c)
-        for c in record[:64]) + ("..." if len(record) > 64 else "")
-    raise ValueError('reduce: record "%s" is not a number' % shown)
+    raise ValueError('reduce: record "%s" is not a number' % shown(record))
 
 
 def reduce_step(fn, acc, value):
@@ -444,7 +910,7 @@ def action_save(sc, rdd, options):
 
     def line(r):
         records.add(1)
-        return b"" if r is None else r
+        return record_line(r)
     rdd.map(line).saveAsTextFile(path)
     return {"records": records.value, "files": rdd.getNumPartitions()}
 
@@ -485,11 +951,23 @@ def run_action(sc, rdd, action, options):
 
 # --- Output: what ember run prints -------------------------------------------
 
+def record_line(r):
+    """A record as ember run prints it and save writes it: a null as
+    nothing, a pair as key<TAB>value, a group as key<TAB>v1<TAB>v2..."""
+    if r is None:
+        return b""
+    if isinstance(r, tuple):
+        key, value = r
+        values = value if isinstance(value, list) else [value]
+        return key + b"".join(b"\t" + (v or b"") for v in values)
+    return r
+
+
 def print_records(out, records):
     buf = []
     size = 0
     for r in records:
-        r = b"" if r is None else r
+        r = record_line(r)
         buf.append(r)
         buf.append(b"\n")
         size += len(r) + 1
@@ -523,12 +1001,15 @@ def print_value(out, action, value):
         out.write(value.encode() + b"\n")
 
 
-def write_result(path, kind, action, result):
-    """The result for ember.submit(), pickled: records as bytes/None."""
+def write_result(path, kind, action, result, records="record"):
+    """The result for ember.submit(), pickled: records as bytes/None, pairs
+    (key, value), groups (key, [values]); records says which ("join": a
+    join's groups)."""
     if kind == "records":
         result = list(result)
     with open(path, "wb") as f:
-        pickle.dump({"action": action, "result": result}, f)
+        pickle.dump({"action": action, "result": result, "records": records},
+                    f)
 
 
 # --- Main --------------------------------------------------------------------
@@ -556,7 +1037,8 @@ def run_job(sc, job, worker, out, shipped=False):
     rdd = build_rdd(sc, job["plan"], worker, shipped)
     kind, result = run_action(sc, rdd, job["action"], job["options"])
     if job.get("result"):
-        write_result(job["result"], kind, job["action"], result)
+        write_result(job["result"], kind, job["action"], result,
+                     plan_kind(job["plan"], joins=True))
     elif kind == "records":
         print_records(out, result)
     else:
@@ -638,7 +1120,8 @@ def job_error(e):
     """The root cause of a Spark job's failure, without Java's stack."""
     text = str(e)
     found = re.findall(r"(?:RuntimeError|ValueError|TypeError): "
-                       r"(ember-worker: .*|reduce: .*|python: .*)", text)
+                       r"(ember-worker: .*|reduce: .*|reduce_by_key: .*|"
+                       r"sort_by: .*|python: .*)", text)
     if found:
         return found[-1].strip()
     return text.strip().splitlines()[0] if text.strip() else repr(e)

@@ -14,6 +14,7 @@ import base64
 import glob
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -274,11 +275,15 @@ def submit_batch(jobs):
     return results
 
 
-def check_same(name, want, got, args):
+def check_same(name, want, got, args, ordered=True):
     """ember run's output (want) against ember submit's (got), as sorted
-    lines where the action's order is not defined."""
+    lines where the action's order is not defined (not ordered)."""
     status, out, err = got
     check(status == 0, "%s: ember submit failed: %s" % (name, err))
+    if not ordered:
+        if out != want:
+            print("%s: the same lines in another order" % name)
+        out, want = sorted(out.split(b"\n")), sorted(want.split(b"\n"))
     check_eq(out, want, "%s: ember submit's output" % name)
 
 
@@ -428,8 +433,10 @@ REFUSED = [
 def test_plans_print_what_emberd_prints(d):
     """Each case through emberd (ember run) and on the cluster, in one
     Spark application: the same bytes; a save writes the same part files;
-    a python op runs as Spark's Python; what cannot run is refused."""
+    a python op runs as Spark's Python; what cannot run is refused; and
+    the keyed plans (keyed_jobs) likewise."""
     top = corpus()
+    keyed, check_keyed_results = keyed_jobs(d, top)
     jobs = cases(top)
     want = {}
     for name, plan, args in jobs:
@@ -453,8 +460,9 @@ def test_plans_print_what_emberd_prints(d):
     batch.append((save_plan, ["--action", "save", "--option",
                               "path=" + mine]))
     batch += [(plan, args) for plan, args, _ in REFUSED]
-
-    got = submit_batch(batch)
+    got = submit_batch(batch + keyed)
+    check_keyed_results(got[len(batch):])
+    got = got[:len(batch)]
     for (name, _, args), result in zip(jobs, got):
         check_same(name, want[name], result, args)
     check(b"STRASSE" in want["regex upper split"] and
@@ -478,6 +486,170 @@ def test_plans_print_what_emberd_prints(d):
               "%r not in the error: %r" % (needle, err))
 
 
+def keyed_cases(top):
+    """(name, plan, ember run's arguments, ordered): keyed plans, every
+    wide op on text and parallelize sources, with narrow ops after them.
+    Where ember's docs leave the order open (a hash-partitioned op's
+    partitions), ordered is False and sorted lines are compared; the
+    bytes are the same anyway, as ember's partitioner is used."""
+    text = {"text": {"paths": [os.path.join(top, "*.txt")]}}
+    docs = {"text": {"paths": [os.path.join(top, "docs", "*")]}}
+    words = [{"map": "lower"}, {"flat_map": {"split": " "}},
+             {"filter": {"regex": "^[a-z]{3,}$"}}]
+    csv = {"parallelize": {"records": [
+        "a,1", "b,2.5", "a,3", "c,9223372036854775807", None, "c,1",
+        "b,-0.5", "d,0.1", "d,0.2", "a,-4", "e,x7", "c,+2", "e,", "a,007",
+        "f", "b,1e2"]}}
+    by_field = {"key_by": {"field": {"sep": ",", "index": 0},
+                           "value": {"field": {"sep": ",", "index": 1}}}}
+    numeric = {"source": csv, "partitions": 3, "ops": [
+        {"filter": {"regex": "^[a-d],"}}, by_field]}
+    right = {"source": {"parallelize": {"records": [
+        "a,x", "c,y", "a,z", "g,w", "b,", "a,x"]}}, "partitions": 2,
+        "ops": [by_field]}
+    digit = {"key_by": {"regex": "[0-9]$"}}
+    return [
+        ("wordcount by key", {"source": docs, "partitions": 4, "ops": words + [
+            {"key_by": {}}, {"reduce_by_key": {"fn": "count",
+                                               "partitions": 3}}]},
+         ["--collect"], False),
+        ("sum by key", dict(numeric, ops=numeric["ops"] + [
+            {"reduce_by_key": {"fn": "sum", "partitions": 2}}]),
+         ["--collect"], False),
+        ("min max by key", range_plan(0, 1000, 8, ops=[
+            digit, {"reduce_by_key": {"fn": "min"}},
+            {"map": "value"}, {"key_by": {"regex": "^[0-9]"}},
+            {"reduce_by_key": {"fn": "max", "partitions": 3}}]),
+         ["--action", "iterate"], False),
+        ("concat by key", {"source": csv, "partitions": 3, "ops": [
+            by_field, {"reduce_by_key": {"fn": "concat", "sep": "+"}}]},
+         ["--collect"], False),
+        ("group by key", {"source": text, "ops": [
+            {"key_by": {"field": {"sep": " ", "index": 0}}},
+            {"group_by_key": {"partitions": 2}}]}, ["--collect"], False),
+        ("group then key", {"source": csv, "partitions": 2, "ops": [
+            by_field, {"group_by_key": {}}, {"map": "key"}]},
+         ["--collect"], False),
+        ("distinct", {"source": text, "partitions": 3, "ops": [
+            {"flat_map": {"split": " "}}, {"distinct": {}}]},
+         ["--collect"], False),
+        ("distinct pairs", {"source": {"parallelize": {"records": [
+            "a,1", "a,1", "b,1", "a,2", "b,1", "", None, "a,"]}},
+            "partitions": 2, "ops": [{"distinct": {"partitions": 3}}, by_field,
+                                     {"distinct": {"partitions": 2}}]},
+         ["--collect"], False),
+        ("sort words", {"source": docs, "partitions": 3, "ops": words + [
+            {"sort_by": {"partitions": 4}}]}, ["--collect"], True),
+        ("sort numeric descending", range_plan(0, 300, 5, step=7, ops=[
+            digit, {"sort_by": {"numeric": True, "descending": True,
+                                "partitions": 3}}]), ["--collect"], True),
+        ("sort numbers", {"source": {"parallelize": {"records": [
+            "10", "9.5", "-1", "1e2", "+3", "007", "3", "-0.5"]}},
+            "partitions": 2, "ops": [{"sort_by": {"numeric": True}}]},
+         ["--action", "iterate"], True),
+        ("sort bytes descending", {"source": text, "ops": [
+            {"key_by": {"field": {"sep": " ", "index": 0}}},
+            {"sort_by": {"descending": True, "partitions": 2}}]},
+         ["--collect"], True),
+        ("repartition limit", range_plan(0, 50, 4, ops=[
+            {"repartition": {"partitions": 3}}, {"limit": 5}]),
+         ["--collect"], True),
+        # Spark's splits of a text file are not emberd's byte ranges:
+        # the same records, dealt from other map partitions.
+        ("repartition text", {"source": text, "ops": [
+            {"repartition": {"partitions": 3}}]}, ["--collect"], False),
+        ("join", dict(numeric, ops=numeric["ops"] + [
+            {"join": {"plan": right, "partitions": 3}}]),
+         ["--collect"], False),
+        ("left join text", {"source": text, "partitions": 2, "ops": [
+            {"key_by": {"regex": "^[a-z]"}},
+            {"join": {"plan": right, "how": "left"}}, {"limit": 3}]},
+         ["--collect"], False),
+        ("union", range_plan(0, 20, 2, ops=[{"union": {"plan": {
+            "source": text, "ops": [{"map": "upper"}]}}},
+            {"filter": {"regex": "^[0-9S]"}}]), ["--collect"], True),
+        ("union count", range_plan(0, 20, 2, ops=[
+            {"key_by": {}}, {"union": {"plan": right}},
+            {"group_by_key": {}}]), ["--count"], True),
+    ]
+
+
+# Keyed plans refused, or failing as emberd fails.
+KEYED_REFUSED = [
+    ({"source": {"parallelize": {"records": ["a,1", "a,x"]}}, "ops": [
+        {"key_by": {"field": {"sep": ",", "index": 0},
+                    "value": {"field": {"sep": ",", "index": 1}}}},
+        {"reduce_by_key": {"fn": "sum"}}]}, ["--collect"],
+     'JOB_FAILED: reduce_by_key: key "a": value "x" is not a number'),
+    ({"source": {"parallelize": {"records": ["1", "y"]}}, "ops": [
+        {"sort_by": {"numeric": True}}]}, ["--collect"],
+     'JOB_FAILED: sort_by: key "y" is not a number'),
+    ({"source": {"range": {"end": 10}}, "ops": [{"key_by": {}}]},
+     ["--action", "count_by_value"], "PLAN_INVALID: action: count_by_value "
+     "takes plain records"),
+    ({"source": {"range": {"end": 10}}, "ops": [
+        {"sort_by": {"partitions": 2}}, {"map": "upper"}, {"limit": 3}]},
+     ["--collect"], "PLAN_INVALID: plan.ops[2].limit: after sort_by"),
+]
+
+
+def keyed_jobs(d, top):
+    """Keyed plans through emberd, and the jobs to run them on the
+    cluster: (batch, check), check(results) comparing the bytes (sorted
+    lines where ember leaves the order open), a save of groups part file
+    by part file, and an error of the fold or the sort with emberd's."""
+    jobs = keyed_cases(top)
+    want = {}
+    for name, plan, args, _ in jobs:
+        done = run(d, args + [write_plan(d, name.replace(" ", "_"), plan)])
+        check(done.returncode == 0, "%s: ember run: %s" % (name,
+                                                            done.stderr))
+        want[name] = done.stdout
+    batch = [(plan, args) for _, plan, args, _ in jobs]
+    out = data_dir()
+    save_plan = {"source": {"parallelize": {"records": [
+        "x,1", "y,2", "x,3", "z,", "y,5"]}}, "partitions": 2, "ops": [
+        {"key_by": {"field": {"sep": ",", "index": 0}}},
+        {"group_by_key": {"partitions": 3}}]}
+    theirs = job_writable(os.path.join(out, "ember"))
+    saved = run(d, ["--action", "save", "--option", "path=" + theirs,
+                    "--option", "overwrite=true",
+                    write_plan(d, "save", save_plan)])
+    check(saved.returncode == 0, "ember run save: %s" % saved.stderr)
+    mine = os.path.join(out, "spark")
+    batch.append((save_plan, ["--action", "save", "--option",
+                              "path=" + mine]))
+    batch += [(plan, args) for plan, args, _ in KEYED_REFUSED]
+    batch.append((save_plan, ["--action", "checkpoint", "--option",
+                              "dir=" + os.path.join(out, "checkpoints")]))
+    return batch, lambda got: check_keyed(d, jobs, want, saved, theirs,
+                                          mine, got)
+
+
+def check_keyed(d, jobs, want, saved, theirs, mine, got):
+    """The keyed jobs' results (got) against emberd's."""
+    for (name, _, args, ordered), result in zip(jobs, got):
+        check_same(name, want[name], result, args, ordered)
+    got = got[len(jobs):]
+    check_same("save", saved.stdout, got.pop(0), [])
+    for part in ("part-00000", "part-00001", "part-00002", "_SUCCESS"):
+        with open(os.path.join(theirs, part), "rb") as a, \
+                open(os.path.join(mine, part), "rb") as b:
+            check_eq(b.read(), a.read(), part)
+    for (plan, args, needle), (status, _, err) in zip(KEYED_REFUSED, got):
+        check(status == 1 and needle in err,
+              "%r not in the error: %r" % (needle, err))
+        if needle.startswith("JOB_FAILED: "):
+            done = run(d, args + [write_plan(d, "failed", plan)])
+            check(done.returncode == 1 and needle[12:].encode() in
+                  done.stderr, "ember run's error: %r" % done.stderr)
+    status, out, err = got[len(KEYED_REFUSED)]
+    path = out.strip().decode()
+    check(status == 0 and os.path.isdir(path[len("file:"):] if
+                                        path.startswith("file:") else path),
+          "a checkpoint of groups: %r %r" % (out, err))
+
+
 @skip_unless(NEEDS_SPARK, WHY)
 def test_cli_submit(d):
     """ember submit itself: its standard output holds the records alone,
@@ -497,6 +669,45 @@ def test_cli_submit(d):
     check_eq(got.stdout, b"", "standard output")
 
 
+@no_daemon
+def test_python_client_keyed_answer(_):
+    """What the driver pickles for ember.submit() of keyed records reads
+    back as the Dataset gives them: pairs (key, value), groups (key,
+    [values]), a join's (key, (v, w)), a null value None."""
+    sys.path.insert(0, os.path.join(SRCDIR, "python"))
+    sys.path.insert(0, os.path.join(SRCDIR, "python", "ember"))
+    import spark_job
+    from ember import spark
+    by_field = {"key_by": {"field": {"sep": ",", "index": 0},
+                           "value": {"field": {"sep": ",", "index": 1}}}}
+    plan = {"source": {"range": {"end": 1}}, "ops": [by_field]}
+    path = os.path.join(data_dir(), "result")
+    for ops, records, want in [
+            ([], [(b"a", b"1"), (b"b", None)], [("a", "1"), ("b", None)]),
+            ([{"group_by_key": {}}], [(b"a", [b"1", None])],
+             [("a", ["1", None])]),
+            ([{"join": {"plan": plan, "how": "left"}}],
+             [(b"a", [b"1", None])], [("a", ("1", None))]),
+            ([{"join": {"plan": plan}}, {"map": "key"}], [b"a"], ["a"])]:
+        keyed = dict(plan, ops=plan["ops"] + ops)
+        spark_job.write_result(path, "records", "collect", records,
+                               spark_job.plan_kind(keyed, joins=True))
+        with open(path, "rb") as f:
+            answer = pickle.load(f)
+        check_eq(spark._answer("collect", answer["result"], True, "strict",
+                               answer["records"]), want, "%r" % ops)
+
+
+def client_submit(ember, plan):
+    """ember.submit(plan, "collect") on the cluster."""
+    return ember.submit(plan, "collect", master=cluster().url,
+                        worker=EMBER_WORKER,
+                        conf={"spark.driver.host": "127.0.0.1",
+                              "spark.executor.memory": "512m",
+                              "spark.ui.enabled": "false"},
+                        timeout=SUBMIT_TIMEOUT)
+
+
 @skip_unless(NEEDS_SPARK, WHY)
 def test_python_client_submit(d):
     """ember.submit() answers what the Dataset action answers: here the
@@ -505,12 +716,7 @@ def test_python_client_submit(d):
     import ember
     plan = {"source": {"parallelize": {"records": ["ab", None, "çé"]}},
             "partitions": 2, "ops": [{"map": "upper"}]}
-    got = ember.submit(plan, "collect", master=cluster().url,
-                       worker=EMBER_WORKER,
-                       conf={"spark.driver.host": "127.0.0.1",
-                             "spark.executor.memory": "512m",
-                             "spark.ui.enabled": "false"},
-                       timeout=SUBMIT_TIMEOUT)
+    got = client_submit(ember, plan)
     check_eq(got, ["AB", None, "ÇÉ"], "records")
     want = run(d, ["--collect", write_plan(d, "client", plan)])
     check_eq("".join((r or "") + "\n" for r in got).encode(), want.stdout,
@@ -532,6 +738,55 @@ def test_stdio_chain_pairs(_):
                          struct.pack(">i", len(v)) + v)
     check_eq(done.stdout, pair(b"a", b"a,1") + pair(b"b", b"b,2") +
              struct.pack(">i", -1), "pairs framed, the null dropped")
+
+
+def keyed_frame(key, values, group=False):
+    """A pair (values one value) or a group in ember's framing."""
+    head = struct.pack(">ii", -8 if group else -7, len(key)) + key
+    if not group:
+        values = [values]
+    return head + (struct.pack(">i", len(values)) if group else b"") + \
+        frames(values)
+
+
+def stage_plan(op, ops, inputs=1):
+    """The plan of a stage after a wide op, as emberd gives its tasks."""
+    return json.dumps({"source": {"shuffle": {"op": op, "inputs": [
+        {"stage": i, "maps": 1} for i in range(inputs)]}}, "ops": ops})
+
+
+@no_daemon
+def test_stdio_chain_reads_pairs(_):
+    """After a wide op the executors feed --stdio the pairs and groups the
+    op gave, under the stage's plan: they are read whole, a pair's value
+    mapped, a group passed on byte for byte, one cut short refused."""
+    pairs = keyed_frame(b"k", b"v") + keyed_frame(b"n", None) + \
+        keyed_frame(b"", b"")
+    done = subprocess.run(
+        [EMBER_WORKER, "--stdio", "--plan", stage_plan(
+            {"reduce_by_key": {"fn": "concat"}}, [{"map": "value"}])],
+        input=pairs, capture_output=True, timeout=30)
+    check_eq((done.returncode, done.stderr), (0, b""), "pairs' status")
+    check_eq(done.stdout, frames([b"v", None, b""]) +
+             struct.pack(">i", -1), "their values")
+    groups = keyed_frame(b"g", [b"a", None, b""], group=True) + \
+        keyed_frame(b"h", [], group=True)
+    done = subprocess.run(
+        [EMBER_WORKER, "--stdio", "--plan", stage_plan(
+            {"join": {"how": "left"}}, [{"limit": 5}], inputs=2)],
+        input=groups, capture_output=True, timeout=30)
+    check_eq((done.returncode, done.stderr), (0, b""), "groups' status")
+    check_eq(done.stdout, groups + struct.pack(">i", -1), "the groups")
+    for cut in (pairs[:6], pairs[:12], groups[:14]):
+        done = subprocess.run(
+            [EMBER_WORKER, "--stdio", "--plan", stage_plan(
+                {"group_by_key": {}}, [])],
+            input=cut, capture_output=True, timeout=30)
+        check(done.returncode == 1 and b"cut short" in done.stderr,
+              "a keyed record cut short: %r" % done.stderr)
+
+
+@skip_unless(NEEDS_SPARK, WHY)
 def test_worker_killed_mid_job(d):
     """A Spark worker and its executor killed while tasks run: Spark runs
     the lost tasks again on the other worker, and the answer is right.
@@ -637,8 +892,8 @@ def test_stdio_chain(_):
           "deliberate failure" in err, "udf failure: %r" % err)
     rc, out, err = stdio([], None, raw=struct.pack(">i", 10) + b"abc")
     check(rc == 1 and "cut short" in err, "short frame: %r" % err)
-    rc, out, err = stdio([], None, raw=struct.pack(">i", -7))
-    check(rc == 1 and "bad frame length -7" in err, "bad length: %r" % err)
+    rc, out, err = stdio([], None, raw=struct.pack(">i", -9))
+    check(rc == 1 and "bad frame length -9" in err, "bad length: %r" % err)
     rc, out, err = stdio([{"pipe": {"command": "echo noise; cat"}}], [b"a"])
     check_eq((rc, out), (0, [b"noise", b"a"]), "a pipe's records")
     rc, out, err = stdio([{"pipe": {"command": "echo noise >&2; cat"}}],

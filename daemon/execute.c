@@ -173,8 +173,19 @@ operation_read_plan(struct operation *op, struct session *s, json_t *req,
 	if (plan_json == NULL)
 		return (request_refuse(class, err, "PLAN_INVALID",
 		    "plan: missing"));
-	if (plan_parse(plan_json, &op->plan, err) == -1 ||
-	    operation_find_broadcasts(op, s, err) == -1 ||
+	if (plan_parse(plan_json, &op->plan, err) == -1)
+		return (-1);
+	/* count_by_value and reduce read plain records. */
+	if ((op->action == ACTION_COUNT_BY_VALUE ||
+	    op->action == ACTION_REDUCE) &&
+	    (op->plan->kind == PLAN_KIND_PAIR ||
+	    op->plan->kind == PLAN_KIND_GROUP)) {
+		xasprintf(err, "plan: gives %s records; %s takes plain "
+		    "records (map key or value makes them)",
+		    plan_kind_name(op->plan->kind), action_names[op->action]);
+		return (-1);
+	}
+	if (operation_find_broadcasts(op, s, err) == -1 ||
 	    operation_find_source(op, s, plan_json, class, err) == -1)
 		return (-1);
 	op->plan_json = json_incref(plan_json);

@@ -225,6 +225,12 @@ def test_kinds_refused_before_any_task(d):
         {"key_by": {}}, {"join": {"plan": {"source": {"range": {
             "end": 3}}}}}]), "count")
     check_error(r, "PLAN_INVALID", "join.plan", "not pairs")
+    # count_by_value and reduce read plain records.
+    for action, options in (("count_by_value", None),
+                            ("reduce", {"fn": "sum"})):
+        r = d.client().execute(range_plan(0, 10, 2, ops=[{"key_by": {}}]),
+                               action, options)
+        check_error(r, "PLAN_INVALID", "gives pair records", action)
 
 
 @needs_users

@@ -302,20 +302,18 @@ operation_stage_plan(const struct operation *op, const struct task *t,
 	return (op->stages[t->stage].plan_text);
 }
 
-/* The operation's files were removed, or could not be: say so. */
+/* An operation's files were removed, or could not be: say so (the
+ * error names the directory).  Nothing is allocated for the call: a
+ * helper still queued at exit is dropped with nothing to free. */
 static void
 operation_stages_removed_cb(json_t *reply, int *fds, size_t nfds,
     const char *class, const char *error, void *arg)
 {
-	char	*id = arg;
-
-	(void)reply;
+	(void)reply; (void)arg;
 	while (nfds > 0)
 		close(fds[--nfds]);
 	if (class != NULL)
-		log_warn("operation %s: removing its shuffle files: %s", id,
-		    error);
-	free(id);
+		log_warn("shuffle: removing an operation's files: %s", error);
 }
 
 void
@@ -323,7 +321,7 @@ operation_stages_free(struct operation *op)
 {
 	struct task	*t;
 	const char	*class;
-	char		*err = NULL, *path, *id;
+	char		*err = NULL, *path;
 	json_t		*args;
 	int		 fd;
 
@@ -335,14 +333,12 @@ operation_stages_free(struct operation *op)
 	if (op->session != NULL && (fd = shuffle_open_uid(op)) != -1) {
 		xasprintf(&path, "%s/%ld", shuffle_base_path, (long)op->uid);
 		args = json_pack("{s:s,s:s}", "dir", path, "id", op->id);
-		id = xstrdup(op->id);
 		if (helper_run_background(op->uid, session_gid(op->session),
 		    "checkpoint_remove", args, fd, operation_stages_removed_cb,
-		    id, &class, &err) == NULL) {
+		    NULL, &class, &err) == NULL) {
 			log_warn("operation %s: removing its shuffle files: %s",
 			    op->id, err);
 			free(err);
-			free(id);
 		}
 		json_decref(args);
 		free(path);
@@ -354,20 +350,18 @@ operation_stages_free(struct operation *op)
 	free(op->out_op_text);
 }
 
-/* A start's clean of a uid's directory is done, or could not be. */
+/* A start's clean of a uid's directory is done, or could not be (the
+ * error names it). */
 static void
 shuffle_cleaned_cb(json_t *reply, int *fds, size_t nfds, const char *class,
     const char *error, void *arg)
 {
-	char	*path = arg;
-
-	(void)reply;
+	(void)reply; (void)arg;
 	while (nfds > 0)
 		close(fds[--nfds]);
 	if (class != NULL)
-		log_warn("%s: removing what an earlier run left: %s", path,
+		log_warn("shuffle: removing what an earlier run left: %s",
 		    error);
-	free(path);
 }
 
 /* Have the user empty one uid's directory: its files are of operations
@@ -392,13 +386,13 @@ shuffle_clean_uid(uid_t uid)
 	    "before_ms", (json_int_t)checkpoint_now_ms(), "complete", 0, "max",
 	    (json_int_t)0, "max_manifest", (json_int_t)CKPT_MAX_MANIFEST);
 	if (helper_run_background(uid, pw != NULL ? pw->gid : (gid_t)uid,
-	    "checkpoint_clean", args, fd, shuffle_cleaned_cb, path, &class,
+	    "checkpoint_clean", args, fd, shuffle_cleaned_cb, NULL, &class,
 	    &err) == NULL) {
 		log_warn("%s: removing what an earlier run left: %s", path,
 		    err);
 		free(err);
-		free(path);
 	}
+	free(path);
 	json_decref(args);
 	close(fd);
 }

@@ -180,20 +180,12 @@ run_cbv_copy(struct run_cbv *c, const char *data, size_t len)
 	return (k->data + k->used - len);
 }
 
-/* The slot index of a short record's key. */
-static inline uint64_t
-run_hash_short(uint64_t k0, uint64_t k1, uint64_t len)
-{
-	return (hash_mix(k0 ^ 0xa0761d6478bd642fULL,
-	    k1 ^ 0xe7037ed1a0b428dbULL ^ len));
-}
-
 /* Where a slot's key would go in the table. */
 static uint64_t
 run_cbv_slot_hash(const struct run_cbv_slot *s)
 {
 	if (s->len <= RUN_CBV_INLINE)
-		return (run_hash_short(s->k[0], s->k[1], s->len));
+		return (hash_short(s->k[0], s->k[1], s->len));
 	return (s->k[1]);
 }
 
@@ -227,7 +219,7 @@ run_cbv_added(struct run_cbv *c)
 }
 
 /* Count a record of up to 16 bytes, given as its zero-padded key and the
- * key's run_hash_short. */
+ * key's hash_short. */
 static inline void
 run_cbv_count_hashed(struct run_cbv *c, uint64_t k0, uint64_t k1, size_t len,
     uint64_t h)
@@ -255,7 +247,7 @@ run_cbv_count_hashed(struct run_cbv *c, uint64_t k0, uint64_t k1, size_t len,
 static inline void
 run_cbv_count_short(struct run_cbv *c, uint64_t k0, uint64_t k1, size_t len)
 {
-	run_cbv_count_hashed(c, k0, k1, len, run_hash_short(k0, k1, len));
+	run_cbv_count_hashed(c, k0, k1, len, hash_short(k0, k1, len));
 }
 
 /* Count a record longer than 16 bytes. */
@@ -381,7 +373,7 @@ run_cbv_count_piece(struct run_cbv *c, struct run_cbv_batch *b,
 	/* Two loads that may run past the piece, inside the block. */
 	k0 = hash_load64(p) & run_cbv_mask0[len];
 	k1 = hash_load64(p + 8) & run_cbv_mask1[len];
-	h = run_hash_short(k0, k1, len);
+	h = hash_short(k0, k1, len);
 	__builtin_prefetch(&c->slots[h & c->mask]);
 	b->k0[b->n] = k0;
 	b->k1[b->n] = k1;

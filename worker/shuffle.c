@@ -10,6 +10,7 @@
 #include "hash.h"
 #include "keyed.h"
 #include "kvfold.h"
+#include "kvtable.h"
 #include "log.h"
 #include "ops.h"
 #include "plan.h"
@@ -27,6 +28,10 @@ struct shuffle_map {
 	uint64_t		 next;	/* repartition's round robin */
 	/* reduce_by_key: a value alone, and two partials of a key */
 	struct kv_fold		*partial, *combine;
+	/* ... and for sum, count, min and max each key's fold, written
+	 * once per key when past its memory and at the end */
+	struct kv_table		*table;
+	size_t			 table_memory;
 	char			*buf;	/* distinct's pair, encoded */
 	size_t			 size;
 	char			 name[64];
@@ -128,6 +133,12 @@ shuffle_map_create(int opdir, int stage, int partition, int buckets,
 		m->combine = kv_fold_create(m->op->kv_fn, m->op->arg,
 		    m->op->arglen, 1);
 		combine = shuffle_map_combine_cb;
+		if (m->op->kv_fn != PLAN_KV_CONCAT) {
+			/* Half the memory each: the table and the writer. */
+			m->table = kv_table_create(m->op->kv_fn);
+			memory /= 2;
+			m->table_memory = memory;
+		}
 		break;
 	case PLAN_OP_DISTINCT:
 		combine = shuffle_map_first_cb;
@@ -220,12 +231,52 @@ shuffle_map_number(const struct shuffle_entry *e, char **err)
 	return (-1);
 }
 
+/* Write a key's partial from the table to its bucket. */
+static int
+shuffle_map_partial_cb(void *arg, const char *key, size_t klen,
+    const char *v, size_t vlen, char **err)
+{
+	struct shuffle_map	*m = arg;
+	struct shuffle_entry	 e;
+
+	e.kind = PLAN_KIND_PAIR;
+	e.key = key;
+	e.klen = klen;
+	e.knull = 0;
+	e.value = v;
+	e.vlen = vlen;
+	e.vnull = 0;
+	return (shuffle_writer_add(m->w, shuffle_map_bucket(m, &e), &e, err));
+}
+
+/* reduce_by_key of a number: fold the value into its key's fold in the
+ * table; past the table's memory, write the table's partials. */
+static int
+shuffle_map_fold(struct shuffle_map *m, const struct record *r, char **err)
+{
+	int64_t	i = 0;
+	double	d = 0;
+	int	kind;
+
+	if (kv_fold_read(m->op->kv_fn, 0, r->key, r->klen, r->data, r->len,
+	    r->null, &kind, &i, &d, err) == -1)
+		return (-1);
+	kv_table_add(m->table, r->key != NULL ? r->key : "", r->klen, kind,
+	    i, d);
+	if (kv_table_memory(m->table) > m->table_memory)
+		return (kv_table_drain(m->table, shuffle_map_partial_cb, m,
+		    err));
+	return (0);
+}
+
 /* Write a record to its bucket. */
 int
 shuffle_map_add(struct shuffle_map *m, const struct record *r, char **err)
 {
 	struct shuffle_entry	e;
 
+	if (m->table != NULL && r->kind == PLAN_KIND_PAIR)
+		return (shuffle_map_fold(m, r, err));
 	e.kind = r->kind;
 	e.knull = 0;
 	if (r->kind == PLAN_KIND_RECORD) {
@@ -262,6 +313,9 @@ shuffle_map_add(struct shuffle_map *m, const struct record *r, char **err)
 int
 shuffle_map_commit(struct shuffle_map *m, int64_t *bytes, char **err)
 {
+	if (m->table != NULL && kv_table_drain(m->table,
+	    shuffle_map_partial_cb, m, err) == -1)
+		return (-1);
 	if (shuffle_writer_commit(m->w, bytes, err) == -1)
 		return (-1);
 	log_debug("shuffle: %s: %lld bytes, %d runs spilled", m->name,
@@ -278,6 +332,7 @@ shuffle_map_free(struct shuffle_map *m)
 	shuffle_writer_free(m->w);
 	kv_fold_free(m->partial);
 	kv_fold_free(m->combine);
+	kv_table_free(m->table);
 	if (m->holder != NULL)
 		plan_free(m->holder);
 	free(m->buf);

@@ -11,21 +11,37 @@
  * of up to 16 bytes is kept in its slot, zero-padded, so the common short
  * key is found with a few compares and no pointer to follow; a longer one
  * is copied into the chunks, its slot holding where (k[0]) and its hash
- * (k[1]).  A slot with n 0 is free.
+ * (k[1]).  A slot with n 0 is free; n counts 1, then stays at 2 (a lone
+ * value's partial is written as the value came): 32 bytes a slot.
+ *
+ * A short key waits in a batch while its slot's line is fetched: looking
+ * up a batch of slots on their way costs one wait to memory, not one
+ * each.  The batch keeps the order of arrival, so each key's values are
+ * folded in the order they came (a double's sum depends on it).
  */
 #define KV_TABLE_INLINE	16
 #define KV_TABLE_CHUNK	(256 * 1024)
 #define KV_TABLE_FIRST	1024
+#define KV_TABLE_BATCH	16
 
 struct kv_table_slot {
 	uint64_t	 k[2];
-	int64_t		 n;		/* values folded */
 	union {
 		int64_t	 i;
 		double	 r;
 	}		 v;
 	uint32_t	 len;
-	uint32_t	 real;
+	uint16_t	 real;
+	uint16_t	 n;		/* values folded: 0, 1 or 2 (more) */
+};
+
+/* A short key's number, waiting for its slot. */
+struct kv_table_wait {
+	uint64_t	 k[2], h;
+	int64_t		 i;
+	double		 d;
+	uint32_t	 len;
+	int		 kind;
 };
 
 struct kv_table_chunk {
@@ -40,6 +56,8 @@ struct kv_table {
 	size_t			 mask, used;
 	struct kv_table_chunk	*chunks;
 	size_t			 chunk_bytes;
+	struct kv_table_wait	 wait[KV_TABLE_BATCH];
+	int			 nwait;
 };
 
 /* An empty table for fn. */
@@ -139,50 +157,87 @@ kv_table_fold(struct kv_table *t, struct kv_table_slot *s, int kind,
 	struct kv_acc	a;
 
 	a.n = s->n;
-	a.real = (int)s->real;
+	a.real = s->real;
 	memcpy(&a.v, &s->v, sizeof a.v);
 	kv_acc_fold(t->fn, &a, kind, i, d);
-	s->n = a.n;
-	s->real = (uint32_t)a.real;
+	s->n = a.n > 2 ? 2 : (uint16_t)a.n;
+	s->real = (uint16_t)a.real;
 	memcpy(&s->v, &a.v, sizeof s->v);
 }
 
-/* The slot of key: its own, or the free one it goes in (its k and len
- * set, n 0). */
-static struct kv_table_slot *
-kv_table_find(struct kv_table *t, const char *key, size_t klen)
+/* Fold a number into a key's slot, found or taken. */
+static void
+kv_table_put(struct kv_table *t, struct kv_table_slot *s, int kind,
+    int64_t i, double d)
+{
+	if (s->n != 0) {
+		kv_table_fold(t, s, kind, i, d);
+		return;
+	}
+	kv_table_fold(t, s, kind, i, d);
+	/* Grow at 70% full: linear probing slows down past that. */
+	if (++t->used * 10 >= (t->mask + 1) * 7)
+		kv_table_grow(t);
+}
+
+/* Fold a short key's number in, given as its zero-padded words and
+ * their hash_short. */
+static void
+kv_table_add_short(struct kv_table *t, const struct kv_table_wait *w)
 {
 	struct kv_table_slot	*s;
-	uint64_t		 k[2] = { 0, 0 }, h;
 	size_t			 i;
 
-	if (klen <= KV_TABLE_INLINE) {
-		if (klen > 0)
-			memcpy(k, key, klen);
-		h = hash_short(k[0], k[1], klen);
-		for (i = h & t->mask;; i = (i + 1) & t->mask) {
-			s = &t->slots[i];
-			if (s->n == 0 || (s->k[0] == k[0] && s->k[1] == k[1] &&
-			    s->len == klen))
-				break;
+	for (i = w->h & t->mask;; i = (i + 1) & t->mask) {
+		s = &t->slots[i];
+		if (s->n == 0)
+			break;
+		if (s->k[0] == w->k[0] && s->k[1] == w->k[1] &&
+		    s->len == w->len) {
+			kv_table_fold(t, s, w->kind, w->i, w->d);
+			return;
 		}
-	} else {
-		h = hash_bytes(key, klen);
-		for (i = h & t->mask;; i = (i + 1) & t->mask) {
-			s = &t->slots[i];
-			if (s->n == 0 || (s->len == klen && s->k[1] == h &&
-			    memcmp((const char *)(uintptr_t)s->k[0], key,
-			    klen) == 0))
-				break;
+	}
+	s->k[0] = w->k[0];
+	s->k[1] = w->k[1];
+	s->len = w->len;
+	kv_table_put(t, s, w->kind, w->i, w->d);
+}
+
+/* Fold the batch's numbers in, in the order they came. */
+static void
+kv_table_flush(struct kv_table *t)
+{
+	int	i;
+
+	for (i = 0; i < t->nwait; i++)
+		kv_table_add_short(t, &t->wait[i]);
+	t->nwait = 0;
+}
+
+/* Fold a long key's number in. */
+static void
+kv_table_add_long(struct kv_table *t, const char *key, size_t klen,
+    int kind, int64_t i, double d)
+{
+	struct kv_table_slot	*s;
+	uint64_t		 h = hash_bytes(key, klen);
+	size_t			 j;
+
+	for (j = h & t->mask;; j = (j + 1) & t->mask) {
+		s = &t->slots[j];
+		if (s->n == 0)
+			break;
+		if (s->len == klen && s->k[1] == h &&
+		    memcmp((const char *)(uintptr_t)s->k[0], key, klen) == 0) {
+			kv_table_fold(t, s, kind, i, d);
+			return;
 		}
-		k[1] = h;
 	}
-	if (s->n == 0) {
-		s->k[0] = k[0];
-		s->k[1] = k[1];
-		s->len = (uint32_t)klen;
-	}
-	return (s);
+	s->k[0] = (uint64_t)(uintptr_t)kv_table_copy(t, key, klen);
+	s->k[1] = h;
+	s->len = (uint32_t)klen;
+	kv_table_put(t, s, kind, i, d);
 }
 
 /* Fold a number into key's fold. */
@@ -190,23 +245,27 @@ void
 kv_table_add(struct kv_table *t, const char *key, size_t klen, int kind,
     int64_t i, double d)
 {
-	struct kv_table_slot	*s;
+	struct kv_table_wait	*w;
 
 	if (klen > UINT32_MAX)
 		fatalx("%s: a key of %zu bytes", __func__, klen);
-	s = kv_table_find(t, key, klen);
-	if (s->n == 0 && klen > KV_TABLE_INLINE) {
-		s->k[0] = (uint64_t)(uintptr_t)kv_table_copy(t, key, klen);
-		s->len = (uint32_t)klen;
-	}
-	if (s->n == 0) {
-		kv_table_fold(t, s, kind, i, d);
-		/* Grow at 70% full: linear probing slows down past that. */
-		if (++t->used * 10 >= (t->mask + 1) * 7)
-			kv_table_grow(t);
+	if (klen > KV_TABLE_INLINE) {
+		/* No short key is equal to it: the batch may wait. */
+		kv_table_add_long(t, key, klen, kind, i, d);
 		return;
 	}
-	kv_table_fold(t, s, kind, i, d);
+	w = &t->wait[t->nwait];
+	w->k[0] = w->k[1] = 0;
+	if (klen > 0)
+		memcpy(w->k, key, klen);
+	w->len = (uint32_t)klen;
+	w->h = hash_short(w->k[0], w->k[1], klen);
+	w->kind = kind;
+	w->i = i;
+	w->d = d;
+	__builtin_prefetch(&t->slots[w->h & t->mask]);
+	if (++t->nwait == KV_TABLE_BATCH)
+		kv_table_flush(t);
 }
 
 /* The bytes the table holds. */
@@ -226,12 +285,13 @@ kv_table_drain(struct kv_table *t, kv_table_fn fn, void *arg, char **err)
 	const char		*key;
 	size_t			 i, n;
 
+	kv_table_flush(t);
 	for (i = 0; i <= t->mask; i++) {
 		s = &t->slots[i];
 		if (s->n == 0)
 			continue;
 		a.n = s->n;
-		a.real = (int)s->real;
+		a.real = s->real;
 		memcpy(&a.v, &s->v, sizeof a.v);
 		n = kv_acc_text(&a, a.n == 1, num, sizeof num);
 		key = s->len <= KV_TABLE_INLINE ? (const char *)s->k :

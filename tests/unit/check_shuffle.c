@@ -329,6 +329,54 @@ START_TEST(test_not_a_number_named)
 END_TEST
 
 /* A FIFO planted where a map file should be: an error, not a hang. */
+/* Read text as a number: its kind, int64 and double. */
+static int
+sh_number(const char *text, int64_t *i, double *d)
+{
+	*i = 0;
+	*d = 0;
+	return (shuffle_number_parse(text, strlen(text), i, d));
+}
+
+START_TEST(test_number_parse)
+{
+	int64_t	i;
+	double	d;
+
+	/* Integers, the short ones read without strtoll, as it would. */
+	ck_assert_int_eq(sh_number("+5", &i, &d), 1);
+	ck_assert_int_eq(i, 5);
+	ck_assert_int_eq(sh_number("-0", &i, &d), 1);
+	ck_assert_int_eq(i, 0);
+	ck_assert_int_eq(sh_number("007", &i, &d), 1);
+	ck_assert_int_eq(i, 7);
+	ck_assert_int_eq(sh_number("-999999999999999999", &i, &d), 1);
+	ck_assert_int_eq(i, -999999999999999999LL);
+	ck_assert_int_eq(sh_number("9223372036854775807", &i, &d), 1);
+	ck_assert_int_eq(i, INT64_MAX);
+	ck_assert_int_eq(sh_number("-9223372036854775808", &i, &d), 1);
+	ck_assert_int_eq(i, INT64_MIN);
+	/* Past int64: a double. */
+	ck_assert_int_eq(sh_number("9223372036854775808", &i, &d), 2);
+	ck_assert_double_eq(d, 9223372036854775808.0);
+	ck_assert_int_eq(sh_number("1.5", &i, &d), 2);
+	ck_assert_double_eq(d, 1.5);
+	ck_assert_int_eq(sh_number("-1e3", &i, &d), 2);
+	ck_assert_double_eq(d, -1000.0);
+	/* Not numbers. */
+	ck_assert_int_eq(sh_number("+", &i, &d), 0);
+	ck_assert_int_eq(sh_number("-", &i, &d), 0);
+	ck_assert_int_eq(sh_number("1-2", &i, &d), 0);
+	ck_assert_int_eq(sh_number(" 1", &i, &d), 0);
+	ck_assert_int_eq(sh_number("1 ", &i, &d), 0);
+	ck_assert_int_eq(sh_number("+-1", &i, &d), 0);
+	ck_assert_int_eq(sh_number("0x10", &i, &d), 0);
+	ck_assert_int_eq(sh_number("inf", &i, &d), 0);
+	ck_assert_int_eq(sh_number("1e999", &i, &d), 0);
+	ck_assert_int_eq(shuffle_number_parse("12", 0, &i, &d), 0);
+}
+END_TEST
+
 START_TEST(test_fifo_refused)
 {
 	char	*err = NULL;
@@ -929,6 +977,7 @@ shuffle_suite(void)
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_refused);
 	tcase_add_test(tc, test_not_a_number_named);
+	tcase_add_test(tc, test_number_parse);
 	tcase_add_test(tc, test_fifo_refused);
 	suite_add_tcase(s, tc);
 

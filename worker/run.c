@@ -772,6 +772,19 @@ run_shuffle_push_cb(struct op *op, const struct record *r)
 	return (OP_OK);
 }
 
+/* shuffle: write the pairs of a block of pieces. */
+static int
+run_shuffle_pieces_cb(struct op *op, const char *data, size_t len, char sep)
+{
+	struct run_shuffle	*s = (struct run_shuffle *)op;
+	char			*err;
+
+	if (shuffle_map_add_pieces(s->map, data, len, sep, &s->sink.records,
+	    &err) == -1)
+		return (op_fail_take(op, err));
+	return (OP_OK);
+}
+
 /* shuffle: sort, write and name the file. */
 static int
 run_shuffle_finish_cb(struct op *op)
@@ -818,6 +831,8 @@ run_shuffle_create(const struct run *t, char **err)
 		run_shuffle_free_cb(&s->sink.op);
 		return (NULL);
 	}
+	if (shuffle_map_takes_pieces(s->map))
+		s->sink.op.push_pair_pieces = run_shuffle_pieces_cb;
 	return (&s->sink);
 }
 

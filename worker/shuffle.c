@@ -269,6 +269,52 @@ shuffle_map_fold(struct shuffle_map *m, const struct record *r, char **err)
 	return (0);
 }
 
+/* Does the writer take pairs as pieces? */
+int
+shuffle_map_takes_pieces(const struct shuffle_map *m)
+{
+	return (m->table != NULL);
+}
+
+/* Fold a piece, both key and value, into the table. */
+static inline int
+shuffle_map_piece(struct shuffle_map *m, const char *p, size_t len,
+    char **err)
+{
+	int64_t	i = 0;
+	double	d = 0;
+	int	kind;
+
+	if (kv_fold_read(m->op->kv_fn, 0, p, len, p, len, 0, &kind, &i, &d,
+	    err) == -1)
+		return (-1);
+	kv_table_add(m->table, p, len, kind, i, d);
+	if (kv_table_memory(m->table) > m->table_memory)
+		return (kv_table_drain(m->table, shuffle_map_partial_cb, m,
+		    err));
+	return (0);
+}
+
+/* Write the pairs of a block of lines split at sep. */
+int
+shuffle_map_add_pieces(struct shuffle_map *m, const char *data, size_t len,
+    char sep, int64_t *records, char **err)
+{
+	const char	*start = data, *end = data + len, *e;
+
+	if (m->table == NULL)
+		fatalx("%s: not a table's", __func__);
+	for (e = data; e < end; e++) {
+		if (*e != sep && *e != '\n')
+			continue;
+		(*records)++;
+		if (shuffle_map_piece(m, start, (size_t)(e - start), err) == -1)
+			return (-1);
+		start = e + 1;
+	}
+	return (0);
+}
+
 /* Write a record to its bucket. */
 int
 shuffle_map_add(struct shuffle_map *m, const struct record *r, char **err)

@@ -240,12 +240,31 @@ kv_table_add_long(struct kv_table *t, const char *key, size_t klen,
 	kv_table_put(t, s, kind, i, d);
 }
 
+/* Fold a number into a short key's fold, given as its words. */
+void
+kv_table_add_words(struct kv_table *t, uint64_t k0, uint64_t k1, size_t klen,
+    int kind, int64_t i, double d)
+{
+	struct kv_table_wait	*w = &t->wait[t->nwait];
+
+	w->k[0] = k0;
+	w->k[1] = k1;
+	w->len = (uint32_t)klen;
+	w->h = hash_short(k0, k1, klen);
+	w->kind = kind;
+	w->i = i;
+	w->d = d;
+	__builtin_prefetch(&t->slots[w->h & t->mask]);
+	if (++t->nwait == KV_TABLE_BATCH)
+		kv_table_flush(t);
+}
+
 /* Fold a number into key's fold. */
 void
 kv_table_add(struct kv_table *t, const char *key, size_t klen, int kind,
     int64_t i, double d)
 {
-	struct kv_table_wait	*w;
+	uint64_t	k[2] = { 0, 0 };
 
 	if (klen > UINT32_MAX)
 		fatalx("%s: a key of %zu bytes", __func__, klen);
@@ -254,18 +273,9 @@ kv_table_add(struct kv_table *t, const char *key, size_t klen, int kind,
 		kv_table_add_long(t, key, klen, kind, i, d);
 		return;
 	}
-	w = &t->wait[t->nwait];
-	w->k[0] = w->k[1] = 0;
 	if (klen > 0)
-		memcpy(w->k, key, klen);
-	w->len = (uint32_t)klen;
-	w->h = hash_short(w->k[0], w->k[1], klen);
-	w->kind = kind;
-	w->i = i;
-	w->d = d;
-	__builtin_prefetch(&t->slots[w->h & t->mask]);
-	if (++t->nwait == KV_TABLE_BATCH)
-		kv_table_flush(t);
+		memcpy(k, key, klen);
+	kv_table_add_words(t, k[0], k[1], klen, kind, i, d);
 }
 
 /* The bytes the table holds. */

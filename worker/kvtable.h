@@ -29,6 +29,11 @@ void		 kv_table_free(struct kv_table *);
 void		 kv_table_add(struct kv_table *, const char *key, size_t klen,
 		     int kind, int64_t i, double d);
 
+/* Fold a number into the fold of a key of up to 16 bytes, given as its
+ * zero-padded words (pieces_words), as kv_table_add would. */
+void		 kv_table_add_words(struct kv_table *, uint64_t k0,
+		     uint64_t k1, size_t klen, int kind, int64_t i, double d);
+
 /* The bytes the table holds: its slots and its copies of long keys. */
 size_t		 kv_table_memory(const struct kv_table *);
 

@@ -8,9 +8,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#if defined(__SSE2__) && defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 #include "checkpoint.h"
 #include "frame.h"
@@ -19,6 +16,7 @@
 #include "log.h"
 #include "ops.h"
 #include "output.h"
+#include "pieces.h"
 #include "plan.h"
 #include "source.h"
 #include "run.h"
@@ -304,36 +302,7 @@ run_cbv_push_cb(struct op *op, const struct record *r)
 	return (OP_OK);
 }
 
-#if defined(__SSE2__) && defined(__x86_64__) && \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-/* The bytes of a load that hold a key of n bytes (n up to 16). */
-static const uint64_t	run_cbv_mask0[17] = {
-	0, 0xff, 0xffff, 0xffffff, 0xffffffffULL, 0xffffffffffULL,
-	0xffffffffffffULL, 0xffffffffffffffULL, ~0ULL, ~0ULL, ~0ULL, ~0ULL,
-	~0ULL, ~0ULL, ~0ULL, ~0ULL, ~0ULL
-};
-static const uint64_t	run_cbv_mask1[17] = {
-	0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xffff, 0xffffff, 0xffffffffULL,
-	0xffffffffffULL, 0xffffffffffffULL, 0xffffffffffffffULL, ~0ULL
-};
-
-/* A bit for each byte of p[0, 64) that is sep or a newline. */
-static inline uint64_t
-run_cbv_delims(const char *p, __m128i vsep, __m128i vnl)
-{
-	uint64_t	m = 0;
-	__m128i		v;
-	int		i;
-
-	for (i = 0; i < 4; i++) {
-		v = _mm_loadu_si128((const __m128i *)(p + 16 * i));
-		m |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(
-		    _mm_cmpeq_epi8(v, vsep), _mm_cmpeq_epi8(v, vnl))) <<
-		    (16 * i);
-	}
-	return (m);
-}
-
+#ifdef PIECES_SSE2
 /* Short pieces waiting for their slots, whose lines are being fetched. */
 #define RUN_CBV_BATCH	32
 
@@ -371,8 +340,7 @@ run_cbv_count_piece(struct run_cbv *c, struct run_cbv_batch *b,
 		return;
 	}
 	/* Two loads that may run past the piece, inside the block. */
-	k0 = hash_load64(p) & run_cbv_mask0[len];
-	k1 = hash_load64(p + 8) & run_cbv_mask1[len];
+	pieces_words(p, len, &k0, &k1);
 	h = hash_short(k0, k1, len);
 	__builtin_prefetch(&c->slots[h & c->mask]);
 	b->k0[b->n] = k0;
@@ -399,7 +367,7 @@ run_cbv_pieces_cb(struct op *op, const char *data, size_t len, char sep)
 
 	b.n = 0;
 	for (at = 0; at + 64 <= len; at += 64) {
-		for (bits = run_cbv_delims(data + at, vsep, vnl); bits != 0;
+		for (bits = pieces_delims(data + at, vsep, vnl); bits != 0;
 		    bits &= bits - 1) {
 			e = data + at + __builtin_ctzll(bits);
 			run_cbv_count_piece(c, &b, start, (size_t)(e - start),

@@ -13,6 +13,7 @@
 #include "kvtable.h"
 #include "log.h"
 #include "ops.h"
+#include "pieces.h"
 #include "plan.h"
 #include "protocol.h"
 #include "shuffle.h"
@@ -276,19 +277,30 @@ shuffle_map_takes_pieces(const struct shuffle_map *m)
 	return (m->table != NULL);
 }
 
-/* Fold a piece, both key and value, into the table. */
+/* Fold a piece, both key and value, into the table; the block goes on
+ * to end. */
 static inline int
 shuffle_map_piece(struct shuffle_map *m, const char *p, size_t len,
-    char **err)
+    const char *end, char **err)
 {
-	int64_t	i = 0;
+	int64_t	i = 1;
 	double	d = 0;
-	int	kind;
+	int	kind = 1;
+#ifdef PIECES_SSE2
+	uint64_t	k0, k1;
+#endif
 
-	if (kv_fold_read(m->op->kv_fn, 0, p, len, p, len, 0, &kind, &i, &d,
-	    err) == -1)
+	if (m->op->kv_fn != PLAN_KV_COUNT && kv_fold_read(m->op->kv_fn, 0, p,
+	    len, p, len, 0, &kind, &i, &d, err) == -1)
 		return (-1);
-	kv_table_add(m->table, p, len, kind, i, d);
+#ifdef PIECES_SSE2
+	if (len <= 16 && end - p >= 16) {
+		pieces_words(p, len, &k0, &k1);
+		kv_table_add_words(m->table, k0, k1, len, kind, i, d);
+	} else
+#endif
+		kv_table_add(m->table, p, len, kind, i, d);
+	(void)end;
 	if (kv_table_memory(m->table) > m->table_memory)
 		return (kv_table_drain(m->table, shuffle_map_partial_cb, m,
 		    err));
@@ -301,14 +313,33 @@ shuffle_map_add_pieces(struct shuffle_map *m, const char *data, size_t len,
     char sep, int64_t *records, char **err)
 {
 	const char	*start = data, *end = data + len, *e;
+	size_t		 at = 0;
+#ifdef PIECES_SSE2
+	__m128i		 vsep = _mm_set1_epi8(sep), vnl = _mm_set1_epi8('\n');
+	uint64_t	 bits;
+#endif
 
 	if (m->table == NULL)
 		fatalx("%s: not a table's", __func__);
-	for (e = data; e < end; e++) {
+#ifdef PIECES_SSE2
+	for (; at + 64 <= len; at += 64) {
+		for (bits = pieces_delims(data + at, vsep, vnl); bits != 0;
+		    bits &= bits - 1) {
+			e = data + at + __builtin_ctzll(bits);
+			(*records)++;
+			if (shuffle_map_piece(m, start, (size_t)(e - start),
+			    end, err) == -1)
+				return (-1);
+			start = e + 1;
+		}
+	}
+#endif
+	for (e = data + at; e < end; e++) {
 		if (*e != sep && *e != '\n')
 			continue;
 		(*records)++;
-		if (shuffle_map_piece(m, start, (size_t)(e - start), err) == -1)
+		if (shuffle_map_piece(m, start, (size_t)(e - start), end,
+		    err) == -1)
 			return (-1);
 		start = e + 1;
 	}

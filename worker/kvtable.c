@@ -155,7 +155,16 @@ kv_table_fold(struct kv_table *t, struct kv_table_slot *s, int kind,
     int64_t i, double d)
 {
 	struct kv_acc	a;
+	int64_t		sum;
 
+	/* A sum or count of int64s that fits: kv_acc_fold's first case. */
+	if (s->n != 0 && !s->real && kind == 1 && (t->fn == PLAN_KV_SUM ||
+	    t->fn == PLAN_KV_COUNT) && !__builtin_add_overflow(s->v.i, i,
+	    &sum)) {
+		s->v.i = sum;
+		s->n = 2;
+		return;
+	}
 	a.n = s->n;
 	a.real = s->real;
 	memcpy(&a.v, &s->v, sizeof a.v);

@@ -133,6 +133,8 @@ wsh_task(int dirfd, const char *planj, int partitions, int partition,
 	char		 path[] = "/tmp/check-wshuffle-out-XXXXXX";
 	char		*err = NULL;
 	int64_t		 metrics[EMBER_METRIC_COUNT];
+	struct stat	 st;
+	size_t		 i;
 	int		 fd, rc;
 
 	memset(o, 0, sizeof *o);
@@ -141,6 +143,12 @@ wsh_task(int dirfd, const char *planj, int partitions, int partition,
 	json_decref(j);
 	plan_set_partitions(plan, partitions);
 	plan->partitions = partitions;
+	/* A text source's files, as emberd would expand them. */
+	for (i = 0; plan->source == PLAN_SOURCE_TEXT && i < plan->nfiles;
+	    i++) {
+		ck_assert_int_eq(stat(plan->files[i].path, &st), 0);
+		plan->files[i].size = st.st_size;
+	}
 	if (opj != NULL)
 		ck_assert_ptr_nonnull(op = json_loads(opj, 0, NULL));
 	memset(&t, 0, sizeof t);
@@ -199,7 +207,8 @@ wsh_dir_remove(const char *path, int fd)
 /*
  * Run an operation of two stages: maps map tasks of a parallelize plan
  * of records with ops (JSON text), writing for op; then parts reduce
- * tasks of a shuffle source with ops2.  The reduce tasks' renderings,
+ * tasks of a shuffle source with ops2 (records: a JSON array, or a
+ * source object).  The reduce tasks' renderings,
  * partition after partition, "|" between.  memory: the writers'.
  */
 static char *
@@ -213,9 +222,14 @@ wsh_run(const char *records, int maps, const char *ops, const char *op,
 
 	dfd = wsh_dir(dir);
 	*error = NULL;
-	ck_assert_int_ne(asprintf(&planj, "{\"source\": {\"parallelize\": "
-	    "{\"records\": %s}}, \"partitions\": %d, \"ops\": [%s]}", records,
-	    maps, ops), -1);
+	if (*records == '{')	/* a source of its own */
+		ck_assert_int_ne(asprintf(&planj, "{\"source\": %s, "
+		    "\"partitions\": %d, \"ops\": [%s]}", records, maps, ops),
+		    -1);
+	else
+		ck_assert_int_ne(asprintf(&planj, "{\"source\": "
+		    "{\"parallelize\": {\"records\": %s}}, \"partitions\": "
+		    "%d, \"ops\": [%s]}", records, maps, ops), -1);
 	for (p = 0; p < maps; p++) {
 		if (wsh_task(dfd, planj, maps, p, MODE_SHUFFLE, 0, parts, op,
 		    memory, &o) == -1) {
@@ -357,6 +371,49 @@ START_TEST(test_wshuffle_reduce_by_key_drained)
 	ck_assert_ptr_null(error);
 	ck_assert_str_eq(got, want);
 	free(got);
+}
+END_TEST
+
+START_TEST(test_wshuffle_reduce_by_key_pieces)
+{
+	char	 path[] = "/tmp/check-wshuffle-words-XXXXXX", *src, *got;
+	char	*error;
+	int	 fd;
+	/* Words of 0 to 20 bytes, four times over (past the splitter's
+	 * 64 bytes a step), then a last line without its newline. */
+	static const char text[] = "a bb a  sixteen-bytes-16\n"
+	    "seventeen-bytes17 a\n\nbb 3 -4 a-word-of-twenty-b\n"
+	    "sixteen-bytes-16 3\n";
+	int	 i;
+
+	ck_assert_int_ne(fd = mkstemp(path), -1);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(write(fd, text, sizeof text - 1),
+		    sizeof text - 1);
+	ck_assert_int_eq(write(fd, "a", 1), 1);
+	close(fd);
+	ck_assert_int_ne(asprintf(&src, "{\"text\": {\"paths\": [\"%s\"]}}",
+	    path), -1);
+	/* The text source's blocks reach the table whole: the same counts
+	 * as a record at a time would give. */
+	got = wsh_run(src, 2, "{\"flat_map\": {\"split\": \" \"}}, "
+	    "{\"key_by\": {}}", "{\"reduce_by_key\": {\"fn\": \"count\"}}",
+	    1, "", 1 << 20, &error);
+	ck_assert_ptr_null(error);
+	ck_assert_str_eq(got, "=8 -4=4 3=8 a=13 a-word-of-twenty-b=4 bb=8 "
+	    "seventeen-bytes17=4 sixteen-bytes-16=8");
+	free(got);
+	/* A sum fails on the first word that is not a number. */
+	got = wsh_run(src, 1, "{\"flat_map\": {\"split\": \" \"}}, "
+	    "{\"key_by\": {}}", "{\"reduce_by_key\": {\"fn\": \"sum\"}}",
+	    1, "", 1 << 20, &error);
+	ck_assert_ptr_nonnull(error);
+	ck_assert_str_eq(error, "reduce_by_key: key \"a\": value \"a\" is not "
+	    "a number");
+	free(error);
+	free(got);
+	free(src);
+	unlink(path);
 }
 END_TEST
 
@@ -874,6 +931,7 @@ wshuffle_suite(void)
 	tcase_add_test(tc, test_wshuffle_reduce_by_key);
 	tcase_add_test(tc, test_wshuffle_reduce_by_key_lone);
 	tcase_add_test(tc, test_wshuffle_reduce_by_key_drained);
+	tcase_add_test(tc, test_wshuffle_reduce_by_key_pieces);
 	tcase_add_test(tc, test_wshuffle_partitions);
 	tcase_add_test(tc, test_wshuffle_distinct);
 	tcase_add_test(tc, test_wshuffle_sort_by);

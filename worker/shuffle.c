@@ -33,6 +33,7 @@ struct shuffle_map {
 	 * once per key when past its memory and at the end */
 	struct kv_table		*table;
 	size_t			 table_memory;
+	int			 drained;	/* before commit */
 	char			*buf;	/* distinct's pair, encoded */
 	size_t			 size;
 	char			 name[64];
@@ -250,6 +251,15 @@ shuffle_map_partial_cb(void *arg, const char *key, size_t klen,
 	return (shuffle_writer_add(m->w, shuffle_map_bucket(m, &e), &e, err));
 }
 
+/* Write the table's partials past its memory: the writer combines
+ * them with the next drain's. */
+static int
+shuffle_map_drain(struct shuffle_map *m, char **err)
+{
+	m->drained = 1;
+	return (kv_table_drain(m->table, shuffle_map_partial_cb, m, err));
+}
+
 /* reduce_by_key of a number: fold the value into its key's fold in the
  * table; past the table's memory, write the table's partials. */
 static int
@@ -265,8 +275,7 @@ shuffle_map_fold(struct shuffle_map *m, const struct record *r, char **err)
 	kv_table_add(m->table, r->key != NULL ? r->key : "", r->klen, kind,
 	    i, d);
 	if (kv_table_memory(m->table) > m->table_memory)
-		return (kv_table_drain(m->table, shuffle_map_partial_cb, m,
-		    err));
+		return (shuffle_map_drain(m, err));
 	return (0);
 }
 
@@ -302,8 +311,7 @@ shuffle_map_piece(struct shuffle_map *m, const char *p, size_t len,
 		kv_table_add(m->table, p, len, kind, i, d);
 	(void)end;
 	if (kv_table_memory(m->table) > m->table_memory)
-		return (kv_table_drain(m->table, shuffle_map_partial_cb, m,
-		    err));
+		return (shuffle_map_drain(m, err));
 	return (0);
 }
 
@@ -390,9 +398,14 @@ shuffle_map_add(struct shuffle_map *m, const struct record *r, char **err)
 int
 shuffle_map_commit(struct shuffle_map *m, int64_t *bytes, char **err)
 {
-	if (m->table != NULL && kv_table_drain(m->table,
-	    shuffle_map_partial_cb, m, err) == -1)
-		return (-1);
+	if (m->table != NULL) {
+		/* Never drained: one partial a key, nothing to combine. */
+		if (!m->drained)
+			shuffle_writer_unique_keys(m->w);
+		if (kv_table_drain(m->table, shuffle_map_partial_cb, m,
+		    err) == -1)
+			return (-1);
+	}
 	if (shuffle_writer_commit(m->w, bytes, err) == -1)
 		return (-1);
 	log_debug("shuffle: %s: %lld bytes, %d runs spilled", m->name,

@@ -606,6 +606,61 @@ check_sums(const char *name, int n, int keys)
 	free(want);
 }
 
+/* A file's bytes. */
+static char *
+sh_file(const char *name, size_t *len)
+{
+	struct stat	 st;
+	char		*buf;
+	int		 fd;
+
+	ck_assert_int_ne(fd = openat(sh_dir, name, O_RDONLY), -1);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	buf = xmalloc((size_t)st.st_size + 1);
+	ck_assert_int_eq(read(fd, buf, (size_t)st.st_size), st.st_size);
+	close(fd);
+	*len = (size_t)st.st_size;
+	return (buf);
+}
+
+START_TEST(test_unique_keys)
+{
+	struct shuffle_writer	*w;
+	struct shuffle_reader	*r;
+	struct shuffle_entry	 a = pair("key1", "1"), b = pair("key1", "2");
+	struct shuffle_entry	 e;
+	char			*err = NULL, *x, *y;
+	size_t			 xlen, ylen;
+
+	/* Each key once: the file is the one combine would write. */
+	w = writer("u", 1, SHUFFLE_ORDER_KEY, 0, 1 << 20, sum_cb);
+	shuffle_writer_unique_keys(w);
+	fill(w, 1000, 1, 1000);
+	commit(w);
+	w = writer("c", 1, SHUFFLE_ORDER_KEY, 0, 1 << 20, sum_cb);
+	fill(w, 1000, 1, 1000);
+	commit(w);
+	check_sums("u", 1000, 1000);
+	x = sh_file("u", &xlen);
+	y = sh_file("c", &ylen);
+	ck_assert_uint_eq(xlen, ylen);
+	ck_assert_mem_eq(x, y, xlen);
+	free(x);
+	free(y);
+	/* Once something was added, it still combines. */
+	w = writer("n", 1, SHUFFLE_ORDER_KEY, 0, 1 << 20, sum_cb);
+	ck_assert_int_eq(shuffle_writer_add(w, 0, &a, &err), 0);
+	shuffle_writer_unique_keys(w);
+	ck_assert_int_eq(shuffle_writer_add(w, 0, &b, &err), 0);
+	commit(w);
+	r = reader("n", 0);
+	e = next(r);
+	ck_assert_int_eq(num(e.value, e.vlen), 3);
+	ck_assert_int_eq(shuffle_reader_next(r, &e, &err), 0);
+	shuffle_reader_free(r);
+}
+END_TEST
+
 START_TEST(test_combine)
 {
 	struct shuffle_writer	*w;
@@ -988,6 +1043,7 @@ shuffle_suite(void)
 	tcase_add_test(tc, test_kinds_spill);
 	tcase_add_test(tc, test_spills_bounded);
 	tcase_add_test(tc, test_combine);
+	tcase_add_test(tc, test_unique_keys);
 	suite_add_tcase(s, tc);
 
 	tc = sh_tcase("corrupt");

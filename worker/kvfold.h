@@ -18,10 +18,10 @@
 
 struct kv_fold;
 
-/* A running fold of numbers: count, min and max of int64s while every
- * value is one and the result fits, else of doubles. */
+/* A running fold of numbers: a sum, count, min or max of int64s while
+ * every value is one and the result fits, else of doubles. */
 struct kv_acc {
-	int64_t		 n;		/* values folded; 0: none yet */
+	int64_t		 n;		/* values folded */
 	union {
 		int64_t	 i;
 		double	 r;
@@ -44,8 +44,8 @@ void		 kv_acc_fold(enum plan_kv_fn, struct kv_acc *a, int kind,
 /* Write a's value into buf (KV_ACC_TEXT bytes at least); its length.
  * keep_real: a double reads back as one (a map task's lone value does,
  * as it came). */
-size_t		 kv_acc_text(const struct kv_acc *a, int keep_real, char *buf,
-		     size_t size);
+size_t		 kv_acc_text(const struct kv_acc *a, int keep_real,
+		     char *buf, size_t size);
 
 /* A fold of fn (concat's separator sep); partials: the values folded
  * are partial results (a count sums them). */

@@ -26,8 +26,8 @@ struct kv_table	*kv_table_create(enum plan_kv_fn);
 void		 kv_table_free(struct kv_table *);
 
 /* Fold a number (as kv_fold_read gives it) into key's fold. */
-void		 kv_table_add(struct kv_table *, const char *key, size_t klen,
-		     int kind, int64_t i, double d);
+void		 kv_table_add(struct kv_table *, const char *key,
+		     size_t klen, int kind, int64_t i, double d);
 
 /* Fold a number into the fold of a key of up to 16 bytes, given as its
  * zero-padded words (pieces_words), as kv_table_add would. */

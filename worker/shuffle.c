@@ -323,7 +323,8 @@ shuffle_map_add_pieces(struct shuffle_map *m, const char *data, size_t len,
 	const char	*start = data, *end = data + len, *e;
 	size_t		 at = 0;
 #ifdef PIECES_SSE2
-	__m128i		 vsep = _mm_set1_epi8(sep), vnl = _mm_set1_epi8('\n');
+	__m128i		 vsep = _mm_set1_epi8(sep);
+	__m128i		 vnl = _mm_set1_epi8('\n');
 	uint64_t	 bits;
 #endif
 

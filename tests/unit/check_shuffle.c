@@ -627,8 +627,8 @@ START_TEST(test_unique_keys)
 {
 	struct shuffle_writer	*w;
 	struct shuffle_reader	*r;
-	struct shuffle_entry	 a = pair("key1", "1"), b = pair("key1", "2");
-	struct shuffle_entry	 e;
+	struct shuffle_entry	 a = pair("key1", "1");
+	struct shuffle_entry	 b = pair("key1", "2"), e;
 	char			*err = NULL, *x, *y;
 	size_t			 xlen, ylen;
 

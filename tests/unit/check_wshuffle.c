@@ -890,7 +890,8 @@ START_TEST(test_wshuffle_table)
 	ck_assert_uint_gt(kv_table_memory(t), 0);
 	got = wsh_drain(t);
 	ck_assert_str_eq(got, "=-3 a key longer than sixteen bytes=14 a=3 "
-	    "a@=4 abcdefgh1=1 abcdefgh2=2 b=5.0 c=1 sixteen bytes!!!=9.223372036854776e+18");
+	    "a@=4 abcdefgh1=1 abcdefgh2=2 b=5.0 c=1 sixteen bytes!!!="
+	    "9.223372036854776e+18");
 	free(got);
 	/* Drained, it is empty, and it grows again. */
 	got = wsh_drain(t);

@@ -209,6 +209,31 @@ more:
 	return (0);
 }
 
+/* Read a short integer (an optional sign and up to 18 digits, which
+ * cannot overflow) as strtoll would, without its copy and locale: the
+ * common value of a sum.  0 for anything else, which strtoll reads. */
+static int
+shuffle_number_int(const char *p, size_t len, int64_t *i)
+{
+	const char	*end = p + len;
+	int		 neg = 0;
+	uint64_t	 v = 0;
+
+	if (*p == '-' || *p == '+') {
+		neg = *p == '-';
+		p++;
+	}
+	if (p == end || end - p > 18)
+		return (0);
+	for (; p < end; p++) {
+		if (*p < '0' || *p > '9')
+			return (0);
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	*i = neg ? -(int64_t)v : (int64_t)v;
+	return (1);
+}
+
 /* Read a key as a number, as reduce reads a record. */
 int
 shuffle_number_parse(const char *p, size_t len, int64_t *i, double *d)
@@ -219,6 +244,8 @@ shuffle_number_parse(const char *p, size_t len, int64_t *i, double *d)
 
 	if (p == NULL || len == 0)
 		return (0);
+	if (shuffle_number_int(p, len, i))
+		return (1);
 	for (k = 0; k < len; k++) {
 		char c = p[k];
 

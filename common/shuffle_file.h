@@ -93,6 +93,11 @@ int			 shuffle_writer_add(struct shuffle_writer *,
  */
 int			 shuffle_writer_commit(struct shuffle_writer *,
 			     int64_t *bytes, char **err);
+/* Add without combining from now on, when nothing was added yet (else
+ * a no-op): for a caller whose entries never share a key in a bucket, as
+ * a map-side table's partials do, the combine table's lookups are waste. */
+void			 shuffle_writer_unique_keys(
+			     struct shuffle_writer *);
 /* The runs spilled so far. */
 int			 shuffle_writer_spills(const struct shuffle_writer *);
 /* Free a writer; one not committed leaves nothing behind. */

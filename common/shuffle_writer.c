@@ -582,6 +582,14 @@ shuffle_writer_add(struct shuffle_writer *w, int bucket,
 	return (0);
 }
 
+/* Add without combining, if nothing was added yet. */
+void
+shuffle_writer_unique_keys(struct shuffle_writer *w)
+{
+	if (w->nitems == 0 && w->nruns == 0 && w->runlen == 0)
+		w->combine = NULL;
+}
+
 /* Sort the items by bucket (stable, by counting), then each bucket by
  * key; w->starts[b] is bucket b's first item. */
 static void

@@ -65,4 +65,13 @@ hash_bytes(const char *p, size_t len)
 	return (hash_mix(k1 ^ len, hash_mix(a ^ k2, b ^ h)));
 }
 
+/* Hash a key of up to 16 bytes given as two zero-padded words: the
+ * tables that keep short keys in their slots. */
+static inline uint64_t
+hash_short(uint64_t k0, uint64_t k1, uint64_t len)
+{
+	return (hash_mix(k0 ^ 0xa0761d6478bd642fULL,
+	    k1 ^ 0xe7037ed1a0b428dbULL ^ len));
+}
+
 #endif

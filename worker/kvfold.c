@@ -15,10 +15,7 @@ struct kv_fold {
 	size_t		 seplen;
 	int		 partials;
 
-	int64_t		 n;		/* values folded */
-	int		 real;		/* sum, min, max: a double */
-	int64_t		 i;
-	double		 r;
+	struct kv_acc	 acc;
 
 	char		*buf;		/* concat's, a result's text */
 	size_t		 used, size;
@@ -55,10 +52,7 @@ kv_fold_free(struct kv_fold *f)
 void
 kv_fold_begin(struct kv_fold *f)
 {
-	f->n = 0;
-	f->real = 0;
-	f->i = 0;
-	f->r = 0;
+	memset(&f->acc, 0, sizeof f->acc);
 	f->used = 0;
 }
 
@@ -95,48 +89,69 @@ kv_fold_nan(const char *key, size_t klen, const char *v, size_t vlen,
 }
 
 /* Fold a number in, exact while the values are integers that fit. */
-static void
-kv_fold_number(struct kv_fold *f, int kind, int64_t i, double d)
+void
+kv_acc_fold(enum plan_kv_fn fn, struct kv_acc *a, int kind, int64_t i,
+    double d)
 {
 	int64_t	sum;
 
-	if (f->n++ == 0) {
-		f->real = kind == 2;
-		f->i = i;
-		f->r = d;
+	if (a->n++ == 0) {
+		a->real = kind == 2;
+		if (a->real)
+			a->v.r = d;
+		else
+			a->v.i = i;
 		return;
 	}
-	if (!f->real && kind == 1) {
-		switch (f->fn) {
+	if (!a->real && kind == 1) {
+		switch (fn) {
 		case PLAN_KV_SUM:
 		case PLAN_KV_COUNT:
-			if (!__builtin_add_overflow(f->i, i, &sum)) {
-				f->i = sum;
+			if (!__builtin_add_overflow(a->v.i, i, &sum)) {
+				a->v.i = sum;
 				return;
 			}
 			break;	/* on as a real */
 		case PLAN_KV_MIN:
-			f->i = i < f->i ? i : f->i;
+			a->v.i = i < a->v.i ? i : a->v.i;
 			return;
 		case PLAN_KV_MAX:
-			f->i = i > f->i ? i : f->i;
+			a->v.i = i > a->v.i ? i : a->v.i;
 			return;
 		case PLAN_KV_CONCAT:
 			fatalx("%s: concat", __func__);
 		}
 	}
-	if (!f->real) {
-		f->real = 1;
-		f->r = (double)f->i;
+	if (!a->real) {
+		a->real = 1;
+		a->v.r = (double)a->v.i;
 	}
 	if (kind == 1)
 		d = (double)i;
-	if (f->fn == PLAN_KV_MIN)
-		f->r = d < f->r ? d : f->r;
-	else if (f->fn == PLAN_KV_MAX)
-		f->r = d > f->r ? d : f->r;
+	if (fn == PLAN_KV_MIN)
+		a->v.r = d < a->v.r ? d : a->v.r;
+	else if (fn == PLAN_KV_MAX)
+		a->v.r = d > a->v.r ? d : a->v.r;
 	else
-		f->r += d;
+		a->v.r += d;
+}
+
+/* Read a value as a number to fold. */
+int
+kv_fold_read(enum plan_kv_fn fn, int partials, const char *key, size_t klen,
+    const char *v, size_t vlen, int vnull, int *kind, int64_t *i, double *d,
+    char **err)
+{
+	if (fn == PLAN_KV_CONCAT)
+		fatalx("%s: concat", __func__);
+	if (fn == PLAN_KV_COUNT && !partials) {
+		*kind = 1;
+		*i = 1;
+		return (0);
+	}
+	if (vnull || (*kind = shuffle_number_parse(v, vlen, i, d)) == 0)
+		return (kv_fold_nan(key, klen, v, vlen, vnull, err));
+	return (0);
 }
 
 /* Fold a value in. */
@@ -149,18 +164,15 @@ kv_fold_add(struct kv_fold *f, const char *key, size_t klen, const char *v,
 	int	kind;
 
 	if (f->fn == PLAN_KV_CONCAT) {
-		if (f->n++ > 0)
+		if (f->acc.n++ > 0)
 			kv_fold_append(f, f->sep, f->seplen);
 		kv_fold_append(f, v, vnull ? 0 : vlen);
 		return (0);
 	}
-	if (f->fn == PLAN_KV_COUNT && !f->partials) {
-		kv_fold_number(f, 1, 1, 0);
-		return (0);
-	}
-	if (vnull || (kind = shuffle_number_parse(v, vlen, &i, &d)) == 0)
-		return (kv_fold_nan(key, klen, v, vlen, vnull, err));
-	kv_fold_number(f, kind, i, d);
+	if (kv_fold_read(f->fn, f->partials, key, klen, v, vlen, vnull,
+	    &kind, &i, &d, err) == -1)
+		return (-1);
+	kv_acc_fold(f->fn, &f->acc, kind, i, d);
 	return (0);
 }
 
@@ -204,20 +216,55 @@ kv_fold_real(char *buf, size_t size, double r)
 	return (n);
 }
 
+/* Write an int64 in decimal, without printf's machinery: the map and
+ * reduce sides write one per key. */
+static size_t
+kv_fold_int(char *buf, int64_t v)
+{
+	char		 tmp[24];
+	uint64_t	 u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+	size_t		 n = 0, len = 0;
+
+	do {
+		tmp[n++] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u != 0);
+	if (v < 0)
+		buf[len++] = '-';
+	while (n > 0)
+		buf[len++] = tmp[--n];
+	return (len);
+}
+
+/* Write an accumulator's value. */
+size_t
+kv_acc_text(const struct kv_acc *a, int keep_real, char *buf, size_t size)
+{
+	int	n;
+
+	if (size < KV_ACC_TEXT)
+		fatalx("%s: %zu bytes", __func__, size);
+	if (!a->real)
+		return (kv_fold_int(buf, a->v.i));
+	n = kv_fold_real(buf, size, a->v.r);
+	if (keep_real && strcspn(buf, ".eEn") == (size_t)n) {
+		memcpy(buf + n, ".0", 3);
+		n += 2;
+	}
+	return ((size_t)n);
+}
+
 /* Give the key's result. */
 void
 kv_fold_end(struct kv_fold *f, const char **v, size_t *vlen)
 {
-	char	num[64];
-	int	n;
+	char	num[KV_ACC_TEXT];
+	size_t	n;
 
 	if (f->fn != PLAN_KV_CONCAT) {
-		if (f->real)
-			n = kv_fold_real(num, sizeof num, f->r);
-		else
-			n = snprintf(num, sizeof num, "%lld", (long long)f->i);
+		n = kv_acc_text(&f->acc, 0, num, sizeof num);
 		f->used = 0;
-		kv_fold_append(f, num, (size_t)n);
+		kv_fold_append(f, num, n);
 	}
 	*v = f->buf;
 	*vlen = f->used;

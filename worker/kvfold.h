@@ -18,6 +18,35 @@
 
 struct kv_fold;
 
+/* A running fold of numbers: a sum, count, min or max of int64s while
+ * every value is one and the result fits, else of doubles. */
+struct kv_acc {
+	int64_t		 n;		/* values folded */
+	union {
+		int64_t	 i;
+		double	 r;
+	}		 v;
+	int		 real;		/* v is r */
+};
+
+#define KV_ACC_TEXT	64	/* room for an accumulator's text */
+
+/* Read a value as a number to fold in (count's value alone is 1, and
+ * is not read): kind 1 an int64 in *i, 2 a double in *d.  0, or -1 with
+ * *err (to free) naming the key and the value that is not a number.
+ * Not for concat. */
+int		 kv_fold_read(enum plan_kv_fn, int partials, const char *key,
+		     size_t klen, const char *v, size_t vlen, int vnull,
+		     int *kind, int64_t *i, double *d, char **err);
+/* Fold a number read by kv_fold_read into a (fn: not concat). */
+void		 kv_acc_fold(enum plan_kv_fn, struct kv_acc *a, int kind,
+		     int64_t i, double d);
+/* Write a's value into buf (KV_ACC_TEXT bytes at least); its length.
+ * keep_real: a double reads back as one (a map task's lone value does,
+ * as it came). */
+size_t		 kv_acc_text(const struct kv_acc *a, int keep_real,
+		     char *buf, size_t size);
+
 /* A fold of fn (concat's separator sep); partials: the values folded
  * are partial results (a count sums them). */
 struct kv_fold	*kv_fold_create(enum plan_kv_fn, const char *sep,

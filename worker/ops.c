@@ -702,6 +702,15 @@ ops_key_by_push_cb(struct op *op, const struct record *r)
 	return (op_next(op, &out));
 }
 
+/* key_by of the whole record as key and value, of a block of pieces:
+ * the next op takes them as pairs in one call (a piece is never null,
+ * so none is dropped). */
+static int
+ops_key_by_pieces_cb(struct op *op, const char *data, size_t len, char sep)
+{
+	return (op->next->push_pair_pieces(op->next, data, len, sep));
+}
+
 /* Free a key_by op; its patterns are the plan's. */
 static void
 ops_key_by_free_cb(struct op *op)
@@ -1001,6 +1010,10 @@ chain_create(const struct plan *plan, int partition, struct output *out,
 		}
 		op->next = next;
 		op->chain = chain;
+		if (op->push == ops_key_by_push_cb &&
+		    next->push_pair_pieces != NULL &&
+		    plan->ops[first].key.whole && plan->ops[first].value.whole)
+			op->push_pieces = ops_key_by_pieces_cb;
 		if (op->push == ops_split_push_cb && next->push_pieces != NULL &&
 		    plan->ops[first].arglen == 1)
 			op->push_lines = ops_split_lines_cb;

@@ -20,8 +20,11 @@
  * all of it, or to the end of the line that stopped or failed the chain.
  * push_pieces() takes the same block split at a byte as flat_map split
  * splits each line (every piece a record, empty ones too), and is offered
- * only by ops that never stop the chain.  An op that has neither gets
- * its records one push() at a time.
+ * only by ops that never stop the chain.  push_pair_pieces() takes the
+ * same block with every piece a pair whose key and value are both the
+ * piece, as key_by of the whole record makes them; key_by offers
+ * push_pieces when the op after it takes those.  An op that has none of
+ * them gets its records one push() at a time.
  */
 #ifndef EMBER_WORKER_OPS_H
 #define EMBER_WORKER_OPS_H
@@ -62,6 +65,8 @@ struct op {
 			     size_t *);
 	int		(*push_pieces)(struct op *, const char *, size_t,
 			     char);
+	int		(*push_pair_pieces)(struct op *, const char *,
+			     size_t, char);
 	struct op	*next;
 	struct chain	*chain;
 };

@@ -8,9 +8,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#if defined(__SSE2__) && defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 #include "checkpoint.h"
 #include "frame.h"
@@ -19,6 +16,7 @@
 #include "log.h"
 #include "ops.h"
 #include "output.h"
+#include "pieces.h"
 #include "plan.h"
 #include "source.h"
 #include "run.h"
@@ -180,20 +178,12 @@ run_cbv_copy(struct run_cbv *c, const char *data, size_t len)
 	return (k->data + k->used - len);
 }
 
-/* The slot index of a short record's key. */
-static inline uint64_t
-run_hash_short(uint64_t k0, uint64_t k1, uint64_t len)
-{
-	return (hash_mix(k0 ^ 0xa0761d6478bd642fULL,
-	    k1 ^ 0xe7037ed1a0b428dbULL ^ len));
-}
-
 /* Where a slot's key would go in the table. */
 static uint64_t
 run_cbv_slot_hash(const struct run_cbv_slot *s)
 {
 	if (s->len <= RUN_CBV_INLINE)
-		return (run_hash_short(s->k[0], s->k[1], s->len));
+		return (hash_short(s->k[0], s->k[1], s->len));
 	return (s->k[1]);
 }
 
@@ -227,7 +217,7 @@ run_cbv_added(struct run_cbv *c)
 }
 
 /* Count a record of up to 16 bytes, given as its zero-padded key and the
- * key's run_hash_short. */
+ * key's hash_short. */
 static inline void
 run_cbv_count_hashed(struct run_cbv *c, uint64_t k0, uint64_t k1, size_t len,
     uint64_t h)
@@ -255,7 +245,7 @@ run_cbv_count_hashed(struct run_cbv *c, uint64_t k0, uint64_t k1, size_t len,
 static inline void
 run_cbv_count_short(struct run_cbv *c, uint64_t k0, uint64_t k1, size_t len)
 {
-	run_cbv_count_hashed(c, k0, k1, len, run_hash_short(k0, k1, len));
+	run_cbv_count_hashed(c, k0, k1, len, hash_short(k0, k1, len));
 }
 
 /* Count a record longer than 16 bytes. */
@@ -312,36 +302,7 @@ run_cbv_push_cb(struct op *op, const struct record *r)
 	return (OP_OK);
 }
 
-#if defined(__SSE2__) && defined(__x86_64__) && \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-/* The bytes of a load that hold a key of n bytes (n up to 16). */
-static const uint64_t	run_cbv_mask0[17] = {
-	0, 0xff, 0xffff, 0xffffff, 0xffffffffULL, 0xffffffffffULL,
-	0xffffffffffffULL, 0xffffffffffffffULL, ~0ULL, ~0ULL, ~0ULL, ~0ULL,
-	~0ULL, ~0ULL, ~0ULL, ~0ULL, ~0ULL
-};
-static const uint64_t	run_cbv_mask1[17] = {
-	0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xffff, 0xffffff, 0xffffffffULL,
-	0xffffffffffULL, 0xffffffffffffULL, 0xffffffffffffffULL, ~0ULL
-};
-
-/* A bit for each byte of p[0, 64) that is sep or a newline. */
-static inline uint64_t
-run_cbv_delims(const char *p, __m128i vsep, __m128i vnl)
-{
-	uint64_t	m = 0;
-	__m128i		v;
-	int		i;
-
-	for (i = 0; i < 4; i++) {
-		v = _mm_loadu_si128((const __m128i *)(p + 16 * i));
-		m |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(
-		    _mm_cmpeq_epi8(v, vsep), _mm_cmpeq_epi8(v, vnl))) <<
-		    (16 * i);
-	}
-	return (m);
-}
-
+#ifdef PIECES_SSE2
 /* Short pieces waiting for their slots, whose lines are being fetched. */
 #define RUN_CBV_BATCH	32
 
@@ -379,9 +340,8 @@ run_cbv_count_piece(struct run_cbv *c, struct run_cbv_batch *b,
 		return;
 	}
 	/* Two loads that may run past the piece, inside the block. */
-	k0 = hash_load64(p) & run_cbv_mask0[len];
-	k1 = hash_load64(p + 8) & run_cbv_mask1[len];
-	h = run_hash_short(k0, k1, len);
+	pieces_words(p, len, &k0, &k1);
+	h = hash_short(k0, k1, len);
 	__builtin_prefetch(&c->slots[h & c->mask]);
 	b->k0[b->n] = k0;
 	b->k1[b->n] = k1;
@@ -407,7 +367,7 @@ run_cbv_pieces_cb(struct op *op, const char *data, size_t len, char sep)
 
 	b.n = 0;
 	for (at = 0; at + 64 <= len; at += 64) {
-		for (bits = run_cbv_delims(data + at, vsep, vnl); bits != 0;
+		for (bits = pieces_delims(data + at, vsep, vnl); bits != 0;
 		    bits &= bits - 1) {
 			e = data + at + __builtin_ctzll(bits);
 			run_cbv_count_piece(c, &b, start, (size_t)(e - start),
@@ -780,6 +740,19 @@ run_shuffle_push_cb(struct op *op, const struct record *r)
 	return (OP_OK);
 }
 
+/* shuffle: write the pairs of a block of pieces. */
+static int
+run_shuffle_pieces_cb(struct op *op, const char *data, size_t len, char sep)
+{
+	struct run_shuffle	*s = (struct run_shuffle *)op;
+	char			*err;
+
+	if (shuffle_map_add_pieces(s->map, data, len, sep, &s->sink.records,
+	    &err) == -1)
+		return (op_fail_take(op, err));
+	return (OP_OK);
+}
+
 /* shuffle: sort, write and name the file. */
 static int
 run_shuffle_finish_cb(struct op *op)
@@ -826,6 +799,8 @@ run_shuffle_create(const struct run *t, char **err)
 		run_shuffle_free_cb(&s->sink.op);
 		return (NULL);
 	}
+	if (shuffle_map_takes_pieces(s->map))
+		s->sink.op.push_pair_pieces = run_shuffle_pieces_cb;
 	return (&s->sink);
 }
 

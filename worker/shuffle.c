@@ -10,8 +10,10 @@
 #include "hash.h"
 #include "keyed.h"
 #include "kvfold.h"
+#include "kvtable.h"
 #include "log.h"
 #include "ops.h"
+#include "pieces.h"
 #include "plan.h"
 #include "protocol.h"
 #include "shuffle.h"
@@ -27,6 +29,11 @@ struct shuffle_map {
 	uint64_t		 next;	/* repartition's round robin */
 	/* reduce_by_key: a value alone, and two partials of a key */
 	struct kv_fold		*partial, *combine;
+	/* ... and for sum, count, min and max each key's fold, written
+	 * once per key when past its memory and at the end */
+	struct kv_table		*table;
+	size_t			 table_memory;
+	int			 drained;	/* before commit */
 	char			*buf;	/* distinct's pair, encoded */
 	size_t			 size;
 	char			 name[64];
@@ -128,6 +135,12 @@ shuffle_map_create(int opdir, int stage, int partition, int buckets,
 		m->combine = kv_fold_create(m->op->kv_fn, m->op->arg,
 		    m->op->arglen, 1);
 		combine = shuffle_map_combine_cb;
+		if (m->op->kv_fn != PLAN_KV_CONCAT) {
+			/* Half the memory each: the table and the writer. */
+			m->table = kv_table_create(m->op->kv_fn);
+			memory /= 2;
+			m->table_memory = memory;
+		}
 		break;
 	case PLAN_OP_DISTINCT:
 		combine = shuffle_map_first_cb;
@@ -220,12 +233,136 @@ shuffle_map_number(const struct shuffle_entry *e, char **err)
 	return (-1);
 }
 
+/* Write a key's partial from the table to its bucket. */
+static int
+shuffle_map_partial_cb(void *arg, const char *key, size_t klen,
+    const char *v, size_t vlen, char **err)
+{
+	struct shuffle_map	*m = arg;
+	struct shuffle_entry	 e;
+
+	e.kind = PLAN_KIND_PAIR;
+	e.key = key;
+	e.klen = klen;
+	e.knull = 0;
+	e.value = v;
+	e.vlen = vlen;
+	e.vnull = 0;
+	return (shuffle_writer_add(m->w, shuffle_map_bucket(m, &e), &e, err));
+}
+
+/* Write the table's partials past its memory: the writer combines
+ * them with the next drain's. */
+static int
+shuffle_map_drain(struct shuffle_map *m, char **err)
+{
+	m->drained = 1;
+	return (kv_table_drain(m->table, shuffle_map_partial_cb, m, err));
+}
+
+/* reduce_by_key of a number: fold the value into its key's fold in the
+ * table; past the table's memory, write the table's partials. */
+static int
+shuffle_map_fold(struct shuffle_map *m, const struct record *r, char **err)
+{
+	int64_t	i = 0;
+	double	d = 0;
+	int	kind;
+
+	if (kv_fold_read(m->op->kv_fn, 0, r->key, r->klen, r->data, r->len,
+	    r->null, &kind, &i, &d, err) == -1)
+		return (-1);
+	kv_table_add(m->table, r->key != NULL ? r->key : "", r->klen, kind,
+	    i, d);
+	if (kv_table_memory(m->table) > m->table_memory)
+		return (shuffle_map_drain(m, err));
+	return (0);
+}
+
+/* Does the writer take pairs as pieces? */
+int
+shuffle_map_takes_pieces(const struct shuffle_map *m)
+{
+	return (m->table != NULL);
+}
+
+/* Fold a piece, both key and value, into the table; the block goes on
+ * to end. */
+static inline int
+shuffle_map_piece(struct shuffle_map *m, const char *p, size_t len,
+    const char *end, char **err)
+{
+	int64_t	i = 1;
+	double	d = 0;
+	int	kind = 1;
+#ifdef PIECES_SSE2
+	uint64_t	k0, k1;
+#endif
+
+	if (m->op->kv_fn != PLAN_KV_COUNT && kv_fold_read(m->op->kv_fn, 0, p,
+	    len, p, len, 0, &kind, &i, &d, err) == -1)
+		return (-1);
+#ifdef PIECES_SSE2
+	if (len <= 16 && end - p >= 16) {
+		pieces_words(p, len, &k0, &k1);
+		kv_table_add_words(m->table, k0, k1, len, kind, i, d);
+	} else
+#endif
+		kv_table_add(m->table, p, len, kind, i, d);
+	(void)end;
+	if (kv_table_memory(m->table) > m->table_memory)
+		return (shuffle_map_drain(m, err));
+	return (0);
+}
+
+/* Write the pairs of a block of lines split at sep. */
+int
+shuffle_map_add_pieces(struct shuffle_map *m, const char *data, size_t len,
+    char sep, int64_t *records, char **err)
+{
+	const char	*start = data, *end = data + len, *e;
+	size_t		 at = 0;
+#ifdef PIECES_SSE2
+	__m128i		 vsep = _mm_set1_epi8(sep);
+	__m128i		 vnl = _mm_set1_epi8('\n');
+	uint64_t	 bits;
+#endif
+
+	if (m->table == NULL)
+		fatalx("%s: not a table's", __func__);
+#ifdef PIECES_SSE2
+	for (; at + 64 <= len; at += 64) {
+		for (bits = pieces_delims(data + at, vsep, vnl); bits != 0;
+		    bits &= bits - 1) {
+			e = data + at + __builtin_ctzll(bits);
+			(*records)++;
+			if (shuffle_map_piece(m, start, (size_t)(e - start),
+			    end, err) == -1)
+				return (-1);
+			start = e + 1;
+		}
+	}
+#endif
+	for (e = data + at; e < end; e++) {
+		if (*e != sep && *e != '\n')
+			continue;
+		(*records)++;
+		if (shuffle_map_piece(m, start, (size_t)(e - start), end,
+		    err) == -1)
+			return (-1);
+		start = e + 1;
+	}
+	return (0);
+}
+
 /* Write a record to its bucket. */
 int
 shuffle_map_add(struct shuffle_map *m, const struct record *r, char **err)
 {
 	struct shuffle_entry	e;
 
+	if (m->table != NULL && r->kind == PLAN_KIND_PAIR)
+		return (shuffle_map_fold(m, r, err));
 	e.kind = r->kind;
 	e.knull = 0;
 	if (r->kind == PLAN_KIND_RECORD) {
@@ -262,6 +399,14 @@ shuffle_map_add(struct shuffle_map *m, const struct record *r, char **err)
 int
 shuffle_map_commit(struct shuffle_map *m, int64_t *bytes, char **err)
 {
+	if (m->table != NULL) {
+		/* Never drained: one partial a key, nothing to combine. */
+		if (!m->drained)
+			shuffle_writer_unique_keys(m->w);
+		if (kv_table_drain(m->table, shuffle_map_partial_cb, m,
+		    err) == -1)
+			return (-1);
+	}
 	if (shuffle_writer_commit(m->w, bytes, err) == -1)
 		return (-1);
 	log_debug("shuffle: %s: %lld bytes, %d runs spilled", m->name,
@@ -278,6 +423,7 @@ shuffle_map_free(struct shuffle_map *m)
 	shuffle_writer_free(m->w);
 	kv_fold_free(m->partial);
 	kv_fold_free(m->combine);
+	kv_table_free(m->table);
 	if (m->holder != NULL)
 		plan_free(m->holder);
 	free(m->buf);

@@ -37,6 +37,14 @@ struct shuffle_map *shuffle_map_create(int opdir, int stage, int partition,
 /* Write a record to its bucket: 0, or -1 with *err. */
 int	 shuffle_map_add(struct shuffle_map *, const struct record *,
 	     char **err);
+/* Does the writer take pairs as pieces (shuffle_map_add_pieces)?  Those
+ * of reduce_by_key's sum, count, min and max do. */
+int	 shuffle_map_takes_pieces(const struct shuffle_map *);
+/* Write the pairs of a block of lines split at sep (and at each '\n'),
+ * every piece both key and value, as shuffle_map_add would one by one;
+ * *records counts them.  0, or -1 with *err. */
+int	 shuffle_map_add_pieces(struct shuffle_map *, const char *data,
+	     size_t len, char sep, int64_t *records, char **err);
 /* Write the file whole and name it; *bytes its size.  0, or -1 with *err. */
 int	 shuffle_map_commit(struct shuffle_map *, int64_t *bytes,
 	     char **err);

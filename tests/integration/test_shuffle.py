@@ -240,6 +240,54 @@ def test_worker_save_and_checkpoint_pairs(d):
              "a checkpoint gives its groups back")
 
 
+def test_worker_word_count_of_pieces(d):
+    # flat_map split, key_by {} and reduce_by_key over a text file: the
+    # pieces go to the map side's table a block at a time.  Empty pieces,
+    # keys of 16 bytes and over, and numbers as words.
+    rnd = random.Random(5)
+    vocab = [b"", b"a", b"sixteen-bytes-16", b"seventeen-bytes17",
+             b"a-word-much-longer-than-a-slot-%d" % 1, b"-7", b"+3", b"12",
+             b"0.5"] + [b"w%d" % i for i in range(3000)]
+    lines = [b" ".join(rnd.choice(vocab) for _ in range(rnd.randrange(12)))
+             for _ in range(20000)]
+    path = _text(d, "pieces.txt", lines)
+    words = [w for l in lines for w in l.split(b" ")]
+    want = {}
+    for w in words:
+        want[w] = want.get(w, 0) + 1
+    c = d.client()
+    split = [{"flat_map": {"split": " "}}, {"key_by": {}}]
+    got = c.collect_all(text_plan([path], 3, ops=split + [
+        {"reduce_by_key": {"fn": "count"}}]))
+    check_eq(len(got), len(want), "one pair a word")
+    check_eq(dict(got), {k: str(n).encode() for k, n in want.items()},
+             "counts of the pieces")
+    # Sums and minimums of the words that are numbers.
+    nums = [l for l in lines if l]
+    nums = [b" ".join(w for w in l.split(b" ") if w in vocab[5:9])
+            for l in nums]
+    nums = [l for l in nums if l]
+    npath = _text(d, "numbers.txt", nums)
+    ws = [w for l in nums for w in l.split(b" ")]
+    got = dict(c.collect_all(text_plan([npath], 2, ops=split + [
+        {"reduce_by_key": {"fn": "sum"}}])))
+    check_eq(sorted(got), sorted(set(ws)), "a sum a number")
+    for w in set(ws):
+        n = ws.count(w)
+        want = float(w) * n
+        check_eq(float(got[w]), want, "sum of %r" % w)
+    check_eq(got[b"12"], b"%d" % (12 * ws.count(b"12")), "an int64's sum")
+    # A piece that is not a number fails the task, naming it.
+    reply = c.execute(text_plan([path], 2, ops=split + [
+        {"reduce_by_key": {"fn": "sum"}}]), "collect")
+    if reply["ok"]:
+        status, payload = c.read_partition()
+        check_eq(status, STREAM_ERROR, "a failed stream")
+        check("is not a number" in payload, payload)
+    else:
+        check("is not a number" in reply["error"]["message"], reply)
+
+
 def test_worker_reduce_by_key_not_a_number(d):
     c = d.client()
     reply = c.execute(records_plan(["a,1", "b,x"], 2, ops=[

@@ -329,6 +329,54 @@ START_TEST(test_not_a_number_named)
 END_TEST
 
 /* A FIFO planted where a map file should be: an error, not a hang. */
+/* Read text as a number: its kind, int64 and double. */
+static int
+sh_number(const char *text, int64_t *i, double *d)
+{
+	*i = 0;
+	*d = 0;
+	return (shuffle_number_parse(text, strlen(text), i, d));
+}
+
+START_TEST(test_number_parse)
+{
+	int64_t	i;
+	double	d;
+
+	/* Integers, the short ones read without strtoll, as it would. */
+	ck_assert_int_eq(sh_number("+5", &i, &d), 1);
+	ck_assert_int_eq(i, 5);
+	ck_assert_int_eq(sh_number("-0", &i, &d), 1);
+	ck_assert_int_eq(i, 0);
+	ck_assert_int_eq(sh_number("007", &i, &d), 1);
+	ck_assert_int_eq(i, 7);
+	ck_assert_int_eq(sh_number("-999999999999999999", &i, &d), 1);
+	ck_assert_int_eq(i, -999999999999999999LL);
+	ck_assert_int_eq(sh_number("9223372036854775807", &i, &d), 1);
+	ck_assert_int_eq(i, INT64_MAX);
+	ck_assert_int_eq(sh_number("-9223372036854775808", &i, &d), 1);
+	ck_assert_int_eq(i, INT64_MIN);
+	/* Past int64: a double. */
+	ck_assert_int_eq(sh_number("9223372036854775808", &i, &d), 2);
+	ck_assert_double_eq(d, 9223372036854775808.0);
+	ck_assert_int_eq(sh_number("1.5", &i, &d), 2);
+	ck_assert_double_eq(d, 1.5);
+	ck_assert_int_eq(sh_number("-1e3", &i, &d), 2);
+	ck_assert_double_eq(d, -1000.0);
+	/* Not numbers. */
+	ck_assert_int_eq(sh_number("+", &i, &d), 0);
+	ck_assert_int_eq(sh_number("-", &i, &d), 0);
+	ck_assert_int_eq(sh_number("1-2", &i, &d), 0);
+	ck_assert_int_eq(sh_number(" 1", &i, &d), 0);
+	ck_assert_int_eq(sh_number("1 ", &i, &d), 0);
+	ck_assert_int_eq(sh_number("+-1", &i, &d), 0);
+	ck_assert_int_eq(sh_number("0x10", &i, &d), 0);
+	ck_assert_int_eq(sh_number("inf", &i, &d), 0);
+	ck_assert_int_eq(sh_number("1e999", &i, &d), 0);
+	ck_assert_int_eq(shuffle_number_parse("12", 0, &i, &d), 0);
+}
+END_TEST
+
 START_TEST(test_fifo_refused)
 {
 	char	*err = NULL;
@@ -557,6 +605,61 @@ check_sums(const char *name, int n, int keys)
 	shuffle_reader_free(r);
 	free(want);
 }
+
+/* A file's bytes. */
+static char *
+sh_file(const char *name, size_t *len)
+{
+	struct stat	 st;
+	char		*buf;
+	int		 fd;
+
+	ck_assert_int_ne(fd = openat(sh_dir, name, O_RDONLY), -1);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	buf = xmalloc((size_t)st.st_size + 1);
+	ck_assert_int_eq(read(fd, buf, (size_t)st.st_size), st.st_size);
+	close(fd);
+	*len = (size_t)st.st_size;
+	return (buf);
+}
+
+START_TEST(test_unique_keys)
+{
+	struct shuffle_writer	*w;
+	struct shuffle_reader	*r;
+	struct shuffle_entry	 a = pair("key1", "1");
+	struct shuffle_entry	 b = pair("key1", "2"), e;
+	char			*err = NULL, *x, *y;
+	size_t			 xlen, ylen;
+
+	/* Each key once: the file is the one combine would write. */
+	w = writer("u", 1, SHUFFLE_ORDER_KEY, 0, 1 << 20, sum_cb);
+	shuffle_writer_unique_keys(w);
+	fill(w, 1000, 1, 1000);
+	commit(w);
+	w = writer("c", 1, SHUFFLE_ORDER_KEY, 0, 1 << 20, sum_cb);
+	fill(w, 1000, 1, 1000);
+	commit(w);
+	check_sums("u", 1000, 1000);
+	x = sh_file("u", &xlen);
+	y = sh_file("c", &ylen);
+	ck_assert_uint_eq(xlen, ylen);
+	ck_assert_mem_eq(x, y, xlen);
+	free(x);
+	free(y);
+	/* Once something was added, it still combines. */
+	w = writer("n", 1, SHUFFLE_ORDER_KEY, 0, 1 << 20, sum_cb);
+	ck_assert_int_eq(shuffle_writer_add(w, 0, &a, &err), 0);
+	shuffle_writer_unique_keys(w);
+	ck_assert_int_eq(shuffle_writer_add(w, 0, &b, &err), 0);
+	commit(w);
+	r = reader("n", 0);
+	e = next(r);
+	ck_assert_int_eq(num(e.value, e.vlen), 3);
+	ck_assert_int_eq(shuffle_reader_next(r, &e, &err), 0);
+	shuffle_reader_free(r);
+}
+END_TEST
 
 START_TEST(test_combine)
 {
@@ -929,6 +1032,7 @@ shuffle_suite(void)
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_refused);
 	tcase_add_test(tc, test_not_a_number_named);
+	tcase_add_test(tc, test_number_parse);
 	tcase_add_test(tc, test_fifo_refused);
 	suite_add_tcase(s, tc);
 
@@ -939,6 +1043,7 @@ shuffle_suite(void)
 	tcase_add_test(tc, test_kinds_spill);
 	tcase_add_test(tc, test_spills_bounded);
 	tcase_add_test(tc, test_combine);
+	tcase_add_test(tc, test_unique_keys);
 	suite_add_tcase(s, tc);
 
 	tc = sh_tcase("corrupt");

@@ -1,5 +1,6 @@
 /*
- * Tests for worker/shuffle.c and worker/kvfold.c: map tasks of a stage
+ * Tests for worker/shuffle.c, worker/kvfold.c and worker/kvtable.c: map
+ * tasks of a stage
  * (mode shuffle) write their shuffle files in a directory as emberd
  * would pass it, and the next stage's tasks read them back through a
  * shuffle source, each wide op's reduce side held to what plain code
@@ -17,6 +18,7 @@
 #include "frame.h"
 #include "keyed.h"
 #include "kvfold.h"
+#include "kvtable.h"
 #include "ops.h"
 #include "output.h"
 #include "plan.h"
@@ -131,6 +133,8 @@ wsh_task(int dirfd, const char *planj, int partitions, int partition,
 	char		 path[] = "/tmp/check-wshuffle-out-XXXXXX";
 	char		*err = NULL;
 	int64_t		 metrics[EMBER_METRIC_COUNT];
+	struct stat	 st;
+	size_t		 i;
 	int		 fd, rc;
 
 	memset(o, 0, sizeof *o);
@@ -139,6 +143,12 @@ wsh_task(int dirfd, const char *planj, int partitions, int partition,
 	json_decref(j);
 	plan_set_partitions(plan, partitions);
 	plan->partitions = partitions;
+	/* A text source's files, as emberd would expand them. */
+	for (i = 0; plan->source == PLAN_SOURCE_TEXT && i < plan->nfiles;
+	    i++) {
+		ck_assert_int_eq(stat(plan->files[i].path, &st), 0);
+		plan->files[i].size = st.st_size;
+	}
 	if (opj != NULL)
 		ck_assert_ptr_nonnull(op = json_loads(opj, 0, NULL));
 	memset(&t, 0, sizeof t);
@@ -197,7 +207,8 @@ wsh_dir_remove(const char *path, int fd)
 /*
  * Run an operation of two stages: maps map tasks of a parallelize plan
  * of records with ops (JSON text), writing for op; then parts reduce
- * tasks of a shuffle source with ops2.  The reduce tasks' renderings,
+ * tasks of a shuffle source with ops2 (records: a JSON array, or a
+ * source object).  The reduce tasks' renderings,
  * partition after partition, "|" between.  memory: the writers'.
  */
 static char *
@@ -211,9 +222,14 @@ wsh_run(const char *records, int maps, const char *ops, const char *op,
 
 	dfd = wsh_dir(dir);
 	*error = NULL;
-	ck_assert_int_ne(asprintf(&planj, "{\"source\": {\"parallelize\": "
-	    "{\"records\": %s}}, \"partitions\": %d, \"ops\": [%s]}", records,
-	    maps, ops), -1);
+	if (*records == '{')	/* a source of its own */
+		ck_assert_int_ne(asprintf(&planj, "{\"source\": %s, "
+		    "\"partitions\": %d, \"ops\": [%s]}", records, maps, ops),
+		    -1);
+	else
+		ck_assert_int_ne(asprintf(&planj, "{\"source\": "
+		    "{\"parallelize\": {\"records\": %s}}, \"partitions\": "
+		    "%d, \"ops\": [%s]}", records, maps, ops), -1);
 	for (p = 0; p < maps; p++) {
 		if (wsh_task(dfd, planj, maps, p, MODE_SHUFFLE, 0, parts, op,
 		    memory, &o) == -1) {
@@ -305,6 +321,99 @@ START_TEST(test_wshuffle_reduce_by_key)
 	    "a number");
 	free(error);
 	free(got);
+}
+END_TEST
+
+START_TEST(test_wshuffle_reduce_by_key_lone)
+{
+	/* A map task's lone value reads back on the reduce side as it came:
+	 * 5.0 stays a double, so the sum is a double's (as a fold of the
+	 * two values as they came gives), not the exact int64 9...998. */
+	wsh_expect("[\"d,5.0\", \"d,9007199254740993\"]", 2, WSH_KEY_BY,
+	    "{\"reduce_by_key\": {\"fn\": \"sum\"}}", 1,
+	    "d=9007199254740996");
+	wsh_expect("[\"d,5.0\", \"d,9007199254740993\"]", 1, WSH_KEY_BY,
+	    "{\"reduce_by_key\": {\"fn\": \"sum\"}}", 1,
+	    "d=9007199254740996");
+	/* A lone int64 stays one; -0.0 a double. */
+	wsh_expect("[\"a,-0.0\", \"b,-9223372036854775808\"]", 2,
+	    WSH_KEY_BY, "{\"reduce_by_key\": {\"fn\": \"min\"}}", 1,
+	    "a=-0 b=-9223372036854775808");
+}
+END_TEST
+
+START_TEST(test_wshuffle_reduce_by_key_drained)
+{
+	static char	 recs[128 * 1024], want[16 * 1024];
+	char		*got, *error;
+	size_t		 used = 0, wused = 0;
+	int		 i, k, sum[500];
+
+	/* 3000 values of 500 keys summed in 4 KiB: the map side's table
+	 * is written out many times over, and the writer combines what
+	 * it wrote. */
+	memset(sum, 0, sizeof sum);
+	used += (size_t)snprintf(recs + used, sizeof recs - used, "[");
+	for (i = 0; i < 3000; i++) {
+		k = (i * 7) % 500;
+		sum[k] += i;
+		used += (size_t)snprintf(recs + used, sizeof recs - used,
+		    "%s\"key-with-a-long-name-%03d,%d\"", i > 0 ? ", " : "",
+		    k, i);
+	}
+	snprintf(recs + used, sizeof recs - used, "]");
+	for (k = 0; k < 500; k++)
+		wused += (size_t)snprintf(want + wused, sizeof want - wused,
+		    "%skey-with-a-long-name-%03d=%d", k > 0 ? " " : "", k,
+		    sum[k]);
+	got = wsh_run(recs, 2, WSH_KEY_BY, "{\"reduce_by_key\": {\"fn\": "
+	    "\"sum\"}}", 1, "", 4096, &error);
+	ck_assert_ptr_null(error);
+	ck_assert_str_eq(got, want);
+	free(got);
+}
+END_TEST
+
+START_TEST(test_wshuffle_reduce_by_key_pieces)
+{
+	char	 path[] = "/tmp/check-wshuffle-words-XXXXXX", *src, *got;
+	char	*error;
+	int	 fd;
+	/* Words of 0 to 20 bytes, four times over (past the splitter's
+	 * 64 bytes a step), then a last line without its newline. */
+	static const char text[] = "a bb a  sixteen-bytes-16\n"
+	    "seventeen-bytes17 a\n\nbb 3 -4 a-word-of-twenty-b\n"
+	    "sixteen-bytes-16 3\n";
+	int	 i;
+
+	ck_assert_int_ne(fd = mkstemp(path), -1);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(write(fd, text, sizeof text - 1),
+		    sizeof text - 1);
+	ck_assert_int_eq(write(fd, "a", 1), 1);
+	close(fd);
+	ck_assert_int_ne(asprintf(&src, "{\"text\": {\"paths\": [\"%s\"]}}",
+	    path), -1);
+	/* The text source's blocks reach the table whole: the same counts
+	 * as a record at a time would give. */
+	got = wsh_run(src, 2, "{\"flat_map\": {\"split\": \" \"}}, "
+	    "{\"key_by\": {}}", "{\"reduce_by_key\": {\"fn\": \"count\"}}",
+	    1, "", 1 << 20, &error);
+	ck_assert_ptr_null(error);
+	ck_assert_str_eq(got, "=8 -4=4 3=8 a=13 a-word-of-twenty-b=4 bb=8 "
+	    "seventeen-bytes17=4 sixteen-bytes-16=8");
+	free(got);
+	/* A sum fails on the first word that is not a number. */
+	got = wsh_run(src, 1, "{\"flat_map\": {\"split\": \" \"}}, "
+	    "{\"key_by\": {}}", "{\"reduce_by_key\": {\"fn\": \"sum\"}}",
+	    1, "", 1 << 20, &error);
+	ck_assert_ptr_nonnull(error);
+	ck_assert_str_eq(error, "reduce_by_key: key \"a\": value \"a\" is not "
+	    "a number");
+	free(error);
+	free(got);
+	free(src);
+	unlink(path);
 }
 END_TEST
 
@@ -706,6 +815,106 @@ START_TEST(test_wshuffle_fold)
 }
 END_TEST
 
+/* Drain a table into a string: "key=value" in key order. */
+static int
+wsh_drain_cb(void *arg, const char *key, size_t klen, const char *v,
+    size_t vlen, __attribute__((unused)) char **err)
+{
+	char	**lines = arg, *line;
+	size_t	  n;
+
+	ck_assert_ptr_nonnull(line = malloc(klen + vlen + 2));
+	for (n = 0; n < klen; n++)
+		line[n] = key[n] == '\0' ? '@' : key[n];	/* shown */
+	line[klen] = '=';
+	memcpy(line + klen + 1, v, vlen);
+	line[klen + 1 + vlen] = '\0';
+	for (n = 0; lines[n] != NULL; n++)
+		;
+	ck_assert_uint_lt(n, 15);
+	lines[n] = line;
+	return (0);
+}
+
+/* Compare two strings, for qsort. */
+static int
+wsh_strcmp(const void *a, const void *b)
+{
+	return (strcmp(*(char *const *)a, *(char *const *)b));
+}
+
+/* Drain t; its partials, sorted, joined by spaces. */
+static char *
+wsh_drain(struct kv_table *t)
+{
+	char	*lines[16], *all;
+	size_t	 n, used = 0;
+	char	*err = NULL;
+
+	memset(lines, 0, sizeof lines);
+	ck_assert_int_eq(kv_table_drain(t, wsh_drain_cb, lines, &err), 0);
+	for (n = 0; lines[n] != NULL; n++)
+		;
+	qsort(lines, n, sizeof *lines, wsh_strcmp);
+	ck_assert_ptr_nonnull(all = calloc(1, 1024));
+	for (n = 0; lines[n] != NULL; n++) {
+		used += (size_t)snprintf(all + used, 1024 - used, "%s%s",
+		    n > 0 ? " " : "", lines[n]);
+		free(lines[n]);
+	}
+	return (all);
+}
+
+START_TEST(test_wshuffle_table)
+{
+	const char	*lk = "a key longer than sixteen bytes";
+	struct kv_table	*t;
+	char		*got;
+	int		 i;
+
+	t = kv_table_create(PLAN_KV_SUM);
+	kv_table_add(t, "a", 1, 1, 1, 0);
+	kv_table_add(t, "a", 1, 1, 2, 0);
+	kv_table_add(t, "b", 1, 2, 0, 5.0);	/* lone: still a double */
+	kv_table_add(t, "c", 1, 2, 0, 0.5);
+	kv_table_add(t, "c", 1, 2, 0, 0.5);	/* a fold: kv_fold_end's */
+	kv_table_add(t, "", 0, 1, -3, 0);
+	kv_table_add(t, lk, strlen(lk), 1, 7, 0);
+	kv_table_add(t, lk, strlen(lk), 1, 7, 0);
+	kv_table_add(t, "sixteen bytes!!!", 16, 1, INT64_MAX, 0);
+	kv_table_add(t, "sixteen bytes!!!", 16, 1, 1, 0);
+	/* Keys that differ past the first word, and in length only. */
+	kv_table_add(t, "abcdefgh1", 9, 1, 1, 0);
+	kv_table_add(t, "abcdefgh2", 9, 1, 2, 0);
+	kv_table_add(t, "a\0", 2, 1, 4, 0);
+	ck_assert_uint_gt(kv_table_memory(t), 0);
+	got = wsh_drain(t);
+	ck_assert_str_eq(got, "=-3 a key longer than sixteen bytes=14 a=3 "
+	    "a@=4 abcdefgh1=1 abcdefgh2=2 b=5.0 c=1 sixteen bytes!!!="
+	    "9.223372036854776e+18");
+	free(got);
+	/* Drained, it is empty, and it grows again. */
+	got = wsh_drain(t);
+	ck_assert_str_eq(got, "");
+	free(got);
+	for (i = 0; i < 5000; i++)
+		kv_table_add(t, (const char *)&i, sizeof i, 1, i, 0);
+	for (i = 0; i < 5000; i++)
+		kv_table_add(t, (const char *)&i, sizeof i, 1, i, 0);
+	kv_table_free(t);
+
+	t = kv_table_create(PLAN_KV_MIN);
+	kv_table_add(t, "k", 1, 1, 3, 0);
+	kv_table_add(t, "k", 1, 2, 0, 2.5);
+	kv_table_add(t, "k", 1, 1, 4, 0);
+	kv_table_add(t, "j", 1, 1, -1, 0);
+	got = wsh_drain(t);
+	ck_assert_str_eq(got, "j=-1 k=2.5");
+	free(got);
+	kv_table_free(t);
+}
+END_TEST
+
 Suite *
 wshuffle_suite(void)
 {
@@ -714,12 +923,16 @@ wshuffle_suite(void)
 
 	tc = tcase_create("reduce_by_key's fold");
 	tcase_add_test(tc, test_wshuffle_fold);
+	tcase_add_test(tc, test_wshuffle_table);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("map and reduce sides");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_wshuffle_group_by_key);
 	tcase_add_test(tc, test_wshuffle_reduce_by_key);
+	tcase_add_test(tc, test_wshuffle_reduce_by_key_lone);
+	tcase_add_test(tc, test_wshuffle_reduce_by_key_drained);
+	tcase_add_test(tc, test_wshuffle_reduce_by_key_pieces);
 	tcase_add_test(tc, test_wshuffle_partitions);
 	tcase_add_test(tc, test_wshuffle_distinct);
 	tcase_add_test(tc, test_wshuffle_sort_by);

@@ -335,8 +335,12 @@ def _interrupted_by_ctrl_c(d, body):
             "    print('interrupted', flush=True)\n"
             "    s.close()\n" % (os.path.join(SRCDIR, "python"), d.socket,
                                  body))
+    # SIGINT as a terminal leaves it, whatever started the suite: a
+    # shell that runs it in the background hands SIGINT down ignored.
     p = subprocess.Popen([sys.executable, "-c", code],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                          signal.SIG_DFL))
     try:
         def running():
             with d.client() as c:

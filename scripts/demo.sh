@@ -129,12 +129,15 @@ awk -v s="$start" -v e="$end" 'BEGIN { printf "    (%.2f s)\n", e - s }'
 say "job 4: the same words counted through the shuffle, sorted by word"
 echo "    (key each word, reduce_by_key count in the map tasks and after the"
 echo "     shuffle, then sort_by the word: the first 10 of one sorted stream)"
-run_plan "{\"source\": {\"text\": {\"paths\": [\"$corpus/*\"]}},
+plan="{\"source\": {\"text\": {\"paths\": [\"$corpus/*\"]}},
  \"partitions\": 4,
  \"ops\": [{\"map\": \"lower\"}, {\"flat_map\": {\"split\": \" \"}},
          {\"filter\": {\"regex\": \"^[a-z]{3,}$\"}}, {\"key_by\": {}},
          {\"reduce_by_key\": {\"fn\": \"count\"}},
-         {\"sort_by\": {\"partitions\": 2}}]}" --action collect | head -n 10
+         {\"sort_by\": {\"partitions\": 2}}]}"
+show_plan "$plan"
+printf '%s\n' "$plan" |
+    ./ember --socket "$sock" run --action collect - | head -n 10
 
 say "ember status"
 ./ember --socket "$sock" status

@@ -308,28 +308,38 @@ plan_op_int(json_t *obj, const char *path, const char *key, int required,
 	return (rc);
 }
 
-/* Compile a regex filter's pattern; the error is PCRE2's, with where. */
+/* Compile a pattern of len bytes into *code; the error is PCRE2's, with
+ * where. */
 static int
-plan_op_regex(struct plan_op *op, const char *path, char **err)
+plan_compile_regex(const char *pattern, size_t len, const char *path,
+    void **code, char **err)
 {
 	PCRE2_UCHAR	 message[256];
 	PCRE2_SIZE	 offset;
 	uint32_t	 options = 0;
-	int		 code;
+	int		 error;
 
 #ifdef PCRE2_MATCH_INVALID_UTF
 	/* A pattern that turns UTF-8 on must not fail on a record that is
 	 * not UTF-8: such a record simply does not match. */
 	options |= PCRE2_MATCH_INVALID_UTF;
 #endif
-	op->regex = pcre2_compile((PCRE2_SPTR)op->arg, op->arglen, options,
-	    &code, &offset, NULL);
-	if (op->regex != NULL)
+	*code = pcre2_compile((PCRE2_SPTR)pattern, len, options, &error,
+	    &offset, NULL);
+	if (*code != NULL)
 		return (0);
-	if (pcre2_get_error_message(code, message, sizeof message) < 0)
-		snprintf((char *)message, sizeof message, "error %d", code);
+	if (pcre2_get_error_message(error, message, sizeof message) < 0)
+		snprintf((char *)message, sizeof message, "error %d", error);
 	return (jread_fail(err, path, "%s at offset %zu", (char *)message,
 	    (size_t)offset));
+}
+
+/* Compile a regex filter's pattern. */
+static int
+plan_op_regex(struct plan_op *op, const char *path, char **err)
+{
+	return (plan_compile_regex(op->arg, op->arglen, path, &op->regex,
+	    err));
 }
 
 /* {"filter": {"contains": s} | {"regex": s} | {"in_broadcast": id}} */
@@ -620,27 +630,15 @@ static int	plan_parse_op_at(struct plan_op *, json_t *, const char *,
 static int	plan_parse_in(json_t *, struct plan **, int depth, int stage,
 		    char **err);
 
-/* Compile a key_by pick's pattern. */
+/* Compile a key_by pick's pattern, which must have its group. */
 static int
 plan_pick_regex(struct plan_pick *k, json_t *v, const char *path, char **err)
 {
-	PCRE2_UCHAR	 message[256];
-	PCRE2_SIZE	 offset;
-	uint32_t	 options = 0, groups;
-	int		 code;
+	uint32_t	groups;
 
-#ifdef PCRE2_MATCH_INVALID_UTF
-	options |= PCRE2_MATCH_INVALID_UTF;
-#endif
-	k->regex = pcre2_compile((PCRE2_SPTR)json_string_value(v),
-	    json_string_length(v), options, &code, &offset, NULL);
-	if (k->regex == NULL) {
-		if (pcre2_get_error_message(code, message, sizeof message) < 0)
-			snprintf((char *)message, sizeof message, "error %d",
-			    code);
-		return (jread_fail(err, path, "%s at offset %zu",
-		    (char *)message, (size_t)offset));
-	}
+	if (plan_compile_regex(json_string_value(v), json_string_length(v),
+	    path, &k->regex, err) == -1)
+		return (-1);
 	if (pcre2_pattern_info(k->regex, PCRE2_INFO_CAPTURECOUNT,
 	    &groups) != 0 || (uint32_t)k->group > groups)
 		return (jread_fail(err, path, "group %d: the pattern has %u",

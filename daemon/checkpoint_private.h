@@ -155,6 +155,10 @@ void		 checkpoint_retry_removals(void);
  * same directory asked meanwhile. */
 void		 checkpoint_remove_files(struct checkpoint *);
 /* Clean every uid's directory a base holds. */
+/* Call fn for each uid's directory in base (a directory named by a uid,
+ * not a link), looked at by name alone: its contents are the user's. */
+void		 checkpoint_each_uid(int base, void (*fn)(uid_t, void *),
+		     void *arg);
 void		 checkpoint_clean_base(int base, const char *basepath,
 		     int local, int adopt, int64_t before);
 /* The cleaner: local directories whose checkpoint is gone, and reliable

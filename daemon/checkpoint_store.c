@@ -717,10 +717,8 @@ checkpoint_clean_uid(const char *basepath, uid_t uid, int local, int adopt,
 	    checkpoint_cleaned_cb);
 }
 
-/* Clean every uid's directory a base holds. */
 void
-checkpoint_clean_base(int base, const char *basepath, int local, int adopt,
-    int64_t before)
+checkpoint_each_uid(int base, void (*fn)(uid_t, void *), void *arg)
 {
 	struct dirent	*e;
 	struct stat	 st;
@@ -746,10 +744,33 @@ checkpoint_clean_base(int base, const char *basepath, int local, int adopt,
 		if (fstatat(base, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == -1 ||
 		    !S_ISDIR(st.st_mode))
 			continue;
-		checkpoint_clean_uid(basepath, (uid_t)uid, local, adopt,
-		    before);
+		fn((uid_t)uid, arg);
 	}
 	closedir(d);
+}
+
+struct ckpt_clean {
+	const char	*basepath;
+	int		 local, adopt;
+	int64_t		 before;
+};
+
+static void
+checkpoint_clean_one(uid_t uid, void *arg)
+{
+	const struct ckpt_clean	*c = arg;
+
+	checkpoint_clean_uid(c->basepath, uid, c->local, c->adopt, c->before);
+}
+
+/* Clean every uid's directory a base holds. */
+void
+checkpoint_clean_base(int base, const char *basepath, int local, int adopt,
+    int64_t before)
+{
+	struct ckpt_clean	c = { basepath, local, adopt, before };
+
+	checkpoint_each_uid(base, checkpoint_clean_one, &c);
 }
 
 /* The cleaner: local directories whose checkpoint is gone (its session

@@ -10,7 +10,6 @@
 #include <sys/types.h>
 #include <sys/stat.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -367,7 +366,7 @@ shuffle_cleaned_cb(json_t *reply, int *fds, size_t nfds, const char *class,
 /* Have the user empty one uid's directory: its files are of operations
  * of an earlier run, which no longer exist. */
 static void
-shuffle_clean_uid(uid_t uid)
+shuffle_clean_uid(uid_t uid, __attribute__((unused)) void *arg)
 {
 	const struct userdb_user	*pw = userdb_uid_now(uid);
 	const char			*class;
@@ -400,12 +399,7 @@ shuffle_clean_uid(uid_t uid)
 void
 shuffle_clean_stale(void)
 {
-	struct dirent	*e;
-	struct stat	 st;
-	char		*end, *err = NULL;
-	long		 uid;
-	DIR		*d;
-	int		 fd;
+	char	*err = NULL;
 
 	/* Made by the first operation in stages, not before. */
 	if (shuffle_open_base(0, &err) == -1) {
@@ -414,21 +408,7 @@ shuffle_clean_stale(void)
 		free(err);
 		return;
 	}
-	if ((fd = dup(shuffle_base)) == -1 || (d = fdopendir(fd)) == NULL) {
-		if (fd != -1)
-			close(fd);
-		return;
-	}
-	while ((e = readdir(d)) != NULL) {
-		errno = 0;
-		uid = strtol(e->d_name, &end, 10);
-		if (*end != '\0' || end == e->d_name || uid < 0 || errno != 0)
-			continue;
-		if (fstatat(shuffle_base, e->d_name, &st,
-		    AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
-			shuffle_clean_uid((uid_t)uid);
-	}
-	closedir(d);
+	checkpoint_each_uid(shuffle_base, shuffle_clean_uid, NULL);
 }
 
 void

@@ -115,7 +115,6 @@ struct operation {
 	int			 map_live;
 	int64_t			 shuffle_bytes;	/* charged to the uid */
 	int			 reruns;	/* of map tasks, for lost files */
-	char			*out_op_text;
 	TAILQ_HEAD(, task)	 map_tasks;
 
 	TAILQ_HEAD(, task)	 tasks;		/* live tasks, by partition */

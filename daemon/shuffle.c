@@ -283,11 +283,7 @@ operation_stage_describe(struct operation *op, const struct task *t,
 		d->skip = 0;
 		d->shuffle_stage = t->stage;
 		d->shuffle_buckets = s->buckets;
-		free(op->out_op_text);
-		if ((op->out_op_text = json_dumps(s->out_op,
-		    JSON_COMPACT)) == NULL)
-			fatalx("json_dumps");
-		d->shuffle_op_text = op->out_op_text;
+		d->shuffle_op_text = s->out_op;
 	}
 	d->shuffle_dirfd = shuffle_open_uid(op);
 	d->shuffle_dir_passed = d->shuffle_dirfd != -1;
@@ -346,7 +342,6 @@ operation_stages_free(struct operation *op)
 	stage_free_all(op->stages, op->nstages);
 	op->stages = NULL;
 	op->nstages = 0;
-	free(op->out_op_text);
 }
 
 /* A start's clean of a uid's directory is done, or could not be (the

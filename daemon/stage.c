@@ -4,6 +4,7 @@
 #include <jansson.h>
 
 #include "jread.h"
+#include "log.h"
 #include "plan.h"
 #include "stage.h"
 #include "xmalloc.h"
@@ -57,7 +58,8 @@ stage_close(struct stage_cut *c, struct stage_open *o, const struct plan_op *op,
 	    o->partitions, "ops", o->ops);
 	s->from = o->from;
 	if (out_op != NULL) {
-		s->out_op = json_incref(out_op);
+		if ((s->out_op = json_dumps(out_op, JSON_COMPACT)) == NULL)
+			fatalx("json_dumps");
 		s->buckets = op->type == PLAN_OP_SORT_BY ||
 		    op->type == PLAN_OP_UNION ? 1 : op->out_partitions;
 	}
@@ -154,7 +156,7 @@ stage_free_all(struct stage *v, int n)
 
 	for (i = 0; i < n; i++) {
 		json_decref(v[i].plan);
-		json_decref(v[i].out_op);
+		free(v[i].out_op);
 		free(v[i].name);
 		free(v[i].plan_text);
 	}

@@ -21,7 +21,8 @@ struct stage {
 	json_t		*plan;		/* the stage's plan, for its workers */
 	const struct plan *from;	/* the plan whose source it reads, or
 					   NULL for a shuffle source */
-	json_t		*out_op;	/* map stages: the wide op written for */
+	char		*out_op;	/* map stages: the wide op written for,
+					   as JSON text for the descriptors */
 	int		 buckets;	/* and the buckets of each map file */
 	char		*name;		/* "OPID/sK": the worker's plan key */
 	char		*plan_text;	/* the descriptor's plan members */

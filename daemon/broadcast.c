@@ -47,8 +47,8 @@ static int64_t	broadcast_next_id;
 
 /* A helper took the last reference of a big memfd: nothing to do. */
 static void
-broadcast_released_cb(json_t *reply, int *fds, size_t nfds,
-    const char *class, const char *err, void *arg)
+broadcast_released_cb(const struct hmsg_reply *reply, int *fds,
+    size_t nfds, const char *class, const char *err, void *arg)
 {
 	(void)reply; (void)class; (void)err; (void)arg;
 	while (nfds > 0)
@@ -182,8 +182,8 @@ broadcast_write(struct broadcast *b, const void *data, size_t len,
 
 /* The helper read the passed descriptor into the memfd, or could not. */
 static void
-broadcast_read_done_cb(json_t *reply, int *fds, size_t nfds,
-    const char *hclass, const char *herr, void *arg)
+broadcast_read_done_cb(const struct hmsg_reply *reply, int *fds,
+    size_t nfds, const char *hclass, const char *herr, void *arg)
 {
 	struct broadcast	*b = arg;
 	broadcast_read_cb	 cb = b->read_cb;
@@ -201,11 +201,10 @@ broadcast_read_done_cb(json_t *reply, int *fds, size_t nfds,
 		    herr);
 		goto fail;
 	}
-	if ((error = json_string_value(json_object_get(reply,
-	    "error"))) != NULL) {
+	if ((error = reply->error) != NULL) {
 		/* Over the uid's or everyone's bytes: the limit's own error,
 		 * as for bytes sent in frames. */
-		size = json_integer_value(json_object_get(reply, "over"));
+		size = reply->u.broadcast_read.over;
 		if (size > 0 && size <= ember_conf.daemon_max_broadcast &&
 		    broadcast_charge(b, size, &class, &err) == -1)
 			goto fail;
@@ -218,7 +217,7 @@ broadcast_read_done_cb(json_t *reply, int *fds, size_t nfds,
 		xasprintf(&err, "fd: %s", error);
 		goto fail;
 	}
-	size = json_integer_value(json_object_get(reply, "size"));
+	size = reply->u.broadcast_read.size;
 	/* What the memfd holds is what counts, not what the helper said. */
 	if (fstat(b->fd, &st) == -1 || st.st_size != size || size < 0 ||
 	    size > ember_conf.daemon_max_broadcast) {

@@ -200,8 +200,8 @@ checkpoint_wake(struct checkpoint *c, const char *why)
 
 /* The manifest is written (or not): tell the writing operation. */
 static void
-checkpoint_committed_cb(json_t *reply, int *fds, size_t nfds,
-    const char *class, const char *error, void *arg)
+checkpoint_committed_cb(const struct hmsg_reply *reply, int *fds,
+    size_t nfds, const char *class, const char *error, void *arg)
 {
 	struct checkpoint	*c = arg;
 	struct operation	*op = c->writer;
@@ -291,8 +291,8 @@ checkpoint_write_manifest(struct checkpoint *c, json_t *m, helper_cb cb)
 /* The pending manifest of a lazy reliable checkpoint is written (or not:
  * the checkpoint is served, but would not outlive emberd). */
 static void
-checkpoint_recorded_cb(json_t *reply, int *fds, size_t nfds,
-    const char *class, const char *error, void *arg)
+checkpoint_recorded_cb(const struct hmsg_reply *reply, int *fds,
+    size_t nfds, const char *class, const char *error, void *arg)
 {
 	struct checkpoint	*c = arg;
 
@@ -421,12 +421,11 @@ checkpoint_compute(struct checkpoint *c, struct session *s, char **err)
 /* The plan of an adopted lazy checkpoint came from its manifest (or
  * not): compute it for the reads waiting. */
 static void
-checkpoint_planned_cb(json_t *reply, int *fds, size_t nfds,
-    const char *class, const char *error, void *arg)
+checkpoint_planned_cb(const struct hmsg_reply *reply, int *fds,
+    size_t nfds, const char *class, const char *error, void *arg)
 {
 	struct checkpoint	*c = arg;
 	struct session		*s = c->loader;
-	json_t			*plan, *files;
 	char			*err = NULL;
 
 	(void)class;
@@ -434,12 +433,7 @@ checkpoint_planned_cb(json_t *reply, int *fds, size_t nfds,
 	c->loader = NULL;
 	c->state = CKPT_PENDING;
 	ember_check_drained();
-	if ((error = checkpoint_call_error(reply, fds, nfds, error)) == NULL &&
-	    !json_is_object(plan = json_object_get(reply, "plan")))
-		error = "its manifest holds no plan";
-	files = json_object_get(reply, "files");
-	if (error == NULL && files != NULL && !json_is_array(files))
-		error = "its manifest's files are not an array";
+	error = checkpoint_call_error(reply, fds, nfds, error);
 	if (error == NULL && s == NULL)
 		error = "the session that read it closed";
 	if (error != NULL) {
@@ -449,8 +443,8 @@ checkpoint_planned_cb(json_t *reply, int *fds, size_t nfds,
 		free(err);
 		return;
 	}
-	c->plan = json_incref(plan);
-	c->files = files != NULL ? json_incref(files) : NULL;
+	c->plan = json_incref(reply->u.checkpoint_plan.plan);
+	c->files = json_incref(reply->u.checkpoint_plan.files);
 	if (TAILQ_EMPTY(&c->waiters)) {
 		checkpoint_collect(c);		/* c may be gone */
 		return;

@@ -144,8 +144,8 @@ struct helper	*checkpoint_run(uid_t uid, gid_t gid, int local,
 /* Forget a helper call. */
 void		 checkpoint_call_free(struct ckpt_call *);
 /* A helper's error: the call's, or the verb's ("error" in the reply). */
-const char	*checkpoint_call_error(json_t *reply, int *fds, size_t nfds,
-		     const char *error);
+const char	*checkpoint_call_error(const struct hmsg_reply *reply,
+		     int *fds, size_t nfds, const char *error);
 /* The removals a past run noted and may not have done: to be retried,
  * and neither adopted nor removed by the start-up scan meanwhile. */
 void		 checkpoint_load_removals(void);

@@ -271,15 +271,15 @@ checkpoint_call_free(struct ckpt_call *k)
 
 /* A helper's error: the call's, or the verb's ("error" in the reply). */
 const char *
-checkpoint_call_error(json_t *reply, int *fds, size_t nfds,
-    const char *error)
+checkpoint_call_error(const struct hmsg_reply *reply, int *fds,
+    size_t nfds, const char *error)
 {
 	size_t	i;
 
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);
-	if (reply != NULL && json_is_string(json_object_get(reply, "error")))
-		return (json_string_value(json_object_get(reply, "error")));
+	if (reply != NULL && reply->error != NULL)
+		return (reply->error);
 	return (error);
 }
 
@@ -416,15 +416,15 @@ checkpoint_removed_one(struct ckpt_call *k, const char *error,
 /* A batch's answer: nothing waits for it but the log.  The removals that
  * failed go to the cleaner; the next batch of their directory goes. */
 static void
-checkpoint_removed_cb(json_t *reply, int *fds, size_t nfds,
-    const char *class, const char *error, void *arg)
+checkpoint_removed_cb(const struct hmsg_reply *reply, int *fds,
+    size_t nfds, const char *class, const char *error, void *arg)
 {
 	struct ckpt_call	*lead = arg, *k, *next;
 	json_t			*failed;
 	char			*dir = xstrdup(lead->uid_dir);
 
 	(void)class;
-	failed = reply != NULL ? json_object_get(reply, "failed") : NULL;
+	failed = reply != NULL ? reply->u.checkpoint_remove.failed : NULL;
 	error = checkpoint_call_error(reply, fds, nfds, error);
 	lead->helper = NULL;
 	TAILQ_FOREACH_SAFE(k, &ckpt_calls, entry, next) {
@@ -606,16 +606,14 @@ checkpoint_measured(struct ckpt_call *k, json_t *sizes)
 {
 	struct checkpoint	*c;
 	json_int_t		 bytes;
-	json_t			*v;
 	char			*err = NULL;
 
-	if (!json_is_object(sizes))
-		return;
 	TAILQ_FOREACH(c, &checkpoints, entry) {
+		bytes = -1;
 		if (c->uid != k->uid || c->local != k->local ||
 		    c->state != CKPT_READY ||
-		    !json_is_integer(v = json_object_get(sizes, c->id)) ||
-		    (bytes = json_integer_value(v)) < 0 || bytes == c->bytes)
+		    jread_int(sizes, "sizes", c->id, JREAD_OPTIONAL, &bytes,
+		    &err) == -1 || bytes < 0 || bytes == c->bytes)
 			continue;
 		if (bytes < c->bytes)
 			limit_release(c->uid, LIMIT_CHECKPOINT_BYTES,
@@ -635,10 +633,11 @@ checkpoint_measured(struct ckpt_call *k, json_t *sizes)
 
 /* A clean's answer: what it removed, and what a start's scan adopts. */
 static void
-checkpoint_cleaned_cb(json_t *reply, int *fds, size_t nfds,
-    const char *class, const char *error, void *arg)
+checkpoint_cleaned_cb(const struct hmsg_reply *reply, int *fds,
+    size_t nfds, const char *class, const char *error, void *arg)
 {
 	struct ckpt_call	*k = arg;
+	const struct hmsg_checkpoint_clean *clean;
 	json_t			*m;
 	size_t			 i;
 
@@ -646,25 +645,20 @@ checkpoint_cleaned_cb(json_t *reply, int *fds, size_t nfds,
 	if ((error = checkpoint_call_error(reply, fds, nfds, error)) != NULL)
 		log_warn("%s: cleaning: %s", k->uid_dir, error);
 	else {
-		if (json_integer_value(json_object_get(reply, "removed")) > 0)
+		clean = &reply->u.checkpoint_clean;
+		if (clean->removed > 0)
 			log_info("%s: removed %lld checkpoint(s) left "
-			    "behind", k->uid_dir, (long long)
-			    json_integer_value(json_object_get(reply,
-			    "removed")));
-		json_array_foreach(json_object_get(reply, "checkpoints"), i,
-		    m) {
-			if (k->adopt && json_is_object(m))
+			    "behind", k->uid_dir, (long long)clean->removed);
+		json_array_foreach(clean->checkpoints, i, m) {
+			if (k->adopt)
 				checkpoint_adopt(k->uid, k->gid, k->uid_dir, m);
 		}
-		checkpoint_measured(k, json_object_get(reply, "sizes"));
-		if (json_integer_value(json_object_get(reply, "refused")) > 0 ||
-		    json_integer_value(json_object_get(reply, "more")) > 0)
+		checkpoint_measured(k, clean->sizes);
+		if (clean->refused > 0 || clean->more > 0)
 			log_warn("%s: %lld manifest(s) that do not hold "
 			    "removed, %lld past daemon.max_checkpoints_per_uid "
 			    "kept on disk but not served", k->uid_dir,
-			    (long long)json_integer_value(json_object_get(reply,
-			    "refused")), (long long)json_integer_value(
-			    json_object_get(reply, "more")));
+			    (long long)clean->refused, (long long)clean->more);
 	}
 	checkpoint_call_free(k);
 }

@@ -62,8 +62,8 @@ struct commit {
 static TAILQ_HEAD(, commit) orphans = TAILQ_HEAD_INITIALIZER(orphans);
 static size_t		 norphans;
 
-static void	commit_answer_cb(json_t *, int *, size_t, const char *,
-		    const char *, void *);
+static void	commit_answer_cb(const struct hmsg_reply *, int *, size_t,
+		    const char *, const char *, void *);
 
 /* Make a commit. */
 struct commit *
@@ -224,34 +224,23 @@ commit_ask_finish(struct commit *c, const char **class, char **err)
 
 /* Read a step's answer: 0, or -1 with *class and *msg. */
 static int
-commit_read_answer(struct commit *c, json_t *reply, const char *hclass,
-    const char *herr, const char **class, const char **msg)
+commit_read_answer(struct commit *c, const struct hmsg_reply *reply,
+    const char *hclass, const char *herr, const char **class,
+    const char **msg)
 {
-	const char	*error;
-	json_t		*ids;
-
 	if (hclass != NULL) {
 		*class = hclass;
 		*msg = herr;
 		return (-1);
 	}
-	if ((error = json_string_value(json_object_get(reply,
-	    "error"))) != NULL) {
+	if (reply->error != NULL) {
 		*class = c->state == COMMIT_BEGINNING ? "ACTION_INVALID" :
 		    "SAVE_FAILED";
-		*msg = error;
+		*msg = reply->error;
 		return (-1);
 	}
-	if (c->state != COMMIT_BEGINNING)
-		return (0);
-	if (!json_is_object(ids = json_object_get(reply, "ids"))) {
-		log_warn("operation %s: save_begin answered no ids",
-		    c->operation);
-		*class = "INTERNAL";
-		*msg = "save_begin answered nonsense";
-		return (-1);
-	}
-	c->ids = json_incref(ids);
+	if (c->state == COMMIT_BEGINNING)
+		c->ids = json_incref(reply->u.save_begin.ids);
 	return (0);
 }
 
@@ -294,8 +283,8 @@ commit_finish_again(struct commit *c, const char *msg)
 
 /* A helper answered a step, or could not. */
 static void
-commit_answer_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
-    const char *herr, void *arg)
+commit_answer_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
+    const char *hclass, const char *herr, void *arg)
 {
 	struct commit	*c = arg;
 	const char	*class = NULL, *msg = NULL;

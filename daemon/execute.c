@@ -260,29 +260,26 @@ operation_take_checked(struct plan *plan, void *arg)
  * the plan (INTERNAL).
  */
 static int
-operation_take_check(struct operation *op, json_t *reply, const char **class,
-    char **err)
+operation_take_check(struct operation *op, const struct hmsg_reply *reply,
+    const char **class, char **err)
 {
+	const struct hmsg_plan_check	*check = &reply->u.plan_check;
 	struct operation_checked	 k;
-	const char			*error;
-	json_t				*files;
 	char				*e = NULL;
 
-	if ((error = json_string_value(json_object_get(reply,
-	    "error"))) != NULL)
+	if (reply->error != NULL)
 		return (request_refuse(class, err, "PLAN_INVALID", "%s",
-		    error));
-	files = json_object_get(reply, "files");
+		    reply->error));
 	if (op->plan->source == PLAN_SOURCE_TEXT &&
-	    plan_files_from_json(op->plan, files, &e) == -1) {
+	    plan_files_from_json(op->plan, check->files, &e) == -1) {
 		log_error("operation %s: plan_check reply: %s", op->id, e);
 		free(e);
 		return (request_refuse(class, err, "INTERNAL", "plan: its "
 		    "check answered files that do not fit it"));
 	}
 	k.top = op->plan;
-	k.nested = json_object_get(reply, "nested");
-	k.udfs = json_object_get(reply, "udfs");
+	k.nested = check->nested;
+	k.udfs = check->udfs;
 	k.nested_next = k.udfs_next = 0;
 	k.bad = 0;
 	plan_walk(op->plan, operation_take_checked, &k);
@@ -551,8 +548,8 @@ operation_launch(struct operation *op, struct connection *c,
  * refusal, or the operation starts on it.
  */
 static void
-operation_checked_cb(json_t *reply, int *fds, size_t nfds, const char *hclass,
-    const char *herr, void *arg)
+operation_checked_cb(const struct hmsg_reply *reply, int *fds,
+    size_t nfds, const char *hclass, const char *herr, void *arg)
 {
 	struct operation	*op = arg;
 	struct session		*s = op->planned_for;

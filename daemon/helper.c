@@ -432,7 +432,8 @@ helper_answered(struct helper *h)
 static void
 helper_answer(struct helper *h, size_t len)
 {
-	json_t		*msg, *reply;
+	struct hmsg_reply reply;
+	json_t		*msg;
 	helper_cb	 cb = h->cb;
 	void		*arg = h->arg;
 	const char	*error;
@@ -461,7 +462,7 @@ helper_answer(struct helper *h, size_t len)
 	h->cb = NULL;
 	helper_close(h);
 	helper_answered(h);
-	cb(reply, fds, nfds, NULL, NULL, arg);
+	cb(&reply, fds, nfds, NULL, NULL, arg);
 	json_decref(msg);
 }
 

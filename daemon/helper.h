@@ -20,6 +20,8 @@
 
 #include <jansson.h>
 
+#include "hmsg.h"
+
 struct fslink;
 struct helper;
 
@@ -29,7 +31,8 @@ struct helper;
 /*
  * The answer, exactly once per helper_run that returned a handle, unless
  * the handle was cancelled first.  On success class is NULL, reply is
- * the verb's reply object (borrowed: incref what you keep) and fds[nfds]
+ * the verb's reply, read and checked (its json_t members borrowed: incref
+ * what you keep; reply->error the verb's own failure) and fds[nfds]
  * the descriptors it handed out, which the callback now owns.  On failure
  * reply is NULL, nfds 0, and class and error say why: LIMIT_EXCEEDED for
  * daemon.helper_timeout, HELPER_FAILED for a helper that could not be
@@ -38,8 +41,9 @@ struct helper;
  * one that answered nonsense (logged).  The handle is gone when it is
  * called.
  */
-typedef void	(*helper_cb)(json_t *reply, int *fds, size_t nfds,
-		    const char *class, const char *error, void *arg);
+typedef void	(*helper_cb)(const struct hmsg_reply *reply, int *fds,
+		    size_t nfds, const char *class, const char *error,
+		    void *arg);
 
 /*
  * Run verb with args (borrowed) as the user whose jobs client uid:gid's

@@ -301,13 +301,15 @@ operation_stage_plan(const struct operation *op, const struct task *t,
  * error names the directory).  Nothing is allocated for the call: a
  * helper still queued at exit is dropped with nothing to free. */
 static void
-operation_stages_removed_cb(json_t *reply, int *fds, size_t nfds,
-    const char *class, const char *error, void *arg)
+operation_stages_removed_cb(const struct hmsg_reply *reply, int *fds,
+    size_t nfds, const char *class, const char *error, void *arg)
 {
-	(void)reply; (void)arg;
+	(void)arg;
 	while (nfds > 0)
 		close(fds[--nfds]);
-	if (class != NULL)
+	if (class == NULL && reply->error != NULL)
+		error = reply->error;
+	if (error != NULL)
 		log_warn("shuffle: removing an operation's files: %s", error);
 }
 
@@ -347,13 +349,15 @@ operation_stages_free(struct operation *op)
 /* A start's clean of a uid's directory is done, or could not be (the
  * error names it). */
 static void
-shuffle_cleaned_cb(json_t *reply, int *fds, size_t nfds, const char *class,
-    const char *error, void *arg)
+shuffle_cleaned_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
+    const char *class, const char *error, void *arg)
 {
-	(void)reply; (void)arg;
+	(void)arg;
 	while (nfds > 0)
 		close(fds[--nfds]);
-	if (class != NULL)
+	if (class == NULL && reply->error != NULL)
+		error = reply->error;
+	if (error != NULL)
 		log_warn("shuffle: removing what an earlier run left: %s",
 		    error);
 }

@@ -38,7 +38,7 @@ static json_t	*helper_release(json_t *, const int *, size_t, int *,
 
 /* What a helper can be asked to do: common/hmsg.h's table of verbs. */
 static const helper_verb_fn helper_verbs[HMSG_NVERBS] = {
-#define HELPER_VERB(id, name, fn, keys)	[HMSG_##id] = fn,
+#define HELPER_VERB(id, name, fn, rd)	[HMSG_##id] = fn,
 	HMSG_VERBS(HELPER_VERB)
 #undef HELPER_VERB
 };

@@ -18,6 +18,7 @@
 #include "hmsg.h"
 #include "protocol.h"
 #include "suites.h"
+#include "xmalloc.h"
 
 /* Send a request frame with nfds descriptors, run the helper on the other
  * end, and return its reply (the descriptors it passed in fds). */
@@ -147,22 +148,37 @@ START_TEST(test_helper_no_request)
 }
 END_TEST
 
+/* Decode reply text to a request of verb into *r: NULL, or the error
+ * (allocated).  *r's json_t members point into *msg. */
+static char *
+hmsg_reply_read(const char *text, enum hmsg_verb verb, json_t **msg,
+    struct hmsg_reply *r)
+{
+	const char	*refused;
+	char		*err = NULL;
+
+	if (hmsg_reply_decode(text, strlen(text), verb, msg, r, &refused,
+	    &err) == 0) {
+		ck_assert_ptr_null(err);
+		return (NULL);
+	}
+	ck_assert_ptr_nonnull(err);
+	return (err);
+}
+
 /* Decode reply text to a request of verb: 0 or -1, as hmsg_reply_decode. */
 static int
 hmsg_reply(const char *text, enum hmsg_verb verb, const char **error)
 {
-	json_t	*msg, *reply;
-	char	*err = NULL;
-	int	 rc;
+	struct hmsg_reply	 r;
+	json_t			*msg;
+	char			*err;
 
-	rc = hmsg_reply_decode(text, strlen(text), verb, &msg, &reply, error,
-	    &err);
-	if (rc == -1)
-		ck_assert_ptr_nonnull(err);
+	err = hmsg_reply_read(text, verb, &msg, &r);
 	free(err);
 	json_decref(msg);
 	*error = NULL;		/* it pointed into msg */
-	return (rc);
+	return (err == NULL ? 0 : -1);
 }
 
 START_TEST(test_hmsg_envelopes)
@@ -216,6 +232,180 @@ START_TEST(test_hmsg_envelopes)
 }
 END_TEST
 
+/* A hostile helper's replies, each refused with the field it got wrong. */
+static const struct {
+	enum hmsg_verb	 verb;
+	const char	*reply;
+	const char	*err;
+} hmsg_hostile[] = {
+	{ HMSG_PLAN_CHECK, "{}", "reply.udfs: missing" },
+	{ HMSG_PLAN_CHECK, "{\"udfs\":\"x\"}",
+	    "reply.udfs: expected an array" },
+	{ HMSG_PLAN_CHECK, "{\"udfs\":[1]}",
+	    "reply.udfs[0]: expected an object" },
+	{ HMSG_PLAN_CHECK, "{\"udfs\":[{\"deterministic\":1}]}",
+	    "reply.udfs[0].deterministic: expected true or false" },
+	{ HMSG_PLAN_CHECK, "{\"udfs\":[{\"deterministic\":true,\"x\":1}]}",
+	    "reply.udfs[0].x: unknown field" },
+	{ HMSG_PLAN_CHECK, "{\"udfs\":[],\"files\":[{\"path\":\"a\","
+	    "\"size\":-1}]}", "reply.files[0].size: must be 0 or more" },
+	{ HMSG_PLAN_CHECK, "{\"udfs\":[],\"files\":[{\"path\":7,"
+	    "\"size\":1}]}", "reply.files[0].path: expected a string" },
+	{ HMSG_PLAN_CHECK, "{\"udfs\":[],\"files\":{}}",
+	    "reply.files: expected an array" },
+	{ HMSG_PLAN_CHECK, "{\"udfs\":[],\"nested\":[1]}",
+	    "reply.nested[0]: expected an array or null" },
+	{ HMSG_PLAN_CHECK, "{\"udfs\":[],\"nested\":[[{\"path\":\"a\"}]]}",
+	    "reply.nested[0][0].size: missing" },
+	{ HMSG_PLAN_CHECK, "{\"udfs\":[],\"plan\":{}}",
+	    "reply.plan: unknown field" },
+	{ HMSG_SAVE_BEGIN, "{}", "reply.ids: missing" },
+	{ HMSG_SAVE_BEGIN, "{\"ids\":[]}", "reply.ids: expected an object" },
+	{ HMSG_SAVE_BEGIN, "{\"ids\":{\"target_dev\":\"1\",\"target_ino\":1,"
+	    "\"task_dev\":1,\"task_ino\":1}}",
+	    "reply.ids.target_dev: expected an integer" },
+	{ HMSG_SAVE_BEGIN, "{\"ids\":{\"target_dev\":1,\"target_ino\":1,"
+	    "\"task_dev\":1}}", "reply.ids.task_ino: missing" },
+	{ HMSG_SAVE_BEGIN, "{\"ids\":{\"target_dev\":1,\"target_ino\":1,"
+	    "\"task_dev\":1,\"task_ino\":1,\"path\":\"/etc\"}}",
+	    "reply.ids.path: unknown field" },
+	{ HMSG_BROADCAST_READ, "{}", "reply.size: missing" },
+	{ HMSG_BROADCAST_READ, "{\"size\":\"3\"}",
+	    "reply.size: expected an integer" },
+	{ HMSG_BROADCAST_READ, "{\"size\":-1}",
+	    "reply.size: must be 0 or more" },
+	{ HMSG_BROADCAST_READ, "{\"size\":1.5}",
+	    "reply.size: expected an integer" },
+	{ HMSG_BROADCAST_READ, "{\"error\":\"x\",\"over\":\"9\"}",
+	    "reply.over: expected an integer" },
+	{ HMSG_BROADCAST_READ, "{\"error\":\"x\",\"over\":-9}",
+	    "reply.over: must be 0 or more" },
+	{ HMSG_RELEASE, "{\"size\":3}", "reply.size: unknown field" },
+	{ HMSG_RELEASE, "{\"error\":1}", "reply.error: expected a string" },
+	{ HMSG_SAVE_COMMIT, "{\"error\":null}",
+	    "reply.error: expected a string" },
+	{ HMSG_CHECKPOINT_REMOVE, "{\"error\":\"x\",\"failed\":\"a\"}",
+	    "reply.failed: expected an array" },
+	{ HMSG_CHECKPOINT_REMOVE, "{\"error\":\"x\",\"failed\":[\"a\",1]}",
+	    "reply.failed[1]: expected a string" },
+	{ HMSG_CHECKPOINT_CLEAN, "{\"removed\":0,\"checkpoints\":[],"
+	    "\"sizes\":{},\"refused\":0}", "reply.more: missing" },
+	{ HMSG_CHECKPOINT_CLEAN, "{\"removed\":-1,\"checkpoints\":[],"
+	    "\"sizes\":{},\"refused\":0,\"more\":0}",
+	    "reply.removed: must be 0 or more" },
+	{ HMSG_CHECKPOINT_CLEAN, "{\"removed\":0,\"checkpoints\":{},"
+	    "\"sizes\":{},\"refused\":0,\"more\":0}",
+	    "reply.checkpoints: expected an array" },
+	{ HMSG_CHECKPOINT_CLEAN, "{\"removed\":0,\"checkpoints\":[{\"id\":"
+	    "\"c\",\"partitions\":1,\"records\":0,\"bytes\":0,\"owner\":0}],"
+	    "\"sizes\":{},\"refused\":0,\"more\":0}",
+	    "reply.checkpoints[0].owner: unknown field" },
+	{ HMSG_CHECKPOINT_CLEAN, "{\"removed\":0,\"checkpoints\":[{\"id\":"
+	    "\"c\",\"partitions\":\"1\",\"records\":0,\"bytes\":0}],"
+	    "\"sizes\":{},\"refused\":0,\"more\":0}",
+	    "reply.checkpoints[0].partitions: expected an integer" },
+	{ HMSG_CHECKPOINT_CLEAN, "{\"removed\":0,\"checkpoints\":[],"
+	    "\"sizes\":{\"c\":\"9\"},\"refused\":0,\"more\":0}",
+	    "reply.sizes.c: expected an integer" },
+	{ HMSG_CHECKPOINT_CLEAN, "{\"removed\":0,\"checkpoints\":[],"
+	    "\"sizes\":{\"c\":-9},\"refused\":0,\"more\":0}",
+	    "reply.sizes.c: must be 0 or more" },
+	{ HMSG_CHECKPOINT_PLAN, "{}", "reply.plan: missing" },
+	{ HMSG_CHECKPOINT_PLAN, "{\"plan\":[]}",
+	    "reply.plan: expected an object" },
+	{ HMSG_CHECKPOINT_PLAN, "{\"plan\":{},\"files\":[[]]}",
+	    "reply.files[0]: expected an object" },
+};
+
+START_TEST(test_hmsg_hostile_replies)
+{
+	struct hmsg_reply	 r;
+	json_t			*msg;
+	char			*err, *text;
+
+	xasprintf(&text, "{\"ok\":true,\"reply\":%s}",
+	    hmsg_hostile[_i].reply);
+	err = hmsg_reply_read(text, hmsg_hostile[_i].verb, &msg, &r);
+	ck_assert_msg(err != NULL, "%s: %s accepted",
+	    hmsg_verb_name(hmsg_hostile[_i].verb), hmsg_hostile[_i].reply);
+	ck_assert_str_eq(err, hmsg_hostile[_i].err);
+	free(err);
+	free(text);
+	json_decref(msg);
+}
+END_TEST
+
+/* Each verb's reply read into its struct, typed. */
+START_TEST(test_hmsg_typed_replies)
+{
+	struct hmsg_reply	 r;
+	json_t			*msg;
+
+	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{\"files\":"
+	    "[{\"path\":\"/a\",\"size\":3}],\"udfs\":[{\"deterministic\":"
+	    "true}],\"nested\":[null,[]]}}", HMSG_PLAN_CHECK, &msg, &r));
+	ck_assert_int_eq(r.verb, HMSG_PLAN_CHECK);
+	ck_assert_ptr_null(r.error);
+	ck_assert_int_eq(json_array_size(r.u.plan_check.files), 1);
+	ck_assert_int_eq(json_array_size(r.u.plan_check.udfs), 1);
+	ck_assert_int_eq(json_array_size(r.u.plan_check.nested), 2);
+	json_decref(msg);
+
+	/* A verb's own failure needs none of its fields. */
+	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{\"error\":"
+	    "\"plan.source: no\"}}", HMSG_PLAN_CHECK, &msg, &r));
+	ck_assert_str_eq(r.error, "plan.source: no");
+	ck_assert_ptr_null(r.u.plan_check.udfs);
+	json_decref(msg);
+
+	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{\"ids\":"
+	    "{\"target_dev\":1,\"target_ino\":2,\"task_dev\":3,\"task_ino\":"
+	    "4}}}", HMSG_SAVE_BEGIN, &msg, &r));
+	ck_assert_int_eq(json_object_size(r.u.save_begin.ids), 4);
+	json_decref(msg);
+
+	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{\"size\":"
+	    "3}}", HMSG_BROADCAST_READ, &msg, &r));
+	ck_assert_int_eq(r.u.broadcast_read.size, 3);
+	ck_assert_int_eq(r.u.broadcast_read.over, 0);
+	json_decref(msg);
+	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{\"error\":"
+	    "\"big\",\"over\":9}}", HMSG_BROADCAST_READ, &msg, &r));
+	ck_assert_str_eq(r.error, "big");
+	ck_assert_int_eq(r.u.broadcast_read.over, 9);
+	json_decref(msg);
+
+	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{\"error\":"
+	    "\"busy\",\"failed\":[\"c\"]}}", HMSG_CHECKPOINT_REMOVE, &msg,
+	    &r));
+	ck_assert_str_eq(json_string_value(json_array_get(
+	    r.u.checkpoint_remove.failed, 0)), "c");
+	json_decref(msg);
+
+	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{\"removed\":"
+	    "2,\"checkpoints\":[{\"id\":\"c\",\"partitions\":1,\"records\":0,"
+	    "\"bytes\":5,\"eager\":true,\"pending\":false}],\"sizes\":{\"d\":"
+	    "7},\"refused\":1,\"more\":0}}", HMSG_CHECKPOINT_CLEAN, &msg, &r));
+	ck_assert_int_eq(r.u.checkpoint_clean.removed, 2);
+	ck_assert_int_eq(r.u.checkpoint_clean.refused, 1);
+	ck_assert_int_eq(json_array_size(r.u.checkpoint_clean.checkpoints), 1);
+	ck_assert_int_eq(json_integer_value(json_object_get(
+	    r.u.checkpoint_clean.sizes, "d")), 7);
+	json_decref(msg);
+
+	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{\"plan\":"
+	    "{\"source\":{}},\"files\":[]}}", HMSG_CHECKPOINT_PLAN, &msg, &r));
+	ck_assert(json_is_object(r.u.checkpoint_plan.plan));
+	ck_assert_int_eq(json_array_size(r.u.checkpoint_plan.files), 0);
+	json_decref(msg);
+
+	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{}}",
+	    HMSG_CHECKPOINT_COMMIT, &msg, &r));
+	ck_assert_ptr_null(r.error);
+	json_decref(msg);
+}
+END_TEST
+
 Suite *
 helper_suite(void)
 {
@@ -230,6 +420,9 @@ helper_suite(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("messages");
 	tcase_add_test(tc, test_hmsg_envelopes);
+	tcase_add_loop_test(tc, test_hmsg_hostile_replies, 0,
+	    sizeof hmsg_hostile / sizeof hmsg_hostile[0]);
+	tcase_add_test(tc, test_hmsg_typed_replies);
 	suite_add_tcase(s, tc);
 	return (s);
 }

@@ -250,7 +250,7 @@ operation_fill(struct operation *op)
 	}
 	while (op->next_start < op->npartitions &&
 	    op->live < operation_window(op)) {
-		t = task_create(op, op->next_start++,
+		t = task_create(op, &operation_task_ops, op->next_start++,
 		    !ACTION_STREAMS(op->action));
 		if (op->nstages > 0)
 			t->stage = op->nstages - 1;
@@ -863,3 +863,100 @@ operation_status(uid_t uid)
 	}
 	return (a);
 }
+
+/* What a worker asks about a task, answered by the task's operation. */
+static const char *
+operation_task_operation_id(const struct task *t)
+{
+	return (operation_id(t->op));
+}
+
+static const char *
+operation_task_session_id(const struct task *t)
+{
+	return (operation_session_id(t->op));
+}
+
+static uid_t
+operation_task_uid(const struct task *t)
+{
+	return (operation_uid(t->op));
+}
+
+static gid_t
+operation_task_gid(const struct task *t)
+{
+	return (operation_gid(t->op));
+}
+
+static int
+operation_task_pipeline_depth(const struct task *t)
+{
+	return (operation_pipeline_depth(t->op));
+}
+
+static void
+operation_task_describe(const struct task *t, struct taskdesc *d)
+{
+	operation_describe_task(t->op, t, d);
+}
+
+static const char *
+operation_task_plan_of(const struct task *t, uint64_t *key)
+{
+	return (operation_task_plan(t->op, t, key));
+}
+
+static struct broadcast *const *
+operation_task_broadcasts(const struct task *t, size_t *n)
+{
+	return (operation_broadcasts(t->op, n));
+}
+
+static int
+operation_task_accepts_batch(struct task *t)
+{
+	return (operation_accepts_batch(t->op, t));
+}
+
+static int
+operation_task_relay_batch(struct task *t, struct evbuffer *in,
+    size_t bytes, int32_t records, char **err)
+{
+	return (operation_relay_batch(t->op, t, in, bytes, records, err));
+}
+
+static int
+operation_task_check_metrics(const struct task *t)
+{
+	return (operation_check_metrics(t->op, t));
+}
+
+static enum stall_action
+operation_task_stalled_cb(struct task *t, char **err)
+{
+	return (operation_task_stalled(t->op, t, err));
+}
+
+static int
+operation_task_client_stalled(const struct task *t, uint64_t now)
+{
+	return (operation_client_stalled(t->op, now));
+}
+
+const struct task_ops operation_task_ops = {
+	.operation_id = operation_task_operation_id,
+	.session_id = operation_task_session_id,
+	.uid = operation_task_uid,
+	.gid = operation_task_gid,
+	.plan_key = operation_plan_key,
+	.pipeline_depth = operation_task_pipeline_depth,
+	.describe = operation_task_describe,
+	.plan = operation_task_plan_of,
+	.broadcasts = operation_task_broadcasts,
+	.accepts_batch = operation_task_accepts_batch,
+	.relay_batch = operation_task_relay_batch,
+	.check_metrics = operation_task_check_metrics,
+	.stalled = operation_task_stalled_cb,
+	.client_stalled = operation_task_client_stalled,
+};

@@ -72,7 +72,8 @@ json_t		*operation_status(uid_t);
  * [2] complete (as status names them). */
 void		 operation_count_states(uint64_t counts[3]);
 
-/* What a worker needs to run a task of op. */
+/* Who op is, for the modules that meet it (the scheduler, the pools and
+ * the workers ask a task's ops instead: task.h). */
 uint64_t	 operation_serial(const struct operation *);
 const char	*operation_id(const struct operation *);
 int		 operation_partitions(const struct operation *);
@@ -80,49 +81,10 @@ int		 operation_partitions(const struct operation *);
 uid_t		 operation_uid(const struct operation *);
 const char	*operation_session_id(const struct operation *);
 gid_t		 operation_gid(const struct operation *);
-/* Tasks of op one worker may hold at once (1: no pipelining). */
-int		 operation_pipeline_depth(const struct operation *);
-/* The plan and its resolved files as JSON text, for task descriptors. */
-/* The plan members of a task's descriptor, and the key a worker that has
- * them already knows them by (its operation and stage). */
-const char	*operation_task_plan(const struct operation *,
-		     const struct task *, uint64_t *key);
-uint64_t	 operation_plan_key(const struct task *);
-/* Fill in the descriptor of one attempt of t but its broadcasts and plan
- * (a save task's attempt gets a number of its own). */
-void		 operation_describe_task(struct operation *,
-		     const struct task *, struct taskdesc *);
-/* The broadcasts the operation's tasks use. */
-struct broadcast *const *operation_broadcasts(const struct operation *,
-		     size_t *);
-
-/* Called by the worker as its output for a task arrives: whether the
- * operation takes a batch now, and the batch (relayed or merged; -1 if
- * the operation expects none). */
-int		 operation_accepts_batch(struct operation *, struct task *);
-/* 0; -1 if the task should send none; -2 if it must stop, *err saying
- * why (a spool over its limit). */
-int		 operation_relay_batch(struct operation *, struct task *,
-		     struct evbuffer *, size_t bytes, int32_t records,
-		     char **err);
-/* A task's client took none of its output for stream.stall_timeout: what
- * to do with its worker.  STALL_FAIL sets *err. */
-enum stall_action {
-	STALL_SPOOL,		/* relay on into t->spool */
-	STALL_PARK,		/* stop it: it is computed again later */
-	STALL_FAIL,		/* neither can be */
-};
-enum stall_action operation_task_stalled(struct operation *, struct task *,
-		     char **err);
 /* May t, whose worker was lost, run again?  Not past
  * workers.task_retries, not if op's plan is not deterministic, nor once a
  * partial result of it was merged. */
 int		 operation_may_retry(const struct operation *,
-		     const struct task *);
-/* Has op's client taken nothing for stream.stall_timeout? */
-int		 operation_client_stalled(struct operation *, uint64_t now);
-/* Are the task's metrics possible?  -1 makes its worker corrupt. */
-int		 operation_check_metrics(const struct operation *,
 		     const struct task *);
 /* The checkpoint op reads is computed (why NULL), or could not be. */
 void		 operation_checkpoint_ready(struct operation *,

@@ -15,6 +15,7 @@
 #include "operation.h"
 #include "queue.h"
 #include "result.h"
+#include "task.h"
 #include "taskdesc.h"
 
 struct connection;
@@ -124,6 +125,38 @@ TAILQ_HEAD(operation_list, operation);
 /* Every started operation, in start order, and how many. */
 extern struct operation_list	 operations;
 extern size_t			 noperations;
+
+/* What the workers of op's tasks ask of it (operation_task_ops). */
+extern const struct task_ops operation_task_ops;
+/* The key a worker that has t's plan already knows it by. */
+uint64_t	 operation_plan_key(const struct task *);
+/* Tasks of op one worker may hold at once (1: no pipelining). */
+int		 operation_pipeline_depth(const struct operation *);
+/* The plan members of a task's descriptor, and the key a worker that has
+ * them already knows them by (its operation and stage). */
+const char	*operation_task_plan(const struct operation *,
+		     const struct task *, uint64_t *key);
+/* Fill in the descriptor of one attempt of t but its broadcasts and plan
+ * (a save task's attempt gets a number of its own). */
+void		 operation_describe_task(struct operation *,
+		     const struct task *, struct taskdesc *);
+/* The broadcasts the operation's tasks use. */
+struct broadcast *const *operation_broadcasts(const struct operation *,
+		     size_t *);
+/* As a task's output arrives: whether the operation takes a batch now,
+ * and the batch (task_ops.relay_batch). */
+int		 operation_accepts_batch(struct operation *, struct task *);
+int		 operation_relay_batch(struct operation *, struct task *,
+		     struct evbuffer *, size_t bytes, int32_t records,
+		     char **err);
+/* A task's client took none of its output for stream.stall_timeout. */
+enum stall_action operation_task_stalled(struct operation *, struct task *,
+		     char **err);
+/* Has op's client taken nothing for stream.stall_timeout? */
+int		 operation_client_stalled(struct operation *, uint64_t now);
+/* Are the task's metrics possible?  -1 makes its worker corrupt. */
+int		 operation_check_metrics(const struct operation *,
+		     const struct task *);
 
 /* operation.c: an operation's life. */
 /* Find uid's operation id: ids are the uid's own. */

@@ -10,7 +10,6 @@
 #include "emberd.h"
 #include "fslink.h"
 #include "log.h"
-#include "operation.h"
 #include "pool.h"
 #include "scheduler.h"
 #include "service.h"
@@ -178,7 +177,7 @@ pool_shutdown(void)
 struct pool *
 pool_of_task(const struct task *t)
 {
-	return (pool_of_client(operation_uid(t->op), operation_gid(t->op)));
+	return (pool_of_client(t->ops->uid(t), t->ops->gid(t)));
 }
 
 /* The pool for client uid:gid: its own when emberd is root, else the one. */
@@ -221,7 +220,7 @@ pool_take_worker(struct pool *p, const struct task *t, int behind)
 {
 	struct worker	*w;
 
-	if ((w = worker_take_idle(p, operation_plan_key(t))) != NULL)
+	if ((w = worker_take_idle(p, t->ops->plan_key(t))) != NULL)
 		return (w);
 	/*
 	 * Tasks whose output is for emberd can queue behind one another, once

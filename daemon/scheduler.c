@@ -4,7 +4,6 @@
 
 #include "emberd.h"
 #include "log.h"
-#include "operation.h"
 #include "pool.h"
 #include "scheduler.h"
 #include "task.h"
@@ -75,7 +74,7 @@ scheduler_get_flow(struct task *t)
 {
 	struct sched_user	*u;
 	struct sched_flow	*f;
-	uid_t			 uid = operation_uid(t->op);
+	uid_t			 uid = t->ops->uid(t);
 
 	if ((u = scheduler_find_user(uid)) == NULL) {
 		u = xcalloc(1, sizeof *u);

@@ -143,7 +143,7 @@ operation_stage_fill(struct operation *op)
 		return;
 	while (op->stage_next < s->partitions &&
 	    op->map_live < 2 * ember_workers_max()) {
-		t = task_create(op, op->stage_next++, 1);
+		t = task_create(op, &operation_task_ops, op->stage_next++, 1);
 		t->stage = op->stage;
 		TAILQ_INSERT_TAIL(&op->map_tasks, t, op_entry);
 		op->map_live++;
@@ -212,7 +212,7 @@ operation_input_lost(struct operation *op, struct task *t, const char *cause)
 	    "task %d of stage %d again", op->id, t->stage, t->partition,
 	    cause, map, stage);
 	op->reruns++;
-	m = task_create(op, map, 1);
+	m = task_create(op, &operation_task_ops, map, 1);
 	m->stage = stage;
 	m->rerun = 1;
 	TAILQ_INSERT_TAIL(&op->map_tasks, m, op_entry);

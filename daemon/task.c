@@ -31,12 +31,14 @@ task_state_name(enum task_state state)
 
 /* Make a task for a partition of op. */
 struct task *
-task_create(struct operation *op, int partition, int reply_mode)
+task_create(struct operation *op, const struct task_ops *ops, int partition,
+    int reply_mode)
 {
 	struct task	*t;
 
 	t = xcalloc(1, sizeof *t);
 	t->op = op;
+	t->ops = ops;
 	t->partition = partition;
 	t->reply_mode = reply_mode;
 	t->state = TASK_NEW;

@@ -24,7 +24,9 @@
  *
  * The operation, the scheduler and the worker link tasks into their lists
  * (op_entry, queue_entry) and read the fields; only task.c writes state,
- * worker and error.
+ * worker and error.  What the scheduler, a pool or a worker needs of the
+ * operation that made a task it asks through the task's ops: below the
+ * operation, modules know tasks, never operations.
  */
 #ifndef EMBER_TASK_H
 #define EMBER_TASK_H
@@ -36,10 +38,60 @@
 #include "protocol.h"
 #include "queue.h"
 
+struct broadcast;
+struct evbuffer;
 struct operation;
 struct sched_flow;
 struct spool;
+struct task;
+struct taskdesc;
 struct worker;
+
+/* What a worker does with a task whose client took none of its output
+ * for stream.stall_timeout (task_ops.stalled). */
+enum stall_action {
+	STALL_SPOOL,		/* relay on into t->spool */
+	STALL_PARK,		/* stop it: it is computed again later */
+	STALL_FAIL,		/* neither can be */
+};
+
+/* What the scheduler, a pool and a worker ask about a task, of whoever
+ * made it (its operation, which hands this table to task_create). */
+struct task_ops {
+	/* The ids of its operation and of that one's session (logs,
+	 * status), and the client that owns it: its uid and gid. */
+	const char	*(*operation_id)(const struct task *);
+	const char	*(*session_id)(const struct task *);
+	uid_t		 (*uid)(const struct task *);
+	gid_t		 (*gid)(const struct task *);
+	/* The key a worker that has its plan already knows it by. */
+	uint64_t	 (*plan_key)(const struct task *);
+	/* Tasks of its operation one worker may hold at once (1: no
+	 * pipelining). */
+	int		 (*pipeline_depth)(const struct task *);
+	/* Its descriptor but broadcasts and plan (a save task's attempt
+	 * gets a number of its own). */
+	void		 (*describe)(const struct task *, struct taskdesc *);
+	/* The plan members of its descriptor, and the key a worker that
+	 * has them already knows them by. */
+	const char	*(*plan)(const struct task *, uint64_t *key);
+	/* The broadcasts its operation's tasks use. */
+	struct broadcast *const *(*broadcasts)(const struct task *,
+			     size_t *);
+	/* Whether its output is taken now; then a batch of it (relayed or
+	 * merged): 0; -1 if the task should send none; -2 if it must
+	 * stop, *err saying why (a spool over its limit). */
+	int		 (*accepts_batch)(struct task *);
+	int		 (*relay_batch)(struct task *, struct evbuffer *,
+			     size_t bytes, int32_t records, char **err);
+	/* Are its metrics possible?  -1 makes its worker corrupt. */
+	int		 (*check_metrics)(const struct task *);
+	/* Its client took none of its output for stream.stall_timeout:
+	 * what to do with its worker.  STALL_FAIL sets *err. */
+	enum stall_action (*stalled)(struct task *, char **err);
+	/* Has its client taken nothing for stream.stall_timeout? */
+	int		 (*client_stalled)(const struct task *, uint64_t now);
+};
 
 enum task_state {
 	TASK_NEW,		/* made, not queued yet */
@@ -52,6 +104,7 @@ enum task_state {
 
 struct task {
 	struct operation	*op;
+	const struct task_ops	*ops;		/* op's, for its worker */
 	int			 partition;
 	int			 stage;		/* its operation's stage */
 	int			 reply_mode;	/* its output is for emberd, not
@@ -80,7 +133,9 @@ struct task {
 	TAILQ_ENTRY(task)	 queue_entry;	/* run queue, or the worker's */
 };
 
-struct task	*task_create(struct operation *, int partition, int reply_mode);
+/* Make a task for a partition of op, whose worker asks ops. */
+struct task	*task_create(struct operation *, const struct task_ops *,
+		     int partition, int reply_mode);
 /* Stop a task wherever it is (out of the run queue, or its worker
  * killed) and free it. */
 void		 task_free(struct task *);

@@ -16,7 +16,6 @@
 #include "fslink.h"
 #include "frame.h"
 #include "log.h"
-#include "operation.h"
 #include "pool.h"
 #include "protocol.h"
 #include "scheduler.h"
@@ -154,8 +153,8 @@ worker_log_context(const struct worker *w, struct log_context *c)
 	struct task	*t = TAILQ_FIRST(&w->tasks);
 
 	if (t != NULL)
-		log_context_fill(c, operation_session_id(t->op),
-		    operation_id(t->op), t->partition, (long)w->pid);
+		log_context_fill(c, t->ops->session_id(t),
+		    t->ops->operation_id(t), t->partition, (long)w->pid);
 	else
 		log_context_fill(c, NULL, NULL, -1, (long)w->pid);
 	return (log_set_context(c));
@@ -436,7 +435,7 @@ worker_batch(struct worker *w, struct task *t, struct evbuffer *in,
 	const char	*bad;
 	char		*err = NULL;
 
-	if (!operation_accepts_batch(t->op, t)) {
+	if (!t->ops->accepts_batch(t)) {
 		/* Its client is not reading: stream.stall_timeout counts. */
 		if (w->blocked_ms == 0)
 			w->blocked_ms = ember_now_ms();
@@ -448,8 +447,8 @@ worker_batch(struct worker *w, struct task *t, struct evbuffer *in,
 		return (WORKER_STOPPED);
 	}
 	evbuffer_drain(in, WMSG_BATCH_SIZE);
-	switch (operation_relay_batch(t->op, t, in, (size_t)m->length,
-	    m->records, &err)) {
+	switch (t->ops->relay_batch(t, in, (size_t)m->length, m->records,
+	    &err)) {
 	case -1:
 		worker_corrupt(w, "records the task should not send");
 		return (WORKER_STOPPED);
@@ -557,7 +556,7 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 	case EMBER_TIMING_DATA:
 		return (worker_timing(w, t, in, &m));
 	case EMBER_END_OF_STREAM:
-		if (operation_check_metrics(t->op, t) == -1) {
+		if (t->ops->check_metrics(t) == -1) {
 			worker_corrupt(w, "metrics out of range");
 			return (WORKER_STOPPED);
 		}
@@ -800,7 +799,7 @@ worker_take_behind(const struct task *t)
 
 	TAILQ_FOREACH(w, &workers, entry) {
 		if (w->state != WORKER_BUSY ||
-		    w->ntasks >= operation_pipeline_depth(t->op) ||
+		    w->ntasks >= t->ops->pipeline_depth(t) ||
 		    !ember_conf.workers_reuse || (w->max_tasks > 0 &&
 		    w->tasks_run + (uint64_t)w->ntasks >= w->max_tasks))
 			continue;
@@ -838,7 +837,7 @@ worker_broadcast_diff(struct worker *w, const struct task *t,
 	struct taskdesc_broadcast	*d;
 	size_t				 nuse, i, j, kept, n = 0;
 
-	use = operation_broadcasts(t->op, &nuse);
+	use = t->ops->broadcasts(t, &nuse);
 	*out = NULL;
 	if (nuse == 0 && w->nheld == 0)
 		return (0);
@@ -890,9 +889,9 @@ worker_assign(struct worker *w, struct task *t)
 	const char			*plan = NULL;
 	uint64_t			 key;
 
-	operation_describe_task(t->op, t, &d);
+	t->ops->describe(t, &d);
 	nb = worker_broadcast_diff(w, t, &b);
-	plan = operation_task_plan(t->op, t, &key);
+	plan = t->ops->plan(t, &key);
 	if (w->plan_serial == key)
 		plan = NULL;	/* it has them */
 	w->plan_serial = key;
@@ -1067,7 +1066,7 @@ worker_stall(struct worker *w)
 	char		*err = NULL;
 
 	w->blocked_ms = 0;
-	switch (operation_task_stalled(t->op, t, &err)) {
+	switch (t->ops->stalled(t, &err)) {
 	case STALL_SPOOL:
 		worker_kick(w);
 		break;
@@ -1088,6 +1087,7 @@ worker_stall(struct worker *w)
 static void
 worker_check(struct worker *w, uint64_t now)
 {
+	struct task	*t = TAILQ_FIRST(&w->tasks);
 	uint64_t	rss;
 	char		why[192];
 	int		n;
@@ -1097,7 +1097,7 @@ worker_check(struct worker *w, uint64_t now)
 	/* (The client's idle time is looked at on every check while the
 	 * worker is blocked, so that both times run together.) */
 	if (ember_conf.stream_stall_timeout > 0 && w->blocked_ms != 0 &&
-	    operation_client_stalled(TAILQ_FIRST(&w->tasks)->op, now) &&
+	    t->ops->client_stalled(t, now) &&
 	    now - w->blocked_ms >= (uint64_t)ember_conf.stream_stall_timeout) {
 		worker_stall(w);
 		return;
@@ -1211,7 +1211,7 @@ worker_count_busy(uid_t uid)
 		if (w->state != WORKER_BUSY)
 			continue;
 		if ((t = TAILQ_FIRST(&w->tasks)) != NULL ?
-		    operation_uid(t->op) == uid :
+		    t->ops->uid(t) == uid :
 		    w->stopping && pool_client(w->pool) == uid)
 			n++;
 	}
@@ -1240,7 +1240,7 @@ worker_status(const struct worker *w, uint64_t now)
 		json_object_set_new(o, "stopping", json_true());
 	if ((t = TAILQ_FIRST(&w->tasks)) != NULL)
 		json_object_set_new(o, "task", json_pack("{s:s,s:i,s:I}",
-		    "operation", operation_id(t->op), "partition",
+		    "operation", t->ops->operation_id(t), "partition",
 		    t->partition, "age_ms", (json_int_t)(now - w->task_ms)));
 	return (o);
 }
@@ -1256,7 +1256,7 @@ worker_visible(const struct worker *w, uid_t uid)
 	const struct task	*t = TAILQ_FIRST(&w->tasks);
 
 	return (uid == 0 || pool_client(w->pool) == uid ||
-	    (t != NULL && operation_uid(t->op) == uid));
+	    (t != NULL && t->ops->uid(t) == uid));
 }
 
 void

@@ -59,7 +59,7 @@ void		 worker_count_pool(const struct pool *, int *all, int *idle);
 void		 worker_retire(struct worker *, enum retire_cause);
 
 /* An idle worker of p that can take a task now, preferring one that has
- * the plan whose key (operation_plan_key) is key; dead ones found are
+ * the plan whose key (task_ops.plan_key) is key; dead ones found are
  * retired.  NULL if
  * none. */
 struct worker	*worker_take_idle(struct pool *, uint64_t key);

@@ -150,5 +150,33 @@ def test_readme_names_every_man_page(_):
         check("%s(%s)" % (name, section) in readme,
               "README.md does not name %s(%s)" % (name, section))
 
+
+def includes(path):
+    """The project headers a source file includes."""
+    with open(os.path.join(SRCDIR, path), encoding="utf-8") as f:
+        return set(re.findall(r'^#include "([\w.]+)"', f.read(), re.M))
+
+
+# docs/design.md, "Modules": ownership points one way.  The operation
+# (operation.c and the files split from it) makes tasks and hands them
+# down; the modules below know tasks (task.h, and a task's ops), never
+# operations; a worker's report goes up through task.c alone.
+BELOW_THE_OPERATION = ["daemon/scheduler.c", "daemon/pool.c",
+                       "daemon/worker.c", "daemon/spool.c",
+                       "daemon/retry.c", "daemon/channel.c",
+                       "daemon/fslink.c", "daemon/helper.c",
+                       "daemon/cgroup.c", "daemon/limit.c"]
+
+
+@no_daemon
+def test_ownership_points_one_way(_):
+    """No module below the operation includes operation.h or its private
+    header: what the scheduler, a pool or a worker needs of a task's
+    operation it asks through the task's ops."""
+    for path in BELOW_THE_OPERATION:
+        up = includes(path) & {"operation.h", "operation_private.h"}
+        check(not up, "%s includes %s" % (path, ", ".join(sorted(up))))
+
+
 if __name__ == "__main__":
     run_tests(globals())

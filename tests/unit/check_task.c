@@ -133,7 +133,7 @@ task_setup(void)
 
 START_TEST(test_task_finish)
 {
-	struct task	*t = task_create(FAKE_OP, 3, 1);
+	struct task	*t = task_create(FAKE_OP, NULL, 3, 1);
 
 	ck_assert_int_eq(t->state, TASK_NEW);
 	ck_assert_int_eq(t->partition, 3);
@@ -166,7 +166,7 @@ END_TEST
 
 START_TEST(test_task_requeue)
 {
-	struct task	*t = task_create(FAKE_OP, 0, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 0, 0);
 
 	task_queue(t);
 	task_assign(t, FAKE_WORKER);
@@ -187,8 +187,8 @@ END_TEST
 
 START_TEST(test_task_fail)
 {
-	struct task	*t = task_create(FAKE_OP, 4, 0);
-	struct task	*u = task_create(FAKE_OP, 5, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 4, 0);
+	struct task	*u = task_create(FAKE_OP, NULL, 5, 0);
 
 	task_queue(t);
 	task_assign(t, FAKE_WORKER);
@@ -218,7 +218,7 @@ END_TEST
  * relayed is skipped when it runs again. */
 START_TEST(test_task_input_lost)
 {
-	struct task	*t = task_create(FAKE_OP, 2, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 2, 0);
 
 	task_queue(t);
 	task_assign(t, FAKE_WORKER);
@@ -239,8 +239,8 @@ END_TEST
 
 START_TEST(test_task_free_queued)
 {
-	struct task	*t = task_create(FAKE_OP, 0, 0);
-	struct task	*n = task_create(FAKE_OP, 1, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 0, 0);
+	struct task	*n = task_create(FAKE_OP, NULL, 1, 0);
 
 	task_queue(t);
 	task_free(t);
@@ -255,7 +255,7 @@ END_TEST
  * each run before. */
 START_TEST(test_task_park)
 {
-	struct task	*t = task_create(FAKE_OP, 2, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 2, 0);
 
 	t->skip = 5;		/* a recompute after a reattach */
 	task_queue(t);
@@ -270,7 +270,7 @@ START_TEST(test_task_park)
 	ck_assert_ptr_null(stub_removed);
 	ck_assert_ptr_null(stub_cancelled);
 
-	t = task_create(FAKE_OP, 2, 0);
+	t = task_create(FAKE_OP, NULL, 2, 0);
 	task_queue(t);
 	task_assign(t, FAKE_WORKER);
 	t->records = 7;
@@ -287,7 +287,7 @@ END_TEST
 
 START_TEST(test_task_park_queued)
 {
-	struct task	*t = task_create(FAKE_OP, 0, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 0, 0);
 
 	task_queue(t);
 	task_park(t);
@@ -308,7 +308,7 @@ END_TEST
 /* Transitions from the wrong state are bugs: emberd exits. */
 START_TEST(test_task_finish_queued)
 {
-	struct task	*t = task_create(FAKE_OP, 0, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 0, 0);
 
 	task_queue(t);
 	task_finish(t);
@@ -317,13 +317,13 @@ END_TEST
 
 START_TEST(test_task_assign_new)
 {
-	task_assign(task_create(FAKE_OP, 0, 0), FAKE_WORKER);
+	task_assign(task_create(FAKE_OP, NULL, 0, 0), FAKE_WORKER);
 }
 END_TEST
 
 START_TEST(test_task_queue_twice)
 {
-	struct task	*t = task_create(FAKE_OP, 0, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 0, 0);
 
 	task_queue(t);
 	task_queue(t);
@@ -332,7 +332,7 @@ END_TEST
 
 START_TEST(test_task_fail_done)
 {
-	struct task	*t = task_create(FAKE_OP, 0, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 0, 0);
 
 	task_queue(t);
 	task_assign(t, FAKE_WORKER);
@@ -345,7 +345,7 @@ END_TEST
  * relayed; one it may not is failed. */
 START_TEST(test_task_lose)
 {
-	struct task	*t = task_create(FAKE_OP, 2, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 2, 0);
 
 	task_queue(t);
 	task_assign(t, FAKE_WORKER);
@@ -376,7 +376,7 @@ END_TEST
 
 START_TEST(test_task_lose_queued)
 {
-	struct task	*t = task_create(FAKE_OP, 0, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 0, 0);
 
 	task_queue(t);
 	stub_may_retry = 1;
@@ -386,7 +386,7 @@ END_TEST
 
 START_TEST(test_task_requeue_queued)
 {
-	struct task	*t = task_create(FAKE_OP, 0, 0);
+	struct task	*t = task_create(FAKE_OP, NULL, 0, 0);
 
 	task_queue(t);
 	task_requeue(t);

@@ -103,7 +103,7 @@ static int	ember_reconnect(struct ember *);
 static void	ember_release_consumed(struct ember *);
 
 /* Set the error to class and a formatted message. */
-static void
+static void __attribute__((format(printf, 3, 0)))
 ember_vfail(struct ember *e, const char *class, const char *fmt, va_list ap)
 {
 	char	*msg;

@@ -187,7 +187,7 @@ log_escape(const char *s, char *out)
 	*out = '\0';
 }
 
-static void
+static void __attribute__((format(printf, 2, 0)))
 log_vwrite(enum log_level level, const char *fmt, va_list ap, const char *suffix)
 {
 	static const int syslog_prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };

@@ -196,7 +196,7 @@ connection_output_cb(struct evbuffer *out, const struct evbuffer_cb_info *info,
 }
 
 /* Write an error reply, its message made from fmt and ap. */
-static void
+static void __attribute__((format(printf, 3, 0)))
 connection_reply_verror(struct connection *c, const char *class,
     const char *fmt, va_list ap)
 {

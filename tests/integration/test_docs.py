@@ -178,5 +178,87 @@ def test_ownership_points_one_way(_):
         check(not up, "%s includes %s" % (path, ", ".join(sorted(up))))
 
 
+
+SOURCE_DIRS = ["daemon", "worker", "common", "client"]
+
+
+def layout_blocks():
+    """HACKING's layout: {"daemon": its paragraph's text, ...}."""
+    with open(os.path.join(SRCDIR, "HACKING"), encoding="utf-8") as f:
+        text = f.read()
+    text = text[text.index("\nLayout\n"):text.index("\nCode style\n")]
+    blocks, name = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^\t(\w+)/\t", line)
+        if m:
+            name = m.group(1)
+            blocks[name] = ""
+        elif not line.startswith("\t"):
+            name = None
+        if name is not None:
+            blocks[name] += line + "\n"
+    return blocks
+
+
+def built(path):
+    """Is path made by the build (Makefile.am's BUILT_SOURCES)?"""
+    with open(os.path.join(SRCDIR, "Makefile.am"), encoding="utf-8") as f:
+        return re.search(r"^BUILT_SOURCES \+?= %s$" % re.escape(path),
+                         f.read(), re.M) is not None
+
+
+@no_daemon
+def test_hacking_lists_every_source_file(_):
+    """HACKING's layout names every file of the source directories, in
+    its directory's paragraph: each .c, each header with no .c of its
+    own, and what is built into them (a page, a script, a symbol list);
+    a module's header goes with its .c."""
+    blocks = layout_blocks()
+    missing = []
+    for d in SOURCE_DIRS:
+        check(d in blocks, "HACKING's layout has no %s/" % d)
+        names = sorted(os.listdir(os.path.join(SRCDIR, d)))
+        for name in names:
+            path = "%s/%s" % (d, name)
+            if not re.search(r"\.(c|h|py|html|syms|pc\.in)$", name) or \
+                    built(path):
+                continue
+            if name.endswith(".h") and name[:-2] + ".c" in names:
+                continue
+            if not re.search(r"(?<![\w.])%s(?!\w)" % re.escape(name),
+                             blocks[d]):
+                missing.append(path)
+    check(not missing, "not in HACKING's layout: %s" % ", ".join(missing))
+
+
+
+@no_daemon
+def test_design_lists_every_task_state(_):
+    """docs/design.md's row for task.c names every state of task.h's
+    enum task_state, and every row of design.md sits in a table (a
+    header and its |---| line above it, no blank line between)."""
+    with open(os.path.join(SRCDIR, "daemon", "task.h"),
+              encoding="utf-8") as f:
+        states = re.findall(r"^\tTASK_(\w+),", f.read(), re.M)
+    check(len(states) >= 6, "task states parsed: %r" % states)
+    with open(os.path.join(SRCDIR, "docs", "design.md"),
+              encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    row = [l for l in lines if l.startswith("| `task.c` |")]
+    check_eq(len(row), 1, "design.md rows for task.c")
+    for state in states:
+        check(re.search(r"\b%s\b" % state.lower(), row[0]),
+              "design.md's task.c row lacks %s" % state.lower())
+    for i, line in enumerate(lines):
+        if not line.startswith("|"):
+            continue
+        top = i
+        while top > 0 and lines[top - 1].startswith("|"):
+            top -= 1
+        check(top + 1 < len(lines) and
+              re.match(r"^\|(\s*:?-+:?\s*\|)+$", lines[top + 1]),
+              "design.md line %d: a row outside a table" % (i + 1))
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -10,13 +10,13 @@
 
 #include <uuid/uuid.h>
 
-#include "connection.h"
 #include "emberd.h"
 #include "jread.h"
 #include "limit.h"
 #include "log.h"
 #include "operation.h"
 #include "plan.h"
+#include "request.h"
 #include "session.h"
 #include "xmalloc.h"
 
@@ -523,8 +523,8 @@ checkpoint_drop(struct checkpoint *c)
 }
 
 void
-checkpoint_drop_request(struct connection *conn, struct session *s,
-    json_t *req)
+checkpoint_drop_request(struct session *s, json_t *req,
+    struct request_answer *a)
 {
 	static const char *const keys[] = { "op", "checkpoint", NULL };
 	struct checkpoint	*c;
@@ -534,23 +534,23 @@ checkpoint_drop_request(struct connection *conn, struct session *s,
 	if (jread_only(req, "", keys, &err) == -1 ||
 	    jread_string(req, "", "checkpoint", JREAD_REQUIRED, &id,
 	    &err) == -1) {
-		connection_reply_error(conn, "REQUEST_INVALID",
+		request_answer_error(a, "REQUEST_INVALID",
 		    "checkpoint_drop: %s", err);
 		free(err);
 		return;
 	}
 	if (!plan_is_uuid(id)) {
-		connection_reply_error(conn, "REQUEST_INVALID",
+		request_answer_error(a, "REQUEST_INVALID",
 		    "checkpoint_drop: checkpoint: \"%s\" is not a UUID", id);
 		return;
 	}
 	if ((c = checkpoint_find(session_uid(s), id)) == NULL) {
-		connection_reply_error(conn, "CHECKPOINT_NOT_FOUND",
+		request_answer_error(a, "CHECKPOINT_NOT_FOUND",
 		    "no checkpoint %s", id);
 		return;
 	}
 	checkpoint_drop(c);
-	connection_reply_ok(conn, NULL);
+	request_answer_ok(a, NULL);
 }
 
 void

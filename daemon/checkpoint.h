@@ -82,9 +82,10 @@ int		 checkpoint_wait(struct checkpoint *, struct operation *,
 		     struct session *, char **err);
 void		 checkpoint_unwait(struct checkpoint *, struct operation *);
 
-/* checkpoint_drop {checkpoint}. */
-void		 checkpoint_drop_request(struct connection *, struct session *,
-		     json_t *request);
+/* checkpoint_drop {checkpoint}: what to answer, in *a. */
+struct request_answer;
+void		 checkpoint_drop_request(struct session *, json_t *request,
+		     struct request_answer *a);
 /* Draining with no operation left: the local checkpoints go (they die
  * with emberd), by their users' helpers while those can still run; how
  * many checkpoint steps still run, which emberd waits for within

@@ -561,28 +561,62 @@ connection_status(struct connection *c, json_t *req)
 	connection_reply_ok(c, status_build(c->uid));
 }
 
+/* Answer a request with what its handler came to. */
+static void
+connection_answer(struct connection *c, struct request_answer *a)
+{
+	switch (a->kind) {
+	case REQUEST_ANSWER_OK:
+		connection_reply_ok(c, a->fields);
+		break;
+	case REQUEST_ANSWER_ERROR:
+		connection_reply_error(c, a->class, "%s", a->message);
+		free(a->message);
+		break;
+	case REQUEST_ANSWER_STREAM:
+		connection_reply_ok(c, a->fields);
+		connection_stream_begin(c, a->op);
+		operation_stream_resume(a->op);
+		break;
+	case REQUEST_ANSWER_LATER:
+		break;
+	}
+}
+
 static void
 connection_reattach(struct connection *c, json_t *req)
 {
-	operation_reattach(c, c->session, req);
+	struct request_answer	a;
+
+	operation_reattach(c, c->session, req, &a);
+	connection_answer(c, &a);
 }
 
 static void
 connection_release(struct connection *c, json_t *req)
 {
-	operation_release(c, c->session, req);
+	struct request_answer	a;
+
+	operation_release(c, c->session, req, &a);
+	connection_answer(c, &a);
 }
 
 static void
 connection_interrupt(struct connection *c, json_t *req)
 {
-	operation_interrupt(c, c->session, req);
+	struct request_answer	a;
+
+	operation_interrupt(c->session, req, c->pid, &a);
+	connection_answer(c, &a);
 }
 
 static void
 connection_checkpoint_drop(struct connection *c, json_t *req)
 {
-	checkpoint_drop_request(c, c->session, req);
+	struct request_answer	a;
+
+	checkpoint_drop_request(c->session, req, &a);
+	connection_answer(c, &a);
 }
 
 static void

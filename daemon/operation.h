@@ -41,13 +41,21 @@ void		 operation_detach(struct operation *);
 void		 operation_confirm(struct operation *);
 void		 operation_forget_connection(struct operation *);
 
-/* reattach, release and interrupt, from any connection of the session. */
-void		 operation_reattach(struct connection *, struct session *,
-		     json_t *request);
-void		 operation_release(struct connection *, struct session *,
-		     json_t *request);
-void		 operation_interrupt(struct connection *, struct session *,
-		     json_t *request);
+/*
+ * reattach, release and interrupt, from connection c (pid) of session s:
+ * what to answer, in *a, which c answers with.  A reattach to a stream
+ * answers REQUEST_ANSWER_STREAM: c sends the reply, begins the stream,
+ * then calls operation_stream_resume; one to a reply action answers
+ * later (REQUEST_ANSWER_LATER), when its reply is there.
+ */
+struct request_answer;
+void		 operation_reattach(struct connection *c, struct session *s,
+		     json_t *request, struct request_answer *a);
+void		 operation_stream_resume(struct operation *);
+void		 operation_release(struct connection *c, struct session *s,
+		     json_t *request, struct request_answer *a);
+void		 operation_interrupt(struct session *s, json_t *request,
+		     pid_t pid, struct request_answer *a);
 
 /* The maintenance timer: the reaper of detached operations, and session
  * expiry.  Started with emberd, stopped at exit. */

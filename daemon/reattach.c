@@ -139,13 +139,13 @@ operation_detach(struct operation *op)
 
 /*
  * Find the operation a reattach, release or interrupt names: uid's own,
- * in session s.  NULL after an error reply: OPERATION_NOT_FOUND (also to
+ * in session s.  NULL with *a the answer: OPERATION_NOT_FOUND (also to
  * another uid), the tombstone's class for one that is gone, or
  * SESSION_MISMATCH.  With gone_ok, a tombstone answers ok instead.
  */
 static struct operation *
-operation_lookup(struct connection *c, struct session *s, json_t *req,
-    const char *what, const char *const *keys, int gone_ok)
+operation_lookup(struct session *s, json_t *req, const char *what,
+    const char *const *keys, int gone_ok, struct request_answer *a)
 {
 	struct operation	*op;
 	struct tombstone	*ts;
@@ -155,24 +155,24 @@ operation_lookup(struct connection *c, struct session *s, json_t *req,
 	if (jread_only(req, "", keys, &err) == -1 ||
 	    jread_string(req, "", "operation", JREAD_REQUIRED, &id,
 	    &err) == -1) {
-		connection_reply_error(c, "REQUEST_INVALID", "%s: %s", what,
+		request_answer_error(a, "REQUEST_INVALID", "%s: %s", what,
 		    err);
 		free(err);
 		return (NULL);
 	}
 	if ((op = operation_find(session_uid(s), id)) == NULL) {
 		if ((ts = operation_find_tombstone(session_uid(s), id)) == NULL)
-			connection_reply_error(c, "OPERATION_NOT_FOUND",
+			request_answer_error(a, "OPERATION_NOT_FOUND",
 			    "%s: no operation %s", what, id);
 		else if (gone_ok)
-			connection_reply_ok(c, NULL);
+			request_answer_ok(a, NULL);
 		else
-			connection_reply_error(c, ts->class, "%s: %s", what,
+			request_answer_error(a, ts->class, "%s: %s", what,
 			    ts->message);
 		return (NULL);
 	}
 	if (op->session != s) {
-		connection_reply_error(c, "SESSION_MISMATCH", "%s: operation "
+		request_answer_error(a, "SESSION_MISMATCH", "%s: operation "
 		    "%s belongs to another session of this user (hello with "
 		    "session %s first)", what, id, session_id(op->session));
 		return (NULL);
@@ -180,10 +180,10 @@ operation_lookup(struct connection *c, struct session *s, json_t *req,
 	return (op);
 }
 
-/* Read a request's position; -1 after an error reply. */
+/* Read a request's position; -1 with *a the answer. */
 static int
-operation_read_position(struct connection *c, json_t *req, const char *what,
-    int required, struct position *pos)
+operation_read_position(json_t *req, const char *what, int required,
+    struct position *pos, struct request_answer *a)
 {
 	json_int_t	 partition = 0, offset = 0;
 	char		*err;
@@ -191,7 +191,7 @@ operation_read_position(struct connection *c, json_t *req, const char *what,
 	if (jread_int(req, "", "partition", required, &partition,
 	    &err) == -1 ||
 	    jread_int(req, "", "offset", required, &offset, &err) == -1) {
-		connection_reply_error(c, "REQUEST_INVALID", "%s: %s", what,
+		request_answer_error(a, "REQUEST_INVALID", "%s: %s", what,
 		    err);
 		free(err);
 		return (-1);
@@ -202,12 +202,12 @@ operation_read_position(struct connection *c, json_t *req, const char *what,
 }
 
 /*
- * Check a stream position for op; -1 after an error reply.  One that left
+ * Check a stream position for op; -1 with *a the answer.  One that left
  * the buffer is recomputed when the plan allows (*rewind), else refused.
  */
 static int
-operation_check_position(struct connection *c, struct operation *op,
-    const char *what, const struct position *pos, int *rewind)
+operation_check_position(struct operation *op, const char *what,
+    const struct position *pos, int *rewind, struct request_answer *a)
 {
 	char	why[256];
 
@@ -223,15 +223,13 @@ operation_check_position(struct connection *c, struct operation *op,
 		}
 		if (rewind == NULL)
 			return (0);
-		connection_reply_error(c, "POSITION_NOT_AVAILABLE", "%s: "
-		    "operation %s: %s, and its plan cannot be computed again "
-		    "(it has a pipe, or a udf not marked deterministic)", what,
-		    op->id, why);
-		return (-1);
+		return (request_answer_error(a, "POSITION_NOT_AVAILABLE",
+		    "%s: operation %s: %s, and its plan cannot be computed "
+		    "again (it has a pipe, or a udf not marked deterministic)",
+		    what, op->id, why));
 	default:
-		connection_reply_error(c, "POSITION_INVALID", "%s: operation "
-		    "%s: %s", what, op->id, why);
-		return (-1);
+		return (request_answer_error(a, "POSITION_INVALID", "%s: "
+		    "operation %s: %s", what, op->id, why));
 	}
 }
 
@@ -280,7 +278,8 @@ operation_reattach_reply(struct connection *c, struct operation *op)
 }
 
 void
-operation_reattach(struct connection *c, struct session *s, json_t *req)
+operation_reattach(struct connection *c, struct session *s, json_t *req,
+    struct request_answer *a)
 {
 	static const char *const keys[] = { "op", "operation", "partition",
 	    "offset", NULL };
@@ -288,25 +287,25 @@ operation_reattach(struct connection *c, struct session *s, json_t *req)
 	struct position		 pos;
 	int			 rewind = 0;
 
-	if ((op = operation_lookup(c, s, req, "reattach", keys, 0)) == NULL)
+	if ((op = operation_lookup(s, req, "reattach", keys, 0, a)) == NULL)
 		return;
 	if (!op->reattachable) {
-		connection_reply_error(c, "OPERATION_NOT_REATTACHABLE",
+		request_answer_error(a, "OPERATION_NOT_REATTACHABLE",
 		    "reattach: operation %s was executed with "
 		    "options.reattachable false", op->id);
 		return;
 	}
-	if (operation_read_position(c, req, "reattach",
-	    ACTION_STREAMS(op->action), &pos) == -1)
+	if (operation_read_position(req, "reattach",
+	    ACTION_STREAMS(op->action), &pos, a) == -1)
 		return;
-	if (ACTION_STREAMS(op->action) && operation_check_position(c, op,
-	    "reattach", &pos, &rewind) == -1)
+	if (ACTION_STREAMS(op->action) && operation_check_position(op,
+	    "reattach", &pos, &rewind, a) == -1)
 		return;
 	if (op->conn != NULL) {
 		/* Its detach may trim the buffer: check the position again. */
 		operation_take(op);
-		if (ACTION_STREAMS(op->action) && operation_check_position(c,
-		    op, "reattach", &pos, &rewind) == -1)
+		if (ACTION_STREAMS(op->action) && operation_check_position(op,
+		    "reattach", &pos, &rewind, a) == -1)
 			return;
 	}
 	if (op->completed_on != NULL) {
@@ -317,6 +316,8 @@ operation_reattach(struct connection *c, struct session *s, json_t *req)
 	    "offset %lld", op->id, (long)connection_pid(c),
 	    (long long)pos.partition, (long long)pos.offset);
 	if (!ACTION_STREAMS(op->action)) {
+		memset(a, 0, sizeof *a);
+		a->kind = REQUEST_ANSWER_LATER;
 		operation_reattach_reply(c, op);
 		return;
 	}
@@ -329,16 +330,23 @@ operation_reattach(struct connection *c, struct session *s, json_t *req)
 	op->requested = op->action == ACTION_COLLECT;
 	op->attached_ms = ember_now_ms();
 	op->attached_bytes = 0;
-	connection_reply_ok(c, json_pack("{s:s,s:i,s:I,s:I}", "operation",
+	request_answer_ok(a, json_pack("{s:s,s:i,s:I,s:I}", "operation",
 	    op->id, "partitions", op->npartitions, "partition",
 	    (json_int_t)pos.partition, "offset", (json_int_t)pos.offset));
-	connection_stream_begin(c, op);
+	a->kind = REQUEST_ANSWER_STREAM;
+	a->op = op;
+}
+
+void
+operation_stream_resume(struct operation *op)
+{
 	operation_fill(op);
 	operation_pump(op);
 }
 
 void
-operation_release(struct connection *c, struct session *s, json_t *req)
+operation_release(struct connection *c, struct session *s, json_t *req,
+    struct request_answer *a)
 {
 	static const char *const keys[] = { "op", "operation", "partition",
 	    "offset", "all", NULL };
@@ -348,12 +356,11 @@ operation_release(struct connection *c, struct session *s, json_t *req)
 	char			*err;
 
 	if (jread_bool(req, "", "all", JREAD_OPTIONAL, &all, &err) == -1) {
-		connection_reply_error(c, "REQUEST_INVALID", "release: %s",
-		    err);
+		request_answer_error(a, "REQUEST_INVALID", "release: %s", err);
 		free(err);
 		return;
 	}
-	if ((op = operation_lookup(c, s, req, "release", keys, all)) == NULL)
+	if ((op = operation_lookup(s, req, "release", keys, all, a)) == NULL)
 		return;
 	if (all) {
 		log_debug("operation %s: released", op->id);
@@ -365,33 +372,33 @@ operation_release(struct connection *c, struct session *s, json_t *req)
 				op->conn = NULL;	/* cannot be: busy */
 			operation_end(op);
 		}
-		connection_reply_ok(c, NULL);
+		request_answer_ok(a, NULL);
 		return;
 	}
-	if (operation_read_position(c, req, "release", JREAD_REQUIRED,
-	    &pos) == -1)
+	if (operation_read_position(req, "release", JREAD_REQUIRED, &pos,
+	    a) == -1)
 		return;
 	if (op->retry != NULL) {
-		if (operation_check_position(c, op, "release", &pos,
-		    NULL) == -1)
+		if (operation_check_position(op, "release", &pos, NULL,
+		    a) == -1)
 			return;
 		retry_release(op->retry, &pos);
 	}
-	connection_reply_ok(c, NULL);
+	request_answer_ok(a, NULL);
 }
 
 void
-operation_interrupt(struct connection *c, struct session *s, json_t *req)
+operation_interrupt(struct session *s, json_t *req, pid_t pid,
+    struct request_answer *a)
 {
 	static const char *const keys[] = { "op", "operation", NULL };
 	struct operation	*op;
 
-	if ((op = operation_lookup(c, s, req, "interrupt", keys, 0)) == NULL)
+	if ((op = operation_lookup(s, req, "interrupt", keys, 0, a)) == NULL)
 		return;
-	log_debug("operation %s: interrupted by pid %ld", op->id,
-	    (long)connection_pid(c));
+	log_debug("operation %s: interrupted by pid %ld", op->id, (long)pid);
 	operation_abort(op, "INTERRUPTED", "interrupted by the client");
-	connection_reply_ok(c, NULL);
+	request_answer_ok(a, NULL);
 }
 
 /* Remove the operations detached for operation.detached_timeout. */

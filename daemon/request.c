@@ -177,6 +177,30 @@ request_refuse(const char **class, char **err, const char *c,
 }
 
 int
+request_answer_ok(struct request_answer *a, json_t *fields)
+{
+	memset(a, 0, sizeof *a);
+	a->kind = REQUEST_ANSWER_OK;
+	a->fields = fields;
+	return (0);
+}
+
+int
+request_answer_error(struct request_answer *a, const char *c,
+    const char *fmt, ...)
+{
+	va_list	ap;
+
+	memset(a, 0, sizeof *a);
+	a->kind = REQUEST_ANSWER_ERROR;
+	a->class = c;
+	va_start(ap, fmt);
+	xvasprintf(&a->message, fmt, ap);
+	va_end(ap);
+	return (-1);
+}
+
+int
 request_read_execute(json_t *req, int (*taken)(const char *, void *),
     void *arg, struct execute_request *er, const char **class, char **err)
 {

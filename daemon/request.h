@@ -62,6 +62,33 @@ struct execute_request {
 int	 request_read_execute(json_t *req, int (*taken)(const char *id,
 	     void *arg), void *arg, struct execute_request *er,
 	     const char **class, char **err);
+/*
+ * What a request handler comes to, which connection.c answers with: the
+ * handlers of daemon/ decide, only the connection writes replies.
+ */
+enum request_answer_kind {
+	REQUEST_ANSWER_OK,	/* {"ok": true} and fields */
+	REQUEST_ANSWER_ERROR,	/* {"ok": false, "error": {class, message}} */
+	REQUEST_ANSWER_STREAM,	/* ok and fields, then op's result stream */
+	REQUEST_ANSWER_LATER,	/* nothing yet: op answers when it can */
+};
+
+struct operation;
+
+struct request_answer {
+	enum request_answer_kind kind;
+	json_t			*fields;	/* OK, STREAM: stolen; or NULL */
+	const char		*class;		/* ERROR */
+	char			*message;	/* ERROR: allocated */
+	struct operation	*op;		/* STREAM */
+};
+
+/* Answer ok with fields (stolen, may be NULL); 0. */
+int	 request_answer_ok(struct request_answer *, json_t *fields);
+/* Answer with an error of class c, its message made from fmt; -1. */
+int	 request_answer_error(struct request_answer *, const char *c,
+	     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Set *class to c and *err to the message; returns -1. */
 int	 request_refuse(const char **class, char **err, const char *c,
 	     const char *fmt, ...) __attribute__((format(printf, 4, 5)));

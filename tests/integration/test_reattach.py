@@ -762,5 +762,86 @@ def test_cli_gives_up_past_its_budget(d):
     check("reattach" in err and "gave up" in err, "stderr %r" % err)
 
 
+# ---------------------------------------------------------------------------
+# The wire, byte for byte
+
+GOLDEN_OID = "5b1e0c7a-8d2f-4e6b-a3c9-0f7d2e4b6a18"
+
+
+def golden_exchange(d):
+    """The raw reply frames of reattach, release, interrupt and
+    checkpoint_drop, in their error and ok forms."""
+    c = d.client()
+    check_eq(c.execute(PLAN, "iterate", operation=GOLDEN_OID)["operation"],
+             GOLDEN_OID, "operation id")
+    frames = []
+    with in_session(d, c.session) as s:
+        for req in [
+                {"op": "reattach", "operation": GOLDEN_OID, "x": 1},
+                {"op": "reattach", "operation": "0" * 8},
+                {"op": "release", "operation": GOLDEN_OID, "all": 3},
+                {"op": "release", "operation": GOLDEN_OID,
+                 "partition": 9, "offset": 0},
+                {"op": "release", "operation": GOLDEN_OID,
+                 "partition": 0, "offset": 0},
+                {"op": "checkpoint_drop", "checkpoint": "nope"},
+                {"op": "checkpoint_drop",
+                 "checkpoint": "0b1e0c7a-8d2f-4e6b-a3c9-0f7d2e4b6a18"},
+                {"op": "checkpoint_drop"},
+                {"op": "reattach", "operation": GOLDEN_OID,
+                 "partition": 0, "offset": 0}]:
+            s.send_json(req)
+            frames.append(s.recv_frame())
+        s.write_int(REQUEST_STOP)
+        frames.append(s.recv_exact(4))
+        s.send_json({"op": "interrupt", "operation": GOLDEN_OID})
+        frames.append(s.recv_frame())
+    other = GOLDEN_OID[:-1] + "9"
+    c = d.client()
+    check_eq(c.execute(PLAN, "iterate", operation=other)["operation"],
+             other, "the other operation's id")
+    with in_session(d, c.session) as s:
+        s.send_json({"op": "interrupt", "operation": other})
+        frames.append(s.recv_frame())
+    return frames
+
+
+GOLDEN = [
+    b'{"ok":false,"error":{"class":"REQUEST_INVALID","message":'
+    b'"reattach: x: unknown field"}}',
+    b'{"ok":false,"error":{"class":"OPERATION_NOT_FOUND","message":'
+    b'"reattach: no operation 00000000"}}',
+    b'{"ok":false,"error":{"class":"REQUEST_INVALID","message":'
+    b'"release: all: expected true or false"}}',
+    b'{"ok":false,"error":{"class":"POSITION_INVALID","message":'
+    b'"release: operation 5b1e0c7a-8d2f-4e6b-a3c9-0f7d2e4b6a18: '
+    b'partition 9: the operation has 4 partitions"}}',
+    b'{"ok":true}',
+    b'{"ok":false,"error":{"class":"REQUEST_INVALID","message":'
+    b'"checkpoint_drop: checkpoint: \\"nope\\" is not a UUID"}}',
+    b'{"ok":false,"error":{"class":"CHECKPOINT_NOT_FOUND","message":'
+    b'"no checkpoint 0b1e0c7a-8d2f-4e6b-a3c9-0f7d2e4b6a18"}}',
+    b'{"ok":false,"error":{"class":"REQUEST_INVALID","message":'
+    b'"checkpoint_drop: checkpoint: missing"}}',
+    b'{"ok":true,"operation":"5b1e0c7a-8d2f-4e6b-a3c9-0f7d2e4b6a18",'
+    b'"partitions":4,"partition":0,"offset":0}',
+    b'\x00\x00\x00\x00',
+    b'{"ok":false,"error":{"class":"OPERATION_FINISHED","message":'
+    b'"interrupt: operation 5b1e0c7a-8d2f-4e6b-a3c9-0f7d2e4b6a18 was '
+    b'stopped by its client"}}',
+    b'{"ok":true}',
+]
+
+
+def test_answers_byte_for_byte(d):
+    """reattach, release, interrupt and checkpoint_drop answer with
+    exactly these bytes (docs/protocol.md), whichever module decides
+    the answer."""
+    got = golden_exchange(d)
+    check_eq(len(got), len(GOLDEN), "replies")
+    for i, (frame, want) in enumerate(zip(got, GOLDEN)):
+        check_eq(frame, want, "reply %d" % i)
+
+
 if __name__ == "__main__":
     run_tests(globals())

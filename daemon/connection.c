@@ -442,15 +442,39 @@ connection_hello(struct connection *c, json_t *req)
 	    "emberd " PACKAGE_VERSION));
 }
 
+void
+connection_answer(struct connection *c, struct request_answer *a)
+{
+	switch (a->kind) {
+	case REQUEST_ANSWER_OK:
+		connection_reply_ok(c, a->fields);
+		break;
+	case REQUEST_ANSWER_ERROR:
+		connection_reply_error(c, a->class, "%s", a->message);
+		free(a->message);
+		break;
+	case REQUEST_ANSWER_STREAM:
+		connection_reply_ok(c, a->fields);
+		connection_stream_begin(c, a->op);
+		operation_stream_resume(a->op);
+		break;
+	case REQUEST_ANSWER_LATER:
+		break;
+	}
+}
+
 static void
 connection_execute(struct connection *c, json_t *req)
 {
+	struct request_answer	a;
+
 	if (ember_draining) {
 		connection_reply_error(c, "SHUTTING_DOWN",
 		    "emberd is shutting down and takes no new work");
 		return;
 	}
-	operation_execute(c, c->session, req);
+	operation_execute(c, c->session, req, &a);
+	connection_answer(c, &a);
 }
 
 /* A broadcast passed by descriptor was read, or could not be. */
@@ -559,28 +583,6 @@ connection_status(struct connection *c, json_t *req)
 {
 	(void)req;
 	connection_reply_ok(c, status_build(c->uid));
-}
-
-/* Answer a request with what its handler came to. */
-static void
-connection_answer(struct connection *c, struct request_answer *a)
-{
-	switch (a->kind) {
-	case REQUEST_ANSWER_OK:
-		connection_reply_ok(c, a->fields);
-		break;
-	case REQUEST_ANSWER_ERROR:
-		connection_reply_error(c, a->class, "%s", a->message);
-		free(a->message);
-		break;
-	case REQUEST_ANSWER_STREAM:
-		connection_reply_ok(c, a->fields);
-		connection_stream_begin(c, a->op);
-		operation_stream_resume(a->op);
-		break;
-	case REQUEST_ANSWER_LATER:
-		break;
-	}
 }
 
 static void

@@ -30,6 +30,11 @@ size_t		 connection_close_flushed(void);
 
 pid_t		 connection_pid(const struct connection *);
 
+/* Answer a request with what its handler came to (request.h), at once or
+ * when it comes (an execute whose plan a helper checked). */
+struct request_answer;
+void		 connection_answer(struct connection *,
+		     struct request_answer *);
 /* Replies: exactly one per request.  fields is stolen and may be NULL. */
 void		 connection_reply_ok(struct connection *, json_t *fields);
 /* An ok reply that carries a result: until the client has taken its bytes

@@ -27,7 +27,8 @@
 static uint64_t	 operation_next_serial = 1;
 
 static void	operation_start(struct operation *op, struct connection *c,
-		    struct session *s);
+		    struct session *s, struct request_answer *a);
+static void	operation_answer_later(struct request_answer *a);
 
 /* Add broadcast id, named by field, to the operation's; -1 with *err if
  * the session has no such broadcast. */
@@ -379,15 +380,15 @@ operation_materialize(struct session *s, struct checkpoint *c, json_t *plan,
 		return (NULL);
 	}
 	op->ckpt = c;
-	operation_start(op, NULL, s);
+	operation_start(op, NULL, s, NULL);
 	return (op);
 }
 
-/* Start a checked operation: list it, answer or hold the connection, and
- * start its first tasks. */
+/* Start a checked operation: list it, hold the connection (a reply
+ * action) or answer with its stream (*a), and start its first tasks. */
 static void
 operation_start(struct operation *op, struct connection *c,
-    struct session *s)
+    struct session *s, struct request_answer *a)
 {
 	op->serial = operation_next_serial++;
 	op->session = s;
@@ -407,24 +408,28 @@ operation_start(struct operation *op, struct connection *c,
 	    c != NULL ? (long)connection_pid(c) : -1L);
 
 	if (!ACTION_STREAMS(op->action)) {
+		if (a != NULL)
+			operation_answer_later(a);
 		if (c != NULL)
 			connection_busy_begin(c, op);
 		operation_fill(op);
 		return;
 	}
-	connection_reply_ok(c, json_pack("{s:s,s:i,s:b}", "operation", op->id,
+	/* The connection answers, begins the stream and resumes it. */
+	if (a == NULL)
+		fatalx("operation %s: a stream without a client", op->id);
+	request_answer_ok(a, json_pack("{s:s,s:i,s:b}", "operation", op->id,
 	    "partitions", op->npartitions, "reattachable", op->reattachable));
-	connection_stream_begin(c, op);
-	operation_fill(op);
-	operation_pump(op);
+	a->kind = REQUEST_ANSWER_STREAM;
+	a->op = op;
 }
 
-/* Refuse an operation that has not started, and free it. */
+/* Refuse an operation that has not started (*a), and free it. */
 static void
-operation_refused(struct operation *op, struct connection *c,
+operation_refused(struct operation *op, struct request_answer *a,
     const char *class, char *err)
 {
-	connection_reply_error(c, class, "%s", err);
+	request_answer_error(a, class, "%s", err);
 	free(err);
 	operation_free(op);
 }
@@ -452,12 +457,21 @@ operation_still_wanted(struct operation *op, struct session *s,
 	return (0);
 }
 
+/* Answer nothing now (*a): the operation answers when it can. */
+static void
+operation_answer_later(struct request_answer *a)
+{
+	memset(a, 0, sizeof *a);
+	a->kind = REQUEST_ANSWER_LATER;
+}
+
 /* Hold the connection while a helper works for an operation not started:
  * the reply waits for its answer. */
 static void
 operation_wait_helper(struct operation *op, struct connection *c,
-    struct session *s)
+    struct session *s, struct request_answer *a)
 {
+	operation_answer_later(a);
 	op->planned_for = s;
 	op->conn = c;
 	connection_busy_begin(c, op);
@@ -483,6 +497,7 @@ operation_begun_cb(const char *hclass, const char *herr, void *arg)
 {
 	struct operation	*op = arg;
 	struct session		*s = op->planned_for;
+	struct request_answer	 a;
 	struct connection	*c;
 	const char		*class = NULL;
 	char			*err = NULL;
@@ -496,18 +511,18 @@ operation_begun_cb(const char *hclass, const char *herr, void *arg)
 		    "it as uid %ld: %s", (long)session_uid(s), herr);
 	else
 		operation_still_wanted(op, s, "the save began", &class, &err);
-	if (class != NULL) {
-		operation_refused(op, c, class, err);	/* undoes the begin */
-		return;
-	}
-	operation_start(op, c, s);
+	if (class != NULL)
+		operation_refused(op, &a, class, err);	/* undoes the begin */
+	else
+		operation_start(op, c, s, &a);
+	connection_answer(c, &a);
 }
 
 /* The plan is checked: prepare what the action gathers and start; a save
- * begins first. */
+ * begins first.  What to answer now, in *a. */
 static void
 operation_launch(struct operation *op, struct connection *c,
-    struct session *s)
+    struct session *s, struct request_answer *a)
 {
 	const char	*class = NULL;
 	char		*err = NULL;
@@ -517,29 +532,29 @@ operation_launch(struct operation *op, struct connection *c,
 	    operation_prepare_checkpoint(op, s, plan, &class, &err) == -1 ||
 	    operation_wait_source(op, s, &class, &err) == -1) {
 		json_decref(plan);
-		operation_refused(op, c, class, err);
+		operation_refused(op, a, class, err);
 		return;
 	}
 	json_decref(plan);
 	if (op->action == ACTION_CHECKPOINT && !op->ckpt_eager) {
 		/* Lazy: computed by the first operation that reads it. */
-		connection_reply_ok(c, operation_checkpoint_reply(op));
+		request_answer_ok(a, operation_checkpoint_reply(op));
 		op->ckpt = NULL;
 		operation_free(op);
 		return;
 	}
 	operation_prepare(op, s);
 	if (op->commit == NULL) {
-		operation_start(op, c, s);
+		operation_start(op, c, s, a);
 		return;
 	}
 	if (commit_begin(op->commit, operation_begun_cb, op, &class,
 	    &err) == -1) {
-		operation_refused(op, c, class, err);
+		operation_refused(op, a, class, err);
 		return;
 	}
 	op->beginning = 1;
-	operation_wait_helper(op, c, s);
+	operation_wait_helper(op, c, s, a);
 }
 
 /*
@@ -553,6 +568,7 @@ operation_checked_cb(const struct hmsg_reply *reply, int *fds,
 {
 	struct operation	*op = arg;
 	struct session		*s = op->planned_for;
+	struct request_answer	 a;
 	struct connection	*c;
 	const char		*class = NULL;
 	char			*err = NULL;
@@ -569,17 +585,18 @@ operation_checked_cb(const struct hmsg_reply *reply, int *fds,
 	else
 		operation_still_wanted(op, s, "the plan was checked", &class,
 		    &err);
-	if (class != NULL) {
-		operation_refused(op, c, class, err);
-		return;
-	}
-	operation_launch(op, c, s);
+	if (class != NULL)
+		operation_refused(op, &a, class, err);
+	else
+		operation_launch(op, c, s, &a);
+	connection_answer(c, &a);
 }
 
 /* execute: read and check the request, then start the operation; when
  * the plan names files or plugins, a helper checks them first. */
 void
-operation_execute(struct connection *c, struct session *s, json_t *req)
+operation_execute(struct connection *c, struct session *s, json_t *req,
+    struct request_answer *a)
 {
 	struct operation	*op;
 	const char		*class = NULL;
@@ -593,11 +610,11 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	    &err) == -1 ||
 	    operation_read_plan(op, s, req, &class, &err) == -1 ||
 	    operation_count_in(op, s, &class, &err) == -1) {
-		operation_refused(op, c, class, err);
+		operation_refused(op, a, class, err);
 		return;
 	}
 	if (!plan_names_resources(op->plan)) {
-		operation_launch(op, c, s);
+		operation_launch(op, c, s, a);
 		return;
 	}
 	args = json_pack("{s:O}", "plan", op->plan_json);
@@ -605,8 +622,8 @@ operation_execute(struct connection *c, struct session *s, json_t *req)
 	    args, -1, operation_checked_cb, op, &class, &err);
 	json_decref(args);
 	if (op->planning == NULL) {
-		operation_refused(op, c, class, err);
+		operation_refused(op, a, class, err);
 		return;
 	}
-	operation_wait_helper(op, c, s);
+	operation_wait_helper(op, c, s, a);
 }

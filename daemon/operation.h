@@ -24,9 +24,12 @@ struct operation;
 struct session;
 struct taskdesc;
 
-/* execute: check the request and the plan, then start the operation. */
+/* execute: check the request and the plan, then start the operation.
+ * What to answer now in *a; an answer that waits for a helper comes
+ * later, through connection_answer. */
+struct request_answer;
 void		 operation_execute(struct connection *, struct session *,
-		     json_t *request);
+		     json_t *request, struct request_answer *a);
 
 /* Stream input from the client (requests): 1 if one was taken. */
 int		 operation_stream_input(struct operation *, struct evbuffer *);
@@ -48,7 +51,6 @@ void		 operation_forget_connection(struct operation *);
  * then calls operation_stream_resume; one to a reply action answers
  * later (REQUEST_ANSWER_LATER), when its reply is there.
  */
-struct request_answer;
 void		 operation_reattach(struct connection *c, struct session *s,
 		     json_t *request, struct request_answer *a);
 void		 operation_stream_resume(struct operation *);

@@ -9,6 +9,7 @@ CLI through a proxy that cuts every connection.
 import json
 import os
 import pwd
+import re
 import signal
 import subprocess
 import time
@@ -18,7 +19,7 @@ from harness import (EMBER, REQUEST_NEXT, REQUEST_STOP, STREAM_DETACHED,
                      STREAM_DONE, STREAM_ERROR, STREAM_PARTITION,
                      END_OF_DATA_SECTION, check, check_eq, check_error,
                      numbers, range_plan, records_plan, run_cli, run_tests,
-                     wait_until, with_daemon)
+                     text_plan, wait_until, with_daemon)
 from proxy import CuttingProxy
 
 ROOT = os.geteuid() == 0
@@ -840,6 +841,55 @@ def test_answers_byte_for_byte(d):
     got = golden_exchange(d)
     check_eq(len(got), len(GOLDEN), "replies")
     for i, (frame, want) in enumerate(zip(got, GOLDEN)):
+        check_eq(frame, want, "reply %d" % i)
+
+
+def execute_exchange(d):
+    """The raw reply frames of execute: refused at once, refused after
+    its helper, a stream's, a lazy checkpoint's."""
+    c = d.client()
+    frames = []
+    oid = GOLDEN_OID[:-2] + "21"
+    for req in [
+            {"op": "execute", "action": "count"},
+            {"op": "execute", "action": "sum", "plan": PLAN},
+            {"op": "execute", "action": "count", "plan": text_plan(
+                ["/nonexistent/ember-golden-*.txt"])},
+            {"op": "execute", "action": "checkpoint", "plan": PLAN,
+             "operation": oid, "options": {"eager": False}},
+            {"op": "execute", "action": "iterate", "plan": PLAN,
+             "operation": GOLDEN_OID}]:
+        c.send_json(req)
+        frames.append(c.recv_frame())
+    return frames
+
+
+EXECUTE_GOLDEN = [
+    b'{"ok":false,"error":{"class":"PLAN_INVALID","message":'
+    b'"plan: missing"}}',
+    b'{"ok":false,"error":{"class":"ACTION_INVALID","message":'
+    b'"action: unknown action \\"sum\\" (expected iterate, collect, '
+    b'count, count_by_value, reduce, save or checkpoint)"}}',
+    b'{"ok":false,"error":{"class":"PLAN_INVALID","message":'
+    b'"plan.source.text.paths[0]: /nonexistent/ember-golden-*.txt: '
+    b'no file matches"}}',
+    b'{"ok":true,"operation":"5b1e0c7a-8d2f-4e6b-a3c9-0f7d2e4b6a21",'
+    b'"partitions":4,"checkpoint":"UUID","kind":"reliable",'
+    b'"eager":false,"records":0,"bytes":0}',
+    b'{"ok":true,"operation":"5b1e0c7a-8d2f-4e6b-a3c9-0f7d2e4b6a18",'
+    b'"partitions":4,"reattachable":true}',
+]
+
+
+def test_execute_answers_byte_for_byte(d):
+    """execute answers with exactly these bytes, refused at once or after
+    its helper, for a lazy checkpoint and for a stream (a new
+    checkpoint's id aside)."""
+    got = execute_exchange(d)
+    check_eq(len(got), len(EXECUTE_GOLDEN), "replies")
+    for i, (frame, want) in enumerate(zip(got, EXECUTE_GOLDEN)):
+        frame = re.sub(rb'"checkpoint":"[0-9a-f-]{36}"',
+                       b'"checkpoint":"UUID"', frame)
         check_eq(frame, want, "reply %d" % i)
 
 

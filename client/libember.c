@@ -18,6 +18,7 @@
 #include "ember.h"
 #include "fdpass.h"
 #include "frame.h"
+#include "framebuf.h"
 #include "protocol.h"
 
 #ifndef PACKAGE_VERSION
@@ -83,10 +84,7 @@ struct ember {
 	int			 streamed;	/* a stream has ended */
 	int64_t			 partition;	/* current partition, from 0 */
 
-	unsigned char		*buf;
-	size_t			 size;
-	size_t			 start;		/* first unread byte */
-	size_t			 end;		/* one past the last byte read */
+	struct framebuf		 in;		/* read, not yet taken */
 
 	struct ember_bytes	*values;	/* of the last group read */
 	size_t			 values_room;	/* its length */
@@ -225,59 +223,33 @@ ember_send_frame(struct ember *e, const void *data, size_t len)
 	return (ember_sendv(e, iov, 2));
 }
 
-/*
- * Make room for need unread bytes.  Only called when a frame is incomplete,
- * so moving the unread bytes to the front copies less than one frame, and
- * the next read gets the whole free space.
- */
-static int
-ember_make_room(struct ember *e, size_t need)
+/* Read from the socket, for framebuf_fill. */
+static ssize_t
+ember_read_cb(void *arg, void *p, size_t len)
 {
-	unsigned char	*nbuf;
-	size_t		 nsize, have = e->end - e->start;
+	struct ember	*e = arg;
 
-	if (e->start > 0) {
-		if (have > 0)
-			memmove(e->buf, e->buf + e->start, have);
-		e->start = 0;
-		e->end = have;
-	}
-	if (e->size >= need)
-		return (0);
-	/* Room for the frame, and for reading ahead past it. */
-	nsize = e->size * 2;
-	if (nsize < need + EMBER_BUFFER_SIZE)
-		nsize = need + EMBER_BUFFER_SIZE;
-	if ((nbuf = realloc(e->buf, nsize)) == NULL)
-		return (ember_break(e, "NO_MEMORY", "buffer of %zu bytes: %s",
-		    nsize, strerror(errno)));
-	e->buf = nbuf;
-	e->size = nsize;
-	return (0);
+	return (read(e->fd, p, len));
 }
 
 /* Read until at least need bytes are unread. */
 static int
 ember_fill(struct ember *e, size_t need)
 {
-	ssize_t	n;
+	int	rc;
 
-	if (e->end - e->start >= need)
+	if (framebuf_len(&e->in) >= need)
 		return (0);
-	if (ember_make_room(e, need) == -1)
-		return (-1);
-	while (e->end - e->start < need) {
-		n = read(e->fd, e->buf + e->end, e->size - e->end);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			if (n == 0)
-				errno = 0;
-			return (ember_break_io(e, "read"));
-		}
-		e->end += (size_t)n;
-	}
-	return (0);
+	/* Room for the frame, and for reading ahead past it. */
+	rc = framebuf_fill(&e->in, need, EMBER_BUFFER_SIZE, ember_read_cb, e);
+	if (rc == 1)
+		return (0);
+	if (rc == -1 && errno == ENOMEM)
+		return (ember_break(e, "NO_MEMORY", "buffer for %zu bytes: %s",
+		    need, strerror(errno)));
+	if (rc == 0)
+		errno = 0;
+	return (ember_break_io(e, "read"));
 }
 
 /* Read one int32. */
@@ -286,8 +258,8 @@ ember_read_int32(struct ember *e, int32_t *v)
 {
 	if (ember_fill(e, 4) == -1)
 		return (-1);
-	*v = be32_get(e->buf + e->start);
-	e->start += 4;
+	*v = be32_get(framebuf_data(&e->in));
+	framebuf_take(&e->in, 4);
 	return (0);
 }
 
@@ -304,15 +276,15 @@ ember_read_frame(struct ember *e, size_t max, const char *what,
 
 	if (ember_fill(e, 4) == -1)
 		return (-1);
-	n = be32_get(e->buf + e->start);
+	n = be32_get(framebuf_data(&e->in));
 	if (n < 0 || (size_t)n > max)
 		return (ember_break(e, "PROTOCOL_ERROR", "%s: bad frame length "
 		    "%d", what, n));
 	if (ember_fill(e, 4 + (size_t)n) == -1)
 		return (-1);
-	*data = e->buf + e->start + 4;
+	*data = framebuf_data(&e->in) + 4;
 	*len = (size_t)n;
-	e->start += 4 + (size_t)n;
+	framebuf_take(&e->in, 4 + (size_t)n);
 	return (0);
 }
 
@@ -320,9 +292,6 @@ ember_read_frame(struct ember *e, size_t max, const char *what,
 static void
 ember_end_stream(struct ember *e)
 {
-	unsigned char	*nbuf;
-	size_t		 have = e->end - e->start;
-
 	e->state = EMBER_CONTROL;
 	e->streamed = 1;
 	e->stopping = 0;
@@ -331,15 +300,7 @@ ember_end_stream(struct ember *e)
 	e->in_stream = 0;
 
 	/* Give back what a big record made the buffer grow to. */
-	if (e->size > EMBER_BUFFER_SIZE && have <= EMBER_BUFFER_SIZE) {
-		memmove(e->buf, e->buf + e->start, have);
-		e->start = 0;
-		e->end = have;
-		if ((nbuf = realloc(e->buf, EMBER_BUFFER_SIZE)) != NULL) {
-			e->buf = nbuf;
-			e->size = EMBER_BUFFER_SIZE;
-		}
-	}
+	framebuf_shrink(&e->in, EMBER_BUFFER_SIZE);
 }
 
 /* Read the error frame after -1 or -2 and end the stream with it. */
@@ -458,7 +419,7 @@ ember_measure_frame(struct ember *e, size_t off, int nullable, int32_t *n,
 {
 	if (ember_fill(e, off + 4) == -1)
 		return (-1);
-	*n = be32_get(e->buf + e->start + off);
+	*n = be32_get(framebuf_data(&e->in) + off);
 	if (*n == EMBER_NULL && nullable) {
 		*next = off + 4;
 		return (0);
@@ -476,14 +437,14 @@ ember_measure_frame(struct ember *e, size_t off, int nullable, int32_t *n,
 static size_t
 ember_frame_at(struct ember *e, size_t off, struct ember_bytes *b)
 {
-	int32_t	n = be32_get(e->buf + e->start + off);
+	int32_t	n = be32_get(framebuf_data(&e->in) + off);
 
 	if (n == EMBER_NULL) {
 		b->data = NULL;
 		b->len = 0;
 		return (off + 4);
 	}
-	b->data = e->buf + e->start + off + 4;
+	b->data = framebuf_data(&e->in) + off + 4;
 	b->len = (size_t)n;
 	return (off + 4 + (size_t)n);
 }
@@ -523,7 +484,7 @@ ember_read_keyed(struct ember *e, int32_t marker, struct ember_item *it)
 	if (marker == EMBER_GROUP) {
 		if (ember_fill(e, off + 4) == -1)
 			return (-1);
-		count = be32_get(e->buf + e->start + off);
+		count = be32_get(framebuf_data(&e->in) + off);
 		if (count < 0 || (size_t)count > EMBER_MAX_RECORD / 4)
 			return (ember_break(e, "PROTOCOL_ERROR", "partition "
 			    "%lld: group of %d values", (long long)e->partition,
@@ -550,7 +511,7 @@ ember_read_keyed(struct ember *e, int32_t marker, struct ember_item *it)
 		it->values = e->values;
 		it->nvalues = (size_t)count;
 	}
-	e->start += total;
+	framebuf_take(&e->in, total);
 	e->offset++;
 	e->unreleased += total;
 	return (1);
@@ -570,9 +531,9 @@ ember_read_plain(struct ember *e, int32_t n, struct ember_item *it)
 		return (-1);
 	memset(it, 0, sizeof *it);
 	it->kind = EMBER_KIND_RECORD;
-	it->key.data = e->buf + e->start + 4;
+	it->key.data = framebuf_data(&e->in) + 4;
 	it->key.len = (size_t)n;
-	e->start += 4 + (size_t)n;
+	framebuf_take(&e->in, 4 + (size_t)n);
 	e->offset++;
 	e->unreleased += 4 + (size_t)n;
 	return (1);
@@ -607,7 +568,7 @@ ember_next_once(struct ember *e, struct ember_item *it, int plain)
 
 		if (ember_fill(e, 4) == -1)
 			return (-1);
-		n = be32_get(e->buf + e->start);
+		n = be32_get(framebuf_data(&e->in));
 		if (n >= 0)
 			return (ember_read_plain(e, n, it));
 		if (n == EMBER_PAIR || n == EMBER_GROUP) {
@@ -618,7 +579,7 @@ ember_next_once(struct ember *e, struct ember_item *it, int plain)
 				    n == EMBER_PAIR ? "pair" : "group"));
 			return (ember_read_keyed(e, n, it));
 		}
-		e->start += 4;
+		framebuf_take(&e->in, 4);
 		switch (n) {
 		case EMBER_NULL:
 			memset(it, 0, sizeof *it);
@@ -820,14 +781,13 @@ ember_open(const char *socket_path, const char *session, char **errmsg)
 		goto fail;
 
 	if ((e = calloc(1, sizeof *e)) == NULL ||
-	    (e->buf = malloc(EMBER_BUFFER_SIZE)) == NULL) {
+	    framebuf_init(&e->in, EMBER_BUFFER_SIZE) == -1) {
 		free(e);
 		close(fd);
 		why = strdup("out of memory");
 		goto fail;
 	}
 	e->fd = fd;
-	e->size = EMBER_BUFFER_SIZE;
 	e->state = EMBER_CONTROL;
 	e->rfd = -1;
 	e->attempts = EMBER_RETRY_ATTEMPTS;
@@ -1091,7 +1051,7 @@ ember_reconnect(struct ember *e)
 		if (e->fd != -1)
 			close(e->fd);
 		e->fd = -1;
-		e->start = e->end = 0;
+		e->in.start = e->in.end = 0;
 		free(last);
 		last = e->error != NULL ? strdup(e->error) : NULL;
 		if ((fd = ember_dial(e->socket_path, &why)) == -1) {
@@ -1184,7 +1144,7 @@ ember_free(struct ember *e)
 	if (e->fd != -1)
 		close(e->fd);
 	free(e->socket_path);
-	free(e->buf);
+	framebuf_free(&e->in);
 	free(e->values);
 	free(e->session);
 	free(e->operation);

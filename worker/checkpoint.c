@@ -11,6 +11,7 @@
 
 #include "checkpoint.h"
 #include "frame.h"
+#include "framebuf.h"
 #include "keyed.h"
 #include "jread.h"
 #include "log.h"
@@ -252,21 +253,11 @@ ckpt_writer_free(struct ckpt_writer *w)
 	free(w);
 }
 
-/* Read more of a partition file after the fill bytes buffered: -1 on a
- * read error, else the bytes read (0 at its end). */
+/* Read a partition file, for framebuf_fill. */
 static ssize_t
-ckpt_read_more(int fd, char **buf, size_t *size, size_t fill, size_t want)
+ckpt_read_cb(void *arg, void *p, size_t len)
 {
-	ssize_t	n;
-
-	if (want > *size) {
-		*size = want;
-		*buf = xrealloc(*buf, *size);
-	}
-	do {
-		n = read(fd, *buf + fill, *size - fill);
-	} while (n == -1 && errno == EINTR);
-	return (n);
+	return (read(*(int *)arg, p, len));
 }
 
 int
@@ -274,11 +265,11 @@ ckpt_source_run(const char *dir, int ufd, int partition, struct chain *chain,
     int64_t *records_in, char **err)
 {
 	struct record	 r;
-	char		 name[32], *buf;
-	size_t		 size = CKPT_BUFFER, fill = 0, start = 0, need;
+	struct framebuf	 in;
+	char		 name[32];
+	size_t		 need;
 	int32_t		 len;
-	ssize_t		 n;
-	int		 dfd, fd, rc = OP_OK, ended = 0, got;
+	int		 dfd, fd, rc = OP_OK, ended = 0, got, n;
 
 	*err = NULL;
 	if ((dfd = ckpt_open_dir(dir, ufd, 0, err)) == -1)
@@ -292,19 +283,20 @@ ckpt_source_run(const char *dir, int ufd, int partition, struct chain *chain,
 		return (OP_FAIL);
 	}
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	buf = xmalloc(size);
+	if (framebuf_init(&in, CKPT_BUFFER) == -1)
+		fatalx("checkpoint: a read buffer: out of memory");
 	while (!ended) {
-		/* A whole frame buffered?  Else move it to the front, read. */
+		/* A whole frame buffered?  Else read until it is. */
 		need = 4;
-		if (fill - start >= 4) {
-			len = be32_get((unsigned char *)buf + start);
+		if (framebuf_len(&in) >= 4) {
+			len = be32_get(framebuf_data(&in));
 			if (len == EMBER_END_OF_DATA_SECTION) {
 				ended = 1;
-				start += 4;
+				framebuf_take(&in, 4);
 				break;
 			}
-			got = keyed_get(buf + start, fill - start,
-			    CKPT_MAX_RECORD, &r, &need);
+			got = keyed_get((const char *)framebuf_data(&in),
+			    framebuf_len(&in), CKPT_MAX_RECORD, &r, &need);
 			if (got == -1 || need > CKPT_MAX_KEYED) {
 				xasprintf(err, "checkpoint: %s/%s: corrupt "
 				    "(a record of length %d)", dir, name, len);
@@ -312,7 +304,7 @@ ckpt_source_run(const char *dir, int ufd, int partition, struct chain *chain,
 				break;
 			}
 			if (got == 1) {
-				start += need;
+				framebuf_take(&in, need);
 				(*records_in)++;
 				if ((rc = chain_push(chain, &r)) != OP_OK) {
 					rc = rc == OP_STOP ? OP_OK : OP_FAIL;
@@ -321,13 +313,10 @@ ckpt_source_run(const char *dir, int ufd, int partition, struct chain *chain,
 				continue;
 			}
 		}
-		if (start > 0) {
-			memmove(buf, buf + start, fill - start);
-			fill -= start;
-			start = 0;
-		}
-		n = ckpt_read_more(fd, &buf, &size, fill,
-		    need > CKPT_BUFFER ? need : CKPT_BUFFER);
+		n = framebuf_fill(&in, need, CKPT_BUFFER, ckpt_read_cb, &fd);
+		if (n == -1 && errno == ENOMEM)
+			fatalx("checkpoint: a record of %zu bytes: out of "
+			    "memory", need);
 		if (n == -1) {
 			xasprintf(err, "checkpoint: %s/%s: %s", dir, name,
 			    strerror(errno));
@@ -340,9 +329,8 @@ ckpt_source_run(const char *dir, int ufd, int partition, struct chain *chain,
 			rc = OP_FAIL;
 			break;
 		}
-		fill += (size_t)n;
 	}
-	free(buf);
+	framebuf_free(&in);
 	close(fd);
 	return (rc);
 }

@@ -11,6 +11,7 @@
 #include "held.h"
 #include "fdpass.h"
 #include "frame.h"
+#include "framebuf.h"
 #include "log.h"
 #include "output.h"
 #include "plan.h"
@@ -30,8 +31,7 @@
 
 struct server {
 	int		 fd;
-	char		*buf;
-	size_t		 size, start, end;
+	struct framebuf	 in;		/* read from emberd, not taken */
 	int		 fds[SERVE_MAX_FDS];	/* received, in order */
 	size_t		 nfds;
 	int		 fds_overflow;
@@ -49,62 +49,60 @@ struct serve_run {
 	struct taskdesc	 desc;
 };
 
+/* Read what emberd sent, for framebuf_fill: nothing held back may wait
+ * while we wait for emberd, and broadcasts' descriptors ride on their
+ * descriptor's bytes. */
+static ssize_t
+serve_read_cb(void *arg, void *p, size_t len)
+{
+	struct server	*w = arg;
+
+	if (output_flush(w->out, NULL) == -1) {
+		errno = EPIPE;
+		return (-1);
+	}
+	return (fd_recv_many(w->fd, p, len, w->fds, SERVE_MAX_FDS, &w->nfds,
+	    &w->fds_overflow));
+}
+
 /* Read until len bytes are buffered: 1, 0 on end of file, -1 on error. */
 static int
 serve_fill(struct server *w, size_t len)
 {
-	ssize_t	n;
+	int	rc;
 
-	while (w->end - w->start < len) {
-		if (w->start + len > w->size) {
-			memmove(w->buf, w->buf + w->start, w->end - w->start);
-			w->end -= w->start;
-			w->start = 0;
-			if (len > w->size) {
-				w->size = len;
-				w->buf = xrealloc(w->buf, w->size);
-			}
-		}
-		/* Nothing held back may wait while we wait for emberd. */
-		if (output_flush(w->out, NULL) == -1)
-			return (-1);
-		/* Broadcasts' descriptors ride on their descriptor's bytes. */
-		n = fd_recv_many(w->fd, w->buf + w->end, w->size - w->end,
-		    w->fds, SERVE_MAX_FDS, &w->nfds, &w->fds_overflow);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return ((int)n);
-		w->end += (size_t)n;
-	}
-	return (1);
+	rc = framebuf_fill(&w->in, len, 0, serve_read_cb, w);
+	if (rc == -1 && errno == ENOMEM)
+		fatalx("a descriptor of %zu bytes: out of memory", len);
+	return (rc);
 }
 
 /* Tell whether a whole frame is buffered. */
 static int
 serve_has_frame(struct server *w)
 {
-	size_t	avail = w->end - w->start;
+	size_t	avail = framebuf_len(&w->in);
 
 	return (avail >= 4 && avail - 4 >= (size_t)(uint32_t)be32_get(
-	    (unsigned char *)w->buf + w->start));
+	    framebuf_data(&w->in)));
 }
 
 /* Take a STOP_TASK out of the buffered frames: 1 if there was one. */
 static int
 serve_take_stop(struct server *w)
 {
-	size_t	at = w->start;
-	int32_t	len;
+	unsigned char	*buf = w->in.buf;
+	size_t		 at = w->in.start, end = w->in.end;
+	int32_t		 len;
 
-	while (w->end - at >= 4) {
-		len = be32_get((unsigned char *)w->buf + at);
+	while (end - at >= 4) {
+		len = be32_get(buf + at);
 		if (len == EMBER_STOP_TASK) {
-			memmove(w->buf + at, w->buf + at + 4, w->end - at - 4);
-			w->end -= 4;
+			memmove(buf + at, buf + at + 4, end - at - 4);
+			w->in.end -= 4;
 			return (1);
 		}
-		if (len < 0 || w->end - at - 4 < (size_t)len)
+		if (len < 0 || end - at - 4 < (size_t)len)
 			return (0);	/* serve_read_frame judges it */
 		at += 4 + (size_t)len;
 	}
@@ -116,17 +114,13 @@ serve_take_stop(struct server *w)
 static int
 serve_room(struct server *w)
 {
-	if (w->start > 0) {
-		memmove(w->buf, w->buf + w->start, w->end - w->start);
-		w->end -= w->start;
-		w->start = 0;
-	}
-	if (w->end < w->size)
-		return (1);
-	if (w->size >= 8 + (size_t)EMBER_MAX_TASK_FRAME)
+	size_t	need = framebuf_len(&w->in) + 1;
+
+	if (need > w->in.size &&
+	    w->in.size >= 8 + (size_t)EMBER_MAX_TASK_FRAME)
 		return (0);
-	w->size *= 2;
-	w->buf = xrealloc(w->buf, w->size);
+	if (framebuf_room(&w->in, need, 0) == -1)
+		fatalx("the descriptor buffer: out of memory");
 	return (1);
 }
 
@@ -145,11 +139,12 @@ serve_stop_check_cb(void *arg)
 	if (!w->stoppable)
 		return (0);
 	while (poll(&pfd, 1, 0) == 1 && serve_room(w)) {
-		n = fd_recv_many(w->fd, w->buf + w->end, w->size - w->end,
-		    w->fds, SERVE_MAX_FDS, &w->nfds, &w->fds_overflow);
+		n = fd_recv_many(w->fd, w->in.buf + w->in.end,
+		    w->in.size - w->in.end, w->fds, SERVE_MAX_FDS, &w->nfds,
+		    &w->fds_overflow);
 		if (n <= 0)
 			break;	/* the next read of a descriptor sees it */
-		w->end += (size_t)n;
+		w->in.end += (size_t)n;
 	}
 	return (serve_take_stop(w));
 }
@@ -158,14 +153,9 @@ serve_stop_check_cb(void *arg)
 static void
 serve_consume(struct server *w, size_t len)
 {
-	w->start += len;
-	if (w->start != w->end)
-		return;
-	w->start = w->end = 0;
-	if (w->size > SERVE_BUFFER) {
-		w->size = SERVE_BUFFER;
-		w->buf = xrealloc(w->buf, w->size);
-	}
+	framebuf_take(&w->in, len);
+	if (framebuf_len(&w->in) == 0)
+		framebuf_shrink(&w->in, SERVE_BUFFER);
 }
 
 /*
@@ -184,7 +174,7 @@ serve_read_frame(struct server *w, const char **data, size_t *len,
 again:
 	if ((rc = serve_fill(w, 4)) <= 0)
 		goto fail;
-	n = be32_get((unsigned char *)w->buf + w->start);
+	n = be32_get(framebuf_data(&w->in));
 	if (n == EMBER_STOP_TASK) {
 		/* The task it was for had ended before it came. */
 		serve_consume(w, 4);
@@ -196,13 +186,13 @@ again:
 	}
 	if ((rc = serve_fill(w, 4 + (size_t)n)) <= 0)
 		goto fail;
-	*data = w->buf + w->start + 4;
+	*data = (const char *)framebuf_data(&w->in) + 4;
 	*len = (size_t)n;
 	return (1);
 fail:
 	if (rc == -1 && !output_broken(w->out))
 		log_warn("read from emberd: %s", strerror(errno));
-	else if (w->end != w->start)
+	else if (framebuf_len(&w->in) != 0)
 		log_warn("emberd closed the socket inside a task descriptor");
 	return (rc == 0 ? 0 : -1);
 }
@@ -447,8 +437,8 @@ serve_main(int fd)
 	signal(SIGPIPE, SIG_IGN);
 	memset(&w, 0, sizeof w);
 	w.fd = fd;
-	w.size = SERVE_BUFFER;
-	w.buf = xmalloc(w.size);
+	if (framebuf_init(&w.in, SERVE_BUFFER) == -1)
+		fatalx("the descriptor buffer: out of memory");
 	w.out = output_create(fd);
 	output_set_stop_check(w.out, serve_stop_check_cb, &w);
 
@@ -457,7 +447,7 @@ serve_main(int fd)
 	output_free(w.out);
 	plan_free(w.plan);
 	free(w.operation);
-	free(w.buf);
+	framebuf_free(&w.in);
 	close(fd);
 	return (rc);
 }

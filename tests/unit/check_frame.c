@@ -19,6 +19,7 @@
 
 #include "fdpass.h"
 #include "frame.h"
+#include "framebuf.h"
 #include "protocol.h"
 #include "suites.h"
 
@@ -551,6 +552,61 @@ START_TEST(test_fs_msg_bad_size_fd)
 }
 END_TEST
 
+/* A source of bytes that hands out at most step of them a read. */
+struct trickle {
+	const unsigned char	*p;
+	size_t			 left;
+	size_t			 step;
+	int			 reads;
+};
+
+static ssize_t
+trickle_read(void *arg, void *p, size_t len)
+{
+	struct trickle	*t = arg;
+	size_t		 n = len < t->step ? len : t->step;
+
+	if (n > t->left)
+		n = t->left;
+	memcpy(p, t->p, n);
+	t->p += n;
+	t->left -= n;
+	t->reads++;
+	return ((ssize_t)n);
+}
+
+/* Frames come whole however the reads cut them; a large one grows the
+ * buffer, which shrinks back once it is taken. */
+START_TEST(test_framebuf)
+{
+	unsigned char	 src[4 + 3 + 4 + 100];
+	struct framebuf	 f;
+	struct trickle	 t = { src, sizeof src, 5, 0 };
+
+	be32_put(src, 3);
+	memcpy(src + 4, "abc", 3);
+	be32_put(src + 7, 100);
+	memset(src + 11, 'x', 100);
+	ck_assert_int_eq(framebuf_init(&f, 8), 0);
+	ck_assert_int_eq(framebuf_fill(&f, 4, 0, trickle_read, &t), 1);
+	ck_assert_int_eq(be32_get(framebuf_data(&f)), 3);
+	ck_assert_int_eq(framebuf_fill(&f, 7, 0, trickle_read, &t), 1);
+	ck_assert_mem_eq(framebuf_data(&f) + 4, "abc", 3);
+	framebuf_take(&f, 7);
+	ck_assert_int_eq(framebuf_fill(&f, 104, 16, trickle_read, &t), 1);
+	ck_assert_uint_ge(f.size, 104);
+	ck_assert_int_eq(framebuf_data(&f)[103], 'x');
+	framebuf_take(&f, 104);
+	ck_assert_uint_eq(framebuf_len(&f), 0);
+	ck_assert_uint_eq(f.start, 0);		/* the next read at the front */
+	framebuf_shrink(&f, 8);
+	ck_assert_uint_eq(f.size, 8);
+	/* The end of the source before the bytes asked for. */
+	ck_assert_int_eq(framebuf_fill(&f, 4, 0, trickle_read, &t), 0);
+	framebuf_free(&f);
+}
+END_TEST
+
 /* Build the frame suite. */
 Suite *
 frame_suite(void)
@@ -577,6 +633,7 @@ frame_suite(void)
 	tcase_add_test(tc, test_fd_full);
 	tcase_add_test(tc, test_fd_writev_full);
 	tcase_add_test(tc, test_fd_eof);
+	tcase_add_test(tc, test_framebuf);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("fdpass");

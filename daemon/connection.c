@@ -150,7 +150,9 @@ connection_send(struct connection *c, json_t *reply)
 	connection_send_charged(c, reply, 0, NULL);
 }
 
-void
+/* Reply ok with fields (stolen, may be NULL): exactly one reply per
+ * request, and only this file writes them. */
+static void
 connection_reply_ok(struct connection *c, json_t *fields)
 {
 	json_t	*reply = json_pack("{s:b}", "ok", 1);
@@ -215,7 +217,8 @@ connection_reply_verror(struct connection *c, const char *class,
 	free(msg);
 }
 
-void
+/* Reply with an error of class, its message made from fmt. */
+static void __attribute__((format(printf, 3, 4)))
 connection_reply_error(struct connection *c, const char *class,
     const char *fmt, ...)
 {

@@ -31,20 +31,17 @@ size_t		 connection_close_flushed(void);
 pid_t		 connection_pid(const struct connection *);
 
 /* Answer a request with what its handler came to (request.h), at once or
- * when it comes (an execute whose plan a helper checked). */
+ * when it comes (an execute whose plan a helper checked, an operation's
+ * failure); only connection.c writes a reply's bytes. */
 struct request_answer;
 void		 connection_answer(struct connection *,
 		     struct request_answer *);
-/* Replies: exactly one per request.  fields is stolen and may be NULL. */
-void		 connection_reply_ok(struct connection *, json_t *fields);
 /* An ok reply that carries a result: until the client has taken its bytes
  * they are held against the uid's daemon.max_results_per_uid and
  * daemon.max_results.  0, or -1 with *err (allocated) naming the limit;
  * nothing is sent then.  fields is stolen. */
 int		 connection_reply_held(struct connection *, json_t *fields,
 		     char **err);
-void		 connection_reply_error(struct connection *, const char *class,
-		     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /*
  * The result stream.  After stream_begin the connection's output belongs to

@@ -43,6 +43,8 @@ size_t		 noperations;
 
 static void	operation_save_failed(struct operation *, const char *,
 		    const char *, ...) __attribute__((format(printf, 3, 4)));
+static void	operation_answer_error(struct connection *, const char *,
+		    const char *, ...) __attribute__((format(printf, 3, 4)));
 static void	operation_reply(struct operation *op);
 static void	operation_reply_send(struct operation *op, json_t *reply);
 static void	operation_checkpoint_done(struct operation *op, const char *why);
@@ -344,6 +346,24 @@ operation_free(struct operation *op)
 	ember_check_drained();
 }
 
+/* Answer c, which waited for an operation, with an error of class: the
+ * connection writes it. */
+static void
+operation_answer_error(struct connection *c, const char *class,
+    const char *fmt, ...)
+{
+	struct request_answer	a;
+	va_list			ap;
+
+	memset(&a, 0, sizeof a);
+	a.kind = REQUEST_ANSWER_ERROR;
+	a.class = class;
+	va_start(ap, fmt);
+	xvasprintf(&a.message, fmt, ap);
+	va_end(ap);
+	connection_answer(c, &a);
+}
+
 /* Give the connection back to control frames and free the operation. */
 void
 operation_end(struct operation *op)
@@ -376,7 +396,7 @@ operation_abort(struct operation *op, const char *class, const char *why)
 			operation_stream_error(op, msg);
 			free(msg);
 		} else
-			connection_reply_error(op->conn, class, "operation %s: %s",
+			operation_answer_error(op->conn, class, "operation %s: %s",
 			    op->id, why);
 	}
 	ember_counters.operations_interrupted++;
@@ -434,7 +454,7 @@ operation_shutdown_unstarted(struct operation *op)
 		return;
 	op->conn = NULL;
 	connection_busy_end(c);
-	connection_reply_error(c, "SHUTTING_DOWN", "emberd is shutting down; "
+	operation_answer_error(c, "SHUTTING_DOWN", "emberd is shutting down; "
 	    "operation %s did not start", op->id);
 	ember_counters.operations_interrupted++;
 	operation_free(op);
@@ -498,7 +518,7 @@ operation_task_finished(struct operation *op, struct task *t)
 	if (op->result_error != NULL) {
 		ember_counters.operations_failed++;
 		if (op->conn != NULL)
-			connection_reply_error(op->conn, op->result_class,
+			operation_answer_error(op->conn, op->result_class,
 			    "%s; operation %s", op->result_error, op->id);
 		operation_end(op);
 		return;
@@ -531,7 +551,7 @@ operation_task_failed(struct operation *op, struct task *t)
 	operation_bury(op, "OPERATION_FINISHED", "operation %s failed: %s",
 	    op->id, t->error);
 	if (op->conn != NULL)
-		connection_reply_error(op->conn, "TASK_FAILED", "%s", t->error);
+		operation_answer_error(op->conn, "TASK_FAILED", "%s", t->error);
 	operation_end(op);
 }
 
@@ -541,7 +561,7 @@ static void
 operation_failed(struct operation *op)
 {
 	if (op->conn != NULL)
-		connection_reply_error(op->conn, op->fail_class, "%s",
+		operation_answer_error(op->conn, op->fail_class, "%s",
 		    op->fail_error);
 	operation_end(op);
 }
@@ -672,7 +692,7 @@ operation_reply_deliver(struct operation *op, struct connection *c,
 	operation_drop_result(op);
 	if (connection_reply_held(c, reply, &err) == -1) {
 		log_info("operation %s: %s", op->id, err);
-		connection_reply_error(c, "LIMIT_EXCEEDED", "%s (the reply of "
+		operation_answer_error(c, "LIMIT_EXCEEDED", "%s (the reply of "
 		    "operation %s, until the client reads it)", err, op->id);
 		operation_bury(op, "LIMIT_EXCEEDED", "operation %s: its reply "
 		    "was over a limit: %s", op->id, err);
@@ -726,7 +746,7 @@ operation_checkpoint_done(struct operation *op, const char *why)
 		operation_bury(op, "OPERATION_FINISHED", "operation %s failed: "
 		    "%s", op->id, why);
 		if (op->conn != NULL)
-			connection_reply_error(op->conn, "CHECKPOINT_FAILED",
+			operation_answer_error(op->conn, "CHECKPOINT_FAILED",
 			    "operation %s: %s", op->id, why);
 		operation_end(op);
 		return;

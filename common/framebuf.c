@@ -24,14 +24,6 @@ framebuf_free(struct framebuf *f)
 	f->size = f->start = f->end = 0;
 }
 
-void
-framebuf_take(struct framebuf *f, size_t n)
-{
-	f->start += n;
-	if (f->start == f->end)
-		f->start = f->end = 0;
-}
-
 /* Move the bytes not taken to the front. */
 static void
 framebuf_compact(struct framebuf *f)

@@ -34,8 +34,14 @@ void	 framebuf_free(struct framebuf *);
 #define framebuf_data(f)	((f)->buf + (f)->start)
 
 /* Take n bytes (framebuf_len at most); with none left, the next read
- * starts at the front. */
-void	 framebuf_take(struct framebuf *, size_t n);
+ * starts at the front.  Inline: a stream's reader takes every record. */
+static inline void
+framebuf_take(struct framebuf *f, size_t n)
+{
+	f->start += n;
+	if (f->start == f->end)
+		f->start = f->end = 0;
+}
 /*
  * Make room for need bytes not taken: move them to the front and, if
  * they do not fit, grow to twice the size or to need + ahead (room to

@@ -84,7 +84,7 @@ struct ember {
 	int			 streamed;	/* a stream has ended */
 	int64_t			 partition;	/* current partition, from 0 */
 
-	struct framebuf		 in;		/* read, not yet taken */
+	struct framebuf		 in;	/* read, not yet taken */
 
 	struct ember_bytes	*values;	/* of the last group read */
 	size_t			 values_room;	/* its length */

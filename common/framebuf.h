@@ -16,9 +16,9 @@
 
 struct framebuf {
 	unsigned char	*buf;
-	size_t		 size;		/* allocated */
-	size_t		 start;		/* the first byte not taken */
-	size_t		 end;		/* past the last byte read */
+	size_t		 size;	/* allocated */
+	size_t		 start;	/* the first byte not taken */
+	size_t		 end;	/* past the last byte read */
 };
 
 /* Read up to len bytes into p: the bytes read, 0 at the end, or -1 with

@@ -24,7 +24,8 @@
 	    hmsg_read_plan_check)					\
 	X(SAVE_BEGIN, "save_begin", helper_save_begin,			\
 	    hmsg_read_save_begin)					\
-	X(SAVE_COMMIT, "save_commit", helper_save_commit, hmsg_read_none)	\
+	X(SAVE_COMMIT, "save_commit", helper_save_commit,		\
+	    hmsg_read_none)						\
 	X(SAVE_ABORT, "save_abort", helper_save_abort, hmsg_read_none)	\
 	X(BROADCAST_READ, "broadcast_read", helper_broadcast_read,	\
 	    hmsg_read_broadcast_read)					\
@@ -64,44 +65,44 @@ char	*hmsg_reply_encode_error(const char *error, size_t *len);
 /* plan_check's reply: the text files with their sizes, and whether each
  * udf is deterministic. */
 struct hmsg_plan_check {
-	json_t		*files;		/* [{"path": S, "size": N}], or NULL */
-	json_t		*udfs;		/* [{"deterministic": B}], in
-					   plan_walk's order */
-	json_t		*nested;	/* per nested plan: its files, or
-					   null; or NULL */
+	json_t	*files;		/* [{"path", "size"}], or NULL */
+	json_t	*udfs;		/* [{"deterministic"}], plan_walk's
+				   order */
+	json_t	*nested;	/* per nested plan: its files, or null;
+				   or NULL */
 };
 
 /* save_begin's: the directories it made, to name them again. */
 struct hmsg_save_begin {
-	json_t		*ids;		/* {"target_dev", "target_ino",
-					   "task_dev", "task_ino": N} */
+	json_t	*ids;		/* {"target_dev", "target_ino",
+				   "task_dev", "task_ino": N} */
 };
 
 /* broadcast_read's: the bytes copied, or how far it got. */
 struct hmsg_broadcast_read {
-	json_int_t	 size;		/* the bytes copied (0 or more) */
-	json_int_t	 over;		/* with error: the bytes it held when
-					   it stopped, or 0 */
+	json_int_t size;	/* the bytes copied (0 or more) */
+	json_int_t over;	/* with error: the bytes it held when it
+				   stopped, or 0 */
 };
 
 /* checkpoint_remove's: with error, the ids it could not remove. */
 struct hmsg_checkpoint_remove {
-	json_t		*failed;	/* [id], or NULL */
+	json_t	*failed;	/* [id], or NULL */
 };
 
 /* checkpoint_clean's: what it removed, found and measured. */
 struct hmsg_checkpoint_clean {
-	json_int_t	 removed;	/* entries removed */
-	json_t		*checkpoints;	/* [a manifest's summary] */
-	json_t		*sizes;		/* {id: bytes} */
-	json_int_t	 refused;	/* manifests that do not hold */
-	json_int_t	 more;		/* past the bound, not served */
+	json_int_t removed;	/* entries removed */
+	json_t	*checkpoints;	/* [a manifest's summary] */
+	json_t	*sizes;		/* {id: bytes} */
+	json_int_t refused;	/* manifests that do not hold */
+	json_int_t more;	/* past the bound, not served */
 };
 
 /* checkpoint_plan's: a lazy checkpoint's plan and its text files. */
 struct hmsg_checkpoint_plan {
-	json_t		*plan;
-	json_t		*files;		/* [{"path": S, "size": N}], or NULL */
+	json_t	*plan;
+	json_t	*files;		/* [{"path", "size"}], or NULL */
 };
 
 /*
@@ -112,7 +113,7 @@ struct hmsg_checkpoint_plan {
  */
 struct hmsg_reply {
 	enum hmsg_verb	 verb;
-	const char	*error;		/* the verb failed, why; or NULL */
+	const char	*error;	/* why the verb failed, or NULL */
 	union {
 		struct hmsg_plan_check		plan_check;
 		struct hmsg_save_begin		save_begin;
@@ -144,6 +145,7 @@ int	 hmsg_read_checkpoint_remove(json_t *, struct hmsg_reply *,
 	     char **err);
 int	 hmsg_read_checkpoint_clean(json_t *, struct hmsg_reply *,
 	     char **err);
-int	 hmsg_read_checkpoint_plan(json_t *, struct hmsg_reply *, char **err);
+int	 hmsg_read_checkpoint_plan(json_t *, struct hmsg_reply *,
+	     char **err);
 
 #endif

@@ -511,8 +511,8 @@ operation_begun_cb(const char *hclass, const char *herr, void *arg)
 		    "it as uid %ld: %s", (long)session_uid(s), herr);
 	else
 		operation_still_wanted(op, s, "the save began", &class, &err);
-	if (class != NULL)
-		operation_refused(op, &a, class, err);	/* undoes the begin */
+	if (class != NULL)	/* the refusal undoes the begin */
+		operation_refused(op, &a, class, err);
 	else
 		operation_start(op, c, s, &a);
 	connection_answer(c, &a);

@@ -396,8 +396,8 @@ operation_abort(struct operation *op, const char *class, const char *why)
 			operation_stream_error(op, msg);
 			free(msg);
 		} else
-			operation_answer_error(op->conn, class, "operation %s: %s",
-			    op->id, why);
+			operation_answer_error(op->conn, class,
+			    "operation %s: %s", op->id, why);
 	}
 	ember_counters.operations_interrupted++;
 	operation_end(op);

@@ -68,8 +68,8 @@ int	 request_read_execute(json_t *req, int (*taken)(const char *id,
  */
 enum request_answer_kind {
 	REQUEST_ANSWER_OK,	/* {"ok": true} and fields */
-	REQUEST_ANSWER_ERROR,	/* {"ok": false, "error": {class, message}} */
-	REQUEST_ANSWER_STREAM,	/* ok and fields, then op's result stream */
+	REQUEST_ANSWER_ERROR,	/* {"ok": false, "error": {...}} */
+	REQUEST_ANSWER_STREAM,	/* ok and fields, then op's stream */
 	REQUEST_ANSWER_LATER,	/* nothing yet: op answers when it can */
 };
 
@@ -77,7 +77,7 @@ struct operation;
 
 struct request_answer {
 	enum request_answer_kind kind;
-	json_t			*fields;	/* OK, STREAM: stolen; or NULL */
+	json_t			*fields; /* OK, STREAM: stolen, or NULL */
 	const char		*class;		/* ERROR */
 	char			*message;	/* ERROR: allocated */
 	struct operation	*op;		/* STREAM */

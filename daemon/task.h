@@ -71,7 +71,8 @@ struct task_ops {
 	int		 (*pipeline_depth)(const struct task *);
 	/* Its descriptor but broadcasts and plan (a save task's attempt
 	 * gets a number of its own). */
-	void		 (*describe)(const struct task *, struct taskdesc *);
+	void		 (*describe)(const struct task *,
+			     struct taskdesc *);
 	/* The plan members of its descriptor, and the key a worker that
 	 * has them already knows them by. */
 	const char	*(*plan)(const struct task *, uint64_t *key);
@@ -90,7 +91,8 @@ struct task_ops {
 	 * what to do with its worker.  STALL_FAIL sets *err. */
 	enum stall_action (*stalled)(struct task *, char **err);
 	/* Has its client taken nothing for stream.stall_timeout? */
-	int		 (*client_stalled)(const struct task *, uint64_t now);
+	int		 (*client_stalled)(const struct task *,
+			     uint64_t now);
 };
 
 enum task_state {
@@ -104,7 +106,7 @@ enum task_state {
 
 struct task {
 	struct operation	*op;
-	const struct task_ops	*ops;		/* op's, for its worker */
+	const struct task_ops	*ops;		/* what workers ask */
 	int			 partition;
 	int			 stage;		/* its operation's stage */
 	int			 reply_mode;	/* its output is for emberd, not

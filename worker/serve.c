@@ -31,7 +31,7 @@
 
 struct server {
 	int		 fd;
-	struct framebuf	 in;		/* read from emberd, not taken */
+	struct framebuf	 in;	/* read from emberd, not taken */
 	int		 fds[SERVE_MAX_FDS];	/* received, in order */
 	size_t		 nfds;
 	int		 fds_overflow;

@@ -598,7 +598,7 @@ START_TEST(test_framebuf)
 	ck_assert_int_eq(framebuf_data(&f)[103], 'x');
 	framebuf_take(&f, 104);
 	ck_assert_uint_eq(framebuf_len(&f), 0);
-	ck_assert_uint_eq(f.start, 0);		/* the next read at the front */
+	ck_assert_uint_eq(f.start, 0);	/* the next read at the front */
 	framebuf_shrink(&f, 8);
 	ck_assert_uint_eq(f.size, 8);
 	/* The end of the source before the bytes asked for. */

@@ -382,10 +382,11 @@ START_TEST(test_hmsg_typed_replies)
 	    r.u.checkpoint_remove.failed, 0)), "c");
 	json_decref(msg);
 
-	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{\"removed\":"
-	    "2,\"checkpoints\":[{\"id\":\"c\",\"partitions\":1,\"records\":0,"
-	    "\"bytes\":5,\"eager\":true,\"pending\":false}],\"sizes\":{\"d\":"
-	    "7},\"refused\":1,\"more\":0}}", HMSG_CHECKPOINT_CLEAN, &msg, &r));
+	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{"
+	    "\"removed\":2,\"checkpoints\":[{\"id\":\"c\",\"partitions\":1,"
+	    "\"records\":0,\"bytes\":5,\"eager\":true,\"pending\":false}],"
+	    "\"sizes\":{\"d\":7},\"refused\":1,\"more\":0}}",
+	    HMSG_CHECKPOINT_CLEAN, &msg, &r));
 	ck_assert_int_eq(r.u.checkpoint_clean.removed, 2);
 	ck_assert_int_eq(r.u.checkpoint_clean.refused, 1);
 	ck_assert_int_eq(json_array_size(r.u.checkpoint_clean.checkpoints), 1);

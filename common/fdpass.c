@@ -157,6 +157,10 @@ fs_msg_type_name(int32_t type)
 		return ("FS_HELPER_FORKED");
 	case FS_HELPER_FAILED:
 		return ("FS_HELPER_FAILED");
+	case FS_PYLOAD:
+		return ("FS_PYLOAD");
+	case FS_PYDROP:
+		return ("FS_PYDROP");
 	default:
 		return ("unknown");
 	}

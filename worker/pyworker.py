@@ -8,6 +8,7 @@ import _thread
 import base64
 import copy
 import functools
+import gc
 import itertools
 import pickle
 import sys
@@ -46,6 +47,52 @@ _FUNCTIONS_MAX = 256
 # Broadcast objects unpickled, by id: (the bytes' address, the object).
 _broadcasts = {}
 
+# Broadcast objects the fork-server unpickled (preload), by id: the
+# object, or a _LoadFailed.  A worker forked after the load shares them
+# copy-on-write; emberd retires the workers forked before a load or a
+# drop, so what a worker finds here is what its fork-server held.
+_preloaded = {}
+_MISSING = object()
+
+
+class _LoadFailed:
+    """A broadcast that raised as the fork-server unpickled it."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        self.text = text
+
+
+class BroadcastError(Exception):
+    """A broadcast's object could not be unpickled."""
+
+
+def preload(bid, view):
+    """Unpickle broadcast bid in the fork-server, for every worker it
+    forks after; None, or the traceback if it raised (kept: a function
+    that reads the broadcast raises it).  gc.freeze() then leaves what is
+    loaded out of the workers' collections, which would otherwise write
+    to the shared pages."""
+    try:
+        _preloaded[bid] = pickle.loads(view)
+        failed = None
+    except BaseException as e:
+        failed = format_error(e)
+        _preloaded[bid] = _LoadFailed(failed)
+    gc.freeze()
+    return failed
+
+
+def unload(bid):
+    """Let go of a broadcast preload made (it was dropped, or another
+    took its place); unfrozen first, so that its cycles are collected."""
+    if _preloaded.pop(bid, _MISSING) is _MISSING:
+        return
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
 
 def _load(text):
     """Unpickle a function (or fold's zero) of the plan, once."""
@@ -60,8 +107,9 @@ def _load(text):
 
 class Broadcast:
     """A broadcast of a Python object, as a function sees it: .value is
-    unpickled from the worker's copy of the bytes at most once per worker,
-    and kept while the worker is reused."""
+    the object the fork-server loaded, or else unpickled from the worker's
+    copy of the bytes at most once per worker, and kept while the worker
+    is reused."""
 
     __slots__ = ("id",)
 
@@ -71,6 +119,12 @@ class Broadcast:
     @property
     def value(self):
         view, address = _ember_worker.broadcast(self.id)
+        pre = _preloaded.get(self.id, _MISSING)
+        if pre is not _MISSING:
+            if type(pre) is _LoadFailed:
+                raise BroadcastError("broadcast %d did not unpickle in the "
+                                     "fork-server:\n%s" % (self.id, pre.text))
+            return pre
         held = _broadcasts.get(self.id)
         if held is not None and held[0] == address:
             return held[1]

@@ -437,8 +437,10 @@ START_TEST(test_fs_msg_names)
 	    "FS_HELPER_FORKED");
 	ck_assert_str_eq(fs_msg_type_name(FS_HELPER_FAILED),
 	    "FS_HELPER_FAILED");
+	ck_assert_str_eq(fs_msg_type_name(FS_PYLOAD), "FS_PYLOAD");
+	ck_assert_str_eq(fs_msg_type_name(FS_PYDROP), "FS_PYDROP");
 	ck_assert_str_eq(fs_msg_type_name(0), "unknown");
-	ck_assert_str_eq(fs_msg_type_name(10), "unknown");
+	ck_assert_str_eq(fs_msg_type_name(12), "unknown");
 }
 END_TEST
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "broadcast.h"
+#include "pypreload.h"
 #include "emberd.h"
 #include "helper.h"
 #include "limit.h"
@@ -93,6 +94,8 @@ broadcast_free(struct broadcast *b)
 	if (b->charged > 0)
 		limit_release(b->uid, LIMIT_BROADCAST_BYTES, b->charged);
 	TAILQ_REMOVE(&broadcasts, b, entry);
+	/* Its object, if a fork-server loaded one, goes too. */
+	pypreload_forget(b->id);
 	log_debug("broadcast %lld freed", (long long)b->id);
 	free(b);
 }

@@ -15,6 +15,8 @@
 #include "limit.h"
 #include "log.h"
 #include "plan.h"
+#include "pool.h"
+#include "pypreload.h"
 #include "broadcast.h"
 #include "checkpoint.h"
 #include "commit.h"
@@ -386,6 +388,35 @@ operation_materialize(struct session *s, struct checkpoint *c, json_t *plan,
 	return (op);
 }
 
+/*
+ * Have the user's fork-server load the big Python broadcasts the plan's
+ * functions read, before any worker of the job is asked for: the workers
+ * then share each object instead of each unpickling it (pypreload.h).
+ */
+static void
+operation_preload(struct operation *op)
+{
+	const struct plan_op	*o;
+	struct pool		*p;
+	size_t			 i, j, k;
+
+	for (i = 0; i < op->plan->nops; i++) {
+		o = &op->plan->ops[i];
+		for (j = 0; o->type == PLAN_OP_PYTHON &&
+		    j < o->udf_nbroadcasts; j++) {
+			for (k = 0; k < op->nbroadcasts; k++) {
+				if (broadcast_id(op->broadcasts[k]) !=
+				    o->udf_broadcasts[j])
+					continue;
+				p = pool_of_client(operation_uid(op),
+				    operation_gid(op));
+				if (p != NULL)
+					pypreload_want(p, op->broadcasts[k]);
+			}
+		}
+	}
+}
+
 /* Start a checked operation: list it, answer or hold the connection, and
  * start its first tasks. */
 static void
@@ -405,6 +436,7 @@ operation_start(struct operation *op, struct connection *c,
 	noperations++;
 	session_add_operation(s, op);
 	ember_counters.operations++;
+	operation_preload(op);
 	log_debug("operation %s: %s of %d partitions for pid %ld", op->id,
 	    action_names[op->action], op->npartitions,
 	    c != NULL ? (long)connection_pid(c) : -1L);

@@ -78,7 +78,7 @@ fslink_forked(struct fslink *fs, enum fslink_kind kind, const struct fs_msg *m,
 		return;
 	}
 	if ((p = FSLINK_PEER(kind, forked)) != NULL)
-		p->forked(fs, m->id, m->pid, passed);
+		p->forked(fs, m->id, m->pid, passed, m->value);
 	else
 		close(passed);
 }
@@ -509,6 +509,34 @@ fslink_helper(struct fslink *fs, int32_t request)
 		return (-1);
 	if (fs_msg_send(fs->fd, &m, -1) == -1) {
 		log_error("helper request: %s", strerror(errno));
+		return (-1);
+	}
+	return (0);
+}
+
+int
+fslink_pyload(struct fslink *fs, int32_t id, int fd)
+{
+	struct fs_msg	m = { FS_PYLOAD, id, 0, 0 };
+
+	if (!fslink_running(fs))
+		return (-1);
+	if (fs_msg_send(fs->fd, &m, fd) == -1) {
+		log_error("load of broadcast %d: %s", id, strerror(errno));
+		return (-1);
+	}
+	return (0);
+}
+
+int
+fslink_pydrop(struct fslink *fs, int32_t id)
+{
+	struct fs_msg	m = { FS_PYDROP, id, 0, 0 };
+
+	if (!fslink_running(fs))
+		return (-1);
+	if (fs_msg_send(fs->fd, &m, -1) == -1) {
+		log_error("drop of broadcast %d: %s", id, strerror(errno));
 		return (-1);
 	}
 	return (0);

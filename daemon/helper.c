@@ -527,10 +527,12 @@ helper_io_cb(evutil_socket_t fd, short events, void *arg)
 
 /* The fork-server forked the helper of request. */
 static void
-helper_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
+helper_forked(struct fslink *fs, int32_t request, pid_t pid, int fd,
+    int32_t gen)
 {
 	struct helper	*h = helper_find(fs, request);
 
+	(void)gen;
 	if (h == NULL || h->pid != -1) {
 		log_error("fork-server sent helper %ld for request %d, which "
 		    "is not waiting", (long)pid, request);

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "operation.h"
 #include "pool.h"
+#include "pypreload.h"
 #include "scheduler.h"
 #include "service.h"
 #include "session.h"
@@ -35,6 +36,8 @@ struct pool {
 	uid_t			 uid;		/* what its workers run as */
 	gid_t			 gid;
 	struct fslink	*fs;
+	struct pypreload	*py;		/* its fork-server's Python
+						   broadcasts */
 	int			 pending;	/* fork requests not answered */
 	int			 crashes;	/* in a row */
 	int			 ready;		/* its fork-server said hello */
@@ -65,6 +68,13 @@ struct fslink *
 pool_fslink(struct pool *p)
 {
 	return (p->fs);
+}
+
+/* Return what a pool's fork-server holds of Python broadcasts. */
+struct pypreload *
+pool_pypreload(struct pool *p)
+{
+	return (p->py);
 }
 
 /* Count a worker retired. */
@@ -113,7 +123,8 @@ pool_maintain_cb(evutil_socket_t fd, short events, void *arg)
 	}
 }
 
-static void	pool_worker_forked(struct fslink *, int32_t, pid_t, int);
+static void	pool_worker_forked(struct fslink *, int32_t, pid_t, int,
+		    int32_t);
 static void	pool_fork_failed(struct fslink *, int32_t, int);
 static int	pool_worker_exited(struct fslink *, pid_t, int);
 static void	pool_forkserver_ready(struct fslink *);
@@ -166,6 +177,7 @@ pool_shutdown(void)
 		TAILQ_REMOVE(&pools, p, entry);
 		if (p->backoff != NULL)
 			event_free(p->backoff);
+		pypreload_free(p->py);
 		free(p);
 	}
 	if (pool_maintain != NULL)
@@ -211,6 +223,7 @@ pool_get(uid_t client, gid_t gid)
 		return (NULL);
 	}
 	TAILQ_INSERT_TAIL(&pools, p, entry);
+	p->py = pypreload_create(p);
 	p->fs = fslink_create(p, p->uid, p->gid);
 	return (p);
 }
@@ -333,7 +346,8 @@ pool_grow(struct pool *p, size_t wanted, int past)
 
 /* Its fork-server forked a worker. */
 static void
-pool_worker_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
+pool_worker_forked(struct fslink *fs, int32_t request, pid_t pid, int fd,
+    int32_t gen)
 {
 	struct pool	*p = fslink_pool(fs);
 
@@ -342,7 +356,7 @@ pool_worker_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
 		p->pending--;
 		pool_pending_all--;
 	}
-	worker_create(p, pid, fd);
+	worker_create(p, pid, fd, gen);
 	p->forks++;
 	ember_counters.workers_forked++;
 	log_debug("worker %ld started as uid %ld", (long)pid, (long)p->uid);
@@ -385,7 +399,8 @@ pool_worker_exited(struct fslink *fs, pid_t pid, int status)
 static void
 pool_forkserver_ready(struct fslink *fs)
 {
-	(void)fs;
+	/* A new fork-server: it has loaded nothing yet. */
+	pypreload_reset(fslink_pool(fs)->py);
 	scheduler_kick();
 }
 

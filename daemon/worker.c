@@ -11,6 +11,7 @@
 #include <event2/event.h>
 
 #include "broadcast.h"
+#include "pypreload.h"
 #include "channel.h"
 #include "emberd.h"
 #include "fslink.h"
@@ -42,7 +43,7 @@ static const char *const worker_state_names[] = { "idle", "busy", "dead" };
 
 static const char *const retire_names[] = { "exited", "failed", "interrupted",
     "corrupt", "idle_timeout", "max_tasks", "no_reuse", "max_memory",
-    "task_timeout", "forkserver_lost", "evicted", "stalled" };
+    "task_timeout", "forkserver_lost", "evicted", "stalled", "stale" };
 /* Whether emberd kills the worker for that cause. */
 #define RETIRE_KILLS(c)	((c) != RETIRE_EXITED && (c) != RETIRE_FAILED && \
 	(c) != RETIRE_FORKSERVER)
@@ -63,6 +64,8 @@ struct worker {
 	uint64_t		 blocked_ms;	/* since when its output waits
 						   for the client, or 0 */
 	uint64_t		 max_tasks;	/* its own recycling point */
+	int32_t			 gen;		/* its fork-server's at the
+						   fork (pypreload.h) */
 	int64_t			*held;		/* broadcasts it holds */
 	size_t			 nheld;
 	int			 eof;
@@ -129,6 +132,17 @@ worker_find(struct pool *p, pid_t pid)
 	return (NULL);
 }
 
+/*
+ * Was the worker forked before its fork-server loaded or dropped a Python
+ * broadcast?  Then it lacks what the fork-server now holds, or holds what
+ * was dropped: it is not used again.
+ */
+static int
+worker_stale(const struct worker *w)
+{
+	return (w->gen != pypreload_gen(pool_pypreload(w->pool)));
+}
+
 /* Make a worker idle: the first one a task finds. */
 static void
 worker_set_idle(struct worker *w)
@@ -192,13 +206,14 @@ worker_kick_cb(evutil_socket_t fd, short events, void *arg)
 
 /* Make a worker for a process p's fork-server started. */
 struct worker *
-worker_create(struct pool *p, pid_t pid, int fd)
+worker_create(struct pool *p, pid_t pid, int fd, int32_t gen)
 {
 	struct worker	*w;
 
 	w = xcalloc(1, sizeof *w);
 	w->pool = p;
 	w->pid = pid;
+	w->gen = gen;
 	w->started_ms = ember_now_ms();
 	/* Up to a tenth more, so that workers started together do not all
 	 * recycle together. */
@@ -495,6 +510,8 @@ worker_end(struct worker *w, struct evbuffer *in)
 		worker_retire(w, RETIRE_NO_REUSE);
 	else if (w->max_tasks > 0 && w->tasks_run >= w->max_tasks)
 		worker_retire(w, RETIRE_MAX_TASKS);
+	else if (w->ntasks == 0 && worker_stale(w))
+		worker_retire(w, RETIRE_STALE);
 	else if (w->ntasks == 0) {
 		worker_set_idle(w);
 		scheduler_kick();
@@ -578,6 +595,10 @@ worker_stopped(struct worker *w)
 	w->tasks_run++;
 	if (w->max_tasks > 0 && w->tasks_run >= w->max_tasks) {
 		worker_retire(w, RETIRE_MAX_TASKS);
+		return;
+	}
+	if (worker_stale(w)) {
+		worker_retire(w, RETIRE_STALE);
 		return;
 	}
 	worker_set_idle(w);
@@ -785,9 +806,23 @@ worker_take_idle(struct pool *p, uint64_t key)
 			w = first;
 		if (w == NULL)
 			return (NULL);
-		if (channel_alive(w->ch) && !worker_dying(w))
+		if (!channel_alive(w->ch) || worker_dying(w))
+			worker_retire(w, RETIRE_EXITED);
+		else if (worker_stale(w))
+			worker_retire(w, RETIRE_STALE);
+		else
 			return (w);
-		worker_retire(w, RETIRE_EXITED);
+	}
+}
+
+void
+worker_retire_stale(struct pool *p)
+{
+	struct worker	*w, *next;
+
+	TAILQ_FOREACH_SAFE(w, &workers_idle, idle_entry, next) {
+		if (w->pool == p && worker_stale(w))
+			worker_retire(w, RETIRE_STALE);
 	}
 }
 

@@ -324,8 +324,16 @@ python_preload_call(int64_t id, const void *bytes, size_t len,
 		return (-1);
 	if (limit != 0)
 		old = python_limit_as((rlim_t)limit);
+	/* What it loads is reachable from Python's arenas only, as what
+	 * python_start made. */
+#ifdef PYTHON_LSAN
+	__lsan_disable();
+#endif
 	rc = PyObject_CallFunction(python_preload_fn, "LO", (long long)id,
 	    view);
+#ifdef PYTHON_LSAN
+	__lsan_enable();
+#endif
 	if (limit != 0)
 		python_limit_as(old);
 	Py_DECREF(view);

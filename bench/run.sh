@@ -115,6 +115,9 @@ sock=$dir/on/e.sock
 if want reuse || want broadcast || want spark; then
 	start_emberd "$dir/off" --set workers.reuse=no
 fi
+if want spark; then
+	start_emberd "$dir/perworker" --set python.broadcast_preload=0
+fi
 if want reattach; then
 	start_emberd "$dir/cut" --set stream.max_bytes=1m
 fi
@@ -173,7 +176,8 @@ if want spark; then
 	    --dir "$dir"
 	# shellcheck disable=SC2086
 	run bench_pyspark "$python" "$srcdir/bench/bench_pyspark.py" \
-	    --socket "$sock" --socket-off "$dir/off/e.sock" --dir "$dir" $quick
+	    --socket "$sock" --socket-off "$dir/off/e.sock" \
+	    --socket-perworker "$dir/perworker/e.sock" --dir "$dir" $quick
 fi
 if want shuffle; then
 	# shellcheck disable=SC2086
@@ -263,6 +267,13 @@ pyspark_summary() {
 	pyspark_pair bcast_on s
 	printf '  [target <= 10 s and >= 10x: %s]\n' \
 	    "$(verdict "$b <= 10 && $br >= 10")"
+	if result ps_bcast_perworker >/dev/null; then
+		printf 'pyspark broadcast reuse on, each worker unpickling '
+		printf '(python.broadcast_preload 0): ember %s s (min %s, max %s)\n' \
+		    "$(result ps_bcast_perworker)" \
+		    "$(result ps_bcast_perworker_min)" \
+		    "$(result ps_bcast_perworker_max)"
+	fi
 	if result ps_bcast_off_ember >/dev/null; then
 		printf 'pyspark broadcast reuse off: '
 		pyspark_pair bcast_off s

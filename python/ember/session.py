@@ -361,7 +361,9 @@ class Session:
         """Upload a Python object, pickled once with cloudpickle: the
         returned ObjectBroadcast's ``value`` is obj here, and inside a
         function a worker runs, obj unpickled at most once per worker
-        (and kept while the worker is reused)."""
+        (and kept while the worker is reused); a big one (emberd's
+        python.broadcast_preload) once per job, in the user's
+        fork-server, and shared by the job's workers."""
         from . import functions
 
         data, _ = functions.dumps_bytes(obj)

@@ -222,10 +222,19 @@ class PullStage:
     once: push() and more() return a list when the function wants more
     input or has made BATCH records; more() returns None when it wants
     input, and both return False once it has ended (the chain then stops
-    reading the partition)."""
+    reading the partition).
+
+    The first batch is held back: a partition that fits in it (the chain
+    hands over a batch when it is full, or at the end) has all its input
+    at finish(), and the function then runs on the worker's own thread,
+    as a plain iterator drained BATCH records at a time.  No thread is
+    started and no turns are taken: for a one-record partition that was
+    most of the task's time."""
 
     def __init__(self, ops):
         self.ops = ops
+        self.held = None        # the first batch, held back
+        self.sync = None        # the iterator, when run without a thread
         self.inbox = None
         self.eof = False
         self.out = []
@@ -288,20 +297,40 @@ class PullStage:
         return out
 
     def push(self, batch):
+        if not self.started and not self.done:
+            if self.held is None:
+                self.held = batch
+                return None
+            batch, self.held = self.held + batch, None
         self.inbox = batch
         return self._resume()
 
+    def _drain(self):
+        out = list(itertools.islice(self.sync, BATCH))
+        if not out:
+            self.sync = None
+            self.done = True
+            return False
+        return out
+
     def more(self):
+        if self.sync is not None:
+            return self._drain()
         if self.waiting:
             return None
         return self._resume()
 
     def finish(self):
         self.eof = True
+        if not self.started and not self.done:
+            batch, self.held = self.held or [], None
+            self.sync = iter(_compose(self.ops, iter(batch)))
+            return self._drain() or []
         return self._resume() or []
 
     def close(self):
         """Unwind a function the task left halfway."""
+        self.sync = None
         if self.started and not self.done:
             self.abandoned = True
             self.to_thread.release()

@@ -153,6 +153,24 @@ def test_map_partitions_streams(d):
                  .map(lambda x: x * 2).collect(), ["20"], "then a map")
 
 
+@needs_python
+def test_small_partition_needs_no_thread(d):
+    """A partition that fits in one batch (1,024 records) is all there
+    when the stage finishes: map_partitions, reduce and fold run on the
+    worker's own thread, no Python thread started; a bigger one streams
+    through one."""
+    def threads(it):
+        import _thread
+        return ["%d %d" % (sum(1 for _ in it), _thread._count())]
+    with _session(d) as sc:
+        check_eq(sc.range(1000, partitions=1).map_partitions(threads)
+                 .collect(), ["1000 0"], "one batch")
+        check_eq(sc.range(5000, partitions=1).map_partitions(threads)
+                 .collect(), ["5000 1"], "five batches")
+        check_eq(sc.range(10, partitions=2).map(int).fold(
+            0, lambda a, b: a + b), 45, "fold")
+
+
 def _fail_third(it):
     for i, x in enumerate(it):
         if i == 2:

@@ -161,6 +161,8 @@ static const struct conf_key conf_keys[] = {
 	    "1m", 0),
 	KEY("python", "broadcast_preload_max", CONF_INT,
 	    python_broadcast_preload_max, "4", 1),
+	KEY("python", "broadcast_preload_timeout", CONF_DURATION,
+	    python_broadcast_preload_timeout, "60s", 100),
 };
 #define NKEYS (sizeof conf_keys / sizeof conf_keys[0])
 

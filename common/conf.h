@@ -98,6 +98,8 @@ struct conf {
 						   Python broadcast; 0: never */
 	int64_t		 python_broadcast_preload_max; /* loaded at once, per
 						   fork-server */
+	int64_t		 python_broadcast_preload_timeout; /* ms a retired
+						   worker's exit may take */
 };
 
 void	 conf_init(struct conf *);

@@ -514,6 +514,17 @@ fslink_helper(struct fslink *fs, int32_t request)
 	return (0);
 }
 
+void
+fslink_abort(struct fslink *fs, const char *why)
+{
+	if (fs == NULL || fs->pid == -1 || fs->fd == -1)
+		return;
+	log_warn("fork-server %ld for uid %ld: %s; killing it", (long)fs->pid,
+	    (long)fs->uid, why);
+	kill(fs->pid, SIGKILL);
+	fslink_close(fs);
+}
+
 int
 fslink_pyload(struct fslink *fs, int32_t id, int fd)
 {

@@ -65,6 +65,9 @@ int		 fslink_fork(struct fslink *, int32_t request);
 /* Ask for a helper (daemon/helper.c): 0, or -1 as fslink_fork. */
 int		 fslink_helper(struct fslink *, int32_t request);
 void		 fslink_kill(struct fslink *, pid_t, int signal);
+/* Kill the fork-server, which broke its contract (why), unless it is
+ * already down; its exit restarts it as any death does. */
+void		 fslink_abort(struct fslink *, const char *why);
 /* Have it unpickle broadcast id from fd (the broadcast's memfd, which the
  * caller keeps), or let it go (pypreload.h): 0, or -1 as fslink_fork. */
 int		 fslink_pyload(struct fslink *, int32_t id, int fd);

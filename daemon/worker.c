@@ -66,6 +66,7 @@ struct worker {
 	uint64_t		 max_tasks;	/* its own recycling point */
 	int32_t			 gen;		/* its fork-server's at the
 						   fork (pypreload.h) */
+	uint64_t		 dead_ms;	/* when it was retired */
 	int64_t			*held;		/* broadcasts it holds */
 	size_t			 nheld;
 	int			 eof;
@@ -88,6 +89,7 @@ static TAILQ_HEAD(, worker) workers_idle = TAILQ_HEAD_INITIALIZER(workers_idle);
 static int	nworkers;
 
 static void	worker_process(struct worker *);
+static void	worker_check_exit(struct worker *, uint64_t);
 
 /* Name a retire cause. */
 const char *
@@ -291,6 +293,7 @@ worker_retire(struct worker *w, enum retire_cause cause)
 	pool_count_retired(w->pool, cause);
 	log_debug("worker %ld retired: %s", (long)w->pid, retire_names[cause]);
 	worker_leave_idle(w, WORKER_DEAD);
+	w->dead_ms = ember_now_ms();
 	w->stopping = 0;
 	if (w->stop_ev != NULL)
 		event_del(w->stop_ev);
@@ -1167,7 +1170,32 @@ worker_check_limits(void)
 	TAILQ_FOREACH_SAFE(w, &workers, entry, next) {
 		if (w->state == WORKER_BUSY)
 			worker_check(w, now);
+		else if (w->state == WORKER_DEAD)
+			worker_check_exit(w, now);
 	}
+}
+
+/*
+ * A fork-server that loaded a Python broadcast ran the user's code (the
+ * unpickling, and what it left behind: a fork hook, a __del__, a signal
+ * disposition), so it is no more trusted than a worker.  One that leaves
+ * a retired worker's exit unreported past python.broadcast_preload_timeout
+ * would keep the worker's place in workers.max for ever: it is killed, and
+ * its workers go with it (fslink.h).
+ */
+static void
+worker_check_exit(struct worker *w, uint64_t now)
+{
+	char	why[128];
+
+	if (w->exited || pypreload_gen(pool_pypreload(w->pool)) == 0 ||
+	    now - w->dead_ms <=
+	    (uint64_t)ember_conf.python_broadcast_preload_timeout)
+		return;
+	snprintf(why, sizeof why, "the exit of worker %ld not reported %llu "
+	    "ms after it was retired", (long)w->pid,
+	    (unsigned long long)(now - w->dead_ms));
+	fslink_abort(pool_fslink(w->pool), why);
 }
 
 /* Retire p's idle workers past workers.idle_timeout, keeping keep. */

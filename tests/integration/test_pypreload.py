@@ -71,6 +71,16 @@ class Exploding:
         return (_explode, ())
 
 
+class Deaf:
+    """A broadcast whose unpickling leaves the fork-server ignoring
+    SIGCHLD: its children are reaped by the kernel, and their exits are
+    never reported to emberd."""
+
+    def __reduce__(self):
+        import signal
+        return (signal.signal, (signal.SIGCHLD, signal.SIG_IGN))
+
+
 class _Freed(dict):
     """A broadcast's value that says who freed it."""
 
@@ -279,6 +289,28 @@ def test_fork_server_holds_at_most_the_cap(d):
                  "what the fork-server let go")
         check_eq(sc.range(1).map(lambda _: first.value["name"]).collect(),
                  ["first"], "the first again")
+
+
+@needs_python
+@with_daemon(sets=PRELOAD + ["python.broadcast_preload_timeout=1s"])
+def test_fork_server_that_hides_exits_is_replaced(d):
+    """The user's code ran in the fork-server: one that no longer reports
+    its workers' exits would keep their places counted in workers.max
+    for ever.  Past python.broadcast_preload_timeout it is killed and
+    started again, and jobs run on the new one."""
+    with ember.connect(d.socket, timeout=30) as sc:
+        b = sc.broadcast_object(Deaf())
+        first = {int(r.split()[0]) for r in sc.range(2, partitions=2).map(
+            lambda _: "%d %s" % (os.getppid(), b.value)).collect()}
+        # The workers that shared it are retired; their exits are hidden.
+        b.drop()
+        check(wait_until(lambda: "not reported" in d.log_text(), 10),
+              "the fork-server that hid exits was kept")
+        got = sc.range(4, partitions=4).map(
+            lambda x: "%d %s" % (os.getppid(), x)).collect()
+    check_eq([r.split()[1] for r in got], ["0", "1", "2", "3"], "answers")
+    check(not (first & {int(r.split()[0]) for r in got}),
+          "the same fork-server forked the next job's workers")
 
 
 if __name__ == "__main__":

@@ -282,7 +282,10 @@ broadcast_seal_fd(int fd)
 	    F_SEAL_WRITE | F_SEAL_SEAL));
 }
 
-/* The broadcast is complete, with its index or without: usable. */
+/*
+ * The broadcast is complete, with its index or without: usable, unless
+ * its session was closed meanwhile.
+ */
 static void
 broadcast_indexed(struct broadcast *b)
 {
@@ -290,72 +293,79 @@ broadcast_indexed(struct broadcast *b)
 		close(b->ifd);
 		b->ifd = -1;
 	}
+	if (b->session == NULL) {
+		b->read_cb(b, "REQUEST_INVALID", "its session was closed while "
+		    "it was put", b->read_arg);
+		return;
+	}
 	b->sealed = 1;
 	b->read_cb(b, NULL, NULL, b->read_arg);
 }
 
 /*
- * The helper built the index into its memfd, or could not.  What the
- * memfd holds is what counts: it is sized, charged and sealed here (a
- * user who kept a writable mapping of it cannot have it sealed).  One
- * that would pass the broadcast limits is not made: the broadcast is
- * complete without it.
+ * Take the index a helper built: what the memfd holds is what counts,
+ * sized, charged and sealed here (a user who kept a writable mapping of
+ * it cannot have it sealed).  NULL, or why not (allocated).
  */
-static void
-broadcast_indexed_cb(json_t *reply, int *fds, size_t nfds,
-    const char *hclass, const char *herr, void *arg)
+static char *
+broadcast_index_take(struct broadcast *b, json_t *reply)
 {
-	struct broadcast	*b = arg;
-	struct stat		 st;
-	const char		*class = "REQUEST_INVALID", *error;
-	char			*err = NULL;
-	json_int_t		 size;
+	struct stat	 st;
+	const char	*class;
+	char		*err;
+	json_int_t	 size;
 
-	b->reading = NULL;
-	while (nfds > 0)
-		close(fds[--nfds]);
-	if (hclass != NULL) {
-		class = hclass;
-		xasprintf(&err, "index: building it as uid %ld: %s",
-		    (long)b->uid, herr);
-		goto fail;
-	}
-	if ((error = json_string_value(json_object_get(reply,
-	    "error"))) != NULL) {
-		/* An index past the limits is not kept: the broadcast is
-		 * used without one, each worker building its set. */
-		if (json_integer_value(json_object_get(reply, "over")) > 0) {
-			log_info("broadcast %lld: no index: %s",
-			    (long long)b->id, error);
-			broadcast_indexed(b);
-			return;
-		}
-		xasprintf(&err, "index: %s", error);
-		goto fail;
-	}
 	size = json_integer_value(json_object_get(reply, "size"));
 	if (fstat(b->ifd, &st) == -1 || st.st_size != size || size <= 0 ||
-	    size > ember_conf.daemon_max_broadcast - b->size) {
-		class = "INTERNAL";
-		xasprintf(&err, "index: the helper's does not add up");
-		goto fail;
-	}
+	    size > ember_conf.daemon_max_broadcast - b->size)
+		return (xstrdup("the helper's does not add up"));
 	if (broadcast_charge(b, size, &class, &err) == -1)
-		goto fail;
+		return (err);
 	if (broadcast_seal_fd(b->ifd) == -1) {
-		xasprintf(&err, "index: sealing it: %s", strerror(errno));
-		goto fail;
+		xasprintf(&err, "sealing it: %s", strerror(errno));
+		limit_release(b->uid, LIMIT_BROADCAST_BYTES, size);
+		b->charged -= size;
+		return (err);
 	}
 	b->isize = size;
 	log_debug("broadcast %lld: %lld bytes, an index of %lld built in "
 	    "%lld ms", (long long)b->id, (long long)b->size,
 	    (long long)b->isize,
 	    (long long)json_integer_value(json_object_get(reply, "ms")));
+	return (NULL);
+}
+
+/*
+ * The helper built the index into its memfd, or could not.  The index
+ * only saves the workers a build: one that would pass the broadcast
+ * limits is not made, and one the helper could not make (killed, timed
+ * out) or that does not hold is left out; the broadcast is complete
+ * without it, each worker building its set.
+ */
+static void
+broadcast_indexed_cb(json_t *reply, int *fds, size_t nfds,
+    const char *hclass, const char *herr, void *arg)
+{
+	struct broadcast	*b = arg;
+	const char		*error;
+	char			*why = NULL;
+
+	b->reading = NULL;
+	while (nfds > 0)
+		close(fds[--nfds]);
+	if (hclass != NULL)
+		xasprintf(&why, "building it as uid %ld: %s", (long)b->uid,
+		    herr);
+	else if ((error = json_string_value(json_object_get(reply,
+	    "error"))) != NULL)
+		why = xstrdup(error);
+	else
+		why = broadcast_index_take(b, reply);
+	if (why != NULL) {
+		log_info("broadcast %lld: no index: %s", (long long)b->id, why);
+		free(why);
+	}
 	broadcast_indexed(b);
-	return;
-fail:
-	b->read_cb(b, class, err, b->read_arg);
-	free(err);
 }
 
 /*

@@ -314,7 +314,8 @@ bindex_open(const void *index, size_t size, const void *bytes, size_t len,
 	if (bindex_check_header(h, size, len, err) == -1)
 		return (NULL);
 	b = xcalloc(1, sizeof *b);
-	b->base = bytes;
+	/* No bytes may come as NULL; memcmp takes no NULL, even for 0. */
+	b->base = bytes != NULL ? bytes : (const void *)"";
 	b->len = len;
 	b->slots = (const uint64_t *)((const unsigned char *)index +
 	    BINDEX_HEADER);

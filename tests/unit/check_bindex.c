@@ -361,6 +361,29 @@ START_TEST(test_full_table_ends)
 }
 END_TEST
 
+/*
+ * An empty broadcast comes as no mapping at all: the index of an empty
+ * line, its header changed to index no bytes (and restamped), still
+ * reads nothing there.
+ */
+START_TEST(test_no_bytes)
+{
+	struct bindex_stats	 st;
+	struct bindex		*b;
+	size_t			 size;
+	void			*ix;
+
+	ix = ix_build("\n", 1, &size, &st);
+	ix_set(ix, OFF_BYTES, 0);
+	bindex_stamp(ix);
+	b = ix_open(ix, size, NULL, 0);
+	ck_assert_int_eq(bindex_contains(b, "", 0), 1);
+	ck_assert_int_eq(bindex_contains(b, "x", 1), 0);
+	bindex_close(b);
+	free(ix);
+}
+END_TEST
+
 /* The set index's suite. */
 Suite *
 bindex_suite(void)
@@ -381,6 +404,7 @@ bindex_suite(void)
 	tcase_add_test(tc, test_corrupt_header);
 	tcase_add_test(tc, test_corrupt_slots);
 	tcase_add_test(tc, test_full_table_ends);
+	tcase_add_test(tc, test_no_bytes);
 	suite_add_tcase(s, tc);
 
 	return (s);

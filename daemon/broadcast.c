@@ -315,18 +315,17 @@ broadcast_index_take(struct broadcast *b, json_t *reply)
 	char		*err;
 	json_int_t	 size;
 
+	/* Sealed first, so that its size cannot change once read. */
+	if (broadcast_seal_fd(b->ifd) == -1) {
+		xasprintf(&err, "sealing it: %s", strerror(errno));
+		return (err);
+	}
 	size = json_integer_value(json_object_get(reply, "size"));
 	if (fstat(b->ifd, &st) == -1 || st.st_size != size || size <= 0 ||
 	    size > ember_conf.daemon_max_broadcast - b->size)
 		return (xstrdup("the helper's does not add up"));
 	if (broadcast_charge(b, size, &class, &err) == -1)
 		return (err);
-	if (broadcast_seal_fd(b->ifd) == -1) {
-		xasprintf(&err, "sealing it: %s", strerror(errno));
-		limit_release(b->uid, LIMIT_BROADCAST_BYTES, size);
-		b->charged -= size;
-		return (err);
-	}
 	b->isize = size;
 	log_debug("broadcast %lld: %lld bytes, an index of %lld built in "
 	    "%lld ms", (long long)b->id, (long long)b->size,
@@ -376,14 +375,22 @@ int
 broadcast_seal(struct broadcast *b, broadcast_read_cb cb, void *arg,
     const char **class, char **err)
 {
-	json_t	*args;
-	int64_t	 room;
-	char	 name[64];
-	int	 fds[2];
+	struct stat	 st;
+	json_t		*args;
+	int64_t		 room;
+	char		 name[64];
+	int		 fds[2];
 
 	*class = "INTERNAL";
 	if (broadcast_seal_fd(b->fd) == -1) {
 		xasprintf(err, "sealing its bytes: %s", strerror(errno));
+		return (-1);
+	}
+	/* A helper wrote a passed descriptor's bytes as the user, who may
+	 * have changed their size since it was read and charged. */
+	if (fstat(b->fd, &st) == -1 || st.st_size != b->size) {
+		*class = "REQUEST_INVALID";
+		xasprintf(err, "its bytes changed while they were put");
 		return (-1);
 	}
 	snprintf(name, sizeof name, "ember-index-%lld", (long long)b->id);

@@ -369,7 +369,8 @@ broadcast_indexed_cb(json_t *reply, int *fds, size_t nfds,
 
 /*
  * Seal the bytes and have a helper of the user build their index into a
- * memfd of emberd's, within what the broadcast may still hold.
+ * memfd of emberd's, within what the broadcast may still hold; without a
+ * helper to build it, the broadcast is complete without one at once.
  */
 int
 broadcast_seal(struct broadcast *b, broadcast_read_cb cb, void *arg,
@@ -413,7 +414,14 @@ broadcast_seal(struct broadcast *b, broadcast_read_cb cb, void *arg,
 	b->reading = helper_run_fds(b->uid, b->gid, "broadcast_index", args,
 	    fds, 2, broadcast_indexed_cb, b, class, err);
 	json_decref(args);
-	return (b->reading == NULL ? -1 : 0);
+	if (b->reading == NULL) {
+		/* No helper now (the uid's are all busy, say): no index. */
+		log_info("broadcast %lld: no index: %s", (long long)b->id,
+		    *err);
+		free(*err);
+		broadcast_indexed(b);
+	}
+	return (0);
 }
 
 void

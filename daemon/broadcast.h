@@ -48,8 +48,8 @@ int64_t			 broadcast_missing(const struct broadcast *);
  * The upload is complete: seal its bytes and have a helper, as the user
  * and off the loop, build their set index (common/bindex.h) into a memfd
  * of emberd's, charged with the bytes to the broadcast limits
- * (daemon.max_broadcast*); without one if it would pass them or the
- * helper could not build it.  cb says
+ * (daemon.max_broadcast*); without one if it would pass them or no
+ * helper could build it (cb may then be called before this returns).  cb says
  * how it went (class NULL: the broadcast can be used; else class and
  * err), unless the broadcast is abandoned first.  -1 with *class and *err if it cannot start.
  */

@@ -387,6 +387,32 @@ def test_index_counts_toward_the_limits(d):
           "the worker did not build the set: %s" % d.log_tail())
 
 
+@with_daemon(sets=["daemon.max_helpers_per_uid=1"])
+def test_put_with_no_helper_free_has_no_index(d):
+    """With the user's one helper busy (a glob that takes hours), a put
+    is not refused for want of a helper to index it: it completes with
+    no index, and the worker builds the set."""
+    loop = d.path("loop")
+    os.mkdir(loop, 0o755)
+    for name in "abcd":
+        os.symlink(".", os.path.join(loop, name))
+    os.chmod(d.tmpdir, 0o755)
+    g = d.client()
+    g.send_json({"op": "execute", "action": "count",
+                 "plan": text_plan([loop + "/*" * 12 + "/x"])})
+    check(wait_until(lambda: any("ember-worker: helper" in cmdline(p)
+                                 for p in descendants(d.pid)), 10),
+          "no helper")
+    c = d.client()
+    reply = c.broadcast_put_request(lines(range(5)))
+    check(reply["ok"], "put: %r" % reply)
+    check_eq(reply.get("index"), 0, "the index with no helper free")
+    check_eq(c.collect_all(range_plan(3, 8, 1,
+                                      ops=[in_bc(reply["broadcast"])])),
+             [b"3", b"4"], "records kept")
+    g.close_abruptly()
+
+
 @with_daemon(sets=["workers.max=1"])
 def test_dropped_broadcast_refused(d):
     """A dropped broadcast is refused in new plans, naming the op."""

@@ -62,7 +62,8 @@ size_t	 held_set_size(const struct held_set *);
 /* Drop every broadcast and set (at exit, so nothing is left to free). */
 void	 held_clear(void);
 
-/* For diagnostics: broadcasts held, their bytes, and the sets' bytes. */
+/* For diagnostics: broadcasts held, their bytes, and the bytes of the
+ * sets built here (an index mapped with its broadcast is not counted). */
 size_t	 held_count(void);
 size_t	 held_bytes_held(void);
 size_t	 held_set_bytes_held(void);

@@ -438,6 +438,30 @@ def test_unknown_broadcast_refused(d):
     check_eq(c.count(range_plan(0, 10, 1)), 10, "a job after")
 
 
+def test_nested_plan_uses_broadcast(d):
+    """A broadcast named only inside a union's or a join's nested plan is
+    sent to the workers that run that plan."""
+    c = d.client()
+    bid = c.broadcast_put(b"3\n5\n")
+    nested = range_plan(0, 10, 2, ops=[in_bc(bid)])
+    got = c.collect_all(range_plan(0, 2, 1, ops=[{"union": {"plan": nested}}]))
+    check_eq(sorted(got), [b"0", b"1", b"3", b"5"], "union")
+    keyed = range_plan(0, 10, 2, ops=[in_bc(bid), {"key_by": {}}])
+    got = c.collect_all(range_plan(0, 10, 2, ops=[
+        {"key_by": {}}, {"join": {"plan": keyed}}]))
+    check_eq(sorted(k for k, _ in got), [b"3", b"5"], "join")
+
+
+def test_nested_plan_unknown_broadcast_refused(d):
+    """A nested plan's unknown broadcast is refused under its own field."""
+    c = d.client()
+    nested = range_plan(0, 10, 2, ops=[in_bc(4242)])
+    r = c.execute(range_plan(0, 2, 1, ops=[{"union": {"plan": nested}}]),
+                  "count")
+    check_error(r, "PLAN_INVALID", "plan.ops[0].union.plan.ops[0].filter."
+                "in_broadcast: no broadcast 4242 in this session")
+
+
 def test_other_session_cannot_use(d):
     """Another session can neither use nor drop a broadcast."""
     c = d.client()

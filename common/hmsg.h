@@ -27,6 +27,8 @@
 	X(SAVE_ABORT, "save_abort", helper_save_abort, HMSG_KEYS(NULL))	\
 	X(BROADCAST_READ, "broadcast_read", helper_broadcast_read,	\
 	    HMSG_KEYS("size", "over"))					\
+	X(BROADCAST_INDEX, "broadcast_index", helper_broadcast_index,	\
+	    HMSG_KEYS("size", "over", "lines", "distinct", "ms"))	\
 	X(RELEASE, "release", helper_release, HMSG_KEYS(NULL))		\
 	X(CHECKPOINT_COMMIT, "checkpoint_commit", ckpt_verb_commit,	\
 	    HMSG_KEYS(NULL))						\

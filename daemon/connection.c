@@ -453,6 +453,31 @@ connection_execute(struct connection *c, json_t *req)
 	operation_execute(c, c->session, req);
 }
 
+/* A broadcast's bytes are in and indexed, or something failed. */
+static void
+connection_upload_cb(struct broadcast *b, const char *class,
+    const char *err, void *arg)
+{
+	struct connection	*c = arg;
+
+	c->upload = NULL;
+	if (class == NULL) {
+		ember_counters.broadcasts++;
+		connection_reply_ok(c, json_pack("{s:I,s:I,s:I}", "broadcast",
+		    (json_int_t)broadcast_id(b), "size",
+		    (json_int_t)broadcast_size(b), "index",
+		    (json_int_t)broadcast_index_size(b)));
+	} else {
+		broadcast_abandon(b);
+		if (strcmp(class, "LIMIT_EXCEEDED") == 0)
+			connection_reply_error(c, class, "%s", err);
+		else
+			connection_reply_error(c, class, "broadcast_put: %s",
+			    err);
+	}
+	connection_stream_end(c);	/* back to control frames */
+}
+
 /* A broadcast passed by descriptor was read, or could not be. */
 static void
 connection_upload_read_cb(struct broadcast *b, const char *class,
@@ -460,18 +485,10 @@ connection_upload_read_cb(struct broadcast *b, const char *class,
 {
 	struct connection	*c = arg;
 
-	if (class == NULL) {
+	if (class == NULL)
 		connection_upload_done(c);
-		event_active(c->kick, EV_READ, 1);
-		return;
-	}
-	c->upload = NULL;
-	broadcast_abandon(b);
-	if (strcmp(class, "LIMIT_EXCEEDED") == 0)
-		connection_reply_error(c, class, "%s", err);
 	else
-		connection_reply_error(c, class, "broadcast_put: %s", err);
-	connection_stream_end(c);	/* back to control frames */
+		connection_upload_cb(b, class, err, arg);
 }
 
 /*
@@ -694,18 +711,23 @@ connection_read_control(struct connection *c)
 	return (1);
 }
 
-/* The last byte of an upload is in: seal it and answer with its id. */
+/*
+ * The last byte of an upload is in: seal it and have it indexed; the
+ * answer with its id comes then, and no other request is read meanwhile.
+ */
 static void
 connection_upload_done(struct connection *c)
 {
-	struct broadcast	*b = c->upload;
+	const char	*class;
+	char		*err;
 
-	c->upload = NULL;
-	c->state = CONN_CONTROL;
-	broadcast_seal(b);
-	ember_counters.broadcasts++;
-	connection_reply_ok(c, json_pack("{s:I,s:I}", "broadcast",
-	    (json_int_t)broadcast_id(b), "size", (json_int_t)broadcast_size(b)));
+	c->state = CONN_BUSY;
+	c->active_ms = ember_now_ms();
+	if (broadcast_seal(c->upload, connection_upload_cb, c, &class,
+	    &err) == -1) {
+		connection_upload_cb(c->upload, class, err, c);
+		free(err);
+	}
 }
 
 /* Take one raw frame of an upload: 1 if taken. */

@@ -56,20 +56,21 @@ operation_use_broadcast(struct operation *op, struct session *s, int64_t id,
 	return (0);
 }
 
-/* Find the broadcasts the plan's ops use; each must be the session's. */
+/* Find the broadcasts the ops of the plan and of the plans nested in it
+ * use; each must be the session's. */
 static int
-operation_find_broadcasts(struct operation *op, struct session *s,
-    char **err)
+operation_find_broadcasts_in(struct operation *op, struct session *s,
+    const struct plan *plan, const char *path, char **err)
 {
 	const struct plan_op	*o;
-	char			 field[96];
+	char			 field[256];
 	size_t			 i, j;
 
-	for (i = 0; i < op->plan->nops; i++) {
-		o = &op->plan->ops[i];
+	for (i = 0; i < plan->nops; i++) {
+		o = &plan->ops[i];
 		if (o->type == PLAN_OP_FILTER_BROADCAST) {
 			snprintf(field, sizeof field,
-			    "plan.ops[%zu].filter.in_broadcast", i);
+			    "%s.ops[%zu].filter.in_broadcast", path, i);
 			if (operation_use_broadcast(op, s, o->broadcast, field,
 			    err) == -1)
 				return (-1);
@@ -78,14 +79,31 @@ operation_find_broadcasts(struct operation *op, struct session *s,
 		    o->type == PLAN_OP_PYTHON) && j < o->udf_nbroadcasts;
 		    j++) {
 			snprintf(field, sizeof field,
-			    "plan.ops[%zu].%s.broadcasts[%zu]", i,
+			    "%s.ops[%zu].%s.broadcasts[%zu]", path, i,
 			    o->type == PLAN_OP_UDF ? "udf" : "python", j);
 			if (operation_use_broadcast(op, s, o->udf_broadcasts[j],
 			    field, err) == -1)
 				return (-1);
 		}
+		/* A join's or union's plan runs in this operation's tasks
+		 * too: its broadcasts go to the same workers. */
+		if (o->other != NULL) {
+			snprintf(field, sizeof field, "%s.ops[%zu].%s.plan",
+			    path, i, o->type == PLAN_OP_JOIN ? "join" :
+			    "union");
+			if (operation_find_broadcasts_in(op, s, o->other,
+			    field, err) == -1)
+				return (-1);
+		}
 	}
 	return (0);
+}
+
+static int
+operation_find_broadcasts(struct operation *op, struct session *s,
+    char **err)
+{
+	return (operation_find_broadcasts_in(op, s, op->plan, "plan", err));
 }
 
 /* Is id uid's operation, or one of its tombstones? */

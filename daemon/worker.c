@@ -887,7 +887,9 @@ worker_broadcast_diff(struct worker *w, const struct task *t,
 		d[n].id = broadcast_id(use[i]);
 		d[n].add = 1;
 		d[n].fd = broadcast_fd(use[i]);
-		d[n++].size = broadcast_size(use[i]);
+		d[n].size = broadcast_size(use[i]);
+		d[n].index_fd = broadcast_index_fd(use[i]);
+		d[n++].index = broadcast_index_size(use[i]);
 		ember_counters.broadcasts_sent++;
 		ember_counters.broadcast_bytes_sent +=
 		    (uint64_t)broadcast_size(use[i]);
@@ -903,7 +905,8 @@ worker_broadcast_diff(struct worker *w, const struct task *t,
 		}
 		d[n].id = w->held[i];
 		d[n].add = 0;
-		d[n].fd = -1;
+		d[n].fd = d[n].index_fd = -1;
+		d[n].index = 0;
 		d[n++].size = 0;
 		ember_counters.broadcasts_removed++;
 	}
@@ -934,11 +937,15 @@ worker_assign(struct worker *w, struct task *t)
 	if (w->plan_serial == key)
 		plan = NULL;	/* it has them */
 	w->plan_serial = key;
-	/* Each added broadcast's memfd rides on the descriptor's first
-	 * byte, in the order of the adds: the worker never opens a path. */
+	/* Each added broadcast's memfd, then its index's, rides on the
+	 * descriptor's first bytes, in the order of the adds: the worker
+	 * never opens a path. */
 	for (i = 0; i < nb; i++) {
-		if (b[i].add)
-			channel_pass_fd(w->ch, b[i].fd);
+		if (!b[i].add)
+			continue;
+		channel_pass_fd(w->ch, b[i].fd);
+		if (b[i].index > 0)
+			channel_pass_fd(w->ch, b[i].index_fd);
 	}
 	/* Then the checkpoint directories, opened and checked by emberd. */
 	if (d.source_dir_passed) {

@@ -324,7 +324,8 @@ stdio_private_output(void)
 static int
 stdio_hold_broadcast(const char *arg, char **err)
 {
-	struct taskdesc_broadcast	 b = { 0, 1, -1, 0 };
+	struct taskdesc_broadcast	 b = { .add = 1, .fd = -1,
+					     .index_fd = -1 };
 	struct stat			 st;
 	const char			*path;
 	char				*end;

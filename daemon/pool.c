@@ -495,14 +495,16 @@ pool_status(uid_t uid)
 			json_object_set_new(retired, worker_retire_name(i),
 			    json_integer((json_int_t)st.retired[i]));
 		json_array_append_new(a, json_pack("{s:I,s:I,s:I,s:i,s:i,s:i,"
-		    "s:i,s:i,s:I,s:I,s:o,s:i}", "client", (json_int_t)p->client,
+		    "s:i,s:i,s:I,s:I,s:o,s:i,s:o}", "client",
+		    (json_int_t)p->client,
 		    "uid", (json_int_t)p->uid, "gid", (json_int_t)p->gid,
 		    "workers", st.workers, "idle", st.idle, "busy", st.busy,
 		    "starting", st.starting,
 		    "crashes_in_a_row", p->crashes, "forks",
 		    (json_int_t)st.forks, "reuses", (json_int_t)st.reuses,
 		    "retired", retired, "forkserver", fslink_running(p->fs) ?
-		    (int)fslink_pid(p->fs) : 0));
+		    (int)fslink_pid(p->fs) : 0, "python_broadcasts",
+		    pypreload_status(p->py)));
 	}
 	return (a);
 }

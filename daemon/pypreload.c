@@ -115,6 +115,17 @@ pypreload_want(struct pool *p, struct broadcast *b)
 	worker_retire_stale(p);
 }
 
+json_t *
+pypreload_status(const struct pypreload *py)
+{
+	json_t	*a = json_array();
+	size_t	 i;
+
+	for (i = 0; i < py->n; i++)
+		json_array_append_new(a, json_integer((json_int_t)py->ids[i]));
+	return (a);
+}
+
 void
 pypreload_forget(int64_t id)
 {

@@ -14,6 +14,8 @@
 
 #include <stdint.h>
 
+#include <jansson.h>
+
 struct broadcast;
 struct pool;
 struct pypreload;
@@ -30,5 +32,7 @@ int32_t		 pypreload_gen(const struct pypreload *);
 void		 pypreload_want(struct pool *, struct broadcast *);
 /* Broadcast id is freed: every fork-server that loaded it drops it. */
 void		 pypreload_forget(int64_t id);
+/* The ids of the broadcasts loaded, oldest first, for status. */
+json_t		*pypreload_status(const struct pypreload *);
 
 #endif

@@ -257,8 +257,12 @@ def test_dropped_broadcast_leaves_the_fork_server(d):
                                     b.value["name"])).collect()
         check_eq({r.split()[2] for r in got}, {"first"}, "values")
         check_eq(_lines(marks), [], "freed before the drop")
+        check_eq(sc.status()["pools"][0]["python_broadcasts"], [int(b.id)],
+                 "what status says the fork-server holds")
         b.drop()
         wait_until(lambda: _lines(marks), 10)
+        check_eq(sc.status()["pools"][0]["python_broadcasts"], [],
+                 "what status says it holds after the drop")
         workers = {int(p) for p in sc.range(4, partitions=4).map(
             lambda _: os.getpid()).collect()}
     parent = {r.split()[1] for r in got}

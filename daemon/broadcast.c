@@ -36,6 +36,7 @@ struct broadcast {
 	int			 ifd;		/* its index's, or -1 */
 	int64_t			 isize;
 	int			 sealed;
+	int			 no_index;	/* put without one */
 	int			 users;		/* operations using it */
 	struct helper		*reading;	/* a passed descriptor, or
 						   the index being built */
@@ -292,7 +293,7 @@ broadcast_seal_fd(int fd)
 static void
 broadcast_indexed(struct broadcast *b)
 {
-	if (b->isize == 0) {
+	if (b->isize == 0 && b->ifd != -1) {
 		close(b->ifd);
 		b->ifd = -1;
 	}
@@ -370,6 +371,12 @@ broadcast_indexed_cb(json_t *reply, int *fds, size_t nfds,
 	broadcast_indexed(b);
 }
 
+void
+broadcast_skip_index(struct broadcast *b)
+{
+	b->no_index = 1;
+}
+
 /*
  * Seal the bytes and have a helper of the user build their index into a
  * memfd of emberd's, within what the broadcast may still hold; without a
@@ -397,6 +404,12 @@ broadcast_seal(struct broadcast *b, broadcast_read_cb cb, void *arg,
 		xasprintf(err, "its bytes changed while they were put");
 		return (-1);
 	}
+	b->read_cb = cb;
+	b->read_arg = arg;
+	if (b->no_index) {
+		broadcast_indexed(b);
+		return (0);
+	}
 	snprintf(name, sizeof name, "ember-index-%lld", (long long)b->id);
 	if ((b->ifd = memfd_create(name, MFD_CLOEXEC |
 	    MFD_ALLOW_SEALING)) == -1) {
@@ -410,8 +423,6 @@ broadcast_seal(struct broadcast *b, broadcast_read_cb cb, void *arg,
 	    room == ember_conf.daemon_max_broadcast - b->size ?
 	    "daemon.max_broadcast" :
 	    "daemon.max_broadcast_bytes_per_uid or daemon.max_broadcast_bytes");
-	b->read_cb = cb;
-	b->read_arg = arg;
 	fds[0] = b->fd;
 	fds[1] = b->ifd;
 	b->reading = helper_run_fds(b->uid, b->gid, "broadcast_index", args,

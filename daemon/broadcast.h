@@ -44,6 +44,8 @@ int			 broadcast_read_fd(struct broadcast *, int fd,
 			     char **err);
 /* How many bytes the upload still expects. */
 int64_t			 broadcast_missing(const struct broadcast *);
+/* Put it without its set index: broadcast_seal makes none. */
+void			 broadcast_skip_index(struct broadcast *);
 /*
  * The upload is complete: seal its bytes and have a helper, as the user
  * and off the loop, build their set index (common/bindex.h) into a memfd

@@ -495,20 +495,23 @@ connection_upload_read_cb(struct broadcast *b, const char *class,
  * broadcast_put: the bytes follow as raw frames, and the reply comes when
  * they are all in; or, with "fd": true, they are the file whose descriptor
  * came with the request (SCM_RIGHTS), read through that descriptor, so
- * with the client's access and never through the socket.
+ * with the client's access and never through the socket.  "index": false
+ * puts the bytes without their set index (a pickled object has no lines).
  */
 static void
 connection_broadcast_put(struct connection *c, json_t *req)
 {
-	static const char *const keys[] = { "op", "size", "fd", NULL };
+	static const char *const keys[] = { "op", "size", "fd", "index",
+	    NULL };
 	json_int_t	 size = 0;
-	int		 use_fd = 0, fd;
+	int		 use_fd = 0, index = 1, fd;
 	const char	*class = "REQUEST_INVALID";
 	char		*err;
 
 	if (jread_only(req, "", keys, &err) == -1 ||
 	    jread_bool(req, "", "fd", JREAD_OPTIONAL, &use_fd, &err) == -1 ||
-	    jread_int(req, "", "size", !use_fd, &size, &err) == -1)
+	    jread_int(req, "", "size", !use_fd, &size, &err) == -1 ||
+	    jread_bool(req, "", "index", JREAD_OPTIONAL, &index, &err) == -1)
 		goto fail;
 	if (use_fd) {
 		if ((fd = connection_take_fd(c)) == -1) {
@@ -520,6 +523,8 @@ connection_broadcast_put(struct connection *c, json_t *req)
 			close(fd);
 			goto fail;
 		}
+		if (!index)
+			broadcast_skip_index(c->upload);
 		/* Read by a helper, as the user and off the loop; no other
 		 * request is read meanwhile. */
 		if (broadcast_read_fd(c->upload, fd, connection_upload_read_cb,
@@ -537,6 +542,8 @@ connection_broadcast_put(struct connection *c, json_t *req)
 	if ((c->upload = broadcast_create(c->session, size, &class,
 	    &err)) == NULL)
 		goto fail;
+	if (!index)
+		broadcast_skip_index(c->upload);
 	c->state = CONN_UPLOAD;
 	if (size == 0)
 		connection_upload_done(c);

@@ -359,6 +359,25 @@ def test_index_answers_as_the_lines(d):
           "a worker built the set: %s" % d.log_tail())
 
 
+def test_put_without_index(d):
+    """"index": false puts the bytes alone (a pickled object has no lines
+    to look up): no helper builds an index, and a filter on it still
+    answers, from a set the worker builds."""
+    c = d.client()
+    reply = c.broadcast_put_request(b"3\n5\n", index=False)
+    check(reply["ok"], "put: %r" % reply)
+    bid = reply["broadcast"]
+    check_eq(reply.get("index"), 0, "the reply's index")
+    check(index_file(d, bid) is None, "an index memfd in emberd")
+    check_eq(listed(c)[bid]["index"], 0, "status's index")
+    check("(broadcast_index, uid" not in d.log_text(),
+          "a helper built an index: %s" % d.log_tail())
+    check_eq(sorted(c.collect_all(range_plan(0, 10, 2, ops=[in_bc(bid)]))),
+             [b"3", b"5"], "records kept")
+    check_error(c.broadcast_put_request(b"x", index=1), "REQUEST_INVALID",
+                "broadcast_put: index: expected true or false")
+
+
 @with_daemon(sets=["workers.max=1",
                    "daemon.max_broadcast_bytes_per_uid=4k"])
 def test_index_counts_toward_the_limits(d):

@@ -260,6 +260,21 @@ def test_broadcast_unpickled_once_per_worker(d):
 
 
 @needs_python
+def test_object_broadcast_is_not_indexed(d):
+    """A pickled object has no lines to look up: it is put without a set
+    index, so no helper spends the put building one."""
+    with _session(d) as sc:
+        b = sc.broadcast_object(list(range(1000)))
+        entry = [x for x in sc.status()["broadcasts"] if x["id"] == b.id]
+        check_eq([x.get("index") for x in entry], [0], "its index")
+        check_eq(sc.range(3, partitions=1).map(
+            lambda i: b.value[int(i) * 10]).collect(), ["0", "10", "20"],
+            "its value")
+    check("(broadcast_index, uid" not in d.log_text(),
+          "a helper built an index: %s" % d.log_tail())
+
+
+@needs_python
 @with_daemon(sets=["workers.max=1"])
 def test_dropped_broadcast_is_forgotten(d):
     """A reused worker does not keep the object of a broadcast that was

@@ -197,6 +197,13 @@ channel_read_cb(evutil_socket_t fd, short events, void *arg)
 		ch->read_cb(ch->arg);
 }
 
+void
+channel_read(struct channel *ch)
+{
+	if (!ch->stopped)
+		channel_read_cb(ch->fd, EV_READ, ch);
+}
+
 static void
 channel_write_cb(evutil_socket_t fd, short events, void *arg)
 {

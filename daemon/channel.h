@@ -64,6 +64,8 @@ enum frame_status channel_frame(struct channel *, size_t max, int32_t *len);
  * theirs): the peer receives it with that byte.  The bytes must follow
  * before the next flush. */
 void		 channel_pass_fd(struct channel *, int fd);
+/* Read what the socket holds now, as the loop would (read_cb runs). */
+void		 channel_read(struct channel *);
 /* Write what is queued; what the socket does not take goes when it can. */
 void		 channel_flush(struct channel *);
 /* Read until len bytes are buffered, then stop; 0 for the default mark. */

@@ -41,6 +41,7 @@ struct channel {
 	struct channel_fd *rfds;	/* received, not taken */
 	size_t		  nrfds, max_rfds, refused;
 	size_t		  packet;	/* a packet's size, or 0: a stream */
+	size_t		  packet_fds;	/* descriptors one packet may bring */
 	struct event	 *rev, *wev, *kick;
 	size_t		  high, default_high;
 	size_t		  low;		/* for write_cb */
@@ -61,7 +62,7 @@ channel_keep_fds(struct channel *ch, struct msghdr *mh, uint64_t at)
 {
 	struct cmsghdr	*c;
 	int		*p;
-	size_t		 k, i;
+	size_t		 k, i, kept = 0;
 
 	if (mh->msg_flags & MSG_CTRUNC)
 		ch->refused++;
@@ -71,7 +72,8 @@ channel_keep_fds(struct channel *ch, struct msghdr *mh, uint64_t at)
 		p = (int *)CMSG_DATA(c);
 		k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 		for (i = 0; i < k; i++) {
-			if (ch->nrfds >= ch->max_rfds) {
+			if (ch->nrfds >= ch->max_rfds ||
+			    (ch->packet && kept >= ch->packet_fds)) {
 				close(p[i]);
 				ch->refused++;
 				continue;
@@ -80,6 +82,7 @@ channel_keep_fds(struct channel *ch, struct msghdr *mh, uint64_t at)
 			    sizeof *ch->rfds);
 			ch->rfds[ch->nrfds].at = at;
 			ch->rfds[ch->nrfds++].fd = p[i];
+			kept++;
 		}
 	}
 }
@@ -273,7 +276,8 @@ channel_create_packets(int fd, size_t size, size_t max_fds,
 	/* Room for the packets of a turn. */
 	ch = channel_create(fd, size * CHANNEL_PACKETS, read_cb, arg);
 	ch->packet = size;
-	ch->max_rfds = max_fds;
+	ch->packet_fds = max_fds;
+	ch->max_rfds = max_fds * CHANNEL_PACKETS;
 	return (ch);
 }
 

@@ -536,8 +536,10 @@ START_TEST(test_channel_packets)
 	ck_assert_int_eq(write(ppeer, "packet-1", 8), 8);
 	ck_assert_int_eq(fd_send_with(ppeer, "packet-2", 8, p[0]), 8);
 	ck_assert_int_eq(write(ppeer, "packet-3", 8), 8);
+	ck_assert_int_eq(fd_send_with(ppeer, "packet-4", 8, p[1]), 8);
 	run_loop();
-	ck_assert_uint_eq(evbuffer_get_length(channel_input(pch)), 24);
+	ck_assert_uint_eq(evbuffer_get_length(channel_input(pch)), 32);
+	ck_assert_uint_eq(channel_fds_refused(pch), 0);
 	ck_assert_int_eq(channel_take_fd_with(pch, 8), -1);
 	evbuffer_drain(channel_input(pch), 8);
 	fd = channel_take_fd_with(pch, 8);
@@ -545,6 +547,11 @@ START_TEST(test_channel_packets)
 	close(fd);
 	evbuffer_drain(channel_input(pch), 8);
 	ck_assert_int_eq(channel_take_fd_with(pch, 8), -1);
+	evbuffer_drain(channel_input(pch), 8);
+	fd = channel_take_fd_with(pch, 8);	/* the second one waits too */
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	evbuffer_drain(channel_input(pch), 8);
 
 	/* Each write is one packet. */
 	evbuffer_add(channel_output(pch), "answer-1answer-2", 16);

@@ -467,16 +467,19 @@ channel_flush(struct channel *ch)
 		event_del(ch->wev);
 	return;
 broken:
-	/* Drop what is left; the owner hears of it from the loop (or, with
-	 * no error_cb, from the reader, who sees the end too). */
 	ch->error = n == -1 ? errno : EPIPE;
-	evbuffer_drain(ch->out, evbuffer_get_length(ch->out));
 	channel_drop_fds(ch);
-	if (ch->error_cb != NULL) {
-		log_debug("channel: %s", strerror(ch->error));
-		channel_stop(ch);
-		event_active(ch->kick, EV_WRITE, 1);
+	if (ch->error_cb == NULL) {
+		/* Drop what is left: the reader sees the end too. */
+		evbuffer_drain(ch->out, evbuffer_get_length(ch->out));
+		return;
 	}
+	/* The owner hears of it from the loop.  What is queued stays until
+	 * then: it was never sent, and the owner may count on knowing that
+	 * (a stream's retry buffer keeps what the output still holds). */
+	log_debug("channel: %s", strerror(ch->error));
+	channel_stop(ch);
+	event_active(ch->kick, EV_WRITE, 1);
 }
 
 int

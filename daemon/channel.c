@@ -41,6 +41,7 @@ struct channel {
 	struct channel_fd *rfds;	/* received, not taken */
 	size_t		  nrfds, max_rfds, refused;
 	size_t		  packet;	/* a packet's size, or 0: a stream */
+	size_t		  out_packet;	/* the size of those written */
 	size_t		  packet_fds;	/* descriptors one packet may bring */
 	struct event	 *rev, *wev, *kick;
 	size_t		  high, default_high;
@@ -268,7 +269,7 @@ channel_create(int fd, size_t high, void (*read_cb)(void *), void *arg)
 }
 
 struct channel *
-channel_create_packets(int fd, size_t size, size_t max_fds,
+channel_create_packets(int fd, size_t size, size_t out_size, size_t max_fds,
     void (*read_cb)(void *), void *arg)
 {
 	struct channel	*ch;
@@ -276,6 +277,7 @@ channel_create_packets(int fd, size_t size, size_t max_fds,
 	/* Room for the packets of a turn. */
 	ch = channel_create(fd, size * CHANNEL_PACKETS, read_cb, arg);
 	ch->packet = size;
+	ch->out_packet = out_size;
 	ch->packet_fds = max_fds;
 	ch->max_rfds = max_fds * CHANNEL_PACKETS;
 	return (ch);
@@ -376,7 +378,7 @@ channel_pass_fd(struct channel *ch, int fd)
 static int
 channel_send_fd(struct channel *ch)
 {
-	size_t		 len = ch->packet ? ch->packet : 1;
+	size_t		 len = ch->packet ? ch->out_packet : 1;
 	unsigned char	*data = evbuffer_pullup(ch->out, (ev_ssize_t)len);
 	ssize_t		 n;
 
@@ -430,7 +432,7 @@ channel_write_some(struct channel *ch)
 {
 	if (ch->packet)
 		return (evbuffer_write_atmost(ch->out, ch->fd,
-		    (ev_ssize_t)ch->packet));
+		    (ev_ssize_t)ch->out_packet));
 	if (ch->nfds > 0)
 		return (evbuffer_write_atmost(ch->out, ch->fd,
 		    (ev_ssize_t)(ch->fds[0].at - ch->written)));

@@ -27,11 +27,12 @@ struct evbuffer;
  * with an error_cb, the end goes there instead). */
 struct channel	*channel_create(int fd, size_t high, void (*read_cb)(void *),
 		     void *arg);
-/* A SOCK_SEQPACKET socket whose every packet is size bytes: one of another
- * size ends the channel (EBADMSG); each write is one packet.  Up to max_fds
- * descriptors come with a packet (channel_take_fd_with). */
-struct channel	*channel_create_packets(int fd, size_t size, size_t max_fds,
-		     void (*read_cb)(void *), void *arg);
+/* A SOCK_SEQPACKET socket whose every packet read is size bytes: one of
+ * another size ends the channel (EBADMSG); each write is one packet of
+ * out_size.  Up to max_fds descriptors come with a packet
+ * (channel_take_fd_with). */
+struct channel	*channel_create_packets(int fd, size_t size, size_t out_size,
+		     size_t max_fds, void (*read_cb)(void *), void *arg);
 void		 channel_free(struct channel *);
 struct evbuffer	*channel_input(struct channel *);
 struct evbuffer	*channel_output(struct channel *);

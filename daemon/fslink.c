@@ -409,8 +409,8 @@ fslink_start(struct fslink *fs)
 	fs->pid = pid;
 	/* A packet channel: each message is one packet of FS_MSG_SIZE, a
 	 * worker's or helper's socket riding on its FS_FORKED. */
-	fs->ch = channel_create_packets(sv[0], FS_MSG_SIZE, 1, fslink_read_cb,
-	    fs);
+	fs->ch = channel_create_packets(sv[0], FS_MSG_SIZE, FS_MSG_SIZE, 1,
+	    fslink_read_cb, fs);
 	channel_set_error_cb(fs->ch, fslink_error_cb);
 	log_debug("started fork-server %ld for uid %ld (%s)", (long)pid,
 	    (long)fs->uid, fslink_path);

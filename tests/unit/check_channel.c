@@ -510,7 +510,7 @@ packet_setup(void)
 	ppeer = sv[1];
 	calls = errors = 0;
 	last_error = -1;
-	pch = channel_create_packets(sv[0], 8, 1, read_cb, &calls);
+	pch = channel_create_packets(sv[0], 8, 8, 1, read_cb, &calls);
 	channel_set_error_cb(pch, error_cb);
 }
 

@@ -25,6 +25,8 @@
 /* Descriptors one read can bring; more are refused by the kernel. */
 #define CHANNEL_CMSG_FDS	8
 
+static void	channel_write(struct channel *, int);
+
 /* A descriptor and the byte it goes (or came) with. */
 struct channel_fd {
 	uint64_t	  at;
@@ -215,7 +217,7 @@ channel_write_cb(evutil_socket_t fd, short events, void *arg)
 	size_t		 before = evbuffer_get_length(ch->out);
 
 	(void)fd; (void)events;
-	channel_flush(ch);
+	channel_write(ch, 1);
 	if (ch->write_cb != NULL && !ch->stopped &&
 	    evbuffer_get_length(ch->out) < before &&
 	    evbuffer_get_length(ch->out) <= ch->low)
@@ -260,7 +262,10 @@ channel_create(int fd, size_t high, void (*read_cb)(void *), void *arg)
 	ch->arg = arg;
 	ch->rev = event_new(ember_base, fd, EV_READ | EV_PERSIST,
 	    channel_read_cb, ch);
-	ch->wev = event_new(ember_base, fd, EV_WRITE, channel_write_cb, ch);
+	/* Persistent while output waits: a stream's writes turn after turn
+	 * cost no epoll_ctl each. */
+	ch->wev = event_new(ember_base, fd, EV_WRITE | EV_PERSIST,
+	    channel_write_cb, ch);
 	ch->kick = event_new(ember_base, -1, 0, channel_kick_cb, ch);
 	evbuffer_add_cb(ch->out, channel_output_cb, ch);
 	event_add(ch->rev, NULL);
@@ -439,8 +444,13 @@ channel_write_some(struct channel *ch)
 	return (evbuffer_write(ch->out, ch->fd));
 }
 
-void
-channel_flush(struct channel *ch)
+/*
+ * Write what is queued until the socket is full, or, with once, in one
+ * write (the loop's writes: the event comes again while output waits,
+ * so no write is spent learning that the socket is full).
+ */
+static void
+channel_write(struct channel *ch, int once)
 {
 	int	n;
 
@@ -462,10 +472,13 @@ channel_flush(struct channel *ch)
 		if (n <= 0)
 			goto broken;
 		ch->written += (uint64_t)n;
+		if (once)
+			break;
 	}
-	if (evbuffer_get_length(ch->out) > 0)
-		event_add(ch->wev, NULL);
-	else if (event_pending(ch->wev, EV_WRITE, NULL))
+	if (evbuffer_get_length(ch->out) > 0) {
+		if (!event_pending(ch->wev, EV_WRITE, NULL))
+			event_add(ch->wev, NULL);
+	} else if (event_pending(ch->wev, EV_WRITE, NULL))
 		event_del(ch->wev);
 	return;
 broken:
@@ -482,6 +495,12 @@ broken:
 	log_debug("channel: %s", strerror(ch->error));
 	channel_stop(ch);
 	event_active(ch->kick, EV_WRITE, 1);
+}
+
+void
+channel_flush(struct channel *ch)
+{
+	channel_write(ch, 0);
 }
 
 int

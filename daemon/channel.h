@@ -37,8 +37,8 @@ void		 channel_free(struct channel *);
 struct evbuffer	*channel_input(struct channel *);
 struct evbuffer	*channel_output(struct channel *);
 /* The peer's end, or a read or write error: error_cb gets 0 or the errno,
- * once, from the loop (never from inside a channel call), and the channel
- * stops.  Without one, read_cb hears of it. */
+ * once, from the loop (from no channel call but channel_read), and the
+ * channel stops.  Without one, read_cb hears of it. */
 void		 channel_set_error_cb(struct channel *,
 		     void (*error_cb)(void *, int));
 /* Let the loop write whatever is queued, without channel_flush, and run
@@ -56,8 +56,9 @@ int		 channel_take_fd_with(struct channel *, size_t len);
 size_t		 channel_fds_refused(const struct channel *);
 /*
  * The frame at the head of the input (frame_peek), its length not over
- * max: for an incomplete one, the mark is raised to hold all of it.
- * FRAME_TOO_LARGE leaves the mark alone.
+ * max: for an incomplete one, the mark is raised to hold all of it
+ * (channel_want(ch, 0) puts it back).  FRAME_TOO_LARGE leaves the mark
+ * alone.
  */
 enum frame_status channel_frame(struct channel *, size_t max, int32_t *len);
 /* Pass fd (duplicated: the caller keeps its own) with the next byte
@@ -65,7 +66,8 @@ enum frame_status channel_frame(struct channel *, size_t max, int32_t *len);
  * theirs): the peer receives it with that byte.  The bytes must follow
  * before the next flush. */
 void		 channel_pass_fd(struct channel *, int fd);
-/* Read what the socket holds now, as the loop would (read_cb runs). */
+/* Read what the socket holds now, as the loop would: read_cb (or
+ * error_cb) runs. */
 void		 channel_read(struct channel *);
 /* Write what is queued; what the socket does not take goes when it can. */
 void		 channel_flush(struct channel *);

@@ -515,10 +515,11 @@ fslink_reap(void)
 	}
 }
 
-/* Queue a message for the fork-server: 0, or -1 if it is not running
- * or reads none of what is queued. */
+/* Queue a message for the fork-server, with fd (duplicated) if it is
+ * not -1: 0, or -1 if it is not running or reads none of what is
+ * queued. */
 static int
-fslink_send(struct fslink *fs, const struct fs_msg *m)
+fslink_send_fd(struct fslink *fs, const struct fs_msg *m, int fd)
 {
 	unsigned char	buf[FS_MSG_SIZE];
 
@@ -530,9 +531,17 @@ fslink_send(struct fslink *fs, const struct fs_msg *m)
 		return (-1);
 	}
 	fs_msg_encode(m, buf);
+	if (fd != -1)
+		channel_pass_fd(fs->ch, fd);
 	evbuffer_add(channel_output(fs->ch), buf, sizeof buf);
 	channel_flush(fs->ch);
 	return (0);
+}
+
+static int
+fslink_send(struct fslink *fs, const struct fs_msg *m)
+{
+	return (fslink_send_fd(fs, m, -1));
 }
 
 int
@@ -554,7 +563,7 @@ fslink_helper(struct fslink *fs, int32_t request)
 void
 fslink_abort(struct fslink *fs, const char *why)
 {
-	if (fs == NULL || fs->pid == -1 || fs->fd == -1)
+	if (!fslink_running(fs) || fs->pid == -1)
 		return;
 	log_warn("fork-server %ld for uid %ld: %s; killing it", (long)fs->pid,
 	    (long)fs->uid, why);
@@ -567,13 +576,7 @@ fslink_pyload(struct fslink *fs, int32_t id, int fd)
 {
 	struct fs_msg	m = { FS_PYLOAD, id, 0, 0 };
 
-	if (!fslink_running(fs))
-		return (-1);
-	if (fs_msg_send(fs->fd, &m, fd) == -1) {
-		log_error("load of broadcast %d: %s", id, strerror(errno));
-		return (-1);
-	}
-	return (0);
+	return (fslink_send_fd(fs, &m, fd));
 }
 
 int
@@ -581,13 +584,7 @@ fslink_pydrop(struct fslink *fs, int32_t id)
 {
 	struct fs_msg	m = { FS_PYDROP, id, 0, 0 };
 
-	if (!fslink_running(fs))
-		return (-1);
-	if (fs_msg_send(fs->fd, &m, -1) == -1) {
-		log_error("drop of broadcast %d: %s", id, strerror(errno));
-		return (-1);
-	}
-	return (0);
+	return (fslink_send(fs, &m));
 }
 
 void

@@ -15,7 +15,10 @@ workers.max 2); only the import differs.
   .count()`, with worker reuse on and off (a second emberd with
   workers.reuse no; a second SparkContext with spark.python.worker.reuse
   false).  The set is built once, outside the timing; the broadcast and
-  the count are timed together, as the experiment's script was.
+  the count are timed together, as the experiment's script was.  ember
+  loads the set once, in the fork-server (python.broadcast_preload);
+  --socket-perworker names an emberd with python.broadcast_preload 0,
+  where each worker unpickles it, for the same job on ember alone.
 - upper: `textFile(F, 2).map(lambda s: s.upper()).count()` over a file of
   10M decimal numbers, against a plain Python loop reading the same file
   and upper-casing each line in one process, the two alternating: per
@@ -33,8 +36,9 @@ PySpark's reuse-off run alone takes minutes at full size).  Every result
 is checked: the counts, and the two systems' word counts equal word for
 word.  ember runs RUNS times after a warm-up, PySpark SPARK_RUNS times
 (the heavy ones HEAVY times: PySpark's word count and checkpoint, the
-reuse-off broadcast, and at full size the reuse-on one, since ember's
-reused workers keep every broadcast object they unpickled); median,
+reuse-off broadcast, PySpark's reuse-on one at full size, and the
+per-worker one, whose reused workers keep the last object they
+unpickled); median,
 least and greatest are printed.  The last lines are
 `result NAME VALUE` for bench/run.sh.
 """
@@ -310,21 +314,45 @@ class Bench:
         elif self.args.quick:
             runs = (self.args.runs, self.args.spark_runs)
         else:
-            # A reused worker keeps the object of every broadcast it
-            # unpickled, dropped or not: at 30M, 2.5 GB a run and worker.
-            runs = (self.args.heavy, self.args.heavy)
+            # The workers that shared a loaded set are retired when it is
+            # dropped (unpersist): ember's runs keep nothing.
+            runs = (self.args.runs, self.args.heavy)
         et = runs_of(lambda: job_broadcast(esc, s), runs[0], check,
                      warm=False)
         st = runs_of(lambda: job_broadcast(ssc, s), runs[1], check,
                      warm=False)
         self.both("bcast_on" if reuse else "bcast_off", "s", et, st)
         self.result("ps_bcast_n", n, "%d")
+        if reuse and self.args.socket_perworker:
+            self.broadcast_perworker(s, check)
+
+    def broadcast_perworker(self, s, check):
+        """The reuse-on job on an emberd whose workers each unpickle the
+        set (python.broadcast_preload 0); HEAVY runs at full size, since
+        a reused worker keeps the last object it unpickled: at 30M, 2.5
+        GB a worker."""
+        from ember.pyspark import SparkContext as EmberContext
+        esc = EmberContext("local[2]", "bench",
+                           socket=self.args.socket_perworker)
+        try:
+            runs = self.args.runs if self.args.quick else self.args.heavy
+            et = runs_of(lambda: job_broadcast(esc, s), runs, check,
+                         warm=False)
+        finally:
+            esc.stop()
+        m = spread(et)
+        print("bcast_perworker: ember, each worker unpickling, median of %d "
+              "%.3f s (min %.3f, max %.3f)" % (len(et), m[0], m[1], m[2]))
+        for k, x in zip(("", "_min", "_max"), m):
+            self.result("ps_bcast_perworker%s" % k, x)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", required=True)
     ap.add_argument("--socket-off", help="an emberd with workers.reuse no")
+    ap.add_argument("--socket-perworker",
+                    help="an emberd with python.broadcast_preload 0")
     ap.add_argument("--dir", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tasks", type=int, default=2000)

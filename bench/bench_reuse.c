@@ -12,8 +12,11 @@
  *   the job counts the elements of a small range that are in it, in many
  *   partitions.  A reused worker builds the broadcast's set once and keeps
  *   it; without reuse every task is a new worker that builds it again.
- *   The time of a two-partition run on fresh workers (one set build each,
- *   side by side) is printed as the reference.
+ *   The broadcast is indexed when it is put: the put is timed apart, and
+ *   the reuse-on runs (each on a new broadcast) are repeated and given
+ *   as a median with their spread.  The time of a two-partition run on
+ *   fresh workers (each maps the index, or builds the set, side by
+ *   side) is printed as the reference.
  *
  * Nothing is started here: both daemons must be listening.  emberd's
  * counters are read around every run, so a run that did not execute every
@@ -44,6 +47,7 @@
 #define DEFAULT_ELEMENTS	30000000
 #define DEFAULT_RANGE		24000
 #define DEFAULT_PARTITIONS	100
+#define DEFAULT_BROADCAST_RUNS	5
 #define FORK_RUNS		2
 #define WARMUP_TASKS		20
 
@@ -63,7 +67,8 @@ usage(void)
 	fprintf(stderr, "usage: bench_reuse --socket PATH --socket-off PATH "
 	    "[--tasks N] [--runs N]\n"
 	    "       [--elements N] [--range N] [--partitions N] "
-	    "[--only tasks | broadcast]\n");
+	    "[--only tasks | broadcast]\n"
+	    "       [--broadcast-runs N] [--no-off]\n");
 	exit(2);
 }
 
@@ -308,15 +313,85 @@ broadcast_run(struct ember *e, const char *what, int reuse, int64_t id,
 	return (t);
 }
 
+/* Sort n figures; their median. */
+static double
+median_of(double *v, long n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+}
+
+/* Print a figure's median, min and max over n runs. */
+static void
+print_spread(const char *name, const char *what, double *v, long n)
+{
+	double	med = median_of(v, n);
+
+	printf("  %-34s median of %ld %.3f s (%.3f-%.3f)\n", what, n, med,
+	    v[0], v[n - 1]);
+	printf("result %s %.3f\n", name, med);
+	printf("result %s_min %.3f\n", name, v[0]);
+	printf("result %s_max %.3f\n", name, v[n - 1]);
+}
+
+/*
+ * The reuse-on runs, runs times: a new broadcast each time (so the put,
+ * the index built with it, is timed apart from the tasks), its first
+ * run on the reused workers (each maps it, or builds its set, on its
+ * first task), a second with the workers holding it, then the drop.
+ */
+static void
+bench_broadcast_on(struct ember *eon, const char *data, size_t size,
+    long range, long partitions, long runs)
+{
+	struct counters	 d1, d2;
+	double		*put, *on, *warm;
+	int64_t		 id;
+	uint64_t	 t0;
+	long		 r;
+
+	put = calloc((size_t)runs, sizeof *put);
+	on = calloc((size_t)runs, sizeof *on);
+	warm = calloc((size_t)runs, sizeof *warm);
+	if (put == NULL || on == NULL || warm == NULL)
+		err(1, "calloc");
+	for (r = 0; r < runs; r++) {
+		t0 = now_ns();
+		id = put_broadcast(eon, "reuse on ", data, size);
+		put[r] = (double)(now_ns() - t0) / 1e9;
+		on[r] = broadcast_run(eon, "reuse on:", 1, id, range,
+		    partitions, &d1);
+		warm[r] = broadcast_run(eon, "reuse on, sets held:", 1, id,
+		    range, partitions, &d2);
+		if (d1.broadcasts_sent + d2.broadcasts_sent > d1.workers_max +
+		    d1.workers_forked + d2.workers_forked)
+			errx(1, "reuse on: the broadcast was sent more than "
+			    "once per worker (%" PRId64 " times, then %" PRId64
+			    ")", d1.broadcasts_sent, d2.broadcasts_sent);
+		if (ember_broadcast_drop(eon, id) == -1)
+			errx(1, "broadcast_drop: %s", ember_error(eon));
+	}
+	print_spread("bcast_put_s", "put (bytes, then the index):", put,
+	    runs);
+	print_spread("bcast_on_s", "reuse on, first use:", on, runs);
+	print_spread("bcast_on_warm_s", "reuse on, held:", warm, runs);
+	printf("result bcast_on_sent %" PRId64 "\n", d1.broadcasts_sent);
+	printf("result bcast_on_mb %.1f\n", (double)d1.broadcast_bytes_sent /
+	    1e6);
+	free(put);
+	free(on);
+	free(warm);
+}
+
 /* The broadcast benchmark. */
 static void
 bench_broadcast(const char *on, const char *off, long elements, long range,
-    long partitions)
+    long partitions, long runs, int with_off)
 {
 	struct ember	*eon, *eoff;
-	struct counters	 d0, d1, d2, d3;
-	int64_t		 id_on, id_off;
-	double		 build, t_on, t_warm, t_off;
+	struct counters	 d0, d3;
+	int64_t		 id_off;
+	double		 build, t_off;
 	size_t		 size;
 	char		*data;
 
@@ -328,46 +403,31 @@ bench_broadcast(const char *on, const char *off, long elements, long range,
 	    (double)size / 1e6, range);
 	eon = connect_or_die(on);
 	eoff = connect_or_die(off);
-	id_on = put_broadcast(eon, "reuse on ", data, size);
+	bench_broadcast_on(eon, data, size, range, partitions, runs);
+
 	id_off = put_broadcast(eoff, "reuse off", data, size);
 	free(data);
-
-	t_on = broadcast_run(eon, "reuse on:", 1, id_on, range, partitions,
-	    &d1);
-	t_warm = broadcast_run(eon, "reuse on, sets built:", 1, id_on,
-	    range, partitions, &d2);
-	build = broadcast_run(eoff, "one build (2 fresh workers):", 0,
+	build = broadcast_run(eoff, "one set (2 fresh workers):", 0,
 	    id_off, range, 2, &d0);
-	t_off = broadcast_run(eoff, "reuse off:", 0, id_off, range,
-	    partitions, &d3);
-	if (d1.broadcasts_sent + d2.broadcasts_sent > d1.workers_max +
-	    d1.workers_forked + d2.workers_forked)
-		errx(1, "reuse on: the broadcast was sent more than once per "
-		    "worker (%" PRId64 " times, then %" PRId64 ")",
-		    d1.broadcasts_sent, d2.broadcasts_sent);
-	if (d3.broadcasts_sent != partitions)
-		errx(1, "reuse off: the broadcast was sent %" PRId64 " times "
-		    "for %ld tasks", d3.broadcasts_sent, partitions);
-
-	if (ember_broadcast_drop(eon, id_on) == -1 ||
-	    ember_broadcast_drop(eoff, id_off) == -1)
-		errx(1, "broadcast_drop: %s", ember_error(eon));
+	printf("result bcast_build_s %.3f\n", build);
+	if (with_off) {
+		t_off = broadcast_run(eoff, "reuse off:", 0, id_off, range,
+		    partitions, &d3);
+		if (d3.broadcasts_sent != partitions)
+			errx(1, "reuse off: the broadcast was sent %" PRId64
+			    " times for %ld tasks", d3.broadcasts_sent,
+			    partitions);
+		printf("result bcast_off_s %.3f\n", t_off);
+		printf("result bcast_off_sent %" PRId64 "\n",
+		    d3.broadcasts_sent);
+		printf("result bcast_off_mb %.1f\n",
+		    (double)d3.broadcast_bytes_sent / 1e6);
+	}
+	if (ember_broadcast_drop(eoff, id_off) == -1)
+		errx(1, "broadcast_drop: %s", ember_error(eoff));
 	ember_close(eon);
 	ember_close(eoff);
-
-	printf("reuse off / reuse on %.1f; reuse on is %.2fx one set build "
-	    "(Spark: 281 s / 65 s = 4.3 on 4 CPUs)\n", t_off / t_on,
-	    t_on / build);
-	printf("result bcast_on_s %.3f\n", t_on);
-	printf("result bcast_on_warm_s %.3f\n", t_warm);
-	printf("result bcast_off_s %.3f\n", t_off);
-	printf("result bcast_build_s %.3f\n", build);
-	printf("result bcast_on_sent %" PRId64 "\n", d1.broadcasts_sent);
-	printf("result bcast_off_sent %" PRId64 "\n", d3.broadcasts_sent);
-	printf("result bcast_on_mb %.1f\n", (double)d1.broadcast_bytes_sent /
-	    1e6);
-	printf("result bcast_off_mb %.1f\n", (double)d3.broadcast_bytes_sent /
-	    1e6);
+	printf("(Spark: 281 s without reuse / 65 s with on 4 CPUs)\n");
 }
 
 int
@@ -382,12 +442,16 @@ main(int argc, char **argv)
 		{ "range",	required_argument, NULL, 'R' },
 		{ "partitions",	required_argument, NULL, 'p' },
 		{ "only",	required_argument, NULL, 'o' },
+		{ "broadcast-runs", required_argument, NULL, 'b' },
+		{ "no-off",	no_argument,	   NULL, 'O' },
 		{ NULL,		0,		   NULL, 0 }
 	};
 	const char	*on = NULL, *off = NULL;
 	long		 tasks = DEFAULT_TASKS, runs = DEFAULT_RUNS;
 	long		 elements = DEFAULT_ELEMENTS, range = DEFAULT_RANGE;
 	long		 partitions = DEFAULT_PARTITIONS;
+	long		 bruns = DEFAULT_BROADCAST_RUNS;
+	int		 with_off = 1;
 	int		 ch, do_tasks = 1, do_broadcast = 1;
 
 	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -413,6 +477,12 @@ main(int argc, char **argv)
 		case 'p':
 			partitions = parse_count(optarg, "--partitions", 1);
 			break;
+		case 'b':
+			bruns = parse_count(optarg, "--broadcast-runs", 1);
+			break;
+		case 'O':
+			with_off = 0;
+			break;
 		case 'o':
 			if (strcmp(optarg, "tasks") == 0)
 				do_broadcast = 0;
@@ -432,6 +502,7 @@ main(int argc, char **argv)
 	if (do_tasks)
 		bench_tasks(on, off, tasks, runs);
 	if (do_broadcast)
-		bench_broadcast(on, off, elements, range, partitions);
+		bench_broadcast(on, off, elements, range, partitions, bruns,
+		    with_off);
 	return (0);
 }

@@ -29,7 +29,7 @@
 #endif
 
 #define SUBMIT_EXIT_USAGE	2
-#define SUBMIT_MAX_ARGS		64
+#define SUBMIT_MAX_ARGS		128
 
 /* The directory this program runs from, or NULL. */
 static char *
@@ -169,14 +169,17 @@ submit_usage(FILE *f)
 	    "--action ACTION]\n"
 	    "                    [--option KEY=VALUE ...] [--conf KEY=VALUE "
 	    "...]\n"
-	    "                    [--spark-submit PATH] [--worker PATH] "
-	    "[--ship] PLAN.json\n"
+	    "                    [--broadcast ID=FILE ...] "
+	    "[--spark-submit PATH]\n"
+	    "                    [--worker PATH] [--ship] PLAN.json\n"
 	    "Runs the plan on Spark with spark-submit and prints what "
 	    "ember run prints\n"
-	    "(docs/spark.md).  --conf goes to spark-submit; --worker is "
-	    "ember-worker's\n"
-	    "path on the executors, or with --ship the one spark-submit "
-	    "copies to them.\n");
+	    "(docs/spark.md).  --conf goes to spark-submit; --broadcast "
+	    "gives the plan's\n"
+	    "broadcast ID the bytes of FILE; --worker is ember-worker's "
+	    "path on the\n"
+	    "executors, or with --ship the one spark-submit copies to "
+	    "them.\n");
 }
 
 /* Add an argument, or fail when there are too many. */
@@ -192,11 +195,40 @@ submit_arg(char **argv, int *argc, char *arg)
 	return (0);
 }
 
+/*
+ * "ID=FILE" of --broadcast with FILE made absolute (the driver reads it),
+ * or NULL when it is not one, said on standard error.
+ */
+static char *
+submit_broadcast(const char *arg)
+{
+	const char	*eq = strchr(arg, '=');
+	char		*path, *out = NULL;
+	size_t		 n;
+
+	n = eq != NULL ? (size_t)(eq - arg) : 0;
+	if (n == 0 || strspn(arg, "0123456789") != n || eq[1] == '\0') {
+		fprintf(stderr, "ember: submit: --broadcast %s: expected "
+		    "ID=FILE\n", arg);
+		return (NULL);
+	}
+	if ((path = realpath(eq + 1, NULL)) == NULL) {
+		fprintf(stderr, "ember: submit: --broadcast %s: %s\n", arg,
+		    strerror(errno));
+		return (NULL);
+	}
+	if (asprintf(&out, "%.*s=%s", (int)n, arg, path) == -1)
+		out = NULL;
+	free(path);
+	return (out);
+}
+
 /* Build spark-submit's command line, run it and clean up. */
 static int
-submit_run(const char *master, char **confs, int nconfs, const char *action,
-    const char *options, const char *plan_path, const char *spark_submit,
-    const char *worker, int ship)
+submit_run(const char *master, char **confs, int nconfs, char **bcasts,
+    int nbcasts, const char *action, const char *options,
+    const char *plan_path, const char *spark_submit, const char *worker,
+    int ship)
 {
 	char	 dir[] = "/tmp/ember-submit.XXXXXX", *argv[SUBMIT_MAX_ARGS];
 	char	*plan = NULL, *job, *errfile = NULL, *ss, *wk;
@@ -246,6 +278,10 @@ submit_run(const char *master, char **confs, int nconfs, const char *action,
 	    submit_arg(argv, &argc, errfile) == -1 ||
 	    (ship && submit_arg(argv, &argc, "--shipped") == -1))
 		goto out;
+	for (i = 0; i < nbcasts; i++)
+		if (submit_arg(argv, &argc, "--broadcast") == -1 ||
+		    submit_arg(argv, &argc, bcasts[i]) == -1)
+			goto out;
 	rc = submit_spawn(argv);
 	submit_relay_stderr(errfile);
 out:
@@ -276,14 +312,17 @@ cmd_submit(int argc, char **argv)
 		{ "spark-submit",	required_argument,	NULL, 's' },
 		{ "worker",		required_argument,	NULL, 'w' },
 		{ "ship",		no_argument,		NULL, 'p' },
+		{ "broadcast",		required_argument,	NULL, 'b' },
 		{ "help",		no_argument,		NULL, 'h' },
 		{ NULL,			0,			NULL, 0 }
 	};
 	const char	*action = NULL, *master = NULL, *spark_submit = NULL;
 	const char	*worker = NULL;
 	char		*confs[SUBMIT_MAX_ARGS / 2], *opts;
+	char		*bcasts[SUBMIT_MAX_ARGS / 4];
 	json_t		*options = json_object();
-	int		 ch, nconfs = 0, ship = 0, rc = SUBMIT_EXIT_USAGE;
+	int		 ch, nconfs = 0, nbcasts = 0, ship = 0;
+	int		 i, rc = SUBMIT_EXIT_USAGE;
 
 	optind = 0;
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -324,6 +363,17 @@ cmd_submit(int argc, char **argv)
 		case 'p':
 			ship = 1;
 			break;
+		case 'b':
+			if (nbcasts == SUBMIT_MAX_ARGS / 4) {
+				fprintf(stderr, "ember: submit: too many "
+				    "--broadcast\n");
+				goto out;
+			}
+			if ((bcasts[nbcasts] = submit_broadcast(optarg)) ==
+			    NULL)
+				goto out;
+			nbcasts++;
+			break;
 		case 'h':
 			submit_usage(stdout);
 			rc = 0;
@@ -341,10 +391,13 @@ cmd_submit(int argc, char **argv)
 		goto out;
 	}
 	opts = json_dumps(options, JSON_COMPACT);
-	rc = submit_run(master, confs, nconfs, action != NULL ? action :
-	    "iterate", opts, argv[optind], spark_submit, worker, ship);
+	rc = submit_run(master, confs, nconfs, bcasts, nbcasts,
+	    action != NULL ? action : "iterate", opts, argv[optind],
+	    spark_submit, worker, ship);
 	free(opts);
 out:
+	for (i = 0; i < nbcasts; i++)
+		free(bcasts[i]);
 	json_decref(options);
 	return (rc);
 }

@@ -157,6 +157,12 @@ static const struct conf_key conf_keys[] = {
 	KEY("checkpoint", "clean_interval", CONF_DURATION,
 	    checkpoint_clean_interval, "60s", 10),
 	KEY("python", "preload", CONF_STRING, python_preload, "", 0),
+	KEY("python", "broadcast_preload", CONF_SIZE, python_broadcast_preload,
+	    "1m", 0),
+	KEY("python", "broadcast_preload_max", CONF_INT,
+	    python_broadcast_preload_max, "4", 1),
+	KEY("python", "broadcast_preload_timeout", CONF_DURATION,
+	    python_broadcast_preload_timeout, "60s", 100),
 };
 #define NKEYS (sizeof conf_keys / sizeof conf_keys[0])
 

@@ -93,6 +93,13 @@ struct conf {
 	char		*checkpoint_dir;	/* reliable checkpoints */
 	int64_t		 checkpoint_clean_interval; /* ms */
 	char		*python_preload;	/* comma-separated modules */
+	int64_t		 python_broadcast_preload; /* bytes from which the
+						   fork-server unpickles a
+						   Python broadcast; 0: never */
+	int64_t		 python_broadcast_preload_max; /* loaded at once, per
+						   fork-server */
+	int64_t		 python_broadcast_preload_timeout; /* ms a retired
+						   worker's exit may take */
 };
 
 void	 conf_init(struct conf *);

@@ -328,6 +328,29 @@ hmsg_read_broadcast_read(json_t *reply, struct hmsg_reply *r, char **err)
 }
 
 int
+hmsg_read_broadcast_index(json_t *reply, struct hmsg_reply *r, char **err)
+{
+	static const char *const keys[] = { "error", "size", "over", "lines",
+	    "distinct", "ms", NULL };
+	struct hmsg_broadcast_index	*x = &r->u.broadcast_index;
+	int				 need;
+
+	if (hmsg_read_fields(reply, keys, r, err) == -1)
+		return (-1);
+	need = r->error == NULL;
+	return (hmsg_read_count(reply, "reply", "size", need, &x->size,
+	    err) == -1 ||
+	    hmsg_read_count(reply, "reply", "over", JREAD_OPTIONAL, &x->over,
+	    err) == -1 ||
+	    hmsg_read_count(reply, "reply", "lines", need, &x->lines,
+	    err) == -1 ||
+	    hmsg_read_count(reply, "reply", "distinct", need, &x->distinct,
+	    err) == -1 ||
+	    hmsg_read_count(reply, "reply", "ms", need, &x->ms, err) == -1 ?
+	    -1 : 0);
+}
+
+int
 hmsg_read_checkpoint_remove(json_t *reply, struct hmsg_reply *r,
     char **err)
 {

@@ -37,7 +37,9 @@
 	X(CHECKPOINT_CLEAN, "checkpoint_clean", ckpt_verb_clean,	\
 	    hmsg_read_checkpoint_clean)					\
 	X(CHECKPOINT_PLAN, "checkpoint_plan", ckpt_verb_plan,		\
-	    hmsg_read_checkpoint_plan)
+	    hmsg_read_checkpoint_plan)					\
+	X(BROADCAST_INDEX, "broadcast_index", helper_broadcast_index,	\
+	    hmsg_read_broadcast_index)
 
 #define HMSG_ENUM(id, name, fn, rd)	HMSG_##id,
 enum hmsg_verb {
@@ -85,6 +87,16 @@ struct hmsg_broadcast_read {
 				   stopped, or 0 */
 };
 
+/* broadcast_index's: the index built into the memfd passed, or how far
+ * it got. */
+struct hmsg_broadcast_index {
+	json_int_t size;	/* the index's bytes (0 or more) */
+	json_int_t over;	/* with error: the bytes past max, or 0 */
+	json_int_t lines;	/* the broadcast's lines */
+	json_int_t distinct;	/* the distinct ones among them */
+	json_int_t ms;		/* how long it took */
+};
+
 /* checkpoint_remove's: with error, the ids it could not remove. */
 struct hmsg_checkpoint_remove {
 	json_t	*failed;	/* [id], or NULL */
@@ -118,6 +130,7 @@ struct hmsg_reply {
 		struct hmsg_plan_check		plan_check;
 		struct hmsg_save_begin		save_begin;
 		struct hmsg_broadcast_read	broadcast_read;
+		struct hmsg_broadcast_index	broadcast_index;
 		struct hmsg_checkpoint_remove	checkpoint_remove;
 		struct hmsg_checkpoint_clean	checkpoint_clean;
 		struct hmsg_checkpoint_plan	checkpoint_plan;
@@ -141,6 +154,8 @@ int	 hmsg_read_none(json_t *, struct hmsg_reply *, char **err);
 int	 hmsg_read_plan_check(json_t *, struct hmsg_reply *, char **err);
 int	 hmsg_read_save_begin(json_t *, struct hmsg_reply *, char **err);
 int	 hmsg_read_broadcast_read(json_t *, struct hmsg_reply *, char **err);
+int	 hmsg_read_broadcast_index(json_t *, struct hmsg_reply *,
+	     char **err);
 int	 hmsg_read_checkpoint_remove(json_t *, struct hmsg_reply *,
 	     char **err);
 int	 hmsg_read_checkpoint_clean(json_t *, struct hmsg_reply *,

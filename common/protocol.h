@@ -75,7 +75,9 @@ enum ember_metric {
 enum fs_msg_type {
 	FS_HELLO = 1,	/* fs -> emberd: id = protocol version, pid = own pid */
 	FS_FORK = 2,	/* emberd -> fs: id = request id */
-	FS_FORKED = 3,	/* fs -> emberd: id = request id, pid = worker pid, + fd */
+	FS_FORKED = 3,	/* fs -> emberd: id = request id, pid = worker pid,
+			 * value = its generation (FS_PYLOAD and FS_PYDROP
+			 * handled before the fork), + fd */
 	FS_FORK_FAILED = 4, /* fs -> emberd: id = request id, value = errno */
 	FS_KILL = 5,	/* emberd -> fs: pid, value = signal */
 	FS_EXIT = 6,	/* fs -> emberd: pid, value = wait status (workers
@@ -83,6 +85,9 @@ enum fs_msg_type {
 	FS_HELPER = 7,	/* emberd -> fs: id = request id */
 	FS_HELPER_FORKED = 8, /* fs -> emberd: id, pid = helper pid, + fd */
 	FS_HELPER_FAILED = 9, /* fs -> emberd: id, value = errno */
+	FS_PYLOAD = 10,	/* emberd -> fs: id = broadcast id, + its sealed
+			 * memfd: unpickle it for the workers forked after */
+	FS_PYDROP = 11,	/* emberd -> fs: id = broadcast id: let it go */
 };
 
 struct fs_msg {

@@ -140,8 +140,12 @@ taskdesc_encode_broadcasts(struct evbuffer *d,
 			    (long long)(-b[i].id - 1));
 			continue;
 		}
-		evbuffer_add_printf(d, "{\"id\":%lld,\"size\":%lld}",
+		evbuffer_add_printf(d, "{\"id\":%lld,\"size\":%lld",
 		    (long long)b[i].id, (long long)b[i].size);
+		if (b[i].index > 0)
+			evbuffer_add_printf(d, ",\"index\":%lld",
+			    (long long)b[i].index);
+		evbuffer_add(d, "}", 1);
 	}
 	evbuffer_add(d, "]", 1);
 }
@@ -324,8 +328,10 @@ static int
 taskdesc_decode_broadcast(json_t *c, const char *where,
     struct taskdesc_broadcast *b, char **err)
 {
-	json_int_t	id, size;
+	json_int_t	id, size, index = 0;
 
+	b->fd = b->index_fd = -1;
+	b->index = 0;
 	if (!json_is_object(c))
 		return (jread_fail(err, where, "expected an object"));
 	if (jread_int(c, where, "id", JREAD_REQUIRED, &id, err) == -1)
@@ -338,14 +344,17 @@ taskdesc_decode_broadcast(json_t *c, const char *where,
 		b->size = 0;
 		return (0);
 	}
-	if (jread_int(c, where, "size", JREAD_REQUIRED, &size, err) == -1)
+	if (jread_int(c, where, "size", JREAD_REQUIRED, &size, err) == -1 ||
+	    jread_int(c, where, "index", JREAD_OPTIONAL, &index, err) == -1)
 		return (-1);
 	b->add = 1;
-	b->fd = -1;
 	if (size < 0)
 		return (jread_fail(err, where, "size: must not be negative"));
+	if (index < 0)
+		return (jread_fail(err, where, "index: must not be negative"));
 	b->id = id;
 	b->size = size;
+	b->index = index;
 	return (0);
 }
 

@@ -36,15 +36,19 @@ enum reduce_fn {
 
 /*
  * A change to the broadcasts a worker holds: add broadcast id, size bytes
- * whose descriptor (a sealed memfd) rides with the descriptor's frame, or
- * remove it.  fd: the descriptor to pass (emberd) or that came (worker,
- * filled in after decoding; -1 until then).
+ * whose descriptor (a sealed memfd) rides with the descriptor's frame,
+ * and its set index of index bytes (common/bindex.h; 0: none) whose
+ * descriptor rides right after; or remove it.  fd, index_fd: the
+ * descriptors to pass (emberd) or that came (worker, filled in after
+ * decoding; -1 until then).
  */
 struct taskdesc_broadcast {
 	int64_t		 id;
 	int		 add;
 	int		 fd;
 	int64_t		 size;
+	int		 index_fd;
+	int64_t		 index;
 };
 
 struct taskdesc {

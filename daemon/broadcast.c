@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "broadcast.h"
+#include "pypreload.h"
 #include "emberd.h"
 #include "helper.h"
 #include "limit.h"
@@ -32,9 +33,13 @@ struct broadcast {
 	int64_t			 charged;	/* daemon.max_broadcast_bytes */
 	int			 fd;		/* the memfd */
 	int64_t			 size, written;
+	int			 ifd;		/* its index's, or -1 */
+	int64_t			 isize;
 	int			 sealed;
+	int			 no_index;	/* put without one */
 	int			 users;		/* operations using it */
-	struct helper		*reading;	/* a passed descriptor */
+	struct helper		*reading;	/* a passed descriptor, or
+						   the index being built */
 	broadcast_read_cb	 read_cb;
 	void			*read_arg;
 	TAILQ_ENTRY(broadcast)	 entry;
@@ -67,11 +72,13 @@ broadcast_close(struct broadcast *b)
 	const char	*class;
 	char		*err;
 	json_t		*args;
+	int		 fds[2] = { b->fd, b->ifd };
 
-	if (b->written >= BROADCAST_FREE_AWAY) {
+	if (b->written + b->isize >= BROADCAST_FREE_AWAY) {
 		args = json_object();
-		if (helper_run(b->uid, b->gid, "release", args, b->fd,
-		    broadcast_released_cb, NULL, &class, &err) == NULL) {
+		if (helper_run_fds(b->uid, b->gid, "release", args, fds,
+		    b->ifd == -1 ? 1 : 2, broadcast_released_cb, NULL, &class,
+		    &err) == NULL) {
 			log_info("broadcast %lld: freed by emberd: %s",
 			    (long long)b->id, err);
 			free(err);
@@ -80,6 +87,9 @@ broadcast_close(struct broadcast *b)
 	}
 	close(b->fd);
 	b->fd = -1;
+	if (b->ifd != -1)
+		close(b->ifd);
+	b->ifd = -1;
 }
 
 /* Remove the file and forget the broadcast. */
@@ -93,6 +103,8 @@ broadcast_free(struct broadcast *b)
 	if (b->charged > 0)
 		limit_release(b->uid, LIMIT_BROADCAST_BYTES, b->charged);
 	TAILQ_REMOVE(&broadcasts, b, entry);
+	/* Its object, if a fork-server loaded one, goes too. */
+	pypreload_forget(b->id);
 	log_debug("broadcast %lld freed", (long long)b->id);
 	free(b);
 }
@@ -106,7 +118,7 @@ broadcast_charge(struct broadcast *b, int64_t size, const char **class,
 		*class = "LIMIT_EXCEEDED";
 		return (-1);
 	}
-	b->charged = size;
+	b->charged += size;
 	return (0);
 }
 
@@ -138,6 +150,7 @@ broadcast_create(struct session *s, int64_t size, const char **class,
 	b->session = s;
 	b->gid = session_gid(s);
 	b->size = size;
+	b->ifd = -1;
 	snprintf(name, sizeof name, "ember-broadcast-%lld", (long long)b->id);
 	b->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (b->fd == -1) {
@@ -264,15 +277,163 @@ broadcast_missing(const struct broadcast *b)
 	return (b->size - b->written);
 }
 
-void
-broadcast_seal(struct broadcast *b)
+/* Seal a memfd against any change: 0, or -1 with errno. */
+static int
+broadcast_seal_fd(int fd)
 {
-	if (fcntl(b->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
-	    F_SEAL_WRITE | F_SEAL_SEAL) == -1)
-		fatal("broadcast %lld: sealing its memfd", (long long)b->id);
+	return (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+	    F_SEAL_WRITE | F_SEAL_SEAL));
+}
+
+/*
+ * The broadcast is complete, with its index or without: usable, unless
+ * its session was closed meanwhile.
+ */
+static void
+broadcast_indexed(struct broadcast *b)
+{
+	if (b->isize == 0 && b->ifd != -1) {
+		close(b->ifd);
+		b->ifd = -1;
+	}
+	if (b->session == NULL) {
+		b->read_cb(b, "REQUEST_INVALID", "its session was closed while "
+		    "it was put", b->read_arg);
+		return;
+	}
 	b->sealed = 1;
-	log_debug("broadcast %lld: %lld bytes", (long long)b->id,
-	    (long long)b->size);
+	b->read_cb(b, NULL, NULL, b->read_arg);
+}
+
+/*
+ * Take the index a helper built: what the memfd holds is what counts,
+ * sized, charged and sealed here (a user who kept a writable mapping of
+ * it cannot have it sealed).  NULL, or why not (allocated).
+ */
+static char *
+broadcast_index_take(struct broadcast *b,
+    const struct hmsg_broadcast_index *reply)
+{
+	struct stat	 st;
+	const char	*class;
+	char		*err;
+	json_int_t	 size;
+
+	/* Sealed first, so that its size cannot change once read. */
+	if (broadcast_seal_fd(b->ifd) == -1) {
+		xasprintf(&err, "sealing it: %s", strerror(errno));
+		return (err);
+	}
+	size = reply->size;
+	if (fstat(b->ifd, &st) == -1 || st.st_size != size || size <= 0 ||
+	    size > ember_conf.daemon_max_broadcast - b->size)
+		return (xstrdup("the helper's does not add up"));
+	if (broadcast_charge(b, size, &class, &err) == -1)
+		return (err);
+	b->isize = size;
+	log_debug("broadcast %lld: %lld bytes, an index of %lld built in "
+	    "%lld ms", (long long)b->id, (long long)b->size,
+	    (long long)b->isize,
+	    (long long)reply->ms);
+	return (NULL);
+}
+
+/*
+ * The helper built the index into its memfd, or could not.  The index
+ * only saves the workers a build: one that would pass the broadcast
+ * limits is not made, and one the helper could not make (killed, timed
+ * out) or that does not hold is left out; the broadcast is complete
+ * without it, each worker building its set.
+ */
+static void
+broadcast_indexed_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
+    const char *hclass, const char *herr, void *arg)
+{
+	struct broadcast	*b = arg;
+	char			*why = NULL;
+
+	b->reading = NULL;
+	while (nfds > 0)
+		close(fds[--nfds]);
+	if (hclass != NULL)
+		xasprintf(&why, "building it as uid %ld: %s", (long)b->uid,
+		    herr);
+	else if (reply->error != NULL)
+		why = xstrdup(reply->error);
+	else
+		why = broadcast_index_take(b, &reply->u.broadcast_index);
+	if (why != NULL) {
+		log_info("broadcast %lld: no index: %s", (long long)b->id, why);
+		free(why);
+	}
+	broadcast_indexed(b);
+}
+
+void
+broadcast_skip_index(struct broadcast *b)
+{
+	b->no_index = 1;
+}
+
+/*
+ * Seal the bytes and have a helper of the user build their index into a
+ * memfd of emberd's, within what the broadcast may still hold; without a
+ * helper to build it, the broadcast is complete without one at once.
+ */
+int
+broadcast_seal(struct broadcast *b, broadcast_read_cb cb, void *arg,
+    const char **class, char **err)
+{
+	struct stat	 st;
+	json_t		*args;
+	int64_t		 room;
+	char		 name[64];
+	int		 fds[2];
+
+	*class = "INTERNAL";
+	if (broadcast_seal_fd(b->fd) == -1) {
+		xasprintf(err, "sealing its bytes: %s", strerror(errno));
+		return (-1);
+	}
+	/* A helper wrote a passed descriptor's bytes as the user, who may
+	 * have changed their size since it was read and charged. */
+	if (fstat(b->fd, &st) == -1 || st.st_size != b->size) {
+		*class = "REQUEST_INVALID";
+		xasprintf(err, "its bytes changed while they were put");
+		return (-1);
+	}
+	b->read_cb = cb;
+	b->read_arg = arg;
+	if (b->no_index) {
+		broadcast_indexed(b);
+		return (0);
+	}
+	snprintf(name, sizeof name, "ember-index-%lld", (long long)b->id);
+	if ((b->ifd = memfd_create(name, MFD_CLOEXEC |
+	    MFD_ALLOW_SEALING)) == -1) {
+		xasprintf(err, "memfd_create: %s", strerror(errno));
+		return (-1);
+	}
+	room = limit_room(b->uid, LIMIT_BROADCAST_BYTES);
+	if (room > ember_conf.daemon_max_broadcast - b->size)
+		room = ember_conf.daemon_max_broadcast - b->size;
+	args = json_pack("{s:I,s:s}", "max", (json_int_t)room, "max_key",
+	    room == ember_conf.daemon_max_broadcast - b->size ?
+	    "daemon.max_broadcast" :
+	    "daemon.max_broadcast_bytes_per_uid or daemon.max_broadcast_bytes");
+	fds[0] = b->fd;
+	fds[1] = b->ifd;
+	b->reading = helper_run_fds(b->uid, b->gid, "broadcast_index", args,
+	    fds, 2, broadcast_indexed_cb, b, class, err);
+	json_decref(args);
+	if (b->reading == NULL) {
+		/* No helper now (the uid's are all busy, say): no index. */
+		log_info("broadcast %lld: no index: %s", (long long)b->id,
+		    *err);
+		free(*err);
+		broadcast_indexed(b);
+	}
+	return (0);
 }
 
 void
@@ -297,6 +458,18 @@ int64_t
 broadcast_size(const struct broadcast *b)
 {
 	return (b->size);
+}
+
+int
+broadcast_index_fd(const struct broadcast *b)
+{
+	return (b->ifd);
+}
+
+int64_t
+broadcast_index_size(const struct broadcast *b)
+{
+	return (b->isize);
 }
 
 struct broadcast *
@@ -369,9 +542,10 @@ broadcast_status(uid_t uid)
 		if (b->session == NULL ||
 		    (uid != 0 && session_uid(b->session) != uid))
 			continue;
-		json_array_append_new(a, json_pack("{s:I,s:s,s:I,s:i,s:b}",
+		json_array_append_new(a, json_pack("{s:I,s:s,s:I,s:I,s:i,s:b}",
 		    "id", (json_int_t)b->id, "session", session_id(b->session),
-		    "size", (json_int_t)b->size, "operations", b->users,
+		    "size", (json_int_t)b->size, "index",
+		    (json_int_t)b->isize, "operations", b->users,
 		    "complete", b->sealed));
 	}
 	return (a);

@@ -44,8 +44,19 @@ int			 broadcast_read_fd(struct broadcast *, int fd,
 			     char **err);
 /* How many bytes the upload still expects. */
 int64_t			 broadcast_missing(const struct broadcast *);
-/* The upload is complete: the broadcast can be used. */
-void			 broadcast_seal(struct broadcast *);
+/* Put it without its set index: broadcast_seal makes none. */
+void			 broadcast_skip_index(struct broadcast *);
+/*
+ * The upload is complete: seal its bytes and have a helper, as the user
+ * and off the loop, build their set index (common/bindex.h) into a memfd
+ * of emberd's, charged with the bytes to the broadcast limits
+ * (daemon.max_broadcast*); without one if it would pass them or no
+ * helper could build it (cb may then be called before this returns).  cb says
+ * how it went (class NULL: the broadcast can be used; else class and
+ * err), unless the broadcast is abandoned first.  -1 with *class and *err if it cannot start.
+ */
+int			 broadcast_seal(struct broadcast *, broadcast_read_cb,
+			     void *arg, const char **class, char **err);
 /* Give up an upload (the client went away or sent too much). */
 void			 broadcast_abandon(struct broadcast *);
 
@@ -53,6 +64,9 @@ int64_t			 broadcast_id(const struct broadcast *);
 /* Its memfd, sealed once complete: what workers map. */
 int			 broadcast_fd(const struct broadcast *);
 int64_t			 broadcast_size(const struct broadcast *);
+/* Its index's memfd and size, sealed, that workers map with the bytes. */
+int			 broadcast_index_fd(const struct broadcast *);
+int64_t			 broadcast_index_size(const struct broadcast *);
 
 /* A sealed broadcast of the session's, or NULL. */
 struct broadcast	*broadcast_find(struct session *, int64_t id);

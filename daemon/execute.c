@@ -15,6 +15,8 @@
 #include "limit.h"
 #include "log.h"
 #include "plan.h"
+#include "pool.h"
+#include "pypreload.h"
 #include "broadcast.h"
 #include "checkpoint.h"
 #include "commit.h"
@@ -55,20 +57,21 @@ operation_use_broadcast(struct operation *op, struct session *s, int64_t id,
 	return (0);
 }
 
-/* Find the broadcasts the plan's ops use; each must be the session's. */
+/* Find the broadcasts the ops of the plan and of the plans nested in it
+ * use; each must be the session's. */
 static int
-operation_find_broadcasts(struct operation *op, struct session *s,
-    char **err)
+operation_find_broadcasts_in(struct operation *op, struct session *s,
+    const struct plan *plan, const char *path, char **err)
 {
 	const struct plan_op	*o;
-	char			 field[96];
+	char			 field[256];
 	size_t			 i, j;
 
-	for (i = 0; i < op->plan->nops; i++) {
-		o = &op->plan->ops[i];
+	for (i = 0; i < plan->nops; i++) {
+		o = &plan->ops[i];
 		if (o->type == PLAN_OP_FILTER_BROADCAST) {
 			snprintf(field, sizeof field,
-			    "plan.ops[%zu].filter.in_broadcast", i);
+			    "%s.ops[%zu].filter.in_broadcast", path, i);
 			if (operation_use_broadcast(op, s, o->broadcast, field,
 			    err) == -1)
 				return (-1);
@@ -77,14 +80,31 @@ operation_find_broadcasts(struct operation *op, struct session *s,
 		    o->type == PLAN_OP_PYTHON) && j < o->udf_nbroadcasts;
 		    j++) {
 			snprintf(field, sizeof field,
-			    "plan.ops[%zu].%s.broadcasts[%zu]", i,
+			    "%s.ops[%zu].%s.broadcasts[%zu]", path, i,
 			    o->type == PLAN_OP_UDF ? "udf" : "python", j);
 			if (operation_use_broadcast(op, s, o->udf_broadcasts[j],
 			    field, err) == -1)
 				return (-1);
 		}
+		/* A join's or union's plan runs in this operation's tasks
+		 * too: its broadcasts go to the same workers. */
+		if (o->other != NULL) {
+			snprintf(field, sizeof field, "%s.ops[%zu].%s.plan",
+			    path, i, o->type == PLAN_OP_JOIN ? "join" :
+			    "union");
+			if (operation_find_broadcasts_in(op, s, o->other,
+			    field, err) == -1)
+				return (-1);
+		}
 	}
 	return (0);
+}
+
+static int
+operation_find_broadcasts(struct operation *op, struct session *s,
+    char **err)
+{
+	return (operation_find_broadcasts_in(op, s, op->plan, "plan", err));
 }
 
 /* Is id uid's operation, or one of its tombstones? */
@@ -384,6 +404,35 @@ operation_materialize(struct session *s, struct checkpoint *c, json_t *plan,
 	return (op);
 }
 
+/*
+ * Have the user's fork-server load the big Python broadcasts the plan's
+ * functions read, before any worker of the job is asked for: the workers
+ * then share each object instead of each unpickling it (pypreload.h).
+ */
+static void
+operation_preload(struct operation *op)
+{
+	const struct plan_op	*o;
+	struct pool		*p;
+	size_t			 i, j, k;
+
+	for (i = 0; i < op->plan->nops; i++) {
+		o = &op->plan->ops[i];
+		for (j = 0; o->type == PLAN_OP_PYTHON &&
+		    j < o->udf_nbroadcasts; j++) {
+			for (k = 0; k < op->nbroadcasts; k++) {
+				if (broadcast_id(op->broadcasts[k]) !=
+				    o->udf_broadcasts[j])
+					continue;
+				p = pool_of_client(operation_uid(op),
+				    operation_gid(op));
+				if (p != NULL)
+					pypreload_want(p, op->broadcasts[k]);
+			}
+		}
+	}
+}
+
 /* Start a checked operation: list it, hold the connection (a reply
  * action) or answer with its stream (*a), and start its first tasks. */
 static void
@@ -403,6 +452,7 @@ operation_start(struct operation *op, struct connection *c,
 	noperations++;
 	session_add_operation(s, op);
 	ember_counters.operations++;
+	operation_preload(op);
 	log_debug("operation %s: %s of %d partitions for pid %ld", op->id,
 	    action_names[op->action], op->npartitions,
 	    c != NULL ? (long)connection_pid(c) : -1L);

@@ -26,9 +26,11 @@ struct fslink_peer {
 	/* It started (requests may be sent now), it said hello. */
 	void	(*ready)(struct fslink *);
 	void	(*hello)(struct fslink *);
-	/* Its answer to fork request id: the child and emberd's end of its
-	 * socket, or the errno why not. */
-	void	(*forked)(struct fslink *, int32_t id, pid_t, int fd);
+	/* Its answer to fork request id: the child, emberd's end of its
+	 * socket and the fork-server's generation then (pypreload.h), or
+	 * the errno why not. */
+	void	(*forked)(struct fslink *, int32_t id, pid_t, int fd,
+		    int32_t gen);
 	void	(*fork_failed)(struct fslink *, int32_t id, int error);
 	/* A child of it exited: 1 if it was this peer's. */
 	int	(*exited)(struct fslink *, pid_t, int status);
@@ -63,6 +65,13 @@ int		 fslink_fork(struct fslink *, int32_t request);
 /* Ask for a helper (daemon/helper.c): 0, or -1 as fslink_fork. */
 int		 fslink_helper(struct fslink *, int32_t request);
 void		 fslink_kill(struct fslink *, pid_t, int signal);
+/* Kill the fork-server, which broke its contract (why), unless it is
+ * already down; its exit restarts it as any death does. */
+void		 fslink_abort(struct fslink *, const char *why);
+/* Have it unpickle broadcast id from fd (the broadcast's memfd, which the
+ * caller keeps), or let it go (pypreload.h): 0, or -1 as fslink_fork. */
+int		 fslink_pyload(struct fslink *, int32_t id, int fd);
+int		 fslink_pydrop(struct fslink *, int32_t id);
 int		 fslink_running(const struct fslink *);
 /* Is it down, with a restart to come? */
 int		 fslink_restarting(const struct fslink *);

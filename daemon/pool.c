@@ -11,6 +11,7 @@
 #include "fslink.h"
 #include "log.h"
 #include "pool.h"
+#include "pypreload.h"
 #include "scheduler.h"
 #include "service.h"
 #include "session.h"
@@ -34,6 +35,8 @@ struct pool {
 	uid_t			 uid;		/* what its workers run as */
 	gid_t			 gid;
 	struct fslink	*fs;
+	struct pypreload	*py;		/* its fork-server's Python
+						   broadcasts */
 	int			 pending;	/* fork requests not answered */
 	int			 crashes;	/* in a row */
 	int			 ready;		/* its fork-server said hello */
@@ -64,6 +67,13 @@ struct fslink *
 pool_fslink(struct pool *p)
 {
 	return (p->fs);
+}
+
+/* Return what a pool's fork-server holds of Python broadcasts. */
+struct pypreload *
+pool_pypreload(struct pool *p)
+{
+	return (p->py);
 }
 
 /* Count a worker retired. */
@@ -112,7 +122,8 @@ pool_maintain_cb(evutil_socket_t fd, short events, void *arg)
 	}
 }
 
-static void	pool_worker_forked(struct fslink *, int32_t, pid_t, int);
+static void	pool_worker_forked(struct fslink *, int32_t, pid_t, int,
+		    int32_t);
 static void	pool_fork_failed(struct fslink *, int32_t, int);
 static int	pool_worker_exited(struct fslink *, pid_t, int);
 static void	pool_forkserver_ready(struct fslink *);
@@ -165,6 +176,7 @@ pool_shutdown(void)
 		TAILQ_REMOVE(&pools, p, entry);
 		if (p->backoff != NULL)
 			event_free(p->backoff);
+		pypreload_free(p->py);
 		free(p);
 	}
 	if (pool_maintain != NULL)
@@ -210,6 +222,7 @@ pool_get(uid_t client, gid_t gid)
 		return (NULL);
 	}
 	TAILQ_INSERT_TAIL(&pools, p, entry);
+	p->py = pypreload_create(p);
 	p->fs = fslink_create(p, p->uid, p->gid);
 	return (p);
 }
@@ -332,7 +345,8 @@ pool_grow(struct pool *p, size_t wanted, int past)
 
 /* Its fork-server forked a worker. */
 static void
-pool_worker_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
+pool_worker_forked(struct fslink *fs, int32_t request, pid_t pid, int fd,
+    int32_t gen)
 {
 	struct pool	*p = fslink_pool(fs);
 
@@ -341,7 +355,7 @@ pool_worker_forked(struct fslink *fs, int32_t request, pid_t pid, int fd)
 		p->pending--;
 		pool_pending_all--;
 	}
-	worker_create(p, pid, fd);
+	worker_create(p, pid, fd, gen);
 	p->forks++;
 	ember_counters.workers_forked++;
 	log_debug("worker %ld started as uid %ld", (long)pid, (long)p->uid);
@@ -384,7 +398,8 @@ pool_worker_exited(struct fslink *fs, pid_t pid, int status)
 static void
 pool_forkserver_ready(struct fslink *fs)
 {
-	(void)fs;
+	/* A new fork-server: it has loaded nothing yet. */
+	pypreload_reset(fslink_pool(fs)->py);
 	scheduler_kick();
 }
 
@@ -479,14 +494,16 @@ pool_status(uid_t uid)
 			json_object_set_new(retired, worker_retire_name(i),
 			    json_integer((json_int_t)st.retired[i]));
 		json_array_append_new(a, json_pack("{s:I,s:I,s:I,s:i,s:i,s:i,"
-		    "s:i,s:i,s:I,s:I,s:o,s:i}", "client", (json_int_t)p->client,
+		    "s:i,s:i,s:I,s:I,s:o,s:i,s:o}", "client",
+		    (json_int_t)p->client,
 		    "uid", (json_int_t)p->uid, "gid", (json_int_t)p->gid,
 		    "workers", st.workers, "idle", st.idle, "busy", st.busy,
 		    "starting", st.starting,
 		    "crashes_in_a_row", p->crashes, "forks",
 		    (json_int_t)st.forks, "reuses", (json_int_t)st.reuses,
 		    "retired", retired, "forkserver", fslink_running(p->fs) ?
-		    (int)fslink_pid(p->fs) : 0));
+		    (int)fslink_pid(p->fs) : 0, "python_broadcasts",
+		    pypreload_status(p->py)));
 	}
 	return (a);
 }

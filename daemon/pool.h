@@ -52,6 +52,8 @@ int		 pool_first_warm(void);
 
 /* From its workers: what status counts, and the crash-storm count. */
 struct fslink *pool_fslink(struct pool *);
+/* What its fork-server holds of Python broadcasts (pypreload.h). */
+struct pypreload *pool_pypreload(struct pool *);
 void		 pool_count_retired(struct pool *, enum retire_cause);
 void		 pool_count_reuse(struct pool *);
 void		 pool_count_crash(struct pool *);

@@ -39,7 +39,8 @@ static const struct view_kind operation_kind = { VIEW_SESSION,
 
 static const struct view_field broadcast_fields[] = {
 	F("id", VIEW_ANY), F("session", VIEW_ANY), F("size", VIEW_ANY),
-	F("operations", VIEW_ANY), F("complete", VIEW_ANY), END
+	F("index", VIEW_ANY), F("operations", VIEW_ANY), F("complete", VIEW_ANY),
+	END
 };
 static const struct view_kind broadcast_kind = { VIEW_SESSION, VIEW_FORGET,
     broadcast_fields };

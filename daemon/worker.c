@@ -11,6 +11,7 @@
 #include <event2/event.h>
 
 #include "broadcast.h"
+#include "pypreload.h"
 #include "channel.h"
 #include "emberd.h"
 #include "fslink.h"
@@ -41,7 +42,7 @@ static const char *const worker_state_names[] = { "idle", "busy", "dead" };
 
 static const char *const retire_names[] = { "exited", "failed", "interrupted",
     "corrupt", "idle_timeout", "max_tasks", "no_reuse", "max_memory",
-    "task_timeout", "forkserver_lost", "evicted", "stalled" };
+    "task_timeout", "forkserver_lost", "evicted", "stalled", "stale" };
 /* Whether emberd kills the worker for that cause. */
 #define RETIRE_KILLS(c)	((c) != RETIRE_EXITED && (c) != RETIRE_FAILED && \
 	(c) != RETIRE_FORKSERVER)
@@ -62,6 +63,9 @@ struct worker {
 	uint64_t		 blocked_ms;	/* since when its output waits
 						   for the client, or 0 */
 	uint64_t		 max_tasks;	/* its own recycling point */
+	int32_t			 gen;		/* its fork-server's at the
+						   fork (pypreload.h) */
+	uint64_t		 dead_ms;	/* when it was retired */
 	int64_t			*held;		/* broadcasts it holds */
 	size_t			 nheld;
 	int			 eof;
@@ -84,6 +88,7 @@ static TAILQ_HEAD(, worker) workers_idle = TAILQ_HEAD_INITIALIZER(workers_idle);
 static int	nworkers;
 
 static void	worker_process(struct worker *);
+static void	worker_check_exit(struct worker *, uint64_t);
 
 /* Name a retire cause. */
 const char *
@@ -126,6 +131,17 @@ worker_find(struct pool *p, pid_t pid)
 			return (w);
 	}
 	return (NULL);
+}
+
+/*
+ * Was the worker forked before its fork-server loaded or dropped a Python
+ * broadcast?  Then it lacks what the fork-server now holds, or holds what
+ * was dropped: it is not used again.
+ */
+static int
+worker_stale(const struct worker *w)
+{
+	return (w->gen != pypreload_gen(pool_pypreload(w->pool)));
 }
 
 /* Make a worker idle: the first one a task finds. */
@@ -191,13 +207,14 @@ worker_kick_cb(evutil_socket_t fd, short events, void *arg)
 
 /* Make a worker for a process p's fork-server started. */
 struct worker *
-worker_create(struct pool *p, pid_t pid, int fd)
+worker_create(struct pool *p, pid_t pid, int fd, int32_t gen)
 {
 	struct worker	*w;
 
 	w = xcalloc(1, sizeof *w);
 	w->pool = p;
 	w->pid = pid;
+	w->gen = gen;
 	w->started_ms = ember_now_ms();
 	/* Up to a tenth more, so that workers started together do not all
 	 * recycle together. */
@@ -275,6 +292,7 @@ worker_retire(struct worker *w, enum retire_cause cause)
 	pool_count_retired(w->pool, cause);
 	log_debug("worker %ld retired: %s", (long)w->pid, retire_names[cause]);
 	worker_leave_idle(w, WORKER_DEAD);
+	w->dead_ms = ember_now_ms();
 	w->stopping = 0;
 	if (w->stop_ev != NULL)
 		event_del(w->stop_ev);
@@ -494,6 +512,8 @@ worker_end(struct worker *w, struct evbuffer *in)
 		worker_retire(w, RETIRE_NO_REUSE);
 	else if (w->max_tasks > 0 && w->tasks_run >= w->max_tasks)
 		worker_retire(w, RETIRE_MAX_TASKS);
+	else if (w->ntasks == 0 && worker_stale(w))
+		worker_retire(w, RETIRE_STALE);
 	else if (w->ntasks == 0) {
 		worker_set_idle(w);
 		scheduler_kick();
@@ -577,6 +597,10 @@ worker_stopped(struct worker *w)
 	w->tasks_run++;
 	if (w->max_tasks > 0 && w->tasks_run >= w->max_tasks) {
 		worker_retire(w, RETIRE_MAX_TASKS);
+		return;
+	}
+	if (worker_stale(w)) {
+		worker_retire(w, RETIRE_STALE);
 		return;
 	}
 	worker_set_idle(w);
@@ -784,9 +808,23 @@ worker_take_idle(struct pool *p, uint64_t key)
 			w = first;
 		if (w == NULL)
 			return (NULL);
-		if (channel_alive(w->ch) && !worker_dying(w))
+		if (!channel_alive(w->ch) || worker_dying(w))
+			worker_retire(w, RETIRE_EXITED);
+		else if (worker_stale(w))
+			worker_retire(w, RETIRE_STALE);
+		else
 			return (w);
-		worker_retire(w, RETIRE_EXITED);
+	}
+}
+
+void
+worker_retire_stale(struct pool *p)
+{
+	struct worker	*w, *next;
+
+	TAILQ_FOREACH_SAFE(w, &workers_idle, idle_entry, next) {
+		if (w->pool == p && worker_stale(w))
+			worker_retire(w, RETIRE_STALE);
 	}
 }
 
@@ -848,7 +886,9 @@ worker_broadcast_diff(struct worker *w, const struct task *t,
 		d[n].id = broadcast_id(use[i]);
 		d[n].add = 1;
 		d[n].fd = broadcast_fd(use[i]);
-		d[n++].size = broadcast_size(use[i]);
+		d[n].size = broadcast_size(use[i]);
+		d[n].index_fd = broadcast_index_fd(use[i]);
+		d[n++].index = broadcast_index_size(use[i]);
 		ember_counters.broadcasts_sent++;
 		ember_counters.broadcast_bytes_sent +=
 		    (uint64_t)broadcast_size(use[i]);
@@ -864,7 +904,8 @@ worker_broadcast_diff(struct worker *w, const struct task *t,
 		}
 		d[n].id = w->held[i];
 		d[n].add = 0;
-		d[n].fd = -1;
+		d[n].fd = d[n].index_fd = -1;
+		d[n].index = 0;
 		d[n++].size = 0;
 		ember_counters.broadcasts_removed++;
 	}
@@ -895,11 +936,15 @@ worker_assign(struct worker *w, struct task *t)
 	if (w->plan_serial == key)
 		plan = NULL;	/* it has them */
 	w->plan_serial = key;
-	/* Each added broadcast's memfd rides on the descriptor's first
-	 * byte, in the order of the adds: the worker never opens a path. */
+	/* Each added broadcast's memfd, then its index's, rides on the
+	 * descriptor's first bytes, in the order of the adds: the worker
+	 * never opens a path. */
 	for (i = 0; i < nb; i++) {
-		if (b[i].add)
-			channel_pass_fd(w->ch, b[i].fd);
+		if (!b[i].add)
+			continue;
+		channel_pass_fd(w->ch, b[i].fd);
+		if (b[i].index > 0)
+			channel_pass_fd(w->ch, b[i].index_fd);
 	}
 	/* Then the checkpoint directories, opened and checked by emberd. */
 	if (d.source_dir_passed) {
@@ -1132,7 +1177,32 @@ worker_check_limits(void)
 	TAILQ_FOREACH_SAFE(w, &workers, entry, next) {
 		if (w->state == WORKER_BUSY)
 			worker_check(w, now);
+		else if (w->state == WORKER_DEAD)
+			worker_check_exit(w, now);
 	}
+}
+
+/*
+ * A fork-server that loaded a Python broadcast ran the user's code (the
+ * unpickling, and what it left behind: a fork hook, a __del__, a signal
+ * disposition), so it is no more trusted than a worker.  One that leaves
+ * a retired worker's exit unreported past python.broadcast_preload_timeout
+ * would keep the worker's place in workers.max for ever: it is killed, and
+ * its workers go with it (fslink.h).
+ */
+static void
+worker_check_exit(struct worker *w, uint64_t now)
+{
+	char	why[128];
+
+	if (w->exited || pypreload_gen(pool_pypreload(w->pool)) == 0 ||
+	    now - w->dead_ms <=
+	    (uint64_t)ember_conf.python_broadcast_preload_timeout)
+		return;
+	snprintf(why, sizeof why, "the exit of worker %ld not reported %llu "
+	    "ms after it was retired", (long)w->pid,
+	    (unsigned long long)(now - w->dead_ms));
+	fslink_abort(pool_fslink(w->pool), why);
 }
 
 /* Retire p's idle workers past workers.idle_timeout, keeping keep. */

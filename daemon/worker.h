@@ -37,12 +37,15 @@ enum retire_cause {
 	RETIRE_FORKSERVER,	/* its fork-server died */
 	RETIRE_EVICTED,		/* idle, and another user's pool needed room */
 	RETIRE_STALLED,		/* its stream's client did not read */
+	RETIRE_STALE,		/* forked before its fork-server loaded or
+				 * dropped a Python broadcast */
 	RETIRE_CAUSES
 };
 const char	*worker_retire_name(enum retire_cause);
 
-/* A worker p's fork-server made, idle, on its end of a socketpair. */
-struct worker	*worker_create(struct pool *, pid_t, int fd);
+/* A worker p's fork-server made, idle, on its end of a socketpair, at the
+ * fork-server's generation gen (pypreload.h). */
+struct worker	*worker_create(struct pool *, pid_t, int fd, int32_t gen);
 /* Free a worker holding no task, once its exit is known. */
 void		 worker_free(struct worker *);
 /* Free every worker, at shutdown: their tasks are dropped. */
@@ -90,6 +93,9 @@ void		 worker_expire_idle(struct pool *, int keep);
  * says yes: 0, or -1 if there is none. */
 int		 worker_evict_other(const struct pool *,
 		     int (*may)(const struct pool *, void *), void *);
+/* Retire p's idle workers forked before its fork-server's Python
+ * broadcasts last changed (pypreload.h). */
+void		 worker_retire_stale(struct pool *);
 /* Retire idle workers while more than max would be left. */
 void		 worker_trim_idle(int max);
 /* Workers retired to make room whose exit is not known yet. */

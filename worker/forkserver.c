@@ -38,7 +38,11 @@ struct forkserver {
 							 * reported */
 	size_t				 nchildren, size;
 	const struct forkserver_options	*options;
+	int32_t				 gen;	/* loads and drops done */
 };
+
+/* The fork-server, for a SIGTERM that comes while Python loads. */
+static struct forkserver *volatile forkserver_loading;
 
 /* Signals arrive as bytes on this pipe, read by the poll loop. */
 static int	forkserver_signal_pipe[2] = { -1, -1 };
@@ -52,10 +56,19 @@ static int	forkserver_nhandled;
 static void
 forkserver_signal_cb(int sig)
 {
-	unsigned char	c = (unsigned char)sig;
-	int		saved = errno;
-	ssize_t		n;
+	struct forkserver	*fs = forkserver_loading;
+	unsigned char		 c = (unsigned char)sig;
+	int			 saved = errno;
+	ssize_t			 n;
+	size_t			 i;
 
+	/* The loop does not run until the load returns, which the user's
+	 * pickle may put off for ever: go now, with the workers. */
+	if (fs != NULL && sig == SIGTERM) {
+		for (i = 0; i < fs->nchildren; i++)
+			kill(-fs->children[i], SIGKILL);
+		_exit(0);
+	}
 	n = write(forkserver_signal_pipe[1], &c, 1);
 	(void)n;
 	errno = saved;
@@ -278,6 +291,7 @@ forkserver_fork(struct forkserver *fs, int32_t id, int helper)
 
 	m.type = helper ? FS_HELPER_FORKED : FS_FORKED;
 	m.pid = pid;
+	m.value = fs->gen;
 	forkserver_send(fs, &m, sv[0]);
 	close(sv[0]);
 }
@@ -363,6 +377,33 @@ forkserver_dispatch_signals(struct forkserver *fs)
 		forkserver_reap(fs);
 }
 
+/*
+ * Unpickle broadcast id from its memfd, as the user, for the workers
+ * forked after (docs/design.md, "Broadcasts of Python objects").  The
+ * loop waits meanwhile: a fork asked for after the load gets the object.
+ */
+static void
+forkserver_pyload(struct forkserver *fs, int32_t id, int fd)
+{
+	if (fd == -1) {
+		log_error("FS_PYLOAD %d without its descriptor", id);
+		forkserver_exit(fs, 1);
+	}
+	forkserver_loading = fs;
+	python_broadcast_load(id, fd, fs->options->memory_limit);
+	forkserver_loading = NULL;
+	close(fd);
+	fs->gen++;
+}
+
+/* Let go of a broadcast forkserver_pyload loaded. */
+static void
+forkserver_pydrop(struct forkserver *fs, int32_t id)
+{
+	python_broadcast_unload(id);
+	fs->gen++;
+}
+
 /* Handle one message from emberd. */
 static void
 forkserver_dispatch(struct forkserver *fs)
@@ -385,7 +426,7 @@ forkserver_dispatch(struct forkserver *fs)
 		log_info("receive from emberd: %s", strerror(errno));
 		forkserver_exit(fs, 0);
 	}
-	if (fd != -1) {
+	if (fd != -1 && m.type != FS_PYLOAD) {
 		log_error("unexpected descriptor from emberd (%s)",
 		    fs_msg_type_name(m.type));
 		close(fd);
@@ -400,6 +441,12 @@ forkserver_dispatch(struct forkserver *fs)
 		break;
 	case FS_KILL:
 		forkserver_kill(fs, m.pid, m.value);
+		break;
+	case FS_PYLOAD:
+		forkserver_pyload(fs, m.id, fd);
+		break;
+	case FS_PYDROP:
+		forkserver_pydrop(fs, m.id);
 		break;
 	default:
 		log_error("unexpected message type %d from emberd", m.type);

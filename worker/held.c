@@ -11,200 +11,44 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bindex.h"
 #include "held.h"
 #include "taskdesc.h"
 #include "log.h"
 #include "xmalloc.h"
 
 /*
- * A slot of a set is 0 when empty, else the line's offset plus one in the
- * high 40 bits and 24 bits of the line's hash in the low bits: the tag
- * settles almost every mismatch without touching the mapping.  A line's
- * length is not stored: the line at an offset ends at the next newline.
+ * A set: the view of a broadcast's index (common/bindex.h), the one
+ * emberd passed with it, mapped read-only, or one this worker built into
+ * a table of its own for a broadcast that came without one.
  */
-#define SET_TAG_BITS	24
-#define SET_TAG_MASK	((UINT64_C(1) << SET_TAG_BITS) - 1)
-#define SET_MAX_SIZE	((UINT64_C(1) << (64 - SET_TAG_BITS)) - 2)
-
-/* Lines hashed ahead of their insertion, so their slots are prefetched. */
-#define SET_BATCH	32
-
 struct held_set {
-	const unsigned char	*base;
-	size_t			 size;
-	uint64_t		*slots;
-	size_t			 nslots;
-	size_t			 count;		/* distinct lines */
-	size_t			 lines;
+	struct bindex		*ix;
+	void			*table;		/* built here, or NULL */
+	size_t			 tablesize;
 };
 
 struct held {
 	int64_t			 id;
 	unsigned char		*map;		/* NULL when empty */
 	size_t			 size;
-	struct held_set	*set;
-};
-
-/* A line waiting for its slot during a build. */
-struct held_line {
-	uint64_t		 hash;
-	size_t			 off;
-	size_t			 len;
-	size_t			 slot;
+	void			*imap;		/* its index, or NULL */
+	size_t			 isize;
+	struct held_set		*set;
 };
 
 static struct held	**broadcasts;
 static size_t		  nbroadcasts, broadcasts_size;
 
-/* Multipliers of the hash (odd, with well spread bits). */
-#define HASH_K0	UINT64_C(0xa0761d6478bd642f)
-#define HASH_K1	UINT64_C(0xe7037ed1a0b428db)
-#define HASH_K2	UINT64_C(0x8ebc6af09c88c6e3)
-
-/* Multiply to 128 bits and fold the halves. */
-static inline uint64_t
-held_mix(uint64_t a, uint64_t b)
-{
-	__uint128_t	r = (__uint128_t)a * b;
-
-	return ((uint64_t)r ^ (uint64_t)(r >> 64));
-}
-
-/* Load 8 bytes, unaligned. */
-static inline uint64_t
-held_load8(const unsigned char *p)
-{
-	uint64_t	v;
-
-	memcpy(&v, p, sizeof v);
-	return (v);
-}
-
-/* Load 4 bytes, unaligned. */
-static inline uint64_t
-held_load4(const unsigned char *p)
-{
-	uint32_t	v;
-
-	memcpy(&v, p, sizeof v);
-	return (v);
-}
-
-/*
- * Hash a line.  Multiply-and-fold over 16 bytes a round; lines of up to
- * 16 bytes (numbers, ids, words) take two loads and two multiplies.
- */
-static inline uint64_t
-held_hash(const unsigned char *p, size_t len)
-{
-	uint64_t	a, b, seed = HASH_K2;
-	size_t		left = len, step;
-	__uint128_t	r;
-
-	if (len <= 16) {
-		if (len >= 4) {
-			step = (len >> 3) << 2;
-			a = (held_load4(p) << 32) |
-			    held_load4(p + step);
-			b = (held_load4(p + len - 4) << 32) |
-			    held_load4(p + len - 4 - step);
-		} else if (len > 0) {
-			a = ((uint64_t)p[0] << 16) |
-			    ((uint64_t)p[len >> 1] << 8) | p[len - 1];
-			b = 0;
-		} else
-			a = b = 0;
-	} else {
-		while (left > 16) {
-			seed = held_mix(held_load8(p) ^ HASH_K1,
-			    held_load8(p + 8) ^ seed);
-			p += 16;
-			left -= 16;
-		}
-		a = held_load8(p + left - 16);
-		b = held_load8(p + left - 8);
-	}
-	r = (__uint128_t)(a ^ HASH_K1) * (b ^ seed);
-	return (held_mix((uint64_t)r ^ HASH_K0 ^ len,
-	    (uint64_t)(r >> 64) ^ HASH_K1));
-}
-
-/* The first slot to probe for a hash: its high bits scaled to the table. */
-static inline size_t
-held_set_slot(const struct held_set *set, uint64_t hash)
-{
-	return ((size_t)(((__uint128_t)hash * set->nslots) >> 64));
-}
-
-/* Is the line at off equal to data? */
-static inline int
-held_set_equal(const struct held_set *set, size_t off,
-    const unsigned char *data, size_t len)
-{
-	if (len > set->size - off)
-		return (0);
-	if (memcmp(set->base + off, data, len) != 0)
-		return (0);
-	return (off + len == set->size || set->base[off + len] == '\n');
-}
-
-/* Find a line: its slot, or the empty slot where it belongs. */
-static inline size_t
-held_set_find(const struct held_set *set, uint64_t hash,
-    size_t slot, const unsigned char *data, size_t len, int *found)
-{
-	uint64_t	s, tag = hash & SET_TAG_MASK;
-
-	for (;;) {
-		s = set->slots[slot];
-		if (s == 0) {
-			*found = 0;
-			return (slot);
-		}
-		if ((s & SET_TAG_MASK) == tag && held_set_equal(set,
-		    (size_t)(s >> SET_TAG_BITS) - 1, data, len)) {
-			*found = 1;
-			return (slot);
-		}
-		if (++slot == set->nslots)
-			slot = 0;
-	}
-}
-
-/*
- * Count the lines of a mapping, a word at a time: a byte of x is zero
- * exactly where the word had a newline, and the top bit of each byte of t
- * marks one.
- */
-static size_t
-held_count_lines(const unsigned char *p, size_t size)
-{
-	const uint64_t	ones = UINT64_C(0x0101010101010101);
-	const uint64_t	low7 = UINT64_C(0x7f7f7f7f7f7f7f7f);
-	uint64_t	x, t;
-	size_t		i = 0, n = 0;
-
-	for (; i + 8 <= size; i += 8) {
-		x = held_load8(p + i) ^ (ones * '\n');
-		t = ~(((x & low7) + low7) | x | low7);
-		n += (size_t)__builtin_popcountll(t);
-	}
-	for (; i < size; i++)
-		n += p[i] == '\n';
-	if (size > 0 && p[size - 1] != '\n')
-		n++;
-	return (n);
-}
-
 /* Tables from this size up are aligned to and mapped with huge pages. */
 #define SET_HUGE_PAGE	(2 * 1024 * 1024)
 #define SET_HUGE_FROM	(8 * 1024 * 1024)
 
-/* The bytes a table of n slots maps: whole pages, huge ones if large. */
+/* The bytes a table of size bytes maps: whole pages, huge ones if large. */
 static size_t
-held_set_mapped_size(size_t nslots)
+held_set_mapped_size(size_t size)
 {
-	size_t	bytes = nslots * sizeof (uint64_t), unit = 4096;
+	size_t	bytes = size, unit = 4096;
 
 	if (bytes >= SET_HUGE_FROM)
 		unit = SET_HUGE_PAGE;
@@ -218,16 +62,16 @@ held_set_mapped_size(size_t nslots)
  * table too large for the worker's memory limit fails the task with a
  * message instead of killing the worker.  NULL with errno on failure.
  */
-static uint64_t *
-held_set_map(size_t nslots)
+static void *
+held_set_map(size_t size)
 {
 	unsigned char	*p, *aligned;
-	size_t		 bytes = held_set_mapped_size(nslots), head;
+	size_t		 bytes = held_set_mapped_size(size), head;
 
 	if (bytes < SET_HUGE_FROM) {
 		p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		return (p == MAP_FAILED ? NULL : (uint64_t *)p);
+		return (p == MAP_FAILED ? NULL : p);
 	}
 	p = mmap(NULL, bytes + SET_HUGE_PAGE, PROT_READ | PROT_WRITE,
 	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -246,7 +90,7 @@ held_set_map(size_t nslots)
 #else
 	memset(aligned, 0, bytes);
 #endif
-	return ((uint64_t *)aligned);
+	return (aligned);
 }
 
 /* Why memory ran out, if the worker's address-space limit is why. */
@@ -274,83 +118,65 @@ held_ms_since(const struct timespec *a)
 	return ((b.tv_sec - a->tv_sec) * 1e3 + (b.tv_nsec - a->tv_nsec) / 1e6);
 }
 
-/* Insert a batch of hashed lines whose slots were prefetched. */
-static void
-held_set_insert(struct held_set *set, struct held_line *batch,
-    size_t n)
-{
-	size_t	i, slot;
-	int	found;
-
-	for (i = 0; i < n; i++) {
-		slot = held_set_find(set, batch[i].hash, batch[i].slot,
-		    set->base + batch[i].off, batch[i].len, &found);
-		if (found)
-			continue;
-		set->slots[slot] = ((uint64_t)(batch[i].off + 1) <<
-		    SET_TAG_BITS) | (batch[i].hash & SET_TAG_MASK);
-		set->count++;
-	}
-}
-
 /*
- * Build the set of a broadcast's lines, with a table sized from the number
- * of lines for a load of at most 3/4.  Lines are hashed a batch ahead of
- * their insertion and their slots prefetched, so that the cache misses of
- * a batch overlap.
+ * Build the set of a broadcast's lines into a table of this worker's, for
+ * a broadcast that came without an index.
  */
 static int
 held_set_build(struct held *b, char **err)
 {
-	struct held_set	*set;
-	struct held_line	 batch[SET_BATCH];
+	struct held_set		*set;
+	struct bindex_stats	 st;
 	struct timespec		 start;
-	const unsigned char	*p, *end, *nl;
-	size_t			 n, len;
+	size_t			 lines, size;
+	char			*why;
 
 	clock_gettime(CLOCK_MONOTONIC, &start);
-	if ((uint64_t)b->size > SET_MAX_SIZE) {
+	if ((size = bindex_size(b->map, b->size, &lines)) == 0) {
 		xasprintf(err, "broadcast %" PRId64 ": %zu bytes is too "
 		    "large for a set", b->id, b->size);
 		return (-1);
 	}
-	set = xcalloc(1, sizeof *set);
-	set->base = b->map;
-	set->size = b->size;
 	if (b->size != 0)
 		madvise(b->map, b->size, MADV_WILLNEED);
-	set->lines = held_count_lines(b->map, b->size);
-	set->nslots = set->lines + set->lines / 3 + 8;
-	set->slots = held_set_map(set->nslots);
-	if (set->slots == NULL) {
+	set = xcalloc(1, sizeof *set);
+	set->tablesize = size;
+	if ((set->table = held_set_map(size)) == NULL) {
 		xasprintf(err, "broadcast %" PRId64 ": no memory for a "
-		    "set of %zu lines (%zu MiB): %s%s", b->id,
-		    set->lines, held_set_mapped_size(set->nslots) >> 20,
-		    strerror(errno), held_limit_hint());
+		    "set of %zu lines (%zu MiB): %s%s", b->id, lines,
+		    held_set_mapped_size(size) >> 20, strerror(errno),
+		    held_limit_hint());
 		free(set);
 		return (-1);
 	}
-
-	p = b->map;
-	end = p + b->size;
-	while (p < end) {
-		for (n = 0; n < SET_BATCH && p < end; n++) {
-			nl = memchr(p, '\n', (size_t)(end - p));
-			len = (size_t)((nl != NULL ? nl : end) - p);
-			batch[n].off = (size_t)(p - b->map);
-			batch[n].len = len;
-			batch[n].hash = held_hash(p, len);
-			batch[n].slot = held_set_slot(set, batch[n].hash);
-			__builtin_prefetch(&set->slots[batch[n].slot], 1);
-			p = nl != NULL ? nl + 1 : end;
-		}
-		held_set_insert(set, batch, n);
-	}
+	bindex_build(b->map, b->size, lines, set->table, size, &st);
+	if ((set->ix = bindex_open(set->table, size, b->map, b->size,
+	    &why)) == NULL)
+		fatalx("broadcast %" PRId64 ": the set built: %s", b->id, why);
 	b->set = set;
 	log_debug("broadcast %" PRId64 ": set of %zu lines (%zu distinct, "
-	    "%zu MiB) built in %.1f ms", b->id, set->lines, set->count,
-	    held_set_mapped_size(set->nslots) >> 20,
-	    held_ms_since(&start));
+	    "%zu MiB) built in %.1f ms", b->id, st.lines, st.distinct,
+	    held_set_mapped_size(size) >> 20, held_ms_since(&start));
+	return (0);
+}
+
+/* The set of a broadcast's index, passed with it: its header checked. */
+static int
+held_set_open(struct held *b, char **err)
+{
+	struct held_set	*set;
+	char		*why;
+
+	set = xcalloc(1, sizeof *set);
+	if ((set->ix = bindex_open(b->imap, b->isize, b->map, b->size,
+	    &why)) == NULL) {
+		xasprintf(err, "broadcast %" PRId64 ": its index is corrupt: "
+		    "%s", b->id, why);
+		free(why);
+		free(set);
+		return (-1);
+	}
+	b->set = set;
 	return (0);
 }
 
@@ -360,7 +186,9 @@ held_set_free(struct held_set *set)
 {
 	if (set == NULL)
 		return;
-	munmap(set->slots, held_set_mapped_size(set->nslots));
+	bindex_close(set->ix);
+	if (set->table != NULL)
+		munmap(set->table, held_set_mapped_size(set->tablesize));
 	free(set);
 }
 
@@ -377,6 +205,16 @@ held_find(int64_t id)
 	return (-1);
 }
 
+/* Close the descriptors that came with an add. */
+static void
+held_close_fds(const struct taskdesc_broadcast *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	if (c->index_fd >= 0)
+		close(c->index_fd);
+}
+
 /* Unmap and free a broadcast. */
 static void
 held_free(struct held *b)
@@ -384,59 +222,81 @@ held_free(struct held *b)
 	held_set_free(b->set);
 	if (b->map != NULL)
 		munmap(b->map, b->size);
+	if (b->imap != NULL)
+		munmap(b->imap, b->isize);
 	free(b);
 }
 
 /*
- * Map a new broadcast from the descriptor emberd passed with the task
- * descriptor (a sealed memfd: nobody can change its bytes).  The
- * descriptor is closed either way.
+ * Map size bytes of a descriptor emberd passed (a sealed memfd: nobody
+ * can change its bytes), read-only; *map stays NULL for none.
  */
 static int
-held_add(int64_t id, int fd, json_int_t size, char **err)
+held_map(int64_t id, const char *what, int fd, json_int_t size, void **map,
+    char **err)
 {
-	struct held	*b;
-	struct stat		 st;
-	void			*map = NULL;
+	struct stat	st;
 
+	*map = NULL;
 	if (fd < 0) {
 		xasprintf(err, "broadcast %" PRId64 ": no descriptor came with "
-		    "it", id);
+		    "its %s", id, what);
 		return (-1);
 	}
-	if (held_find(id) != -1) {
-		xasprintf(err, "broadcast %" PRId64 ": already held", id);
-		goto fail;
-	}
 	if (fstat(fd, &st) == -1) {
-		xasprintf(err, "broadcast %" PRId64 ": %s", id,
+		xasprintf(err, "broadcast %" PRId64 ": its %s: %s", id, what,
 		    strerror(errno));
-		goto fail;
+		return (-1);
 	}
 	if (!S_ISREG(st.st_mode)) {
-		xasprintf(err, "broadcast %" PRId64 ": not a regular file",
-		    id);
-		goto fail;
+		xasprintf(err, "broadcast %" PRId64 ": its %s: not a regular "
+		    "file", id, what);
+		return (-1);
 	}
 	if (st.st_size != size) {
-		xasprintf(err, "broadcast %" PRId64 ": %lld bytes, expected "
-		    "%lld", id, (long long)st.st_size, (long long)size);
+		xasprintf(err, "broadcast %" PRId64 ": its %s: %lld bytes, "
+		    "expected %lld", id, what, (long long)st.st_size,
+		    (long long)size);
+		return (-1);
+	}
+	if (size == 0)
+		return (0);
+	*map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+	if (*map == MAP_FAILED) {
+		*map = NULL;
+		xasprintf(err, "broadcast %" PRId64 ": its %s: mmap: %s%s",
+		    id, what, strerror(errno), held_limit_hint());
+		return (-1);
+	}
+	return (0);
+}
+
+/*
+ * Map a new broadcast, and its index if one came, from the descriptors
+ * emberd passed with the task descriptor; they are closed either way.
+ */
+static int
+held_add(const struct taskdesc_broadcast *c, char **err)
+{
+	struct held	*b;
+	void		*map = NULL, *imap = NULL;
+
+	if (held_find(c->id) != -1) {
+		xasprintf(err, "broadcast %" PRId64 ": already held", c->id);
 		goto fail;
 	}
-	if (size != 0) {
-		map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
-		if (map == MAP_FAILED) {
-			xasprintf(err, "broadcast %" PRId64 ": mmap: %s%s",
-			    id, strerror(errno), held_limit_hint());
-			goto fail;
-		}
-	}
-	close(fd);
-
+	if (held_map(c->id, "bytes", c->fd, c->size, &map, err) == -1)
+		goto fail;
+	if (c->index > 0 && held_map(c->id, "index", c->index_fd, c->index,
+	    &imap, err) == -1)
+		goto fail;
 	b = xcalloc(1, sizeof *b);
-	b->id = id;
+	b->id = c->id;
 	b->map = map;
-	b->size = (size_t)size;
+	b->size = (size_t)c->size;
+	b->imap = imap;
+	b->isize = (size_t)c->index;
+	held_close_fds(c);
 	if (nbroadcasts == broadcasts_size) {
 		broadcasts_size = broadcasts_size == 0 ? 8 :
 		    broadcasts_size * 2;
@@ -444,11 +304,16 @@ held_add(int64_t id, int fd, json_int_t size, char **err)
 		    sizeof *broadcasts);
 	}
 	broadcasts[nbroadcasts++] = b;
-	log_debug("broadcast %" PRId64 ": %zu bytes", id, b->size);
+	log_debug("broadcast %" PRId64 ": %zu bytes, index of %zu", c->id,
+	    b->size, b->isize);
 	return (0);
 
 fail:
-	close(fd);
+	if (map != NULL)
+		munmap(map, (size_t)c->size);
+	if (imap != NULL)
+		munmap(imap, (size_t)c->index);
+	held_close_fds(c);
 	return (-1);
 }
 
@@ -480,8 +345,7 @@ held_apply(const struct taskdesc_broadcast *changes, size_t n, char **err)
 		if (!changes[i].add) {
 			if (held_remove(changes[i].id, err) == -1)
 				goto fail;
-		} else if (held_add(changes[i].id, changes[i].fd,
-		    changes[i].size, err) == -1) {
+		} else if (held_add(&changes[i], err) == -1) {
 			i++;
 			goto fail;
 		}
@@ -490,8 +354,8 @@ held_apply(const struct taskdesc_broadcast *changes, size_t n, char **err)
 fail:
 	/* The descriptors of the changes not applied are closed too. */
 	for (; i < n; i++) {
-		if (changes[i].add && changes[i].fd >= 0)
-			close(changes[i].fd);
+		if (changes[i].add)
+			held_close_fds(&changes[i]);
 	}
 	return (-1);
 }
@@ -524,8 +388,12 @@ held_set_get(int64_t id, char **err)
 		    "worker", id);
 		return (NULL);
 	}
-	if (broadcasts[i]->set == NULL &&
-	    held_set_build(broadcasts[i], err) == -1)
+	if (broadcasts[i]->set != NULL)
+		return (broadcasts[i]->set);
+	if (broadcasts[i]->imap != NULL) {
+		if (held_set_open(broadcasts[i], err) == -1)
+			return (NULL);
+	} else if (held_set_build(broadcasts[i], err) == -1)
 		return (NULL);
 	return (broadcasts[i]->set);
 }
@@ -535,24 +403,14 @@ int
 held_set_contains(const struct held_set *set, const char *data,
     size_t len)
 {
-	uint64_t	hash;
-	int		found;
-
-	/* No line holds a newline; a record with one would match a run of
-	 * lines. */
-	if (set->count == 0 || (len != 0 && memchr(data, '\n', len) != NULL))
-		return (0);
-	hash = held_hash((const unsigned char *)data, len);
-	held_set_find(set, hash, held_set_slot(set, hash),
-	    (const unsigned char *)data, len, &found);
-	return (found);
+	return (bindex_contains(set->ix, data, len));
 }
 
 /* The number of distinct lines of a set. */
 size_t
 held_set_size(const struct held_set *set)
 {
-	return (set->count);
+	return (bindex_count(set->ix));
 }
 
 /* Drop every broadcast. */
@@ -593,9 +451,10 @@ held_set_bytes_held(void)
 	size_t	i, n = 0;
 
 	for (i = 0; i < nbroadcasts; i++) {
-		if (broadcasts[i]->set != NULL)
+		if (broadcasts[i]->set != NULL &&
+		    broadcasts[i]->set->table != NULL)
 			n += held_set_mapped_size(
-			    broadcasts[i]->set->nslots);
+			    broadcasts[i]->set->tablesize);
 	}
 	return (n);
 }

@@ -1,4 +1,5 @@
 #include <sys/types.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -7,10 +8,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
+#include "bindex.h"
 #include "checkpoint.h"
 #include "fdpass.h"
 #include "frame.h"
@@ -33,6 +36,8 @@ static json_t	*helper_save_abort(json_t *, const int *, size_t, int *,
 		    size_t *, char **);
 static json_t	*helper_broadcast_read(json_t *, const int *, size_t, int *,
 		    size_t *, char **);
+static json_t	*helper_broadcast_index(json_t *, const int *, size_t,
+		    int *, size_t *, char **);
 static json_t	*helper_release(json_t *, const int *, size_t, int *,
 		    size_t *, char **);
 
@@ -375,6 +380,90 @@ helper_broadcast_read(json_t *args, const int *fds_in, size_t nin,
 	if (helper_copy(fds_in[0], fds_in[1], st.st_size, &why) == -1)
 		return (json_pack("{s:s}", "error", why));
 	return (json_pack("{s:I}", "size", (json_int_t)st.st_size));
+}
+
+/* Build the index of a mapping into a memfd of size bytes: NULL, or why
+ * not. */
+static const char *
+helper_index_build(const void *bytes, size_t len, size_t lines, int ifd,
+    size_t size, struct bindex_stats *st)
+{
+	void	*out;
+
+	if (ftruncate(ifd, (off_t)size) == -1)
+		return (strerror(errno));
+	out = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED |
+	    MAP_POPULATE, ifd, 0);
+	if (out == MAP_FAILED)
+		return (strerror(errno));
+	bindex_build(bytes, len, lines, out, size, st);
+	/* emberd cannot seal it while a writable mapping is left. */
+	munmap(out, size);
+	return (NULL);
+}
+
+/*
+ * broadcast_index: {"max": N, "max_key": K}, with two descriptors:
+ * emberd's sealed memfd of a broadcast's bytes and an empty memfd for
+ * their set index (common/bindex.h).  Build the index into it, as the
+ * user, if it takes at most max bytes.  Replies {"size": S, "lines": L,
+ * "distinct": D, "ms": M} or {"error": E} (with "over": S past max).
+ */
+static json_t *
+helper_broadcast_index(json_t *args, const int *fds_in, size_t nin,
+    int *fds_out, size_t *nout, char **err)
+{
+	static const char *const keys[] = { "max", "max_key", NULL };
+	struct bindex_stats	 st;
+	struct timespec		 t0, t1;
+	struct stat		 sb;
+	json_int_t		 max;
+	const char		*key, *why;
+	json_t			*reply;
+	void			*map = NULL;
+	size_t			 len, lines, size;
+	char			*msg;
+
+	(void)fds_out;
+	*nout = 0;
+	if (jread_only(args, "args", keys, err) == -1 ||
+	    jread_int(args, "args", "max", JREAD_REQUIRED, &max, err) == -1 ||
+	    jread_string(args, "args", "max_key", JREAD_REQUIRED, &key,
+	    err) == -1)
+		return (NULL);
+	if (nin != 2) {
+		xasprintf(err, "%zu descriptors, expected 2", nin);
+		return (NULL);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (fstat(fds_in[0], &sb) == -1)
+		return (json_pack("{s:s}", "error", strerror(errno)));
+	len = (size_t)sb.st_size;
+	if (len > 0 && (map = mmap(NULL, len, PROT_READ, MAP_SHARED,
+	    fds_in[0], 0)) == MAP_FAILED)
+		return (json_pack("{s:s}", "error", strerror(errno)));
+	if ((size = bindex_size(map, len, &lines)) == 0)
+		reply = json_pack("{s:s}", "error", "too large to index");
+	else if ((json_int_t)size > max) {
+		xasprintf(&msg, "%zu bytes for %zu lines, over %s (%lld "
+		    "more may be held)", size, lines, key, (long long)max);
+		reply = json_pack("{s:s,s:I}", "error", msg, "over",
+		    (json_int_t)size);
+		free(msg);
+	} else if ((why = helper_index_build(map, len, lines, fds_in[1],
+	    size, &st)) != NULL)
+		reply = json_pack("{s:s}", "error", why);
+	else {
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		reply = json_pack("{s:I,s:I,s:I,s:I}", "size",
+		    (json_int_t)size, "lines", (json_int_t)st.lines,
+		    "distinct", (json_int_t)st.distinct, "ms",
+		    (json_int_t)((t1.tv_sec - t0.tv_sec) * 1000 +
+		    (t1.tv_nsec - t0.tv_nsec) / 1000000));
+	}
+	if (map != NULL)
+		munmap(map, len);
+	return (reply);
 }
 
 /*

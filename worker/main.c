@@ -32,6 +32,7 @@ main_usage(void)
 	    "[--nproc-limit COUNT]\n"
 	    "       ember-worker --stdio --plan JSON [--partition N] "
 	    "[--check]\n"
+	    "                    [--broadcast ID=PATH]...\n"
 	    "       ember-worker --version\n"
 	    "The fork-server is started by emberd, with its control "
 	    "socket on fd %d.\n", FORKSERVER_FD);
@@ -92,6 +93,7 @@ main(int argc, char **argv)
 		{ "plan", required_argument, NULL, 'j' },
 		{ "partition", required_argument, NULL, 'i' },
 		{ "check", no_argument, NULL, 'c' },
+		{ "broadcast", required_argument, NULL, 'b' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct forkserver_options	 o;
@@ -99,7 +101,8 @@ main(int argc, char **argv)
 	uintmax_t			 limit;
 	int				 ch, forkserver = 0, type, rc;
 	int				 stdio = 0, check = 0;
-	char				*plan = NULL;
+	char				*plan = NULL, **broadcasts = NULL;
+	size_t				 nbroadcasts = 0;
 	uintmax_t			 partition = 0;
 	socklen_t			 len = sizeof type;
 	size_t				 i;
@@ -170,6 +173,12 @@ main(int argc, char **argv)
 		case 'c':
 			check = 1;
 			break;
+		case 'b':
+			/* Copied, as --preload's. */
+			broadcasts = xreallocarray(broadcasts, nbroadcasts + 1,
+			    sizeof *broadcasts);
+			broadcasts[nbroadcasts++] = xstrdup(optarg);
+			break;
 		case 'V':
 			printf("ember-worker %s (protocol %d)\n",
 			    PACKAGE_VERSION, EMBER_PROTOCOL_VERSION);
@@ -178,13 +187,18 @@ main(int argc, char **argv)
 			main_usage();
 		}
 	}
-	if (optind != argc || forkserver == stdio || (stdio && plan == NULL))
+	if (optind != argc || forkserver == stdio || (stdio && plan == NULL) ||
+	    (!stdio && nbroadcasts > 0))
 		main_usage();
 	/* Another engine's executor runs the ops: no emberd, no fork-server. */
 	if (stdio) {
 		log_open("ember-worker", level, LOG_FORMAT_TEXT, 0);
-		rc = stdio_chain_main(plan, (int)partition, check);
+		rc = stdio_chain_main(plan, (int)partition, check,
+		    broadcasts, nbroadcasts);
 		free(plan);
+		for (i = 0; i < nbroadcasts; i++)
+			free(broadcasts[i]);
+		free(broadcasts);
 		return (rc);
 	}
 

@@ -1,3 +1,4 @@
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,7 @@ struct ops_regex {
 struct ops_broadcast {
 	struct op			 op;
 	const struct held_set	*set;
+	int64_t				 id;
 };
 
 /* map upper, lower, trim, field, json; flat_map split. */
@@ -377,9 +379,13 @@ static int
 ops_broadcast_push_cb(struct op *op, const struct record *r)
 {
 	struct ops_broadcast	*b = (struct ops_broadcast *)op;
+	int			 rc;
 
-	if (r->null || !held_set_contains(b->set, r->data, r->len))
+	if (r->null || (rc = held_set_contains(b->set, r->data, r->len)) == 0)
 		return (OP_OK);
+	if (rc == -1)
+		return (op_fail(op, "filter in_broadcast %" PRId64 ": its "
+		    "index is corrupt: a slot points past its bytes", b->id));
 	return (op_next(op, r));
 }
 
@@ -933,6 +939,7 @@ ops_create(const struct plan_op *p, int partition, struct chain *chain,
 		b->op.finish = ops_finish_next_cb;
 		b->op.free = ops_free_cb;
 		b->set = set;
+		b->id = p->broadcast;
 		return (&b->op);
 	case PLAN_OP_MAP_UPPER:
 	case PLAN_OP_MAP_LOWER:

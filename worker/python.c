@@ -16,6 +16,12 @@
 #include <Python.h>
 #endif
 
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +52,20 @@
 void
 python_start(__attribute__((unused)) char *const *preload,
     __attribute__((unused)) size_t npreload)
+{
+}
+
+/* Nothing to load: workers refuse python ops. */
+int
+python_broadcast_load(__attribute__((unused)) int64_t id,
+    __attribute__((unused)) int fd, __attribute__((unused)) uint64_t limit)
+{
+	return (-1);
+}
+
+/* Nothing was loaded. */
+void
+python_broadcast_unload(__attribute__((unused)) int64_t id)
 {
 }
 
@@ -89,6 +109,8 @@ extern const char	 pyworker_source[];
  * start, and python_failure says why. */
 static PyObject		*python_stage_fn;
 static PyObject		*python_format_fn;
+static PyObject		*python_preload_fn;	/* preload(), unload() */
+static PyObject		*python_unload_fn;
 static char		*python_failure;
 static int		 python_started;
 
@@ -201,8 +223,11 @@ python_load_worker(void)
 		return (-1);
 	python_stage_fn = PyObject_GetAttrString(mod, "stage");
 	python_format_fn = PyObject_GetAttrString(mod, "format_error");
+	python_preload_fn = PyObject_GetAttrString(mod, "preload");
+	python_unload_fn = PyObject_GetAttrString(mod, "unload");
 	Py_DECREF(mod);
-	return (python_stage_fn != NULL && python_format_fn != NULL ? 0 : -1);
+	return (python_stage_fn != NULL && python_format_fn != NULL &&
+	    python_preload_fn != NULL && python_unload_fn != NULL ? 0 : -1);
 }
 
 static void	python_start_interpreter(char *const *, size_t);
@@ -266,6 +291,118 @@ python_start_interpreter(char *const *preload, size_t npreload)
 		Py_DECREF(mod);
 		log_debug("python: imported %s", preload[i]);
 	}
+}
+
+/* Set the soft address-space limit (the hard one stays); the old one. */
+static rlim_t
+python_limit_as(rlim_t cur)
+{
+	struct rlimit	rl;
+	rlim_t		old;
+
+	if (getrlimit(RLIMIT_AS, &rl) == -1)
+		return (RLIM_INFINITY);
+	old = rl.rlim_cur;
+	rl.rlim_cur = cur < rl.rlim_max ? cur : rl.rlim_max;
+	if (setrlimit(RLIMIT_AS, &rl) == -1)
+		log_warn("setrlimit RLIMIT_AS: %s", strerror(errno));
+	return (old);
+}
+
+/* Call ember_worker.preload(id, bytes) under the workers' memory limit:
+ * what it loads is in every worker's address space. */
+static int
+python_preload_call(int64_t id, const void *bytes, size_t len,
+    uint64_t limit)
+{
+	PyObject	*view, *rc;
+	rlim_t		 old = RLIM_INFINITY;
+	int		 ok = 0;
+
+	if ((view = PyMemoryView_FromMemory((char *)bytes, (Py_ssize_t)len,
+	    PyBUF_READ)) == NULL)
+		return (-1);
+	if (limit != 0)
+		old = python_limit_as((rlim_t)limit);
+	/* What it loads is reachable from Python's arenas only, as what
+	 * python_start made. */
+#ifdef PYTHON_LSAN
+	__lsan_disable();
+#endif
+	rc = PyObject_CallFunction(python_preload_fn, "LO", (long long)id,
+	    view);
+#ifdef PYTHON_LSAN
+	__lsan_enable();
+#endif
+	if (limit != 0)
+		python_limit_as(old);
+	Py_DECREF(view);
+	if (rc == NULL)
+		return (-1);
+	if (rc != Py_None) {
+		log_info("python: broadcast %lld did not unpickle: %s",
+		    (long long)id, PyUnicode_Check(rc) ?
+		    PyUnicode_AsUTF8(rc) : "?");
+		ok = -1;
+	}
+	Py_DECREF(rc);
+	return (ok);
+}
+
+int
+python_broadcast_load(int64_t id, int fd, uint64_t limit)
+{
+	struct stat	 st;
+	void		*bytes = NULL;
+	char		*e;
+	int		 rc;
+
+	if (python_preload_fn == NULL)
+		return (-1);
+	if (fstat(fd, &st) == -1) {
+		log_warn("python: broadcast %lld: fstat: %s", (long long)id,
+		    strerror(errno));
+		return (-1);
+	}
+	if (st.st_size > 0 && (bytes = mmap(NULL, (size_t)st.st_size,
+	    PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		log_warn("python: broadcast %lld: mmap: %s", (long long)id,
+		    strerror(errno));
+		return (-1);
+	}
+	rc = python_preload_call(id, bytes != NULL ? bytes : "",
+	    (size_t)st.st_size, limit);
+	if (rc == -1 && PyErr_Occurred()) {
+		e = python_error();
+		log_error("python: preload of broadcast %lld: %s",
+		    (long long)id, e);
+		free(e);
+	}
+	if (bytes != NULL)
+		munmap(bytes, (size_t)st.st_size);
+	if (rc == 0)
+		log_debug("python: broadcast %lld loaded", (long long)id);
+	return (rc);
+}
+
+void
+python_broadcast_unload(int64_t id)
+{
+	PyObject	*rc;
+	char		*e;
+
+	if (python_unload_fn == NULL)
+		return;
+	if ((rc = PyObject_CallFunction(python_unload_fn, "L",
+	    (long long)id)) == NULL) {
+		e = python_error();
+		log_error("python: unload of broadcast %lld: %s",
+		    (long long)id, e);
+		free(e);
+		return;
+	}
+	Py_DECREF(rc);
+	log_debug("python: broadcast %lld unloaded", (long long)id);
 }
 
 /* Take the interpreter's locks before fork(). */

@@ -10,6 +10,7 @@
 #define EMBER_WORKER_PYTHON_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct chain;
 struct op;
@@ -22,6 +23,17 @@ struct plan_op;
  * every python op failing with the reason.
  */
 void		 python_start(char *const *preload, size_t npreload);
+
+/*
+ * Unpickle broadcast id's bytes (the sealed memfd fd, mapped read-only)
+ * in the fork-server, so that the workers it forks after share the object
+ * (worker/pyworker.py, preload), with the address space bounded by limit
+ * (workers.max_memory; 0: none) meanwhile.  0, or -1 (logged) if it did
+ * not load: one that raised is kept as its traceback, for the workers.
+ */
+int		 python_broadcast_load(int64_t id, int fd, uint64_t limit);
+/* Let go of what python_broadcast_load loaded for id, if anything. */
+void		 python_broadcast_unload(int64_t id);
 
 /* Around the fork-server's fork(): the interpreter's own fork hooks. */
 void		 python_fork_before(void);

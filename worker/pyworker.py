@@ -8,6 +8,7 @@ import _thread
 import base64
 import copy
 import functools
+import gc
 import itertools
 import pickle
 import sys
@@ -46,6 +47,52 @@ _FUNCTIONS_MAX = 256
 # Broadcast objects unpickled, by id: (the bytes' address, the object).
 _broadcasts = {}
 
+# Broadcast objects the fork-server unpickled (preload), by id: the
+# object, or a _LoadFailed.  A worker forked after the load shares them
+# copy-on-write; emberd retires the workers forked before a load or a
+# drop, so what a worker finds here is what its fork-server held.
+_preloaded = {}
+_MISSING = object()
+
+
+class _LoadFailed:
+    """A broadcast that raised as the fork-server unpickled it."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        self.text = text
+
+
+class BroadcastError(Exception):
+    """A broadcast's object could not be unpickled."""
+
+
+def preload(bid, view):
+    """Unpickle broadcast bid in the fork-server, for every worker it
+    forks after; None, or the traceback if it raised (kept: a function
+    that reads the broadcast raises it).  gc.freeze() then leaves what is
+    loaded out of the workers' collections, which would otherwise write
+    to the shared pages."""
+    try:
+        _preloaded[bid] = pickle.loads(view)
+        failed = None
+    except BaseException as e:
+        failed = format_error(e)
+        _preloaded[bid] = _LoadFailed(failed)
+    gc.freeze()
+    return failed
+
+
+def unload(bid):
+    """Let go of a broadcast preload made (it was dropped, or another
+    took its place); unfrozen first, so that its cycles are collected."""
+    if _preloaded.pop(bid, _MISSING) is _MISSING:
+        return
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
 
 def _load(text):
     """Unpickle a function (or fold's zero) of the plan, once."""
@@ -60,8 +107,9 @@ def _load(text):
 
 class Broadcast:
     """A broadcast of a Python object, as a function sees it: .value is
-    unpickled from the worker's copy of the bytes at most once per worker,
-    and kept while the worker is reused."""
+    the object the fork-server loaded, or else unpickled from the worker's
+    copy of the bytes at most once per worker, and kept while the worker
+    is reused."""
 
     __slots__ = ("id",)
 
@@ -71,6 +119,12 @@ class Broadcast:
     @property
     def value(self):
         view, address = _ember_worker.broadcast(self.id)
+        pre = _preloaded.get(self.id, _MISSING)
+        if pre is not _MISSING:
+            if type(pre) is _LoadFailed:
+                raise BroadcastError("broadcast %d did not unpickle in the "
+                                     "fork-server:\n%s" % (self.id, pre.text))
+            return pre
         held = _broadcasts.get(self.id)
         if held is not None and held[0] == address:
             return held[1]
@@ -168,10 +222,19 @@ class PullStage:
     once: push() and more() return a list when the function wants more
     input or has made BATCH records; more() returns None when it wants
     input, and both return False once it has ended (the chain then stops
-    reading the partition)."""
+    reading the partition).
+
+    The first batch is held back: a partition that fits in it (the chain
+    hands over a batch when it is full, or at the end) has all its input
+    at finish(), and the function then runs on the worker's own thread,
+    as a plain iterator drained BATCH records at a time.  No thread is
+    started and no turns are taken: for a one-record partition that was
+    most of the task's time."""
 
     def __init__(self, ops):
         self.ops = ops
+        self.held = None        # the first batch, held back
+        self.sync = None        # the iterator, when run without a thread
         self.inbox = None
         self.eof = False
         self.out = []
@@ -234,20 +297,40 @@ class PullStage:
         return out
 
     def push(self, batch):
+        if not self.started and not self.done:
+            if self.held is None:
+                self.held = batch
+                return None
+            batch, self.held = self.held + batch, None
         self.inbox = batch
         return self._resume()
 
+    def _drain(self):
+        out = list(itertools.islice(self.sync, BATCH))
+        if not out:
+            self.sync = None
+            self.done = True
+            return False
+        return out
+
     def more(self):
+        if self.sync is not None:
+            return self._drain()
         if self.waiting:
             return None
         return self._resume()
 
     def finish(self):
         self.eof = True
+        if not self.started and not self.done:
+            batch, self.held = self.held or [], None
+            self.sync = iter(_compose(self.ops, iter(batch)))
+            return self._drain() or []
         return self._resume() or []
 
     def close(self):
         """Unwind a function the task left halfway."""
+        self.sync = None
         if self.started and not self.done:
             self.abandoned = True
             self.to_thread.release()

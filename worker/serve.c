@@ -245,8 +245,8 @@ serve_take_fd(struct server *w)
 	return (fd);
 }
 
-/* Give each broadcast the descriptor decoded adds the next received
- * descriptor, in order: 0, or -1 with *err when too many came. */
+/* Give each broadcast add the next received descriptor, and the next to
+ * one with an index, in order: 0, or -1 with *err when too many came. */
 static int
 serve_take_fds(struct server *w, struct taskdesc *d, char **err)
 {
@@ -257,10 +257,11 @@ serve_take_fds(struct server *w, struct taskdesc *d, char **err)
 		return (-1);
 	}
 	for (i = 0; i < d->nbroadcasts; i++) {
-		if (!d->broadcasts[i].add || w->nfds == 0)
+		if (!d->broadcasts[i].add)
 			continue;
-		d->broadcasts[i].fd = w->fds[0];
-		memmove(w->fds, w->fds + 1, --w->nfds * sizeof *w->fds);
+		d->broadcasts[i].fd = serve_take_fd(w);
+		if (d->broadcasts[i].index > 0)
+			d->broadcasts[i].index_fd = serve_take_fd(w);
 	}
 	/* Then the checkpoint directories: the source's, the written's. */
 	if (d->source_dir_passed && (d->source_dirfd = serve_take_fd(w)) == -1) {

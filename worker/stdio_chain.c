@@ -6,9 +6,12 @@
  * ops there are the very code emberd's workers run (docs/spark.md).
  * Pairs and groups come in and go out as a worker's batch holds them.
  */
+#include <sys/stat.h>
+
 #include <arpa/inet.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,11 +21,13 @@
 
 #include <jansson.h>
 
+#include "held.h"
 #include "keyed.h"
 #include "ops.h"
 #include "plan.h"
 #include "protocol.h"
 #include "stdio_chain.h"
+#include "taskdesc.h"
 #include "xmalloc.h"
 
 /* The largest record read: what one int32 frame can say. */
@@ -310,15 +315,51 @@ stdio_private_output(void)
 	return (out);
 }
 
+/*
+ * Hold broadcast "ID=PATH" as a worker holds one of emberd's: the file is
+ * mapped, its set of lines built on first use.  The path is the caller's
+ * own (Spark's executor gives a memfd as /proc/self/fd/N), opened with
+ * the caller's rights.  0, or -1 with *err.
+ */
+static int
+stdio_hold_broadcast(const char *arg, char **err)
+{
+	struct taskdesc_broadcast	 b = { .add = 1, .fd = -1,
+					     .index_fd = -1 };
+	struct stat			 st;
+	const char			*path;
+	char				*end;
+
+	errno = 0;
+	b.id = strtoll(arg, &end, 10);
+	if (end == arg || *end != '=' || errno != 0 || b.id < 0) {
+		xasprintf(err, "--broadcast %s: expected ID=PATH", arg);
+		return (-1);
+	}
+	path = end + 1;
+	if ((b.fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) == -1 ||
+	    fstat(b.fd, &st) == -1) {
+		xasprintf(err, "broadcast %" PRId64 ": %s: %s", b.id, path,
+		    strerror(errno));
+		if (b.fd != -1)
+			close(b.fd);
+		return (-1);
+	}
+	b.size = st.st_size;
+	return (held_apply(&b, 1, err));
+}
+
 /* Run partition of plan_text's ops over standard input. */
 int
-stdio_chain_main(const char *plan_text, int partition, int check_only)
+stdio_chain_main(const char *plan_text, int partition, int check_only,
+    char *const *broadcasts, size_t nbroadcasts)
 {
 	struct stdio_sink	*sink;
 	struct plan		*plan;
 	struct chain		*chain;
 	FILE			*out;
 	char			*err = NULL;
+	size_t			 i;
 	int			 rc;
 
 	if ((plan = stdio_plan(plan_text, &err)) == NULL) {
@@ -335,6 +376,15 @@ stdio_chain_main(const char *plan_text, int partition, int check_only)
 	if (check_only) {
 		plan_free(plan);
 		return (0);
+	}
+	for (i = 0; i < nbroadcasts; i++) {
+		if (stdio_hold_broadcast(broadcasts[i], &err) == -1) {
+			fprintf(stderr, "partition %d: %s\n", partition, err);
+			free(err);
+			held_clear();
+			plan_free(plan);
+			return (1);
+		}
 	}
 	if ((out = stdio_private_output()) == NULL) {
 		fprintf(stderr, "standard output: %s\n", strerror(errno));
@@ -366,5 +416,6 @@ stdio_chain_main(const char *plan_text, int partition, int check_only)
 	}
 	fclose(out);
 	plan_free(plan);
+	held_clear();
 	return (rc == 0 ? 0 : 1);
 }

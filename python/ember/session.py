@@ -361,17 +361,24 @@ class Session:
         """Upload a Python object, pickled once with cloudpickle: the
         returned ObjectBroadcast's ``value`` is obj here, and inside a
         function a worker runs, obj unpickled at most once per worker
-        (and kept while the worker is reused)."""
+        (and kept while the worker is reused); a big one (emberd's
+        python.broadcast_preload) once per job, in the user's
+        fork-server, and shared by the job's workers."""
         from . import functions
 
         data, _ = functions.dumps_bytes(obj)
-        made = self._broadcast_bytes(memoryview(data))
+        # Pickle bytes have no lines for a filter to look up: no index.
+        made = self._broadcast_bytes(memoryview(data), index=False)
         return ObjectBroadcast(self, int(made.id), made.size, obj)
 
-    def _broadcast_bytes(self, data: memoryview) -> Broadcast:
+    def _broadcast_bytes(self, data: memoryview,
+                         index: bool = True) -> Broadcast:
+        req = {"op": "broadcast_put", "size": len(data)}
+        if not index:
+            req["index"] = False
         wire = self._acquire()
         try:
-            wire.send_json({"op": "broadcast_put", "size": len(data)})
+            wire.send_json(req)
             for i in range(0, len(data), BROADCAST_CHUNK):
                 wire.send_frame(bytes(data[i:i + BROADCAST_CHUNK]))
             reply = wire.recv_json()

@@ -6,6 +6,7 @@ Dataset action answers.  docs/spark.md says what maps to what.
 """
 
 import collections
+import functools
 import json
 import os
 import pickle
@@ -13,7 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .errors import EmberError, error_from_reply
 
@@ -106,8 +107,66 @@ def _answer(action: str, result: Any, decode: bool, errors: str,
     return result
 
 
+BroadcastsArg = Union[Mapping[Any, Any], Iterable[Any]]
+
+
+def _broadcast_bytes(b: Any, data: Any) -> Tuple[int, bytes]:
+    """A broadcast's id and bytes: an ObjectBroadcast alone (its value
+    pickled as broadcast_object pickles it), or a Broadcast or id with
+    its data as Session.broadcast takes it (bytes, str as UTF-8, an open
+    binary file) or a path (os.PathLike) of a file holding it."""
+    bid = getattr(b, "id", b)
+    if not isinstance(bid, int) or isinstance(bid, bool):
+        raise TypeError("broadcasts: expected a Broadcast or its id, got %r"
+                        % (b,))
+    if data is None and hasattr(b, "value"):
+        from . import functions
+        return bid, functions.dumps_bytes(b.value)[0]
+    if isinstance(data, str):
+        return bid, data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bid, bytes(data)
+    if isinstance(data, os.PathLike):
+        with open(data, "rb") as f:
+            return bid, f.read()
+    if hasattr(data, "read"):
+        return bid, data.read()
+    raise TypeError("broadcast %d: give its data (bytes, str, a file or "
+                    "a path), or an ObjectBroadcast" % bid)
+
+
+def _broadcast_items(broadcasts: BroadcastsArg) -> List[Tuple[int, bytes]]:
+    """The (id, bytes) of each broadcast given to submit()."""
+    items = broadcasts.items() if isinstance(broadcasts, Mapping) else \
+        ((b, None) if not isinstance(b, tuple) else b for b in broadcasts)
+    return [_broadcast_bytes(b, data) for b, data in items]
+
+
+def _function_plan(plan: dict, action: str,
+                   options: Dict[str, Any]) -> dict:
+    """The plan a reduce or fold with a function runs, as the Dataset's:
+    a python op that leaves each partition's result pickled."""
+    from . import functions
+    op = functions.python_op(action, options["fn"], options.get("zero"),
+                             with_zero=action == "fold")
+    return dict(plan, ops=list(plan.get("ops", [])) + [op])
+
+
+def _combine(action: str, options: Dict[str, Any],
+             partials: List[bytes]) -> Any:
+    """The partitions' results combined here with the same function, as
+    Dataset.reduce(fn) and Dataset.fold(zero, fn) combine them."""
+    values = (pickle.loads(p) for p in partials)
+    if action == "fold":
+        return functools.reduce(options["fn"], values, options.get("zero"))
+    if not partials:
+        raise ValueError("reduce: the dataset is empty")
+    return functools.reduce(options["fn"], values)
+
+
 def submit(plan: Any, action: str = "collect", *, master: str,
            options: Optional[Dict[str, Any]] = None,
+           broadcasts: BroadcastsArg = (),
            worker: Optional[str] = None, spark_submit: Optional[str] = None,
            conf: Optional[Dict[str, str]] = None,
            spark_args: Iterable[str] = (), ship: bool = False,
@@ -119,13 +178,29 @@ def submit(plan: Any, action: str = "collect", *, master: str,
     (str, or bytes with decode=False; None for a null), an int for count,
     a Counter for count_by_value, a number (None if there are no records)
     for reduce (options={"fn": "sum"}), {"records", "files"} for save, the
-    checkpoint's directory for checkpoint.
+    checkpoint's directory for checkpoint.  reduce with options={"fn":
+    f} and fold with options={"zero": z, "fn": f} answer what
+    Dataset.reduce(f) and Dataset.fold(z, f) answer: each partition
+    reduced on the executors, the results here.
+
+    broadcasts gives the plan's broadcasts their bytes, as the session
+    holds them for emberd: ObjectBroadcasts (their value), or pairs (or
+    a dict) of a Broadcast or id and its data (bytes, str, an open
+    binary file, a path).
 
     worker is ember-worker's path on every Spark node (else $EMBER_WORKER
     or the usual libexec places), or with ship=True here, and Spark copies
     it to the executors; conf and spark_args go to spark-submit.
     What Spark cannot run as emberd does raises PlanInvalid before any
     job; a failed job raises the ember error its message names."""
+    options = dict(options or {})
+    if action in ("reduce", "fold") and callable(options.get("fn")):
+        partials = submit(
+            _function_plan(_plan_of(plan), action, options), "collect",
+            master=master, broadcasts=broadcasts, worker=worker,
+            spark_submit=spark_submit, conf=conf, spark_args=spark_args,
+            ship=ship, decode=False, timeout=timeout)
+        return _combine(action, options, partials)
     worker = _find_worker(worker)
     argv = [_find_spark_submit(spark_submit), "--master", master,
             "--conf", "spark.log.level=WARN"]
@@ -142,8 +217,13 @@ def submit(plan: Any, action: str = "collect", *, master: str,
             json.dump(_plan_of(plan), f)
         open(stderr_path, "w").close()
         argv += [SPARK_JOB, "--worker", worker, "--plan-file", plan_path,
-                 "--action", action, "--options", json.dumps(options or {}),
+                 "--action", action, "--options", json.dumps(options),
                  "--result", result_path, "--stderr-file", stderr_path]
+        for bid, data in _broadcast_items(broadcasts):
+            path = os.path.join(tmp, "broadcast-%d" % bid)
+            with open(path, "wb") as f:
+                f.write(data)
+            argv += ["--broadcast", "%d=%s" % (bid, path)]
         if ship:
             argv.append("--shipped")
         done = subprocess.run(argv, stdin=subprocess.DEVNULL,

@@ -12,6 +12,9 @@ It imports nothing of the ember package: spark-submit runs it as a file.
 
 import argparse
 import base64
+import collections
+import copy
+import functools
 import itertools
 import json
 import math
@@ -22,6 +25,7 @@ import struct
 import subprocess
 import sys
 import threading
+import types
 
 # Run as a file, this file's directory (the ember package) comes first on
 # sys.path, where ember's pyspark.py would shadow the real PySpark.
@@ -41,11 +45,9 @@ PYTHON_KINDS = ("map", "filter", "flat_map", "map_partitions", "reduce",
 ACTIONS = ("iterate", "collect", "count", "count_by_value", "reduce", "save",
            "checkpoint")
 REDUCE_FNS = ("sum", "min", "max")
-# The ops that end a stage (docs/plans.md, "Stages"), and those that make
-# keyed records.
+# The ops that end a stage (docs/plans.md, "Stages").
 WIDE_OPS = ("reduce_by_key", "group_by_key", "distinct", "sort_by",
             "repartition", "join", "union")
-KEYED_OPS = WIDE_OPS + ("key_by",)
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -67,9 +69,23 @@ def op_name(op):
     return next(iter(op)) if isinstance(op, dict) and len(op) == 1 else None
 
 
-def check_op(i, op, keyed=False, where="plan"):
-    """Refuse an op Spark has no counterpart for.  keyed: a keyed op came
-    before it."""
+def op_broadcasts(op):
+    """The broadcasts an op names: [(field, id)]."""
+    name = op_name(op)
+    args = op[name] if name else None
+    if name == "filter" and isinstance(args, dict) and \
+            "in_broadcast" in args:
+        return [("filter.in_broadcast", args["in_broadcast"])]
+    if name in ("udf", "python") and isinstance(args, dict) and \
+            isinstance(args.get("broadcasts"), list):
+        return [("%s.broadcasts[%d]" % (name, j), b)
+                for j, b in enumerate(args["broadcasts"])]
+    return []
+
+
+def check_op(i, op, given=(), where="plan"):
+    """Refuse an op Spark has no counterpart for, or that names a
+    broadcast not given (as emberd refuses one its session lacks)."""
     if not isinstance(op, dict) or len(op) != 1:
         return      # ember-worker --check names the fault
     name = op_name(op)
@@ -78,18 +94,13 @@ def check_op(i, op, keyed=False, where="plan"):
         check_source("%s.ops[%d].%s.plan" % (where, i, name),
                      op[name]["plan"])
         check_ops("%s.ops[%d].%s.plan" % (where, i, name),
-                  op[name]["plan"].get("ops", []))
-    if is_python_op(op) and keyed:
-        raise Refused("PLAN_INVALID", "%s.ops[%d].python: after a keyed "
-                      "op a python op would get pairs or groups; on "
-                      "Spark python ops take plain records only, before "
-                      "key_by and the wide ops" % (where, i))
-    if "filter" in op and isinstance(op["filter"], dict) and \
-            "in_broadcast" in op["filter"]:
-        raise Refused("PLAN_INVALID", "%s.ops[%d].filter.in_broadcast: "
-                      "a broadcast lives in emberd's session; on Spark, "
-                      "put its lines in a udf's args or a python op" %
-                      (where, i))
+                  op[name]["plan"].get("ops", []), given)
+    for field, bid in op_broadcasts(op):
+        if isinstance(bid, int) and not isinstance(bid, bool) and \
+                bid not in given:
+            raise Refused("PLAN_INVALID", "%s.ops[%d].%s: no broadcast %d "
+                          "given (ember submit --broadcast %d=FILE)" %
+                          (where, i, field, bid, bid))
     if is_python_op(op):
         py = op["python"]
         if not isinstance(py, dict):
@@ -99,14 +110,6 @@ def check_op(i, op, keyed=False, where="plan"):
         if len(kinds) != 1:
             raise Refused("PLAN_INVALID", "%s.ops[%d].python: give one "
                           "of %s" % (where, i, ", ".join(PYTHON_KINDS)))
-        if kinds[0] in ("reduce", "fold"):
-            raise Refused("PLAN_INVALID", "%s.ops[%d].python.%s: not "
-                          "run on Spark yet; use rdd.%s on Spark, or "
-                          "emberd" % (where, i, kinds[0], kinds[0]))
-        if py.get("broadcasts"):
-            raise Refused("PLAN_INVALID", "%s.ops[%d].python.broadcasts: "
-                          "a broadcast lives in emberd's session" %
-                          (where, i))
         mine = "%d.%d" % sys.version_info[:2]
         if py.get("version") != mine:
             raise Refused("PLAN_INVALID", "%s.ops[%d].python: version: "
@@ -116,12 +119,12 @@ def check_op(i, op, keyed=False, where="plan"):
                                                       mine))
 
 
-def check_ops(where, ops):
+def check_ops(where, ops, given=()):
     if not isinstance(ops, list):
         raise Refused("PLAN_INVALID", "%s.ops: must be an array" % where)
-    keyed = sorted_by = False
+    sorted_by = False
     for i, op in enumerate(ops):
-        check_op(i, op, keyed, where)
+        check_op(i, op, given, where)
         name = op_name(op)
         if sorted_by and name in ("limit", "sample"):
             raise Refused("PLAN_INVALID", "%s.ops[%d].%s: after sort_by, "
@@ -129,7 +132,6 @@ def check_ops(where, ops):
                           "Spark's sample of them, not emberd's: a %s "
                           "per partition would keep other records" %
                           (where, i, name, name))
-        keyed = keyed or name in KEYED_OPS
         if name in WIDE_OPS:
             sorted_by = name == "sort_by"
 
@@ -151,23 +153,53 @@ def check_source(where, plan):
                       (where, kind))
 
 
-def probe_plan(plan):
-    """The plan ember-worker --check reads: python ops left out, and the
-    sources Spark reads made empty, in every nested plan too."""
+def probe_plan(plan, python):
+    """The plan ember-worker --check reads: the sources Spark reads made
+    empty, in every nested plan too; python ops said to be of the
+    worker's Python (python; None: left out, ember-worker has none), as
+    they run in Spark's, so that the kinds of records they give are
+    followed as emberd follows them."""
     probe = dict(plan)
     if "text" in plan.get("source", {}):
         probe["source"] = {"parallelize": {"records": []}}
     ops = []
     for op in plan.get("ops", []):
-        if is_python_op(op):
-            continue
+        if is_python_op(op) and isinstance(op["python"], dict):
+            if python is None:
+                continue
+            op = {"python": dict(op["python"], version=python)}
         name = op_name(op)
         if name in ("join", "union") and isinstance(op[name], dict) and \
                 isinstance(op[name].get("plan"), dict):
-            op = {name: dict(op[name], plan=probe_plan(op[name]["plan"]))}
+            op = {name: dict(op[name], plan=probe_plan(op[name]["plan"],
+                                                       python))}
         ops.append(op)
     probe["ops"] = ops
     return probe
+
+
+def has_python(plan):
+    """Does the plan, or a plan nested in it, hold a python op?"""
+    for op in plan.get("ops", []):
+        name = op_name(op)
+        if is_python_op(op) or (name in ("join", "union") and
+                                isinstance(op[name], dict) and
+                                isinstance(op[name].get("plan"), dict) and
+                                has_python(op[name]["plan"])):
+            return True
+    return False
+
+
+def worker_python(worker):
+    """The Python major.minor ember-worker was built with, or None: its
+    check of a python op names it."""
+    probe = {"source": {"parallelize": {"records": []}},
+             "ops": [{"python": {"map": "-", "version": "0.0"}}]}
+    run = subprocess.run([worker, "--stdio", "--check", "--plan",
+                          json.dumps(probe)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    found = re.search(rb"workers run Python ([0-9]+\.[0-9]+)", run.stderr)
+    return found.group(1).decode() if found else None
 
 
 def plan_kind(plan, joins=False):
@@ -198,8 +230,9 @@ def segments(ops):
     return out
 
 
-def check_plan(plan, action, options, worker):
-    """Refuse, before Spark starts, what cannot run there."""
+def check_plan(plan, action, options, worker, given=()):
+    """Refuse, before Spark starts, what cannot run there.  given: the ids
+    of the broadcasts the job was given."""
     if not isinstance(plan, dict):
         raise Refused("PLAN_INVALID", "plan: must be an object")
     unknown = set(plan) - {"source", "partitions", "ops"}
@@ -213,7 +246,7 @@ def check_plan(plan, action, options, worker):
                               not 1 <= parts <= 1000000):
         raise Refused("PLAN_INVALID",
                       "plan.partitions: must be from 1 to 1000000")
-    check_ops("plan", plan.get("ops", []))
+    check_ops("plan", plan.get("ops", []), given)
     check_action(action, options)
     if action in ("count_by_value", "reduce") and \
             plan_kind(plan) != "record":
@@ -221,8 +254,9 @@ def check_plan(plan, action, options, worker):
                       "and this plan gives %ss (map key or value makes "
                       "records)" % (action, plan_kind(plan)))
     # ember's own checks, by ember's own code: the whole plan with the
-    # python ops left out and the source made empty where it is Spark's.
-    probe = probe_plan(plan)
+    # source made empty where it is Spark's.
+    probe = probe_plan(plan, worker_python(worker) if has_python(plan)
+                       else None)
     run = subprocess.run([worker, "--stdio", "--check", "--plan",
                           json.dumps(probe)], stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -300,27 +334,66 @@ def read_keyed(read, marker):
                   range(struct.unpack(">i", head)[0])])
 
 
-def executor_worker(worker, shipped):
-    """ember-worker's path on this executor: worker, or the copy Spark
+# What the executors are given: ember-worker's path (shipped: the copy
+# spark-submit --files made), and the job's broadcasts, {id: Held}.
+Executors = collections.namedtuple("Executors", "worker shipped held")
+# A broadcast on Spark: Spark's Broadcast of its bytes, and a key that
+# names it in an executor's caches (unique in the application).
+Held = collections.namedtuple("Held", "key handle")
+
+
+def executor_worker(env):
+    """ember-worker's path on this executor: env.worker, or the copy Spark
     fetched when it was shipped with the job (spark-submit --files)."""
-    if not shipped:
-        return worker
+    if not env.shipped:
+        return env.worker
     from pyspark import SparkFiles  # type: ignore
-    path = SparkFiles.get(os.path.basename(worker))
+    path = SparkFiles.get(os.path.basename(env.worker))
     if not os.access(path, os.X_OK):
         os.chmod(path, 0o755)
     return path
 
 
-def chain_partition(worker, plan_text, shipped=False):
+def executor_cache(name):
+    """A dict that lasts as long as this executor's Python worker (the
+    functions Spark ships are unpickled anew for each task; a module
+    stays)."""
+    mod = sys.modules.get("_ember_spark_held")
+    if mod is None:
+        mod = types.ModuleType("_ember_spark_held")
+        sys.modules["_ember_spark_held"] = mod
+    return mod.__dict__.setdefault(name, {})
+
+
+def held_fd(held):
+    """A memfd of this Python worker holding a broadcast's bytes, written
+    at its first use and kept: ember-worker maps it as emberd's workers
+    map the file of a broadcast."""
+    fds = executor_cache("fds")
+    if held.key not in fds:
+        fd = os.memfd_create("ember-broadcast")
+        data = memoryview(held.handle.value)
+        while data:
+            data = data[os.write(fd, data):]
+        fds[held.key] = fd
+    return fds[held.key]
+
+
+def chain_partition(env, plan_text, bids=()):
     """The function mapPartitionsWithIndex runs: the partition through
-    ember-worker, fed by a thread (as RDD.pipe feeds its command)."""
+    ember-worker, fed by a thread (as RDD.pipe feeds its command), given
+    the broadcasts bids its ops name."""
     def run(index, records):
-        worker_path = executor_worker(worker, shipped)
+        argv = [executor_worker(env), "--stdio", "--plan", plan_text,
+                "--partition", str(index)]
+        fds = []
+        for bid in bids:
+            fds.append(held_fd(env.held[bid]))
+            # The child inherits the descriptor at the same number.
+            argv += ["--broadcast", "%d=/proc/self/fd/%d" % (bid, fds[-1])]
         proc = subprocess.Popen(
-            [worker_path, "--stdio", "--plan", plan_text, "--partition",
-             str(index)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE)
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, pass_fds=fds)
         errors = []
 
         def feed():
@@ -389,46 +462,129 @@ def chain_partition(worker, plan_text, shipped=False):
 # --- Python ops: Spark's own Python functions ------------------------------
 
 def to_python(record):
-    """A record as a python op sees it: str, undecodable bytes kept as
-    surrogates, None for a null."""
+    """A record as a python op sees it (worker/python.c): str,
+    undecodable bytes kept as surrogates, None for a null; a pair as
+    (key, value), a group as (key, [values])."""
     if record is None:
         return None
+    if isinstance(record, tuple):
+        key, value = record
+        return (to_python(key), [to_python(v) for v in value]
+                if isinstance(value, list) else to_python(value))
     return record.decode("utf-8", "surrogateescape")
 
 
-def from_python(value):
-    """A record leaving Python, as ember's workers send it."""
+def from_record(value):
+    """An object leaving Python as a record, as ember's workers send it:
+    str, bytes, None, or an int or a float (exactly) as its text."""
     if value is None or isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode("utf-8", "surrogateescape")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if type(value) is int:
+        return str(value).encode()
+    if type(value) is float:
         return repr(value).encode()
     raise TypeError("python: TypeError: a record leaving Python must be "
                     "str, bytes, None, int or float, not %s" %
                     type(value).__name__)
 
 
-def python_stage(ops):
-    """The partition function of consecutive python ops."""
-    payloads = [(k, op["python"][k]) for op in ops
-                for k in PYTHON_KINDS if k in op["python"]]
+def from_python(value):
+    """What a python op gave, as ember's workers take it: a 2-tuple is a
+    pair, or a group when its second item is a list."""
+    if type(value) is not tuple or len(value) != 2:
+        return from_record(value)
+    key, v = value
+    if key is None:
+        raise TypeError("python: TypeError: a pair's key must not be None")
+    return (from_record(key), [from_record(x) for x in v]
+            if isinstance(v, list) else from_record(v))
+
+
+class HeldObject:
+    """A broadcast of a Python object as a function sees it on Spark, as
+    in emberd's workers (worker/pyworker.py): .value is the object,
+    unpickled at most once per Python worker."""
+
+    __slots__ = ("id", "held")
+
+    def __init__(self, bid, held):
+        self.id, self.held = bid, held
+
+    @property
+    def value(self):
+        objects = executor_cache("objects")
+        if self.held.key not in objects:
+            objects[self.held.key] = pickle.loads(self.held.handle.value)
+        return objects[self.held.key]
+
+    def __repr__(self):
+        return "Broadcast(%d)" % self.id
+
+
+def hold_objects(held):
+    """Be ember_worker, the module a pickled broadcast looks itself up
+    in (ember/_pyref.py), for the job's broadcasts."""
+    def broadcast(bid):
+        if bid not in held:
+            raise KeyError("broadcast %d is not held by this worker" % bid)
+        return HeldObject(bid, held[bid])
+    mod = types.ModuleType("ember_worker")
+    mod.broadcast = broadcast
+    sys.modules["ember_worker"] = mod
+
+
+def python_reduce(fn, it):
+    """A partition's reduce, one pickled record (none if it is empty), as
+    emberd's workers leave it."""
+    it = iter(it)
+    for acc in it:
+        yield pickle.dumps(functools.reduce(fn, it, acc),
+                           pickle.HIGHEST_PROTOCOL)
+
+
+def python_fold(fn, zero, it):
+    """A partition's fold from a copy of zero, one pickled record."""
+    yield pickle.dumps(functools.reduce(fn, it, copy.deepcopy(zero)),
+                       pickle.HIGHEST_PROTOCOL)
+
+
+def python_compose(specs, it):
+    """What the ops of specs [(kind, fn, zero)] make of it, as
+    worker/pyworker.py composes them."""
+    for kind, fn, zero in specs:
+        if kind == "map":
+            it = map(fn, it)
+        elif kind == "filter":
+            it = filter(fn, it)
+        elif kind == "flat_map":
+            it = itertools.chain.from_iterable(map(fn, it))
+        elif kind == "map_partitions":
+            it = iter(fn(it))
+        elif kind == "reduce":
+            it = python_reduce(fn, it)
+        else:
+            it = python_fold(fn, zero, it)
+    return it
+
+
+def python_stage(ops, held):
+    """The partition function of consecutive python ops, given the job's
+    broadcasts held (their b.value)."""
+    payloads = [(k, op["python"][k], op["python"].get("zero"))
+                for op in ops for k in PYTHON_KINDS if k in op["python"]]
 
     def run(records):
         # The functions were pickled by cloudpickle: their loads need it.
         import cloudpickle  # type: ignore  # noqa: F401
-        it = map(to_python, records)
-        for kind, payload in payloads:
-            fn = pickle.loads(base64.b64decode(payload))
-            if kind == "map":
-                it = map(fn, it)
-            elif kind == "filter":
-                it = filter(fn, it)
-            elif kind == "flat_map":
-                it = itertools.chain.from_iterable(map(fn, it))
-            else:
-                it = iter(fn(it))
-        return map(from_python, it)
+        hold_objects(held)
+        specs = [(kind, pickle.loads(base64.b64decode(fn)),
+                  None if zero is None else
+                  pickle.loads(base64.b64decode(zero)))
+                 for kind, fn, zero in payloads]
+        return map(from_python, python_compose(specs,
+                                                map(to_python, records)))
     return run
 
 
@@ -476,27 +632,36 @@ def source_text(sc, spec, partitions):
     return pairs.map(lambda kv: kv[1].encode("utf-8"))
 
 
-def narrow(rdd, ops, source, worker, shipped):
+# The source of ops after a python op: records of any kind come in, as
+# after a union (a python op gives what its function returns).
+ANY_SOURCE = {"shuffle": {"op": {"union": {}}, "inputs": [
+    {"stage": 0, "maps": 1}, {"stage": 1, "maps": 1}]}}
+
+
+def narrow(rdd, ops, source, env):
     """Run a stage's narrow ops over rdd: ember-worker for runs of
-    built-in and udf ops (told the stage's source), Spark's Python for
-    runs of python ops."""
+    built-in and udf ops (told the stage's source, or after a python op
+    that any kind of record may come), Spark's Python for runs of python
+    ops."""
     for seg_kind, run in segments(ops):
         if seg_kind == "py":
-            rdd = rdd.mapPartitions(python_stage(run))
+            rdd = rdd.mapPartitions(python_stage(run, env.held))
+            source = ANY_SOURCE
         else:
             sub = {"source": source, "ops": run}
+            bids = sorted({b for op in run for _, b in op_broadcasts(op)})
             rdd = rdd.mapPartitionsWithIndex(chain_partition(
-                worker, json.dumps(sub), shipped))
+                env, json.dumps(sub), bids))
     return rdd
 
 
-def build_rdd(sc, plan, worker, shipped=False):
+def build_rdd(sc, plan, env):
     """The plan's RDD, cut at each wide op as emberd cuts it into stages
     (daemon/stage.c)."""
-    return build_stages(sc, plan, worker, shipped)[0]
+    return build_stages(sc, plan, env)[0]
 
 
-def build_stages(sc, plan, worker, shipped):
+def build_stages(sc, plan, env):
     """The plan's RDD and its partition count as emberd counts them: a
     wide op's default partitions are its input's by the plan, not
     Spark's splits of a text source."""
@@ -515,10 +680,10 @@ def build_stages(sc, plan, worker, shipped):
         if op_name(op) not in WIDE_OPS:
             ops.append(op)
             continue
-        rdd = narrow(rdd, ops, stage, worker, shipped)
-        rdd, partitions = wide_op(sc, rdd, partitions, op, worker, shipped)
+        rdd = narrow(rdd, ops, stage, env)
+        rdd, partitions = wide_op(sc, rdd, partitions, op, env)
         stage, ops = stage_source(op), []
-    return narrow(rdd, ops, stage, worker, shipped), partitions
+    return narrow(rdd, ops, stage, env), partitions
 
 
 # --- Wide ops: Spark's shuffle, in ember's order ----------------------------
@@ -796,14 +961,14 @@ def wide_join(left, right, how, n):
                                               preservesPartitioning=True)
 
 
-def wide_op(sc, rdd, parts, op, worker, shipped):
+def wide_op(sc, rdd, parts, op, env):
     """The RDD a wide op gives from rdd of parts partitions (its other
     plan built here), and its partition count."""
     name = op_name(op)
     args = op[name] if isinstance(op[name], dict) else {}
     other, others = None, 0
     if name in ("join", "union"):
-        other, others = build_stages(sc, args["plan"], worker, shipped)
+        other, others = build_stages(sc, args["plan"], env)
     if name == "union":
         return rdd.union(other), parts + others
     n = args.get("partitions") or max(parts, others)
@@ -929,6 +1094,13 @@ def action_checkpoint(sc, rdd, options):
     return rdd.getCheckpointFile()
 
 
+def plain_record(r):
+    """What count_by_value and reduce read of a record: a pair that a
+    python op made is read as its value, as emberd's workers read it."""
+    return r[1] if isinstance(r, tuple) and not isinstance(r[1], list) \
+        else r
+
+
 def run_action(sc, rdd, action, options):
     """Run the action: ("records", iterable) or ("value", result)."""
     limit = options.get("limit")
@@ -941,9 +1113,9 @@ def run_action(sc, rdd, action, options):
     if action == "count":
         return "value", rdd.count()
     if action == "count_by_value":
-        return "value", dict(rdd.countByValue())
+        return "value", dict(rdd.map(plain_record).countByValue())
     if action == "reduce":
-        return "value", action_reduce(rdd, options["fn"])
+        return "value", action_reduce(rdd.map(plain_record), options["fn"])
     if action == "save":
         return "value", action_save(sc, rdd, options)
     return "value", action_checkpoint(sc, rdd, options)
@@ -1020,30 +1192,72 @@ def fail(error_class, message):
     sys.exit(EXIT_FAILED)
 
 
+def broadcast_files(args):
+    """--broadcast ID=FILE arguments as {id: file}."""
+    files = {}
+    for arg in args:
+        bid, sep, path = arg.partition("=")
+        if not sep or not bid.isdigit() or not path:
+            raise ValueError("--broadcast %s: expected ID=FILE" % arg)
+        files[int(bid)] = path
+    return files
+
+
 def load_jobs(args):
     """The jobs to run: the one of --plan-file, or the list of --batch
-    ({"plan", "action", "options", "output" or "result"} each)."""
+    ({"plan", "action", "options", "broadcasts": {id: file}, "output" or
+    "result"} each)."""
     if args.batch:
         with open(args.batch, "rb") as f:
-            return json.loads(f.read())
+            jobs = json.loads(f.read())
+        for job in jobs:
+            job["broadcasts"] = {int(k): v for k, v in
+                                 job.get("broadcasts", {}).items()}
+        return jobs
     with open(args.plan_file, "rb") as f:
         plan = json.loads(f.read())
     return [{"plan": plan, "action": args.action,
-             "options": json.loads(args.options), "result": args.result}]
+             "options": json.loads(args.options), "result": args.result,
+             "broadcasts": broadcast_files(args.broadcast)}]
 
 
-def run_job(sc, job, worker, out, shipped=False):
-    """Run one checked job, printing to out or pickling its result."""
-    rdd = build_rdd(sc, job["plan"], worker, shipped)
-    kind, result = run_action(sc, rdd, job["action"], job["options"])
-    if job.get("result"):
-        write_result(job["result"], kind, job["action"], result,
-                     plan_kind(job["plan"], joins=True))
-    elif kind == "records":
-        print_records(out, result)
-    else:
-        print_value(out, job["action"], result)
-    out.flush()
+def read_broadcasts(files):
+    """The broadcasts' bytes, read here: {id: bytes}.  A file that cannot
+    be read is refused as a plan naming an unknown broadcast is."""
+    data = {}
+    for bid, path in files.items():
+        try:
+            with open(path, "rb") as f:
+                data[bid] = f.read()
+        except OSError as e:
+            raise Refused("PLAN_INVALID", "broadcast %d: %s: %s" %
+                          (bid, path, e.strerror)) from e
+    return data
+
+
+_broadcasts = itertools.count()
+
+
+def run_job(sc, job, worker, out, shipped=False, data=None):
+    """Run one checked job, printing to out or pickling its result; data
+    holds its broadcasts' bytes ({id: bytes}), each a sc.broadcast for
+    the job's time."""
+    held = {bid: Held("%s/%d" % (sc.applicationId, next(_broadcasts)),
+                      sc.broadcast(b)) for bid, b in (data or {}).items()}
+    try:
+        rdd = build_rdd(sc, job["plan"], Executors(worker, shipped, held))
+        kind, result = run_action(sc, rdd, job["action"], job["options"])
+        if job.get("result"):
+            write_result(job["result"], kind, job["action"], result,
+                         plan_kind(job["plan"], joins=True))
+        elif kind == "records":
+            print_records(out, result)
+        else:
+            print_value(out, job["action"], result)
+        out.flush()
+    finally:
+        for h in held.values():
+            h.handle.unpersist()
 
 
 def run_batch(sc, jobs, worker, shipped=False):
@@ -1054,8 +1268,9 @@ def run_batch(sc, jobs, worker, shipped=False):
         try:
             with open(job["output"], "wb") as out:
                 check_plan(job["plan"], job["action"], job["options"],
-                           worker)
-                run_job(sc, job, worker, out, shipped)
+                           worker, job["broadcasts"])
+                run_job(sc, job, worker, out, shipped,
+                        read_broadcasts(job["broadcasts"]))
         except Refused as e:
             error = "ember: %s: %s\n" % (e.error_class, e)
         except Exception as e:  # noqa: BLE001: a job's failure, reported
@@ -1076,6 +1291,9 @@ def main(argv):
     ap.add_argument("--action", default="iterate")
     ap.add_argument("--options", default="{}")
     ap.add_argument("--result", help="pickle the result here, print nothing")
+    ap.add_argument("--broadcast", action="append", default=[],
+                    metavar="ID=FILE", help="broadcast ID's bytes are "
+                    "FILE's, read here (any number of times)")
     ap.add_argument("--batch", help="a JSON list of jobs to run in one "
                     "application, each printing to its own output file")
     ap.add_argument("--stderr-file", help="where this process's standard "
@@ -1092,10 +1310,13 @@ def main(argv):
         jobs = load_jobs(args)
     except (OSError, ValueError) as e:
         fail("PLAN_INVALID", "%s: %s" % (args.batch or args.plan_file, e))
+    data = None
     if not args.batch:
         try:
             check_plan(jobs[0]["plan"], jobs[0]["action"],
-                       jobs[0]["options"], args.worker)
+                       jobs[0]["options"], args.worker,
+                       jobs[0]["broadcasts"])
+            data = read_broadcasts(jobs[0]["broadcasts"])
         except Refused as e:
             fail(e.error_class, str(e))
 
@@ -1107,7 +1328,7 @@ def main(argv):
             run_batch(sc, jobs, args.worker, args.shipped)
         else:
             run_job(sc, jobs[0], args.worker, sys.stdout.buffer,
-                    args.shipped)
+                    args.shipped, data)
     except Refused as e:
         fail(e.error_class, str(e))
     except Exception as e:      # noqa: BLE001: a job's failure, reported
@@ -1124,6 +1345,11 @@ def job_error(e):
                        r"sort_by: .*|python: .*)", text)
     if found:
         return found[-1].strip()
+    # A python op's function raised: the last line of its traceback.
+    raised = re.findall(r"Traceback \(most recent call last\):\n"
+                        r"(?:[ \t].*\n)*(\w[\w.]*: .*)", text)
+    if raised:
+        return "python: %s" % raised[-1].strip()
     return text.strip().splitlines()[0] if text.strip() else repr(e)
 
 

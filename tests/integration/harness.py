@@ -873,10 +873,13 @@ class Client:
 
     # Broadcasts.
 
-    def broadcast_put_request(self, data, chunk=65536):
+    def broadcast_put_request(self, data, chunk=65536, index=None):
         """Send broadcast_put for data, its bytes as raw frames of at most
-        chunk bytes; return the reply."""
-        self.send_json({"op": "broadcast_put", "size": len(data)})
+        chunk bytes (and "index" when not None); return the reply."""
+        req = {"op": "broadcast_put", "size": len(data)}
+        if index is not None:
+            req["index"] = index
+        self.send_json(req)
         for i in range(0, len(data), max(1, chunk)):
             self.send_frame(data[i:i + chunk])
         return self.recv_json()

@@ -3,6 +3,7 @@ from a worker when its task no longer uses them, and refused once dropped
 or to another session."""
 
 import os
+import re
 import struct
 
 from harness import *
@@ -288,6 +289,149 @@ def test_status_counts_operations_using(d):
     check_eq(listed(c)[bid]["operations"], 0, "operations after")
 
 
+# ---------------------------------------------------------------------------
+# The set index, built once at put
+
+INDEX_HEADER = 64	# common/bindex.h
+
+
+def index_file(d, bid):
+    """The memfd of a broadcast's set index, as bc_file finds its bytes'."""
+    fds = "/proc/%d/fd" % d.pid
+    for fd in os.listdir(fds):
+        try:
+            target = os.readlink(os.path.join(fds, fd))
+        except OSError:
+            continue
+        if target.startswith("/memfd:ember-index-%d " % bid):
+            return os.path.join(fds, fd)
+    return None
+
+
+def real_lines():
+    """The lines of a few files of the source tree, with duplicates, empty
+    lines, a '\\r' before some newlines and a last line without one."""
+    data = b""
+    for name in ("docs/design.md", "docs/protocol.md", "Makefile.am"):
+        with open(os.path.join(SRCDIR, name), "rb") as f:
+            data += f.read()
+    return data + b"crlf\r\n\n\nlast line, no newline"
+
+
+def valid_utf8(b):
+    """Can b go in a plan's JSON as text?"""
+    try:
+        b.decode()
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_index_answers_as_the_lines(d):
+    """A broadcast is indexed when it is put (its reply says how big the
+    index is, emberd holds it in a memfd of its own); the workers answer
+    from it, building no set, exactly as the set of its lines answers:
+    every line, and each cut short, grown, or with a '\\r' more."""
+    data = real_lines()
+    c = d.client()
+    reply = c.broadcast_put_request(data)
+    check(reply["ok"], "put: %r" % reply)
+    bid = reply["broadcast"]
+    check(isinstance(reply.get("index"), int) and
+          reply["index"] > INDEX_HEADER, "put reply's index: %r" % reply)
+    path = index_file(d, bid)
+    check(path is not None, "no index memfd in emberd")
+    check_eq(os.stat(path).st_size, reply["index"], "the index's size")
+    check_eq(listed(c)[bid]["index"], reply["index"], "status's index")
+
+    pieces = data.split(b"\n")
+    members = set(pieces[:-1]) | ({pieces[-1]} if pieces[-1] else set())
+    probes = set()
+    for line in pieces:
+        probes |= {line, line[:-1], line + b"x", line + b"\r", b"\r" + line}
+    probes = sorted(p for p in probes if valid_utf8(p))
+    got = c.collect_all(records_plan([p.decode() for p in probes], 4,
+                                     ops=[in_bc(bid)]))
+    check_eq(sorted(got), sorted(p for p in probes if p in members),
+             "records kept")
+    check(not re.search(r"set of \d+ lines .* built in", d.log_text()),
+          "a worker built the set: %s" % d.log_tail())
+
+
+def test_put_without_index(d):
+    """"index": false puts the bytes alone (a pickled object has no lines
+    to look up): no helper builds an index, and a filter on it still
+    answers, from a set the worker builds."""
+    c = d.client()
+    reply = c.broadcast_put_request(b"3\n5\n", index=False)
+    check(reply["ok"], "put: %r" % reply)
+    bid = reply["broadcast"]
+    check_eq(reply.get("index"), 0, "the reply's index")
+    check(index_file(d, bid) is None, "an index memfd in emberd")
+    check_eq(listed(c)[bid]["index"], 0, "status's index")
+    check("(broadcast_index, uid" not in d.log_text(),
+          "a helper built an index: %s" % d.log_tail())
+    check_eq(sorted(c.collect_all(range_plan(0, 10, 2, ops=[in_bc(bid)]))),
+             [b"3", b"5"], "records kept")
+    check_error(c.broadcast_put_request(b"x", index=1), "REQUEST_INVALID",
+                "broadcast_put: index: expected true or false")
+
+
+@with_daemon(sets=["workers.max=1",
+                   "daemon.max_broadcast_bytes_per_uid=4k"])
+def test_index_counts_toward_the_limits(d):
+    """The index's bytes are charged with the broadcast's; one that would
+    pass the limits is not made, and the broadcast works without it (the
+    worker builds its set)."""
+    c = d.client()
+    small = lines(range(10))
+    reply = c.broadcast_put_request(small)
+    check(reply["ok"], "put: %r" % reply)
+    check(reply.get("index", 0) > INDEX_HEADER, "small index: %r" % reply)
+    used = {u["uid"]: u["limits"] for u in c.status()["limits"]["users"]}
+    check_eq(used[os.getuid()]["daemon.max_broadcast_bytes_per_uid"]["used"],
+             len(small) + reply["index"], "bytes charged")
+
+    big = lines(range(400))	# 1490 bytes; an index of 4.3k
+    reply = c.broadcast_put_request(big)
+    check(reply["ok"], "put: %r" % reply)
+    check_eq(reply.get("index"), 0, "the index over the limit")
+    check(index_file(d, reply["broadcast"]) is None, "an index memfd kept")
+    check_eq(c.collect_all(range_plan(395, 405, 2,
+                                      ops=[in_bc(reply["broadcast"])])),
+             [b"395", b"396", b"397", b"398", b"399"], "records kept")
+    check("no index: " in d.log_text(), "the log does not say why")
+    check(re.search(r"set of 400 lines .* built in", d.log_text()),
+          "the worker did not build the set: %s" % d.log_tail())
+
+
+@with_daemon(sets=["daemon.max_helpers_per_uid=1"])
+def test_put_with_no_helper_free_has_no_index(d):
+    """With the user's one helper busy (a glob that takes hours), a put
+    is not refused for want of a helper to index it: it completes with
+    no index, and the worker builds the set."""
+    loop = d.path("loop")
+    os.mkdir(loop, 0o755)
+    for name in "abcd":
+        os.symlink(".", os.path.join(loop, name))
+    os.chmod(d.tmpdir, 0o755)
+    g = d.client()
+    g.send_json({"op": "execute", "action": "count",
+                 "plan": text_plan([loop + "/*" * 12 + "/x"])})
+    check(wait_until(lambda: any("ember-worker: helper" in cmdline(p)
+                                 for p in descendants(d.pid)), 10),
+          "no helper")
+    c = d.client()
+    reply = c.broadcast_put_request(lines(range(5)))
+    check(reply["ok"], "put: %r" % reply)
+    check_eq(reply.get("index"), 0, "the index with no helper free")
+    check_eq(c.collect_all(range_plan(3, 8, 1,
+                                      ops=[in_bc(reply["broadcast"])])),
+             [b"3", b"4"], "records kept")
+    g.close_abruptly()
+
+
 @with_daemon(sets=["workers.max=1"])
 def test_dropped_broadcast_refused(d):
     """A dropped broadcast is refused in new plans, naming the op."""
@@ -311,6 +455,30 @@ def test_unknown_broadcast_refused(d):
     check_error(r, "PLAN_INVALID", refused_message(0, 4242))
     check_error(c.broadcast_drop(4242), "BROADCAST_NOT_FOUND")
     check_eq(c.count(range_plan(0, 10, 1)), 10, "a job after")
+
+
+def test_nested_plan_uses_broadcast(d):
+    """A broadcast named only inside a union's or a join's nested plan is
+    sent to the workers that run that plan."""
+    c = d.client()
+    bid = c.broadcast_put(b"3\n5\n")
+    nested = range_plan(0, 10, 2, ops=[in_bc(bid)])
+    got = c.collect_all(range_plan(0, 2, 1, ops=[{"union": {"plan": nested}}]))
+    check_eq(sorted(got), [b"0", b"1", b"3", b"5"], "union")
+    keyed = range_plan(0, 10, 2, ops=[in_bc(bid), {"key_by": {}}])
+    got = c.collect_all(range_plan(0, 10, 2, ops=[
+        {"key_by": {}}, {"join": {"plan": keyed}}]))
+    check_eq(sorted(k for k, _ in got), [b"3", b"5"], "join")
+
+
+def test_nested_plan_unknown_broadcast_refused(d):
+    """A nested plan's unknown broadcast is refused under its own field."""
+    c = d.client()
+    nested = range_plan(0, 10, 2, ops=[in_bc(4242)])
+    r = c.execute(range_plan(0, 2, 1, ops=[{"union": {"plan": nested}}]),
+                  "count")
+    check_error(r, "PLAN_INVALID", "plan.ops[0].union.plan.ops[0].filter."
+                "in_broadcast: no broadcast 4242 in this session")
 
 
 def test_other_session_cannot_use(d):

@@ -164,6 +164,76 @@ def test_status_shows_a_user_only_theirs(d):
         a.close()
 
 
+def _index_maps(pid):
+    """/proc/PID/map_files entries of the broadcast set indexes a process
+    maps (read as root)."""
+    found = []
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            if "/memfd:ember-index-" in line:
+                found.append("/proc/%d/map_files/%s" % (pid,
+                                                       line.split()[0]))
+    return found
+
+
+def _b_reads(paths):
+    """As b: the paths of these b could open and read a byte of."""
+    def run():
+        opened = []
+        for path in paths:
+            try:
+                with open(path, "rb") as f:
+                    f.read(1)
+                opened.append(path)
+            except OSError:
+                pass
+        return opened
+    return as_user("b", run)
+
+
+@needs_users
+@with_daemon(sets=SHARED + ["workers.max=2"])
+def test_broadcast_index_is_the_users_own(d):
+    """a's broadcast is indexed at put and a's worker maps the index; b
+    can open neither that mapping, nor a worker's or emberd's
+    descriptors, and b's plan naming a's broadcast is refused."""
+    def a_run(ctl):
+        c = d.client()
+        reply = c.broadcast_put_request(b"a-secret-1\na-secret-2\n")
+        check(reply["ok"] and reply.get("index", 0) > 0,
+              "a's put: %r" % reply)
+        bid = reply["broadcast"]
+        got = c.collect_all(records_plan(["a-secret-2", "x"], 1,
+                                         ops=[{"filter": {
+                                             "in_broadcast": bid}}]))
+        check_eq(got, [b"a-secret-2"], "a's records")
+        ctl.ready({"broadcast": bid, "workers": [w["pid"] for w in
+                                                 c.status()["workers"]]})
+        ctl.wait_go()
+        return True
+    a = AsUser(USERS["a"], a_run)
+    try:
+        mine = a.wait_ready()
+        maps = [m for pid in mine["workers"] for m in _index_maps(pid)]
+        check(maps, "a's workers map no index")
+        check_eq(_b_reads(maps), [], "a's index mappings b could read")
+        fds = ["/proc/%d/fd/%s" % (pid, fd) for pid in mine["workers"] +
+               [d.pid] for fd in os.listdir("/proc/%d/fd" % pid)]
+        check_eq(_b_reads(fds), [], "descriptors b could read")
+
+        def b_plan():
+            with d.client() as c:
+                return c.execute(range_plan(0, 10, 1, ops=[{"filter": {
+                    "in_broadcast": mine["broadcast"]}}]), "count")
+        reply = as_user("b", b_plan)
+        check_error(reply, "PLAN_INVALID", "no broadcast %d" %
+                    mine["broadcast"])
+        a.go()
+        check_eq(a.result(), True, "a")
+    finally:
+        a.close()
+
+
 @needs_users
 @with_daemon(sets=SHARED + ["workers.max=2"])
 def test_operation_ids_are_the_users_own(d):

@@ -153,6 +153,24 @@ def test_map_partitions_streams(d):
                  .map(lambda x: x * 2).collect(), ["20"], "then a map")
 
 
+@needs_python
+def test_small_partition_needs_no_thread(d):
+    """A partition that fits in one batch (1,024 records) is all there
+    when the stage finishes: map_partitions, reduce and fold run on the
+    worker's own thread, no Python thread started; a bigger one streams
+    through one."""
+    def threads(it):
+        import _thread
+        return ["%d %d" % (sum(1 for _ in it), _thread._count())]
+    with _session(d) as sc:
+        check_eq(sc.range(1000, partitions=1).map_partitions(threads)
+                 .collect(), ["1000 0"], "one batch")
+        check_eq(sc.range(5000, partitions=1).map_partitions(threads)
+                 .collect(), ["5000 1"], "five batches")
+        check_eq(sc.range(10, partitions=2).map(int).fold(
+            0, lambda a, b: a + b), 45, "fold")
+
+
 def _fail_third(it):
     for i, x in enumerate(it):
         if i == 2:
@@ -239,6 +257,21 @@ def test_broadcast_unpickled_once_per_worker(d):
         lines = f.read().split()
     check_eq(len(set(pids)), 1, "one worker")
     check_eq(lines, [pids[0]], "unpickled once, by the worker")
+
+
+@needs_python
+def test_object_broadcast_is_not_indexed(d):
+    """A pickled object has no lines to look up: it is put without a set
+    index, so no helper spends the put building one."""
+    with _session(d) as sc:
+        b = sc.broadcast_object(list(range(1000)))
+        entry = [x for x in sc.status()["broadcasts"] if x["id"] == b.id]
+        check_eq([x.get("index") for x in entry], [0], "its index")
+        check_eq(sc.range(3, partitions=1).map(
+            lambda i: b.value[int(i) * 10]).collect(), ["0", "10", "20"],
+            "its value")
+    check("(broadcast_index, uid" not in d.log_text(),
+          "a helper built an index: %s" % d.log_tail())
 
 
 @needs_python

@@ -219,11 +219,16 @@ def write_plan(d, name, plan):
 
 
 def action_of(args):
-    """The action and options of ember run's arguments."""
-    action, options, i = "iterate", {}, 0
+    """The action and options of ember run's arguments, and ember
+    submit's broadcasts ({id: file} of --broadcast ID=FILE)."""
+    action, options, broadcasts, i = "iterate", {}, {}, 0
     while i < len(args):
         if args[i] in ("--count", "--collect"):
             action = args[i][2:]
+        elif args[i] == "--broadcast":
+            i += 1
+            bid, path = args[i].split("=", 1)
+            broadcasts[bid] = path
         elif args[i] == "--action":
             i += 1
             action = args[i]
@@ -235,7 +240,7 @@ def action_of(args):
             except ValueError:
                 options[key] = value
         i += 1
-    return action, options
+    return action, options, broadcasts
 
 
 def submit_batch(jobs):
@@ -245,8 +250,9 @@ def submit_batch(jobs):
     tmp = data_dir()
     batch = []
     for i, (plan, args) in enumerate(jobs):
-        action, options = action_of(args)
+        action, options, broadcasts = action_of(args)
         batch.append({"plan": plan, "action": action, "options": options,
+                      "broadcasts": broadcasts,
                       "output": os.path.join(tmp, "out%d" % i)})
     path = os.path.join(tmp, "batch.json")
     with open(path, "w") as f:
@@ -285,19 +291,6 @@ def check_same(name, want, got, args, ordered=True):
             print("%s: the same lines in another order" % name)
         out, want = sorted(out.split(b"\n")), sorted(want.split(b"\n"))
     check_eq(out, want, "%s: ember submit's output" % name)
-
-
-def same_output(d, name, plan, args):
-    """Run plan both ways through the CLI; both succeed and print the same
-    bytes."""
-    path = write_plan(d, name, plan)
-    want = run(d, args + [path])
-    check(want.returncode == 0, "%s: ember run: %s" % (name, want.stderr))
-    got = submit(args + [path])
-    check_same(name, want.stdout, (got.returncode, got.stdout,
-                                   got.stderr.decode("utf-8", "replace")
-                                   [-3000:]), args)
-    return got.stdout
 
 
 TEXT = ("hello World\r\n"
@@ -350,6 +343,7 @@ def cases(top):
         ("count", range_plan(0, 1000000, 8,
                              ops=[{"filter": {"contains": "7"}}]),
          ["--count"]),
+        ("demo count", range_plan(0, 10000000, 8), ["--count"]),
         ("regex upper split", {
             "source": {"text": {"paths": paths}},
             "ops": [{"filter": {"regex": "(?i)éclair|σ|^[0-9]{3}-|ǅ|file"}},
@@ -411,7 +405,8 @@ def python_case():
 REFUSED = [
     ({"source": {"range": {"end": 10}},
       "ops": [{"filter": {"in_broadcast": 1}}]}, [],
-     "PLAN_INVALID: plan.ops[0].filter.in_broadcast"),
+     "PLAN_INVALID: plan.ops[0].filter.in_broadcast: no broadcast 1 "
+     "given"),
     ({"source": {"checkpoint": "0b697aef-9a9d-44bf-a3db-6f881122a3e3"}}, [],
      "PLAN_INVALID: plan.source.checkpoint"),
     ({"source": {"range": {"end": 10}},
@@ -429,6 +424,157 @@ REFUSED = [
 ]
 
 
+def py(kind, fn, **more):
+    """A python op of fn, pickled as the Python client pickles it."""
+    import cloudpickle
+    op = {kind: base64.b64encode(cloudpickle.dumps(fn)).decode(),
+          "version": "%d.%d" % sys.version_info[:2]}
+    for key, value in more.items():
+        op[key] = base64.b64encode(cloudpickle.dumps(value)).decode() \
+            if key == "zero" else value
+    return {"python": op}
+
+
+def function_cases():
+    """(name, plan, ordered[, args]): python ops as emberd runs them
+    (collected, unless args say otherwise): reduce and fold leaving each
+    partition's result pickled, and functions given pairs and groups
+    (after key_by, a wide op) that give back pairs, groups or plain
+    records, with C and wide ops and actions after them."""
+    import operator
+    csv = {"parallelize": {"records": ["a,1", "b,2", "a,3", None, "c",
+                                       "b,", "c,5"]}}
+    by_field = {"key_by": {"field": {"sep": ",", "index": 0},
+                           "value": {"field": {"sep": ",", "index": 1}}}}
+    return [
+        ("python reduce", range_plan(0, 10, 3, ops=[
+            py("map", int), py("reduce", operator.add)]), True),
+        ("python reduce empty", range_plan(0, 0, 3, ops=[
+            py("reduce", operator.add)]), True),
+        ("python fold then map", range_plan(0, 10, 3, ops=[
+            py("fold", lambda acc, x: acc + [x], zero=[]),
+            py("map", lambda b: "%s %d" % (type(b).__name__, len(b)))]),
+         True),
+        ("python fold", range_plan(0, 10, 3, ops=[
+            py("fold", lambda acc, x: acc + [x], zero=[])]), True),
+        ("python pairs", {"source": csv, "partitions": 2, "ops": [
+            by_field, py("map", lambda kv: (kv[0].upper(), None if
+                                            kv[1] == "2" else kv[1] + "!")),
+            {"map": "value"}]}, True),
+        ("python groups", {"source": csv, "partitions": 2, "ops": [
+            by_field, {"group_by_key": {"partitions": 2}},
+            py("map", lambda kv: (kv[0], kv[1] + [None, 7])),
+            {"limit": 5}]}, False),
+        ("python groups to records", {"source": csv, "partitions": 2,
+                                      "ops": [
+            by_field, {"group_by_key": {"partitions": 3}},
+            py("filter", lambda kv: len(kv[1]) > 1),
+            py("map", repr)]}, False),
+        ("python pairs shuffled", range_plan(0, 20, 3, ops=[
+            py("map", lambda s: (str(int(s) % 3), s)),
+            {"reduce_by_key": {"fn": "concat", "sep": "+",
+                               "partitions": 2}},
+            py("map_partitions", lambda it: ("%s=%s" % kv for kv in it))]),
+         False),
+        ("python pairs counted", range_plan(0, 9, 2, ops=[
+            py("map", lambda s: (s, str(int(s) % 4)))]), True,
+         ["--action", "count_by_value"]),
+    ]
+
+
+# A python function that raises, and the last line of emberd's error.
+def function_failures():
+    return [(range_plan(0, 4, 2, ops=[py("map", lambda s: 1 // 0)]),
+             "python: ZeroDivisionError: integer division or modulo by "
+             "zero")]
+
+
+def emberd_lines(records):
+    """Records as ember run prints them: a pair key<TAB>value, a group
+    key<TAB>v1<TAB>v2..., a null as an empty line."""
+    out = b""
+    for r in records:
+        if isinstance(r, tuple):
+            values = list(r[1]) if isinstance(r[1], (list, tuple)) else \
+                [r[1]]
+            r = r[0] + b"".join(b"\t" + (v or b"") for v in values)
+        out += (r or b"") + b"\n"
+    return out
+
+
+def broadcast_jobs(d):
+    """Plans reading broadcasts (filter in_broadcast, a udf's, a python
+    op's b.value) through emberd, in a session of the Python client that
+    holds them, and the same on the cluster with each broadcast's bytes
+    in a file (--broadcast ID=FILE): [(name, want, plan, args)]."""
+    sys.path.insert(0, os.path.join(SRCDIR, "python"))
+    import ember
+    from ember import functions
+    top = data_dir()
+    jobs = []
+    with ember.connect(d.socket) as sc:
+        lines = sc.broadcast(b"a\nb\r\n\nq")
+        numbers = sc.broadcast(b"3\n14\n29\n7\n")
+        names = {"1": "one", "3": ["three", 3]}
+        objects = sc.broadcast_object(names)
+        files = {}
+        for b, data in ((lines, b"a\nb\r\n\nq"),
+                        (numbers, b"3\n14\n29\n7\n"),
+                        (objects, functions.dumps_bytes(names)[0])):
+            files[b.id] = os.path.join(top, "b%d" % b.id)
+            with open(files[b.id], "wb") as f:
+                f.write(data)
+        plans = [
+            ("in_broadcast", {"source": {"parallelize": {"records": [
+                "a", "b\r", "", None, "zz", "q", "a", "b"]}},
+                "partitions": 2,
+                "ops": [{"filter": {"in_broadcast": lines.id}}]}),
+            ("udf broadcast", range_plan(0, 30, 3, ops=[
+                {"udf": {"library": PLUGIN, "symbol": "udf_in_broadcast",
+                         "args": {"broadcast": numbers.id},
+                         "broadcasts": [numbers.id]}}])),
+            ("python broadcast", sc.range(0, 6, partitions=2).map(
+                lambda k: repr(objects.value.get(k, "?"))).plan),
+        ]
+        for name, plan in plans:
+            ds = ember.Dataset(sc, plan["source"], plan.get("partitions"),
+                               tuple(plan.get("ops", ())))
+            args = ["--collect"]
+            for bid in sorted(files):
+                args += ["--broadcast", "%d=%s" % (bid, files[bid])]
+            jobs.append((name, emberd_lines(ds.collect(decode=False)),
+                         plan, args))
+    return jobs
+
+
+def function_jobs(d):
+    """Python ops and broadcasts through emberd and the jobs to run them
+    on the cluster: (batch, check), as keyed_jobs."""
+    jobs = []
+    for name, plan, ordered, *args in function_cases():
+        args = args[0] if args else ["--collect"]
+        done = run(d, args + [write_plan(d, name.replace(" ", "_"), plan)])
+        check(done.returncode == 0, "%s: ember run: %s" % (name,
+                                                            done.stderr))
+        jobs.append((name, done.stdout, plan, args, ordered))
+    jobs += [job + (True,) for job in broadcast_jobs(d)]
+    failures = function_failures()
+    for plan, needle in failures:
+        done = run(d, [write_plan(d, "failure", plan)])
+        check(done.returncode == 1 and done.stderr.decode().rstrip()
+              .endswith(needle.split(": ", 1)[1]), "ember run's error: %r"
+              % done.stderr)
+
+    def check_results(got):
+        for (name, want, _, args, ordered), result in zip(jobs, got):
+            check_same(name, want, result, args, ordered)
+        for (_, needle), (status, _, err) in zip(failures, got[len(jobs):]):
+            check(status == 1 and "JOB_FAILED: " + needle in err,
+                  "%r not in the error: %r" % (needle, err))
+    return [(plan, args) for _, _, plan, args, _ in jobs] + \
+        [(plan, []) for plan, _ in failures], check_results
+
+
 @skip_unless(NEEDS_SPARK, WHY)
 def test_plans_print_what_emberd_prints(d):
     """Each case through emberd (ember run) and on the cluster, in one
@@ -437,6 +583,8 @@ def test_plans_print_what_emberd_prints(d):
     the keyed plans (keyed_jobs) likewise."""
     top = corpus()
     keyed, check_keyed_results = keyed_jobs(d, top)
+    functions, check_functions = function_jobs(d) if HAS_CLOUDPICKLE \
+        else ([], lambda got: None)
     jobs = cases(top)
     want = {}
     for name, plan, args in jobs:
@@ -460,8 +608,9 @@ def test_plans_print_what_emberd_prints(d):
     batch.append((save_plan, ["--action", "save", "--option",
                               "path=" + mine]))
     batch += [(plan, args) for plan, args, _ in REFUSED]
-    got = submit_batch(batch + keyed)
-    check_keyed_results(got[len(batch):])
+    got = submit_batch(batch + keyed + functions)
+    check_functions(got[len(batch) + len(keyed):])
+    check_keyed_results(got[len(batch):len(batch) + len(keyed)])
     got = got[:len(batch)]
     for (name, _, args), result in zip(jobs, got):
         check_same(name, want[name], result, args)
@@ -540,6 +689,10 @@ def keyed_cases(top):
          ["--collect"], False),
         ("sort words", {"source": docs, "partitions": 3, "ops": words + [
             {"sort_by": {"partitions": 4}}]}, ["--collect"], True),
+        ("demo words by key sorted", {
+            "source": docs, "partitions": 4, "ops": words + [
+                {"key_by": {}}, {"reduce_by_key": {"fn": "count"}},
+                {"sort_by": {"partitions": 2}}]}, ["--collect"], True),
         ("sort numeric descending", range_plan(0, 300, 5, step=7, ops=[
             digit, {"sort_by": {"numeric": True, "descending": True,
                                 "partitions": 3}}]), ["--collect"], True),
@@ -653,11 +806,29 @@ def check_keyed(d, jobs, want, saved, theirs, mine, got):
 @skip_unless(NEEDS_SPARK, WHY)
 def test_cli_submit(d):
     """ember submit itself: its standard output holds the records alone,
-    as ember run's does; a plan it cannot run is refused, before any job,
-    with the reason on standard error and nothing on standard output."""
+    as ember run's does, here of a plan with a broadcast given by
+    --broadcast; a plan it cannot run is refused, before any job, with
+    the reason on standard error and nothing on standard output."""
     top = corpus()
-    same_output(d, "cli", {"source": {"text": {"paths": [
-        os.path.join(top, "a.txt")]}}, "ops": [{"map": "upper"}]}, [])
+    # --broadcast ID=FILE: the plan's broadcast, as emberd's session holds
+    # it for a client that put it there (ember run has no session to put
+    # one in): the records emberd gives that client.
+    sys.path.insert(0, os.path.join(SRCDIR, "python"))
+    import ember
+    wanted = b"HELLO WORLD\r\n123-ABC\nNO NEWLINE AT THE END\n"
+    with ember.connect(d.socket) as sc:
+        b = sc.broadcast(wanted)
+        ds = sc.text_file(os.path.join(top, "a.txt")).map_upper().filter_in(b)
+        want = emberd_lines(ds.collect(decode=False))
+        plan = ds.plan
+    path = os.path.join(data_dir(), "lines")
+    with open(path, "wb") as f:
+        f.write(wanted)
+    got = submit(["--collect", "--broadcast", "%d=%s" % (b.id, path),
+                  write_plan(d, "cli_broadcast", plan)])
+    check_eq((got.returncode, got.stdout), (0, want),
+             "ember submit --broadcast (%r)" % got.stderr[-1500:])
+    check(len(want.split(b"\n")) == 4, "three lines kept: %r" % want)
     path = write_plan(d, "refused", {"source": {"range": {"end": 10}},
                                      "ops": [{"filter": {"regex": "("}}]})
     # A master no one listens on: a job that started would fail there.
@@ -721,6 +892,49 @@ def test_python_client_submit(d):
     want = run(d, ["--collect", write_plan(d, "client", plan)])
     check_eq("".join((r or "") + "\n" for r in got).encode(), want.stdout,
              "ember run's records")
+    if not HAS_CLOUDPICKLE:
+        print("reduce with a function not checked: no cloudpickle")
+        return
+    # A function's reduce, reading a broadcast of an object the client
+    # holds: what Dataset.reduce answers through emberd.
+    import operator
+    with ember.connect(d.socket) as sc:
+        weights = sc.broadcast_object({"0": 10, "5": [100]})
+        ds = sc.range(0, 8, partitions=3).map(
+            lambda s: weights.value.get(s, 1)).map(
+            lambda w: w[0] if isinstance(w, list) else w)
+        want = ds.reduce(operator.add)
+        got = ember.submit(ds, "reduce", options={"fn": operator.add},
+                           broadcasts=[weights], master=cluster().url,
+                           worker=EMBER_WORKER,
+                           conf={"spark.driver.host": "127.0.0.1",
+                                 "spark.executor.memory": "512m",
+                                 "spark.ui.enabled": "false"},
+                           timeout=SUBMIT_TIMEOUT)
+    check_eq((got, want), (116, 116), "reduce(operator.add)")
+
+
+@no_daemon
+def test_python_client_combines(_):
+    """ember.submit()'s reduce and fold with a function combine the
+    partitions' results as the Dataset's do: an empty dataset's reduce is
+    the same ValueError, a fold starts from zero."""
+    import operator
+    sys.path.insert(0, os.path.join(SRCDIR, "python"))
+    from ember import spark
+    try:
+        spark._combine("reduce", {"fn": operator.add}, [])
+        check(False, "an empty reduce raised nothing")
+    except ValueError as e:
+        check_eq(str(e), "reduce: the dataset is empty", "the error")
+    parts = [pickle.dumps(x, pickle.HIGHEST_PROTOCOL) for x in (3, 4)]
+    check_eq(spark._combine("reduce", {"fn": operator.add}, parts), 7,
+             "reduce")
+    check_eq(spark._combine("fold", {"zero": [], "fn": operator.add},
+                            [pickle.dumps([1]), pickle.dumps([2])]),
+             [1, 2], "fold")
+    check_eq(spark._combine("fold", {"zero": 5, "fn": operator.add}, []), 5,
+             "an empty fold")
 
 
 @no_daemon
@@ -835,13 +1049,13 @@ def frames(records):
                     struct.pack(">i", len(r)) + r for r in records)
 
 
-def stdio(ops, records, partition=0, raw=None):
+def stdio(ops, records, partition=0, raw=None, more=()):
     """ember-worker --stdio over records: (status, records out or None if
     the end marker is missing, stderr)."""
     plan = json.dumps({"source": {"parallelize": {"records": []}},
                        "ops": ops})
     done = subprocess.run([EMBER_WORKER, "--stdio", "--plan", plan,
-                           "--partition", str(partition)],
+                           "--partition", str(partition)] + list(more),
                           input=frames(records) if raw is None else raw,
                           capture_output=True, timeout=30)
     out, pos, whole = [], 0, False
@@ -902,6 +1116,36 @@ def test_stdio_chain(_):
     rc, out, err = stdio([{"filter": {"regex": "("}}], [])
     check(rc == 1 and err.startswith("PLAN_INVALID: plan.ops[0].filter."
                                      "regex"), "bad plan: %r" % err)
+
+
+@no_daemon
+def test_stdio_chain_broadcasts(_):
+    """--broadcast ID=FILE gives --stdio's ops the broadcast as emberd's
+    workers hold it: in_broadcast's set of lines (a \\r kept, an empty
+    line counted), a udf's bytes; a missing file or a broadcast not given
+    fails saying which."""
+    path = os.path.join(data_dir(), "b")
+    with open(path, "wb") as f:
+        f.write(b"a\nb\r\n\nq")
+    records = [b"a", b"b\r", b"b", b"", None, b"q", b"qq"]
+    rc, out, err = stdio([{"filter": {"in_broadcast": 4}}], records,
+                         more=["--broadcast", "4=" + path])
+    check_eq((rc, err, out), (0, "", [b"a", b"b\r", b"", b"q"]),
+             "in_broadcast")
+    rc, out, err = stdio([{"udf": {"library": PLUGIN,
+                                   "symbol": "udf_in_broadcast",
+                                   "args": {"broadcast": 4},
+                                   "broadcasts": [4]}}], records,
+                         more=["--broadcast", "4=" + path])
+    check_eq((rc, err, out), (0, "", [b"a", b"b\r", b"", b"q"]), "a udf's")
+    rc, out, err = stdio([{"filter": {"in_broadcast": 4}}], records,
+                         more=["--broadcast", "4=" + path + ".none"])
+    check(rc == 1 and "broadcast 4: " in err and path in err and
+          "No such file" in err, "a missing file: %r" % err)
+    rc, out, err = stdio([{"filter": {"in_broadcast": 5}}], records,
+                         more=["--broadcast", "4=" + path])
+    check(rc == 1 and "broadcast 5 is not held" in err,
+          "a broadcast not given: %r" % err)
 
 
 @skip_unless(NEEDS_SPARK, WHY)

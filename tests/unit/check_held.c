@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "bindex.h"
 #include "held.h"
 #include "suites.h"
 #include "taskdesc.h"
@@ -84,6 +85,11 @@ bc_apply_json(json_t *j, char **err)
 		    "path"));
 		if (d.broadcasts[i].add && path != NULL)
 			d.broadcasts[i].fd = open(path, O_RDONLY | O_CLOEXEC);
+		path = json_string_value(json_object_get(json_array_get(j, i),
+		    "index_path"));
+		if (d.broadcasts[i].add && path != NULL)
+			d.broadcasts[i].index_fd = open(path,
+			    O_RDONLY | O_CLOEXEC);
 	}
 	if (rc == 0)
 		rc = held_apply(d.broadcasts, d.nbroadcasts, err);
@@ -121,6 +127,40 @@ bc_add(int64_t id, const void *data, size_t len)
 	ck_assert_ptr_null(err);
 	json_decref(j);
 	free(path);
+}
+
+/*
+ * Add broadcast id with a file of these bytes and an index file, built
+ * as the helper builds it, then changed by corrupt (if not NULL): 0, or
+ * -1 with *err.
+ */
+static int
+bc_add_indexed(int64_t id, const void *data, size_t len,
+    void (*corrupt)(void *, size_t), char **err)
+{
+	struct bindex_stats	 st;
+	json_t			*j;
+	char			*path, *ipath;
+	void			*ix;
+	size_t			 size, lines;
+	int			 rc;
+
+	size = bindex_size(data, len, &lines);
+	ix = xcalloc(1, size);
+	bindex_build(data, len, lines, ix, size, &st);
+	if (corrupt != NULL)
+		corrupt(ix, size);
+	path = bc_file(data, len);
+	ipath = bc_file(ix, size);
+	j = json_pack("[{s:I, s:s, s:I, s:s, s:I}]", "id", (json_int_t)id,
+	    "path", path, "size", (json_int_t)len, "index_path", ipath,
+	    "index", (json_int_t)size);
+	rc = bc_apply_json(j, err);
+	json_decref(j);
+	free(path);
+	free(ipath);
+	free(ix);
+	return (rc);
 }
 
 /* Remove broadcast id (as -id-1): 0, or -1 with *err. */
@@ -591,6 +631,76 @@ START_TEST(test_memory_limit)
 }
 END_TEST
 
+/* A broadcast that came with its index answers from it, building
+ * nothing, as the set built from its bytes does. */
+START_TEST(test_index_used)
+{
+	const struct held_set	*set, *built;
+	char			*data, *err, line[32];
+	size_t			 len = 0, i, n = 50000;
+	int			 k;
+
+	data = xmalloc(n * 8);
+	for (i = 0; i < n; i++)
+		len += (size_t)sprintf(data + len, "%zu\n", i * 3);
+	ck_assert_int_eq(bc_add_indexed(1, data, len, NULL, &err), 0);
+	bc_add(2, data, len);
+	free(data);
+	set = bc_set(1);
+	ck_assert_uint_eq(held_set_bytes_held(), 0);	/* nothing built */
+	built = bc_set(2);
+	ck_assert_uint_ne(held_set_bytes_held(), 0);
+	ck_assert_uint_eq(held_set_size(set), n);
+	ck_assert_uint_eq(held_set_size(built), n);
+	for (i = 0; i < n * 3 + 10; i++) {
+		k = snprintf(line, sizeof line, "%zu", i);
+		ck_assert_int_eq(held_set_contains(set, line, (size_t)k),
+		    held_set_contains(built, line, (size_t)k));
+	}
+}
+END_TEST
+
+/* Break an index's magic. */
+static void
+bc_break_magic(void *ix, size_t size)
+{
+	(void)size;
+	((char *)ix)[1] ^= 0x20;
+}
+
+/* Point every slot of an index past the bytes, its header kept. */
+static void
+bc_break_slots(void *ix, size_t size)
+{
+	uint64_t	*slots = (uint64_t *)((char *)ix + BINDEX_HEADER);
+	size_t		 i;
+
+	for (i = 0; i < (size - BINDEX_HEADER) / 8; i++) {
+		if (slots[i] != 0)
+			slots[i] |= UINT64_C(0xffffff0000000000);
+	}
+}
+
+/* A corrupt index fails the set's use with what is wrong, and the
+ * worker goes on. */
+START_TEST(test_index_corrupt)
+{
+	static const char	 data[] = "a\nb\nc\n";
+	char			*err;
+
+	ck_assert_int_eq(bc_add_indexed(1, data, sizeof data - 1,
+	    bc_break_magic, &err), 0);
+	ck_assert_ptr_null(held_set_get(1, &err));
+	ck_assert_str_eq(err, "broadcast 1: its index is corrupt: not an "
+	    "index (its magic)");
+	free(err);
+	/* Slots past the bytes: the lookup that meets one says so. */
+	ck_assert_int_eq(bc_add_indexed(2, data, sizeof data - 1,
+	    bc_break_slots, &err), 0);
+	ck_assert_int_eq(held_set_contains(bc_set(2), "b", 1), -1);
+}
+END_TEST
+
 /* The broadcast store's suite. */
 Suite *
 held_suite(void)
@@ -623,6 +733,8 @@ held_suite(void)
 	tcase_add_test(tc, test_set_kept);
 	tcase_add_test(tc, test_large);
 	tcase_add_test(tc, test_memory_limit);
+	tcase_add_test(tc, test_index_used);
+	tcase_add_test(tc, test_index_corrupt);
 	suite_add_tcase(s, tc);
 
 	return (s);

@@ -22,6 +22,7 @@ main(void)
 	srunner_add_suite(sr, log_suite());
 	srunner_add_suite(sr, plan_suite());
 	srunner_add_suite(sr, plugin_suite());
+	srunner_add_suite(sr, bindex_suite());
 	srunner_add_suite(sr, held_suite());
 	srunner_add_suite(sr, helper_suite());
 	srunner_add_suite(sr, ckpt_suite());

@@ -3,6 +3,7 @@
  * chain, into a sink that keeps what reaches it; the task modes through
  * task_run, their output read back from a file as emberd would read it.
  */
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <errno.h>
@@ -14,15 +15,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bindex.h"
 #include "frame.h"
+#include "held.h"
 #include "ops.h"
 #include "output.h"
 #include "plan.h"
 #include "protocol.h"
 #include "source.h"
 #include "suites.h"
+#include "taskdesc.h"
 #include "run.h"
 #include "wmsg.h"
+#include "xmalloc.h"
 
 /* What reached the sink: the records' bytes end to end, and each one's
  * place. */
@@ -612,6 +617,70 @@ START_TEST(test_ops_missing_broadcast)
 	ck_assert_ptr_nonnull(err);
 	free(err);
 	plan_free(plan);
+}
+END_TEST
+
+/* A memfd holding len bytes. */
+static int
+ops_memfd(const void *data, size_t len)
+{
+	int	fd;
+
+	fd = memfd_create("check_ops", MFD_CLOEXEC);
+	ck_assert_int_ne(fd, -1);
+	ck_assert_int_eq(write(fd, data, len), (ssize_t)len);
+	return (fd);
+}
+
+/*
+ * A filter on a broadcast whose index came with slots past its bytes (the
+ * user changed it before emberd sealed it): the lookup that meets one
+ * fails the task with a message that says so, and reads nothing there.
+ */
+START_TEST(test_ops_broadcast_corrupt_index)
+{
+	static const char		 bytes[] = "a\nb\nc\n";
+	static const struct record	 in[] = { REC("zz"), REC("b") };
+	struct taskdesc_broadcast	 add;
+	struct bindex_stats		 st;
+	struct plan			*plan;
+	struct chain			*chain;
+	struct capture			 c;
+	uint64_t			*slots;
+	size_t				 size, lines, i;
+	char				*err = NULL;
+	void				*ix;
+
+	size = bindex_size(bytes, sizeof bytes - 1, &lines);
+	ix = xcalloc(1, size);
+	bindex_build(bytes, sizeof bytes - 1, lines, ix, size, &st);
+	slots = (uint64_t *)((char *)ix + BINDEX_HEADER);
+	for (i = 0; i < (size - BINDEX_HEADER) / 8; i++) {
+		if (slots[i] != 0)
+			slots[i] |= UINT64_C(0xffff000000000000);
+	}
+	memset(&add, 0, sizeof add);
+	add.id = 7;
+	add.add = 1;
+	add.size = sizeof bytes - 1;
+	add.fd = ops_memfd(bytes, sizeof bytes - 1);
+	add.index = (int64_t)size;
+	add.index_fd = ops_memfd(ix, size);
+	free(ix);
+	ck_assert_int_eq(held_apply(&add, 1, &err), 0);
+
+	plan = ops_plan_with("{\"filter\": {\"in_broadcast\": 7}}");
+	capture_init(&c);
+	chain = chain_create(plan, 0, NULL, &c.op, &err);
+	ck_assert_msg(chain != NULL, "%s", err);
+	ck_assert_int_eq(chain_push(chain, &in[0]), OP_OK);
+	ck_assert_int_eq(chain_push(chain, &in[1]), OP_FAIL);
+	ck_assert_str_eq(chain_error(chain), "filter in_broadcast 7: its "
+	    "index is corrupt: a slot points past its bytes");
+	chain_free(chain);
+	plan_free(plan);
+	capture_clear(&c);
+	held_clear();
 }
 END_TEST
 
@@ -1210,6 +1279,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_ops_limit);
 	tcase_add_test(tc, test_ops_long_records);
 	tcase_add_test(tc, test_ops_missing_broadcast);
+	tcase_add_test(tc, test_ops_broadcast_corrupt_index);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("modes");

@@ -254,8 +254,8 @@ START_TEST(test_taskdesc_save_plan_broadcasts)
 					    .save_dir = "/out/dir \"q\"\\",
 					    .save_attempt = 7 };
 	struct taskdesc_broadcast	b[2] = {
-		{ 5, 1, 7, 1234 },
-		{ 3, 0, -1, 0 },
+		{ 5, 1, 7, 1234, 8, 4096 },
+		{ 3, 0, -1, 0, -1, 0 },
 	};
 	struct taskdesc			got;
 	json_t				*plan = json_pack("{s:{s:{s:i,s:i}}}",
@@ -277,6 +277,9 @@ START_TEST(test_taskdesc_save_plan_broadcasts)
 	/* The descriptor rides on the frame, not in its text. */
 	ck_assert_int_eq(got.broadcasts[0].fd, -1);
 	ck_assert_int_eq(got.broadcasts[0].size, 1234);
+	/* Its index's size, its descriptor riding right after. */
+	ck_assert_int_eq(got.broadcasts[0].index, 4096);
+	ck_assert_int_eq(got.broadcasts[0].index_fd, -1);
 	/* A removal of broadcast 3: written -3-1, read back as 3. */
 	ck_assert_int_eq(got.broadcasts[1].id, 3);
 	ck_assert_int_eq(got.broadcasts[1].add, 0);

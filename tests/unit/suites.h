@@ -7,6 +7,7 @@
 
 #include <check.h>
 
+Suite	*bindex_suite(void);
 Suite	*cgroup_suite(void);
 Suite	*channel_suite(void);
 Suite	*ckpt_suite(void);

@@ -1,0 +1,321 @@
+"""Broadcasts of Python objects loaded in the fork-server (docs/design.md,
+"Broadcasts of Python objects"): a big one a job's functions read is
+unpickled once, in the user's fork-server, and shared by the workers it
+forks after; never in another user's; one that raises fails the job with
+its traceback and leaves the fork-server serving; a dropped one leaves the
+fork-server."""
+
+import os
+import sys
+import time
+
+from harness import *
+from users import USERS, AsUser, needs_users
+
+sys.path.insert(0, os.path.join(SRCDIR, "python"))
+import ember  # noqa: E402
+
+try:
+    import cloudpickle  # noqa: F401
+    HAVE_CLOUDPICKLE = True
+except ImportError:
+    HAVE_CLOUDPICKLE = False
+
+
+def _worker_has_python():
+    try:
+        with open(EMBER_WORKER, "rb") as f:
+            return b"Py_InitializeFromConfig" in f.read()
+    except OSError:
+        return False
+
+
+def needs_python(fn):
+    fn = skip_unless(_worker_has_python(), "ember-worker was built without "
+                     "Python (./configure --without-python)")(fn)
+    if not HAVE_CLOUDPICKLE:
+        fn.skip_why = "the client's Python has no cloudpickle"
+    return fn
+
+
+# Every broadcast of these tests is preloaded: the bound is one byte.
+PRELOAD = ["python.broadcast_preload=1", "workers.max=2"]
+
+
+def _marked(marks, name, value):
+    """What a marked broadcast unpickles to: value, after a line "name
+    uid pid" in marks."""
+    with open(marks, "a") as f:
+        f.write("%s %d %d\n" % (name, os.getuid(), os.getpid()))
+    return value
+
+
+class Marked:
+    """A broadcast's value whose unpickling leaves a line in marks."""
+
+    def __init__(self, marks, name, value):
+        self.marks, self.name, self.value = marks, name, value
+
+    def __reduce__(self):
+        return (_marked, (self.marks, self.name, self.value))
+
+
+def _explode():
+    return 1 // 0
+
+
+class Exploding:
+    """A broadcast that raises as it is unpickled."""
+
+    def __reduce__(self):
+        return (_explode, ())
+
+
+class Deaf:
+    """A broadcast whose unpickling leaves the fork-server ignoring
+    SIGCHLD: its children are reaped by the kernel, and their exits are
+    never reported to emberd."""
+
+    def __reduce__(self):
+        import signal
+        return (signal.signal, (signal.SIGCHLD, signal.SIG_IGN))
+
+
+class _Freed(dict):
+    """A broadcast's value that says who freed it."""
+
+    def __del__(self):
+        with open(self["marks"], "a") as f:
+            f.write("freed %s %d\n" % (self["name"], os.getpid()))
+
+
+def _tracked(marks, name):
+    return _Freed(marks=marks, name=name)
+
+
+class Tracked:
+    def __init__(self, marks, name):
+        self.marks, self.name = marks, name
+
+    def __reduce__(self):
+        return (_tracked, (self.marks, self.name))
+
+
+def _lines(path):
+    try:
+        with open(path) as f:
+            return [line.split() for line in f.read().splitlines()]
+    except FileNotFoundError:
+        return []
+
+
+def _marks(d):
+    os.chmod(d.tmpdir, 0o777)
+    return d.path("marks")
+
+
+def _slow_lookup(b):
+    """A function over b's value that takes a while, so that the tasks of
+    a job spread over the workers: (pid, parent pid, value)."""
+    def fn(x):
+        time.sleep(0.05)
+        return "%d %d %s" % (os.getpid(), os.getppid(),
+                             "y" if int(x) in b.value else "n")
+    return fn
+
+
+@needs_python
+@with_daemon(sets=PRELOAD)
+def test_unpickled_once_for_the_job(d):
+    """A job over several workers unpickles its broadcast once in all: in
+    the fork-server, the workers' parent; a second job does not again."""
+    marks = _marks(d)
+    with ember.connect(d.socket) as sc:
+        b = sc.broadcast_object(Marked(marks, "evens",
+                                       frozenset(range(0, 40, 2))))
+        got = sc.range(16, partitions=8).map(_slow_lookup(b)).collect()
+        again = sc.range(4, partitions=4).filter(
+            lambda x: int(x) in b.value).count()
+    check_eq([r.split()[2] for r in got],
+             ["y" if i % 2 == 0 else "n" for i in range(16)], "answers")
+    check_eq(again, 2, "the second job's count")
+    pids = {r.split()[0] for r in got}
+    parents = {r.split()[1] for r in got}
+    check(len(pids) >= 2, "one worker ran every task: %r" % pids)
+    loads = _lines(marks)
+    check_eq(len(loads), 1, "unpickled once (%r)" % loads)
+    check_eq(parents, {loads[0][2]}, "unpickled by the workers' parent")
+
+
+@needs_python
+@with_daemon(sets=PRELOAD + ["workers.min_idle=2"])
+def test_workers_forked_before_are_not_used(d):
+    """Idle workers forked before the load lack the object: the job runs
+    on workers forked after it, and nothing unpickles it again."""
+    marks = _marks(d)
+    with ember.connect(d.socket) as sc:
+        before = {int(p) for p in sc.range(4, partitions=4).map(
+            lambda _: os.getpid()).collect()}
+        b = sc.broadcast_object(Marked(marks, "big", list(range(100))))
+        got = sc.range(6, partitions=6).map(
+            lambda x: "%d %d" % (os.getpid(), b.value[int(x)])).collect()
+    check_eq([int(r.split()[1]) for r in got], list(range(6)), "answers")
+    check(not ({int(r.split()[0]) for r in got} & before),
+          "a worker forked before the load ran the job")
+    check_eq(len(_lines(marks)), 1, "unpickled once")
+
+
+@needs_users
+@needs_python
+@with_daemon(sets=PRELOAD + ["daemon.socket_mode=0666"])
+def test_other_user_never_sees_it(d):
+    """User a's broadcast is loaded in a's fork-server only: b's jobs,
+    running beside a's, never unpickle it, and b cannot name it."""
+    marks = _marks(d)
+
+    def run(tag):
+        def job(ctl):
+            with ember.connect(d.socket) as sc:
+                b = sc.broadcast_object(Marked(marks + "-" + tag, tag,
+                                               tag * 3))
+                ctl.ready(b.id)
+                ctl.wait_go()
+                got = sc.range(6, partitions=6).map(
+                    lambda _: "%d %s" % (os.getuid(), b.value)).collect()
+                return {"records": got, "broadcast": b.id}
+        return job
+
+    a = AsUser(USERS["a"], run("a"))
+    b = AsUser(USERS["b"], run("b"))
+    a.wait_ready()
+    b.wait_ready()
+    a.go()
+    b.go()
+    res = {"a": a.result(), "b": b.result()}
+    for tag in "ab":
+        check_eq(set(res[tag]["records"]),
+                 {"%d %s" % (USERS[tag][0], tag * 3)}, "%s's values" % tag)
+    def loads():
+        return sorted((name, int(uid)) for tag in "ab"
+                      for name, uid, _ in _lines(marks + "-" + tag))
+    check_eq(loads(), [("a", USERS["a"][0]), ("b", USERS["b"][0])],
+             "who unpickled what")
+
+    def steal():
+        op = ember.functions.python_op("map", str.upper)
+        op["python"]["broadcasts"] = [res["a"]["broadcast"]]
+        with ember.connect(d.socket) as sc:
+            try:
+                sc.execute({"source": {"range": {"end": 1}}, "ops": [op]},
+                           "count")
+            except ember.PlanInvalid as e:
+                return e.message
+            return "accepted"
+    msg = AsUser(USERS["b"], lambda ctl: steal()).result()
+    check("plan.ops[0].python.broadcasts[0]" in msg, msg)
+    check_eq(len(loads()), 2, "unpickled again")
+
+
+@needs_python
+@with_daemon(sets=PRELOAD)
+def test_failing_unpickle_fails_the_job(d):
+    """A broadcast that raises in the fork-server fails the job that reads
+    it with the traceback; the same fork-server serves the next job."""
+    marks = _marks(d)
+    with ember.connect(d.socket) as sc:
+        parent = {int(p) for p in sc.range(2, partitions=2).map(
+            lambda _: os.getppid()).collect()}
+        bad = sc.broadcast_object(Exploding())
+        try:
+            sc.range(4, partitions=4).map(lambda _: bad.value).collect()
+        except ember.PythonError as e:
+            tb = e.traceback
+        else:
+            raise AssertionError("the job read a broadcast that raised")
+        check("did not unpickle in the fork-server" in tb, tb)
+        check("ZeroDivisionError" in tb and "_explode" in tb, tb)
+        good = sc.broadcast_object(Marked(marks, "good", 7))
+        got = sc.range(3, partitions=3).map(
+            lambda _: "%d %d" % (os.getppid(), good.value)).collect()
+    check_eq({r.split()[1] for r in got}, {"7"}, "the next job's values")
+    check_eq({int(r.split()[0]) for r in got}, parent,
+             "the fork-server was replaced")
+    check_eq([int(line[2]) for line in _lines(marks)], list(parent),
+             "who unpickled the next one")
+
+
+@needs_python
+@with_daemon(sets=PRELOAD)
+def test_dropped_broadcast_leaves_the_fork_server(d):
+    """A broadcast dropped is freed in the fork-server, and the workers
+    that shared it are not used again."""
+    marks = _marks(d)
+    with ember.connect(d.socket) as sc:
+        b = sc.broadcast_object(Tracked(marks, "first"))
+        got = sc.range(4, partitions=4).map(
+            lambda _: "%d %d %s" % (os.getpid(), os.getppid(),
+                                    b.value["name"])).collect()
+        check_eq({r.split()[2] for r in got}, {"first"}, "values")
+        check_eq(_lines(marks), [], "freed before the drop")
+        check_eq(sc.status()["pools"][0]["python_broadcasts"], [int(b.id)],
+                 "what status says the fork-server holds")
+        b.drop()
+        wait_until(lambda: _lines(marks), 10)
+        check_eq(sc.status()["pools"][0]["python_broadcasts"], [],
+                 "what status says it holds after the drop")
+        workers = {int(p) for p in sc.range(4, partitions=4).map(
+            lambda _: os.getpid()).collect()}
+    parent = {r.split()[1] for r in got}
+    check_eq(_lines(marks), [["freed", "first", p] for p in parent],
+             "freed, by the fork-server")
+    check(not (workers & {int(r.split()[0]) for r in got}),
+          "a worker that shared the dropped object was used again")
+
+
+@needs_python
+@with_daemon(sets=["python.broadcast_preload=1", "workers.max=1",
+                   "python.broadcast_preload_max=1"])
+def test_fork_server_holds_at_most_the_cap(d):
+    """Past python.broadcast_preload_max, loading another drops the
+    oldest from the fork-server; a job reading it still gets it."""
+    marks = _marks(d)
+    with ember.connect(d.socket) as sc:
+        first = sc.broadcast_object(Tracked(marks, "first"))
+        second = sc.broadcast_object(Tracked(marks, "second"))
+        check_eq(sc.range(1).map(lambda _: first.value["name"]).collect(),
+                 ["first"], "the first")
+        parent = sc.range(1).map(
+            lambda _: "%d %s" % (os.getppid(), second.value["name"])
+        ).collect()[0].split()
+        check_eq(parent[1], "second", "the second")
+        wait_until(lambda: _lines(marks), 10)
+        check_eq(_lines(marks), [["freed", "first", parent[0]]],
+                 "what the fork-server let go")
+        check_eq(sc.range(1).map(lambda _: first.value["name"]).collect(),
+                 ["first"], "the first again")
+
+
+@needs_python
+@with_daemon(sets=PRELOAD + ["python.broadcast_preload_timeout=1s"])
+def test_fork_server_that_hides_exits_is_replaced(d):
+    """The user's code ran in the fork-server: one that no longer reports
+    its workers' exits would keep their places counted in workers.max
+    for ever.  Past python.broadcast_preload_timeout it is killed and
+    started again, and jobs run on the new one."""
+    with ember.connect(d.socket, timeout=30) as sc:
+        b = sc.broadcast_object(Deaf())
+        first = {int(r.split()[0]) for r in sc.range(2, partitions=2).map(
+            lambda _: "%d %s" % (os.getppid(), b.value)).collect()}
+        # The workers that shared it are retired; their exits are hidden.
+        b.drop()
+        check(wait_until(lambda: "not reported" in d.log_text(), 10),
+              "the fork-server that hid exits was kept")
+        got = sc.range(4, partitions=4).map(
+            lambda x: "%d %s" % (os.getppid(), x)).collect()
+    check_eq([r.split()[1] for r in got], ["0", "1", "2", "3"], "answers")
+    check(not (first & {int(r.split()[0]) for r in got}),
+          "the same fork-server forked the next job's workers")
+
+
+if __name__ == "__main__":
+    run_tests(globals())

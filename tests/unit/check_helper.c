@@ -280,6 +280,14 @@ static const struct {
 	    "reply.over: expected an integer" },
 	{ HMSG_BROADCAST_READ, "{\"error\":\"x\",\"over\":-9}",
 	    "reply.over: must be 0 or more" },
+	{ HMSG_BROADCAST_INDEX, "{\"size\":8,\"lines\":2,\"distinct\":2}",
+	    "reply.ms: missing" },
+	{ HMSG_BROADCAST_INDEX, "{\"size\":8,\"lines\":\"2\",\"distinct\":2,"
+	    "\"ms\":1}", "reply.lines: expected an integer" },
+	{ HMSG_BROADCAST_INDEX, "{\"size\":8,\"lines\":2,\"distinct\":-2,"
+	    "\"ms\":1}", "reply.distinct: must be 0 or more" },
+	{ HMSG_BROADCAST_INDEX, "{\"error\":\"big\",\"over\":[]}",
+	    "reply.over: expected an integer" },
 	{ HMSG_RELEASE, "{\"size\":3}", "reply.size: unknown field" },
 	{ HMSG_RELEASE, "{\"error\":1}", "reply.error: expected a string" },
 	{ HMSG_SAVE_COMMIT, "{\"error\":null}",
@@ -373,6 +381,13 @@ START_TEST(test_hmsg_typed_replies)
 	    "\"big\",\"over\":9}}", HMSG_BROADCAST_READ, &msg, &r));
 	ck_assert_str_eq(r.error, "big");
 	ck_assert_int_eq(r.u.broadcast_read.over, 9);
+	json_decref(msg);
+
+	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{\"size\":"
+	    "8,\"lines\":3,\"distinct\":2,\"ms\":1}}", HMSG_BROADCAST_INDEX,
+	    &msg, &r));
+	ck_assert_int_eq(r.u.broadcast_index.size, 8);
+	ck_assert_int_eq(r.u.broadcast_index.distinct, 2);
 	json_decref(msg);
 
 	ck_assert_ptr_null(hmsg_reply_read("{\"ok\":true,\"reply\":{\"error\":"

@@ -18,6 +18,11 @@ the /metrics of its status listener):
   operation's retry buffer, the operation detached; the bytes per
   operation; then one connection releases them all, and what is left.
 
+After the rounds, once: N more detached operations, left to the reaper
+(the emberd's operation.detached_timeout, given as --detached-timeout),
+and what is left once it has removed them all: their tombstones, at
+most operation.tombstones of one uid.
+
 emberd is quiet between the phases: no session, no operation, no more
 descriptors than at the start, as its /metrics says (a status of 10,000
 operations would allocate megabytes of JSON itself).  Memory is emberd's
@@ -33,7 +38,7 @@ daemon.max_operations*) and this process N descriptors (raised here to
 the hard limit).
 
 usage: bench_memory.py --socket PATH --status HOST:PORT [--count N]
-                       [--runs N]
+                       [--runs N] [--detached-timeout SECONDS]
 """
 
 import argparse
@@ -160,6 +165,43 @@ def per(held, start, n):
             (held[1] - start[1]) * 1024.0 / n)
 
 
+def detach(path, session, n):
+    """n iterates on session, each detached with its records sent: their
+    ids."""
+    ops = []
+    for _ in range(n):
+        c = Conn(path)
+        c.hello(session)
+        reply = c.request({"op": "execute", "plan": PLAN,
+                           "action": "iterate"})
+        c.sock.sendall(struct.pack(">i", REQUEST_NEXT))
+        if c.read_int() != STREAM_PARTITION:
+            sys.exit("bench_memory: no partition")
+        c.close(reset=True)
+        ops.append(reply["operation"])
+    return ops
+
+
+def expire(path, pid, fds, n, timeout):
+    """n detached operations left to the reaper: the heap per operation,
+    and what is left (kB) once they are reaped."""
+    start = quiet(pid, fds)
+    owner = Conn(path)
+    session = owner.hello()
+    detach(path, session, n)
+    m = wait_for("%d detached operations" % n,
+                 lambda m: m['ember_operations{state="detached"}'] >= n)
+    per_op = per(memory_kb(pid, m), start, n)[0]
+    wait_for("the detached operations reaped",
+             lambda m: m['ember_operations{state="detached"}'] == 0,
+             timeout=timeout + 60)
+    left = memory_kb(pid)[0] - start[0]
+    owner.request({"op": "close_session"})
+    owner.close()
+    quiet(pid, fds)
+    return per_op, left
+
+
 def round_(path, pid, fds, n):
     """One round of the three phases: its figures and the memory at its
     end."""
@@ -191,17 +233,7 @@ def round_(path, pid, fds, n):
     start = end
     owner = Conn(path)
     session = owner.hello()
-    ops = []
-    for _ in range(n):
-        c = Conn(path)
-        c.hello(session)
-        reply = c.request({"op": "execute", "plan": PLAN,
-                           "action": "iterate"})
-        c.sock.sendall(struct.pack(">i", REQUEST_NEXT))
-        if c.read_int() != STREAM_PARTITION:
-            sys.exit("bench_memory: no partition")
-        c.close(reset=True)
-        ops.append(reply["operation"])
+    ops = detach(path, session, n)
     m = wait_for("%d detached operations" % n,
                  lambda m: m['ember_operations{state="detached"}'] >= n and
                  m["process_open_fds"] <= fds + 1)
@@ -223,6 +255,9 @@ def main():
     ap.add_argument("--status", required=True, help="HOST:PORT")
     ap.add_argument("--count", type=int, default=10000)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--detached-timeout", type=float, default=0,
+                    help="the emberd's operation.detached_timeout in "
+                    "seconds; 0: no expiry phase")
     args = ap.parse_args()
     host, port = args.status.rsplit(":", 1)
     STATUS = (host, int(port))
@@ -265,6 +300,15 @@ def main():
     print("after %d rounds: heap in use %.0f kB, %.0f kB over the start; "
           "Private_Dirty %d kB, %d kB over the start" %
           (args.runs, end[0], end[0] - start[0], end[1], end[1] - start[1]))
+
+    if args.detached_timeout > 0:
+        exp_b, exp_left = expire(args.socket, pid, fds, args.count,
+                                 args.detached_timeout)
+        print("expiry (%d detached operations left to the reaper): %.0f B "
+              "each, left once reaped %.0f kB" % (args.count, exp_b,
+                                                  exp_left))
+        print("result mem_expired_b %.0f" % exp_b)
+        print("result mem_expired_left_kb %.0f" % exp_left)
 
     def med(k):
         return statistics.median(r[k] for r in rounds)

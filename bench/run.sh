@@ -132,7 +132,8 @@ if want memory; then
 	    --set daemon.max_connections=12000 \
 	    --set daemon.max_connections_per_uid=12000 \
 	    --set daemon.max_operations=12000 \
-	    --set daemon.max_operations_per_uid=12000
+	    --set daemon.max_operations_per_uid=12000 \
+	    --set operation.detached_timeout=20s
 	memstatus=$(sed -n \
 	    's/.*status: listening on \(127\.0\.0\.1:[0-9]*\).*/\1/p' \
 	    "$dir/mem/emberd.log" | head -1)
@@ -234,7 +235,8 @@ if want checkpoint; then
 fi
 if want memory; then
 	run bench_memory "$python" "$srcdir/bench/bench_memory.py" \
-	    --socket "$dir/mem/e.sock" --status "$memstatus" --runs 5
+	    --socket "$dir/mem/e.sock" --status "$memstatus" --runs 5 \
+	    --detached-timeout 20
 fi
 t_end=$(date +%s)
 
@@ -524,6 +526,11 @@ if want memory; then
 	    "$(result mem_detached_b_max)" "$ml"
 	printf '[target <= 4096 B, <= 16384 B, <= 1024 kB: %s]\n' \
 	    "$(verdict "$ms <= 4096 && $md <= 16384 && $ml <= 1024")"
+	printf 'memory, detached operations left to the reaper: %s B each | ' \
+	    "$(result mem_expired_b)"
+	printf 'left once reaped (their tombstones) %s kB  [target <= 1024 kB: ' \
+	    "$(result mem_expired_left_kb)"
+	printf '%s]\n' "$(verdict "$(result mem_expired_left_kb) <= 1024")"
 	printf 'memory, the kernel'"'"'s view (Private_Dirty): first round '
 	printf 'bare connection %s B, session %s B, detached operation %s B | ' \
 	    "$(result mem_first_bare_dirty_b)" \

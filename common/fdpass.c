@@ -94,15 +94,21 @@ fd_recv_many(int sock, void *buf, size_t len, int *fds, size_t max,
 	return (n);
 }
 
+void
+fs_msg_encode(const struct fs_msg *m, unsigned char *buf)
+{
+	be32_put(buf, m->type);
+	be32_put(buf + 4, m->id);
+	be32_put(buf + 8, m->pid);
+	be32_put(buf + 12, m->value);
+}
+
 int
 fs_msg_send(int sock, const struct fs_msg *m, int fd)
 {
 	unsigned char	buf[FS_MSG_SIZE];
 
-	be32_put(buf, m->type);
-	be32_put(buf + 4, m->id);
-	be32_put(buf + 8, m->pid);
-	be32_put(buf + 12, m->value);
+	fs_msg_encode(m, buf);
 	return (fd_send_with(sock, buf, sizeof buf, fd) == (ssize_t)sizeof buf ?
 	    0 : -1);
 }

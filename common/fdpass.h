@@ -23,6 +23,8 @@ ssize_t	fd_send_many(int sock, const void *, size_t, const int *fds,
 ssize_t	fd_recv_many(int sock, void *, size_t, int *fds, size_t max,
 	    size_t *nfds, int *overflow);
 
+/* A message's FS_MSG_SIZE bytes, into buf. */
+void	fs_msg_encode(const struct fs_msg *, unsigned char *buf);
 /* Send one message, with fd if fd >= 0.  0, or -1 with errno. */
 int	fs_msg_send(int sock, const struct fs_msg *, int fd);
 

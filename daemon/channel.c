@@ -20,8 +20,14 @@
 /* The least worth a read() call, and reads per event before yielding. */
 #define CHANNEL_MIN_READ	(16 * 1024)
 #define CHANNEL_READS		4
+/* Packets read per event: a burst of small ones cannot starve others. */
+#define CHANNEL_PACKETS		64
+/* Descriptors one read can bring; more are refused by the kernel. */
+#define CHANNEL_CMSG_FDS	8
 
-/* A descriptor to pass with the output byte at offset at. */
+static void	channel_write(struct channel *, int);
+
+/* A descriptor and the byte it goes (or came) with. */
 struct channel_fd {
 	uint64_t	  at;
 	int		  fd;
@@ -31,54 +37,153 @@ struct channel {
 	int		  fd;
 	struct evbuffer	 *in, *out;
 	uint64_t	  written;	/* bytes of out sent so far */
+	uint64_t	  read;		/* bytes read so far */
 	struct channel_fd *fds;		/* to pass, in order */
 	size_t		  nfds;
-	struct event	 *rev, *wev;
+	struct channel_fd *rfds;	/* received, not taken */
+	size_t		  nrfds, max_rfds, refused;
+	size_t		  packet;	/* a packet's size, or 0: a stream */
+	size_t		  out_packet;	/* the size of those written */
+	size_t		  packet_fds;	/* descriptors one packet may bring */
+	struct event	 *rev, *wev, *kick;
 	size_t		  high, default_high;
+	size_t		  low;		/* for write_cb */
 	int		  reading;
+	int		  held;
 	int		  eof;
 	int		  stopped;
+	int		  error;	/* for error_cb, from kick */
 	void		(*read_cb)(void *);
+	void		(*write_cb)(void *);
+	void		(*error_cb)(void *, int);
 	void		 *arg;
 };
 
-/* Read what the socket holds, up to the mark. */
+/* Keep the descriptors of a read that started at offset at. */
+static void
+channel_keep_fds(struct channel *ch, struct msghdr *mh, uint64_t at)
+{
+	struct cmsghdr	*c;
+	int		*p;
+	size_t		 k, i, kept = 0;
+
+	if (mh->msg_flags & MSG_CTRUNC)
+		ch->refused++;
+	for (c = CMSG_FIRSTHDR(mh); c != NULL; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		p = (int *)CMSG_DATA(c);
+		k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < k; i++) {
+			if (ch->nrfds >= ch->max_rfds ||
+			    (ch->packet && kept >= ch->packet_fds)) {
+				close(p[i]);
+				ch->refused++;
+				continue;
+			}
+			ch->rfds = xreallocarray(ch->rfds, ch->nrfds + 1,
+			    sizeof *ch->rfds);
+			ch->rfds[ch->nrfds].at = at;
+			ch->rfds[ch->nrfds++].fd = p[i];
+			kept++;
+		}
+	}
+}
+
+/* One read into iov: readv, or recvmsg where descriptors may come. */
+static ssize_t
+channel_recv(struct channel *ch, struct iovec *iov, int nvec)
+{
+	struct msghdr	mh;
+	union {
+		struct cmsghdr	hdr;
+		char		buf[CMSG_SPACE(sizeof(int) *
+				    CHANNEL_CMSG_FDS)];
+	} cmsg;
+	ssize_t		n;
+
+	if (ch->max_rfds == 0 && ch->packet == 0)
+		return (readv(ch->fd, iov, nvec));
+	memset(&mh, 0, sizeof mh);
+	mh.msg_iov = iov;
+	mh.msg_iovlen = (size_t)nvec;
+	mh.msg_control = cmsg.buf;
+	mh.msg_controllen = sizeof cmsg.buf;
+	n = recvmsg(ch->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (n >= 0)
+		channel_keep_fds(ch, &mh, ch->read);
+	if (n > 0 && (mh.msg_flags & MSG_TRUNC))
+		n = (ssize_t)ch->packet + 1;	/* too long: refused below */
+	return (n);
+}
+
+/* The channel ended with error (0: the peer's end) after got bytes were
+ * read in this turn: tell the owner. */
+static void
+channel_end(struct channel *ch, int error, size_t got)
+{
+	if (error != 0)
+		log_debug("channel: %s", strerror(error));
+	ch->eof = 1;
+	channel_stop(ch);
+	if (ch->error_cb == NULL) {
+		ch->read_cb(ch->arg);
+		return;
+	}
+	if (got == 0) {
+		ch->error_cb(ch->arg, error);
+		return;
+	}
+	/* The input first; the end a turn later, if the owner is still
+	 * there (freeing the channel cancels it). */
+	ch->error = error;
+	event_active(ch->kick, EV_READ, 1);
+	ch->read_cb(ch->arg);
+}
+
+/* Read what the socket holds, up to the mark (or a few packets). */
 static void
 channel_read_cb(evutil_socket_t fd, short events, void *arg)
 {
 	struct channel		*ch = arg;
 	struct evbuffer_iovec	 vec[2];
 	struct iovec		 iov[2];
-	size_t			 len, want;
+	size_t			 len, want, got = 0;
 	ssize_t			 n, left;
-	int			 nvec, i, reads;
+	int			 nvec, i, reads, error = -1;
 
-	(void)events;
-	for (reads = 0; reads < CHANNEL_READS; reads++) {
+	(void)fd; (void)events;
+	for (reads = 0; reads < (ch->packet ? CHANNEL_PACKETS :
+	    CHANNEL_READS); reads++) {
 		len = evbuffer_get_length(ch->in);
 		if (len >= ch->high) {
 			event_del(ch->rev);
 			ch->reading = 0;
 			break;
 		}
-		want = ch->high - len;
-		if (want < CHANNEL_MIN_READ)
+		if (ch->packet)
+			want = ch->packet + 1;	/* one more: a longer one */
+		else if ((want = ch->high - len) < CHANNEL_MIN_READ)
 			want = CHANNEL_MIN_READ;
-		nvec = evbuffer_reserve_space(ch->in, (ev_ssize_t)want, vec, 2);
+		nvec = evbuffer_reserve_space(ch->in, (ev_ssize_t)want, vec,
+		    ch->packet ? 1 : 2);
 		if (nvec <= 0)
 			fatalx("evbuffer_reserve_space failed");
 		for (i = 0; i < nvec; i++) {
 			iov[i].iov_base = vec[i].iov_base;
 			iov[i].iov_len = vec[i].iov_len;
 		}
-		n = readv(fd, iov, nvec);
+		if (ch->packet)
+			iov[0].iov_len = want;
+		n = channel_recv(ch, iov, nvec);
 		if (n == -1 && (errno == EAGAIN || errno == EINTR))
 			break;
 		if (n <= 0) {
-			if (n == -1)
-				log_debug("channel read: %s", strerror(errno));
-			ch->eof = 1;
-			channel_stop(ch);
+			error = n == 0 ? 0 : errno;
+			break;
+		}
+		if (ch->packet && (size_t)n != ch->packet) {
+			error = EBADMSG;
 			break;
 		}
 		for (i = 0, left = n; i < nvec; i++) {
@@ -87,17 +192,60 @@ channel_read_cb(evutil_socket_t fd, short events, void *arg)
 			left -= (ssize_t)vec[i].iov_len;
 		}
 		evbuffer_commit_space(ch->in, vec, nvec);
-		if ((size_t)n < want)
+		ch->read += (uint64_t)n;
+		got += (size_t)n;
+		if (!ch->packet && (size_t)n < want)
 			break;		/* the socket is empty */
 	}
-	ch->read_cb(ch->arg);
+	if (error != -1)
+		channel_end(ch, error, got);
+	else
+		ch->read_cb(ch->arg);
+}
+
+void
+channel_read(struct channel *ch)
+{
+	if (!ch->stopped)
+		channel_read_cb(ch->fd, EV_READ, ch);
 }
 
 static void
 channel_write_cb(evutil_socket_t fd, short events, void *arg)
 {
+	struct channel	*ch = arg;
+	size_t		 before = evbuffer_get_length(ch->out);
+
 	(void)fd; (void)events;
-	channel_flush(arg);
+	channel_write(ch, 1);
+	if (ch->write_cb != NULL && !ch->stopped &&
+	    evbuffer_get_length(ch->out) < before &&
+	    evbuffer_get_length(ch->out) <= ch->low)
+		ch->write_cb(ch->arg);
+}
+
+/* Tell the owner of the end a call into the channel met. */
+static void
+channel_kick_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct channel	*ch = arg;
+
+	(void)fd; (void)events;
+	if (ch->error_cb != NULL)
+		ch->error_cb(ch->arg, ch->error);
+}
+
+/* Output was queued: with a write_cb, the loop writes it. */
+static void
+channel_output_cb(struct evbuffer *out, const struct evbuffer_cb_info *info,
+    void *arg)
+{
+	struct channel	*ch = arg;
+
+	(void)out;
+	if (info->n_added > 0 && ch->write_cb != NULL && !ch->stopped &&
+	    !event_pending(ch->wev, EV_WRITE, NULL))
+		event_add(ch->wev, NULL);
 }
 
 struct channel *
@@ -114,13 +262,95 @@ channel_create(int fd, size_t high, void (*read_cb)(void *), void *arg)
 	ch->arg = arg;
 	ch->rev = event_new(ember_base, fd, EV_READ | EV_PERSIST,
 	    channel_read_cb, ch);
-	ch->wev = event_new(ember_base, fd, EV_WRITE, channel_write_cb, ch);
+	/* Persistent while output waits: a stream's writes turn after turn
+	 * cost no epoll_ctl each. */
+	ch->wev = event_new(ember_base, fd, EV_WRITE | EV_PERSIST,
+	    channel_write_cb, ch);
+	ch->kick = event_new(ember_base, -1, 0, channel_kick_cb, ch);
+	evbuffer_add_cb(ch->out, channel_output_cb, ch);
 	event_add(ch->rev, NULL);
 	ch->reading = 1;
 	return (ch);
 }
 
-/* Forget the descriptors not passed. */
+struct channel *
+channel_create_packets(int fd, size_t size, size_t out_size, size_t max_fds,
+    void (*read_cb)(void *), void *arg)
+{
+	struct channel	*ch;
+
+	/* Room for the packets of a turn. */
+	ch = channel_create(fd, size * CHANNEL_PACKETS, read_cb, arg);
+	ch->packet = size;
+	ch->out_packet = out_size;
+	ch->packet_fds = max_fds;
+	ch->max_rfds = max_fds * CHANNEL_PACKETS;
+	return (ch);
+}
+
+void
+channel_set_error_cb(struct channel *ch, void (*error_cb)(void *, int))
+{
+	ch->error_cb = error_cb;
+}
+
+void
+channel_set_write_cb(struct channel *ch, size_t low, void (*write_cb)(void *))
+{
+	ch->write_cb = write_cb;
+	ch->low = low;
+	if (write_cb != NULL && evbuffer_get_length(ch->out) > 0 &&
+	    !ch->stopped)
+		event_add(ch->wev, NULL);
+}
+
+void
+channel_accept_fds(struct channel *ch, size_t max)
+{
+	ch->max_rfds = max;
+}
+
+int
+channel_take_fd(struct channel *ch)
+{
+	int	fd;
+
+	if (ch->nrfds == 0)
+		return (-1);
+	fd = ch->rfds[0].fd;
+	memmove(ch->rfds, ch->rfds + 1, --ch->nrfds * sizeof *ch->rfds);
+	return (fd);
+}
+
+int
+channel_take_fd_with(struct channel *ch, size_t len)
+{
+	uint64_t	head = ch->read - evbuffer_get_length(ch->in);
+
+	while (ch->nrfds > 0 && ch->rfds[0].at < head)
+		close(channel_take_fd(ch));
+	if (ch->nrfds == 0 || ch->rfds[0].at >= head + len)
+		return (-1);
+	return (channel_take_fd(ch));
+}
+
+size_t
+channel_fds_refused(const struct channel *ch)
+{
+	return (ch->refused);
+}
+
+enum frame_status
+channel_frame(struct channel *ch, size_t max, int32_t *len)
+{
+	enum frame_status	st = frame_peek(ch->in, max, len);
+
+	if (st == FRAME_INCOMPLETE && evbuffer_get_length(ch->in) >= 4)
+		channel_want(ch, 4 + (size_t)*len);
+	return (st);
+}
+
+/* Forget the descriptors not passed, and those not taken. */
 static void
 channel_drop_fds(struct channel *ch)
 {
@@ -148,21 +378,22 @@ channel_pass_fd(struct channel *ch, int fd)
 	ch->fds[ch->nfds++].fd = dup;
 }
 
-/* Send the byte a descriptor rides on: 1, 0 when the socket is full, -1
- * on an error. */
+/* Send the byte a descriptor rides on (on a packet channel, the packet):
+ * 1, 0 when the socket is full, -1 on an error. */
 static int
 channel_send_fd(struct channel *ch)
 {
-	unsigned char	*byte = evbuffer_pullup(ch->out, 1);
+	size_t		 len = ch->packet ? ch->out_packet : 1;
+	unsigned char	*data = evbuffer_pullup(ch->out, (ev_ssize_t)len);
 	ssize_t		 n;
 
-	n = fd_send_many(ch->fd, byte, 1, &ch->fds[0].fd, 1);
+	n = fd_send_many(ch->fd, data, len, &ch->fds[0].fd, 1);
 	if (n == -1)
 		return (errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1);
 	close(ch->fds[0].fd);
 	memmove(ch->fds, ch->fds + 1, --ch->nfds * sizeof *ch->fds);
-	evbuffer_drain(ch->out, 1);
-	ch->written++;
+	evbuffer_drain(ch->out, (size_t)n);
+	ch->written += (uint64_t)n;
 	return (1);
 }
 
@@ -170,8 +401,12 @@ void
 channel_free(struct channel *ch)
 {
 	channel_drop_fds(ch);
+	while (ch->nrfds > 0)
+		close(ch->rfds[--ch->nrfds].fd);
+	free(ch->rfds);
 	event_free(ch->rev);
 	event_free(ch->wev);
+	event_free(ch->kick);
 	evbuffer_free(ch->in);
 	evbuffer_free(ch->out);
 	close(ch->fd);
@@ -196,8 +431,26 @@ channel_eof(const struct channel *ch)
 	return (ch->eof);
 }
 
-void
-channel_flush(struct channel *ch)
+/* Write once: up to the next descriptor's byte, or one packet. */
+static int
+channel_write_some(struct channel *ch)
+{
+	if (ch->packet)
+		return (evbuffer_write_atmost(ch->out, ch->fd,
+		    (ev_ssize_t)ch->out_packet));
+	if (ch->nfds > 0)
+		return (evbuffer_write_atmost(ch->out, ch->fd,
+		    (ev_ssize_t)(ch->fds[0].at - ch->written)));
+	return (evbuffer_write(ch->out, ch->fd));
+}
+
+/*
+ * Write what is queued until the socket is full, or, with once, in one
+ * write (the loop's writes: the event comes again while output waits,
+ * so no write is spent learning that the socket is full).
+ */
+static void
+channel_write(struct channel *ch, int once)
 {
 	int	n;
 
@@ -211,11 +464,7 @@ channel_flush(struct channel *ch)
 				goto broken;
 			continue;
 		}
-		if (ch->nfds > 0)
-			n = evbuffer_write_atmost(ch->out, ch->fd,
-			    (ev_ssize_t)(ch->fds[0].at - ch->written));
-		else
-			n = evbuffer_write(ch->out, ch->fd);
+		n = channel_write_some(ch);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1 && errno == EAGAIN)
@@ -223,14 +472,35 @@ channel_flush(struct channel *ch)
 		if (n <= 0)
 			goto broken;
 		ch->written += (uint64_t)n;
+		if (once)
+			break;
 	}
-	if (evbuffer_get_length(ch->out) > 0)
-		event_add(ch->wev, NULL);
+	if (evbuffer_get_length(ch->out) > 0) {
+		if (!event_pending(ch->wev, EV_WRITE, NULL))
+			event_add(ch->wev, NULL);
+	} else if (event_pending(ch->wev, EV_WRITE, NULL))
+		event_del(ch->wev);
 	return;
 broken:
-	/* The reader notices the end too; drop what is left. */
-	evbuffer_drain(ch->out, evbuffer_get_length(ch->out));
+	ch->error = n == -1 ? errno : EPIPE;
 	channel_drop_fds(ch);
+	if (ch->error_cb == NULL) {
+		/* Drop what is left: the reader sees the end too. */
+		evbuffer_drain(ch->out, evbuffer_get_length(ch->out));
+		return;
+	}
+	/* The owner hears of it from the loop.  What is queued stays until
+	 * then: it was never sent, and the owner may count on knowing that
+	 * (a stream's retry buffer keeps what the output still holds). */
+	log_debug("channel: %s", strerror(ch->error));
+	channel_stop(ch);
+	event_active(ch->kick, EV_WRITE, 1);
+}
+
+void
+channel_flush(struct channel *ch)
+{
+	channel_write(ch, 0);
 }
 
 int
@@ -259,11 +529,19 @@ channel_want(struct channel *ch, size_t len)
 void
 channel_resume(struct channel *ch)
 {
-	if (!ch->reading && !ch->stopped &&
+	if (!ch->reading && !ch->stopped && !ch->held &&
 	    evbuffer_get_length(ch->in) < ch->high) {
 		event_add(ch->rev, NULL);
 		ch->reading = 1;
 	}
+}
+
+void
+channel_hold(struct channel *ch)
+{
+	ch->held = 1;
+	ch->reading = 0;
+	event_del(ch->rev);
 }
 
 void

@@ -9,10 +9,10 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "broadcast.h"
+#include "channel.h"
 #include "checkpoint.h"
 #include "connection.h"
 #include "emberd.h"
@@ -51,11 +51,7 @@ enum connection_state {
 
 struct connection {
 	uint64_t		 id;
-	struct bufferevent	*bev;		/* writes; input is read by rev */
-	struct event		*rev;
-	int			 reading;
-	int			 fds[CONNECTION_FDS];	/* passed, not taken yet */
-	int			 nfds;
+	struct channel		*ch;		/* the client's socket */
 	struct event		*kick;		/* resume reading input */
 	enum connection_state	 state;
 	struct event		*timer;		/* request and idle timeouts */
@@ -95,9 +91,9 @@ struct connection_request {
 static void	connection_free(struct connection *);
 static void	connection_process(struct connection *);
 static void	connection_process_input(struct connection *);
-static int	connection_take_fd(struct connection *);
 static void	connection_upload_done(struct connection *);
 static void	connection_arm(struct connection *);
+static void	connection_write_cb(void *);
 
 pid_t
 connection_pid(const struct connection *c)
@@ -108,13 +104,13 @@ connection_pid(const struct connection *c)
 struct evbuffer *
 connection_output(struct connection *c)
 {
-	return (bufferevent_get_output(c->bev));
+	return (channel_output(c->ch));
 }
 
 int
 connection_output_full(struct connection *c)
 {
-	return (evbuffer_get_length(bufferevent_get_output(c->bev)) >=
+	return (evbuffer_get_length(channel_output(c->ch)) >=
 	    (size_t)ember_conf.stream_buffer);
 }
 
@@ -136,7 +132,7 @@ connection_send_charged(struct connection *c, json_t *reply, int held,
 		free(text);
 		return (-1);
 	}
-	evbuffer_add_frame(bufferevent_get_output(c->bev), text, len);
+	evbuffer_add_frame(channel_output(c->ch), text, len);
 	free(text);
 	if (held)
 		c->held += (int64_t)len + 4;
@@ -230,8 +226,10 @@ connection_reply_error(struct connection *c, const char *class,
 static void
 connection_release_frame(struct connection *c)
 {
-	if (c->reserved > 0)
+	if (c->reserved > 0) {
 		limit_release(c->uid, LIMIT_INPUT, c->reserved);
+		channel_want(c->ch, 0);
+	}
 	c->reserved = 0;
 }
 
@@ -241,12 +239,11 @@ connection_close_after_flush(struct connection *c)
 {
 	c->state = CONN_CLOSING;
 	c->active_ms = ember_now_ms();
-	evbuffer_drain(bufferevent_get_input(c->bev),
-	    evbuffer_get_length(bufferevent_get_input(c->bev)));
+	evbuffer_drain(channel_input(c->ch),
+	    evbuffer_get_length(channel_input(c->ch)));
 	connection_release_frame(c);
-	event_del(c->rev);
-	c->reading = 0;
-	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+	channel_hold(c->ch);
+	channel_set_write_cb(c->ch, 0, connection_write_cb);
 	event_active(c->kick, EV_WRITE, 1);
 	connection_arm(c);
 }
@@ -264,6 +261,39 @@ connection_fail(struct connection *c, const char *class, const char *fmt, ...)
 	connection_close_after_flush(c);
 }
 
+/* How much input may be buffered: the frame being read, whose bytes are
+ * reserved, and a little more. */
+static size_t
+connection_input_room(const struct connection *c)
+{
+	return ((size_t)c->reserved + 4 + CONNECTION_READ_AHEAD);
+}
+
+/* The client sent something: a frame that starts now must be whole
+ * within daemon.request_timeout. */
+static void
+connection_read_cb(void *arg)
+{
+	struct connection	*c = arg;
+
+	c->active_ms = ember_now_ms();
+	if (c->frame_ms == 0 && evbuffer_get_length(channel_input(c->ch)) > 0)
+		c->frame_ms = c->active_ms;
+	connection_process(c);
+}
+
+/* The client is gone, or its socket failed. */
+static void
+connection_error_cb(void *arg, int error)
+{
+	struct connection	*c = arg;
+
+	if (error != 0)
+		log_debug("connection %llu: %s", (unsigned long long)c->id,
+		    strerror(error));
+	connection_free(c);
+}
+
 enum connection_frame {
 	CONN_FRAME_WAIT,	/* not all of it is here yet */
 	CONN_FRAME_READY,	/* 4 + len bytes are buffered (or a special
@@ -279,7 +309,7 @@ enum connection_frame {
 static enum connection_frame
 connection_peek_frame(struct connection *c, int32_t *len)
 {
-	struct evbuffer		*in = bufferevent_get_input(c->bev);
+	struct evbuffer		*in = channel_input(c->ch);
 	enum frame_status	 st;
 	char			*err;
 
@@ -299,6 +329,7 @@ connection_peek_frame(struct connection *c, int32_t *len)
 			return (CONN_FRAME_REFUSED);
 		}
 		c->reserved = *len;
+		channel_want(c->ch, connection_input_room(c));
 	}
 	return (st == FRAME_OK ? CONN_FRAME_READY : CONN_FRAME_WAIT);
 }
@@ -308,7 +339,7 @@ connection_peek_frame(struct connection *c, int32_t *len)
 static void
 connection_take_frame(struct connection *c, size_t len)
 {
-	struct evbuffer	*in = bufferevent_get_input(c->bev);
+	struct evbuffer	*in = channel_input(c->ch);
 
 	evbuffer_drain(in, len);
 	connection_release_frame(c);
@@ -330,7 +361,7 @@ connection_stream_end(struct connection *c)
 	c->op = NULL;
 	/* What the client sent meanwhile is waited for from now on. */
 	c->active_ms = ember_now_ms();
-	c->frame_ms = evbuffer_get_length(bufferevent_get_input(c->bev)) > 0 ?
+	c->frame_ms = evbuffer_get_length(channel_input(c->ch)) > 0 ?
 	    c->active_ms : 0;
 	event_active(c->kick, EV_READ, 1);
 }
@@ -514,7 +545,7 @@ connection_broadcast_put(struct connection *c, json_t *req)
 	    jread_bool(req, "", "index", JREAD_OPTIONAL, &index, &err) == -1)
 		goto fail;
 	if (use_fd) {
-		if ((fd = connection_take_fd(c)) == -1) {
+		if ((fd = channel_take_fd(c->ch)) == -1) {
 			err = xstrdup("fd: no descriptor came with the request");
 			goto fail;
 		}
@@ -698,7 +729,7 @@ connection_dispatch(struct connection *c, const char *data, size_t len)
 static int
 connection_read_control(struct connection *c)
 {
-	struct evbuffer	*in = bufferevent_get_input(c->bev);
+	struct evbuffer	*in = channel_input(c->ch);
 	int32_t		 len;
 	unsigned char	*data;
 
@@ -741,7 +772,7 @@ connection_upload_done(struct connection *c)
 static int
 connection_read_upload(struct connection *c)
 {
-	struct evbuffer	*in = bufferevent_get_input(c->bev);
+	struct evbuffer	*in = channel_input(c->ch);
 	int32_t		 len;
 	char		*err;
 
@@ -778,97 +809,6 @@ connection_read_upload(struct connection *c)
 	return (1);
 }
 
-/* How much input may be buffered: the frame being read, whose bytes are
- * reserved, and a little more. */
-static size_t
-connection_input_room(const struct connection *c)
-{
-	return ((size_t)c->reserved + 4 + CONNECTION_READ_AHEAD);
-}
-
-/*
- * Read what the client sent, with recvmsg so that descriptors it passes
- * (SCM_RIGHTS, for broadcast_put) are kept for the request that takes
- * them.  At most one control frame is read ahead.
- */
-static void
-connection_recv_cb(evutil_socket_t fd, short events, void *arg)
-{
-	struct connection	*c = arg;
-	struct evbuffer		*in = bufferevent_get_input(c->bev);
-	struct evbuffer_iovec	 vec[1];
-	struct msghdr		 mh;
-	struct iovec		 iov;
-	struct cmsghdr		*cm;
-	union {
-		struct cmsghdr	hdr;
-		char		buf[CMSG_SPACE(sizeof(int) * CONNECTION_FDS)];
-	} cmsg;
-	ssize_t			 n;
-	size_t			 i, nfds;
-	int			*fds;
-
-	(void)events;
-	if (evbuffer_get_length(in) >= connection_input_room(c)) {
-		event_del(c->rev);
-		c->reading = 0;
-		connection_process(c);
-		return;
-	}
-	if (evbuffer_reserve_space(in, 64 * 1024, vec, 1) != 1)
-		fatalx("evbuffer_reserve_space failed");
-	memset(&mh, 0, sizeof mh);
-	iov.iov_base = vec[0].iov_base;
-	iov.iov_len = vec[0].iov_len;
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = cmsg.buf;
-	mh.msg_controllen = sizeof cmsg.buf;
-	n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-	if (n == -1 && (errno == EAGAIN || errno == EINTR))
-		return;
-	if (n <= 0) {
-		if (n == -1)
-			log_debug("connection %llu: %s",
-			    (unsigned long long)c->id, strerror(errno));
-		connection_free(c);
-		return;
-	}
-	for (cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		fds = (int *)CMSG_DATA(cm);
-		nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (i = 0; i < nfds; i++) {
-			if (c->nfds < CONNECTION_FDS)
-				c->fds[c->nfds++] = fds[i];
-			else
-				close(fds[i]);
-		}
-	}
-	c->active_ms = ember_now_ms();
-	if (evbuffer_get_length(in) == 0) {
-		c->frame_ms = c->active_ms;
-		connection_arm(c);
-	}
-	vec[0].iov_len = (size_t)n;
-	evbuffer_commit_space(in, vec, 1);
-	connection_process(c);
-}
-
-/* Take the oldest descriptor the client passed, or -1. */
-static int
-connection_take_fd(struct connection *c)
-{
-	int	fd;
-
-	if (c->nfds == 0)
-		return (-1);
-	fd = c->fds[0];
-	memmove(c->fds, c->fds + 1, (size_t)--c->nfds * sizeof *c->fds);
-	return (fd);
-}
-
 /* Work through buffered input as far as the state allows, then read on
  * if there is room. */
 static void
@@ -878,18 +818,13 @@ connection_process(struct connection *c)
 	if (c->state == CONN_CLOSING)
 		return;
 	connection_arm(c);
-	if (!c->reading && c->state != CONN_CLOSING &&
-	    evbuffer_get_length(bufferevent_get_input(c->bev)) <
-	    connection_input_room(c)) {
-		event_add(c->rev, NULL);
-		c->reading = 1;
-	}
+	channel_resume(c->ch);
 }
 
 static void
 connection_process_input(struct connection *c)
 {
-	struct evbuffer	*in = bufferevent_get_input(c->bev);
+	struct evbuffer	*in = channel_input(c->ch);
 	int		 n, handled;
 
 	for (n = 0; n < CONNECTION_BATCH; n++) {
@@ -937,8 +872,8 @@ connection_clients_turn(struct connection *c)
 static int
 connection_idle(struct connection *c)
 {
-	return (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
-	    evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
+	return (evbuffer_get_length(channel_output(c->ch)) == 0 &&
+	    evbuffer_get_length(channel_input(c->ch)) == 0 &&
 	    connection_clients_turn(c));
 }
 
@@ -948,7 +883,7 @@ static int
 connection_waits_input(struct connection *c)
 {
 	return (c->frame_ms != 0 &&
-	    evbuffer_get_length(bufferevent_get_input(c->bev)) > 0 &&
+	    evbuffer_get_length(channel_input(c->ch)) > 0 &&
 	    connection_clients_turn(c));
 }
 
@@ -957,7 +892,7 @@ connection_waits_input(struct connection *c)
 static int
 connection_write_stalled(struct connection *c)
 {
-	return (evbuffer_get_length(bufferevent_get_output(c->bev)) > 0);
+	return (evbuffer_get_length(channel_output(c->ch)) > 0);
 }
 
 /* Set the timer for the next deadline: the frame being read, a last reply
@@ -1005,8 +940,8 @@ connection_timer_cb(evutil_socket_t fd, short events, void *arg)
 		log_info("connection %llu (pid %ld, uid %ld): the client took "
 		    "none of its %zu bytes of output in daemon.write_timeout "
 		    "(%llums); closed", (unsigned long long)c->id, (long)c->pid,
-		    (long)c->uid, evbuffer_get_length(bufferevent_get_output(
-		    c->bev)), (unsigned long long)wt);
+		    (long)c->uid, evbuffer_get_length(channel_output(
+		    c->ch)), (unsigned long long)wt);
 		connection_free(c);
 		return;
 	}
@@ -1038,14 +973,14 @@ connection_timer_cb(evutil_socket_t fd, short events, void *arg)
 	connection_arm(c);
 }
 
-/* Output drained below the low watermark (or empty, when closing). */
+/* Output drained below the low mark (or empty, when closing). */
 static void
-connection_write_cb(struct bufferevent *bev, void *arg)
+connection_write_cb(void *arg)
 {
 	struct connection	*c = arg;
 
 	if (c->state == CONN_CLOSING) {
-		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+		if (evbuffer_get_length(channel_output(c->ch)) == 0)
 			connection_free(c);
 		return;
 	}
@@ -1058,26 +993,13 @@ connection_write_cb(struct bufferevent *bev, void *arg)
 }
 
 static void
-connection_event_cb(struct bufferevent *bev, short what, void *arg)
-{
-	struct connection	*c = arg;
-
-	(void)bev;
-	if (what & BEV_EVENT_ERROR)
-		log_debug("connection %llu: %s", (unsigned long long)c->id,
-		    strerror(EVUTIL_SOCKET_ERROR()));
-	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-		connection_free(c);
-}
-
-static void
 connection_kick_cb(evutil_socket_t fd, short events, void *arg)
 {
 	struct connection	*c = arg;
 
 	(void)fd;
 	if (c->state == CONN_CLOSING) {
-		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		if (evbuffer_get_length(channel_output(c->ch)) == 0)
 			connection_free(c);
 		return;
 	}
@@ -1104,29 +1026,21 @@ connection_create(int fd)
 	c->gid = cred.gid;
 	c->pid = cred.pid;
 	c->state = CONN_CONTROL;
-	c->bev = bufferevent_socket_new(ember_base, fd, BEV_OPT_CLOSE_ON_FREE);
-	if (c->bev == NULL)
-		fatalx("bufferevent_socket_new failed");
+	c->ch = channel_create(fd, 4 + CONNECTION_READ_AHEAD, connection_read_cb,
+	    c);
+	channel_set_error_cb(c->ch, connection_error_cb);
+	/* Kept for the request that takes them (broadcast_put). */
+	channel_accept_fds(c->ch, CONNECTION_FDS);
+	/* The loop writes the output, and wakes the writer when the client
+	 * has taken half of what a stream may queue. */
+	channel_set_write_cb(c->ch, (size_t)ember_conf.stream_buffer / 2,
+	    connection_write_cb);
 	c->kick = event_new(ember_base, -1, 0, connection_kick_cb, c);
 	c->timer = evtimer_new(ember_base, connection_timer_cb, c);
 	c->active_ms = ember_now_ms();
 	c->wrote_ms = c->active_ms;
-	c->out_cb = evbuffer_add_cb(bufferevent_get_output(c->bev),
+	c->out_cb = evbuffer_add_cb(channel_output(c->ch),
 	    connection_output_cb, c);
-	/* emberd fills the input itself (connection_recv_cb): a bufferevent
-	 * keeps the end of its input frozen to all but its own reads. */
-	evbuffer_unfreeze(bufferevent_get_input(c->bev), 0);
-	c->rev = event_new(ember_base, fd, EV_READ | EV_PERSIST,
-	    connection_recv_cb, c);
-	bufferevent_setcb(c->bev, NULL, connection_write_cb,
-	    connection_event_cb, c);
-	/* Wake the writer when the client has taken half of what a stream may
-	 * queue. */
-	bufferevent_setwatermark(c->bev, EV_WRITE,
-	    (size_t)ember_conf.stream_buffer / 2, 0);
-	/* libevent writes 16 KiB per call unless told otherwise. */
-	bufferevent_set_max_single_write(c->bev,
-	    (size_t)ember_conf.stream_buffer);
 	TAILQ_INSERT_TAIL(&connections, c, entry);
 	connection_count++;
 	ember_counters.connections++;
@@ -1137,15 +1051,11 @@ connection_create(int fd)
 		    err);
 		connection_fail(c, "LIMIT_EXCEEDED", "%s", err);
 		free(err);
-		bufferevent_enable(c->bev, EV_WRITE);
 		return;
 	}
 	c->counted = 1;
 	log_debug("connection %llu from pid %ld uid %ld",
 	    (unsigned long long)c->id, (long)c->pid, (long)c->uid);
-	bufferevent_enable(c->bev, EV_WRITE);
-	event_add(c->rev, NULL);
-	c->reading = 1;
 	connection_arm(c);
 }
 
@@ -1163,12 +1073,10 @@ connection_free(struct connection *c)
 		userdb_cancel(c->lookup);
 	if (c->hello != NULL)
 		json_decref(c->hello);
-	while (c->nfds > 0)
-		close(c->fds[--c->nfds]);
 	if (c->session != NULL)
 		session_release(c->session);
 	connection_release_frame(c);
-	evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->out_cb);
+	evbuffer_remove_cb_entry(channel_output(c->ch), c->out_cb);
 	if (c->held > 0)
 		limit_release(c->uid, LIMIT_RESULTS, c->held);
 	if (c->counted)
@@ -1176,9 +1084,8 @@ connection_free(struct connection *c)
 	TAILQ_REMOVE(&connections, c, entry);
 	connection_count--;
 	event_free(c->timer);
-	event_free(c->rev);
 	event_free(c->kick);
-	bufferevent_free(c->bev);
+	channel_free(c->ch);
 	free(c);
 	ember_check_drained();
 }
@@ -1196,8 +1103,7 @@ connection_close_all(void)
 
 	while ((c = TAILQ_FIRST(&connections)) != NULL) {
 		/* A last error frame is worth a try: it may fit. */
-		evbuffer_write(bufferevent_get_output(c->bev),
-		    bufferevent_getfd(c->bev));
+		channel_flush(c->ch);
 		connection_free(c);
 	}
 }

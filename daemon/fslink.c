@@ -11,11 +11,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "cgroup.h"
+#include "channel.h"
 #include "emberd.h"
 #include "fdpass.h"
+#include "frame.h"
 #include "fslink.h"
 #include "jobenv.h"
 #include "joblog.h"
@@ -24,13 +27,19 @@
 #include "queue.h"
 #include "xmalloc.h"
 
+/*
+ * Requests queued for a fork-server that reads none: more are refused
+ * (its requests fail as if it were not running), so one stopped by its
+ * user costs emberd no more than this.
+ */
+#define FSLINK_MAX_QUEUED	(4096 * FS_MSG_SIZE)
+
 struct fslink {
 	struct pool		*pool;
 	uid_t			 uid;
 	gid_t			 gid;
 	pid_t			 pid;
-	int			 fd;
-	struct event		*event;
+	struct channel		*ch;		/* its packets, NULL if none */
 	struct joblog		*joblog;	/* its stdout and stderr */
 	struct event		*restart;
 	int			 failures;	/* restarts without a hello */
@@ -146,36 +155,57 @@ fslink_init(void)
 static void
 fslink_close(struct fslink *fs)
 {
-	if (fs->event != NULL)
-		event_free(fs->event);
-	fs->event = NULL;
-	if (fs->fd != -1)
-		close(fs->fd);
-	fs->fd = -1;
+	if (fs->ch != NULL)
+		channel_free(fs->ch);
+	fs->ch = NULL;
 }
 
+/* The next message of the input, and the descriptor that came with it
+ * (or -1): 1, or 0 if none is left. */
+static int
+fslink_next(struct fslink *fs, struct fs_msg *m, int *passed)
+{
+	struct evbuffer	*in = channel_input(fs->ch);
+	unsigned char	*buf;
+
+	if (evbuffer_get_length(in) < FS_MSG_SIZE)
+		return (0);
+	*passed = channel_take_fd_with(fs->ch, FS_MSG_SIZE);
+	buf = evbuffer_pullup(in, FS_MSG_SIZE);
+	m->type = be32_get(buf);
+	m->id = be32_get(buf + 4);
+	m->pid = be32_get(buf + 8);
+	m->value = be32_get(buf + 12);
+	evbuffer_drain(in, FS_MSG_SIZE);
+	return (1);
+}
+
+/* Its channel ended: a corrupt packet kills it; the exit itself comes
+ * with SIGCHLD, and a new one is started then. */
 static void
-fslink_read_cb(evutil_socket_t fd, short events, void *arg)
+fslink_error_cb(void *arg, int error)
+{
+	struct fslink	*fs = arg;
+
+	if (error == EBADMSG) {
+		log_error("fork-server %ld sent a malformed packet; killing it",
+		    (long)fs->pid);
+		kill(fs->pid, SIGKILL);
+	} else if (error != 0)
+		log_error("fork-server channel: %s", strerror(error));
+}
+
+/* The packets of a turn (a few: a burst of exits cannot starve
+ * clients). */
+static void
+fslink_read_cb(void *arg)
 {
 	struct fslink			*fs = arg;
 	const struct fslink_peer	*p;
 	struct fs_msg			 m;
-	int				 passed, n, i, k;
+	int				 passed, k;
 
-	(void)events;
-	/* A few messages per turn, so a burst of exits cannot starve clients. */
-	for (i = 0; i < 64; i++) {
-		n = fs_msg_recv(fd, &m, &passed);
-		if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
-		if (n <= 0) {
-			if (n == -1)
-				log_error("fork-server channel: %s",
-				    strerror(errno));
-			/* The exit itself comes with SIGCHLD. */
-			event_del(fs->event);
-			return;
-		}
+	while (fs->ch != NULL && fslink_next(fs, &m, &passed)) {
 		log_debug("fork-server %ld: %s id %d pid %d value %d",
 		    (long)fs->pid, fs_msg_type_name(m.type), m.id, m.pid,
 		    m.value);
@@ -212,7 +242,7 @@ fslink_read_cb(evutil_socket_t fd, short events, void *arg)
 			log_error("fork-server sent message type %d; killing it",
 			    m.type);
 			kill(fs->pid, SIGKILL);
-			event_del(fs->event);
+			channel_stop(fs->ch);
 			return;
 		}
 	}
@@ -377,11 +407,11 @@ fslink_start(struct fslink *fs)
 	if (cgroup_enter(fs->uid, pid) == -1)
 		kill(pid, SIGKILL);
 	fs->pid = pid;
-	fs->fd = sv[0];
-	evutil_make_socket_nonblocking(fs->fd);
-	fs->event = event_new(ember_base, fs->fd, EV_READ | EV_PERSIST,
+	/* A packet channel: each message is one packet of FS_MSG_SIZE, a
+	 * worker's or helper's socket riding on its FS_FORKED. */
+	fs->ch = channel_create_packets(sv[0], FS_MSG_SIZE, FS_MSG_SIZE, 1,
 	    fslink_read_cb, fs);
-	event_add(fs->event, NULL);
+	channel_set_error_cb(fs->ch, fslink_error_cb);
 	log_debug("started fork-server %ld for uid %ld (%s)", (long)pid,
 	    (long)fs->uid, fslink_path);
 	for (k = 0; k < FSLINK_KINDS; k++) {
@@ -400,7 +430,6 @@ fslink_create(struct pool *pool, uid_t uid, gid_t gid)
 	fs->uid = uid;
 	fs->gid = gid;
 	fs->pid = -1;
-	fs->fd = -1;
 	TAILQ_INSERT_TAIL(&fslinks, fs, entry);
 	if (fslink_start(fs) == -1) {
 		TAILQ_REMOVE(&fslinks, fs, entry);
@@ -413,7 +442,7 @@ fslink_create(struct pool *pool, uid_t uid, gid_t gid)
 int
 fslink_running(const struct fslink *fs)
 {
-	return (fs != NULL && fs->fd != -1);
+	return (fs != NULL && fs->ch != NULL);
 }
 
 int
@@ -486,18 +515,41 @@ fslink_reap(void)
 	}
 }
 
+/* Queue a message for the fork-server, with fd (duplicated) if it is
+ * not -1: 0, or -1 if it is not running or reads none of what is
+ * queued. */
+static int
+fslink_send_fd(struct fslink *fs, const struct fs_msg *m, int fd)
+{
+	unsigned char	buf[FS_MSG_SIZE];
+
+	if (!fslink_running(fs))
+		return (-1);
+	if (evbuffer_get_length(channel_output(fs->ch)) >= FSLINK_MAX_QUEUED) {
+		log_error("fork-server %ld reads none of its requests: %s "
+		    "refused", (long)fs->pid, fs_msg_type_name(m->type));
+		return (-1);
+	}
+	fs_msg_encode(m, buf);
+	if (fd != -1)
+		channel_pass_fd(fs->ch, fd);
+	evbuffer_add(channel_output(fs->ch), buf, sizeof buf);
+	channel_flush(fs->ch);
+	return (0);
+}
+
+static int
+fslink_send(struct fslink *fs, const struct fs_msg *m)
+{
+	return (fslink_send_fd(fs, m, -1));
+}
+
 int
 fslink_fork(struct fslink *fs, int32_t request)
 {
 	struct fs_msg	m = { FS_FORK, request, 0, 0 };
 
-	if (!fslink_running(fs))
-		return (-1);
-	if (fs_msg_send(fs->fd, &m, -1) == -1) {
-		log_error("fork request: %s", strerror(errno));
-		return (-1);
-	}
-	return (0);
+	return (fslink_send(fs, &m));
 }
 
 int
@@ -505,19 +557,13 @@ fslink_helper(struct fslink *fs, int32_t request)
 {
 	struct fs_msg	m = { FS_HELPER, request, 0, 0 };
 
-	if (!fslink_running(fs))
-		return (-1);
-	if (fs_msg_send(fs->fd, &m, -1) == -1) {
-		log_error("helper request: %s", strerror(errno));
-		return (-1);
-	}
-	return (0);
+	return (fslink_send(fs, &m));
 }
 
 void
 fslink_abort(struct fslink *fs, const char *why)
 {
-	if (fs == NULL || fs->pid == -1 || fs->fd == -1)
+	if (!fslink_running(fs) || fs->pid == -1)
 		return;
 	log_warn("fork-server %ld for uid %ld: %s; killing it", (long)fs->pid,
 	    (long)fs->uid, why);
@@ -530,13 +576,7 @@ fslink_pyload(struct fslink *fs, int32_t id, int fd)
 {
 	struct fs_msg	m = { FS_PYLOAD, id, 0, 0 };
 
-	if (!fslink_running(fs))
-		return (-1);
-	if (fs_msg_send(fs->fd, &m, fd) == -1) {
-		log_error("load of broadcast %d: %s", id, strerror(errno));
-		return (-1);
-	}
-	return (0);
+	return (fslink_send_fd(fs, &m, fd));
 }
 
 int
@@ -544,13 +584,7 @@ fslink_pydrop(struct fslink *fs, int32_t id)
 {
 	struct fs_msg	m = { FS_PYDROP, id, 0, 0 };
 
-	if (!fslink_running(fs))
-		return (-1);
-	if (fs_msg_send(fs->fd, &m, -1) == -1) {
-		log_error("drop of broadcast %d: %s", id, strerror(errno));
-		return (-1);
-	}
-	return (0);
+	return (fslink_send(fs, &m));
 }
 
 void
@@ -558,9 +592,7 @@ fslink_kill(struct fslink *fs, pid_t pid, int sig)
 {
 	struct fs_msg	m = { FS_KILL, 0, pid, sig };
 
-	if (fslink_running(fs) && fs_msg_send(fs->fd, &m, -1) == -1)
-		log_error("kill request for %ld: %s", (long)pid,
-		    strerror(errno));
+	(void)fslink_send(fs, &m);
 }
 
 /* Closing the channel makes a fork-server kill its workers and exit. */

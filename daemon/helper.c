@@ -11,6 +11,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "channel.h"
 #include "emberd.h"
 #include "fdpass.h"
 #include "frame.h"
@@ -24,8 +25,8 @@
 #include "queue.h"
 #include "xmalloc.h"
 
-/* Bytes read from a helper per turn of the loop. */
-#define HELPER_READ_CHUNK	(256 * 1024)
+/* Bytes read from a helper before its reply's length raises the mark. */
+#define HELPER_READ_HIGH	(256 * 1024)
 
 /*
  * A helper from request to exit.  The handle the caller holds is this
@@ -47,15 +48,12 @@ struct helper {
 	int			 background;	/* emberd's own work */
 	int			 queued;	/* waits for the uid's slot */
 	int			 slot;		/* holds it */
-	int			 sock;		/* -1 until forked, and after */
+	struct channel		*ch;		/* NULL until forked, and after */
 	int			 fds_in[HELPER_MAX_FDS]; /* to pass */
-	size_t			 nin;		/* 0: none, or sent */
-	struct event		*ev;
+	size_t			 nin;		/* 0: none, or queued */
 	struct event		*timer;
-	struct evbuffer		*out;		/* the request frame */
-	struct evbuffer		*in;		/* the reply frame */
-	int			 fds[HELPER_MAX_FDS];	/* came with it */
-	size_t			 nfds;
+	struct evbuffer		*out;		/* the request frame, until
+						   forked */
 	char			*verb;
 	enum hmsg_verb		 verb_id;
 	int32_t			 max_reply;	/* the reply's bound */
@@ -76,7 +74,6 @@ static int32_t	helper_next_id = 1;
  */
 #define HELPER_BACKGROUND_PER_UID	1
 
-static void	helper_io_cb(evutil_socket_t, short, void *);
 static void	helper_timeout_cb(evutil_socket_t, short, void *);
 static void	helper_release_slot(struct helper *);
 
@@ -93,33 +90,22 @@ helper_find(struct fslink *fs, int32_t id)
 	return (NULL);
 }
 
-/* Close what the helper's exchange holds: its socket, buffers, timer and
- * the descriptors nobody took. */
+/* Close what the helper's exchange holds: its channel (with the
+ * descriptors nobody took), the request, the timer. */
 static void
 helper_close(struct helper *h)
 {
-	size_t	i;
-
-	if (h->ev != NULL)
-		event_free(h->ev);
-	h->ev = NULL;
 	if (h->timer != NULL)
 		event_free(h->timer);
 	h->timer = NULL;
-	if (h->sock != -1)
-		close(h->sock);
-	h->sock = -1;
+	if (h->ch != NULL)
+		channel_free(h->ch);
+	h->ch = NULL;
 	while (h->nin > 0)
 		close(h->fds_in[--h->nin]);
-	for (i = 0; i < h->nfds; i++)
-		close(h->fds[i]);
-	h->nfds = 0;
 	if (h->out != NULL)
 		evbuffer_free(h->out);
 	h->out = NULL;
-	if (h->in != NULL)
-		evbuffer_free(h->in);
-	h->in = NULL;
 }
 
 /* Forget a helper whose process is gone (or never was). */
@@ -294,7 +280,6 @@ helper_create(uid_t client, gid_t gid, const char *verb, json_t *args,
 	h->client = client;
 	h->fs = pool_fslink(p);
 	h->pid = -1;
-	h->sock = -1;
 	h->verb = xstrdup(verb);
 	if ((v = hmsg_verb_find(verb)) == -1)
 		fatalx("helper: no verb %s", verb);
@@ -319,7 +304,6 @@ helper_create(uid_t client, gid_t gid, const char *verb, json_t *args,
 	h->out = evbuffer_new();
 	evbuffer_add_frame(h->out, text, len);
 	free(text);
-	h->in = evbuffer_new();
 	if (background && helper_background_running(client) >=
 	    HELPER_BACKGROUND_PER_UID) {
 		h->queued = 1;
@@ -368,42 +352,6 @@ helper_cancel(struct helper *h)
 	helper_stop(h);
 }
 
-/* Write the request; the descriptor rides on its first bytes.  0, or -1
- * after failing the helper. */
-static int
-helper_write(struct helper *h)
-{
-	unsigned char	*data;
-	size_t		 len = evbuffer_get_length(h->out);
-	ssize_t		 n;
-
-	if (h->nin > 0) {
-		data = evbuffer_pullup(h->out, (ev_ssize_t)(len < 4096 ?
-		    len : 4096));
-		n = fd_send_many(h->sock, data, len < 4096 ? len : 4096,
-		    h->fds_in, h->nin);
-		if (n > 0) {
-			while (h->nin > 0)
-				close(h->fds_in[--h->nin]);
-			evbuffer_drain(h->out, (size_t)n);
-		}
-	} else
-		n = evbuffer_write(h->out, h->sock);
-	if (n == -1 && errno != EAGAIN && errno != EWOULDBLOCK &&
-	    errno != EINTR) {
-		helper_fail(h, HELPER_FAILED, "sending the request: %s",
-		    strerror(errno));
-		return (-1);
-	}
-	if (evbuffer_get_length(h->out) == 0) {
-		event_del(h->ev);
-		event_assign(h->ev, ember_base, h->sock, EV_READ | EV_PERSIST,
-		    helper_io_cb, h);
-		event_add(h->ev, NULL);
-	}
-	return (0);
-}
-
 /* Kill a helper that answered but did not exit. */
 static void
 helper_linger_cb(evutil_socket_t fd, short events, void *arg)
@@ -438,9 +386,10 @@ helper_answer(struct helper *h, size_t len)
 	const char	*error;
 	char		*err = NULL;
 	int		 fds[HELPER_MAX_FDS];
-	size_t		 nfds = h->nfds;
+	size_t		 nfds = 0;
+	struct evbuffer	*in = channel_input(h->ch);
 
-	if (hmsg_reply_decode(evbuffer_pullup(h->in, (ev_ssize_t)len), len,
+	if (hmsg_reply_decode(evbuffer_pullup(in, (ev_ssize_t)len), len,
 	    h->verb_id, &msg, &reply, &error, &err) == -1) {
 		json_decref(msg);
 		helper_fail(h, "INTERNAL", "a malformed reply: %s", err);
@@ -456,8 +405,10 @@ helper_answer(struct helper *h, size_t len)
 	log_debug("helper %ld (%s, uid %ld): answered in %llums",
 	    (long)h->pid, h->verb, (long)h->client,
 	    (unsigned long long)(ember_now_ms() - h->started_ms));
-	memcpy(fds, h->fds, sizeof fds);
-	h->nfds = 0;		/* the callback's now */
+	/* The callback's now. */
+	while (nfds < HELPER_MAX_FDS && (fds[nfds] = channel_take_fd(h->ch)) !=
+	    -1)
+		nfds++;
 	h->cb = NULL;
 	helper_close(h);
 	helper_answered(h);
@@ -465,64 +416,70 @@ helper_answer(struct helper *h, size_t len)
 	json_decref(msg);
 }
 
-/* Read what the helper sent: 0, or -1 after failing or answering. */
+/* Look at what the helper sent: 0, or -1 after failing or answering. */
 static int
 helper_read(struct helper *h)
 {
-	unsigned char	 hdr[4];
-	char		*buf;
+	struct evbuffer	*in = channel_input(h->ch);
 	int32_t		 len;
-	int		 overflow = 0;
-	ssize_t		 n;
 
-	buf = xmalloc(HELPER_READ_CHUNK);
-	n = fd_recv_many(h->sock, buf, HELPER_READ_CHUNK, h->fds,
-	    HELPER_MAX_FDS, &h->nfds, &overflow);
-	if (n > 0)
-		evbuffer_add(h->in, buf, (size_t)n);
-	free(buf);
-	if (overflow) {
+	if (channel_fds_refused(h->ch) > 0) {
 		helper_fail(h, "INTERNAL", "it passed too many descriptors");
 		return (-1);
 	}
-	if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK ||
-	    errno == EINTR))
+	switch (channel_frame(h->ch, (size_t)h->max_reply, &len)) {
+	case FRAME_INCOMPLETE:
 		return (0);
-	if (n == -1) {
-		helper_fail(h, HELPER_FAILED, "reading its reply: %s",
-		    strerror(errno));
+	case FRAME_TOO_LARGE:
+		break;
+	case FRAME_OK:
+		if (len <= 0)
+			break;
+		evbuffer_drain(in, 4);
+		helper_answer(h, (size_t)len);
 		return (-1);
 	}
-	if (evbuffer_get_length(h->in) >= sizeof hdr) {
-		evbuffer_copyout(h->in, hdr, sizeof hdr);
-		len = be32_get(hdr);
-		if (len <= 0 || len > h->max_reply) {
-			helper_fail(h, "INTERNAL", "a reply of %d bytes", len);
-			return (-1);
-		}
-		if (evbuffer_get_length(h->in) >= sizeof hdr + (size_t)len) {
-			evbuffer_drain(h->in, sizeof hdr);
-			helper_answer(h, (size_t)len);
-			return (-1);
-		}
-	}
-	if (n == 0) {
-		helper_fail(h, HELPER_FAILED, "it exited without a reply");
-		return (-1);
-	}
-	return (0);
+	helper_fail(h, "INTERNAL", "a reply of %d bytes", len);
+	return (-1);
 }
 
 static void
-helper_io_cb(evutil_socket_t fd, short events, void *arg)
+helper_read_cb(void *arg)
+{
+	helper_read(arg);
+}
+
+/* Its end came before a whole reply. */
+static void
+helper_error_cb(void *arg, int error)
 {
 	struct helper	*h = arg;
 
-	(void)fd;
-	if ((events & EV_WRITE) && helper_write(h) == -1)
-		return;
-	if (events & EV_READ)
-		helper_read(h);
+	if (error == 0)
+		helper_fail(h, HELPER_FAILED, "it exited without a reply");
+	else
+		helper_fail(h, HELPER_FAILED, "reading its reply: %s",
+		    strerror(error));
+}
+
+/* Its channel, with the request (the descriptors ride on its first
+ * bytes) on the way. */
+static void
+helper_open(struct helper *h, int fd)
+{
+	size_t	i;
+
+	h->ch = channel_create(fd, HELPER_READ_HIGH, helper_read_cb, h);
+	channel_accept_fds(h->ch, HELPER_MAX_FDS);
+	channel_set_error_cb(h->ch, helper_error_cb);
+	for (i = 0; i < h->nin; i++)
+		channel_pass_fd(h->ch, h->fds_in[i]);
+	while (h->nin > 0)
+		close(h->fds_in[--h->nin]);
+	evbuffer_add_buffer(channel_output(h->ch), h->out);
+	evbuffer_free(h->out);
+	h->out = NULL;
+	channel_flush(h->ch);
 }
 
 /* The fork-server forked the helper of request. */
@@ -546,11 +503,7 @@ helper_forked(struct fslink *fs, int32_t request, pid_t pid, int fd,
 		fslink_kill(fs, pid, SIGKILL);
 		return;
 	}
-	h->sock = fd;
-	evutil_make_socket_nonblocking(fd);
-	h->ev = event_new(ember_base, fd, EV_READ | EV_WRITE | EV_PERSIST,
-	    helper_io_cb, h);
-	event_add(h->ev, NULL);
+	helper_open(h, fd);
 	log_debug("helper %ld started for request %d (%s, uid %ld)", (long)pid,
 	    request, h->verb, (long)h->client);
 }
@@ -578,7 +531,8 @@ helper_exited(struct fslink *fs, pid_t pid, int status)
 {
 	struct helper	*h;
 	char		 how[96];
-	int		 turns = HELPER_MAX_REPLY / HELPER_READ_CHUNK + 2;
+	int		 turns = HELPER_MAX_REPLY / HELPER_READ_HIGH + 2;
+	size_t		 len;
 
 	TAILQ_FOREACH(h, &helpers, entry) {
 		if (h->fs == fs && h->pid == pid)
@@ -587,10 +541,17 @@ helper_exited(struct fslink *fs, pid_t pid, int status)
 	if (h == NULL)
 		return (0);
 	if (h->cb != NULL) {
-		/* Its socket may still hold the reply: read it first. */
-		while (h->sock != -1 && h->cb != NULL && turns-- > 0 &&
-		    helper_read(h) == 0)
-			;
+		/* Its socket may still hold the reply: read it first; its
+		 * end is told below, with how it exited. */
+		if (h->ch != NULL)
+			channel_set_error_cb(h->ch, NULL);
+		while (h->ch != NULL && h->cb != NULL && turns-- > 0) {
+			len = evbuffer_get_length(channel_input(h->ch));
+			channel_read(h->ch);
+			if (h->ch != NULL && evbuffer_get_length(
+			    channel_input(h->ch)) == len)
+				break;
+		}
 	}
 	if (h->cb != NULL) {
 		log_describe_wait(status, how, sizeof how);

@@ -5,6 +5,7 @@
 #include "frame.h"
 #include "log.h"
 #include "protocol.h"
+#include "record.h"
 #include "result.h"
 #include "xmalloc.h"
 
@@ -275,13 +276,29 @@ result_absorb(struct result *r, const unsigned char *p, size_t len,
 {
 	const unsigned char	*end = p + len;
 	const char		*key = NULL;	/* in this batch */
+	int64_t			 count;
 	int32_t			 n;
 
 	while (p < end) {
-		if (end - p < 4)
+		if (r->kind != RESULT_REDUCE && r->have_key) {
+			if (record_count_get(p, (size_t)(end - p),
+			    &count) == -1 ||
+			    result_add_count(&r->total, count) == -1)
+				goto bad;
+			if (r->key_null)
+				r->nulls += count;
+			else
+				result_add(r, key != NULL ? key : r->key,
+				    r->keylen, count);
+			r->have_key = 0;
+			key = NULL;
+			p += RECORD_COUNT_FRAME;
+			continue;
+		}
+		if (end - p < RECORD_HEAD)
 			goto bad;
 		n = be32_get(p);
-		p += 4;
+		p += RECORD_HEAD;
 		if (n < 0 && n != EMBER_NULL)
 			goto bad;
 		if (n > 0 && end - p < n)
@@ -294,23 +311,10 @@ result_absorb(struct result *r, const unsigned char *p, size_t len,
 			p += n;
 			continue;
 		}
-		if (!r->have_key) {
-			r->key_null = n == EMBER_NULL;
-			r->keylen = n < 0 ? 0 : (size_t)n;
-			key = (const char *)p;
-			r->have_key = 1;
-		} else {
-			if (n != 8 ||
-			    result_add_count(&r->total, be64_get(p)) == -1)
-				goto bad;
-			if (r->key_null)
-				r->nulls += be64_get(p);
-			else
-				result_add(r, key != NULL ? key : r->key,
-				    r->keylen, be64_get(p));
-			r->have_key = 0;
-			key = NULL;
-		}
+		r->key_null = n == EMBER_NULL;
+		r->keylen = n < 0 ? 0 : (size_t)n;
+		key = (const char *)p;
+		r->have_key = 1;
 		if (n > 0)
 			p += n;
 	}

@@ -12,8 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "channel.h"
 #include "emberd.h"
 #include "log.h"
 #include "queue.h"
@@ -82,8 +84,7 @@ static struct userdb_list	 userdb_unsent =
 static struct userdb_list	 userdb_sent =
     TAILQ_HEAD_INITIALIZER(userdb_sent);
 static size_t			 userdb_nsent;
-static int			 userdb_fd = -1;
-static struct event		*userdb_ev;
+static struct channel		*userdb_ch;	/* to the resolver */
 static struct event		*userdb_restart;
 /* Whom the resolver runs as, when emberd is root: workers.root_user,
  * else nobody's usual ids.  A lookup needs no privilege. */
@@ -277,19 +278,20 @@ userdb_flush(void)
 	struct userdb_entry	*e;
 	struct userdb_req	 req;
 
-	while (userdb_fd != -1 && userdb_nsent < USERDB_INFLIGHT &&
+	if (userdb_ch == NULL)
+		return;
+	while (userdb_nsent < USERDB_INFLIGHT &&
 	    (e = TAILQ_FIRST(&userdb_unsent)) != NULL) {
 		memset(&req, 0, sizeof req);
 		req.by_name = e->by_name;
 		req.uid = (uint32_t)e->key_uid;
 		strcpy(req.name, e->key_name);
-		if (send(userdb_fd, &req, sizeof req, MSG_DONTWAIT |
-		    MSG_NOSIGNAL) != sizeof req)
-			return;		/* full: the next answer makes room */
+		evbuffer_add(channel_output(userdb_ch), &req, sizeof req);
 		TAILQ_REMOVE(&userdb_unsent, e, ask_entry);
 		TAILQ_INSERT_TAIL(&userdb_sent, e, ask_entry);
 		userdb_nsent++;
 	}
+	channel_flush(userdb_ch);
 }
 
 /* Also remember a user found by name under its uid. */
@@ -326,10 +328,8 @@ userdb_lost(const char *why)
 	struct userdb_entry	*e;
 
 	log_warn("user lookups: %s; starting the resolver again", why);
-	event_free(userdb_ev);
-	userdb_ev = NULL;
-	close(userdb_fd);	/* the resolver ends at its end of file */
-	userdb_fd = -1;
+	channel_free(userdb_ch);	/* the resolver ends at its end of file */
+	userdb_ch = NULL;
 	while ((e = TAILQ_LAST(&userdb_sent, userdb_list)) != NULL) {
 		TAILQ_REMOVE(&userdb_sent, e, ask_entry);
 		TAILQ_INSERT_HEAD(&userdb_unsent, e, ask_entry);
@@ -338,26 +338,23 @@ userdb_lost(const char *why)
 	userdb_later();
 }
 
-/* An answer: the first request sent is the one it answers. */
+/* Answers: the first request sent is the one each answers. */
 static void
-userdb_read_cb(evutil_socket_t fd, short events, void *arg)
+userdb_read_cb(void *arg)
 {
+	struct evbuffer		*in = channel_input(userdb_ch);
 	struct userdb_rep	 rep;
 	struct userdb_entry	*e;
-	ssize_t			 n;
 
-	(void)events; (void)arg;
-	for (;;) {
-		if ((n = recv(fd, &rep, sizeof rep, MSG_DONTWAIT)) == -1 &&
-		    (errno == EAGAIN || errno == EINTR))
-			break;
+	(void)arg;
+	while (evbuffer_remove(in, &rep, sizeof rep) == (int)sizeof rep) {
 		e = TAILQ_FIRST(&userdb_sent);
-		if (n != (ssize_t)sizeof rep || e == NULL ||
+		if (e == NULL ||
 		    rep.by_name != e->by_name || (e->by_name ?
 		    strncmp(rep.qname, e->key_name, sizeof rep.qname) != 0 :
 		    rep.quid != (uint32_t)e->key_uid)) {
-			userdb_lost(n == 0 ? "the resolver exited" :
-			    "the resolver's answer is not the one asked for");
+			userdb_lost("the resolver's answer is not the one "
+			    "asked for");
 			return;
 		}
 		TAILQ_REMOVE(&userdb_sent, e, ask_entry);
@@ -369,6 +366,19 @@ userdb_read_cb(evutil_socket_t fd, short events, void *arg)
 		userdb_wake(e);
 	}
 	userdb_flush();
+}
+
+/* The resolver's end, or a packet of the wrong size. */
+static void
+userdb_error_cb(void *arg, int error)
+{
+	(void)arg;
+	if (error == 0)
+		userdb_lost("the resolver exited");
+	else if (error == EBADMSG)
+		userdb_lost("the resolver's answer is not the one asked for");
+	else
+		userdb_lost(strerror(error));
 }
 
 /* Start a resolver: 0, or -1 (logged). */
@@ -388,10 +398,9 @@ userdb_spawn(void)
 		return (-1);
 	}
 	close(sv[1]);
-	userdb_fd = sv[0];
-	userdb_ev = event_new(ember_base, userdb_fd, EV_READ | EV_PERSIST,
-	    userdb_read_cb, NULL);
-	event_add(userdb_ev, NULL);
+	userdb_ch = channel_create_packets(sv[0], sizeof(struct userdb_rep),
+	    sizeof(struct userdb_req), 0, userdb_read_cb, NULL);
+	channel_set_error_cb(userdb_ch, userdb_error_cb);
 	userdb_flush();
 	return (0);
 }
@@ -432,14 +441,12 @@ userdb_stop(void)
 	struct userdb_entry	*e;
 	struct userdb_wait	*w;
 
-	if (userdb_ev != NULL)
-		event_free(userdb_ev);
 	if (userdb_restart != NULL)
 		event_free(userdb_restart);
-	userdb_ev = userdb_restart = NULL;
-	if (userdb_fd != -1)
-		close(userdb_fd);	/* the resolver ends at its EOF */
-	userdb_fd = -1;
+	userdb_restart = NULL;
+	if (userdb_ch != NULL)
+		channel_free(userdb_ch);	/* the resolver ends at its EOF */
+	userdb_ch = NULL;
 	TAILQ_INIT(&userdb_unsent);
 	TAILQ_INIT(&userdb_sent);
 	userdb_nsent = 0;

@@ -12,6 +12,7 @@
 #include "output.h"
 #include "utf8.h"
 #include "protocol.h"
+#include "record.h"
 #include "wmsg.h"
 #include "xmalloc.h"
 
@@ -205,18 +206,18 @@ static int
 output_record_alone(struct output *out, const void *data, size_t len,
     char **err)
 {
-	unsigned char	hdr[WMSG_BATCH_SIZE + 4];
+	unsigned char	hdr[WMSG_BATCH_SIZE + RECORD_HEAD];
 	struct iovec	iov[2];
 
-	output_batch_header(hdr, 1, len + 4);
-	be32_put(hdr + WMSG_BATCH_SIZE, (int32_t)len);
+	output_batch_header(hdr, 1, record_size(len));
+	record_head_put(hdr + WMSG_BATCH_SIZE, len, 0);
 	iov[0].iov_base = hdr;
 	iov[0].iov_len = sizeof hdr;
 	iov[1].iov_base = (void *)data;
 	iov[1].iov_len = len;
 	if (output_writev(out, iov, 2, err) == -1)
 		return (-1);
-	out->bytes += len + 4;
+	out->bytes += record_size(len);
 	return (0);
 }
 
@@ -225,32 +226,22 @@ int
 output_record(struct output *out, const void *data, size_t len, int null,
     char **err)
 {
-	if (null) {
-		if (out->used + 4 > OUTPUT_BUFFER &&
-		    output_flush(out, err) == -1)
-			return (-1);
-		output_mark(out);
-		be32_put(out->buf + out->used, EMBER_NULL);
-		out->used += 4;
-		out->count++;
-		return (0);
-	}
-	if (len > EMBER_MAX_BATCH - 4) {
+	if (null)
+		len = 0;
+	else if (len > EMBER_MAX_BATCH - RECORD_HEAD) {
 		xasprintf(err, "record of %zu bytes exceeds the 64 MiB limit",
 		    len);
 		return (-1);
 	}
-	if (out->used + 4 + len > OUTPUT_BUFFER) {
+	if (out->used + record_size(len) > OUTPUT_BUFFER) {
 		if (output_flush(out, err) == -1)
 			return (-1);
-		if (4 + len > OUTPUT_BUFFER)
+		if (record_size(len) > OUTPUT_BUFFER)
 			return (output_record_alone(out, data, len, err));
 	}
 	output_mark(out);
-	be32_put(out->buf + out->used, (int32_t)len);
-	if (len > 0)	/* an empty record may come with no buffer at all */
-		memcpy(out->buf + out->used + 4, data, len);
-	out->used += 4 + len;
+	out->used = (size_t)(record_put(out->buf + out->used, data, len,
+	    null) - out->buf);
 	out->count++;
 	return (0);
 }
@@ -295,19 +286,20 @@ output_keyed(struct output *out, const struct record *r, char **err)
 	return (0);
 }
 
-/* Append a record and its value, in one batch whatever their size. */
+/* Append a counted record, in one batch whatever its size. */
 int
-output_pair(struct output *out, const void *data, size_t len, int null,
-    const unsigned char value[8], char **err)
+output_counted(struct output *out, const void *data, size_t len, int null,
+    int64_t count, char **err)
 {
-	unsigned char	hdr[WMSG_BATCH_SIZE + 4], tail[12];
+	unsigned char	hdr[WMSG_BATCH_SIZE + RECORD_HEAD];
+	unsigned char	tail[RECORD_COUNT_FRAME];
 	struct iovec	iov[3];
 	size_t		need;
 
 	if (null)
 		len = 0;
-	need = 4 + len + 12;
-	if (len > EMBER_MAX_BATCH - 16) {
+	need = record_counted_size(len);
+	if (len > EMBER_MAX_BATCH - record_counted_size(0)) {
 		xasprintf(err, "record of %zu bytes exceeds the 64 MiB limit",
 		    len);
 		return (-1);
@@ -316,12 +308,8 @@ output_pair(struct output *out, const void *data, size_t len, int null,
 		return (-1);
 	if (need <= OUTPUT_BUFFER) {
 		output_mark(out);
-		be32_put(out->buf + out->used, null ? EMBER_NULL :
-		    (int32_t)len);
-		if (len != 0)
-			memcpy(out->buf + out->used + 4, data, len);
-		be32_put(out->buf + out->used + 4 + len, 8);
-		memcpy(out->buf + out->used + 8 + len, value, 8);
+		record_count_put(record_put(out->buf + out->used, data, len,
+		    null), count);
 		out->used += need;
 		out->count += 2;
 		return (0);
@@ -329,9 +317,8 @@ output_pair(struct output *out, const void *data, size_t len, int null,
 
 	/* A key too large for the buffer: a batch of the pair alone. */
 	output_batch_header(hdr, 2, need);
-	be32_put(hdr + WMSG_BATCH_SIZE, (int32_t)len);
-	be32_put(tail, 8);
-	memcpy(tail + 4, value, 8);
+	record_head_put(hdr + WMSG_BATCH_SIZE, len, null);
+	record_count_put(tail, count);
 	iov[0].iov_base = hdr;
 	iov[0].iov_len = sizeof hdr;
 	iov[1].iov_base = (void *)data;

@@ -30,12 +30,12 @@ int		 output_record(struct output *, const void *, size_t, int null,
 int		 output_keyed(struct output *, const struct record *,
 		     char **err);
 /*
- * Append a record and an 8-byte value that must travel in the same batch
- * (a count_by_value pair: emberd merges each batch on its own).  0, or -1
- * with *err.
+ * Append a counted record (common/record.h): a count_by_value record and
+ * its count, which travel in the same batch, as emberd merges each batch
+ * on its own.  0, or -1 with *err.
  */
-int		 output_pair(struct output *, const void *, size_t, int null,
-		     const unsigned char value[8], char **err);
+int		 output_counted(struct output *, const void *, size_t,
+		     int null, int64_t count, char **err);
 /* Send the records buffered so far as one batch, and any held task ends.
  * 0, or -1 with *err. */
 int		 output_flush(struct output *, char **err);

@@ -412,11 +412,9 @@ static int
 run_cbv_send(struct run_cbv *c, const char *key, size_t len, int null,
     int64_t count)
 {
-	unsigned char	 be[8];
-	char		*err;
+	char	*err;
 
-	be64_put(be, count);
-	if (output_pair(c->sink.out, key, len, null, be, &err) == -1)
+	if (output_counted(c->sink.out, key, len, null, count, &err) == -1)
 		return (op_fail_take(&c->sink.op, err));
 	return (OP_OK);
 }

@@ -171,5 +171,43 @@ def test_lying_batch_counts(d):
                 "count_by_value")
 
 
+def fork_server_socket(d):
+    """emberd's link to its fork-server, taken from the fork-server (fd
+    3) with pidfd_getfd: what the fork-server itself could write."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(d.forkserver_pid())
+    try:
+        fd = libc.syscall(438, pidfd, 3, 0)	# SYS_pidfd_getfd
+        check(fd >= 0, "pidfd_getfd: %s" % os.strerror(ctypes.get_errno()))
+        return fd
+    finally:
+        os.close(pidfd)
+
+
+def test_forkserver_malformed_packet(d):
+    """A packet of the wrong size from a fork-server is a corrupt message:
+    emberd kills that fork-server, starts another, and jobs go on."""
+    c = d.client()
+    check_eq(c.count(range_plan(0, 100, 2)), 100, "count before")
+    first = d.forkserver_pid()
+    fd = fork_server_socket(d)
+    try:
+        os.write(fd, b"x" * 17)
+    finally:
+        os.close(fd)
+    check(wait_until(lambda: "sent a malformed packet; killing it" in
+                     d.log_text(), 10),
+          "no fork-server killed as corrupt:\n%s" % d.log_tail())
+
+    def restarted():
+        try:
+            return d.forkserver_pid(timeout=0.5) != first
+        except AssertionError:
+            return False
+    check(wait_until(restarted, 10), "the fork-server was not started again")
+    check_eq(c.count(range_plan(0, 100, 2)), 100, "count after")
+
+
 if __name__ == "__main__":
     run_tests(globals())

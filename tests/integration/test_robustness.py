@@ -167,5 +167,30 @@ def test_concurrent_failures_and_successes(d):
         check("no" in join(60), "the failing job's message")
 
 
+def resolver_pid(d):
+    """emberd's resolver of user lookups: a process of emberd's session
+    with emberd's command line (a fork of it), not emberd itself."""
+    sid, line = read_stat(d.pid)[4], cmdline(d.pid)
+    for pid, st in process_table().items():
+        if (pid != d.pid and st[4] == sid and st[1] not in ("Z", "X") and
+                cmdline(pid) == line):
+            return pid
+    return None
+
+
+def test_user_lookups_survive_their_resolver(d):
+    """The resolver of user lookups killed: emberd starts another, and a
+    client's hello, which waits for its user, is answered."""
+    first = wait_until(lambda: resolver_pid(d), 10)
+    check(first is not None, "no resolver")
+    os.kill(first, signal.SIGKILL)
+    check(wait_until(lambda: "the resolver exited" in d.log_text(), 10),
+          "emberd did not see its resolver go:\n%s" % d.log_tail())
+    check(wait_until(lambda: resolver_pid(d) not in (None, first), 10),
+          "no resolver started again")
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 10, 2)), 10, "count after")
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -2,7 +2,10 @@
  * Tests for daemon/channel.c, emberd's end of a worker's socketpair: reads
  * up to the high mark and no further, the mark raised for a big message,
  * writes that go at once and the rest when the socket takes it, descriptors
- * passed on given bytes, the end of file, and the liveness probe.
+ * passed on given bytes, the end of file, and the liveness probe; and what
+ * the other peers need of it: the end told to an error callback, output
+ * the loop writes with a low mark, descriptors received, packets of one
+ * size, frames over a maximum refused.
  */
 #include <sys/socket.h>
 
@@ -337,6 +340,241 @@ START_TEST(test_channel_stop)
 }
 END_TEST
 
+static int	 errors, last_error = -1, writes;
+
+static void
+error_cb(void *arg, int error)
+{
+	ck_assert_ptr_eq(arg, &calls);
+	errors++;
+	last_error = error;
+}
+
+static void
+write_cb(void *arg)
+{
+	ck_assert_ptr_eq(arg, &calls);
+	writes++;
+}
+
+/* With an error_cb, the end goes there once: after the input that came
+ * before it, which read_cb sees first. */
+START_TEST(test_channel_error_cb_eof)
+{
+	errors = 0;
+	channel_set_error_cb(ch, error_cb);
+	ck_assert_int_eq(write(peer, "last", 4), 4);
+	close(peer);
+	peer = -1;
+	run_loop();
+	ck_assert_int_ge(calls, 1);
+	ck_assert_int_eq(errors, 1);
+	ck_assert_int_eq(last_error, 0);
+	ck_assert_uint_eq(evbuffer_get_length(channel_input(ch)), 4);
+	ck_assert_int_eq(channel_eof(ch), 1);
+}
+END_TEST
+
+/* A write that fails is told to error_cb from the loop, not from inside
+ * channel_flush. */
+START_TEST(test_channel_error_cb_write)
+{
+	errors = 0;
+	signal(SIGPIPE, SIG_IGN);	/* as emberd does */
+	channel_set_error_cb(ch, error_cb);
+	ck_assert_int_eq(shutdown(peer, SHUT_RD), 0);
+	evbuffer_add(channel_output(ch), "lost", 4);
+	channel_flush(ch);
+	ck_assert_int_eq(errors, 0);
+	run_loop();
+	ck_assert_int_eq(errors, 1);
+	ck_assert_int_eq(last_error, EPIPE);
+	/* Never sent: still queued, for the owner to know. */
+	ck_assert_uint_eq(evbuffer_get_length(channel_output(ch)), 4);
+}
+END_TEST
+
+/* With a write_cb the loop writes what is queued, and calls it once no
+ * more than the low mark is left. */
+START_TEST(test_channel_write_cb)
+{
+	static char	buf[256 * 1024];
+	char		got[4];
+	size_t		queued;
+
+	writes = 0;
+	channel_set_write_cb(ch, 1024, write_cb);
+	evbuffer_add(channel_output(ch), "auto", 4);
+	run_loop();
+	ck_assert_uint_eq(evbuffer_get_length(channel_output(ch)), 0);
+	ck_assert_uint_eq(peer_read(got, sizeof got), 4);
+	ck_assert_mem_eq(got, "auto", 4);
+	ck_assert_int_eq(writes, 1);
+
+	/* More than the socket takes: no write_cb until the peer reads. */
+	writes = 0;
+	evbuffer_add(channel_output(ch), buf, sizeof buf);
+	evbuffer_add(channel_output(ch), buf, sizeof buf);
+	evbuffer_add(channel_output(ch), buf, sizeof buf);
+	run_loop();
+	queued = evbuffer_get_length(channel_output(ch));
+	ck_assert_uint_gt(queued, 1024);
+	ck_assert_int_eq(writes, 0);
+	while (evbuffer_get_length(channel_output(ch)) > 0) {
+		while (peer_read(buf, sizeof buf) > 0)
+			;
+		run_loop();
+	}
+	ck_assert_int_ge(writes, 1);
+}
+END_TEST
+
+/* Descriptors that come with the input are kept up to the bound, in
+ * order; more are closed and counted. */
+START_TEST(test_channel_accept_fds)
+{
+	int	p[2], q[2], fd;
+	char	c;
+
+	channel_accept_fds(ch, 1);
+	ck_assert_int_eq(pipe(p), 0);
+	ck_assert_int_eq(pipe(q), 0);
+	ck_assert_int_eq(fd_send_with(peer, "a", 1, p[0]), 1);
+	ck_assert_int_eq(fd_send_with(peer, "b", 1, q[0]), 1);
+	run_loop();
+	ck_assert_uint_eq(evbuffer_get_length(channel_input(ch)), 2);
+	ck_assert_uint_eq(channel_fds_refused(ch), 1);
+	fd = channel_take_fd(ch);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(p[1], "x", 1), 1);	/* it is p[0] */
+	ck_assert_int_eq(read(fd, &c, 1), 1);
+	close(fd);
+	ck_assert_int_eq(channel_take_fd(ch), -1);
+	close(p[0]); close(p[1]); close(q[0]); close(q[1]);
+}
+END_TEST
+
+/* A frame's length over the maximum is refused and the mark stays; one
+ * under it raises the mark to hold the whole frame. */
+START_TEST(test_channel_frame)
+{
+	unsigned char	hdr[4];
+	int32_t		len;
+
+	be32_put(hdr, 3 * HIGH);
+	ck_assert_int_eq(write(peer, hdr, 4), 4);
+	run_loop();
+	ck_assert_int_eq(channel_frame(ch, 2 * HIGH, &len), FRAME_TOO_LARGE);
+	ck_assert_int_eq(len, 3 * HIGH);
+	peer_fill(16 * HIGH);
+	run_loop();
+	ck_assert_uint_lt(evbuffer_get_length(channel_input(ch)), 2 * HIGH);
+	ck_assert_int_eq(channel_frame(ch, 4 * HIGH, &len), FRAME_INCOMPLETE);
+	peer_fill(16 * HIGH);
+	run_loop();
+	peer_fill(16 * HIGH);
+	run_loop();
+	ck_assert_int_eq(channel_frame(ch, 4 * HIGH, &len), FRAME_OK);
+}
+END_TEST
+
+/* Once held, a channel reads no more, whatever is consumed, and still
+ * writes. */
+START_TEST(test_channel_hold)
+{
+	char	got[4];
+
+	channel_hold(ch);
+	ck_assert_int_eq(write(peer, "late", 4), 4);
+	channel_resume(ch);
+	channel_want(ch, 4 * HIGH);
+	run_loop();
+	ck_assert_uint_eq(evbuffer_get_length(channel_input(ch)), 0);
+	evbuffer_add(channel_output(ch), "sent", 4);
+	channel_flush(ch);
+	ck_assert_uint_eq(peer_read(got, sizeof got), 4);
+}
+END_TEST
+
+static struct channel	*pch;
+static int		 ppeer;
+
+static void
+packet_setup(void)
+{
+	int	sv[2];
+
+	ck_assert_ptr_nonnull(ember_base = event_base_new());
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC,
+	    0, sv), 0);
+	ppeer = sv[1];
+	calls = errors = 0;
+	last_error = -1;
+	pch = channel_create_packets(sv[0], 8, 8, 1, read_cb, &calls);
+	channel_set_error_cb(pch, error_cb);
+}
+
+static void
+packet_teardown(void)
+{
+	if (pch != NULL)
+		channel_free(pch);
+	pch = NULL;
+	close(ppeer);
+	event_base_free(ember_base);
+	ember_base = NULL;
+}
+
+/* Packets of the size line up in the input; a descriptor is taken with
+ * the packet it came with, one that came with a packet consumed before
+ * is closed. */
+START_TEST(test_channel_packets)
+{
+	int	p[2], fd;
+	char	got[8];
+
+	ck_assert_int_eq(pipe(p), 0);
+	ck_assert_int_eq(write(ppeer, "packet-1", 8), 8);
+	ck_assert_int_eq(fd_send_with(ppeer, "packet-2", 8, p[0]), 8);
+	ck_assert_int_eq(write(ppeer, "packet-3", 8), 8);
+	ck_assert_int_eq(fd_send_with(ppeer, "packet-4", 8, p[1]), 8);
+	run_loop();
+	ck_assert_uint_eq(evbuffer_get_length(channel_input(pch)), 32);
+	ck_assert_uint_eq(channel_fds_refused(pch), 0);
+	ck_assert_int_eq(channel_take_fd_with(pch, 8), -1);
+	evbuffer_drain(channel_input(pch), 8);
+	fd = channel_take_fd_with(pch, 8);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	evbuffer_drain(channel_input(pch), 8);
+	ck_assert_int_eq(channel_take_fd_with(pch, 8), -1);
+	evbuffer_drain(channel_input(pch), 8);
+	fd = channel_take_fd_with(pch, 8);	/* the second one waits too */
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	evbuffer_drain(channel_input(pch), 8);
+
+	/* Each write is one packet. */
+	evbuffer_add(channel_output(pch), "answer-1answer-2", 16);
+	channel_flush(pch);
+	ck_assert_int_eq(read(ppeer, got, sizeof got), 8);
+	ck_assert_int_eq(read(ppeer, got, sizeof got), 8);
+	ck_assert_mem_eq(got, "answer-2", 8);
+	ck_assert_int_eq(errors, 0);
+	close(p[0]); close(p[1]);
+}
+END_TEST
+
+/* A packet of another size ends the channel. */
+START_TEST(test_channel_packet_size)
+{
+	ck_assert_int_eq(write(ppeer, "too-long!", 9), 9);
+	run_loop();
+	ck_assert_int_eq(errors, 1);
+	ck_assert_int_eq(last_error, EBADMSG);
+}
+END_TEST
+
 Suite *
 channel_suite(void)
 {
@@ -364,6 +602,23 @@ channel_suite(void)
 	tcase_add_checked_fixture(tc, channel_setup, channel_teardown);
 	tcase_add_test(tc, test_channel_alive);
 	tcase_add_test(tc, test_channel_stop);
+	tcase_add_test(tc, test_channel_hold);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("peers");
+	tcase_set_timeout(tc, 10);
+	tcase_add_checked_fixture(tc, channel_setup, channel_teardown);
+	tcase_add_test(tc, test_channel_error_cb_eof);
+	tcase_add_test(tc, test_channel_error_cb_write);
+	tcase_add_test(tc, test_channel_write_cb);
+	tcase_add_test(tc, test_channel_accept_fds);
+	tcase_add_test(tc, test_channel_frame);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("packets");
+	tcase_add_checked_fixture(tc, packet_setup, packet_teardown);
+	tcase_add_test(tc, test_channel_packets);
+	tcase_add_test(tc, test_channel_packet_size);
 	suite_add_tcase(s, tc);
 
 	return (s);

@@ -1,6 +1,6 @@
 /*
- * Tests for common/frame.c and common/fdpass.c: big-endian integers,
- * frames on evbuffers and file descriptors, fork-server messages.
+ * Tests for common/frame.c, common/record.h and common/fdpass.c: big-endian
+ * integers, records, frames on evbuffers and file descriptors, fork-server messages.
  */
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -20,6 +20,7 @@
 #include "fdpass.h"
 #include "frame.h"
 #include "protocol.h"
+#include "record.h"
 #include "suites.h"
 
 START_TEST(test_be32)
@@ -77,6 +78,36 @@ START_TEST(test_be64)
 		ck_assert_uint_eq(b[0], 0xaa);
 		ck_assert_uint_eq(b[9], 0xaa);
 	}
+}
+END_TEST
+
+START_TEST(test_record_codec)
+{
+	unsigned char	 buf[64], *p;
+	int64_t		 count;
+
+	/* A record, a null one, an empty one: length words and bytes. */
+	p = record_put(buf, "abc", 3, 0);
+	ck_assert_ptr_eq(p, buf + record_size(3));
+	ck_assert_int_eq(be32_get(buf), 3);
+	ck_assert_int_eq(memcmp(buf + RECORD_HEAD, "abc", 3), 0);
+	p = record_put(p, "ignored", 7, 1);
+	ck_assert_int_eq(be32_get(buf + 7), EMBER_NULL);
+	ck_assert_ptr_eq(p, buf + 11);
+	p = record_put(p, NULL, 0, 0);
+	ck_assert_int_eq(be32_get(buf + 11), 0);
+	ck_assert_ptr_eq(p, buf + 15);
+
+	/* A counted record's count frame, read back; a short one, or one
+	 * whose frame is not 8 bytes, is refused. */
+	record_count_put(buf, INT64_C(-2) << 40);
+	ck_assert_int_eq(record_count_get(buf, RECORD_COUNT_FRAME, &count), 0);
+	ck_assert(count == INT64_C(-2) << 40);
+	ck_assert_int_eq(record_count_get(buf, RECORD_COUNT_FRAME - 1,
+	    &count), -1);
+	be32_put(buf, 7);
+	ck_assert_int_eq(record_count_get(buf, sizeof buf, &count), -1);
+	ck_assert_uint_eq(record_counted_size(5), 4 + 5 + 4 + 8);
 }
 END_TEST
 
@@ -563,6 +594,7 @@ frame_suite(void)
 	tc = tcase_create("integers");
 	tcase_add_test(tc, test_be32);
 	tcase_add_test(tc, test_be64);
+	tcase_add_test(tc, test_record_codec);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("evbuffer");

@@ -3,7 +3,7 @@
 #
 # usage: run.sh [--quick] [tasks] [stream] [wordcount] [regex] [reuse]
 #               [broadcast] [reattach] [python] [scrape] [checkpoint]
-#               [spark] [shuffle]
+#               [memory] [spark] [shuffle]
 # (no name: all of them but spark, which starts JVMs and needs PySpark and
 # Java: PySpark local[2] beside ember on the seeds' measurements, and
 # shuffle: sort, group-by, join and word count over 1 GB against GNU sort,
@@ -18,6 +18,7 @@ srcdir=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${EMBER_BUILDDIR:-$(pwd)}
 python=${PYTHON3:-python3}
 all="tasks stream wordcount regex reuse broadcast reattach python scrape checkpoint"
+all="$all memory"
 extra="spark shuffle"
 
 quick=
@@ -121,6 +122,26 @@ fi
 if want reattach; then
 	start_emberd "$dir/cut" --set stream.max_bytes=1m
 fi
+memstatus=
+if want memory; then
+	# 10,000 connections of one uid, and as many operations: the limits
+	# and the descriptors for them (bench_memory.py raises its own).
+	ulimit -n "$(ulimit -Hn)"
+	start_emberd "$dir/mem" --set status.listen=127.0.0.1:0 \
+	    --set daemon.log_level=info \
+	    --set daemon.max_connections=12000 \
+	    --set daemon.max_connections_per_uid=12000 \
+	    --set daemon.max_operations=12000 \
+	    --set daemon.max_operations_per_uid=12000 \
+	    --set operation.detached_timeout=20s
+	memstatus=$(sed -n \
+	    's/.*status: listening on \(127\.0\.0\.1:[0-9]*\).*/\1/p' \
+	    "$dir/mem/emberd.log" | head -1)
+	if [ -z "$memstatus" ]; then
+		echo "run.sh: the memory emberd has no status listener" >&2
+		exit 1
+	fi
+fi
 status=
 if want scrape; then
 	# The status listener on a port the kernel picks, read from the log.
@@ -212,9 +233,14 @@ if want checkpoint; then
 	run bench_checkpoint sh "$srcdir/bench/bench_checkpoint.sh" \
 	    --socket "$sock" --dir "$dir" --checkpoints "$dir/on/checkpoints"
 fi
+if want memory; then
+	run bench_memory "$python" "$srcdir/bench/bench_memory.py" \
+	    --socket "$dir/mem/e.sock" --status "$memstatus" --runs 5 \
+	    --detached-timeout 20
+fi
 t_end=$(date +%s)
 
-for d in on off cut; do
+for d in on off cut mem; do
 	if [ -s "$dir/$d/emberd.log" ]; then
 		echo "== emberd log ($d)"
 		cat "$dir/$d/emberd.log"
@@ -485,6 +511,34 @@ if want checkpoint; then
 	    "$(result ck_write_bytes)" "$(result ck_write_mbs)"
 	printf 'dd conv=fsync of the same bytes %s MB/s | ratio %s\n' \
 	    "$(result ck_dd_mbs)" "$(result ck_write_ratio)"
+fi
+if want memory; then
+	ms=$(result mem_session_b)
+	md=$(result mem_detached_b)
+	ml=$(result mem_drift_kb)
+	printf 'memory (%s idle sessions, then %s detached operations; ' \
+	    "$(result mem_count)" "$(result mem_count)"
+	printf 'heap in use, median of 5): session %s B (min %s, max %s) | ' \
+	    "$ms" "$(result mem_session_b_min)" "$(result mem_session_b_max)"
+	printf 'bare connection %s B | detached operation %s B (min %s, ' \
+	    "$(result mem_bare_b)" "$md" "$(result mem_detached_b_min)"
+	printf 'max %s) | left after 5 rounds %s kB  ' \
+	    "$(result mem_detached_b_max)" "$ml"
+	printf '[target <= 4096 B, <= 16384 B, <= 1024 kB: %s]\n' \
+	    "$(verdict "$ms <= 4096 && $md <= 16384 && $ml <= 1024")"
+	printf 'memory, detached operations left to the reaper: %s B each | ' \
+	    "$(result mem_expired_b)"
+	printf 'left once reaped (their tombstones) %s kB  [target <= 1024 kB: ' \
+	    "$(result mem_expired_left_kb)"
+	printf '%s]\n' "$(verdict "$(result mem_expired_left_kb) <= 1024")"
+	printf 'memory, the kernel'"'"'s view (Private_Dirty): first round '
+	printf 'bare connection %s B, session %s B, detached operation %s B | ' \
+	    "$(result mem_first_bare_dirty_b)" \
+	    "$(result mem_first_session_dirty_b)" \
+	    "$(result mem_first_detached_dirty_b)"
+	printf 'kept after 5 rounds %s kB  [target <= 1024 kB: %s]\n' \
+	    "$(result mem_dirty_growth_kb)" \
+	    "$(verdict "$(result mem_dirty_growth_kb) <= 1024")"
 fi
 if want spark; then
 	if result spark_skipped >/dev/null; then

@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <event2/buffer.h>
 
@@ -11,13 +12,44 @@
 #include "retry.h"
 #include "xmalloc.h"
 
+/*
+ * A batch up to this size is copied into the batch itself: in an evbuffer
+ * of its own, any chain would take a kilobyte, which a detached operation
+ * of a few records would hold for nothing.
+ */
+#define RETRY_SMALL_BYTES	512
+
 /* One batch a worker sent, as it went to the client. */
 struct retry_batch {
 	struct position		 at;		/* its first record */
 	int64_t			 records;
-	struct evbuffer		*data;		/* the record frames */
+	struct evbuffer		*data;		/* the record frames, or NULL
+						   for a small batch: */
+	size_t			 small_off, small_len; /* in small[] */
 	TAILQ_ENTRY(retry_batch) entry;
+	unsigned char		 small[];
 };
+
+/* The bytes of b's frames still held. */
+static size_t
+retry_batch_length(const struct retry_batch *b)
+{
+	if (b->data != NULL)
+		return (evbuffer_get_length(b->data));
+	return (b->small_len);
+}
+
+/* Add b's frames to out: by reference, or a copy of a small batch. */
+static void
+retry_batch_add(struct evbuffer *out, struct retry_batch *b)
+{
+	if (b->data != NULL) {
+		if (evbuffer_add_buffer_reference(out, b->data) == -1)
+			fatalx("evbuffer_add_buffer_reference failed");
+	} else if (evbuffer_add(out, b->small + b->small_off,
+	    b->small_len) == -1)
+		fatalx("evbuffer_add failed");
+}
 
 struct retry {
 	int64_t			 partitions;
@@ -54,9 +86,10 @@ retry_create(int partitions)
 static void
 retry_drop(struct retry *r, struct retry_batch *b)
 {
-	r->bytes -= evbuffer_get_length(b->data);
+	r->bytes -= retry_batch_length(b);
 	TAILQ_REMOVE(&r->batches, b, entry);
-	evbuffer_free(b->data);
+	if (b->data != NULL)
+		evbuffer_free(b->data);
 	free(b);
 }
 
@@ -106,16 +139,25 @@ retry_append(struct retry *r, struct evbuffer *from, size_t bytes,
 {
 	struct retry_batch	*b;
 
-	b = xmalloc(sizeof *b);
+	if (bytes <= RETRY_SMALL_BYTES) {
+		b = xmalloc(sizeof *b + bytes);
+		b->data = NULL;
+		b->small_off = 0;
+		b->small_len = bytes;
+		if (evbuffer_remove(from, b->small, bytes) != (int)bytes)
+			fatalx("evbuffer_remove came up short");
+	} else {
+		b = xmalloc(sizeof *b);
+		if ((b->data = evbuffer_new()) == NULL)
+			fatalx("evbuffer_new failed");
+		/* Moves whole chains where it can: no copy. */
+		if (evbuffer_remove_buffer(from, b->data, bytes) != (int)bytes)
+			fatalx("evbuffer_remove_buffer came up short");
+	}
 	b->at = r->sent;
 	b->records = records;
-	if ((b->data = evbuffer_new()) == NULL)
-		fatalx("evbuffer_new failed");
-	/* Moves whole chains where it can: the records are not copied. */
-	if (evbuffer_remove_buffer(from, b->data, bytes) != (int)bytes)
-		fatalx("evbuffer_remove_buffer came up short");
-	if (out != NULL && evbuffer_add_buffer_reference(out, b->data) == -1)
-		fatalx("evbuffer_add_buffer_reference failed");
+	if (out != NULL)
+		retry_batch_add(out, b);
 	TAILQ_INSERT_TAIL(&r->batches, b, entry);
 	r->bytes += bytes;
 	r->sent.offset += records;
@@ -126,6 +168,10 @@ retry_end_partition(struct retry *r)
 {
 	if ((size_t)r->sent.partition >= r->ends_size) {
 		r->ends_size = r->ends_size == 0 ? 64 : r->ends_size * 2;
+		/* No more than the stream's partitions: most have few. */
+		if (r->ends_size > (size_t)r->partitions &&
+		    r->sent.partition < r->partitions)
+			r->ends_size = (size_t)r->partitions;
 		r->ends = xreallocarray(r->ends, r->ends_size,
 		    sizeof *r->ends);
 	}
@@ -198,11 +244,24 @@ retry_check(const struct retry *r, const struct position *pos, char *why,
 /* The bytes of the first n record frames of buf, a batch worker.c
  * checked as it arrived: a short one is emberd's own bug. */
 static size_t
-retry_frames_bytes(struct evbuffer *buf, int64_t n)
+retry_frames_bytes(struct retry_batch *b, int64_t n)
 {
-	size_t	bytes;
+	struct evbuffer	*buf = b->data;
+	size_t		 bytes;
+	int		 rc;
 
-	if (frame_skip_records(buf, n, &bytes) == -1)
+	if (buf == NULL) {
+		/* Read in place, for the length of this call. */
+		if ((buf = evbuffer_new()) == NULL)
+			fatalx("evbuffer_new failed");
+		if (evbuffer_add_reference(buf, b->small + b->small_off,
+		    b->small_len, NULL, NULL) == -1)
+			fatalx("evbuffer_add_reference failed");
+	}
+	rc = frame_skip_records(buf, n, &bytes);
+	if (buf != b->data)
+		evbuffer_free(buf);
+	if (rc == -1)
 		fatalx("retry buffer: a batch is shorter than its records");
 	return (bytes);
 }
@@ -225,15 +284,20 @@ retry_replay(struct retry *r, struct position *pos, struct evbuffer *out)
 			fatalx("retry buffer: partition %lld has a hole at %lld",
 			    (long long)pos->partition, (long long)pos->offset);
 		skip = pos->offset - b->at.offset;
-		if (skip == 0) {
-			if (evbuffer_add_buffer_reference(out, b->data) == -1)
-				fatalx("evbuffer_add_buffer_reference failed");
+		if (skip == 0)
+			retry_batch_add(out, b);
+		else if (b->data == NULL) {
+			size_t	bytes = retry_frames_bytes(b, skip);
+
+			if (evbuffer_add(out, b->small + b->small_off + bytes,
+			    b->small_len - bytes) == -1)
+				fatalx("evbuffer_add failed");
 		} else {
 			if ((tmp = evbuffer_new()) == NULL)
 				fatalx("evbuffer_new failed");
 			if (evbuffer_add_buffer_reference(tmp, b->data) == -1)
 				fatalx("evbuffer_add_buffer_reference failed");
-			evbuffer_drain(tmp, retry_frames_bytes(b->data, skip));
+			evbuffer_drain(tmp, retry_frames_bytes(b, skip));
 			evbuffer_add_buffer(out, tmp);
 			evbuffer_free(tmp);
 		}
@@ -263,9 +327,14 @@ retry_release(struct retry *r, const struct position *pos)
 		}
 		/* The batch holds the position: drop what is before it. */
 		n = pos->offset - b->at.offset;
-		bytes = retry_frames_bytes(b->data, n);
+		bytes = retry_frames_bytes(b, n);
 		r->bytes -= bytes;
-		evbuffer_drain(b->data, bytes);
+		if (b->data != NULL)
+			evbuffer_drain(b->data, bytes);
+		else {
+			b->small_off += bytes;
+			b->small_len -= bytes;
+		}
 		b->at.offset += n;
 		b->records -= n;
 		break;

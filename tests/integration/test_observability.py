@@ -276,6 +276,34 @@ def test_metrics_match_a_jobs_counts(d):
     check(abs(start - time.time()) < 120, "start time %r" % start)
 
 
+@with_daemon(sets=[LISTEN, "daemon.max_connections_per_uid=300"])
+def test_heap_in_use_follows_sessions(d):
+    """ember_heap_in_use_bytes grows with held sessions and comes back
+    when they close, where the RSS keeps what the allocator holds."""
+    port = status_port(d)
+
+    def heap():
+        _, s = check_exposition(metrics(port))
+        return value(s, "ember_heap_in_use_bytes")
+
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 10, 1)), 10, "warm-up")
+    start = heap()
+    check(0 < start < value(check_exposition(metrics(port))[1],
+                            "process_resident_memory_bytes"),
+          "heap in use %r" % start)
+    clients = [d.client() for _ in range(200)]
+    held = heap()
+    check(held - start >= 200 * 64, "200 sessions: heap %r -> %r"
+          % (start, held))
+    for c in clients:
+        c.request_ok({"op": "close_session"})
+        c.close()
+    check(wait_until(lambda: heap() - start < 64 * 1024, 10),
+          "heap in use %r after the sessions closed, %r before"
+          % (heap(), start))
+
+
 @with_daemon(sets=[LISTEN])
 def test_metrics_are_documented(d):
     """docs/metrics.md names every metric family /metrics writes."""

@@ -6,6 +6,7 @@ the buffer, the reaper, session expiry, interrupt, another uid, and the
 CLI through a proxy that cuts every connection.
 """
 
+import http.client
 import json
 import os
 import pwd
@@ -19,7 +20,7 @@ from harness import (EMBER, REQUEST_NEXT, REQUEST_STOP, STREAM_DETACHED,
                      STREAM_DONE, STREAM_ERROR, STREAM_PARTITION,
                      END_OF_DATA_SECTION, check, check_eq, check_error,
                      numbers, range_plan, records_plan, run_cli, run_tests,
-                     text_plan, wait_until, with_daemon)
+                     status_port, text_plan, wait_until, with_daemon)
 from proxy import CuttingProxy
 
 ROOT = os.geteuid() == 0
@@ -405,6 +406,52 @@ def test_detached_memory_is_bounded(d):
     check(st["buffered_bytes"] <= 256 * 1024 + 64 * 1024 + 65536,
           "buffered %d bytes" % st["buffered_bytes"])
     check(grew < 32, "emberd's RSS grew %.1f MB" % grew)
+
+
+def heap_in_use(port):
+    """ember_heap_in_use_bytes of emberd's /metrics."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        body = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    for line in body.splitlines():
+        if line.startswith("ember_heap_in_use_bytes "):
+            return float(line.split()[1])
+    raise AssertionError("no ember_heap_in_use_bytes in /metrics")
+
+
+@with_daemon(sets=["status.listen=127.0.0.1:0",
+                   "daemon.max_connections_per_uid=300",
+                   "daemon.max_operations_per_uid=300"])
+def test_small_detached_operation_is_small(d):
+    """A detached stream of a few records costs emberd its operation and
+    those records, not a kilobyte chain or a table of 64 partitions."""
+    port = status_port(d)
+    plan = range_plan(0, 10, 1)
+    n = 200
+    with d.client() as owner:
+        check_eq(owner.count(plan), 10, "warm-up")
+        start = heap_in_use(port)
+        ops = []
+        for _ in range(n):
+            c = in_session(d, owner.session)
+            ops.append(c.execute_ok(plan, "iterate")["operation"])
+            c.write_int(REQUEST_NEXT)
+            check_eq(c.read_int(), STREAM_PARTITION, "response")
+            c.close_abruptly()
+        check(wait_until(lambda: all(
+            (status_of(d, op) or {}).get("state") == "detached"
+            for op in ops[-3:]), 10), "the operations detached")
+        per_op = (heap_in_use(port) - start) / n
+        check(per_op < 2048, "%.0f bytes of heap per detached operation"
+              % per_op)
+        for op in ops:
+            release_all(owner, op)
+        check(wait_until(lambda: heap_in_use(port) - start < 32 * 1024, 10),
+              "%.0f bytes of heap left after the release"
+              % (heap_in_use(port) - start))
 
 
 # ---------------------------------------------------------------------------

@@ -30,6 +30,7 @@ static const struct {
 	{ "records_sent", "records" },
 	{ "forkserver", "fs_pid" },
 	{ "broadcasts", "bcasts" },
+	{ "python_broadcasts", "py_bc" },
 	{ "starting", "start" },
 	{ "buffered_bytes", "buffered" },
 };

@@ -335,6 +335,28 @@ helper_copy(int from, int to, int64_t len, const char **why)
 }
 
 /*
+ * The broadcast verbs' arguments, {"max": N, "max_key": K}, and their two
+ * descriptors: 0, or -1 with *err.
+ */
+static int
+helper_broadcast_args(json_t *args, size_t nin, json_int_t *max,
+    const char **key, char **err)
+{
+	static const char *const keys[] = { "max", "max_key", NULL };
+
+	if (jread_only(args, "args", keys, err) == -1 ||
+	    jread_int(args, "args", "max", JREAD_REQUIRED, max, err) == -1 ||
+	    jread_string(args, "args", "max_key", JREAD_REQUIRED, key,
+	    err) == -1)
+		return (-1);
+	if (nin != 2) {
+		xasprintf(err, "%zu descriptors, expected 2", nin);
+		return (-1);
+	}
+	return (0);
+}
+
+/*
  * broadcast_read: {"max": N, "max_key": K}, with two descriptors: the one
  * the client passed, and emberd's memfd.  Copy the whole file behind the
  * client's descriptor into the memfd, reading through that descriptor as
@@ -344,7 +366,6 @@ static json_t *
 helper_broadcast_read(json_t *args, const int *fds_in, size_t nin,
     int *fds_out, size_t *nout, char **err)
 {
-	static const char *const keys[] = { "max", "max_key", NULL };
 	struct stat	 st;
 	json_int_t	 max;
 	const char	*key, *why;
@@ -354,15 +375,8 @@ helper_broadcast_read(json_t *args, const int *fds_in, size_t nin,
 
 	(void)fds_out;
 	*nout = 0;
-	if (jread_only(args, "args", keys, err) == -1 ||
-	    jread_int(args, "args", "max", JREAD_REQUIRED, &max, err) == -1 ||
-	    jread_string(args, "args", "max_key", JREAD_REQUIRED, &key,
-	    err) == -1)
+	if (helper_broadcast_args(args, nin, &max, &key, err) == -1)
 		return (NULL);
-	if (nin != 2) {
-		xasprintf(err, "%zu descriptors, expected 2", nin);
-		return (NULL);
-	}
 	if (fstat(fds_in[0], &st) == -1 || !S_ISREG(st.st_mode))
 		return (json_pack("{s:s}", "error", "not a regular file"));
 	mode = fcntl(fds_in[0], F_GETFL);
@@ -413,7 +427,6 @@ static json_t *
 helper_broadcast_index(json_t *args, const int *fds_in, size_t nin,
     int *fds_out, size_t *nout, char **err)
 {
-	static const char *const keys[] = { "max", "max_key", NULL };
 	struct bindex_stats	 st;
 	struct timespec		 t0, t1;
 	struct stat		 sb;
@@ -426,15 +439,8 @@ helper_broadcast_index(json_t *args, const int *fds_in, size_t nin,
 
 	(void)fds_out;
 	*nout = 0;
-	if (jread_only(args, "args", keys, err) == -1 ||
-	    jread_int(args, "args", "max", JREAD_REQUIRED, &max, err) == -1 ||
-	    jread_string(args, "args", "max_key", JREAD_REQUIRED, &key,
-	    err) == -1)
+	if (helper_broadcast_args(args, nin, &max, &key, err) == -1)
 		return (NULL);
-	if (nin != 2) {
-		xasprintf(err, "%zu descriptors, expected 2", nin);
-		return (NULL);
-	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (fstat(fds_in[0], &sb) == -1)
 		return (json_pack("{s:s}", "error", strerror(errno)));

@@ -30,19 +30,25 @@ def listed(c):
     return {b["id"]: b for b in c.status()["broadcasts"]}
 
 
-def bc_file(d, bid):
-    """Where emberd keeps a broadcast's bytes: a memfd of its own, named
-    after the broadcast, reached here through /proc (emberd's descriptor);
-    a path that does not exist once emberd holds no such memfd."""
+def emberd_memfd(d, name):
+    """The path, through /proc, of emberd's memfd named name, or None."""
     fds = "/proc/%d/fd" % d.pid
     for fd in os.listdir(fds):
         try:
             target = os.readlink(os.path.join(fds, fd))
         except OSError:
             continue
-        if target.startswith("/memfd:ember-broadcast-%d " % bid):
+        if target.startswith("/memfd:%s " % name):
             return os.path.join(fds, fd)
-    return os.path.join(fds, "none")
+    return None
+
+
+def bc_file(d, bid):
+    """Where emberd keeps a broadcast's bytes: a memfd of its own, named
+    after the broadcast, reached here through /proc (emberd's descriptor);
+    a path that does not exist once emberd holds no such memfd."""
+    return (emberd_memfd(d, "ember-broadcast-%d" % bid) or
+            "/proc/%d/fd/none" % d.pid)
 
 
 def lines(values):
@@ -297,15 +303,7 @@ INDEX_HEADER = 64	# common/bindex.h
 
 def index_file(d, bid):
     """The memfd of a broadcast's set index, as bc_file finds its bytes'."""
-    fds = "/proc/%d/fd" % d.pid
-    for fd in os.listdir(fds):
-        try:
-            target = os.readlink(os.path.join(fds, fd))
-        except OSError:
-            continue
-        if target.startswith("/memfd:ember-index-%d " % bid):
-            return os.path.join(fds, fd)
-    return None
+    return emberd_memfd(d, "ember-index-%d" % bid)
 
 
 def real_lines():

@@ -1058,6 +1058,39 @@ def skip_unless(condition, why):
     return mark
 
 
+def _worker_has_python():
+    try:
+        with open(EMBER_WORKER, "rb") as f:
+            return b"Py_InitializeFromConfig" in f.read()
+    except OSError:
+        return False
+
+
+def _have_cloudpickle():
+    try:
+        import cloudpickle  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+# Python ops need both: an ember-worker that embeds Python, and cloudpickle
+# in the client's Python to send the functions.
+WORKER_HAS_PYTHON = _worker_has_python()
+HAVE_CLOUDPICKLE = _have_cloudpickle()
+
+
+def needs_python(fn):
+    """Decorate a test that runs Python functions: skipped, saying which of
+    the two is missing, when this build or this python3 cannot."""
+    if not WORKER_HAS_PYTHON:
+        fn.skip_why = ("ember-worker was built without Python "
+                       "(./configure --without-python)")
+    elif not HAVE_CLOUDPICKLE:
+        fn.skip_why = "the client's Python has no cloudpickle"
+    return fn
+
+
 def skip_reason(fn):
     """Why fn cannot run in this build, or None."""
     if getattr(fn, "skip_why", None) is not None:

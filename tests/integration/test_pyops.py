@@ -18,31 +18,7 @@ from users import USERS, AsUser, needs_users
 sys.path.insert(0, os.path.join(SRCDIR, "python"))
 import ember  # noqa: E402
 
-try:
-    import cloudpickle  # noqa: F401
-    HAVE_CLOUDPICKLE = True
-except ImportError:
-    HAVE_CLOUDPICKLE = False
-
-
-def _worker_has_python():
-    try:
-        with open(EMBER_WORKER, "rb") as f:
-            return b"Py_InitializeFromConfig" in f.read()
-    except OSError:
-        return False
-
-
-WITH_PYTHON = _worker_has_python()
 VERSION = "%d.%d" % sys.version_info[:2]
-
-
-def needs_python(fn):
-    fn = skip_unless(WITH_PYTHON, "ember-worker was built without Python "
-                     "(./configure --without-python)")(fn)
-    if WITH_PYTHON and not HAVE_CLOUDPICKLE:
-        fn.skip_why = "the client's Python has no cloudpickle"
-    return fn
 
 
 WORDS = """The quick brown fox jumps over the lazy dog
@@ -578,6 +554,7 @@ def test_ship_module(d):
     """A module of the client's that the workers cannot import goes by
     value with the functions that use it, once shipped."""
     import importlib.util
+    import cloudpickle
     private = d.path("private")
     os.mkdir(private, 0o700)		# the job's user cannot read it
     path = os.path.join(private, "pyops_helpers.py")
@@ -650,7 +627,7 @@ def test_print_whole_lines(d):
           "lines missing or cut: %d of %d whole" % (len(want & seen()), n))
 
 
-@skip_unless(not WITH_PYTHON, "built with Python")
+@skip_unless(not WORKER_HAS_PYTHON, "built with Python")
 def test_plan_refused_without_python(d):
     """Without Python a python op is refused before any task runs."""
     plan = {"source": {"range": {"end": 1}},

@@ -15,29 +15,6 @@ from users import USERS, AsUser, needs_users
 sys.path.insert(0, os.path.join(SRCDIR, "python"))
 import ember  # noqa: E402
 
-try:
-    import cloudpickle  # noqa: F401
-    HAVE_CLOUDPICKLE = True
-except ImportError:
-    HAVE_CLOUDPICKLE = False
-
-
-def _worker_has_python():
-    try:
-        with open(EMBER_WORKER, "rb") as f:
-            return b"Py_InitializeFromConfig" in f.read()
-    except OSError:
-        return False
-
-
-def needs_python(fn):
-    fn = skip_unless(_worker_has_python(), "ember-worker was built without "
-                     "Python (./configure --without-python)")(fn)
-    if not HAVE_CLOUDPICKLE:
-        fn.skip_why = "the client's Python has no cloudpickle"
-    return fn
-
-
 # Every broadcast of these tests is preloaded: the bound is one byte.
 PRELOAD = ["python.broadcast_preload=1", "workers.max=2"]
 

@@ -16,18 +16,6 @@ from harness import *
 sys.path.insert(0, os.path.join(SRCDIR, "python"))
 import ember  # noqa: E402
 
-try:
-    import cloudpickle  # noqa: F401
-    with open(EMBER_WORKER, "rb") as f:
-        PYTHON_OPS = b"Py_InitializeFromConfig" in f.read()
-except (ImportError, OSError):
-    PYTHON_OPS = False
-
-needs_python = skip_unless(PYTHON_OPS, "no Python ops here (ember-worker "
-                           "built without Python, or no cloudpickle for "
-                           "this python3)")
-
-
 class _Stop(Exception):
     pass
 

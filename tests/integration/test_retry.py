@@ -11,13 +11,7 @@ import sys
 from harness import *
 
 sys.path.insert(0, os.path.join(SRCDIR, "python"))
-try:
-    from ember import functions
-    import cloudpickle  # noqa: F401
-    with open(EMBER_WORKER, "rb") as f:
-        PYTHON_OPS = b"Py_InitializeFromConfig" in f.read()
-except ImportError:
-    PYTHON_OPS = False
+from ember import functions  # noqa: E402
 
 SLOW = job_readable(os.path.join(BUILDDIR, "tests", "integration",
                                  "slow_udf.so"))
@@ -166,8 +160,7 @@ def slow_python_map(deterministic):
     return functions.python_op("map", slow, deterministic=deterministic)
 
 
-@skip_unless(PYTHON_OPS, "no Python ops here (ember-worker built without "
-             "Python, or no cloudpickle for this python3)")
+@needs_python
 @with_daemon(sets=["workers.max=1"])
 def test_python_function_retried_only_when_deterministic(d):
     """A Python function is run again only when its client says it is

@@ -12,12 +12,7 @@ import sys
 from harness import *
 
 sys.path.insert(0, os.path.join(SRCDIR, "python"))
-try:
-    import cloudpickle  # noqa: F401
-    from ember.functions import python_op
-    HAVE_PY = True
-except ImportError:
-    HAVE_PY = False
+from ember.functions import python_op  # noqa: E402
 
 
 def _key_by(sep=b",", value=True):
@@ -334,11 +329,6 @@ def test_worker_reattach_inside_pairs(d):
     check_eq(c2.read_stream(pull=True), want[1:], "partition 1")
 
 
-def _worker_has_python():
-    with open(EMBER_WORKER, "rb") as f:
-        return b"Py_InitializeFromConfig" in f.read()
-
-
 def _tag(kv):
     return (kv[0].upper(), str(int(kv[1]) * 10))
 
@@ -351,8 +341,7 @@ def _join_text(kvw):
     return "%s=%s/%s" % (kvw[0], kvw[1][0], kvw[1][1])
 
 
-@skip_unless(HAVE_PY and _worker_has_python(),
-             "no Python in ember-worker, or no cloudpickle here")
+@needs_python
 def test_worker_python_ops_take_and_give_pairs(d):
     c = d.client()
     # A pair reaches Python as (key, value); a 2-tuple back is a pair.

@@ -63,17 +63,6 @@ WHY = ("PySpark is not installed (python3 -m pip install pyspark; "
        "no Java for Spark (openjdk-17-jre-headless)")
 
 
-def _has_cloudpickle():
-    try:
-        import cloudpickle  # noqa: F401
-        return True
-    except ImportError:
-        return False
-
-
-HAS_CLOUDPICKLE = _has_cloudpickle()
-
-
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -583,7 +572,7 @@ def test_plans_print_what_emberd_prints(d):
     the keyed plans (keyed_jobs) likewise."""
     top = corpus()
     keyed, check_keyed_results = keyed_jobs(d, top)
-    functions, check_functions = function_jobs(d) if HAS_CLOUDPICKLE \
+    functions, check_functions = function_jobs(d) if HAVE_CLOUDPICKLE \
         else ([], lambda got: None)
     jobs = cases(top)
     want = {}
@@ -593,7 +582,7 @@ def test_plans_print_what_emberd_prints(d):
                                                             done.stderr))
         want[name] = done.stdout
     batch = [(plan, args) for _, plan, args in jobs]
-    if HAS_CLOUDPICKLE:
+    if HAVE_CLOUDPICKLE:
         py_plan, py_want = python_case()
         batch.append((py_plan, ["--collect"]))
     out = data_dir()
@@ -618,7 +607,7 @@ def test_plans_print_what_emberd_prints(d):
           b"\xc3\x89CLAIR" in want["regex upper split"],
           "Unicode case mapping in the output")
     got = got[len(jobs):]
-    if HAS_CLOUDPICKLE:
+    if HAVE_CLOUDPICKLE:
         check_same("python", py_want, got.pop(0), [])
         done = run(d, ["--collect", write_plan(d, "python", py_plan)])
         if done.returncode == 0:    # an emberd built with Python
@@ -892,7 +881,7 @@ def test_python_client_submit(d):
     want = run(d, ["--collect", write_plan(d, "client", plan)])
     check_eq("".join((r or "") + "\n" for r in got).encode(), want.stdout,
              "ember run's records")
-    if not HAS_CLOUDPICKLE:
+    if not HAVE_CLOUDPICKLE:
         print("reduce with a function not checked: no cloudpickle")
         return
     # A function's reduce, reading a broadcast of an object the client

@@ -408,16 +408,17 @@ operation_materialize(struct session *s, struct checkpoint *c, json_t *plan,
  * Have the user's fork-server load the big Python broadcasts the plan's
  * functions read, before any worker of the job is asked for: the workers
  * then share each object instead of each unpickling it (pypreload.h).
+ * A join's or union's plan runs in the same tasks, so its functions count.
  */
 static void
-operation_preload(struct operation *op)
+operation_preload_in(struct operation *op, const struct plan *plan)
 {
 	const struct plan_op	*o;
 	struct pool		*p;
 	size_t			 i, j, k;
 
-	for (i = 0; i < op->plan->nops; i++) {
-		o = &op->plan->ops[i];
+	for (i = 0; i < plan->nops; i++) {
+		o = &plan->ops[i];
 		for (j = 0; o->type == PLAN_OP_PYTHON &&
 		    j < o->udf_nbroadcasts; j++) {
 			for (k = 0; k < op->nbroadcasts; k++) {
@@ -430,7 +431,15 @@ operation_preload(struct operation *op)
 					pypreload_want(p, op->broadcasts[k]);
 			}
 		}
+		if (o->other != NULL)
+			operation_preload_in(op, o->other);
 	}
+}
+
+static void
+operation_preload(struct operation *op)
+{
+	operation_preload_in(op, op->plan);
 }
 
 /* Start a checked operation: list it, hold the connection (a reply

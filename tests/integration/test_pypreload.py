@@ -125,6 +125,26 @@ def test_unpickled_once_for_the_job(d):
 
 
 @needs_python
+@with_daemon(sets=PRELOAD)
+def test_nested_plan_preloads(d):
+    """A union's plan runs in the job's tasks too: a function there that
+    reads a big broadcast has it loaded in the fork-server, not in each
+    worker."""
+    marks = _marks(d)
+    with ember.connect(d.socket) as sc:
+        b = sc.broadcast_object(Marked(marks, "odds",
+                                       frozenset(range(1, 40, 2))))
+        other = sc.range(16, partitions=8).map(_slow_lookup(b))
+        got = sc.range(0, partitions=1).union(other).collect()
+    check_eq(sorted(r.split()[2] for r in got), sorted(
+        "y" if i % 2 else "n" for i in range(16)), "answers")
+    parents = {r.split()[1] for r in got}
+    loads = _lines(marks)
+    check_eq(len(loads), 1, "unpickled once (%r)" % loads)
+    check_eq(parents, {loads[0][2]}, "unpickled by the workers' parent")
+
+
+@needs_python
 @with_daemon(sets=PRELOAD + ["workers.min_idle=2"])
 def test_workers_forked_before_are_not_used(d):
     """Idle workers forked before the load lack the object: the job runs

@@ -47,6 +47,12 @@ static struct forkserver *volatile forkserver_loading;
 /* Signals arrive as bytes on this pipe, read by the poll loop. */
 static int	forkserver_signal_pipe[2] = { -1, -1 };
 
+/* A worker that had to start Python itself sends a byte on this pair (a
+ * socket: a worker whose fork-server has closed its end gets EPIPE, not
+ * SIGPIPE): the fork-server then starts it for the workers after.  Closed
+ * once it has. */
+static int	forkserver_python_pipe[2] = { -1, -1 };
+
 /* The signals whose disposition is not the default once the fork-server
  * is set up: what a new worker resets. */
 static int	forkserver_handled[NSIG];
@@ -220,6 +226,11 @@ forkserver_child(struct forkserver *fs, int sv[2], int helper)
 	close(sv[0]);
 	close(forkserver_signal_pipe[0]);
 	close(forkserver_signal_pipe[1]);
+	if (forkserver_python_pipe[0] != -1)
+		close(forkserver_python_pipe[0]);
+	/* Only a worker runs python ops. */
+	if (helper && forkserver_python_pipe[1] != -1)
+		close(forkserver_python_pipe[1]);
 	if (fs->options->memory_limit != 0) {
 		rl.rlim_cur = rl.rlim_max = fs->options->memory_limit;
 		if (setrlimit(RLIMIT_AS, &rl) == -1) {
@@ -377,6 +388,19 @@ forkserver_dispatch_signals(struct forkserver *fs)
 		forkserver_reap(fs);
 }
 
+/* Python was started (or tried): note what it did to the signals, and
+ * stop listening for workers that want it. */
+static void
+forkserver_python_started(void)
+{
+	if (forkserver_python_pipe[0] == -1)
+		return;
+	forkserver_note_handled();
+	close(forkserver_python_pipe[0]);
+	close(forkserver_python_pipe[1]);
+	forkserver_python_pipe[0] = forkserver_python_pipe[1] = -1;
+}
+
 /*
  * Unpickle broadcast id from its memfd, as the user, for the workers
  * forked after (docs/design.md, "Broadcasts of Python objects").  The
@@ -391,9 +415,26 @@ forkserver_pyload(struct forkserver *fs, int32_t id, int fd)
 	}
 	forkserver_loading = fs;
 	python_broadcast_load(id, fd, fs->options->memory_limit);
+	/* The load started Python if nothing had: no worker has to. */
+	forkserver_python_started();
 	forkserver_loading = NULL;
 	close(fd);
 	fs->gen++;
+}
+
+/*
+ * A worker wanted Python: start the interpreter here, once, so that the
+ * workers forked after have it from the fork.  The loop waits meanwhile,
+ * as for a broadcast's load.
+ */
+static void
+forkserver_python(struct forkserver *fs)
+{
+	log_debug("a worker wanted Python: starting it");
+	forkserver_loading = fs;
+	python_start();
+	forkserver_loading = NULL;
+	forkserver_python_started();
 }
 
 /* Let go of a broadcast forkserver_pyload loaded. */
@@ -564,13 +605,31 @@ forkserver_limit_nproc(uint64_t limit)
 	log_debug("RLIMIT_NPROC %llu", (unsigned long long)limit);
 }
 
+/*
+ * Start Python now if python.preload names modules (they are wanted in
+ * every worker, imported once here); else when it is first wanted, by a
+ * worker's python op or a broadcast's load: until then a worker forks
+ * from a fork-server without the interpreter's heap, which fork() copies
+ * the page tables of and malloc() touches the free chunks of.
+ */
+static void
+forkserver_python_defer(const struct forkserver_options *o)
+{
+	if (o->npypreload == 0 && socketpair(AF_UNIX, SOCK_DGRAM |
+	    SOCK_CLOEXEC | SOCK_NONBLOCK, 0, forkserver_python_pipe) == -1)
+		fatal("socketpair");
+	python_defer(o->pypreload, o->npypreload, forkserver_python_pipe[1]);
+	if (o->npypreload > 0)
+		python_start();
+}
+
 /* Run the fork-server. */
 int
 forkserver_main(int ctl, const struct forkserver_options *options)
 {
 	struct forkserver	 fs;
 	struct fs_msg		 hello = { FS_HELLO, EMBER_PROTOCOL_VERSION, 0, 0 };
-	struct pollfd		 pfd[2];
+	struct pollfd		 pfd[3];
 	pid_t			 parent;
 
 	memset(&fs, 0, sizeof fs);
@@ -602,7 +661,7 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 		log_warn("prctl PR_SET_CHILD_SUBREAPER: %s", strerror(errno));
 	forkserver_signals();
 	forkserver_preload(options);
-	python_start(options->pypreload, options->npypreload);
+	forkserver_python_defer(options);
 	forkserver_note_handled();
 
 	hello.pid = fs.pid;
@@ -613,14 +672,19 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 	pfd[0].events = POLLIN;
 	pfd[1].fd = forkserver_signal_pipe[0];
 	pfd[1].events = POLLIN;
+	pfd[2].events = POLLIN;
 	for (;;) {
-		if (poll(pfd, 2, -1) == -1) {
+		/* -1 once Python is up: poll ignores it. */
+		pfd[2].fd = forkserver_python_pipe[0];
+		if (poll(pfd, 3, -1) == -1) {
 			if (errno == EINTR)
 				continue;
 			fatal("poll");
 		}
 		if (pfd[1].revents != 0)
 			forkserver_dispatch_signals(&fs);
+		if (pfd[2].revents != 0 && forkserver_python_pipe[0] != -1)
+			forkserver_python(&fs);
 		if (pfd[0].revents != 0)
 			forkserver_dispatch(&fs);
 	}

@@ -18,12 +18,14 @@
 
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define PYTHON_LSAN 1
@@ -48,10 +50,17 @@
 
 #ifndef HAVE_PYTHON
 
+/* Nothing to defer: there is no interpreter. */
+void
+python_defer(__attribute__((unused)) char *const *preload,
+    __attribute__((unused)) size_t npreload,
+    __attribute__((unused)) int wanted_fd)
+{
+}
+
 /* Start nothing: there is no interpreter. */
 void
-python_start(__attribute__((unused)) char *const *preload,
-    __attribute__((unused)) size_t npreload)
+python_start(void)
 {
 }
 
@@ -113,6 +122,14 @@ static PyObject		*python_preload_fn;	/* preload(), unload() */
 static PyObject		*python_unload_fn;
 static char		*python_failure;
 static int		 python_started;
+static int		 python_tried;	/* python_start ran */
+
+/* What python_defer named: the modules to import, and the pipe a worker
+ * that starts the interpreter itself tells the fork-server on. */
+static char *const	*python_preload;
+static size_t		 python_npreload;
+static int		 python_deferred;
+static int		 python_wanted_fd = -1;
 
 /* A stage: the op, and ember_worker's Stage for the task. */
 struct python_op {
@@ -232,21 +249,59 @@ python_load_worker(void)
 
 static void	python_start_interpreter(char *const *, size_t);
 
+void
+python_defer(char *const *preload, size_t npreload, int wanted_fd)
+{
+	python_preload = preload;
+	python_npreload = npreload;
+	python_wanted_fd = wanted_fd;
+	python_deferred = 1;
+}
+
 /*
  * Start the interpreter once.  What it allocates lives as long as the
  * fork-server, reachable only from Python's own arenas, which the leak
  * checker does not scan: it is told to look away.
  */
 void
-python_start(char *const *preload, size_t npreload)
+python_start(void)
 {
+	if (python_tried)
+		return;
+	python_tried = 1;
 #ifdef PYTHON_LSAN
 	__lsan_disable();
 #endif
-	python_start_interpreter(preload, npreload);
+	python_start_interpreter(python_preload, python_npreload);
 #ifdef PYTHON_LSAN
 	__lsan_enable();
 #endif
+}
+
+/*
+ * Start the interpreter in a worker forked before the fork-server had
+ * one, and tell the fork-server, so that the workers it forks after have
+ * it from the fork.  Nothing to do in a process python_defer was not
+ * called in (ember-worker --stdio): its python ops fail as before.
+ */
+static void
+python_start_late(void)
+{
+	char	c = 'P';
+
+	if (!python_deferred || python_tried)
+		return;
+	log_debug("python: starting the interpreter in the worker");
+	python_start();
+	if (python_wanted_fd != -1) {
+		/* Full: the fork-server has been told already; EPIPE or
+		 * ECONNREFUSED: it has started Python since. */
+		if (send(python_wanted_fd, &c, 1, MSG_NOSIGNAL) == -1)
+			log_debug("python: tell the fork-server: %s",
+			    strerror(errno));
+		close(python_wanted_fd);
+		python_wanted_fd = -1;
+	}
 }
 
 /* Start the interpreter, without its signal handlers (the worker's
@@ -357,6 +412,7 @@ python_broadcast_load(int64_t id, int fd, uint64_t limit)
 	char		*e;
 	int		 rc;
 
+	python_start();
 	if (python_preload_fn == NULL)
 		return (-1);
 	if (fstat(fd, &st) == -1) {
@@ -783,6 +839,7 @@ python_op_create(const struct plan_op *first, size_t n, struct chain *chain,
 	char			*e;
 
 	*err = NULL;
+	python_start_late();
 	if (python_stage_fn == NULL) {
 		*err = xstrdup(python_failure != NULL ? python_failure :
 		    "python: the interpreter was not started");

@@ -1,7 +1,8 @@
 /*
  * The python ops: CPython embedded in ember-worker.  The fork-server starts
- * the interpreter once (python_start) and every worker it forks inherits
- * it, copy-on-write, with the modules of python.preload imported.  A run of
+ * the interpreter once (python_start), when python.preload names modules
+ * or when Python is first wanted, and every worker it forks after
+ * inherits it, copy-on-write, with the modules of python.preload imported.  A run of
  * consecutive python ops is one stage, one op of the chain, that hands
  * records to Python in batches (worker/pyworker.py).  Without Python
  * (./configure --without-python) the same functions are stubs.
@@ -17,12 +18,23 @@ struct op;
 struct plan_op;
 
 /*
- * Start the interpreter and import the modules named (the fork-server,
- * once, after it has dropped its privileges).  A module that does not
- * import is logged and skipped; an interpreter that does not start leaves
- * every python op failing with the reason.
+ * Name the modules the interpreter imports when it starts, and wanted_fd,
+ * where a worker that has to start it itself sends a byte (a datagram
+ * socket the fork-server polls; -1: none), without starting it (the fork-server,
+ * once, after it has dropped its privileges).  A worker forked while no
+ * interpreter is up starts one on its first python op: workers without
+ * python ops fork from a process without the interpreter's heap.
  */
-void		 python_start(char *const *preload, size_t npreload);
+void		 python_defer(char *const *preload, size_t npreload,
+		     int wanted_fd);
+
+/*
+ * Start the interpreter with python_defer's modules, unless it was tried
+ * already.  A module that does not import is logged and skipped; an
+ * interpreter that does not start leaves every python op failing with the
+ * reason.
+ */
+void		 python_start(void);
 
 /*
  * Unpickle broadcast id's bytes (the sealed memfd fd, mapped read-only)

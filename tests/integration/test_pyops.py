@@ -320,6 +320,41 @@ def test_worker_reuse(d):
         check(not (after & first), "the failed worker was reused")
 
 
+def _rss_anon_kb(pid):
+    """The anonymous memory process pid has resident, in kB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    raise AssertionError("no RssAnon for %d" % pid)
+
+
+@needs_python
+@with_daemon(sets=["workers.reuse=no", "workers.max=1"])
+def test_python_started_when_first_wanted(d):
+    """The fork-server starts Python only when a job first wants it: until
+    then its workers fork from a process without the interpreter's heap
+    (bench/README.md, "Fresh worker").  The first python task's worker
+    starts it itself, the fork-server then starts it for the workers
+    after, and every task's result is the same."""
+    with _session(d) as sc:
+        check_eq(sc.range(10, partitions=2).map_upper().count(), 10,
+                 "a job without python ops")
+        fs = d.forkserver_pid()
+        lean = _rss_anon_kb(fs)
+        got = sc.range(6, partitions=3).map(lambda x: int(x) * 7).collect()
+        check_eq(got, [str(x * 7) for x in range(6)],
+                 "the python job's records")
+        check(wait_until(lambda: _rss_anon_kb(fs) > lean + 1024, 10),
+              "the fork-server held Python before any job wanted it "
+              "(anonymous memory %d kB before the python job, %d kB "
+              "after)" % (lean, _rss_anon_kb(fs)))
+        got = sc.range(6, partitions=3).map(lambda x: int(x) + 1).collect()
+        check_eq(got, [str(x + 1) for x in range(6)],
+                 "a python job on workers forked after")
+    check_eq(d.forkserver_pid(), fs, "the same fork-server all along")
+
+
 def _inner(x):
     raise ValueError("boom on %r" % x)
 

@@ -278,10 +278,10 @@ fslink_argv_list(char **argv, size_t *n, size_t *max, const char *flag,
 	return (argv);
 }
 
-/* The fork-server's command line: --user when emberd is root, and the
- * plugins to preload. */
+/* The fork-server's command line: --user when emberd is root, the
+ * plugins to preload, and --bind-now when LD_BIND_NOW is emberd's. */
 static char **
-fslink_argv(const struct fslink *fs)
+fslink_argv(const struct fslink *fs, int bind_now)
 {
 	char	**argv;
 	size_t	  n = 0, max = 14;	/* room for the fixed options and NULL */
@@ -291,6 +291,8 @@ fslink_argv(const struct fslink *fs)
 	argv[n++] = xstrdup("--fork-server");
 	argv[n++] = xstrdup("--log-level");
 	argv[n++] = xstrdup(ember_conf.daemon_log_level);
+	if (bind_now)
+		argv[n++] = xstrdup("--bind-now");
 	if (geteuid() == 0) {
 		argv[n++] = xstrdup("--user");
 		xasprintf(&argv[n++], "%ld:%ld", (long)fs->uid, (long)fs->gid);
@@ -338,6 +340,29 @@ fslink_child_stdio(int logfd)
 		_exit(127);
 }
 
+/*
+ * Have the dynamic linker bind every library's calls as the fork-server
+ * starts (LD_BIND_NOW), not in each worker at its first call of each: a
+ * worker then looks no symbol up and writes no page of a library's GOT
+ * (bench/README.md, "Fresh worker").  Added to env, unless the jobs'
+ * environment has it already (workers.env): 1 if added, and the
+ * fork-server, told by --bind-now, unsets it before any command sees it.
+ */
+static int
+fslink_bind_now(char ***env)
+{
+	size_t	n;
+
+	for (n = 0; (*env)[n] != NULL; n++) {
+		if (strncmp((*env)[n], "LD_BIND_NOW=", 12) == 0)
+			return (0);
+	}
+	*env = xreallocarray(*env, n + 2, sizeof **env);
+	(*env)[n] = xstrdup("LD_BIND_NOW=1");
+	(*env)[n + 1] = NULL;
+	return (1);
+}
+
 static int
 fslink_start(struct fslink *fs)
 {
@@ -356,10 +381,10 @@ fslink_start(struct fslink *fs)
 		close(sv[1]);
 		return (-1);
 	}
-	argv = fslink_argv(fs);
 	/* Built before the fork: getpwuid is no business of a child of a
 	 * loop.  The fork-server's workers and commands inherit it. */
 	env = jobenv_build(fs->uid);
+	argv = fslink_argv(fs, fslink_bind_now(&env));
 
 	/* Block signals so none reaches libevent's handlers in the child. */
 	sigfillset(&all);

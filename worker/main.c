@@ -30,6 +30,7 @@ main_usage(void)
 	    "[--python-preload MODULE]...\n"
 	    "                    [--memory-limit BYTES] "
 	    "[--nproc-limit COUNT]\n"
+	    "                    [--bind-now]\n"
 	    "       ember-worker --stdio --plan JSON [--partition N] "
 	    "[--check]\n"
 	    "                    [--broadcast ID=PATH]...\n"
@@ -82,6 +83,7 @@ main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "fork-server", no_argument, NULL, 'F' },
+		{ "bind-now", no_argument, NULL, 'B' },
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "memory-limit", required_argument, NULL, 'm' },
 		{ "nproc-limit", required_argument, NULL, 'n' },
@@ -115,6 +117,12 @@ main(int argc, char **argv)
 		switch (ch) {
 		case 'F':
 			forkserver = 1;
+			break;
+		case 'B':
+			/* emberd's, read by the dynamic linker as we started:
+			 * the jobs' commands start without it. */
+			if (unsetenv("LD_BIND_NOW") == -1)
+				fatal("unsetenv");
 			break;
 		case 'l':
 			if (log_level_from_string(optarg, &level) == -1) {

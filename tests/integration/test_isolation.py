@@ -410,6 +410,19 @@ def test_pipe_environment_follows_the_conf(d):
     check(SECRET not in json.dumps(env), "emberd's secret reached a job")
 
 
+@with_daemon(sets=SHARED, env=DAEMON_ENV)
+def test_forkserver_binds_its_libraries_alone(d):
+    """The fork-server starts with LD_BIND_NOW, so that its workers inherit
+    every library's calls bound (bench/README.md, "Fresh worker"); a
+    job's command does not get it: it is emberd's, not the job's."""
+    env = env_of(pipe_output(d, "env"))
+    with open("/proc/%d/environ" % d.forkserver_pid(), "rb") as f:
+        start = f.read().split(b"\0")
+    check(b"LD_BIND_NOW=1" in start,
+          "the fork-server started without LD_BIND_NOW: %r" % start)
+    check("LD_BIND_NOW" not in env, "a job got LD_BIND_NOW: %r" % env)
+
+
 @no_daemon
 def test_bad_workers_env_is_refused(_):
     """A workers.env word that is no variable name is refused, naming the

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "held.h"
 #include "fdpass.h"
 #include "forkserver.h"
@@ -661,6 +663,9 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 		log_warn("prctl PR_SET_CHILD_SUBREAPER: %s", strerror(errno));
 	forkserver_signals();
 	forkserver_preload(options);
+	/* jansson seeds its hashes from /dev/urandom at the first object:
+	 * once here, not an open and a read in every worker. */
+	json_object_seed(0);
 	forkserver_python_defer(options);
 	forkserver_note_handled();
 

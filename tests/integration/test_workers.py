@@ -4,7 +4,9 @@ min_idle, max_tasks, max_memory, task_timeout)."""
 
 import os
 import re
+import shutil
 import signal
+import subprocess
 import time
 
 from harness import *
@@ -103,6 +105,43 @@ def test_no_reuse_gives_new_workers(d):
     wait_gone(first + second)
     check_eq(retired(c)["no_reuse"], 6, "retired for no_reuse")
     check_eq(pool(c)["reuses"], 0, "reuses")
+
+
+@skip_unless(shutil.which("strace"), "no strace")
+@with_daemon(sets=["workers.max=1", "workers.reuse=no"])
+def test_fresh_worker_opens_nothing(d):
+    """A fresh worker's task of C ops opens no file: what every worker
+    needs once (jansson's hash seed from /dev/urandom) the fork-server
+    made before it forked (bench/README.md, "Fresh worker")."""
+    c = d.client()
+    check_eq(c.count(range_plan(0, 2, 1, ops=[{"map": "upper"}])), 2,
+             "the first job")
+    fs = d.forkserver_pid()
+    out = os.path.join(d.tmpdir, "strace.out")
+    tracer = subprocess.Popen(["strace", "-f", "-qq", "-e",
+                               "trace=open,openat", "-o", out, "-p",
+                               str(fs)], stderr=subprocess.DEVNULL)
+    try:
+        # strace says nothing once attached: wait until it is tracing.
+        check(wait_until(lambda: _traced(fs), 10),
+              "strace did not attach to the fork-server")
+        check_eq(c.count(range_plan(0, 2, 1, ops=[{"map": "upper"}])), 2,
+                 "the traced job")
+    finally:
+        tracer.terminate()
+        tracer.wait()
+    with open(out) as f:
+        opens = [line.strip() for line in f if "open" in line]
+    check_eq(opens, [], "files the fork-server and its worker opened")
+
+
+def _traced(pid):
+    """Is pid being traced?"""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("TracerPid:"):
+                return int(line.split()[1]) != 0
+    return False
 
 
 # ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ request, a write of the task to the worker, a read of its reply and a
 write of the answer, with one wait of the loop before each read.  strace
 -c counts emberd's calls across many such jobs on one connection: the
 answer is written straight away (no write event armed, no loop pass for
-it).
+it), and an operation's id costs one getrandom, not libuuid's reseeding.
 """
 
 import os
@@ -78,6 +78,12 @@ def test_count_syscalls(d):
           "epoll_wait per job: %r" % per_job)
     check(per_job.get("writev", 0) + per_job.get("write", 0) <= 2.1,
           "writes per job: %r" % per_job)
+    # A new operation's id: one getrandom, nothing else.
+    for name in ("getpid", "getppid", "gettid", "getuid"):
+        check(per_job.get(name, 0) < 0.1, "%s per job: %r" %
+              (name, per_job))
+    check(per_job.get("getrandom", 0) <= 1.1,
+          "getrandom per job: %r" % per_job)
 
 
 if __name__ == "__main__":

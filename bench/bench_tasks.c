@@ -5,7 +5,10 @@
  * - throughput: count over a plan of many empty range partitions, a few
  *   times after a warm-up; best and median tasks/s and microseconds per task.
  * - latency: many sequential one-partition counts on one connection with a
- *   warm worker; median and p99 microseconds per job.
+ *   warm worker, in several runs, each beside a ping-pong timed one trip
+ *   at a time just before it; per run the median and p99 microseconds per
+ *   job and their ratios to the ping-pong's median round trip, and the
+ *   median of the runs with their least and greatest.
  * - baseline: 4-byte request, 4-byte reply between two forked processes over
  *   a socketpair; microseconds per round trip.
  *
@@ -21,6 +24,7 @@
 #include <err.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +41,15 @@
 #define DEFAULT_ROUND_TRIPS	100000
 #define PINGPONG_RUNS		3
 #define LATENCY_WARMUP		100
+#define DEFAULT_LATENCY_RUNS	5
+#define MAX_LATENCY_RUNS	99
+
+/* One latency run: its jobs' median and p99, the ping-pong round trip
+ * timed the same way just before, and the ratios to it. */
+struct latency {
+	double	med, p99, rt, rt_p99;
+	double	med_ratio, p99_ratio;
+};
 
 static const char	*socket_path;
 
@@ -44,7 +57,7 @@ static void __attribute__((noreturn))
 usage(void)
 {
 	fprintf(stderr, "usage: bench_tasks --socket PATH [--partitions N] "
-	    "[--runs N] [--jobs N] [--round-trips N]\n");
+	    "[--runs N] [--jobs N] [--round-trips N] [--latency-runs N]\n");
 	exit(2);
 }
 
@@ -129,6 +142,68 @@ pingpong_once(long n, double *each)
 	return ((double)(t1 - t0) / 1e3 / (double)n);
 }
 
+/*
+ * One latency run into *l: n round trips of a ping-pong, each timed, then
+ * n one-partition counts on e, each timed; lat holds n values.
+ */
+static void
+latency_run(struct ember *e, const char *plan, long n, double *lat,
+    struct latency *l)
+{
+	long	i;
+
+	pingpong_once(n, lat);
+	qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+	l->rt = quantile(lat, (size_t)n, 0.5);
+	l->rt_p99 = quantile(lat, (size_t)n, 0.99);
+	for (i = 0; i < n; i++)
+		lat[i] = count_once(e, plan, 1, 1) * 1e6;
+	qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+	l->med = quantile(lat, (size_t)n, 0.5);
+	l->p99 = quantile(lat, (size_t)n, 0.99);
+	l->med_ratio = l->med / l->rt;
+	l->p99_ratio = l->p99 / l->rt;
+	printf("ember latency: %ld one-partition counts: min %.1f us, median "
+	    "%.1f us, p99 %.1f us, max %.1f us | ping-pong median %.1f us, "
+	    "p99 %.1f us | median/rt %.2f, p99/rt %.2f\n", n, lat[0], l->med,
+	    l->p99, lat[n - 1], l->rt, l->rt_p99, l->med_ratio, l->p99_ratio);
+}
+
+/* Print "result NAME MED", NAME_min and NAME_max of field off of the n
+ * runs, with the given decimals. */
+static void
+latency_result(const struct latency *lr, long n, size_t off,
+    const char *name, int decimals)
+{
+	double	v[MAX_LATENCY_RUNS];
+	long	i;
+
+	for (i = 0; i < n; i++)
+		memcpy(&v[i], (const char *)&lr[i] + off, sizeof v[i]);
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	printf("result %s %.*f\n", name, decimals, v[(n - 1) / 2]);
+	printf("result %s_min %.*f\n", name, decimals, v[0]);
+	printf("result %s_max %.*f\n", name, decimals, v[n - 1]);
+}
+
+/* The latency figures for bench/run.sh: medians of the runs, min, max. */
+static void
+latency_print(const struct latency *lr, long n)
+{
+	latency_result(lr, n, offsetof(struct latency, med),
+	    "latency_median_us", 1);
+	latency_result(lr, n, offsetof(struct latency, p99),
+	    "latency_p99_us", 1);
+	latency_result(lr, n, offsetof(struct latency, rt),
+	    "latency_rt_us", 1);
+	latency_result(lr, n, offsetof(struct latency, rt_p99),
+	    "pingpong_p99_us", 1);
+	latency_result(lr, n, offsetof(struct latency, med_ratio),
+	    "latency_ratio", 2);
+	latency_result(lr, n, offsetof(struct latency, p99_ratio),
+	    "latency_p99_ratio", 2);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -138,15 +213,17 @@ main(int argc, char **argv)
 		{ "runs",	 required_argument, NULL, 'r' },
 		{ "jobs",	 required_argument, NULL, 'j' },
 		{ "round-trips", required_argument, NULL, 't' },
+		{ "latency-runs", required_argument, NULL, 'l' },
 		{ NULL,		 0,		    NULL, 0 }
 	};
 	struct ember	*e;
 	double		 pp[PINGPONG_RUNS], *secs, *lat;
-	double		 pp_best, pp_med, best, med, lat_med, lat_p99;
-	double		 pp_lat_med, pp_lat_p99;
+	struct latency	 lr[MAX_LATENCY_RUNS];
+	double		 pp_best, pp_med, best, med;
 	char		 plan[256], plan1[256];
 	long		 partitions = DEFAULT_PARTITIONS, runs = DEFAULT_RUNS;
 	long		 jobs = DEFAULT_JOBS, trips = DEFAULT_ROUND_TRIPS, i;
+	long		 lruns = DEFAULT_LATENCY_RUNS, r;
 	int64_t		 before, after, expect;
 	int		 ch;
 
@@ -166,6 +243,12 @@ main(int argc, char **argv)
 			break;
 		case 't':
 			trips = parse_count(optarg, "--round-trips", 1);
+			break;
+		case 'l':
+			lruns = parse_count(optarg, "--latency-runs", 1);
+			if (lruns > MAX_LATENCY_RUNS)
+				errx(2, "--latency-runs: at most %d",
+				    MAX_LATENCY_RUNS);
 			break;
 		default:
 			usage();
@@ -217,35 +300,19 @@ main(int argc, char **argv)
 	    (double)partitions / med, med * 1e6 / (double)partitions,
 	    med * 1e6 / (double)partitions / pp_best);
 
-	/* Latency: sequential one-partition jobs on a warm worker. */
+	/* Latency: sequential one-partition jobs on a warm worker, run by
+	 * run beside a ping-pong timed the same way. */
 	snprintf(plan1, sizeof plan1, "{\"source\":{\"range\":{\"start\":0,"
 	    "\"end\":1}},\"partitions\":1}");
 	before = status_counter(e, "tasks_completed");
 	for (i = 0; i < LATENCY_WARMUP; i++)
 		count_once(e, plan1, 1, 1);
-	for (i = 0; i < jobs; i++)
-		lat[i] = count_once(e, plan1, 1, 1) * 1e6;
+	for (r = 0; r < lruns; r++)
+		latency_run(e, plan1, jobs, lat, &lr[r]);
 	after = status_counter(e, "tasks_completed");
-	if (after - before != LATENCY_WARMUP + jobs)
+	if (after - before != LATENCY_WARMUP + lruns * jobs)
 		errx(1, "emberd completed %" PRId64 " tasks, expected %ld",
-		    after - before, LATENCY_WARMUP + jobs);
-	qsort(lat, (size_t)jobs, sizeof *lat, cmp_double);
-	lat_med = quantile(lat, (size_t)jobs, 0.5);
-	lat_p99 = quantile(lat, (size_t)jobs, 0.99);
-	printf("ember latency: %ld one-partition counts on one connection: "
-	    "min %.1f us, median %.1f us, p99 %.1f us, max %.1f us\n", jobs,
-	    lat[0], lat_med, lat_p99, lat[jobs - 1]);
-	printf("  median is %.1fx a ping-pong round trip (target: median "
-	    "< 150 us)\n", lat_med / pp_best);
-
-	/* The same number of ping-pongs, each timed, for the spread. */
-	pingpong_once(jobs, lat);
-	qsort(lat, (size_t)jobs, sizeof *lat, cmp_double);
-	pp_lat_med = quantile(lat, (size_t)jobs, 0.5);
-	pp_lat_p99 = quantile(lat, (size_t)jobs, 0.99);
-	printf("raw ping-pong, %ld round trips timed one by one: median "
-	    "%.1f us, p99 %.1f us, max %.1f us\n", jobs, pp_lat_med,
-	    pp_lat_p99, lat[jobs - 1]);
+		    after - before, LATENCY_WARMUP + lruns * jobs);
 
 	ember_close(e);
 	free(secs);
@@ -255,8 +322,6 @@ main(int argc, char **argv)
 	printf("result pingpong_us %.2f\n", pp_best);
 	printf("result task_us %.2f\n", best * 1e6 / (double)partitions);
 	printf("result task_us_median %.2f\n", med * 1e6 / (double)partitions);
-	printf("result latency_median_us %.1f\n", lat_med);
-	printf("result latency_p99_us %.1f\n", lat_p99);
-	printf("result pingpong_p99_us %.1f\n", pp_lat_p99);
+	latency_print(lr, lruns);
 	return (0);
 }

@@ -361,19 +361,28 @@ if want tasks; then
 	task=$(result task_us)
 	pingpong=$(result pingpong_us)
 	pool=$(result pool_us)
-	lmed=$(result latency_median_us)
-	lp99=$(result latency_p99_us)
-	pp99=$(result pingpong_p99_us)
 	pratio=$(div "$task" "$pool" 2)
 	printf 'task overhead: ember count %s us/task | raw ping-pong %s ' \
 	    "$task" "$pingpong"
 	printf 'us/rt | Python Pool %s us/task | ember/Pool %s  ' \
 	    "$pool" "$pratio"
 	printf '[target < 1: %s]\n' "$(verdict "$task < $pool")"
-	printf 'latency: median %s us, p99 %s us (ping-pong round trip ' \
-	    "$lmed" "$lp99"
-	printf '%s us, its p99 %s us)  ' "$pingpong" "$pp99"
-	printf '[target median < 150: %s]\n' "$(verdict "$lmed < 150")"
+	lr=$(result latency_ratio)
+	lpr=$(result latency_p99_ratio)
+	printf 'latency (2000 one-partition counts, median of 5 runs): '
+	printf 'median %s us (min %s, max %s), p99 %s us (min %s, max %s) | ' \
+	    "$(result latency_median_us)" "$(result latency_median_us_min)" \
+	    "$(result latency_median_us_max)" "$(result latency_p99_us)" \
+	    "$(result latency_p99_us_min)" "$(result latency_p99_us_max)"
+	printf 'ping-pong round trip %s us (min %s, max %s) | ' \
+	    "$(result latency_rt_us)" "$(result latency_rt_us_min)" \
+	    "$(result latency_rt_us_max)"
+	printf 'median/rt %s (min %s, max %s), p99/rt %s (min %s, max %s)  ' \
+	    "$lr" "$(result latency_ratio_min)" "$(result latency_ratio_max)" \
+	    "$lpr" "$(result latency_p99_ratio_min)" \
+	    "$(result latency_p99_ratio_max)"
+	printf '[target median/rt <= 3, p99/rt <= 10: %s]\n' \
+	    "$(verdict "$lr <= 3 && $lpr <= 10")"
 fi
 if want stream; then
 	sgbs=$(result stream_gbs)

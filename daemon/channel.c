@@ -52,6 +52,7 @@ struct channel {
 	int		  held;
 	int		  eof;
 	int		  stopped;
+	int		  corked;	/* output waits for channel_uncork */
 	int		  error;	/* for error_cb, from kick */
 	void		(*read_cb)(void *);
 	void		(*write_cb)(void *);
@@ -244,7 +245,7 @@ channel_output_cb(struct evbuffer *out, const struct evbuffer_cb_info *info,
 
 	(void)out;
 	if (info->n_added > 0 && ch->write_cb != NULL && !ch->stopped &&
-	    !event_pending(ch->wev, EV_WRITE, NULL))
+	    !ch->corked && !event_pending(ch->wev, EV_WRITE, NULL))
 		event_add(ch->wev, NULL);
 }
 
@@ -500,6 +501,19 @@ broken:
 void
 channel_flush(struct channel *ch)
 {
+	channel_write(ch, 0);
+}
+
+void
+channel_cork(struct channel *ch)
+{
+	ch->corked = 1;
+}
+
+void
+channel_uncork(struct channel *ch)
+{
+	ch->corked = 0;
 	channel_write(ch, 0);
 }
 

@@ -71,6 +71,11 @@ void		 channel_pass_fd(struct channel *, int fd);
 void		 channel_read(struct channel *);
 /* Write what is queued; what the socket does not take goes when it can. */
 void		 channel_flush(struct channel *);
+/* Queue output without arming the loop's write: channel_uncork writes it
+ * at once (no epoll_ctl, no loop pass when the socket takes it all). */
+void		 channel_cork(struct channel *);
+/* Write what is queued now, as channel_flush, and stop corking. */
+void		 channel_uncork(struct channel *);
 /* Read until len bytes are buffered, then stop; 0 for the default mark. */
 void		 channel_want(struct channel *, size_t len);
 /* Input was consumed: read again if it went below the mark. */

@@ -122,6 +122,7 @@ connection_send_charged(struct connection *c, json_t *reply, int held,
 {
 	char	*text;
 	size_t	 len;
+	int	 alone;
 
 	if ((text = json_dumps(reply, JSON_COMPACT)) == NULL)
 		fatalx("json_dumps failed");
@@ -132,10 +133,18 @@ connection_send_charged(struct connection *c, json_t *reply, int held,
 		free(text);
 		return (-1);
 	}
+	/* A reply alone in the output goes now, not a loop pass later (an
+	 * epoll_ctl, an epoll_wait and another epoll_ctl).  Behind queued
+	 * bytes it waits its turn; a failed write reaches the owner from the
+	 * loop. */
+	if ((alone = evbuffer_get_length(channel_output(c->ch)) == 0))
+		channel_cork(c->ch);
 	evbuffer_add_frame(channel_output(c->ch), text, len);
 	free(text);
 	if (held)
 		c->held += (int64_t)len + 4;
+	if (alone)
+		channel_uncork(c->ch);
 	return (0);
 }
 

@@ -6,8 +6,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <uuid/uuid.h>
-
 #include "connection.h"
 #include "emberd.h"
 #include "helper.h"
@@ -366,15 +364,13 @@ operation_materialize(struct session *s, struct checkpoint *c, json_t *plan,
 	struct operation	*op;
 	const char		*class;
 	json_t			*req;
-	uuid_t			 u;
 
 	op = xcalloc(1, sizeof *op);
 	TAILQ_INIT(&op->tasks);
 	TAILQ_INIT(&op->map_tasks);
 	op->action = ACTION_CHECKPOINT;
 	op->internal = 1;
-	uuid_generate(u);
-	uuid_unparse_lower(u, op->id);
+	request_new_id(op->id);
 	/* Its files were checked, and sized, when it was asked for. */
 	req = json_pack("{s:O}", "plan", plan);
 	if (operation_read_plan(op, s, req, &class, err) == -1 ||

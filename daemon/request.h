@@ -21,6 +21,8 @@
  * they are not a JSON object with a string "op".
  */
 json_t	*request_parse(const void *data, size_t len, char **err);
+/* Make a random (version 4) UUID in id, lower case: a new operation's. */
+void	 request_new_id(char id[37]);
 /* options.prefetch's largest value. */
 #define OPERATION_MAX_PREFETCH	1024
 

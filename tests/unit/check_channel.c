@@ -4,8 +4,9 @@
  * writes that go at once and the rest when the socket takes it, descriptors
  * passed on given bytes, the end of file, and the liveness probe; and what
  * the other peers need of it: the end told to an error callback, output
- * the loop writes with a low mark, descriptors received, packets of one
- * size, frames over a maximum refused.
+ * the loop writes with a low mark, or at once when corked output is
+ * uncorked, descriptors received, packets of one size, frames over a
+ * maximum refused.
  */
 #include <sys/socket.h>
 
@@ -429,6 +430,45 @@ START_TEST(test_channel_write_cb)
 }
 END_TEST
 
+/* Corked, output queued with a write_cb arms no write event; uncorked,
+ * it is written at once, with no event left armed, and what the socket
+ * does not take is left to the loop. */
+START_TEST(test_channel_cork)
+{
+	static char	buf[256 * 1024];
+	char		got[8];
+	int		armed;
+
+	channel_set_write_cb(ch, 0, write_cb);
+	armed = event_base_get_num_events(ember_base, EVENT_BASE_COUNT_ADDED);
+	channel_cork(ch);
+	evbuffer_add(channel_output(ch), "reply", 5);
+	ck_assert_int_eq(event_base_get_num_events(ember_base,
+	    EVENT_BASE_COUNT_ADDED), armed);
+	ck_assert_uint_eq(peer_read(got, sizeof got), 0);
+	channel_uncork(ch);
+	ck_assert_uint_eq(peer_read(got, sizeof got), 5);
+	ck_assert_mem_eq(got, "reply", 5);
+	ck_assert_uint_eq(evbuffer_get_length(channel_output(ch)), 0);
+	ck_assert_int_eq(event_base_get_num_events(ember_base,
+	    EVENT_BASE_COUNT_ADDED), armed);
+
+	/* More than the socket takes: the rest waits for the loop. */
+	channel_cork(ch);
+	evbuffer_add(channel_output(ch), buf, sizeof buf);
+	evbuffer_add(channel_output(ch), buf, sizeof buf);
+	channel_uncork(ch);
+	ck_assert_uint_gt(evbuffer_get_length(channel_output(ch)), 0);
+	ck_assert_int_eq(event_base_get_num_events(ember_base,
+	    EVENT_BASE_COUNT_ADDED), armed + 1);
+	while (evbuffer_get_length(channel_output(ch)) > 0) {
+		while (peer_read(buf, sizeof buf) > 0)
+			;
+		run_loop();
+	}
+}
+END_TEST
+
 /* Descriptors that come with the input are kept up to the bound, in
  * order; more are closed and counted. */
 START_TEST(test_channel_accept_fds)
@@ -611,6 +651,7 @@ channel_suite(void)
 	tcase_add_test(tc, test_channel_error_cb_eof);
 	tcase_add_test(tc, test_channel_error_cb_write);
 	tcase_add_test(tc, test_channel_write_cb);
+	tcase_add_test(tc, test_channel_cork);
 	tcase_add_test(tc, test_channel_accept_fds);
 	tcase_add_test(tc, test_channel_frame);
 	suite_add_tcase(s, tc);

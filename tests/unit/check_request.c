@@ -1,12 +1,14 @@
 /*
  * Tests for daemon/request.c: a control frame's bytes to a request, and
  * the REQUEST_INVALID messages a client gets for anything else; an
- * execute request's members read into a plain struct.
+ * execute request's members read into a plain struct, and a new
+ * operation's id.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
+#include <uuid/uuid.h>
 
 #include "request.h"
 #include "suites.h"
@@ -182,6 +184,27 @@ START_TEST(test_execute_refused)
 }
 END_TEST
 
+/* A new operation's id is a random UUID, version 4, of the RFC 4122
+ * variant, in lower case; two are not the same. */
+START_TEST(test_request_new_id)
+{
+	char	a[37], b[37];
+	uuid_t	u;
+	size_t	i;
+
+	request_new_id(a);
+	request_new_id(b);
+	ck_assert_uint_eq(strlen(a), 36);
+	ck_assert_int_eq(uuid_parse(a, u), 0);
+	ck_assert_int_eq(uuid_type(u), UUID_TYPE_DCE_RANDOM);
+	ck_assert_int_eq(uuid_variant(u), UUID_VARIANT_DCE);
+	for (i = 0; i < 36; i++)
+		ck_assert_msg(a[i] == '-' || strchr("0123456789abcdef",
+		    a[i]) != NULL, "id %s: not lower-case hex", a);
+	ck_assert_str_ne(a, b);
+}
+END_TEST
+
 Suite *
 request_suite(void)
 {
@@ -194,6 +217,7 @@ request_suite(void)
 	tc = tcase_create("execute");
 	tcase_add_test(tc, test_execute_read);
 	tcase_add_test(tc, test_execute_refused);
+	tcase_add_test(tc, test_request_new_id);
 	suite_add_tcase(s, tc);
 	return (s);
 }

@@ -147,7 +147,10 @@ heap_tick_cb(evutil_socket_t fd, short events, void *arg)
 		heap_low = now;
 	if (held >= heap_low + HEAP_TRIM_GROWTH) {
 		malloc_trim(0);
-		now = heap_low = heap_free_bytes();
+		heap_low = heap_free_bytes();
+		log_debug("heap: %zu bytes free, %zu once trimmed", now,
+		    heap_low);
+		now = heap_low;
 	}
 	again = now != heap_last || now >= heap_low + HEAP_TRIM_GROWTH;
 	heap_last = now;

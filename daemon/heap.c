@@ -35,10 +35,13 @@
 /* No more entries made up front than this (2.5 MiB of them and their
  * table): past it, libevent makes them as before. */
 #define HEAP_MAX_FDS		65536
-/* How often the heap is looked at, and the growth of its free bytes
- * that is worth a trim. */
+/* How often the heap is looked at; the growth of its free bytes worth a
+ * trim while it moves, and once it is still (moving by less than
+ * HEAP_STILL from a tick to the next). */
 #define HEAP_TICK_MS		250
 #define HEAP_TRIM_GROWTH	(1024 * 1024)
+#define HEAP_TRIM_STILL		(256 * 1024)
+#define HEAP_STILL		(64 * 1024)
 
 static struct event	*heap_timer;
 static size_t		 heap_low;	/* the least free since a trim */
@@ -130,31 +133,33 @@ heap_arm(void)
 
 /*
  * Give the free pages back once the heap has held HEAP_TRIM_GROWTH more
- * free than its low mark for two ticks in a row: after a mass of
- * clients went, not while a stream's buffers come and go.  The tick
- * runs while the heap moves, and stops when it is still (an idle emberd
- * does not wake for it).
+ * free than its low mark for two ticks in a row (a mass of clients is
+ * going, not a stream's buffers coming and going), and what is left of
+ * such a mass once the heap is still.  The tick runs while the heap
+ * moves, and stops when it is still: an idle emberd does not wake for
+ * it.
  */
 static void
 heap_tick_cb(evutil_socket_t fd, short events, void *arg)
 {
 	size_t	now = heap_free_bytes();
 	size_t	held = now < heap_last ? now : heap_last;
-	int	again;
+	int	still;
 
 	(void)fd; (void)events; (void)arg;
+	still = now + HEAP_STILL > heap_last && now < heap_last + HEAP_STILL;
 	if (now < heap_low)
 		heap_low = now;
-	if (held >= heap_low + HEAP_TRIM_GROWTH) {
+	if (held >= heap_low + HEAP_TRIM_GROWTH ||
+	    (still && now >= heap_low + HEAP_TRIM_STILL)) {
 		malloc_trim(0);
 		heap_low = heap_free_bytes();
 		log_debug("heap: %zu bytes free, %zu once trimmed", now,
 		    heap_low);
 		now = heap_low;
 	}
-	again = now != heap_last || now >= heap_low + HEAP_TRIM_GROWTH;
 	heap_last = now;
-	if (again)
+	if (!still)
 		heap_arm();
 }
 

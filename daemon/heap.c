@@ -29,9 +29,6 @@
 #include "limit.h"
 #include "log.h"
 
-/* Descriptors emberd may hold beyond two per connection (the listener,
- * the loop, workers, helpers, files), as limit.c reckons them. */
-#define HEAP_FD_RESERVE		128
 /* No more entries made up front than this (2.5 MiB of them and their
  * table): past it, libevent makes them as before. */
 #define HEAP_MAX_FDS		65536
@@ -81,7 +78,7 @@ heap_fd_numbers(void)
 	struct rlimit	rl;
 	int64_t		n;
 
-	n = limit_total(LIMIT_CONNECTIONS) * 2 + HEAP_FD_RESERVE;
+	n = limit_total(LIMIT_CONNECTIONS) * 2 + LIMIT_FD_RESERVE;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    (int64_t)rl.rlim_cur < n)
 		n = (int64_t)rl.rlim_cur;

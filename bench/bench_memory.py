@@ -31,7 +31,9 @@ heap in use, ember_heap_in_use_bytes of its /metrics
 the allocator kept does not hide the next round's cost, and a leak shows
 in what is left.  /proc/PID/smaps_rollup's Private_Dirty (every page
 emberd wrote, the heap the allocator keeps included) is printed beside
-it: its growth over the first round is what the kernel charges.  The
+it: its growth over the first round is what the kernel charges; what
+each round keeps (read once it settles: emberd gives pages back on a
+tick) is printed against what the round held at its peak.  The
 figures are medians over the rounds.  The emberd needs room
 for N connections and operations of one uid (daemon.max_connections*,
 daemon.max_operations*) and this process N descriptors (raised here to
@@ -132,6 +134,25 @@ def memory_kb(pid, m=None):
     return m["ember_heap_in_use_bytes"] / 1024.0, dirty
 
 
+def settled_dirty(pid, settle=1.0, timeout=10.0):
+    """Private_Dirty in kB once it holds within 64 kB for settle seconds:
+    emberd gives freed pages back on a tick, not at the instant the last
+    client went (at most timeout seconds)."""
+    def dirty():
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                if line.startswith("Private_Dirty:"):
+                    return int(line.split()[1])
+    end = time.monotonic() + timeout
+    last = dirty()
+    while True:
+        time.sleep(settle)
+        now = dirty()
+        if abs(now - last) < 64 or time.monotonic() > end:
+            return now
+        last = now
+
+
 def wait_for(what, pred, timeout=120):
     """Poll /metrics until pred(samples) holds; return them."""
     end = time.monotonic() + timeout
@@ -202,16 +223,19 @@ def expire(path, pid, fds, n, timeout):
     return per_op, left
 
 
-def round_(path, pid, fds, n):
+def round_(path, pid, fds, n, base_dirty):
     """One round of the three phases: its figures and the memory at its
-    end."""
+    end.  base_dirty: emberd's Private_Dirty at rest before the rounds,
+    which the round's peak and what it keeps are read against."""
     out = {}
     start = quiet(pid, fds)
 
     conns = [Conn(path) for _ in range(n)]
     m = wait_for("%d connections" % n,
                  lambda m: m["process_open_fds"] >= fds + n)
-    out["bare_b"], out["bare_dirty_b"] = per(memory_kb(pid, m), start, n)
+    held = memory_kb(pid, m)
+    peak = held[1]
+    out["bare_b"], out["bare_dirty_b"] = per(held, start, n)
     for c in conns:
         c.close()
     end = quiet(pid, fds)
@@ -223,7 +247,9 @@ def round_(path, pid, fds, n):
         c = Conn(path)
         c.hello()
         conns.append(c)
-    out["session_b"], out["session_dirty_b"] = per(memory_kb(pid), start, n)
+    held = memory_kb(pid)
+    peak = max(peak, held[1])
+    out["session_b"], out["session_dirty_b"] = per(held, start, n)
     for c in conns:
         c.request({"op": "close_session"})
         c.close()
@@ -237,14 +263,19 @@ def round_(path, pid, fds, n):
     m = wait_for("%d detached operations" % n,
                  lambda m: m['ember_operations{state="detached"}'] >= n and
                  m["process_open_fds"] <= fds + 1)
-    out["detached_b"], out["detached_dirty_b"] = per(memory_kb(pid, m),
-                                                     start, n)
+    held = memory_kb(pid, m)
+    peak = max(peak, held[1])
+    out["detached_b"], out["detached_dirty_b"] = per(held, start, n)
     for op in ops:
         owner.request({"op": "release", "operation": op, "all": True})
     owner.request({"op": "close_session"})
     owner.close()
     end = quiet(pid, fds)
     out["detached_left_kb"] = end[0] - start[0]
+    out["at_once_dirty_kb"] = end[1] - base_dirty
+    end = (end[0], settled_dirty(pid))
+    out["peak_dirty_kb"] = peak - base_dirty
+    out["kept_dirty_kb"] = end[1] - base_dirty
     return out, end
 
 
@@ -280,22 +311,25 @@ def main():
     time.sleep(0.5)
     fds = metrics()["process_open_fds"]
     start = quiet(pid, fds)
+    start = (start[0], settled_dirty(pid))
     print("emberd %d at rest: heap in use %.0f kB, Private_Dirty %d kB "
           "(before the warm-up %.0f kB)" % (pid, start[0], start[1],
                                             first[0]))
 
     rounds = []
     for i in range(args.runs):
-        r, end = round_(args.socket, pid, fds, args.count)
+        r, end = round_(args.socket, pid, fds, args.count, start[1])
         rounds.append(r)
         print("round %d (%d each): bare connection %.0f B (Private_Dirty "
               "%.0f B), left %.0f kB | session %.0f B (%.0f B), left %.0f "
               "kB | detached operation %.0f B (%.0f B), left %.0f kB | "
-              "now heap %.0f kB, Private_Dirty %d kB" %
+              "now heap %.0f kB, Private_Dirty %d kB (at its peak %d kB "
+              "over the start, kept %d kB, at once %d kB)" %
               (i + 1, args.count, r["bare_b"], r["bare_dirty_b"],
                r["bare_left_kb"], r["session_b"], r["session_dirty_b"],
                r["session_left_kb"], r["detached_b"], r["detached_dirty_b"],
-               r["detached_left_kb"], end[0], end[1]))
+               r["detached_left_kb"], end[0], end[1], r["peak_dirty_kb"],
+               r["kept_dirty_kb"], r["at_once_dirty_kb"]))
         sys.stdout.flush()
     print("after %d rounds: heap in use %.0f kB, %.0f kB over the start; "
           "Private_Dirty %d kB, %d kB over the start" %
@@ -326,6 +360,14 @@ def main():
         print("result mem_first_%s %.0f" % (k, rounds[0][k]))
     print("result mem_drift_kb %.0f" % (end[0] - start[0]))
     print("result mem_dirty_growth_kb %d" % (end[1] - start[1]))
+    print("result mem_dirty_at_once_kb %d" % rounds[-1]["at_once_dirty_kb"])
+    # What each round kept, against what it held at its peak.
+    for k in ("kept_dirty_kb", "peak_dirty_kb"):
+        print("result mem_%s %.0f" % (k, med(k)))
+        print("result mem_%s_min %.0f" % (k, min(r[k] for r in rounds)))
+        print("result mem_%s_max %.0f" % (k, max(r[k] for r in rounds)))
+    print("result mem_kept_ratio %.3f" % statistics.median(
+        r["kept_dirty_kb"] / max(r["peak_dirty_kb"], 1) for r in rounds))
     print("result mem_start_kb %.0f" % start[0])
 
 

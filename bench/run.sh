@@ -545,8 +545,13 @@ if want memory; then
 	    "$(result mem_first_bare_dirty_b)" \
 	    "$(result mem_first_session_dirty_b)" \
 	    "$(result mem_first_detached_dirty_b)"
-	printf 'kept after 5 rounds %s kB  [target <= 1024 kB: %s]\n' \
-	    "$(result mem_dirty_growth_kb)" \
+	printf 'kept after a round median of 5 %s kB (%s-%s) of %s kB held ' \
+	    "$(result mem_kept_dirty_kb)" "$(result mem_kept_dirty_kb_min)" \
+	    "$(result mem_kept_dirty_kb_max)" "$(result mem_peak_dirty_kb)"
+	printf 'at its peak, kept/peak %s | ' "$(result mem_kept_ratio)"
+	printf 'kept after 5 rounds %s kB (at once %s kB)  ' \
+	    "$(result mem_dirty_growth_kb)" "$(result mem_dirty_at_once_kb)"
+	printf '[target <= 1024 kB: %s]\n' \
 	    "$(verdict "$(result mem_dirty_growth_kb) <= 1024")"
 fi
 if want spark; then

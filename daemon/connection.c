@@ -16,6 +16,7 @@
 #include "checkpoint.h"
 #include "connection.h"
 #include "emberd.h"
+#include "heap.h"
 #include "frame.h"
 #include "jread.h"
 #include "limit.h"
@@ -1135,6 +1136,7 @@ connection_free(struct connection *c)
 	event_free(c->kick);
 	channel_free(c->ch);
 	free(c);
+	heap_check_soon();
 	ember_check_drained();
 }
 

@@ -25,6 +25,7 @@
 #include "connection.h"
 #include "emberd.h"
 #include "fslink.h"
+#include "heap.h"
 #include "httpd.h"
 #include "helper.h"
 #include "keeper.h"
@@ -381,6 +382,7 @@ ember_open_loop(void)
 	evsignal_add(ember_sigint, NULL);
 	evsignal_add(ember_sighup, NULL);
 	evsignal_add(ember_sigchld, NULL);
+	heap_start();
 }
 
 /* Undo a start that failed: the socket, the local directory, the pidfile. */
@@ -455,6 +457,7 @@ ember_stop(void)
 	if (ember_flushed != NULL)
 		event_free(ember_flushed);
 	event_free(ember_drain);
+	heap_stop();
 	event_free(ember_sigchld);
 	event_free(ember_sighup);
 	event_free(ember_sigint);

@@ -36,10 +36,6 @@ static const struct limit_def limit_defs[LIMIT_KINDS] = {
 	DEF("bytes of shuffle files", max_shuffle),
 };
 
-/* Descriptors kept for emberd's own use when daemon.max_connections is
- * auto: the listener, the loop, fork-servers, workers, files. */
-#define LIMIT_FD_RESERVE	128
-
 /* One uid's usage; it goes when the uid holds nothing. */
 struct limit_user {
 	uid_t			 uid;

@@ -13,6 +13,10 @@
 
 #include <jansson.h>
 
+/* Descriptors kept for emberd's own use when daemon.max_connections is
+ * auto: the listener, the loop, fork-servers, workers, files. */
+#define LIMIT_FD_RESERVE	128
+
 enum limit_kind {
 	LIMIT_CONNECTIONS,	/* open client connections */
 	LIMIT_INPUT,		/* bytes of client frames being read */

@@ -12,6 +12,7 @@
 
 #include "connection.h"
 #include "emberd.h"
+#include "heap.h"
 #include "helper.h"
 #include "limit.h"
 #include "log.h"
@@ -341,6 +342,7 @@ operation_free(struct operation *op)
 	plan_free(op->plan);
 	free(op->plan_text);
 	free(op);
+	heap_check_soon();
 	/* One refused before it started may be what a drain waits for: its
 	 * connection is free now. */
 	ember_check_drained();

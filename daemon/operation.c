@@ -37,6 +37,10 @@
 #define PIPELINE_SHALLOW	2
 #define PIPELINE_DEEP		8
 #define PIPELINE_SHORT_NS	500000
+/* Tasks this short queue deeper still, most sharing one descriptor: a
+ * whole queue behind one of them is at most about a millisecond. */
+#define PIPELINE_TINY		64
+#define PIPELINE_TINY_NS	20000
 
 struct operation_list operations = TAILQ_HEAD_INITIALIZER(operations);
 size_t		 noperations;
@@ -196,6 +200,8 @@ operation_pipeline_depth(const struct operation *op)
 {
 	if (ACTION_STREAMS(op->action))
 		return (1);
+	if (op->done > 0 && op->task_ns / op->done < PIPELINE_TINY_NS)
+		return (PIPELINE_TINY);
 	if (op->done > 0 && op->task_ns / op->done < PIPELINE_SHORT_NS)
 		return (PIPELINE_DEEP);
 	return (PIPELINE_SHALLOW);

@@ -367,6 +367,12 @@ if want tasks; then
 	printf 'us/rt | Python Pool %s us/task | ember/Pool %s  ' \
 	    "$pool" "$pratio"
 	printf '[target < 1: %s]\n' "$(verdict "$task < $pool")"
+	tmed=$(result task_us_median)
+	printf 'task overhead speed: ember median of 5 %s us/task (min %s, ' \
+	    "$tmed" "$task"
+	printf 'max %s) | raw ping-pong %s us/rt | ember/ping-pong %s  ' \
+	    "$(result task_us_max)" "$pingpong" "$(div "$tmed" "$pingpong" 2)"
+	printf '[target <= 2 us: %s]\n' "$(verdict "$tmed <= 2")"
 	lr=$(result latency_ratio)
 	lpr=$(result latency_p99_ratio)
 	printf 'latency (2000 one-partition counts, median of 5 runs): '

@@ -23,6 +23,10 @@
 /* Worker -> emberd only: int32 records, int32 bytes, then that many bytes
  * of record frames, relayed to the client without being re-framed. */
 #define EMBER_RECORD_BATCH		(-6)
+/* Worker -> emberd only: int32 tasks, int32 metrics, then for each task
+ * in the order they ran, its int32 partition and that many int64
+ * metrics: the clean ends of several tasks in one message. */
+#define EMBER_TASKS_DONE		(-9)
 /* emberd -> worker only, a frame length with no payload: stop the task
  * that runs when it is read (ignored between tasks). */
 #define EMBER_STOP_TASK			(-7)
@@ -47,6 +51,8 @@
 #define EMBER_MAX_BATCH			(64 * 1024 * 1024)
 #define EMBER_MAX_TASK_FRAME		(64 * 1024 * 1024)
 #define EMBER_MAX_ERROR_FRAME		(64 * 1024)
+/* The most tasks one descriptor (its "batch") or one TASKS_DONE holds. */
+#define EMBER_MAX_TASK_BATCH		256
 
 /* A worker's exit status when an allocation failed under its
  * address-space limit (twice workers.max_memory): emberd reports the

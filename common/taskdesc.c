@@ -150,6 +150,46 @@ taskdesc_encode_broadcasts(struct evbuffer *d,
 	evbuffer_add(d, "]", 1);
 }
 
+/* Write a partition number (0 or more) in decimal at p; returns its
+ * length.  evbuffer_add_printf costs about 1,000 instructions a number,
+ * as much as the rest of a tiny task in emberd. */
+static size_t
+taskdesc_put_partition(char *p, int v)
+{
+	char	tmp[12];
+	size_t	n = 0, i;
+
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v > 0);
+	for (i = 0; i < n; i++)
+		p[i] = tmp[n - 1 - i];
+	return (n);
+}
+
+/* Append the batch member: the partitions run after the first. */
+static void
+taskdesc_encode_batch(struct evbuffer *d, const int *batch, size_t n)
+{
+	char	buf[16 + EMBER_MAX_TASK_BATCH * 12], *p = buf;
+	size_t	i;
+
+	if (n == 0)
+		return;
+	if (n > EMBER_MAX_TASK_BATCH)	/* the buffer's bound */
+		fatalx("a batch of %zu tasks", n + 1);
+	memcpy(p, ",\"batch\":[", 10);
+	p += 10;
+	for (i = 0; i < n; i++) {
+		if (i > 0)
+			*p++ = ',';
+		p += taskdesc_put_partition(p, batch[i]);
+	}
+	*p++ = ']';
+	evbuffer_add(d, buf, (size_t)(p - buf));
+}
+
 /* Append a descriptor's frame. */
 void
 taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
@@ -194,6 +234,7 @@ taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
 		evbuffer_add(d, "}", 1);
 	}
 	taskdesc_encode_broadcasts(d, b, n);
+	taskdesc_encode_batch(d, t->batch, t->nbatch);
 	if (plan != NULL) {
 		evbuffer_add(d, ",", 1);
 		evbuffer_add(d, plan, strlen(plan));
@@ -380,13 +421,36 @@ taskdesc_decode_broadcasts(json_t *changes, struct taskdesc *t, char **err)
 	return (0);
 }
 
+/* Decode the batch member: partitions of the operation, in range. */
+static int
+taskdesc_decode_batch(json_t *batch, struct taskdesc *t, char **err)
+{
+	json_t	*p;
+	size_t	 i;
+
+	if (json_array_size(batch) >= EMBER_MAX_TASK_BATCH)
+		return (jread_fail(err, "batch", "more than %d partitions",
+		    EMBER_MAX_TASK_BATCH - 1));
+	t->batch = xreallocarray(NULL, json_array_size(batch) + 1,
+	    sizeof *t->batch);
+	json_array_foreach(batch, i, p) {
+		if (!json_is_integer(p) || json_integer_value(p) < 0 ||
+		    json_integer_value(p) >= t->partitions)
+			return (jread_fail(err, "batch", "element %zu: "
+			    "expected a partition from 0 to %d", i,
+			    t->partitions - 1));
+		t->batch[t->nbatch++] = (int)json_integer_value(p);
+	}
+	return (0);
+}
+
 /* Decode a descriptor. */
 int
 taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 {
 	json_error_t	 jerr;
 	json_int_t	 partition, partitions, skip = 0;
-	json_t		*broadcasts = NULL;
+	json_t		*broadcasts = NULL, *batch = NULL;
 
 	memset(t, 0, sizeof *t);
 	t->source_dirfd = t->ckpt_dirfd = t->shuffle_dirfd = -1;
@@ -412,6 +476,8 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 	    &t->source_dir, err) == -1 ||
 	    jread_array(t->root, "", "broadcasts", JREAD_OPTIONAL,
 	    &broadcasts, err) == -1 ||
+	    jread_array(t->root, "", "batch", JREAD_OPTIONAL, &batch,
+	    err) == -1 ||
 	    jread_int(t->root, "", "skip", JREAD_OPTIONAL, &skip, err) == -1 ||
 	    jread_bool(t->root, "", "source_fd", JREAD_OPTIONAL,
 	    &t->source_dir_passed, err) == -1)
@@ -429,6 +495,8 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 	t->partitions = (int)partitions;
 	if (taskdesc_decode_mode(t->root, t, err) == -1)
 		return (-1);
+	if (batch != NULL && taskdesc_decode_batch(batch, t, err) == -1)
+		return (-1);
 	if (broadcasts != NULL)
 		return (taskdesc_decode_broadcasts(broadcasts, t, err));
 	return (0);
@@ -445,6 +513,7 @@ taskdesc_clear(struct taskdesc *t)
 	if (t->shuffle_dir_passed && t->shuffle_dirfd >= 0)
 		close(t->shuffle_dirfd);
 	free(t->broadcasts);
+	free(t->batch);
 	if (t->root != NULL)
 		json_decref(t->root);
 	memset(t, 0, sizeof *t);

@@ -96,6 +96,15 @@ struct taskdesc {
 	int			 shuffle_dir_passed;
 	int			 shuffle_dirfd;
 
+	/*
+	 * More tasks of the same descriptor, run after partition in this
+	 * order (docs/protocol.md, "batch"): their partitions, at most
+	 * EMBER_MAX_TASK_BATCH - 1.  emberd's to encode; decoded, owned by
+	 * the descriptor.
+	 */
+	int			*batch;
+	size_t			 nbatch;
+
 	/* Decoded, and owned by the descriptor until taskdesc_clear; NULL
 	 * when absent. */
 	json_t			*plan;

@@ -15,6 +15,8 @@ wmsg_size(int32_t type)
 		return (WMSG_TIMING_SIZE);
 	case EMBER_EXCEPTION_THROWN:
 		return (WMSG_ERROR_SIZE);
+	case EMBER_TASKS_DONE:
+		return (WMSG_DONE_SIZE);
 	case EMBER_END_OF_DATA_SECTION:
 	case EMBER_END_OF_STREAM:
 		return (WMSG_TYPE_SIZE);
@@ -33,9 +35,18 @@ wmsg_payload(const struct wmsg *m)
 		return ((size_t)m->length);
 	case EMBER_TIMING_DATA:
 		return ((size_t)m->length * WMSG_METRIC_SIZE);
+	case EMBER_TASKS_DONE:
+		return ((size_t)m->records * wmsg_done_entry(m));
 	default:
 		return (0);
 	}
+}
+
+/* Return the bytes of a TASKS_DONE entry. */
+size_t
+wmsg_done_entry(const struct wmsg *m)
+{
+	return (4 + (size_t)m->length * WMSG_METRIC_SIZE);
 }
 
 /* Name a message type. */
@@ -49,6 +60,8 @@ wmsg_type_name(int32_t type)
 		return ("TIMING_DATA");
 	case EMBER_EXCEPTION_THROWN:
 		return ("EXCEPTION_THROWN");
+	case EMBER_TASKS_DONE:
+		return ("TASKS_DONE");
 	case EMBER_END_OF_DATA_SECTION:
 		return ("END_OF_DATA_SECTION");
 	case EMBER_END_OF_STREAM:
@@ -67,6 +80,7 @@ wmsg_put(unsigned char *p, const struct wmsg *m)
 	be32_put(p, m->type);
 	switch (m->type) {
 	case EMBER_RECORD_BATCH:
+	case EMBER_TASKS_DONE:
 		be32_put(p + 4, m->records);
 		be32_put(p + 8, m->length);
 		break;
@@ -93,6 +107,13 @@ wmsg_check(const struct wmsg *m, const char **err)
 	case EMBER_TIMING_DATA:
 		if (m->length < 0 || m->length > WMSG_MAX_METRICS) {
 			*err = "bad metrics count";
+			return (-1);
+		}
+		break;
+	case EMBER_TASKS_DONE:
+		if (m->records < 1 || m->records > EMBER_MAX_TASK_BATCH ||
+		    m->length < 0 || m->length > WMSG_MAX_METRICS) {
+			*err = "bad task ends";
 			return (-1);
 		}
 		break;
@@ -132,6 +153,7 @@ wmsg_get(const unsigned char *p, size_t len, struct wmsg *m, const char **err)
 	}
 	switch (m->type) {
 	case EMBER_RECORD_BATCH:
+	case EMBER_TASKS_DONE:
 		m->records = be32_get(p + 4);
 		m->length = be32_get(p + 8);
 		break;

@@ -18,6 +18,7 @@
 #define WMSG_BATCH_SIZE		12	/* RECORD_BATCH, records, bytes */
 #define WMSG_TIMING_SIZE	8	/* TIMING_DATA, metrics that follow */
 #define WMSG_ERROR_SIZE		8	/* EXCEPTION_THROWN, message length */
+#define WMSG_DONE_SIZE		12	/* TASKS_DONE, tasks, metrics each */
 #define WMSG_MAX_SIZE		12	/* the largest of the above */
 #define WMSG_METRIC_SIZE	8	/* an int64 of TIMING_DATA */
 #define WMSG_MAX_METRICS	64	/* more is a corrupt message */
@@ -25,9 +26,11 @@
 /* One message's fixed fields. */
 struct wmsg {
 	int32_t	type;		/* EMBER_RECORD_BATCH, EMBER_END_OF_STREAM... */
-	int32_t	records;	/* RECORD_BATCH: records in the payload */
-	int32_t	length;		/* RECORD_BATCH: payload bytes; TIMING_DATA:
-				   metrics; EXCEPTION_THROWN: message bytes */
+	int32_t	records;	/* RECORD_BATCH: records in the payload;
+				   TASKS_DONE: tasks */
+	int32_t	length;		/* RECORD_BATCH: payload bytes; TIMING_DATA
+				   and TASKS_DONE: metrics (each task's);
+				   EXCEPTION_THROWN: message bytes */
 };
 
 /* The size of a message of type, without its payload; 0 if unknown. */
@@ -52,6 +55,9 @@ size_t		 wmsg_put_metrics(unsigned char *, const int64_t *, int n);
  * were.  0, or -1 with *err. */
 int		 wmsg_get_metrics(const unsigned char *, size_t len, int32_t n,
 		     int64_t *metrics, int max, const char **err);
+/* The bytes of one task's entry in the TASKS_DONE m: its int32 partition,
+ * then its metrics. */
+size_t		 wmsg_done_entry(const struct wmsg *m);
 
 /*
  * A record batch's payload checked once, where it enters emberd, before

@@ -38,6 +38,9 @@
 #define PIPELINE_SHALLOW	2
 #define PIPELINE_DEEP		8
 #define PIPELINE_SHORT_NS	500000
+/* Shorter tasks queue deeper still, most sharing one descriptor: as many
+ * as run in about a millisecond, up to a batch's. */
+#define PIPELINE_QUEUED_NS	1000000
 
 struct operation_list operations = TAILQ_HEAD_INITIALIZER(operations);
 size_t		 noperations;
@@ -195,11 +198,17 @@ operation_find(uid_t uid, const char *id)
 int
 operation_pipeline_depth(const struct operation *op)
 {
+	int64_t	each, n;
+
 	if (ACTION_STREAMS(op->action))
 		return (1);
-	if (op->done > 0 && op->task_ns / op->done < PIPELINE_SHORT_NS)
-		return (PIPELINE_DEEP);
-	return (PIPELINE_SHALLOW);
+	if (op->done == 0 || (each = op->task_ns / op->done) >=
+	    PIPELINE_SHORT_NS)
+		return (PIPELINE_SHALLOW);
+	n = PIPELINE_QUEUED_NS / (each > 0 ? each : 1);
+	if (n > EMBER_MAX_TASK_BATCH)
+		return (EMBER_MAX_TASK_BATCH);
+	return (n > PIPELINE_DEEP ? (int)n : PIPELINE_DEEP);
 }
 
 /*

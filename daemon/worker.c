@@ -70,6 +70,16 @@ struct worker {
 	size_t			 nheld;
 	int			 eof;
 	int			 unflushed;	/* descriptors not written yet */
+	/*
+	 * The last descriptor of this dispatch, not encoded yet: its task,
+	 * what it says and its plan members (NULL: the worker has them).
+	 * Tasks assigned after it that differ only in the partition join
+	 * its batch (worker_batch_joins); worker_batch_close writes it.
+	 */
+	struct task		*batch_first;
+	struct taskdesc		 batch_desc;
+	const char		*batch_plan;
+	int			 nbatch;
 	int			 exited;
 	int			 status;	/* wait status, once exited */
 	int			 evicted;	/* stopped to make room */
@@ -294,6 +304,7 @@ worker_retire(struct worker *w, enum retire_cause cause)
 	worker_leave_idle(w, WORKER_DEAD);
 	w->dead_ms = ember_now_ms();
 	w->stopping = 0;
+	w->batch_first = NULL;		/* nothing more is written */
 	if (w->stop_ev != NULL)
 		event_del(w->stop_ev);
 	channel_stop(w->ch);
@@ -499,12 +510,11 @@ worker_timing(struct worker *w, struct task *t, struct evbuffer *in,
 }
 
 /* The head task ended cleanly: reuse the worker, or retire it. */
-static enum worker_progress
-worker_end(struct worker *w, struct evbuffer *in)
+static void
+worker_end_head(struct worker *w)
 {
 	struct task	*t;
 
-	evbuffer_drain(in, WMSG_TYPE_SIZE);
 	t = worker_pop(w);
 	w->tasks_run++;
 	pool_count_success(w->pool);
@@ -519,6 +529,85 @@ worker_end(struct worker *w, struct evbuffer *in)
 		scheduler_kick();
 	}
 	task_finish(t);
+}
+
+/* END_OF_STREAM: the head task ended cleanly. */
+static enum worker_progress
+worker_end(struct worker *w, struct evbuffer *in)
+{
+	evbuffer_drain(in, WMSG_TYPE_SIZE);
+	worker_end_head(w);
+	return (WORKER_HANDLED);
+}
+
+/*
+ * Does each entry of a TASKS_DONE name the task it ends, in order, and are
+ * there no more than the worker holds?  Checked before any ends: a forged
+ * list ends nothing.
+ */
+static int
+worker_tasks_done_valid(const struct worker *w, const unsigned char *p,
+    const struct wmsg *m, const char **err)
+{
+	const struct task	*t = TAILQ_FIRST(&w->tasks);
+	size_t			 each = wmsg_done_entry(m);
+	int32_t			 i;
+
+	if (m->records > w->ntasks) {
+		*err = "more task ends than tasks";
+		return (0);
+	}
+	for (i = 0; i < m->records; i++, t = TAILQ_NEXT(t, queue_entry)) {
+		if (be32_get(p + (size_t)i * each) != t->partition) {
+			*err = "a task end for another partition";
+			return (0);
+		}
+	}
+	return (1);
+}
+
+/* TASKS_DONE: the ends of the head tasks, several in one message. */
+static enum worker_progress
+worker_tasks_done(struct worker *w, struct evbuffer *in, const struct wmsg *m)
+{
+	unsigned char	*buf;
+	size_t		 each = wmsg_done_entry(m), len = wmsg_payload(m);
+	const char	*err;
+	struct task	*t;
+	int32_t		 i;
+
+	evbuffer_drain(in, WMSG_DONE_SIZE);
+	buf = xmalloc(len);
+	evbuffer_remove(in, buf, len);
+	if (!worker_tasks_done_valid(w, buf, m, &err)) {
+		free(buf);
+		worker_corrupt(w, err);
+		return (WORKER_STOPPED);
+	}
+	/* An end may retire the worker (workers.max_tasks): the tasks
+	 * left went back to the queue, and the rest of the list is moot. */
+	err = NULL;
+	for (i = 0; i < m->records && w->state == WORKER_BUSY; i++) {
+		t = TAILQ_FIRST(&w->tasks);
+		if (t == NULL || t->partition != be32_get(buf +
+		    (size_t)i * each)) {
+			err = "a task end for another partition";
+			break;
+		}
+		if (wmsg_get_metrics(buf + (size_t)i * each + 4, each - 4,
+		    m->length, t->metrics, EMBER_METRIC_COUNT, &err) == -1)
+			break;
+		if (t->ops->check_metrics(t) == -1) {
+			err = "metrics out of range";
+			break;
+		}
+		worker_end_head(w);
+	}
+	free(buf);
+	if (err != NULL && w->state == WORKER_BUSY) {
+		worker_corrupt(w, err);
+		return (WORKER_STOPPED);
+	}
 	return (WORKER_HANDLED);
 }
 
@@ -583,6 +672,8 @@ worker_message(struct worker *w, struct task *t, struct evbuffer *in)
 		return (worker_end(w, in));
 	case EMBER_EXCEPTION_THROWN:
 		return (worker_exception(w, in, &m));
+	case EMBER_TASKS_DONE:
+		return (worker_tasks_done(w, in, &m));
 	}
 	fatalx("%s: message %s", __func__, wmsg_type_name(m.type));
 }
@@ -635,7 +726,8 @@ worker_drain_stopped(struct worker *w, struct evbuffer *in)
 		if (!worker_need(w, in, size + wmsg_payload(&m)))
 			break;
 		evbuffer_drain(in, size + wmsg_payload(&m));
-		if (m.type == EMBER_END_OF_STREAM)
+		if (m.type == EMBER_END_OF_STREAM ||
+		    m.type == EMBER_TASKS_DONE)
 			worker_stopped(w);
 		else if (m.type == EMBER_EXCEPTION_THROWN) {
 			worker_retire(w, RETIRE_FAILED);	/* it exits */
@@ -828,11 +920,15 @@ worker_retire_stale(struct pool *p)
 	}
 }
 
-/* Find a busy worker that can take t behind the tasks it has. */
+/*
+ * Find a busy worker that can take t behind the tasks it has: the one
+ * with fewest, so that what is queued spreads over the workers and no
+ * batch holds more than its share.
+ */
 struct worker *
 worker_take_behind(const struct task *t)
 {
-	struct worker	*w;
+	struct worker	*w, *best = NULL;
 	struct task	*head;
 
 	TAILQ_FOREACH(w, &workers, entry) {
@@ -842,10 +938,11 @@ worker_take_behind(const struct task *t)
 		    w->tasks_run + (uint64_t)w->ntasks >= w->max_tasks))
 			continue;
 		head = TAILQ_FIRST(&w->tasks);
-		if (head != NULL && head->reply_mode && head->op == t->op)
-			return (w);
+		if (head != NULL && head->reply_mode && head->op == t->op &&
+		    (best == NULL || w->ntasks < best->ntasks))
+			best = w;
 	}
-	return (NULL);
+	return (best);
 }
 
 /* Does the worker hold broadcast id? */
@@ -920,22 +1017,70 @@ worker_broadcast_diff(struct worker *w, const struct task *t,
 	return (n);
 }
 
-/* Write a task descriptor; the plan goes only to a worker without it. */
-void
-worker_assign(struct worker *w, struct task *t)
+/*
+ * May a descriptor open a batch: its task's output is for emberd, and it
+ * passes no descriptor and no per-task directory, so that the next tasks
+ * of its operation are the same but for the partition?
+ */
+static int
+worker_batch_opens(const struct taskdesc *d, size_t nb)
 {
-	struct taskdesc			 d;
-	struct taskdesc_broadcast	*b;
-	size_t				 nb, i;
-	const char			*plan = NULL;
-	uint64_t			 key;
+	return (nb == 0 && (d->mode == MODE_COUNT ||
+	    d->mode == MODE_COUNT_BY_VALUE || d->mode == MODE_REDUCE) &&
+	    d->skip == 0 && d->save_dir == NULL && d->ckpt_dir == NULL &&
+	    d->shuffle_dir == NULL && !d->source_dir_passed &&
+	    !d->ckpt_dir_passed && !d->shuffle_dir_passed);
+}
 
-	t->ops->describe(t, &d);
-	nb = worker_broadcast_diff(w, t, &b);
-	plan = t->ops->plan(t, &key);
-	if (w->plan_serial == key)
-		plan = NULL;	/* it has them */
-	w->plan_serial = key;
+/* May t, described by d, join the open batch of w? */
+static int
+worker_batch_joins(const struct worker *w, const struct task *t,
+    const struct taskdesc *d, size_t nb)
+{
+	const struct taskdesc	*first = &w->batch_desc;
+
+	return (w->batch_first != NULL && t->op == w->batch_first->op &&
+	    w->nbatch + 1 < EMBER_MAX_TASK_BATCH && worker_batch_opens(d, nb) &&
+	    d->mode == first->mode && d->fn == first->fn &&
+	    d->partitions == first->partitions);
+}
+
+/* Encode the open batch: its first task's descriptor, with the
+ * partitions of the tasks that joined it. */
+static void
+worker_batch_close(struct worker *w)
+{
+	struct task	*t;
+	int		*parts = NULL;
+	int		 i;
+
+	if (w->batch_first == NULL)
+		return;
+	if (w->nbatch > 0) {
+		parts = xreallocarray(NULL, (size_t)w->nbatch, sizeof *parts);
+		t = TAILQ_NEXT(w->batch_first, queue_entry);
+		for (i = 0; i < w->nbatch; i++) {
+			parts[i] = t->partition;
+			t = TAILQ_NEXT(t, queue_entry);
+		}
+	}
+	w->batch_desc.batch = parts;
+	w->batch_desc.nbatch = (size_t)w->nbatch;
+	taskdesc_encode(channel_output(w->ch), &w->batch_desc, NULL, 0,
+	    w->batch_plan);
+	free(parts);
+	w->batch_first = NULL;
+	w->nbatch = 0;
+}
+
+/* Pass a descriptor's descriptors, then write it, or open a batch with
+ * it. */
+static void
+worker_describe(struct worker *w, struct task *t, struct taskdesc *d,
+    struct taskdesc_broadcast *b, size_t nb, const char *plan)
+{
+	size_t	i;
+
 	/* Each added broadcast's memfd, then its index's, rides on the
 	 * descriptor's first bytes, in the order of the adds: the worker
 	 * never opens a path. */
@@ -947,20 +1092,55 @@ worker_assign(struct worker *w, struct task *t)
 			channel_pass_fd(w->ch, b[i].index_fd);
 	}
 	/* Then the checkpoint directories, opened and checked by emberd. */
-	if (d.source_dir_passed) {
-		channel_pass_fd(w->ch, d.source_dirfd);
-		close(d.source_dirfd);
+	if (d->source_dir_passed) {
+		channel_pass_fd(w->ch, d->source_dirfd);
+		close(d->source_dirfd);
 	}
-	if (d.ckpt_dir_passed) {
-		channel_pass_fd(w->ch, d.ckpt_dirfd);
-		close(d.ckpt_dirfd);
+	if (d->ckpt_dir_passed) {
+		channel_pass_fd(w->ch, d->ckpt_dirfd);
+		close(d->ckpt_dirfd);
 	}
 	/* Then the uid's shuffle directory. */
-	if (d.shuffle_dir_passed) {
-		channel_pass_fd(w->ch, d.shuffle_dirfd);
-		close(d.shuffle_dirfd);
+	if (d->shuffle_dir_passed) {
+		channel_pass_fd(w->ch, d->shuffle_dirfd);
+		close(d->shuffle_dirfd);
 	}
-	taskdesc_encode(channel_output(w->ch), &d, b, nb, plan);
+	if (worker_batch_opens(d, nb)) {
+		w->batch_first = t;
+		w->batch_desc = *d;
+		w->batch_plan = plan;
+		w->nbatch = 0;
+	} else
+		taskdesc_encode(channel_output(w->ch), d, b, nb, plan);
+}
+
+/*
+ * Queue a task descriptor; the plan goes only to a worker without it.
+ * Tasks of one operation queued on a worker in one dispatch share a
+ * descriptor (its batch) where they may: the worker parses one, and
+ * answers them with one TASKS_DONE.
+ */
+void
+worker_assign(struct worker *w, struct task *t)
+{
+	struct taskdesc			 d;
+	struct taskdesc_broadcast	*b;
+	size_t				 nb;
+	const char			*plan = NULL;
+	uint64_t			 key;
+
+	t->ops->describe(t, &d);
+	nb = worker_broadcast_diff(w, t, &b);
+	plan = t->ops->plan(t, &key);
+	if (w->plan_serial == key)
+		plan = NULL;	/* it has them */
+	w->plan_serial = key;
+	if (plan == NULL && worker_batch_joins(w, t, &d, nb))
+		w->nbatch++;
+	else {
+		worker_batch_close(w);
+		worker_describe(w, t, &d, b, nb, plan);
+	}
 	free(b);
 	w->unflushed = 1;
 
@@ -986,6 +1166,7 @@ worker_flush_all(void)
 	TAILQ_FOREACH(w, &workers, entry) {
 		if (w->unflushed) {
 			w->unflushed = 0;
+			worker_batch_close(w);
 			channel_flush(w->ch);
 		}
 	}

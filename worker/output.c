@@ -19,8 +19,11 @@
 /* Records are packed into a buffer of this size; a larger record is sent
  * as a batch of its own. */
 #define OUTPUT_BUFFER		(64 * 1024)
-/* The ends of quick tasks held back to go out with the next write. */
-#define OUTPUT_HELD		2048
+/* The ends of quick tasks held back to go out with the next write, as
+ * one TASKS_DONE: its header, then an entry per task. */
+#define OUTPUT_HELD_ENTRY	(4 + WMSG_METRIC_SIZE * EMBER_METRIC_COUNT)
+#define OUTPUT_HELD		(WMSG_DONE_SIZE + \
+				    EMBER_MAX_TASK_BATCH * OUTPUT_HELD_ENTRY)
 /* The longest a buffered record waits for the buffer to fill. */
 #define OUTPUT_LATENCY_MS	20
 
@@ -32,8 +35,11 @@ struct output {
 	int64_t		 bytes;		/* payload sent since output_reset */
 	int		 broken;
 
+	int		 partition;	/* the task's, for its end */
 	unsigned char	 held[OUTPUT_HELD];
-	size_t		 heldlen;
+	size_t		 heldlen;	/* 0, or the TASKS_DONE's bytes */
+	int32_t		 heldn;		/* its tasks */
+	int32_t		 heldm;		/* and the metrics of each */
 
 	uint64_t	 first_ms;	/* when buf's first record came */
 	int		(*stop_check)(void *);
@@ -80,6 +86,13 @@ output_free(struct output *out)
 	free(out);
 }
 
+/* Name the task that runs next, for its end. */
+void
+output_set_partition(struct output *out, int partition)
+{
+	out->partition = partition;
+}
+
 /* Reset the per-task state. */
 void
 output_reset(struct output *out)
@@ -108,10 +121,12 @@ static int
 output_writev(struct output *out, struct iovec *vec, int n, char **err)
 {
 	struct iovec	 all[8];
+	struct wmsg	 done = { EMBER_TASKS_DONE, out->heldn, out->heldm };
 
 	if (n > 7)
 		fatalx("%s: %d iovecs", __func__, n);
 	if (out->heldlen > 0) {
+		wmsg_put(out->held, &done);
 		all[0].iov_base = out->held;
 		all[0].iov_len = out->heldlen;
 		memcpy(all + 1, vec, n * sizeof *vec);
@@ -131,6 +146,7 @@ output_writev(struct output *out, struct iovec *vec, int n, char **err)
 		return (-1);
 	}
 	out->heldlen = 0;
+	out->heldn = 0;
 	return (0);
 }
 
@@ -357,9 +373,17 @@ output_finish(struct output *out, const int64_t *metrics, int nmetrics,
 	m.type = EMBER_END_OF_STREAM;
 	m.length = 0;
 	p += wmsg_put(p, &m);
-	if (hold && n == 0 && out->heldlen + (size_t)(p - tail) <= OUTPUT_HELD) {
-		memcpy(out->held + out->heldlen, tail, (size_t)(p - tail));
-		out->heldlen += (size_t)(p - tail);
+	if (hold && n == 0 && out->heldn < EMBER_MAX_TASK_BATCH &&
+	    (out->heldn == 0 || out->heldm == nmetrics)) {
+		/* An entry of the TASKS_DONE held: the same ends, shorter. */
+		if (out->heldn++ == 0) {
+			out->heldm = nmetrics;
+			out->heldlen = WMSG_DONE_SIZE;
+		}
+		be32_put(out->held + out->heldlen, out->partition);
+		out->heldlen += 4;
+		out->heldlen += wmsg_put_metrics(out->held + out->heldlen,
+		    metrics, nmetrics);
 		return (0);
 	}
 	iov[n].iov_base = tail;

@@ -16,6 +16,8 @@ void		 output_free(struct output *);
 
 /* Start a task: forget the counters and any broken state. */
 void		 output_reset(struct output *);
+/* Name the partition of the task that runs next: a held end names it. */
+void		 output_set_partition(struct output *, int partition);
 
 /*
  * Append one record (data is ignored for a null record).  0, or -1 with
@@ -61,8 +63,9 @@ int		 output_broken(const struct output *);
  * End a clean task: the last batch, END_OF_DATA_SECTION, TIMING_DATA with
  * the metrics and END_OF_STREAM, in one write.  With hold, a task that sent
  * no records may have its end held back, to go out with the next write (a
- * quick task behind it, or output_flush): the caller must flush before it
- * blocks or starts anything slow.  0, or -1 with *err.
+ * quick task behind it, or output_flush) as an entry of one TASKS_DONE:
+ * the caller must flush before it blocks or starts anything slow.  0, or
+ * -1 with *err.
  */
 int		 output_finish(struct output *, const int64_t *metrics,
 		     int nmetrics, int hold, char **err);

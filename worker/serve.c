@@ -370,15 +370,56 @@ serve_elapsed(const struct timespec *a, const struct timespec *b)
 	    (b->tv_nsec - a->tv_nsec));
 }
 
-/* Serve tasks until emberd closes the socket or one fails. */
+/*
+ * Run the task of partition p of a parsed descriptor, begun at *begin;
+ * more says whether more of its batch follow.  0, or 1 to stop serving.
+ */
+static int
+serve_run_one(struct server *w, struct serve_run *t, int p, int more,
+    const struct timespec *begin)
+{
+	struct timespec	 end;
+	int64_t		 metrics[EMBER_METRIC_COUNT];
+	char		*err;
+	int		 rc;
+
+	t->run.partition = p;
+	/*
+	 * The end of the task before may have been held back, betting
+	 * on this one being quick too; if it is not, send it now.
+	 */
+	if (!run_is_quick(&t->run) && output_flush(w->out, NULL) == -1)
+		return (1);
+
+	output_reset(w->out);
+	output_set_partition(w->out, p);
+	/* Only a stream's task stops short: the others' results
+	 * would be wrong, and emberd kills their workers instead. */
+	w->stoppable = t->run.mode == MODE_RECORDS;
+	rc = run_execute(&t->run, w->out, metrics, &err);
+	w->stoppable = 0;
+	if (rc == -1)
+		return (serve_fail(w, NULL, err));
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	metrics[EMBER_METRIC_ELAPSED_NS] = serve_elapsed(begin, &end);
+	if (output_finish(w->out, metrics, EMBER_METRIC_COUNT,
+	    more || serve_has_frame(w), &err) == -1) {
+		log_debug("%s", err);
+		free(err);
+		return (1);
+	}
+	return (0);
+}
+
+/* Serve tasks until emberd closes the socket or one fails: each
+ * descriptor's, then those of its batch, in order. */
 static int
 serve_loop(struct server *w)
 {
 	struct serve_run	 t;
-	struct timespec		 begin, end;
-	int64_t			 metrics[EMBER_METRIC_COUNT];
+	struct timespec		 begin;
 	const char		*data;
-	size_t			 len;
+	size_t			 len, i;
 	char			*err;
 	int			 rc;
 
@@ -397,34 +438,16 @@ serve_loop(struct server *w)
 			return (serve_fail(w, "bad task descriptor: ", err));
 		if (rc == -2)
 			return (serve_fail(w, NULL, err));
-
-		/*
-		 * The end of the task before may have been held back, betting
-		 * on this one being quick too; if it is not, send it now.
-		 */
-		if (!run_is_quick(&t.run) &&
-		    output_flush(w->out, NULL) == -1) {
-			serve_task_clear(&t);
-			return (1);
+		rc = serve_run_one(w, &t, t.desc.partition,
+		    t.desc.nbatch > 0, &begin);
+		for (i = 0; rc == 0 && i < t.desc.nbatch; i++) {
+			clock_gettime(CLOCK_MONOTONIC, &begin);
+			rc = serve_run_one(w, &t, t.desc.batch[i],
+			    i + 1 < t.desc.nbatch, &begin);
 		}
-
-		output_reset(w->out);
-		/* Only a stream's task stops short: the others' results
-		 * would be wrong, and emberd kills their workers instead. */
-		w->stoppable = t.run.mode == MODE_RECORDS;
-		rc = run_execute(&t.run, w->out, metrics, &err);
-		w->stoppable = 0;
 		serve_task_clear(&t);
-		if (rc == -1)
-			return (serve_fail(w, NULL, err));
-		clock_gettime(CLOCK_MONOTONIC, &end);
-		metrics[EMBER_METRIC_ELAPSED_NS] = serve_elapsed(&begin, &end);
-		if (output_finish(w->out, metrics, EMBER_METRIC_COUNT,
-		    serve_has_frame(w), &err) == -1) {
-			log_debug("%s", err);
-			free(err);
-			return (1);
-		}
+		if (rc != 0)
+			return (rc);
 	}
 }
 

@@ -15,7 +15,9 @@
  * "value" times;
  * "batch": a record batch whose header says "records" records in "value"
  * bytes, the bytes being one frame header that claims "frame" bytes (when
- * "value" leaves room for it) and zeros.
+ * "value" leaves room for it) and zeros;
+ * "done": a TASKS_DONE of "value" task ends (1 to 4), naming partitions
+ * "first", "first" + 1..., each counting "count" records out.
  *
  * A worker that exits fails the tasks emberd has queued on it, so only
  * the operation's last partition forges a message; the worker's pid goes
@@ -128,6 +130,26 @@ forge_batch(unsigned char *p, int32_t records, int32_t length, int32_t frame)
 	return (n + (size_t)length);
 }
 
+/* A TASKS_DONE of n ends, the first for partition first, each with
+ * records out count. */
+static size_t
+forge_done(unsigned char *p, int32_t n, int32_t first, int64_t count)
+{
+	size_t	len = 0;
+	int32_t	i, j;
+
+	len += put32(p + len, EMBER_TASKS_DONE);
+	len += put32(p + len, n);
+	len += put32(p + len, EMBER_METRIC_COUNT);
+	for (i = 0; i < n; i++) {
+		len += put32(p + len, first + i);
+		for (j = 0; j < EMBER_METRIC_COUNT; j++)
+			len += put64(p + len, j == EMBER_METRIC_RECORDS_OUT ?
+			    count : 0);
+	}
+	return (len);
+}
+
 /* Emit every record as it is. */
 static int
 forge_pass(struct ember_udf *ctx)
@@ -148,7 +170,7 @@ udf_forge(struct ember_udf *ctx)
 	unsigned char	 msg[256];
 	const char	*what;
 	size_t		 len, n = 0;
-	int64_t		 partition, metric = -1, value, records, frame;
+	int64_t		 partition, metric = -1, value, records, frame, first;
 	int		 fd;
 
 	if (ember_udf_arg_int(ctx, "partition", &partition) != 1)
@@ -176,6 +198,13 @@ udf_forge(struct ember_udf *ctx)
 			    "args.frame are required, args.value 0 to 64"));
 		n = forge_batch(msg, (int32_t)records, (int32_t)value,
 		    (int32_t)frame);
+	} else if (len == 4 && memcmp(what, "done", 4) == 0) {
+		if (ember_udf_arg_int(ctx, "first", &first) != 1 ||
+		    ember_udf_arg_int(ctx, "count", &records) != 1 ||
+		    value < 1 || value > 4)
+			return (ember_udf_error(ctx, "args.first and "
+			    "args.count are required, args.value 1 to 4"));
+		n = forge_done(msg, (int32_t)value, (int32_t)first, records);
 	} else
 		return (ember_udf_error(ctx, "unknown args.message"));
 	/* The worker's stderr is emberd's log: the test finds the pid. */

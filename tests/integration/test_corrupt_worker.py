@@ -171,6 +171,31 @@ def test_lying_batch_counts(d):
                 "count_by_value")
 
 
+def forged_ends(n, first, count=1):
+    """A one-partition plan whose worker answers with a TASKS_DONE of n
+    ends, naming partitions first, first + 1..., count records each."""
+    return forged(["x"], "done", n, more={"first": first, "count": count})
+
+
+def test_forged_task_ends_taken(d):
+    """A TASKS_DONE that ends exactly the task its worker holds is the
+    task's end, its count taken as any end's."""
+    c = d.client()
+    check_eq(c.count(forged_ends(1, 0, 7)), 7, "count of the forged end")
+    wait_forgers_gone(d)
+
+
+def test_forged_task_ends_refused(d):
+    """A TASKS_DONE with more ends than the worker holds tasks, or one
+    naming a partition it does not hold, ends nothing: a corrupt message."""
+    for n, first, why in [(2, 0, "more task ends than tasks"),
+                          (1, 5, "a task end for another partition"),
+                          (3, 0, "more task ends than tasks")]:
+        refused(d, d.client(), forged_ends(n, first), "count")
+        check(why in d.log_text(), "not refused as %r:\n%s" %
+              (why, d.log_tail()))
+
+
 def fork_server_socket(d):
     """emberd's link to its fork-server, taken from the fork-server (fd
     3) with pidfd_getfd: what the fork-server itself could write."""

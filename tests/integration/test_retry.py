@@ -17,9 +17,11 @@ SLOW = job_readable(os.path.join(BUILDDIR, "tests", "integration",
                                  "slow_udf.so"))
 
 
-def slow(ms, pad=0):
-    return {"udf": {"library": SLOW, "symbol": "udf_slow",
-                    "args": {"ms": ms, "pad": pad}}}
+def slow(ms, pad=0, partition=None):
+    args = {"ms": ms, "pad": pad}
+    if partition is not None:
+        args["partition"] = partition
+    return {"udf": {"library": SLOW, "symbol": "udf_slow", "args": args}}
 
 
 def busy_worker(c, timeout=10.0, besides=()):
@@ -52,6 +54,42 @@ def test_count_survives_a_killed_worker(d):
     check_eq(reply["count"], 40, "count")
     check_eq(counters(watcher)["tasks_retried"], 1, "tasks retried")
     check_eq(counters(watcher)["tasks"], 4, "tasks made")
+    check("running it again (retry 1 of workers.task_retries 3)" in
+          d.log_text(), "no retry logged:\n%s" % d.log_tail())
+
+
+def worker_of_partition(c, partition, timeout=10.0):
+    """The pid of the worker whose head task is partition."""
+    def find():
+        for w in c.status()["workers"]:
+            if w.get("task", {}).get("partition") == partition:
+                return w["pid"]
+        return None
+    pid = wait_until(find, timeout)
+    check(pid is not None, "no worker runs partition %d" % partition)
+    return pid
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_worker_lost_mid_batch(d):
+    """Tiny tasks share descriptors, and their ends one message: a worker
+    killed inside its batch costs a rerun of the task it ran alone; the
+    tasks of the batch behind it go back to the queue (no retry counted),
+    those before it stay done, and the count is exact."""
+    n, slow_one = 3000, 1500
+    c = d.client()
+    watcher = d.client()
+    before = counters(watcher)["tasks_completed"]
+    c.send_json({"op": "execute", "action": "count", "plan": range_plan(
+        0, n, n, ops=[slow(3000, partition=slow_one)])})
+    os.kill(worker_of_partition(watcher, slow_one), signal.SIGKILL)
+    reply = c.recv_json()
+    check(reply.get("ok"), "count: %r" % reply)
+    check_eq(reply["count"], n, "count")
+    after = counters(watcher)
+    check_eq(after["tasks_retried"], 1, "tasks retried")
+    check_eq(after["tasks"], n, "tasks made")
+    check_eq(after["tasks_completed"] - before, n, "tasks completed")
     check("running it again (retry 1 of workers.task_retries 3)" in
           d.log_text(), "no retry logged:\n%s" % d.log_tail())
 

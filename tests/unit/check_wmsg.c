@@ -45,8 +45,13 @@ START_TEST(test_wmsg_round_trip)
 	struct wmsg	error = { EMBER_EXCEPTION_THROWN, 0, 5 };
 	struct wmsg	eod = { EMBER_END_OF_DATA_SECTION, 0, 0 };
 	struct wmsg	eos = { EMBER_END_OF_STREAM, 0, 0 };
+	struct wmsg	done = { EMBER_TASKS_DONE, 3, EMBER_METRIC_COUNT };
 
 	wmsg_round_trip(&batch, 12);
+	wmsg_round_trip(&done, 12);
+	ck_assert_uint_eq(wmsg_done_entry(&done), 4 + 8 * EMBER_METRIC_COUNT);
+	ck_assert_uint_eq(wmsg_payload(&done),
+	    3 * (4 + 8 * EMBER_METRIC_COUNT));
 	wmsg_round_trip(&timing, 8);
 	wmsg_round_trip(&error, 8);
 	wmsg_round_trip(&eod, 4);
@@ -67,6 +72,7 @@ START_TEST(test_wmsg_names)
 	ck_assert_str_eq(wmsg_type_name(EMBER_END_OF_DATA_SECTION),
 	    "END_OF_DATA_SECTION");
 	ck_assert_str_eq(wmsg_type_name(EMBER_END_OF_STREAM), "END_OF_STREAM");
+	ck_assert_str_eq(wmsg_type_name(EMBER_TASKS_DONE), "TASKS_DONE");
 	ck_assert_str_eq(wmsg_type_name(EMBER_NULL), "unknown");
 	ck_assert_str_eq(wmsg_type_name(42), "unknown");
 }
@@ -109,6 +115,18 @@ START_TEST(test_wmsg_refused)
 	    EMBER_MAX_ERROR_FRAME + 1, 0, 8), "bad error frame");
 	ck_assert_str_eq(wmsg_decode3(EMBER_EXCEPTION_THROWN, -1, 0, 8),
 	    "bad error frame");
+	/* Task ends: one at least, no more than a batch holds. */
+	ck_assert_ptr_null(wmsg_decode3(EMBER_TASKS_DONE, 1, 0, 12));
+	ck_assert_ptr_null(wmsg_decode3(EMBER_TASKS_DONE,
+	    EMBER_MAX_TASK_BATCH, WMSG_MAX_METRICS, 12));
+	ck_assert_str_eq(wmsg_decode3(EMBER_TASKS_DONE, 0, 5, 12),
+	    "bad task ends");
+	ck_assert_str_eq(wmsg_decode3(EMBER_TASKS_DONE,
+	    EMBER_MAX_TASK_BATCH + 1, 5, 12), "bad task ends");
+	ck_assert_str_eq(wmsg_decode3(EMBER_TASKS_DONE, 1, -1, 12),
+	    "bad task ends");
+	ck_assert_str_eq(wmsg_decode3(EMBER_TASKS_DONE, 1,
+	    WMSG_MAX_METRICS + 1, 12), "bad task ends");
 	ck_assert_str_eq(wmsg_decode3(EMBER_NULL, 0, 0, 4), "unknown message");
 	ck_assert_str_eq(wmsg_decode3(7, 0, 0, 4), "unknown message");
 	ck_assert_str_eq(wmsg_decode3(EMBER_END_OF_STREAM, 0, 0, 3),
@@ -345,6 +363,58 @@ START_TEST(test_taskdesc_refused)
 	    "\"attempt\":1}}", "save.dir: is not an absolute path");
 	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
 	    "\"partitions\":1,\"skip\":-1}", "skip: must not be negative");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":3,\"batch\":[1,3]}",
+	    "batch: element 1: expected a partition from 0 to 2");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":3,\"batch\":[\"1\"]}",
+	    "batch: element 0: expected a partition from 0 to 2");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":3,\"batch\":{}}", "batch: expected an array");
+}
+END_TEST
+
+/* A descriptor for several tasks: the partitions after the first, in
+ * order; no more than a batch holds. */
+START_TEST(test_taskdesc_batch)
+{
+	struct taskdesc	 d = { .operation = "op-1", .partition = 4,
+			    .partitions = 1000, .mode = MODE_COUNT };
+	struct taskdesc	 got;
+	struct evbuffer	*text;
+	int		 batch[EMBER_MAX_TASK_BATCH], i;
+	char		*err;
+
+	for (i = 0; i < EMBER_MAX_TASK_BATCH; i++)
+		batch[i] = 999 - i;
+	d.batch = batch;
+	d.nbatch = 3;
+	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+	ck_assert_uint_eq(got.nbatch, 3);
+	ck_assert_int_eq(got.batch[0], 999);
+	ck_assert_int_eq(got.batch[2], 997);
+	taskdesc_clear(&got);
+	d.nbatch = EMBER_MAX_TASK_BATCH - 1;
+	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+	ck_assert_uint_eq(got.nbatch, EMBER_MAX_TASK_BATCH - 1);
+	taskdesc_clear(&got);
+	/* One more is more than a TASKS_DONE may answer. */
+	d.nbatch = EMBER_MAX_TASK_BATCH;
+	text = evbuffer_new();
+	taskdesc_encode(text, &d, NULL, 0, NULL);
+	evbuffer_drain(text, 4);
+	evbuffer_add(text, "", 1);	/* a C string for taskdesc_error */
+	err = taskdesc_error((const char *)evbuffer_pullup(text, -1));
+	ck_assert_ptr_nonnull(err);
+	ck_assert_str_eq(err, "batch: more than 255 partitions");
+	free(err);
+	evbuffer_free(text);
+	/* None: no member. */
+	d.nbatch = 0;
+	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+	ck_assert_uint_eq(got.nbatch, 0);
+	ck_assert_ptr_null(got.batch);
+	taskdesc_clear(&got);
 }
 END_TEST
 
@@ -562,6 +632,7 @@ wmsg_suite(void)
 	tcase_add_test(tc, test_taskdesc_modes);
 	tcase_add_test(tc, test_taskdesc_save_plan_broadcasts);
 	tcase_add_test(tc, test_taskdesc_refused);
+	tcase_add_test(tc, test_taskdesc_batch);
 	tcase_add_test(tc, test_taskdesc_names);
 	suite_add_tcase(s, tc);
 	return (s);

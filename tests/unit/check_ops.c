@@ -1259,6 +1259,52 @@ START_TEST(test_ops_text_blocks)
 }
 END_TEST
 
+/* Append a line of n bytes of words without a space (longer than a block
+ * of the text source) and lines of words after it. */
+static void
+ops_words_long_line(const char *path, size_t n)
+{
+	FILE	*fp;
+	size_t	 i;
+
+	ck_assert_ptr_nonnull(fp = fopen(path, "a"));
+	for (i = 0; i < n; i++)
+		fputc("quickab"[i % 7], fp);
+	fputs("\nquick ab\n\nab quick\n", fp);
+	ck_assert_int_eq(fclose(fp), 0);
+}
+
+START_TEST(test_ops_text_blocks_large)
+{
+	json_t		*fast, *slow;
+	char		*path;
+	int64_t		 in, out, in2, out2;
+	int		 partitions;
+
+	/* Blocks of the mapped file end inside it, and a line is longer
+	 * than a block. */
+	path = ops_words_file(7, 60000, 1);
+	ops_words_long_line(path, 700 * 1024);
+	for (partitions = 1; partitions <= 9; partitions += 4) {
+		fast = json_object();
+		slow = json_object();
+		ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}",
+		    partitions, MODE_COUNT_BY_VALUE, &in, &out, fast);
+		ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}, "
+		    "{\"filter\": {\"contains\": \"\"}}", partitions,
+		    MODE_COUNT_BY_VALUE, &in2, &out2, slow);
+		ck_assert_int_eq(in, 60004);
+		ck_assert_int_eq(in, in2);
+		ck_assert_int_eq(out, out2);
+		ck_assert_msg(json_equal(fast, slow), "the counts differ");
+		json_decref(fast);
+		json_decref(slow);
+	}
+	unlink(path);
+	free(path);
+}
+END_TEST
+
 /* Build the ops suite. */
 Suite *
 ops_suite(void)
@@ -1288,6 +1334,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_ops_count_by_value);
 	tcase_add_test(tc, test_ops_count_by_value_wide);
 	tcase_add_test(tc, test_ops_text_blocks);
+	tcase_add_test(tc, test_ops_text_blocks_large);
 	tcase_add_test(tc, test_ops_save);
 	tcase_add_test(tc, test_ops_save_fails_midway);
 	suite_add_tcase(s, tc);

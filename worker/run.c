@@ -203,13 +203,15 @@ run_cbv_slot_cmp(const void *a, const void *b)
 }
 
 /*
- * Move the keys into a table of size slots, the most counted first: each
- * takes its own slot if it is free, so the words that make most of a text
- * are found at the first probe, which the branches then predict.  (Keys
- * put in slot order would push as many of them a slot or more along.)
+ * Move the keys into a table of size slots, in order of their counts
+ * (sorted) or of their slots.  Put in the most counted first, each key
+ * takes its own slot if it is free, so the words that make most of a
+ * text are found at the first probe, which the branches then predict;
+ * put in slot order, a frequent word can stay a slot or more along for
+ * the rest of the task.
  */
 static void
-run_cbv_rebuild(struct run_cbv *c, size_t size)
+run_cbv_rebuild(struct run_cbv *c, size_t size, int sorted)
 {
 	struct run_cbv_slot	*old = c->slots, **by;
 	size_t			 oldsize = c->mask + 1, i, j, n = 0;
@@ -218,7 +220,8 @@ run_cbv_rebuild(struct run_cbv *c, size_t size)
 	for (i = 0; i < oldsize; i++)
 		if (old[i].count != 0)
 			by[n++] = &old[i];
-	qsort(by, n, sizeof *by, run_cbv_slot_cmp);
+	if (sorted)
+		qsort(by, n, sizeof *by, run_cbv_slot_cmp);
 	c->mask = size - 1;
 	c->slots = xcalloc(size, sizeof *c->slots);
 	for (i = 0; i < n; i++) {
@@ -231,11 +234,11 @@ run_cbv_rebuild(struct run_cbv *c, size_t size)
 	free(old);
 }
 
-/* Double the table. */
+/* Double the table (its order is made when it settles). */
 static void
 run_cbv_grow(struct run_cbv *c)
 {
-	run_cbv_rebuild(c, (c->mask + 1) * 2);
+	run_cbv_rebuild(c, (c->mask + 1) * 2, 0);
 }
 
 /* A new key went into a slot. */
@@ -325,7 +328,7 @@ run_cbv_settle(struct run_cbv *c)
 {
 	if (c->sink.records < c->settle)
 		return;
-	run_cbv_rebuild(c, c->mask + 1);
+	run_cbv_rebuild(c, c->mask + 1, 1);
 	c->settle = c->sink.records * 4;
 }
 
@@ -350,82 +353,103 @@ run_cbv_push_cb(struct op *op, const struct record *r)
 struct run_cbv_batch {
 	uint64_t	 k0[RUN_CBV_BATCH], k1[RUN_CBV_BATCH];
 	uint64_t	 len[RUN_CBV_BATCH], h[RUN_CBV_BATCH];
-	int		 n;
 };
 
-/* Count the pieces of a batch. */
+/* Count the first n pieces of a batch: most are at their first probe. */
 static void
-run_cbv_batch_flush(struct run_cbv *c, struct run_cbv_batch *b)
+run_cbv_batch_flush(struct run_cbv *c, const struct run_cbv_batch *b, int n)
 {
-	int	i;
+	struct run_cbv_slot	*s;
+	int			 i;
 
-	for (i = 0; i < b->n; i++)
-		run_cbv_count_hashed(c, b->k0[i], b->k1[i], b->len[i], b->h[i]);
-	b->n = 0;
+	for (i = 0; i < n; i++) {
+		s = &c->slots[b->h[i] & c->mask];
+		if (s->k[0] == b->k0[i] && s->k[1] == b->k1[i] &&
+		    s->len == b->len[i] && s->count != 0)
+			s->count++;
+		else
+			run_cbv_count_hashed(c, b->k0[i], b->k1[i], b->len[i],
+			    b->h[i]);
+	}
 }
 
 /*
- * Count the piece [p, p + len) of a block that goes on to end.  A short
- * one waits in the batch while its slot's line is fetched: looking up a
- * batch of slots that are on their way costs one wait to memory, not one
- * each.  Counting in another order gives the same counts.
+ * Count the pieces of data that end in [0, to), to a multiple of 64, from
+ * the one that starts at *start, finding their ends 64 bytes a step; move
+ * *start past the last.  A short piece waits in the batch while its
+ * slot's line is fetched: looking up a batch of slots that are on their
+ * way costs one wait to memory, not one each (counting in another order
+ * gives the same counts).  Its two loads may run 16 bytes past its start,
+ * which is before to: data holds 16 bytes past to.  The prefetches use
+ * the table as it was at the last flush: one that grew since only makes
+ * them useless until the next.
  */
-static inline void
-run_cbv_count_piece(struct run_cbv *c, struct run_cbv_batch *b,
-    const char *p, size_t len, const char *end)
+static int64_t
+run_cbv_count_steps(struct run_cbv *c, const char *data, size_t to,
+    size_t *start, char sep)
 {
-	uint64_t	k0, k1, h;
+	struct run_cbv_batch	 b;
+	const struct run_cbv_slot *slots = c->slots;
+	size_t			 mask = c->mask;
+	__m128i			 vsep = _mm_set1_epi8(sep);
+	__m128i			 vnl = _mm_set1_epi8('\n');
+	uint64_t		 bits, k0, k1, h;
+	size_t			 at, e, n, s = *start;
+	int64_t			 pieces = 0;
+	int			 nb = 0;
 
-	if (len > RUN_CBV_INLINE || end - p < 16) {
-		run_cbv_count(c, p, len);
-		return;
+	for (at = 0; at < to; at += 64) {
+		for (bits = pieces_delims(data + at, vsep, vnl); bits != 0;
+		    bits &= bits - 1) {
+			e = at + (size_t)__builtin_ctzll(bits);
+			n = e - s;
+			pieces++;
+			if (n > RUN_CBV_INLINE)
+				run_cbv_count_long(c, data + s, n);
+			else {
+				pieces_words(data + s, n, &k0, &k1);
+				h = hash_short(k0, k1, n);
+				__builtin_prefetch(&slots[h & mask]);
+				b.k0[nb] = k0;
+				b.k1[nb] = k1;
+				b.len[nb] = n;
+				b.h[nb] = h;
+				nb++;
+			}
+			s = e + 1;
+			if (nb == RUN_CBV_BATCH) {
+				run_cbv_batch_flush(c, &b, nb);
+				nb = 0;
+				slots = c->slots;
+				mask = c->mask;
+			}
+		}
 	}
-	/* Two loads that may run past the piece, inside the block. */
-	pieces_words(p, len, &k0, &k1);
-	h = hash_short(k0, k1, len);
-	__builtin_prefetch(&c->slots[h & c->mask]);
-	b->k0[b->n] = k0;
-	b->k1[b->n] = k1;
-	b->len[b->n] = len;
-	b->h[b->n] = h;
-	if (++b->n == RUN_CBV_BATCH)
-		run_cbv_batch_flush(c, b);
+	run_cbv_batch_flush(c, &b, nb);
+	*start = s;
+	return (pieces);
 }
 
-/* count_by_value: count the pieces of a block of lines split at sep,
- * finding the separators 64 bytes a step. */
+/* count_by_value: count the pieces of a block of lines split at sep. */
 static int
 run_cbv_pieces_cb(struct op *op, const char *data, size_t len, char sep)
 {
-	struct run_cbv		*c = (struct run_cbv *)op;
-	struct run_cbv_batch	 b;
-	const char		*start = data, *end = data + len, *e;
-	__m128i			 vsep = _mm_set1_epi8(sep);
-	__m128i			 vnl = _mm_set1_epi8('\n');
-	uint64_t		 bits;
-	size_t			 at;
-	int64_t			 pieces = 0;
+	struct run_cbv	*c = (struct run_cbv *)op;
+	size_t		 start = 0, to = 0, e;
+	int64_t		 pieces = 0;
 
-	b.n = 0;
-	for (at = 0; at + 64 <= len; at += 64) {
-		for (bits = pieces_delims(data + at, vsep, vnl); bits != 0;
-		    bits &= bits - 1) {
-			e = data + at + __builtin_ctzll(bits);
-			run_cbv_count_piece(c, &b, start, (size_t)(e - start),
-			    end);
+	/* 64-byte steps while 16 bytes are left past them. */
+	if (len >= 64 + 16) {
+		to = (len - 16) & ~(size_t)63;
+		pieces = run_cbv_count_steps(c, data, to, &start, sep);
+	}
+	for (e = to; e < len; e++) {
+		if (data[e] == sep || data[e] == '\n') {
+			run_cbv_count(c, data + start, e - start);
 			start = e + 1;
 			pieces++;
 		}
 	}
-	for (e = data + at; e < end; e++) {
-		if (*e == sep || *e == '\n') {
-			run_cbv_count_piece(c, &b, start, (size_t)(e - start),
-			    end);
-			start = e + 1;
-			pieces++;
-		}
-	}
-	run_cbv_batch_flush(c, &b);
 	c->sink.records += pieces;
 	run_cbv_settle(c);
 	return (OP_OK);

@@ -384,9 +384,9 @@ run_cbv_batch_flush(struct run_cbv *c, const struct run_cbv_batch *b, int n)
  * the table as it was at the last flush: one that grew since only makes
  * them useless until the next.
  */
-static int64_t
+__attribute__((always_inline)) static inline int64_t
 run_cbv_count_steps(struct run_cbv *c, const char *data, size_t to,
-    size_t *start, char sep)
+    size_t *start, char sep, int avx2)
 {
 	struct run_cbv_batch	 b;
 	const struct run_cbv_slot *slots = c->slots;
@@ -399,8 +399,9 @@ run_cbv_count_steps(struct run_cbv *c, const char *data, size_t to,
 	int			 nb = 0;
 
 	for (at = 0; at < to; at += 64) {
-		for (bits = pieces_delims(data + at, vsep, vnl); bits != 0;
-		    bits &= bits - 1) {
+		bits = avx2 ? pieces_delims_avx2(data + at, sep) :
+		    pieces_delims(data + at, vsep, vnl);
+		for (; bits != 0; bits &= bits - 1) {
 			e = at + (size_t)__builtin_ctzll(bits);
 			n = e - s;
 			pieces++;
@@ -430,6 +431,22 @@ run_cbv_count_steps(struct run_cbv *c, const char *data, size_t to,
 	return (pieces);
 }
 
+/* run_cbv_count_steps with SSE2. */
+static int64_t
+run_cbv_count_steps_sse2(struct run_cbv *c, const char *data, size_t to,
+    size_t *start, char sep)
+{
+	return (run_cbv_count_steps(c, data, to, start, sep, 0));
+}
+
+/* run_cbv_count_steps with AVX2, where the CPU has it. */
+__attribute__((target("avx2"))) static int64_t
+run_cbv_count_steps_avx2(struct run_cbv *c, const char *data, size_t to,
+    size_t *start, char sep)
+{
+	return (run_cbv_count_steps(c, data, to, start, sep, 1));
+}
+
 /* count_by_value: count the pieces of a block of lines split at sep. */
 static int
 run_cbv_pieces_cb(struct op *op, const char *data, size_t len, char sep)
@@ -441,7 +458,9 @@ run_cbv_pieces_cb(struct op *op, const char *data, size_t len, char sep)
 	/* 64-byte steps while 16 bytes are left past them. */
 	if (len >= 64 + 16) {
 		to = (len - 16) & ~(size_t)63;
-		pieces = run_cbv_count_steps(c, data, to, &start, sep);
+		pieces = __builtin_cpu_supports("avx2") ?
+		    run_cbv_count_steps_avx2(c, data, to, &start, sep) :
+		    run_cbv_count_steps_sse2(c, data, to, &start, sep);
 	}
 	for (e = to; e < len; e++) {
 		if (data[e] == sep || data[e] == '\n') {

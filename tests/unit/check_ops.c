@@ -20,6 +20,7 @@
 #include "held.h"
 #include "ops.h"
 #include "output.h"
+#include "pieces.h"
 #include "plan.h"
 #include "protocol.h"
 #include "source.h"
@@ -1305,6 +1306,44 @@ START_TEST(test_ops_text_blocks_large)
 }
 END_TEST
 
+#ifdef PIECES_SSE2
+/* Find the delimiters of p[0, 64) with AVX2, built for it here. */
+__attribute__((target("avx2"))) static uint64_t
+ops_delims_avx2(const char *p, char sep)
+{
+	return (pieces_delims_avx2(p, sep));
+}
+#endif
+
+START_TEST(test_ops_pieces_delims)
+{
+#ifdef PIECES_SSE2
+	char		 buf[64];
+	uint64_t	 seed = 11, want;
+	int		 round, i;
+
+	if (!__builtin_cpu_supports("avx2"))
+		return;
+	/* Both ways of finding the separators and newlines agree, over
+	 * every byte value in every position. */
+	for (round = 0; round < 4096; round++) {
+		for (i = 0; i < 64; i++) {
+			seed = seed * 6364136223846793005ULL +
+			    1442695040888963407ULL;
+			buf[i] = round % 3 == 0 ? (char)(seed >> 56) :
+			    " \nab"[(seed >> 60) % 4];
+		}
+		want = pieces_delims(buf, _mm_set1_epi8(' '),
+		    _mm_set1_epi8('\n'));
+		ck_assert_uint_eq(ops_delims_avx2(buf, ' '), want);
+		want = pieces_delims(buf, _mm_set1_epi8((char)0xff),
+		    _mm_set1_epi8('\n'));
+		ck_assert_uint_eq(ops_delims_avx2(buf, (char)0xff), want);
+	}
+#endif
+}
+END_TEST
+
 /* Build the ops suite. */
 Suite *
 ops_suite(void)
@@ -1335,6 +1374,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_ops_count_by_value_wide);
 	tcase_add_test(tc, test_ops_text_blocks);
 	tcase_add_test(tc, test_ops_text_blocks_large);
+	tcase_add_test(tc, test_ops_pieces_delims);
 	tcase_add_test(tc, test_ops_save);
 	tcase_add_test(tc, test_ops_save_fails_midway);
 	suite_add_tcase(s, tc);

@@ -28,7 +28,7 @@
 /* count_by_value's table starts with this many slots, a power of two. */
 #define RUN_CBV_SLOTS		1024
 /* Its keys are put in order of their counts again once this many records
- * were counted, and again at 4, 16... times as many: by then the counts
+ * were counted, and again at 16, 256... times as many: by then the counts
  * tell the frequent words. */
 #define RUN_CBV_SETTLE		(1 << 16)
 /* Its records are copied into chunks of this size (or one record's). */
@@ -329,7 +329,7 @@ run_cbv_settle(struct run_cbv *c)
 	if (c->sink.records < c->settle)
 		return;
 	run_cbv_rebuild(c, c->mask + 1, 1);
-	c->settle = c->sink.records * 4;
+	c->settle = c->sink.records * 16;
 }
 
 /* count_by_value: count a record. */

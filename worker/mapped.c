@@ -1,4 +1,5 @@
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <errno.h>
 #include <signal.h>
@@ -8,6 +9,10 @@
 
 #include "log.h"
 #include "mapped.h"
+
+/* Under an address-space limit, a file is mapped only if it takes at most
+ * this share of it. */
+#define MAPPED_AS_SHARE	8
 
 /* The mapping (page-aligned), for the handler to tell its faults from
  * any other; the handler that was there before. */
@@ -46,12 +51,21 @@ int
 mapped_open(int fd, int64_t offset, size_t len, const char **data)
 {
 	struct sigaction	 sa;
+	struct rlimit		 rl;
 	int64_t			 page = sysconf(_SC_PAGESIZE);
 	int64_t			 at = offset - offset % page;
 	void			*p;
 
 	if (mapped_base != NULL)
 		fatalx("%s: a mapping is open", __func__);
+	/* The mapping counts in the address space that workers.max_memory
+	 * bounds: one that took much of it would leave the task's own
+	 * allocations failing, where reading the file costs none. */
+	if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    len > rl.rlim_cur / MAPPED_AS_SHARE) {
+		errno = ENOMEM;
+		return (-1);
+	}
 	p = mmap(NULL, len + (size_t)(offset - at), PROT_READ, MAP_PRIVATE,
 	    fd, (off_t)at);
 	if (p == MAP_FAILED)

@@ -13,7 +13,9 @@
 #include <stdint.h>
 
 /* Map [offset, offset + len) of fd, read-only, and guard it; the bytes
- * at *data, or -1 with errno set.  offset need not be page-aligned. */
+ * at *data, or -1 with errno set (ENOMEM too when len is more than an
+ * eighth of an address-space limit: the caller reads the file instead).
+ * offset need not be page-aligned. */
 int		 mapped_open(int fd, int64_t offset, size_t len,
 		     const char **data);
 /* Has a read past the file's end been turned into zeros since the

@@ -53,7 +53,8 @@ pieces_delims(const char *p, __m128i vsep, __m128i vnl)
 __attribute__((target("avx2"))) static inline uint64_t
 pieces_delims_avx2(const char *p, char sep)
 {
-	__m256i	vsep = _mm256_set1_epi8(sep), vnl = _mm256_set1_epi8('\n');
+	__m256i	vsep = _mm256_set1_epi8(sep);
+	__m256i	vnl = _mm256_set1_epi8('\n');
 	__m256i	v0 = _mm256_loadu_si256((const __m256i *)p);
 	__m256i	v1 = _mm256_loadu_si256((const __m256i *)(p + 32));
 	uint32_t m0, m1;

@@ -168,8 +168,9 @@ source_push_mapped(const char *m, int64_t begin, int64_t end, int64_t size,
 		}
 		stop = last - m + 1;
 		if (stop > end) {
-			/* The line that holds end - 1 is the partition's last. */
-			last = memchr(m + end - 1, '\n', (size_t)(stop - end + 1));
+			/* The line that holds end - 1 is the last. */
+			last = memchr(m + end - 1, '\n',
+			    (size_t)(stop - end + 1));
 			stop = last - m + 1;
 			final = 1;
 		}
@@ -199,7 +200,8 @@ source_map_file(int fd, const struct plan_file *f, const struct stat *st,
     char **err)
 {
 	const char	*m;
-	int64_t		 size = st->st_size < f->size ? st->st_size : f->size;
+	int64_t		 size = st->st_size < f->size ? st->st_size :
+			     f->size;
 	int64_t		 at = begin > 0 ? begin - 1 : 0;
 	int		 rc;
 

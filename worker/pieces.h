@@ -16,6 +16,7 @@
     __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define PIECES_SSE2	1
 #include <emmintrin.h>
+#include <immintrin.h>
 
 #include "hash.h"
 
@@ -45,6 +46,24 @@ pieces_delims(const char *p, __m128i vsep, __m128i vnl)
 		    (16 * i);
 	}
 	return (m);
+}
+
+/* pieces_delims, 32 bytes a compare: for code built for AVX2 (a
+ * function with target("avx2"), called only where the CPU has it). */
+__attribute__((target("avx2"))) static inline uint64_t
+pieces_delims_avx2(const char *p, char sep)
+{
+	__m256i	vsep = _mm256_set1_epi8(sep);
+	__m256i	vnl = _mm256_set1_epi8('\n');
+	__m256i	v0 = _mm256_loadu_si256((const __m256i *)p);
+	__m256i	v1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+	uint32_t m0, m1;
+
+	m0 = (uint32_t)_mm256_movemask_epi8(_mm256_or_si256(
+	    _mm256_cmpeq_epi8(v0, vsep), _mm256_cmpeq_epi8(v0, vnl)));
+	m1 = (uint32_t)_mm256_movemask_epi8(_mm256_or_si256(
+	    _mm256_cmpeq_epi8(v1, vsep), _mm256_cmpeq_epi8(v1, vnl)));
+	return ((uint64_t)m1 << 32 | m0);
 }
 
 /* The zero-padded words of a piece of up to 16 bytes at p, with 16

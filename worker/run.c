@@ -27,6 +27,10 @@
 
 /* count_by_value's table starts with this many slots, a power of two. */
 #define RUN_CBV_SLOTS		1024
+/* Its keys are put in order of their counts again once this many records
+ * were counted, and again at 16, 256... times as many: by then the counts
+ * tell the frequent words. */
+#define RUN_CBV_SETTLE		(1 << 16)
 /* Its records are copied into chunks of this size (or one record's). */
 #define RUN_CBV_CHUNK		(1024 * 1024)
 /* save writes through a buffer of this size. */
@@ -68,6 +72,7 @@ struct run_cbv {
 	struct run_cbv_slot	*slots;
 	size_t			 mask, used;
 	int64_t			 nulls;
+	int64_t			 settle;	/* records: rebuild at */
 	struct run_cbv_chunk	*chunks;
 };
 
@@ -187,24 +192,53 @@ run_cbv_slot_hash(const struct run_cbv_slot *s)
 	return (s->k[1]);
 }
 
-/* Double the table. */
+/* Order slots by count, the greatest first. */
+static int
+run_cbv_slot_cmp(const void *a, const void *b)
+{
+	int64_t	x = (*(const struct run_cbv_slot *const *)a)->count;
+	int64_t	y = (*(const struct run_cbv_slot *const *)b)->count;
+
+	return ((x < y) - (x > y));
+}
+
+/*
+ * Move the keys into a table of size slots, in order of their counts
+ * (sorted) or of their slots.  Put in the most counted first, each key
+ * takes its own slot if it is free, so the words that make most of a
+ * text are found at the first probe, which the branches then predict;
+ * put in slot order, a frequent word can stay a slot or more along for
+ * the rest of the task.
+ */
+static void
+run_cbv_rebuild(struct run_cbv *c, size_t size, int sorted)
+{
+	struct run_cbv_slot	*old = c->slots, **by;
+	size_t			 oldsize = c->mask + 1, i, j, n = 0;
+
+	by = xreallocarray(NULL, c->used > 0 ? c->used : 1, sizeof *by);
+	for (i = 0; i < oldsize; i++)
+		if (old[i].count != 0)
+			by[n++] = &old[i];
+	if (sorted)
+		qsort(by, n, sizeof *by, run_cbv_slot_cmp);
+	c->mask = size - 1;
+	c->slots = xcalloc(size, sizeof *c->slots);
+	for (i = 0; i < n; i++) {
+		for (j = run_cbv_slot_hash(by[i]) & c->mask;
+		    c->slots[j].count != 0; j = (j + 1) & c->mask)
+			;
+		c->slots[j] = *by[i];
+	}
+	free(by);
+	free(old);
+}
+
+/* Double the table (its order is made when it settles). */
 static void
 run_cbv_grow(struct run_cbv *c)
 {
-	struct run_cbv_slot	*old = c->slots;
-	size_t			 oldsize = c->mask + 1, i, j;
-
-	c->mask = oldsize * 2 - 1;
-	c->slots = xcalloc(c->mask + 1, sizeof *c->slots);
-	for (i = 0; i < oldsize; i++) {
-		if (old[i].count == 0)
-			continue;
-		for (j = run_cbv_slot_hash(&old[i]) & c->mask;
-		    c->slots[j].count != 0; j = (j + 1) & c->mask)
-			;
-		c->slots[j] = old[i];
-	}
-	free(old);
+	run_cbv_rebuild(c, (c->mask + 1) * 2, 0);
 }
 
 /* A new key went into a slot. */
@@ -288,6 +322,16 @@ run_cbv_count(struct run_cbv *c, const char *data, size_t len)
 	run_cbv_count_short(c, k[0], k[1], len);
 }
 
+/* Put the keys in order of their counts again, when it is time. */
+static void
+run_cbv_settle(struct run_cbv *c)
+{
+	if (c->sink.records < c->settle)
+		return;
+	run_cbv_rebuild(c, c->mask + 1, 1);
+	c->settle = c->sink.records * 16;
+}
+
 /* count_by_value: count a record. */
 static int
 run_cbv_push_cb(struct op *op, const struct record *r)
@@ -309,83 +353,124 @@ run_cbv_push_cb(struct op *op, const struct record *r)
 struct run_cbv_batch {
 	uint64_t	 k0[RUN_CBV_BATCH], k1[RUN_CBV_BATCH];
 	uint64_t	 len[RUN_CBV_BATCH], h[RUN_CBV_BATCH];
-	int		 n;
 };
 
-/* Count the pieces of a batch. */
+/* Count the first n pieces of a batch: most are at their first probe. */
 static void
-run_cbv_batch_flush(struct run_cbv *c, struct run_cbv_batch *b)
+run_cbv_batch_flush(struct run_cbv *c, const struct run_cbv_batch *b, int n)
 {
-	int	i;
+	struct run_cbv_slot	*s;
+	int			 i;
 
-	for (i = 0; i < b->n; i++)
-		run_cbv_count_hashed(c, b->k0[i], b->k1[i], b->len[i], b->h[i]);
-	b->n = 0;
+	for (i = 0; i < n; i++) {
+		s = &c->slots[b->h[i] & c->mask];
+		if (s->k[0] == b->k0[i] && s->k[1] == b->k1[i] &&
+		    s->len == b->len[i] && s->count != 0)
+			s->count++;
+		else
+			run_cbv_count_hashed(c, b->k0[i], b->k1[i], b->len[i],
+			    b->h[i]);
+	}
 }
 
 /*
- * Count the piece [p, p + len) of a block that goes on to end.  A short
- * one waits in the batch while its slot's line is fetched: looking up a
- * batch of slots that are on their way costs one wait to memory, not one
- * each.  Counting in another order gives the same counts.
+ * Count the pieces of data that end in [0, to), to a multiple of 64, from
+ * the one that starts at *start, finding their ends 64 bytes a step; move
+ * *start past the last.  A short piece waits in the batch while its
+ * slot's line is fetched: looking up a batch of slots that are on their
+ * way costs one wait to memory, not one each (counting in another order
+ * gives the same counts).  Its two loads may run 16 bytes past its start,
+ * which is before to: data holds 16 bytes past to.  The prefetches use
+ * the table as it was at the last flush: one that grew since only makes
+ * them useless until the next.
  */
-static inline void
-run_cbv_count_piece(struct run_cbv *c, struct run_cbv_batch *b,
-    const char *p, size_t len, const char *end)
+__attribute__((always_inline)) static inline int64_t
+run_cbv_count_steps(struct run_cbv *c, const char *data, size_t to,
+    size_t *start, char sep, int avx2)
 {
-	uint64_t	k0, k1, h;
+	struct run_cbv_batch	 b;
+	const struct run_cbv_slot *slots = c->slots;
+	size_t			 mask = c->mask;
+	__m128i			 vsep = _mm_set1_epi8(sep);
+	__m128i			 vnl = _mm_set1_epi8('\n');
+	uint64_t		 bits, k0, k1, h;
+	size_t			 at, e, n, s = *start;
+	int64_t			 pieces = 0;
+	int			 nb = 0;
 
-	if (len > RUN_CBV_INLINE || end - p < 16) {
-		run_cbv_count(c, p, len);
-		return;
+	for (at = 0; at < to; at += 64) {
+		bits = avx2 ? pieces_delims_avx2(data + at, sep) :
+		    pieces_delims(data + at, vsep, vnl);
+		for (; bits != 0; bits &= bits - 1) {
+			e = at + (size_t)__builtin_ctzll(bits);
+			n = e - s;
+			pieces++;
+			if (n > RUN_CBV_INLINE)
+				run_cbv_count_long(c, data + s, n);
+			else {
+				pieces_words(data + s, n, &k0, &k1);
+				h = hash_short(k0, k1, n);
+				__builtin_prefetch(&slots[h & mask]);
+				b.k0[nb] = k0;
+				b.k1[nb] = k1;
+				b.len[nb] = n;
+				b.h[nb] = h;
+				nb++;
+			}
+			s = e + 1;
+			if (nb == RUN_CBV_BATCH) {
+				run_cbv_batch_flush(c, &b, nb);
+				nb = 0;
+				slots = c->slots;
+				mask = c->mask;
+			}
+		}
 	}
-	/* Two loads that may run past the piece, inside the block. */
-	pieces_words(p, len, &k0, &k1);
-	h = hash_short(k0, k1, len);
-	__builtin_prefetch(&c->slots[h & c->mask]);
-	b->k0[b->n] = k0;
-	b->k1[b->n] = k1;
-	b->len[b->n] = len;
-	b->h[b->n] = h;
-	if (++b->n == RUN_CBV_BATCH)
-		run_cbv_batch_flush(c, b);
+	run_cbv_batch_flush(c, &b, nb);
+	*start = s;
+	return (pieces);
 }
 
-/* count_by_value: count the pieces of a block of lines split at sep,
- * finding the separators 64 bytes a step. */
+/* run_cbv_count_steps with SSE2. */
+static int64_t
+run_cbv_count_steps_sse2(struct run_cbv *c, const char *data, size_t to,
+    size_t *start, char sep)
+{
+	return (run_cbv_count_steps(c, data, to, start, sep, 0));
+}
+
+/* run_cbv_count_steps with AVX2, where the CPU has it. */
+__attribute__((target("avx2"))) static int64_t
+run_cbv_count_steps_avx2(struct run_cbv *c, const char *data, size_t to,
+    size_t *start, char sep)
+{
+	return (run_cbv_count_steps(c, data, to, start, sep, 1));
+}
+
+/* count_by_value: count the pieces of a block of lines split at sep. */
 static int
 run_cbv_pieces_cb(struct op *op, const char *data, size_t len, char sep)
 {
-	struct run_cbv		*c = (struct run_cbv *)op;
-	struct run_cbv_batch	 b;
-	const char		*start = data, *end = data + len, *e;
-	__m128i			 vsep = _mm_set1_epi8(sep);
-	__m128i			 vnl = _mm_set1_epi8('\n');
-	uint64_t		 bits;
-	size_t			 at;
-	int64_t			 pieces = 0;
+	struct run_cbv	*c = (struct run_cbv *)op;
+	size_t		 start = 0, to = 0, e;
+	int64_t		 pieces = 0;
 
-	b.n = 0;
-	for (at = 0; at + 64 <= len; at += 64) {
-		for (bits = pieces_delims(data + at, vsep, vnl); bits != 0;
-		    bits &= bits - 1) {
-			e = data + at + __builtin_ctzll(bits);
-			run_cbv_count_piece(c, &b, start, (size_t)(e - start),
-			    end);
+	/* 64-byte steps while 16 bytes are left past them. */
+	if (len >= 64 + 16) {
+		to = (len - 16) & ~(size_t)63;
+		pieces = __builtin_cpu_supports("avx2") ?
+		    run_cbv_count_steps_avx2(c, data, to, &start, sep) :
+		    run_cbv_count_steps_sse2(c, data, to, &start, sep);
+	}
+	for (e = to; e < len; e++) {
+		if (data[e] == sep || data[e] == '\n') {
+			run_cbv_count(c, data + start, e - start);
 			start = e + 1;
 			pieces++;
 		}
 	}
-	for (e = data + at; e < end; e++) {
-		if (*e == sep || *e == '\n') {
-			run_cbv_count_piece(c, &b, start, (size_t)(e - start),
-			    end);
-			start = e + 1;
-			pieces++;
-		}
-	}
-	run_cbv_batch_flush(c, &b);
 	c->sink.records += pieces;
+	run_cbv_settle(c);
 	return (OP_OK);
 }
 #else
@@ -403,6 +488,7 @@ run_cbv_pieces_cb(struct op *op, const char *data, size_t len, char sep)
 			c->sink.records++;
 		}
 	}
+	run_cbv_settle(c);
 	return (OP_OK);
 }
 #endif
@@ -844,6 +930,7 @@ run_sink_create(const struct run *t, struct output *out, char **err)
 	case MODE_COUNT_BY_VALUE:
 		c = xcalloc(1, sizeof *c);
 		c->mask = RUN_CBV_SLOTS - 1;
+		c->settle = RUN_CBV_SETTLE;
 		c->slots = xcalloc(RUN_CBV_SLOTS, sizeof *c->slots);
 		s = &c->sink;
 		s->op.push = run_cbv_push_cb;

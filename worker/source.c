@@ -8,6 +8,7 @@
 
 #include "checkpoint.h"
 #include "log.h"
+#include "mapped.h"
 #include "ops.h"
 #include "plan.h"
 #include "source.h"
@@ -129,6 +130,96 @@ source_push_block(struct chain *chain, int64_t base, int64_t end,
 }
 
 /*
+ * Push the lines of a mapped file that start in [begin, end), size bytes
+ * of it being there, to a chain that takes blocks: the blocks are the
+ * mapping's own bytes, about SOURCE_TEXT_BUFFER at a time, nothing is
+ * copied.  The same lines as source_run_file's reads.
+ */
+static int
+source_push_mapped(const char *m, int64_t begin, int64_t end, int64_t size,
+    struct chain *chain, int64_t *records_in)
+{
+	struct record	 r = { NULL, 0, 0, 0, NULL, 0 };
+	const char	*last;
+	int64_t		 start = begin, lim, stop;
+	size_t		 used;
+	int		 rc, final = 0;
+
+	if (begin > 0) {
+		/* Lines start after a newline: skip the partial one. */
+		if ((last = memchr(m + begin - 1, '\n',
+		    (size_t)(size - begin + 1))) == NULL)
+			return (OP_OK);
+		start = last - m + 1;
+	}
+	while (start < end && start < size && !final) {
+		lim = size - start > SOURCE_TEXT_BUFFER ?
+		    start + SOURCE_TEXT_BUFFER : size;
+		last = memrchr(m + start, '\n', (size_t)(lim - start));
+		if (last == NULL)	/* a line longer than a block */
+			last = memchr(m + lim, '\n', (size_t)(size - lim));
+		if (last == NULL) {
+			/* The file's last line, with no final newline. */
+			r.data = m + start;
+			r.len = (size_t)(size - start);
+			(*records_in)++;
+			rc = chain_push(chain, &r);
+			return (rc == OP_FAIL ? OP_FAIL : OP_OK);
+		}
+		stop = last - m + 1;
+		if (stop > end) {
+			/* The line that holds end - 1 is the last. */
+			last = memchr(m + end - 1, '\n',
+			    (size_t)(stop - end + 1));
+			stop = last - m + 1;
+			final = 1;
+		}
+		mapped_populate(m + start, (size_t)(stop - start));
+		rc = chain_push_lines(chain, m + start, (size_t)(stop - start),
+		    &used);
+		*records_in += (int64_t)ops_count_byte(m + start, used, '\n');
+		start += (int64_t)used;
+		if (rc != OP_OK)
+			return (rc == OP_STOP ? OP_OK : OP_FAIL);
+		if (mapped_shrank())
+			break;
+	}
+	return (OP_OK);
+}
+
+/*
+ * Push the lines of one file that start in [begin, end) through a
+ * mapping, for a chain that takes blocks.  A file that shrank since the
+ * job started is read as far as it goes; one that shrinks during the read
+ * fails the task (the reads past its end saw zeros, not its bytes).
+ * 1 when the file cannot be mapped: the caller reads it.
+ */
+static int
+source_map_file(int fd, const struct plan_file *f, const struct stat *st,
+    int64_t begin, int64_t end, struct chain *chain, int64_t *records_in,
+    char **err)
+{
+	const char	*m;
+	int64_t		 size = st->st_size < f->size ? st->st_size :
+			     f->size;
+	int64_t		 at = begin > 0 ? begin - 1 : 0;
+	int		 rc;
+
+	if (size <= at)
+		return (OP_OK);
+	if (mapped_open(fd, at, (size_t)(size - at), &m) == -1)
+		return (1);
+	rc = source_push_mapped(m - at, begin, end, size, chain, records_in);
+	if (mapped_shrank()) {
+		xasprintf(err, "text: %s: the file shrank while it was read",
+		    f->path);
+		rc = OP_FAIL;
+	}
+	mapped_close();
+	return (rc);
+}
+
+/*
  * Push the lines of one file that start in [begin, end) (file offsets).
  * This is Hadoop's LineRecordReader rule: a line belongs to the partition
  * where it starts, so a range that starts inside a line skips to the next
@@ -162,6 +253,12 @@ source_run_file(const struct plan_file *f, int64_t begin, int64_t end,
 		    f->path);
 		return (OP_FAIL);
 	}
+	if (lines && (rc = source_map_file(fd, f, &st, begin, end, chain,
+	    records_in, err)) != 1) {
+		close(fd);
+		return (rc);
+	}
+	rc = OP_OK;
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 
 	/* Start on the byte before the range to see whether a line ends

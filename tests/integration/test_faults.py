@@ -2,8 +2,9 @@
 Faults injected into the processes that do file work for emberd and into
 the fork-server that forks them: a save's helper killed in the middle of
 its step, emberd killed in the middle of a save, a fork-server killed while
-jobs that need a helper arrive, and checkpoint removals slowed while the
-user's own requests need helpers.  Each save must end whole (every part
+jobs that need a helper arrive, checkpoint removals slowed while the
+user's own requests need helpers, and a text file cut short while a
+worker reads it through a mapping.  Each save must end whole (every part
 and _SUCCESS, and a success reply) or absent (no part file in its path,
 and a failure reply), and a save to the same path again must then
 succeed; no fault is told to a client as INTERNAL.
@@ -373,6 +374,31 @@ def test_forkserver_restart_waited_for(d):
     check(r.get("ok"), "save during the restart: %r" % r)
     check_eq(listing(out), ["_SUCCESS", "part-00000", "part-00001"],
              "what %s holds" % out)
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_text_file_truncated_while_read(d):
+    """A text file truncated while a worker reads it through its mapping
+    (a filter that takes blocks of lines) fails the task saying the file
+    shrank: the reads past its new end raised SIGBUS, which is neither the
+    worker's death nor a count of the bytes that are gone; the worker's
+    next task runs."""
+    path = job_readable(write_file(d.path("shrinks.txt"),
+                                   "quick brown\n" * (4 << 20)))
+    os.chmod(path, 0o666)		# the job's user truncates it
+    # The command truncates the file once the worker's first lines reach
+    # it; the worker, a pipe's buffer ahead at most, is still reading the
+    # first of 48 MB.
+    cut = "head -c 1 >/dev/null; truncate -s 0 '%s'; cat >/dev/null" % path
+    with d.client() as c:
+        reply = c.execute(text_plan([path], 1, ops=[
+            {"filter": {"regex": "quick"}}, {"pipe": {"command": cut}}]),
+            "count")
+        check_error(reply, "TASK_FAILED", "shrinks.txt",
+                    "the file shrank while it was read")
+        check_eq(os.path.getsize(path), 0, "the file's size")
+        check_eq(c.count(range_plan(0, 100, 2)), 100, "the next job")
+
 
 if __name__ == "__main__":
     run_tests(globals())

@@ -528,6 +528,46 @@ def test_max_memory_allocation_failure(d):
     check_eq(c.count(range_plan(0, 100, 2)), 100, "the next job")
 
 
+def _mapped(d):
+    """How many mappings of a 24 MB text file the worker reading it holds
+    while it reads (a filter that takes blocks of lines): its pipe's
+    command stops reading, and the worker waits on it, mid-file."""
+    path = job_readable(write_file(d.path("mapped.txt"),
+                                   "quick brown\n" * (2 << 20)))
+    c = d.client()
+    c.send_json({"op": "execute", "action": "count", "plan": text_plan(
+        [path], 1, ops=[{"filter": {"regex": "quick"}},
+                        {"pipe": {"command": "head -c 1 >/dev/null; "
+                                  "exec sleep 34"}}])})
+    pid = d.worker_running("sleep 34")
+    with open("/proc/%d/maps" % pid) as f:
+        maps = sum(path in line for line in f)
+    for p in descendants(pid):
+        if "sleep 34" in cmdline(p):
+            os.kill(p, signal.SIGKILL)
+    c.recv_json()			# the task's end, whatever it says
+    c.close()
+    return maps
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_text_file_mapped(d):
+    """Without workers.max_memory, a worker reads a text file through a
+    mapping."""
+    check_eq(_mapped(d), 1, "the mappings of the file")
+
+
+@skip_with_sanitizer("address", "AddressSanitizer maps terabytes of shadow "
+                     "memory, more than the 64 MiB address-space limit of "
+                     "workers.max_memory=32m lets a worker start with")
+@with_daemon(sets=["workers.max=1", "workers.max_memory=32m"])
+def test_text_file_not_mapped_under_max_memory(d):
+    """Under workers.max_memory, whose address-space limit a mapping
+    counts in, a file that would take more than an eighth of it is read,
+    not mapped: the task's own allocations keep the room they had."""
+    check_eq(_mapped(d), 0, "the mappings of the file")
+
+
 @with_daemon(sets=["workers.max=1", "workers.task_timeout=1s"])
 def test_task_timeout(d):
     """A task running past workers.task_timeout is killed with its command,

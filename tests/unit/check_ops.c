@@ -20,6 +20,7 @@
 #include "held.h"
 #include "ops.h"
 #include "output.h"
+#include "pieces.h"
 #include "plan.h"
 #include "protocol.h"
 #include "source.h"
@@ -1259,6 +1260,90 @@ START_TEST(test_ops_text_blocks)
 }
 END_TEST
 
+/* Append a line of n bytes of words without a space (longer than a block
+ * of the text source) and lines of words after it. */
+static void
+ops_words_long_line(const char *path, size_t n)
+{
+	FILE	*fp;
+	size_t	 i;
+
+	ck_assert_ptr_nonnull(fp = fopen(path, "a"));
+	for (i = 0; i < n; i++)
+		fputc("quickab"[i % 7], fp);
+	fputs("\nquick ab\n\nab quick\n", fp);
+	ck_assert_int_eq(fclose(fp), 0);
+}
+
+START_TEST(test_ops_text_blocks_large)
+{
+	json_t		*fast, *slow;
+	char		*path;
+	int64_t		 in, out, in2, out2;
+	int		 partitions;
+
+	/* Blocks of the mapped file end inside it, and a line is longer
+	 * than a block. */
+	path = ops_words_file(7, 60000, 1);
+	ops_words_long_line(path, 700 * 1024);
+	for (partitions = 1; partitions <= 9; partitions += 4) {
+		fast = json_object();
+		slow = json_object();
+		ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}",
+		    partitions, MODE_COUNT_BY_VALUE, &in, &out, fast);
+		ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}, "
+		    "{\"filter\": {\"contains\": \"\"}}", partitions,
+		    MODE_COUNT_BY_VALUE, &in2, &out2, slow);
+		ck_assert_int_eq(in, 60004);
+		ck_assert_int_eq(in, in2);
+		ck_assert_int_eq(out, out2);
+		ck_assert_msg(json_equal(fast, slow), "the counts differ");
+		json_decref(fast);
+		json_decref(slow);
+	}
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+#ifdef PIECES_SSE2
+/* Find the delimiters of p[0, 64) with AVX2, built for it here. */
+__attribute__((target("avx2"))) static uint64_t
+ops_delims_avx2(const char *p, char sep)
+{
+	return (pieces_delims_avx2(p, sep));
+}
+#endif
+
+START_TEST(test_ops_pieces_delims)
+{
+#ifdef PIECES_SSE2
+	char		 buf[64];
+	uint64_t	 seed = 11, want;
+	int		 round, i;
+
+	if (!__builtin_cpu_supports("avx2"))
+		return;
+	/* Both ways of finding the separators and newlines agree, over
+	 * every byte value in every position. */
+	for (round = 0; round < 4096; round++) {
+		for (i = 0; i < 64; i++) {
+			seed = seed * 6364136223846793005ULL +
+			    1442695040888963407ULL;
+			buf[i] = round % 3 == 0 ? (char)(seed >> 56) :
+			    " \nab"[(seed >> 60) % 4];
+		}
+		want = pieces_delims(buf, _mm_set1_epi8(' '),
+		    _mm_set1_epi8('\n'));
+		ck_assert_uint_eq(ops_delims_avx2(buf, ' '), want);
+		want = pieces_delims(buf, _mm_set1_epi8((char)0xff),
+		    _mm_set1_epi8('\n'));
+		ck_assert_uint_eq(ops_delims_avx2(buf, (char)0xff), want);
+	}
+#endif
+}
+END_TEST
+
 /* Build the ops suite. */
 Suite *
 ops_suite(void)
@@ -1288,6 +1373,8 @@ ops_suite(void)
 	tcase_add_test(tc, test_ops_count_by_value);
 	tcase_add_test(tc, test_ops_count_by_value_wide);
 	tcase_add_test(tc, test_ops_text_blocks);
+	tcase_add_test(tc, test_ops_text_blocks_large);
+	tcase_add_test(tc, test_ops_pieces_delims);
 	tcase_add_test(tc, test_ops_save);
 	tcase_add_test(tc, test_ops_save_fails_midway);
 	suite_add_tcase(s, tc);

@@ -13,7 +13,10 @@
  *   consumer reads 1 MiB at a time (as libember) and counts bytes.
  *
  * GB/s is 10^9 bytes of record frames (length + record, 104 bytes per
- * record) per second on both sides, so the ratio is a ratio of times.
+ * record) per second on both sides, so the ratio is a ratio of times.  The
+ * two alternate, and the figure is the median of the runs' ratios (each
+ * ember run against the relay run just before it), with the least and the
+ * greatest: a machine that gets busier between pairs moves both sides.
  */
 
 #include <sys/types.h>
@@ -48,7 +51,7 @@
 
 #define DEFAULT_MB		100
 #define DEFAULT_COPIES		10
-#define DEFAULT_RUNS		2
+#define DEFAULT_RUNS		5
 
 static const char	*socket_path;
 static char		*data_path;	/* the text file, removed at exit */
@@ -342,7 +345,8 @@ main(int argc, char **argv)
 	};
 	const char	*dir;
 	char		*path, *plan, options[64] = "";
-	double		 t, cpu, ember_best = 0, raw_best = 0, gb, egbs, rgbs;
+	double		 t, cpu, gb, egbs, rgbs;
+	double		*et, *rt, *ratio;
 	long		 mb = DEFAULT_MB, copies = DEFAULT_COPIES;
 	long		 runs = DEFAULT_RUNS, prefetch = -1, i;
 	int64_t		 lines, records, wire;
@@ -399,46 +403,61 @@ main(int argc, char **argv)
 	    "%.3f GB of frames\n", records, RECORD_SIZE, copies, path,
 	    (double)lines * LINE_SIZE / 1e6, gb);
 
+	if ((et = calloc(3 * (size_t)runs, sizeof *et)) == NULL)
+		err(1, "calloc");
+	rt = et + runs;
+	ratio = rt + runs;
+
 	/* Alternate the two so neither gets a quieter machine. */
 	for (i = 0; i < runs; i++) {
 		if (do_raw) {
-			t = relay_once(wire, &cpu);
+			t = rt[i] = relay_once(wire, &cpu);
 			printf("  raw relay run %ld: %.3f s, %.3f GB/s "
 			    "(consumer CPU %.2f s)\n", i + 1, t, gb / t, cpu);
-			if (i == 0 || t < raw_best)
-				raw_best = t;
 		}
 		if (do_ember) {
-			t = ember_once(plan, *options != '\0' ? options : NULL,
-			    (int)copies, lines, &cpu);
+			t = et[i] = ember_once(plan, *options != '\0' ?
+			    options : NULL, (int)copies, lines, &cpu);
 			printf("  ember run %ld:     %.3f s, %.3f GB/s, %.2f "
 			    "Mrec/s (client CPU %.2f s; all %" PRId64
 			    " records checked)\n", i + 1, t, gb / t,
 			    (double)records / t / 1e6, cpu, records);
-			if (i == 0 || t < ember_best)
-				ember_best = t;
+		}
+		if (do_ember && do_raw) {
+			ratio[i] = rt[i] / et[i];
+			printf("  ember/raw run %ld: %.3f\n", i + 1, ratio[i]);
 		}
 	}
 	remove_file();
 	free(plan);
 
-	/* Figures for bench/run.sh, one per line. */
+	/* Figures for bench/run.sh, one per line: medians of the runs. */
+	qsort(et, (size_t)runs, sizeof *et, cmp_double);
+	qsort(rt, (size_t)runs, sizeof *rt, cmp_double);
+	qsort(ratio, (size_t)runs, sizeof *ratio, cmp_double);
 	if (do_ember) {
-		egbs = gb / ember_best;
-		printf("best of %ld: ember %.3f GB/s (%.2f Mrec/s)\n", runs,
-		    egbs, (double)records / ember_best / 1e6);
+		egbs = gb / et[runs / 2];
+		printf("median of %ld: ember %.3f GB/s (%.2f Mrec/s; min %.3f, "
+		    "max %.3f GB/s)\n", runs, egbs, (double)records /
+		    et[runs / 2] / 1e6, gb / et[runs - 1], gb / et[0]);
 		printf("result stream_gbs %.3f\n", egbs);
 		printf("result stream_mrecs %.2f\n", (double)records /
-		    ember_best / 1e6);
+		    et[runs / 2] / 1e6);
 	}
 	if (do_raw) {
-		rgbs = gb / raw_best;
-		printf("best of %ld: raw relay %.3f GB/s\n", runs, rgbs);
+		rgbs = gb / rt[runs / 2];
+		printf("median of %ld: raw relay %.3f GB/s (min %.3f, max "
+		    "%.3f)\n", runs, rgbs, gb / rt[runs - 1], gb / rt[0]);
 		printf("result relay_gbs %.3f\n", rgbs);
 	}
 	if (do_ember && do_raw) {
-		printf("ember/raw %.2f (target >= 0.5)\n", egbs / rgbs);
-		printf("result stream_ratio %.2f\n", egbs / rgbs);
+		printf("ember/raw, median of %ld runs %.3f (min %.3f, max "
+		    "%.3f; target >= 0.8)\n", runs, ratio[runs / 2],
+		    ratio[0], ratio[runs - 1]);
+		printf("result stream_ratio %.3f\n", ratio[runs / 2]);
+		printf("result stream_ratio_min %.3f\n", ratio[0]);
+		printf("result stream_ratio_max %.3f\n", ratio[runs - 1]);
 	}
+	free(et);
 	return (0);
 }

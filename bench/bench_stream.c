@@ -65,13 +65,14 @@ usage(void)
 	exit(2);
 }
 
-/* Return this process's CPU time (user + system) in seconds. */
+/* Return the CPU time (user + system) in seconds of this process
+ * (RUSAGE_SELF) or of its reaped children (RUSAGE_CHILDREN). */
 static double
-cpu_self(void)
+cpu_of(int who)
 {
 	struct rusage	ru;
 
-	if (getrusage(RUSAGE_SELF, &ru) == -1)
+	if (getrusage(who, &ru) == -1)
 		err(1, "getrusage");
 	return ((double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
 	    (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
@@ -172,7 +173,7 @@ ember_once(const char *plan, const char *options, int copies, int64_t lines,
 	e = connect_or_die(socket_path);
 	sent0 = status_counter(e, "records_sent");
 
-	*cpu = cpu_self();
+	*cpu = cpu_of(RUSAGE_SELF);
 	t0 = now_ns();
 	if (ember_execute(e, plan, "iterate", options, NULL) == -1)
 		errx(1, "iterate: %s: %s", ember_error_class(e),
@@ -187,7 +188,7 @@ ember_once(const char *plan, const char *options, int copies, int64_t lines,
 		bytes += (int64_t)len;
 	}
 	t1 = now_ns();
-	*cpu = cpu_self() - *cpu;
+	*cpu = cpu_of(RUSAGE_SELF) - *cpu;
 	if (rc == -1)
 		errx(1, "iterate: after %" PRId64 " records: %s: %s", records,
 		    ember_error_class(e), ember_error(e));
@@ -268,10 +269,10 @@ reap(pid_t pid, const char *what)
 		errx(1, "%s failed (status %#x)", what, status);
 }
 
-/* Run the raw relay once over total bytes; seconds it took, and in *cpu
- * the consumer's CPU seconds. */
+/* Run the raw relay once over total bytes; seconds it took, in *cpu
+ * the consumer's CPU seconds and in *kids the producer's and the relay's. */
 static double
-relay_once(int64_t total, double *cpu)
+relay_once(int64_t total, double *cpu, double *kids)
 {
 	unsigned char	*buf;
 	uint64_t	 t0, t1;
@@ -286,7 +287,7 @@ relay_once(int64_t total, double *cpu)
 	    socketpair(AF_UNIX, SOCK_STREAM, 0, b) == -1)
 		err(1, "socketpair");
 
-	*cpu = cpu_self();
+	*cpu = cpu_of(RUSAGE_SELF);
 	t0 = now_ns();
 	switch (p1 = fork()) {
 	case -1:
@@ -319,11 +320,13 @@ relay_once(int64_t total, double *cpu)
 		got += n;
 	}
 	t1 = now_ns();
-	*cpu = cpu_self() - *cpu;
+	*cpu = cpu_of(RUSAGE_SELF) - *cpu;
 	close(b[0]);
 	free(buf);
+	*kids = cpu_of(RUSAGE_CHILDREN);
 	reap(p1, "producer");
 	reap(p2, "relay");
+	*kids = cpu_of(RUSAGE_CHILDREN) - *kids;
 	if (got != total)
 		errx(1, "relay: expected %" PRId64 " bytes, got %" PRId64,
 		    total, got);
@@ -345,7 +348,7 @@ main(int argc, char **argv)
 	};
 	const char	*dir;
 	char		*path, *plan, options[64] = "";
-	double		 t, cpu, gb, egbs, rgbs;
+	double		 t, cpu, kids, gb, egbs, rgbs;
 	double		*et, *rt, *ratio;
 	long		 mb = DEFAULT_MB, copies = DEFAULT_COPIES;
 	long		 runs = DEFAULT_RUNS, prefetch = -1, i;
@@ -411,9 +414,10 @@ main(int argc, char **argv)
 	/* Alternate the two so neither gets a quieter machine. */
 	for (i = 0; i < runs; i++) {
 		if (do_raw) {
-			t = rt[i] = relay_once(wire, &cpu);
+			t = rt[i] = relay_once(wire, &cpu, &kids);
 			printf("  raw relay run %ld: %.3f s, %.3f GB/s "
-			    "(consumer CPU %.2f s)\n", i + 1, t, gb / t, cpu);
+			    "(consumer CPU %.2f s, producer and relay %.2f s)\n",
+			    i + 1, t, gb / t, cpu, kids);
 		}
 		if (do_ember) {
 			t = et[i] = ember_once(plan, *options != '\0' ?

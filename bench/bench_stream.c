@@ -13,7 +13,10 @@
  *   consumer reads 1 MiB at a time (as libember) and counts bytes.
  *
  * GB/s is 10^9 bytes of record frames (length + record, 104 bytes per
- * record) per second on both sides, so the ratio is a ratio of times.
+ * record) per second on both sides, so the ratio is a ratio of times.  The
+ * two alternate, and the figure is the median of the runs' ratios (each
+ * ember run against the relay run just before it), with the least and the
+ * greatest: a machine that gets busier between pairs moves both sides.
  */
 
 #include <sys/types.h>
@@ -48,7 +51,7 @@
 
 #define DEFAULT_MB		100
 #define DEFAULT_COPIES		10
-#define DEFAULT_RUNS		2
+#define DEFAULT_RUNS		5
 
 static const char	*socket_path;
 static char		*data_path;	/* the text file, removed at exit */
@@ -62,13 +65,14 @@ usage(void)
 	exit(2);
 }
 
-/* Return this process's CPU time (user + system) in seconds. */
+/* Return the CPU time (user + system) in seconds of this process
+ * (RUSAGE_SELF) or of its reaped children (RUSAGE_CHILDREN). */
 static double
-cpu_self(void)
+cpu_of(int who)
 {
 	struct rusage	ru;
 
-	if (getrusage(RUSAGE_SELF, &ru) == -1)
+	if (getrusage(who, &ru) == -1)
 		err(1, "getrusage");
 	return ((double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
 	    (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
@@ -169,7 +173,7 @@ ember_once(const char *plan, const char *options, int copies, int64_t lines,
 	e = connect_or_die(socket_path);
 	sent0 = status_counter(e, "records_sent");
 
-	*cpu = cpu_self();
+	*cpu = cpu_of(RUSAGE_SELF);
 	t0 = now_ns();
 	if (ember_execute(e, plan, "iterate", options, NULL) == -1)
 		errx(1, "iterate: %s: %s", ember_error_class(e),
@@ -184,7 +188,7 @@ ember_once(const char *plan, const char *options, int copies, int64_t lines,
 		bytes += (int64_t)len;
 	}
 	t1 = now_ns();
-	*cpu = cpu_self() - *cpu;
+	*cpu = cpu_of(RUSAGE_SELF) - *cpu;
 	if (rc == -1)
 		errx(1, "iterate: after %" PRId64 " records: %s: %s", records,
 		    ember_error_class(e), ember_error(e));
@@ -265,10 +269,10 @@ reap(pid_t pid, const char *what)
 		errx(1, "%s failed (status %#x)", what, status);
 }
 
-/* Run the raw relay once over total bytes; seconds it took, and in *cpu
- * the consumer's CPU seconds. */
+/* Run the raw relay once over total bytes; seconds it took, in *cpu
+ * the consumer's CPU seconds and in *kids the producer's and the relay's. */
 static double
-relay_once(int64_t total, double *cpu)
+relay_once(int64_t total, double *cpu, double *kids)
 {
 	unsigned char	*buf;
 	uint64_t	 t0, t1;
@@ -283,7 +287,7 @@ relay_once(int64_t total, double *cpu)
 	    socketpair(AF_UNIX, SOCK_STREAM, 0, b) == -1)
 		err(1, "socketpair");
 
-	*cpu = cpu_self();
+	*cpu = cpu_of(RUSAGE_SELF);
 	t0 = now_ns();
 	switch (p1 = fork()) {
 	case -1:
@@ -316,11 +320,13 @@ relay_once(int64_t total, double *cpu)
 		got += n;
 	}
 	t1 = now_ns();
-	*cpu = cpu_self() - *cpu;
+	*cpu = cpu_of(RUSAGE_SELF) - *cpu;
 	close(b[0]);
 	free(buf);
+	*kids = cpu_of(RUSAGE_CHILDREN);
 	reap(p1, "producer");
 	reap(p2, "relay");
+	*kids = cpu_of(RUSAGE_CHILDREN) - *kids;
 	if (got != total)
 		errx(1, "relay: expected %" PRId64 " bytes, got %" PRId64,
 		    total, got);
@@ -342,7 +348,8 @@ main(int argc, char **argv)
 	};
 	const char	*dir;
 	char		*path, *plan, options[64] = "";
-	double		 t, cpu, ember_best = 0, raw_best = 0, gb, egbs, rgbs;
+	double		 t, cpu, kids, gb, egbs, rgbs;
+	double		*et, *rt, *ratio;
 	long		 mb = DEFAULT_MB, copies = DEFAULT_COPIES;
 	long		 runs = DEFAULT_RUNS, prefetch = -1, i;
 	int64_t		 lines, records, wire;
@@ -399,46 +406,62 @@ main(int argc, char **argv)
 	    "%.3f GB of frames\n", records, RECORD_SIZE, copies, path,
 	    (double)lines * LINE_SIZE / 1e6, gb);
 
+	if ((et = calloc(3 * (size_t)runs, sizeof *et)) == NULL)
+		err(1, "calloc");
+	rt = et + runs;
+	ratio = rt + runs;
+
 	/* Alternate the two so neither gets a quieter machine. */
 	for (i = 0; i < runs; i++) {
 		if (do_raw) {
-			t = relay_once(wire, &cpu);
+			t = rt[i] = relay_once(wire, &cpu, &kids);
 			printf("  raw relay run %ld: %.3f s, %.3f GB/s "
-			    "(consumer CPU %.2f s)\n", i + 1, t, gb / t, cpu);
-			if (i == 0 || t < raw_best)
-				raw_best = t;
+			    "(consumer CPU %.2f s, producer and relay %.2f s)\n",
+			    i + 1, t, gb / t, cpu, kids);
 		}
 		if (do_ember) {
-			t = ember_once(plan, *options != '\0' ? options : NULL,
-			    (int)copies, lines, &cpu);
+			t = et[i] = ember_once(plan, *options != '\0' ?
+			    options : NULL, (int)copies, lines, &cpu);
 			printf("  ember run %ld:     %.3f s, %.3f GB/s, %.2f "
 			    "Mrec/s (client CPU %.2f s; all %" PRId64
 			    " records checked)\n", i + 1, t, gb / t,
 			    (double)records / t / 1e6, cpu, records);
-			if (i == 0 || t < ember_best)
-				ember_best = t;
+		}
+		if (do_ember && do_raw) {
+			ratio[i] = rt[i] / et[i];
+			printf("  ember/raw run %ld: %.3f\n", i + 1, ratio[i]);
 		}
 	}
 	remove_file();
 	free(plan);
 
-	/* Figures for bench/run.sh, one per line. */
+	/* Figures for bench/run.sh, one per line: medians of the runs. */
+	qsort(et, (size_t)runs, sizeof *et, cmp_double);
+	qsort(rt, (size_t)runs, sizeof *rt, cmp_double);
+	qsort(ratio, (size_t)runs, sizeof *ratio, cmp_double);
 	if (do_ember) {
-		egbs = gb / ember_best;
-		printf("best of %ld: ember %.3f GB/s (%.2f Mrec/s)\n", runs,
-		    egbs, (double)records / ember_best / 1e6);
+		egbs = gb / et[runs / 2];
+		printf("median of %ld: ember %.3f GB/s (%.2f Mrec/s; min %.3f, "
+		    "max %.3f GB/s)\n", runs, egbs, (double)records /
+		    et[runs / 2] / 1e6, gb / et[runs - 1], gb / et[0]);
 		printf("result stream_gbs %.3f\n", egbs);
 		printf("result stream_mrecs %.2f\n", (double)records /
-		    ember_best / 1e6);
+		    et[runs / 2] / 1e6);
 	}
 	if (do_raw) {
-		rgbs = gb / raw_best;
-		printf("best of %ld: raw relay %.3f GB/s\n", runs, rgbs);
+		rgbs = gb / rt[runs / 2];
+		printf("median of %ld: raw relay %.3f GB/s (min %.3f, max "
+		    "%.3f)\n", runs, rgbs, gb / rt[runs - 1], gb / rt[0]);
 		printf("result relay_gbs %.3f\n", rgbs);
 	}
 	if (do_ember && do_raw) {
-		printf("ember/raw %.2f (target >= 0.5)\n", egbs / rgbs);
-		printf("result stream_ratio %.2f\n", egbs / rgbs);
+		printf("ember/raw, median of %ld runs %.3f (min %.3f, max "
+		    "%.3f; target >= 0.8)\n", runs, ratio[runs / 2],
+		    ratio[0], ratio[runs - 1]);
+		printf("result stream_ratio %.3f\n", ratio[runs / 2]);
+		printf("result stream_ratio_min %.3f\n", ratio[0]);
+		printf("result stream_ratio_max %.3f\n", ratio[runs - 1]);
 	}
+	free(et);
 	return (0);
 }

@@ -41,7 +41,7 @@
 /* emberd adds context (partition, worker) to a worker's message. */
 #define EMBER_MAX_ERROR		(1024 * 1024)
 /* Release what the caller consumed once this much of it is unreleased. */
-#define EMBER_RELEASE_EVERY	(256 * 1024)
+#define EMBER_RELEASE_EVERY	(1024 * 1024)
 /* Reattach: attempts per outage, and the backoff between them. */
 #define EMBER_RETRY_ATTEMPTS	10
 #define EMBER_RETRY_FIRST_MS	20
@@ -601,6 +601,14 @@ ember_next_once(struct ember *e, struct ember_item *it, int plain)
 	}
 }
 
+/* Is a release of what the caller consumed due? */
+static inline int
+ember_release_due(const struct ember *e)
+{
+	return (e->in_stream && e->reattachable &&
+	    e->unreleased >= EMBER_RELEASE_EVERY);
+}
+
 /* Read the next record of the result stream, reattaching as needed. */
 static int
 ember_next_any(struct ember *e, struct ember_item *it, int plain)
@@ -608,8 +616,7 @@ ember_next_any(struct ember *e, struct ember_item *it, int plain)
 	int	rc;
 
 	/* What the caller was given before this call, it has consumed. */
-	if (e->in_stream && e->reattachable &&
-	    e->unreleased >= EMBER_RELEASE_EVERY)
+	if (ember_release_due(e))
 		ember_release_consumed(e);
 	for (;;) {
 		rc = ember_next_once(e, it, plain);
@@ -631,8 +638,26 @@ int
 ember_next(struct ember *e, const void **data, size_t *len)
 {
 	struct ember_item	it;
-	int			rc;
+	const unsigned char	*p;
+	size_t			 have;
+	int32_t			 n;
+	int			 rc;
 
+	/* The common case first: a whole plain record already read in and
+	 * no release due; everything else takes the general path. */
+	have = framebuf_len(&e->in);
+	if (e->state == EMBER_RECORDS && have >= 4 && !ember_release_due(e)) {
+		p = framebuf_data(&e->in);
+		n = be32_get(p);
+		if (n >= 0 && n <= EMBER_MAX_RECORD && have - 4 >= (size_t)n) {
+			*data = p + 4;
+			*len = (size_t)n;
+			framebuf_take(&e->in, 4 + (size_t)n);
+			e->offset++;
+			e->unreleased += 4 + (size_t)n;
+			return (1);
+		}
+	}
 	if ((rc = ember_next_any(e, &it, 1)) == 1) {
 		*data = it.key.data;
 		*len = it.key.len;

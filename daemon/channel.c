@@ -149,7 +149,7 @@ channel_read_cb(evutil_socket_t fd, short events, void *arg)
 	struct channel		*ch = arg;
 	struct evbuffer_iovec	 vec[2];
 	struct iovec		 iov[2];
-	size_t			 len, want, got = 0;
+	size_t			 len, want, room, got = 0;
 	ssize_t			 n, left;
 	int			 nvec, i, reads, error = -1;
 
@@ -164,18 +164,22 @@ channel_read_cb(evutil_socket_t fd, short events, void *arg)
 		}
 		if (ch->packet)
 			want = ch->packet + 1;	/* one more: a longer one */
-		else if ((want = ch->high - len) < CHANNEL_MIN_READ)
+		else if ((want = ch->high - len) < CHANNEL_MIN_READ &&
+		    ch->high <= ch->default_high)
 			want = CHANNEL_MIN_READ;
+		/* (Up to a mark channel_want raised, exactly: the owner
+		 * wants a message's end, and no byte past it in its chains.) */
 		nvec = evbuffer_reserve_space(ch->in, (ev_ssize_t)want, vec,
 		    ch->packet ? 1 : 2);
 		if (nvec <= 0)
 			fatalx("evbuffer_reserve_space failed");
-		for (i = 0; i < nvec; i++) {
+		/* The space may be more than asked for: read no more. */
+		for (i = 0, room = want; i < nvec; i++) {
 			iov[i].iov_base = vec[i].iov_base;
-			iov[i].iov_len = vec[i].iov_len;
+			iov[i].iov_len = vec[i].iov_len < room ?
+			    vec[i].iov_len : room;
+			room -= iov[i].iov_len;
 		}
-		if (ch->packet)
-			iov[0].iov_len = want;
 		n = channel_recv(ch, iov, nvec);
 		if (n == -1 && (errno == EAGAIN || errno == EINTR))
 			break;

@@ -76,7 +76,8 @@ void		 channel_flush(struct channel *);
 void		 channel_cork(struct channel *);
 /* Write what is queued now, as channel_flush, and stop corking. */
 void		 channel_uncork(struct channel *);
-/* Read until len bytes are buffered, then stop; 0 for the default mark. */
+/* Read until len bytes are buffered, then stop; 0 for the default mark.
+ * Above the default mark no read goes past len. */
 void		 channel_want(struct channel *, size_t len);
 /* Input was consumed: read again if it went below the mark. */
 void		 channel_resume(struct channel *);

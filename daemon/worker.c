@@ -233,7 +233,7 @@ worker_create(struct pool *p, pid_t pid, int fd, int32_t gen)
 		    arc4random_uniform((uint32_t)(ember_conf.workers_max_tasks /
 		    10 + 1));
 	TAILQ_INIT(&w->tasks);
-	w->ch = channel_create(fd, WORKER_READ_HIGH, worker_read_cb, w);
+	w->ch = channel_create(fd, WORKER_READ_FIRST, worker_read_cb, w);
 	w->kick = event_new(ember_base, -1, 0, worker_kick_cb, w);
 	TAILQ_INSERT_TAIL(&workers, w, entry);
 	nworkers++;

@@ -10,8 +10,14 @@
 #define EMBER_WORKER_H
 
 /* Output buffered from one worker before emberd stops reading it: what a
- * task computed ahead of its turn holds in emberd, at most. */
+ * task computed ahead of its turn holds in emberd, at most (a batch). */
 #define WORKER_READ_HIGH	(256 * 1024)
+/* What emberd reads of a worker before it knows how long the next message
+ * is.  Once a batch's header is in, reads go to the batch's end and no
+ * further (but for the least worth a read): its bytes fill chains of their
+ * own, which move to the client whole, where a chain shared with the next
+ * batch would be copied. */
+#define WORKER_READ_FIRST	(16 * 1024)
 
 #include <sys/types.h>
 

@@ -18,7 +18,7 @@
 
 /* Records are packed into a buffer of this size; a larger record is sent
  * as a batch of its own. */
-#define OUTPUT_BUFFER		(64 * 1024)
+#define OUTPUT_BUFFER		(256 * 1024)
 /* The ends of quick tasks held back to go out with the next write, as
  * one TASKS_DONE: its header, then an entry per task. */
 #define OUTPUT_HELD_ENTRY	(4 + WMSG_METRIC_SIZE * EMBER_METRIC_COUNT)

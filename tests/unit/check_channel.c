@@ -176,6 +176,25 @@ START_TEST(test_channel_want)
 }
 END_TEST
 
+/* A raised mark is a message's end: the channel reads to it exactly, even
+ * when the last piece is smaller than the least read and the buffer has
+ * more room than asked, so that no byte of the next message shares the
+ * message's chains (emberd moves a worker's batch on without a copy). */
+START_TEST(test_channel_want_exact)
+{
+	struct evbuffer	*in = channel_input(ch);
+	size_t		 end = 3 * HIGH + 7, sent;
+
+	channel_want(ch, end);
+	sent = peer_fill(16 * HIGH);
+	run_loop();
+	sent += peer_fill(16 * HIGH);
+	run_loop();
+	ck_assert_uint_gt(sent, end);
+	ck_assert_uint_eq(evbuffer_get_length(in), end);
+}
+END_TEST
+
 /* A small message is written by channel_flush itself, not a loop turn
  * later. */
 START_TEST(test_channel_flush_now)
@@ -626,6 +645,7 @@ channel_suite(void)
 	tcase_add_test(tc, test_channel_reads_input);
 	tcase_add_test(tc, test_channel_high_mark);
 	tcase_add_test(tc, test_channel_want);
+	tcase_add_test(tc, test_channel_want_exact);
 	tcase_add_test(tc, test_channel_eof);
 	suite_add_tcase(s, tc);
 

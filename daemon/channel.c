@@ -19,6 +19,11 @@
 
 /* The least worth a read() call, and reads per event before yielding. */
 #define CHANNEL_MIN_READ	(16 * 1024)
+/* The first read after the socket ran dry: a chain of 4 KiB (libevent
+ * rounds a chain with its header up to a power of two), so that a peer
+ * that sends a frame's first bytes and stops makes emberd hold a page, not
+ * a chain the size of the mark.  Reads that fill it double, to the mark. */
+#define CHANNEL_FIRST_READ	(4096 - 256)
 #define CHANNEL_READS		4
 /* Packets read per event: a burst of small ones cannot starve others. */
 #define CHANNEL_PACKETS		64
@@ -47,6 +52,7 @@ struct channel {
 	size_t		  packet_fds;	/* descriptors one packet may bring */
 	struct event	 *rev, *wev, *kick;
 	size_t		  high, default_high;
+	size_t		  rsize;	/* the next read's size, at most */
 	size_t		  low;		/* for write_cb */
 	int		  reading;
 	int		  held;
@@ -167,6 +173,9 @@ channel_read_cb(evutil_socket_t fd, short events, void *arg)
 		else if ((want = ch->high - len) < CHANNEL_MIN_READ &&
 		    ch->high <= ch->default_high)
 			want = CHANNEL_MIN_READ;
+		if (!ch->packet && ch->high <= ch->default_high &&
+		    want > ch->rsize)
+			want = ch->rsize;
 		/* (Up to a mark channel_want raised, exactly: the owner
 		 * wants a message's end, and no byte past it in its chains.) */
 		nvec = evbuffer_reserve_space(ch->in, (ev_ssize_t)want, vec,
@@ -199,8 +208,12 @@ channel_read_cb(evutil_socket_t fd, short events, void *arg)
 		evbuffer_commit_space(ch->in, vec, nvec);
 		ch->read += (uint64_t)n;
 		got += (size_t)n;
-		if (!ch->packet && (size_t)n < want)
+		if (!ch->packet && (size_t)n < want) {
+			ch->rsize = CHANNEL_FIRST_READ;
 			break;		/* the socket is empty */
+		}
+		if (!ch->packet && ch->rsize < ch->default_high)
+			ch->rsize *= 2;
 	}
 	if (error != -1)
 		channel_end(ch, error, got);
@@ -263,6 +276,7 @@ channel_create(int fd, size_t high, void (*read_cb)(void *), void *arg)
 	ch->in = evbuffer_new();
 	ch->out = evbuffer_new();
 	ch->high = ch->default_high = high;
+	ch->rsize = CHANNEL_FIRST_READ;
 	ch->read_cb = read_cb;
 	ch->arg = arg;
 	ch->rev = event_new(ember_base, fd, EV_READ | EV_PERSIST,

@@ -195,6 +195,36 @@ START_TEST(test_channel_want_exact)
 }
 END_TEST
 
+/* A few bytes are held in a chain of about their size, not in one the
+ * size of the mark: a peer that sends the start of a frame and stops makes
+ * emberd hold what it sent, not 64 KiB more.  (The room left in the chain
+ * the bytes went into is what the next reservation offers first.) */
+START_TEST(test_channel_small_read_small_chain)
+{
+	struct evbuffer		*in = channel_input(ch);
+	struct evbuffer_iovec	 v;
+
+	ck_assert_int_eq(write(peer, "\0\0\0\144hello", 9), 9);
+	run_loop();
+	ck_assert_uint_eq(evbuffer_get_length(in), 9);
+	ck_assert_int_eq(evbuffer_reserve_space(in, 1, &v, 1), 1);
+	ck_assert_uint_lt(v.iov_len, 8 * 1024);
+}
+END_TEST
+
+/* A peer that keeps the socket full is still read in big steps: what it
+ * sent is in within a few turns of the loop. */
+START_TEST(test_channel_big_reads_grow)
+{
+	size_t	sent;
+
+	sent = peer_fill(HIGH);
+	ck_assert_uint_eq(sent, HIGH);
+	run_loop();
+	ck_assert_uint_eq(evbuffer_get_length(channel_input(ch)), sent);
+}
+END_TEST
+
 /* A small message is written by channel_flush itself, not a loop turn
  * later. */
 START_TEST(test_channel_flush_now)
@@ -646,6 +676,8 @@ channel_suite(void)
 	tcase_add_test(tc, test_channel_high_mark);
 	tcase_add_test(tc, test_channel_want);
 	tcase_add_test(tc, test_channel_want_exact);
+	tcase_add_test(tc, test_channel_small_read_small_chain);
+	tcase_add_test(tc, test_channel_big_reads_grow);
 	tcase_add_test(tc, test_channel_eof);
 	suite_add_tcase(s, tc);
 

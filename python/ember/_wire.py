@@ -54,14 +54,22 @@ class Wire:
     break it too.
     """
 
-    def __init__(self, path: str, timeout: Optional[float] = None):
+    def __init__(self, path: str, timeout: Optional[float] = None,
+                 sock: Optional[socket.socket] = None):
+        """Connect to emberd at path, or use sock, connected already."""
         self.path = path
         self.broken = False
         self._dead: Optional[socket.socket] = None
-        self.buf = b""
+        # Bytes read and not yet taken: buf[pos:end].
+        self.buf = bytearray()
+        self._view = memoryview(self.buf)
         self.pos = 0
+        self.end = 0
         self._run_wait = 0		# records read one by one before a run
         self._run_backoff = RUN_MIN
+        if sock is not None:
+            self.sock = sock
+            return
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.settimeout(timeout)
@@ -141,33 +149,44 @@ class Wire:
 
     def _fill(self, need: int = 1) -> None:
         """Read until at least need bytes are buffered past pos."""
-        have = len(self.buf) - self.pos
-        chunks = [self.buf[self.pos:]] if have else []
-        while have < need:
+        # One buffer, read into: what is left unread (a record cut in
+        # two) moves to its front.  A bytes object a read, joined to that
+        # rest, cost a copy of every byte and fresh pages to fault in.
+        buf, pos, end = self.buf, self.pos, self.end
+        have = end - pos
+        size = max(need, CHUNK)
+        if len(buf) < need or (len(buf) > size and have <= CHUNK):
+            buf = bytearray(size)
+            buf[:have] = self._view[pos:end]
+            self._view.release()
+            self.buf, self._view = buf, memoryview(buf)
+        elif pos:
+            buf[:have] = buf[pos:end]
+        pos, end = 0, have
+        view = self._view
+        while end < need:
             try:
-                data = self.sock.recv(max(CHUNK, need - have))
+                got = self.sock.recv_into(view[end:])
             except OSError as e:
                 raise self._fail("read", e) from e
-            if not data:
+            if not got:
                 self.close()
                 raise ConnectionFailed("read %s: emberd closed the "
                                        "connection" % self.path)
-            chunks.append(data)
-            have += len(data)
-        self.buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self.pos = 0
+            end += got
+        self.pos, self.end = pos, end
 
     def recv_exact(self, n: int) -> bytes:
-        if len(self.buf) - self.pos < n:
+        if self.end - self.pos < n:
             self._fill(n)
-        data = self.buf[self.pos:self.pos + n]
+        data = self._view[self.pos:self.pos + n].tobytes()
         self.pos += n
         return data
 
     # Integers and frames.
 
     def read_int(self) -> int:
-        if len(self.buf) - self.pos < 4:
+        if self.end - self.pos < 4:
             self._fill(4)
         (n,) = _unpack_int(self.buf, self.pos)
         self.pos += 4
@@ -240,15 +259,15 @@ class Wire:
 
     def _next_need(self) -> int:
         """Bytes needed past pos for the next record to be whole."""
-        have = len(self.buf) - self.pos
+        have = self.end - self.pos
         if have < 4:
             return 4
         (n,) = _unpack_int(self.buf, self.pos)
         if n == PAIR or n == GROUP:
-            return self._keyed(self.buf, self.pos, len(self.buf), n)[1]
+            return self._keyed(self._view, self.pos, self.end, n)[1]
         return 4 + n if n > 0 else 4
 
-    def _keyed(self, buf: bytes, pos: int, end: int, marker: int
+    def _keyed(self, buf: memoryview, pos: int, end: int, marker: int
                ) -> Tuple[RawRecord, int]:
         try:
             return _read_keyed(buf, pos, end, marker)
@@ -263,8 +282,7 @@ class Wire:
         # before the next, so that varied lengths lose next to nothing.
         # One by one, names are bound locally (a quarter less CPU per
         # record than with module globals).
-        buf, pos = self.buf, self.pos
-        end = len(buf)
+        buf, view, pos, end = self.buf, self._view, self.pos, self.end
         out: List[RawRecord] = []
         append = out.append
         unpack, max_frame, null = _unpack_int, MAX_FRAME, NULL
@@ -292,7 +310,7 @@ class Wire:
                 stop = start + n
                 if stop > end:
                     break
-                append(buf[start:stop])
+                append(view[start:stop].tobytes())
                 pos = stop
             elif n == null:
                 append(None)
@@ -311,10 +329,11 @@ class Wire:
                     if 0 <= kn <= max_frame and vs <= end:
                         vn = unpack(buf, vs - 4)[0]
                         if 0 <= vn <= max_frame and vs + vn <= end:
-                            record = (buf[start + 4:vs - 4], buf[vs:vs + vn])
+                            record = (view[start + 4:vs - 4].tobytes(),
+                                      view[vs:vs + vn].tobytes())
                             stop = vs + vn - pos
                 if record is None:
-                    record, stop = self._keyed(buf, pos, end, n)
+                    record, stop = self._keyed(view, pos, end, n)
                     if record is None:
                         break
                 append(record)
@@ -331,12 +350,15 @@ class Wire:
 # one call; after a run that failed, the next try waits for up to
 # RUN_BACKOFF_MAX records.
 RUN_MIN = 8
-RUN_MAX = 256
+RUN_MAX = 1024
 RUN_BACKOFF_MAX = 4096
-_runs: Dict[Tuple[int, int], struct.Struct] = {}
+# For (n, k): the struct that reads k records of n bytes past their
+# lengths, and the four bytes every one of the k lengths must have, each
+# repeated k times.
+_runs: Dict[Tuple[int, int], Tuple[struct.Struct, Tuple[bytes, ...]]] = {}
 
 
-def _read_run(buf: bytes, pos: int, n: int, k: int
+def _read_run(buf: bytearray, pos: int, n: int, k: int
               ) -> Optional[Tuple[bytes, ...]]:
     """The records of n bytes at pos, as many as one run reads (up to k,
     whole and in buf), or None if a length differs among them."""
@@ -344,18 +366,26 @@ def _read_run(buf: bytes, pos: int, n: int, k: int
         k = RUN_MAX
     else:
         k = 1 << (k.bit_length() - 1)	# few formats for a buffer's tail
-    fmt = _runs.get((n, k))
-    if fmt is None:
+    run = _runs.get((n, k))
+    if run is None:
         if len(_runs) >= 256:
             _runs.clear()
-        fmt = _runs[(n, k)] = struct.Struct(">" + "i%ds" % n * k)
-    t = fmt.unpack_from(buf, pos)
-    if t[0::2].count(n) != k:
+        length = _INT.pack(n)
+        run = _runs[(n, k)] = (struct.Struct(">" + "4x%ds" % n * k),
+                               tuple(bytes([b]) * k for b in length))
+    fmt, lengths = run
+    # The lengths are checked a byte at a time, by strided slices (in C;
+    # an int made for each cost more than the record).
+    stop, step = pos + k * (n + 4), n + 4
+    if (buf[pos + 3:stop:step] != lengths[3] or
+            buf[pos + 2:stop:step] != lengths[2] or
+            buf[pos + 1:stop:step] != lengths[1] or
+            buf[pos:stop:step] != lengths[0]):
         return None
-    return t[1::2]
+    return fmt.unpack_from(buf, pos)
 
 
-def _read_keyed(buf: bytes, pos: int, end: int, marker: int
+def _read_keyed(buf: memoryview, pos: int, end: int, marker: int
                 ) -> Tuple[RawRecord, int]:
     """The pair or group whose marker is at pos, and the bytes it takes
     past pos; or, when buf does not hold all of it, None and the bytes
@@ -378,7 +408,7 @@ def _read_keyed(buf: bytes, pos: int, end: int, marker: int
                              ("pair" if marker == PAIR else "group", n))
         if p + n > end:
             return None, p + n - pos
-        frames.append(buf[p:p + n])
+        frames.append(buf[p:p + n].tobytes())
         p += n
         if len(frames) == 1 and marker == GROUP:
             if p + 4 > end:

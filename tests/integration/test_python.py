@@ -224,6 +224,112 @@ def test_iterator(d):
                  "the session goes on after the stops")
 
 
+class _Pieces:
+    """A socket whose reads return these pieces of bytes, one a read
+    (fewer bytes when a read asks for fewer), then end of file."""
+
+    def __init__(self, pieces):
+        self.pieces = [p for p in pieces if p]
+
+    def recv(self, n):
+        if not self.pieces:
+            return b""
+        p = self.pieces.pop(0)
+        if len(p) > n:
+            self.pieces.insert(0, p[n:])
+            p = p[:n]
+        return p
+
+    def recv_into(self, view, n=0):
+        p = self.recv(min(n or len(view), len(view)))
+        view[:len(p)] = p
+        return len(p)
+
+    def settimeout(self, timeout):
+        pass
+
+    def close(self):
+        pass
+
+
+def _frame(r):
+    return struct_int(-5) if r is None else struct_int(len(r)) + r
+
+
+def struct_int(n):
+    import struct
+    return struct.pack(">i", n)
+
+
+def _read_partition(wire):
+    """A partition's records as Wire.read_batch gives them, and its end."""
+    got = []
+    while True:
+        records, status = wire.read_batch()
+        got += records
+        if status:
+            return got, status
+
+
+@no_daemon
+def test_wire_reads_records_across_reads(_):
+    """The result stream's records come out whole, as bytes, in order,
+    wherever the reads cut the stream: runs of one length (odd ones, 0,
+    runs longer than one parse takes), lengths that vary, nulls, the
+    partition's end, and an error frame (-2) after records."""
+    import random
+    from ember import _wire
+    rng = random.Random(7)
+
+    def mimic(more):
+        """A record of 37 + more bytes that reads as frames of 37."""
+        fake = b"c" * 37 + _frame(b"b" * 37) * (more // 41)
+        return fake + b"c" * (37 + more - len(fake))
+    # Runs of one length, then lengths that differ from their
+    # neighbours' in one byte, holding what looks like their frames.
+    records = ([b"a" * 37] * 300 + [b"b" * 37] * 20 + [mimic(1024)] +
+               [b"b" * 37] * 40 + [mimic(65536)] + [b"b" * 37] * 40 +
+               [b"", b"x", None, b"yyy"] +
+               [bytes([i % 251]) * rng.choice((1, 3, 100, 101, 255))
+                for i in range(400)] + [b""] * 40 + [None] * 9 +
+               [b"%05d" % i for i in range(700)] + [b"z" * 3000])
+    body = b"".join(_frame(r) for r in records)
+    cases = [(body + struct_int(-1), -1, None),
+             (body + struct_int(-2) + _frame(b"task failed: boom"), -2,
+              "task failed: boom")]
+    for data, end, message in cases:
+        cuts = [[data]]
+        cuts += [[data[:c], data[c:]] for c in range(0, 400)]
+        cuts += [[data[:c], data[c:]]
+                 for c in range(len(data) - 300, len(data))]
+        for _ in range(60):
+            pieces, rest = [], data
+            while rest:
+                n = rng.choice((1, 2, 5, 104, 333, 4096, 70000))
+                pieces.append(rest[:n])
+                rest = rest[n:]
+            cuts.append(pieces)
+        for pieces in cuts:
+            wire = _wire.Wire("scripted", sock=_Pieces(pieces))
+            got, status = _read_partition(wire)
+            where = "pieces of %s" % [len(p) for p in pieces[:6]]
+            check_eq(status, end, "end, " + where)
+            check(got == records, "records differ, " + where)
+            check(all(type(r) is bytes for r in got if r is not None),
+                  "a record that is not bytes, " + where)
+            if message is not None:
+                check_eq(wire.read_error_frame(), message, "the error")
+    # A length no record has, after records: the wire refuses it.
+    data = _frame(b"ok") * 20 + struct_int(-3)
+    wire = _wire.Wire("scripted", sock=_Pieces([data]))
+    try:
+        _read_partition(wire)
+        check(False, "length -3 was taken")
+    except ember.ProtocolError as e:
+        check("-3" in str(e), "message %r" % e)
+    check(wire.broken, "the wire is still open after a protocol error")
+
+
 def _counter(d, name):
     with d.client() as c:
         return c.status()["counters"][name]

@@ -15,6 +15,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Iterable,
 
 from . import _pyref, functions
 from .errors import EmberError, ProtocolError, TaskFailed
+from ._stream import Records
 from .session import _Held
 
 if TYPE_CHECKING:
@@ -402,13 +403,17 @@ class Dataset:
                 value = tuple(value)
             return (key, value)
 
+        utf8, errors_how = itertools.repeat("utf-8"), itertools.repeat(how)
+
         def convert(rs: List[Any]) -> List[Record]:
             if not joined:
                 try:
-                    # The plain records' fast path: a tuple stops it.
-                    return [r.decode("utf-8", how) if r is not None
-                            else None for r in rs]
-                except AttributeError:
+                    # The plain records' fast path, a loop in C: a null
+                    # or a tuple stops it (TypeError).
+                    if how == "strict":
+                        return list(map(bytes.decode, rs))
+                    return list(map(bytes.decode, rs, utf8, errors_how))
+                except TypeError:
                     pass
             return [keyed(r) if isinstance(r, tuple)
                     else (text(r) if decode else r) for r in rs]
@@ -444,7 +449,7 @@ class Dataset:
     def to_local_iterator(self, prefetch: Optional[int] = None, *,
                           decode: Optional[bool] = None,
                           errors: Optional[str] = None
-                          ) -> Generator[Record, None, None]:
+                          ) -> Records:
         """The records, one partition at a time: a partition is asked for
         when the one before is consumed, and prefetch partitions are
         computed ahead meanwhile (by default emberd's choice: one per
@@ -460,14 +465,28 @@ class Dataset:
         return self._iterator({} if prefetch is None else
                               {"prefetch": prefetch}, decode, errors)
 
+    def to_local_batches(self, prefetch: Optional[int] = None, *,
+                         decode: Optional[bool] = None,
+                         errors: Optional[str] = None
+                         ) -> Iterator[List[Record]]:
+        """The records of to_local_iterator, a list at a time as they
+        arrive (each from one partition; none empty), for a caller that
+        handles them in bulk.  Taking a list counts all its records as
+        read: a reattach resumes after them."""
+        convert = self._decoding(decode, errors)
+        stream = self.session.stream(self.plan, "iterate",
+                                     None if prefetch is None else
+                                     {"prefetch": prefetch})
+        batches = _batches(stream, convert)
+        next(batches)		# started: closing it now stops the stream
+        return cast(Iterator[List[Record]], batches)
+
     def _iterator(self, options: dict, decode: Optional[bool],
-                  errors: Optional[str]) -> Generator[Record, None, None]:
+                  errors: Optional[str]) -> Records:
         """The records of an iterate with these options."""
         convert = self._decoding(decode, errors)
         stream = self.session.stream(self.plan, "iterate", options or None)
-        records = _iterate(stream, convert)
-        next(records)		# started: closing it now stops the stream
-        return records
+        return Records.of(stream, convert)
 
     def __iter__(self) -> Iterator[Record]:
         return self.to_local_iterator()
@@ -669,19 +688,17 @@ def _kv_fn(fn: Union[str, Callable[[Any, Any], Any]]) -> str:
     return name
 
 
-def _iterate(stream: ResultStream, convert: Optional[Converter]
-             ) -> Generator[Record, None, None]:
-    """The records of stream, one by one, after a first None that only
-    starts the generator (so that closing it before any record still
-    stops the operation)."""
+def _batches(stream: ResultStream, convert: Optional[Converter]
+             ) -> Generator[Optional[List[Record]], None, None]:
+    """The lists of stream, after a first None that only starts the
+    generator (so that closing it before any list still stops the
+    operation)."""
     batches = stream.batches()
     try:
         yield None
         for batch in batches:
-            if convert is None:
-                yield from batch
-            else:
-                yield from convert(batch)
+            yield (cast(List[Record], batch) if convert is None
+                   else convert(batch))
     finally:
         batches.close()
         if not stream.finished:

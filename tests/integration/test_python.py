@@ -224,6 +224,32 @@ def test_iterator(d):
                  "the session goes on after the stops")
 
 
+def test_iterator_batches(d):
+    """to_local_batches gives to_local_iterator's records as lists, each
+    from one partition, none empty, decoded as asked; closing it, or
+    dropping it, stops the operation."""
+    with _session(d) as s:
+        ds = s.range(50000, partitions=3)
+        for decode, want in ((True, [str(i) for i in range(50000)]),
+                             (False, [b"%d" % i for i in range(50000)])):
+            lists = list(ds.to_local_batches(decode=decode))
+            check(all(isinstance(b, list) and b for b in lists),
+                  "a batch that is not a non-empty list")
+            check_eq([r for b in lists for r in b], want,
+                     "batches, decode=%s" % decode)
+        it = ds.to_local_batches(prefetch=1)
+        check_eq(next(it)[0], "0", "first batch")
+        it.close()
+        ds.to_local_batches().close()		# never iterated
+        for batch in ds.to_local_batches():
+            break
+        del batch
+        _no_operations(d)
+        nulls = s.parallelize(["x", None, "y"], partitions=1)
+        check_eq(next(nulls.to_local_batches(decode=True)),
+                 ["x", None, "y"], "a null decoded")
+
+
 class _Pieces:
     """A socket whose reads return these pieces of bytes, one a read
     (fewer bytes when a read asks for fewer), then end of file."""

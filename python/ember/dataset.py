@@ -455,7 +455,7 @@ class Dataset:
         computed ahead meanwhile (by default emberd's choice: one per
         worker, fewer for large partitions; 0 for none).
 
-        Breaking out of the loop, or closing the generator, stops the
+        Breaking out of the loop, or closing the iterator, stops the
         operation at once (emberd ends the partition being read and stops
         the tasks where they are).  A failed task raises
         TaskFailed after the records before it.  A reattachable operation

@@ -267,7 +267,8 @@ class Wire:
             return self._keyed(self._view, self.pos, self.end, n)[1]
         return 4 + n if n > 0 else 4
 
-    def _keyed(self, buf: memoryview, pos: int, end: int, marker: int
+    def _keyed(self, buf: Union[bytes, memoryview], pos: int, end: int,
+               marker: int
                ) -> Tuple[RawRecord, int]:
         try:
             return _read_keyed(buf, pos, end, marker)
@@ -276,13 +277,16 @@ class Wire:
 
     def _parse_batch(self) -> Tuple[List[RawRecord], int]:
         # The client's hot loop.  Records of one length in a row (fixed
-        # width data, say) are read RUN_MAX at a time by one struct call
-        # that takes lengths and records alike, kept when every length is
-        # the same; a try that fails waits for more records one by one
-        # before the next, so that varied lengths lose next to nothing.
-        # One by one, names are bound locally (a quarter less CPU per
-        # record than with module globals).
+        # width data, say) are read RUN_MAX at a time by one struct call,
+        # kept when every length is the same; a try that fails waits for
+        # more records one by one before the next, so that varied lengths
+        # lose next to nothing.  One by one, names are bound locally (a
+        # quarter less CPU per record than with module globals), and
+        # records are sliced from a bytes copy of the buffer, made once
+        # while a quarter of it or more is left to read (a memoryview's
+        # slice and tobytes cost twice a bytes slice).
         buf, view, pos, end = self.buf, self._view, self.pos, self.end
+        snap = None
         out: List[RawRecord] = []
         append = out.append
         unpack, max_frame, null = _unpack_int, MAX_FRAME, NULL
@@ -310,7 +314,13 @@ class Wire:
                 stop = start + n
                 if stop > end:
                     break
-                append(view[start:stop].tobytes())
+                if snap is not None:
+                    append(snap[start:stop])
+                elif (end - pos) * 4 >= end:
+                    snap = bytes(view[:end])
+                    append(snap[start:stop])
+                else:		# a buffer's last few: not worth a copy
+                    append(view[start:stop].tobytes())
                 pos = stop
             elif n == null:
                 append(None)
@@ -321,6 +331,8 @@ class Wire:
                 break
             elif n == PAIR or n == GROUP:
                 record: RawRecord = None
+                if snap is None:
+                    snap = bytes(view[:end])
                 if n == PAIR and start + 8 <= end:
                     # The common one inline: a pair whose value is not
                     # null, whole in buf.
@@ -329,11 +341,11 @@ class Wire:
                     if 0 <= kn <= max_frame and vs <= end:
                         vn = unpack(buf, vs - 4)[0]
                         if 0 <= vn <= max_frame and vs + vn <= end:
-                            record = (view[start + 4:vs - 4].tobytes(),
-                                      view[vs:vs + vn].tobytes())
+                            record = (snap[start + 4:vs - 4],
+                                      snap[vs:vs + vn])
                             stop = vs + vn - pos
                 if record is None:
-                    record, stop = self._keyed(view, pos, end, n)
+                    record, stop = self._keyed(snap, pos, end, n)
                     if record is None:
                         break
                 append(record)
@@ -385,7 +397,8 @@ def _read_run(buf: bytearray, pos: int, n: int, k: int
     return fmt.unpack_from(buf, pos)
 
 
-def _read_keyed(buf: memoryview, pos: int, end: int, marker: int
+def _read_keyed(buf: Union[bytes, memoryview], pos: int, end: int,
+                marker: int
                 ) -> Tuple[RawRecord, int]:
     """The pair or group whose marker is at pos, and the bytes it takes
     past pos; or, when buf does not hold all of it, None and the bytes
@@ -408,7 +421,7 @@ def _read_keyed(buf: memoryview, pos: int, end: int, marker: int
                              ("pair" if marker == PAIR else "group", n))
         if p + n > end:
             return None, p + n - pos
-        frames.append(buf[p:p + n].tobytes())
+        frames.append(bytes(buf[p:p + n]))
         p += n
         if len(frames) == 1 and marker == GROUP:
             if p + 4 > end:

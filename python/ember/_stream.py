@@ -82,6 +82,9 @@ class ResultStream:
         self.open = False		# between 1 and the partition's end
         self.finished = False
         self.reattaches = 0
+        # Records decoded from UTF-8 as they are read, with this error
+        # handler; None: bytes.
+        self.text: Optional[str] = None
 
     @property
     def _conn(self) -> Wire:
@@ -165,7 +168,7 @@ class ResultStream:
 
     def _read(self) -> Tuple[List[RawRecord], int]:
         try:
-            return self._conn.read_batch()
+            return self._conn.read_batch(self.text)
         except ConnectionFailed as e:
             self._check_session()
             self._recover(e)

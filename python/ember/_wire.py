@@ -8,11 +8,14 @@ bytes; negative lengths are the special values below.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
+import operator
 import os
 import socket
 import struct
-from typing import Dict, List, Optional, Sequence, Tuple, Union, cast
+from typing import (Any, Dict, List, Optional, Sequence, Tuple, Union,
+                    cast)
 
 from .errors import ConnectionFailed, ProtocolError, error_from_reply
 
@@ -246,13 +249,16 @@ class Wire:
     def read_error_frame(self) -> str:
         return self.recv_frame().decode("utf-8", "replace")
 
-    def read_batch(self) -> Tuple[List[RawRecord], int]:
+    def read_batch(self, text: Optional[str] = None
+                   ) -> Tuple[List[RawRecord], int]:
         """The records of the open partition that are buffered (reading
         more when none is), and what ends them: 0 if more records follow,
         END_OF_DATA_SECTION, or EXCEPTION_THROWN (an error frame follows,
-        still unread)."""
+        still unread).  With text (an error handler of bytes.decode),
+        the records come decoded from UTF-8: str, pairs and groups of
+        str."""
         while True:
-            records, status = self._parse_batch()
+            records, status = self._parse_batch(text)
             if records or status:
                 return records, status
             self._fill(self._next_need())
@@ -275,7 +281,8 @@ class Wire:
         except ValueError as e:
             raise self._protocol("result stream: %s" % e) from e
 
-    def _parse_batch(self) -> Tuple[List[RawRecord], int]:
+    def _parse_batch(self, text: Optional[str] = None
+                     ) -> Tuple[List[RawRecord], int]:
         # The client's hot loop.  Records of one length in a row (fixed
         # width data, say) are read RUN_MAX at a time by one struct call,
         # kept when every length is the same; a try that fails waits for
@@ -287,7 +294,7 @@ class Wire:
         # slice and tobytes cost twice a bytes slice).
         buf, view, pos, end = self.buf, self._view, self.pos, self.end
         snap = None
-        out: List[RawRecord] = []
+        out: List[Any] = []
         append = out.append
         unpack, max_frame, null = _unpack_int, MAX_FRAME, NULL
         status = 0
@@ -301,7 +308,7 @@ class Wire:
                 if wait <= 0:
                     k = (end - pos) // (n + 4)
                     if k >= RUN_MIN:
-                        got = _read_run(buf, pos, n, k)
+                        got = _read_run(buf, pos, n, k, text)
                         if got is not None:
                             out += got
                             pos += len(got) * (n + 4)
@@ -315,12 +322,14 @@ class Wire:
                 if stop > end:
                     break
                 if snap is not None:
-                    append(snap[start:stop])
+                    data = snap[start:stop]
                 elif (end - pos) * 4 >= end:
                     snap = bytes(view[:end])
-                    append(snap[start:stop])
+                    data = snap[start:stop]
                 else:		# a buffer's last few: not worth a copy
-                    append(view[start:stop].tobytes())
+                    data = view[start:stop].tobytes()
+                append(data if text is None
+                       else data.decode("utf-8", text))
                 pos = stop
             elif n == null:
                 append(None)
@@ -348,7 +357,8 @@ class Wire:
                     record, stop = self._keyed(snap, pos, end, n)
                     if record is None:
                         break
-                append(record)
+                append(record if text is None
+                       else _decode_keyed(record, text))
                 pos += stop
             else:
                 raise self._protocol("unexpected length %d in a partition"
@@ -365,15 +375,17 @@ RUN_MIN = 8
 RUN_MAX = 1024
 RUN_BACKOFF_MAX = 4096
 # For (n, k): the struct that reads k records of n bytes past their
-# lengths, and the four bytes every one of the k lengths must have, each
-# repeated k times.
-_runs: Dict[Tuple[int, int], Tuple[struct.Struct, Tuple[bytes, ...]]] = {}
+# lengths, the four bytes every one of the k lengths must have, each
+# repeated k times, and what cuts the run decoded as ASCII into records.
+_Run = Tuple[struct.Struct, Tuple[bytes, ...], Any]
+_runs: Dict[Tuple[int, int], _Run] = {}
 
 
-def _read_run(buf: bytearray, pos: int, n: int, k: int
-              ) -> Optional[Tuple[bytes, ...]]:
+def _read_run(buf: bytearray, pos: int, n: int, k: int,
+              text: Optional[str] = None) -> Optional[Tuple[Any, ...]]:
     """The records of n bytes at pos, as many as one run reads (up to k,
-    whole and in buf), or None if a length differs among them."""
+    whole and in buf), or None if a length differs among them; decoded
+    from UTF-8 with text as the error handler when given."""
     if k > RUN_MAX:
         k = RUN_MAX
     else:
@@ -383,9 +395,16 @@ def _read_run(buf: bytearray, pos: int, n: int, k: int
         if len(_runs) >= 256:
             _runs.clear()
         length = _INT.pack(n)
+        # Cuts the str of a run's bytes into its records, when the
+        # lengths are ASCII (each byte below 128).
+        cut = None
+        if max(length) < 128:
+            cut = operator.itemgetter(*[slice(i * (n + 4) + 4,
+                                              (i + 1) * (n + 4))
+                                        for i in range(k)])
         run = _runs[(n, k)] = (struct.Struct(">" + "4x%ds" % n * k),
-                               tuple(bytes([b]) * k for b in length))
-    fmt, lengths = run
+                               tuple(bytes([b]) * k for b in length), cut)
+    fmt, lengths, cut = run
     # The lengths are checked a byte at a time, by strided slices (in C;
     # an int made for each cost more than the record).
     stop, step = pos + k * (n + 4), n + 4
@@ -394,7 +413,29 @@ def _read_run(buf: bytearray, pos: int, n: int, k: int
             buf[pos + 1:stop:step] != lengths[1] or
             buf[pos:stop:step] != lengths[0]):
         return None
-    return fmt.unpack_from(buf, pos)
+    if text is None:
+        return fmt.unpack_from(buf, pos)
+    if cut is not None:
+        # All ASCII, lengths and records: one decode of the run, cut by
+        # offsets (a bytes object a record, then its str, cost twice).
+        try:
+            return cut(str(memoryview(buf)[pos:stop], "ascii"))
+        except UnicodeDecodeError:
+            pass
+    return tuple(map(bytes.decode, fmt.unpack_from(buf, pos),
+                     itertools.repeat("utf-8"), itertools.repeat(text)))
+
+
+def _decode_keyed(record: Any, text: str) -> Any:
+    """A pair or group of bytes as one of str, decoded with text as the
+    error handler (a null value stays None)."""
+    key, value = record
+    if isinstance(value, list):
+        return (key.decode("utf-8", text),
+                [v if v is None else v.decode("utf-8", text)
+                 for v in value])
+    return (key.decode("utf-8", text),
+            value if value is None else value.decode("utf-8", text))
 
 
 def _read_keyed(buf: Union[bytes, memoryview], pos: int, end: int,

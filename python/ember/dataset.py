@@ -380,6 +380,19 @@ class Dataset:
 
     # Actions.
 
+    def _stream(self, action: str, options: Optional[dict],
+                decode: Optional[bool], errors: Optional[str]
+                ) -> Tuple[ResultStream, Optional[Converter]]:
+        """The stream of action, and what turns its batches into what the
+        caller asked for (None when they come so: bytes, or str that the
+        stream decodes as it reads, the plain records' fast path)."""
+        stream = self.session.stream(self.plan, action, options)
+        if self._joined():
+            return stream, self._decoding(decode, errors)
+        if self.session.decode if decode is None else decode:
+            stream.text = self.session.errors if errors is None else errors
+        return stream, None
+
     def _decoding(self, decode: Optional[bool], errors: Optional[str]
                   ) -> Optional[Converter]:
         """What turns a batch of raw records into what the caller asked
@@ -432,8 +445,7 @@ class Dataset:
         """Every record, in order (emberd pushes every partition).  A
         failed task raises TaskFailed, its ``records`` holding what came
         before."""
-        convert = self._decoding(decode, errors)
-        stream = self.session.stream(self.plan, "collect")
+        stream, convert = self._stream("collect", None, decode, errors)
         out: List[Record] = []
         try:
             for batch in stream.batches():
@@ -473,10 +485,9 @@ class Dataset:
         arrive (each from one partition; none empty), for a caller that
         handles them in bulk.  Taking a list counts all its records as
         read: a reattach resumes after them."""
-        convert = self._decoding(decode, errors)
-        stream = self.session.stream(self.plan, "iterate",
-                                     None if prefetch is None else
-                                     {"prefetch": prefetch})
+        stream, convert = self._stream("iterate", None if prefetch is None
+                                       else {"prefetch": prefetch},
+                                       decode, errors)
         batches = _batches(stream, convert)
         next(batches)		# started: closing it now stops the stream
         return cast(Iterator[List[Record]], batches)
@@ -484,8 +495,8 @@ class Dataset:
     def _iterator(self, options: dict, decode: Optional[bool],
                   errors: Optional[str]) -> Records:
         """The records of an iterate with these options."""
-        convert = self._decoding(decode, errors)
-        stream = self.session.stream(self.plan, "iterate", options or None)
+        stream, convert = self._stream("iterate", options or None, decode,
+                                       errors)
         return Records.of(stream, convert)
 
     def __iter__(self) -> Iterator[Record]:

@@ -287,11 +287,11 @@ def struct_int(n):
     return struct.pack(">i", n)
 
 
-def _read_partition(wire):
+def _read_partition(wire, text=None):
     """A partition's records as Wire.read_batch gives them, and its end."""
     got = []
     while True:
-        records, status = wire.read_batch()
+        records, status = wire.read_batch(text)
         got += records
         if status:
             return got, status
@@ -299,10 +299,12 @@ def _read_partition(wire):
 
 @no_daemon
 def test_wire_reads_records_across_reads(_):
-    """The result stream's records come out whole, as bytes, in order,
-    wherever the reads cut the stream: runs of one length (odd ones, 0,
-    runs longer than one parse takes), lengths that vary, nulls, the
-    partition's end, and an error frame (-2) after records."""
+    """The result stream's records come out whole, as bytes or decoded,
+    in order, wherever the reads cut the stream: runs of one length (odd
+    ones, 0, 200, runs longer than one parse takes, ASCII or not), lengths
+    that vary, nulls, the partition's end, and an error frame (-2) after
+    records."""
+    import itertools
     import random
     from ember import _wire
     rng = random.Random(7)
@@ -318,7 +320,9 @@ def test_wire_reads_records_across_reads(_):
                [b"", b"x", None, b"yyy"] +
                [bytes([i % 251]) * rng.choice((1, 3, 100, 101, 255))
                 for i in range(400)] + [b""] * 40 + [None] * 9 +
-               [b"%05d" % i for i in range(700)] + [b"z" * 3000])
+               [b"%05d" % i for i in range(700)] + [b"z" * 3000] +
+               [b"caf\xc3\xa9"] * 30 + [b"w" * 200] * 30 +
+               [b"\xff" * 3] * 30 + [b"x" * 3] * 30)
     body = b"".join(_frame(r) for r in records)
     cases = [(body + struct_int(-1), -1, None),
              (body + struct_int(-2) + _frame(b"task failed: boom"), -2,
@@ -335,16 +339,28 @@ def test_wire_reads_records_across_reads(_):
                 pieces.append(rest[:n])
                 rest = rest[n:]
             cuts.append(pieces)
-        for pieces in cuts:
+        for pieces, text in itertools.product(cuts, (None, "replace")):
             wire = _wire.Wire("scripted", sock=_Pieces(pieces))
-            got, status = _read_partition(wire)
-            where = "pieces of %s" % [len(p) for p in pieces[:6]]
+            got, status = _read_partition(wire, text)
+            where = "pieces of %s, text %s" % ([len(p) for p in pieces[:6]],
+                                               text)
             check_eq(status, end, "end, " + where)
-            check(got == records, "records differ, " + where)
-            check(all(type(r) is bytes for r in got if r is not None),
-                  "a record that is not bytes, " + where)
+            kind = bytes if text is None else str
+            want = records if text is None else [
+                r if r is None else r.decode("utf-8", text) for r in records]
+            check(got == want, "records differ, " + where)
+            check(all(type(r) is kind for r in got if r is not None),
+                  "a record that is not %s, %s" % (kind.__name__, where))
             if message is not None:
                 check_eq(wire.read_error_frame(), message, "the error")
+    # Strict decoding: a run with a byte that is not UTF-8 raises.
+    wire = _wire.Wire("scripted", sock=_Pieces([
+        _frame(b"ok") * 40 + _frame(b"\xff") * 40 + struct_int(-1)]))
+    try:
+        _read_partition(wire, "strict")
+        check(False, "a byte that is not UTF-8 was decoded")
+    except UnicodeDecodeError:
+        pass
     # A length no record has, after records: the wire refuses it.
     data = _frame(b"ok") * 20 + struct_int(-3)
     wire = _wire.Wire("scripted", sock=_Pieces([data]))

@@ -396,7 +396,8 @@ class Dataset:
     def _decoding(self, decode: Optional[bool], errors: Optional[str]
                   ) -> Optional[Converter]:
         """What turns a batch of raw records into what the caller asked
-        for: None when bytes, as they come."""
+        for: None when bytes, as they come.  (Plain records are decoded
+        by the stream itself: _stream uses this for joins.)"""
         decode = self.session.decode if decode is None else decode
         how = self.session.errors if errors is None else errors
         joined = self._joined()
@@ -416,18 +417,7 @@ class Dataset:
                 value = tuple(value)
             return (key, value)
 
-        utf8, errors_how = itertools.repeat("utf-8"), itertools.repeat(how)
-
         def convert(rs: List[Any]) -> List[Record]:
-            if not joined:
-                try:
-                    # The plain records' fast path, a loop in C: a null
-                    # or a tuple stops it (TypeError).
-                    if how == "strict":
-                        return list(map(bytes.decode, rs))
-                    return list(map(bytes.decode, rs, utf8, errors_how))
-                except TypeError:
-                    pass
             return [keyed(r) if isinstance(r, tuple)
                     else (text(r) if decode else r) for r in rs]
         return convert

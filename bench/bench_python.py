@@ -9,7 +9,9 @@
   the CLI one process per job (what a shell script pays).
 - iterate: a text file of 1,000,000 lines of 100 bytes, listed COPIES
   times, one partition per copy, iterated to the end: the package as
-  bytes (decode=False) and as str, against `ember run PLAN >/dev/null`.
+  bytes (decode=False) and as str, against `ember run PLAN >/dev/null`;
+  and, a figure of its own, the package's lists of records
+  (to_local_batches, bytes) counted a list at a time.
 
 Each figure is checked: the counts, and emberd's tasks_completed and
 records_sent counters before and after each run, so a run that lost work
@@ -165,20 +167,32 @@ def iterate(ds, decode):
     return n, time.perf_counter() - t0, time.process_time() - c0
 
 
+def iterate_batches(ds):
+    """The same a list of records at a time, as bytes."""
+    n = 0
+    c0, t0 = time.process_time(), time.perf_counter()
+    for batch in ds.to_local_batches(decode=False):
+        n += len(batch)
+    return n, time.perf_counter() - t0, time.process_time() - c0
+
+
 def bench_iterate(args, sc, directory):
     path = make_lines(directory)
     want = LINES * args.copies
     mb = want * LINE / 1e6
     ds = sc.text_file([path] * args.copies, partitions=args.copies)
     plan = write_plan(directory, "iterate.json", ds.plan)
-    runs = {"bytes": [], "str": [], "cli": []}
-    cpu = {"bytes": [], "str": [], "cli": []}
+    kinds = ("bytes", "str", "cli", "batches")
+    runs = {k: [] for k in kinds}
+    cpu = {k: [] for k in kinds}
     for i in range(args.runs + 1):
-        for kind in ("bytes", "str", "cli"):
+        for kind in kinds:
             before = counters(sc)
             if kind == "cli":
                 t, _, c = cli(args, sc.socket_path, plan)
                 n = want
+            elif kind == "batches":
+                n, t, c = iterate_batches(ds)
             else:
                 n, t, c = iterate(ds, kind == "str")
             if n != want:
@@ -191,7 +205,8 @@ def bench_iterate(args, sc, directory):
     best = {k: stats(v)[0] for k, v in runs.items()}
     med = {k: stats(v)[1] for k, v in runs.items()}
     for kind, name in (("bytes", "package, bytes"), ("str", "package, str"),
-                       ("cli", "ember run >/dev/null")):
+                       ("cli", "ember run >/dev/null"),
+                       ("batches", "package, lists of bytes")):
         print("iterate: %d records of %d B (%.0f MB), x %d: %s best %.2f s "
               "(median %.2f; %.0f MB/s, %.2f Mrec/s; client CPU %.2f s)"
               % (want, LINE, mb, args.runs, name, best[kind], med[kind],
@@ -201,6 +216,9 @@ def bench_iterate(args, sc, directory):
     ratios = sorted(c / b for b, c in zip(runs["bytes"], runs["cli"]))
     print("iterate: package/CLI by round: median %.2f, min %.2f, max %.2f"
           % (ratios[len(ratios) // 2], ratios[0], ratios[-1]))
+    lists = sorted(c / b for b, c in zip(runs["batches"], runs["cli"]))
+    print("iterate: package lists/CLI by round: median %.2f, min %.2f, "
+          "max %.2f" % (lists[len(lists) // 2], lists[0], lists[-1]))
     return {"py_iter_mbs": mb / best["bytes"],
             "py_iter_ratio_median": ratios[len(ratios) // 2],
             "py_iter_ratio_min": ratios[0],
@@ -209,7 +227,9 @@ def bench_iterate(args, sc, directory):
             "py_iter_cli_mbs": mb / best["cli"],
             "py_iter_ratio": best["cli"] / best["bytes"],
             "py_iter_str_ratio": best["cli"] / best["str"],
-            "py_iter_mrecs": want / best["bytes"] / 1e6}
+            "py_iter_mrecs": want / best["bytes"] / 1e6,
+            "py_iter_batches_mbs": mb / best["batches"],
+            "py_iter_batches_ratio_median": lists[len(lists) // 2]}
 
 
 def main():

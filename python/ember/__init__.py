@@ -24,7 +24,8 @@ Python functions ``map``, ``filter``, ``flat_map``, ``map_partitions``)
 returns a new one, and ``Dataset.plan`` is the JSON plan of docs/plans.md.  Actions run
 it: ``count``, ``collect``, ``count_by_value`` (a Counter), ``reduce`` (and
 ``sum``, ``min``, ``max``; or a function), ``fold``, ``save``, ``checkpoint``, ``take``, ``first``
-and ``to_local_iterator`` (also ``iter(dataset)``).
+and ``to_local_iterator`` (also ``iter(dataset)``; ``to_local_batches``
+for lists of them).
 
 Records come back as str (UTF-8; ``errors=`` as for bytes.decode) or as
 bytes with ``decode=False``, and None for a null record.  Errors raise the

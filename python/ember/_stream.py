@@ -20,11 +20,12 @@ released (``"all": true``) so emberd can free it at once.
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from dataclasses import dataclass
-from typing import (TYPE_CHECKING, Generator, Iterator, List, Optional,
-                    Tuple)
+from typing import (TYPE_CHECKING, Any, Callable, Generator, Iterable,
+                    Iterator, List, Optional, Tuple, cast)
 
 from . import _wire
 from ._wire import RawRecord, Wire
@@ -81,6 +82,9 @@ class ResultStream:
         self.open = False		# between 1 and the partition's end
         self.finished = False
         self.reattaches = 0
+        # Records decoded from UTF-8 as they are read, with this error
+        # handler; None: bytes.
+        self.text: Optional[str] = None
 
     @property
     def _conn(self) -> Wire:
@@ -164,7 +168,7 @@ class ResultStream:
 
     def _read(self) -> Tuple[List[RawRecord], int]:
         try:
-            return self._conn.read_batch()
+            return self._conn.read_batch(self.text)
         except ConnectionFailed as e:
             self._check_session()
             self._recover(e)
@@ -322,3 +326,41 @@ class ResultStream:
             self.session._quiet_request({"op": "release",
                                          "operation": self.operation,
                                          "all": True})
+
+
+class Records(itertools.chain):
+    """The records of a stream one by one: what Dataset.to_local_iterator
+    returns.  Its __next__ is chain's, in C, so that a record costs no
+    Python call (a generator resumed per record was a fifth of the
+    client's CPU); a batch costs one resume of ResultStream.batches and
+    one call of the converter.  close(), or dropping the iterator, stops
+    the operation, as closing a generator did."""
+
+    __slots__ = ("_stream", "_batches")
+
+    _stream: ResultStream
+    _batches: Generator[List[RawRecord], None, None]
+
+    @classmethod
+    def of(cls, stream: ResultStream,
+           convert: Optional[Callable[[List[RawRecord]], List[Any]]]
+           ) -> Records:
+        """The records of stream, each batch through convert if given."""
+        batches = stream.batches()
+        source: Iterable[List[Any]] = batches
+        if convert is not None:
+            source = map(convert, batches)
+        it = cast(Records, cls.from_iterable(source))
+        it._stream = stream
+        it._batches = batches
+        return it
+
+    def close(self) -> None:
+        """Stop the operation now; the records not yet read are lost."""
+        self._batches.close()
+        if not self._stream.finished:
+            self._stream.stop()
+
+    def __del__(self) -> None:
+        if hasattr(self, "_stream"):
+            self.close()

@@ -8,11 +8,14 @@ bytes; negative lengths are the special values below.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
+import operator
 import os
 import socket
 import struct
-from typing import Dict, List, Optional, Sequence, Tuple, Union, cast
+from typing import (Any, Dict, List, Optional, Sequence, Tuple, Union,
+                    cast)
 
 from .errors import ConnectionFailed, ProtocolError, error_from_reply
 
@@ -54,14 +57,22 @@ class Wire:
     break it too.
     """
 
-    def __init__(self, path: str, timeout: Optional[float] = None):
+    def __init__(self, path: str, timeout: Optional[float] = None,
+                 sock: Optional[socket.socket] = None):
+        """Connect to emberd at path, or use sock, connected already."""
         self.path = path
         self.broken = False
         self._dead: Optional[socket.socket] = None
-        self.buf = b""
+        # Bytes read and not yet taken: buf[pos:end].
+        self.buf = bytearray()
+        self._view = memoryview(self.buf)
         self.pos = 0
+        self.end = 0
         self._run_wait = 0		# records read one by one before a run
         self._run_backoff = RUN_MIN
+        if sock is not None:
+            self.sock = sock
+            return
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.settimeout(timeout)
@@ -141,33 +152,44 @@ class Wire:
 
     def _fill(self, need: int = 1) -> None:
         """Read until at least need bytes are buffered past pos."""
-        have = len(self.buf) - self.pos
-        chunks = [self.buf[self.pos:]] if have else []
-        while have < need:
+        # One buffer, read into: what is left unread (a record cut in
+        # two) moves to its front.  A bytes object a read, joined to that
+        # rest, cost a copy of every byte and fresh pages to fault in.
+        buf, pos, end = self.buf, self.pos, self.end
+        have = end - pos
+        size = max(need, CHUNK)
+        if len(buf) < need or (len(buf) > size and have <= CHUNK):
+            buf = bytearray(size)
+            buf[:have] = self._view[pos:end]
+            self._view.release()
+            self.buf, self._view = buf, memoryview(buf)
+        elif pos:
+            buf[:have] = buf[pos:end]
+        pos, end = 0, have
+        view = self._view
+        while end < need:
             try:
-                data = self.sock.recv(max(CHUNK, need - have))
+                got = self.sock.recv_into(view[end:])
             except OSError as e:
                 raise self._fail("read", e) from e
-            if not data:
+            if not got:
                 self.close()
                 raise ConnectionFailed("read %s: emberd closed the "
                                        "connection" % self.path)
-            chunks.append(data)
-            have += len(data)
-        self.buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self.pos = 0
+            end += got
+        self.pos, self.end = pos, end
 
     def recv_exact(self, n: int) -> bytes:
-        if len(self.buf) - self.pos < n:
+        if self.end - self.pos < n:
             self._fill(n)
-        data = self.buf[self.pos:self.pos + n]
+        data = self._view[self.pos:self.pos + n].tobytes()
         self.pos += n
         return data
 
     # Integers and frames.
 
     def read_int(self) -> int:
-        if len(self.buf) - self.pos < 4:
+        if self.end - self.pos < 4:
             self._fill(4)
         (n,) = _unpack_int(self.buf, self.pos)
         self.pos += 4
@@ -227,45 +249,52 @@ class Wire:
     def read_error_frame(self) -> str:
         return self.recv_frame().decode("utf-8", "replace")
 
-    def read_batch(self) -> Tuple[List[RawRecord], int]:
+    def read_batch(self, text: Optional[str] = None
+                   ) -> Tuple[List[RawRecord], int]:
         """The records of the open partition that are buffered (reading
         more when none is), and what ends them: 0 if more records follow,
         END_OF_DATA_SECTION, or EXCEPTION_THROWN (an error frame follows,
-        still unread)."""
+        still unread).  With text (an error handler of bytes.decode),
+        the records come decoded from UTF-8: str, pairs and groups of
+        str."""
         while True:
-            records, status = self._parse_batch()
+            records, status = self._parse_batch(text)
             if records or status:
                 return records, status
             self._fill(self._next_need())
 
     def _next_need(self) -> int:
         """Bytes needed past pos for the next record to be whole."""
-        have = len(self.buf) - self.pos
+        have = self.end - self.pos
         if have < 4:
             return 4
         (n,) = _unpack_int(self.buf, self.pos)
         if n == PAIR or n == GROUP:
-            return self._keyed(self.buf, self.pos, len(self.buf), n)[1]
+            return self._keyed(self._view, self.pos, self.end, n)[1]
         return 4 + n if n > 0 else 4
 
-    def _keyed(self, buf: bytes, pos: int, end: int, marker: int
+    def _keyed(self, buf: Union[bytes, memoryview], pos: int, end: int,
+               marker: int
                ) -> Tuple[RawRecord, int]:
         try:
             return _read_keyed(buf, pos, end, marker)
         except ValueError as e:
             raise self._protocol("result stream: %s" % e) from e
 
-    def _parse_batch(self) -> Tuple[List[RawRecord], int]:
+    def _parse_batch(self, text: Optional[str] = None
+                     ) -> Tuple[List[RawRecord], int]:
         # The client's hot loop.  Records of one length in a row (fixed
-        # width data, say) are read RUN_MAX at a time by one struct call
-        # that takes lengths and records alike, kept when every length is
-        # the same; a try that fails waits for more records one by one
-        # before the next, so that varied lengths lose next to nothing.
-        # One by one, names are bound locally (a quarter less CPU per
-        # record than with module globals).
-        buf, pos = self.buf, self.pos
-        end = len(buf)
-        out: List[RawRecord] = []
+        # width data, say) are read RUN_MAX at a time by one struct call,
+        # kept when every length is the same; a try that fails waits for
+        # more records one by one before the next, so that varied lengths
+        # lose next to nothing.  One by one, names are bound locally (a
+        # quarter less CPU per record than with module globals), and
+        # records are sliced from a bytes copy of the buffer, made once
+        # while a quarter of it or more is left to read (a memoryview's
+        # slice and tobytes cost twice a bytes slice).
+        buf, view, pos, end = self.buf, self._view, self.pos, self.end
+        snap = None
+        out: List[Any] = []
         append = out.append
         unpack, max_frame, null = _unpack_int, MAX_FRAME, NULL
         status = 0
@@ -279,7 +308,7 @@ class Wire:
                 if wait <= 0:
                     k = (end - pos) // (n + 4)
                     if k >= RUN_MIN:
-                        got = _read_run(buf, pos, n, k)
+                        got = _read_run(buf, pos, n, k, text)
                         if got is not None:
                             out += got
                             pos += len(got) * (n + 4)
@@ -292,7 +321,15 @@ class Wire:
                 stop = start + n
                 if stop > end:
                     break
-                append(buf[start:stop])
+                if snap is not None:
+                    data = snap[start:stop]
+                elif (end - pos) * 4 >= end:
+                    snap = bytes(view[:end])
+                    data = snap[start:stop]
+                else:		# a buffer's last few: not worth a copy
+                    data = view[start:stop].tobytes()
+                append(data if text is None
+                       else data.decode("utf-8", text))
                 pos = stop
             elif n == null:
                 append(None)
@@ -303,6 +340,8 @@ class Wire:
                 break
             elif n == PAIR or n == GROUP:
                 record: RawRecord = None
+                if snap is None:
+                    snap = bytes(view[:end])
                 if n == PAIR and start + 8 <= end:
                     # The common one inline: a pair whose value is not
                     # null, whole in buf.
@@ -311,13 +350,15 @@ class Wire:
                     if 0 <= kn <= max_frame and vs <= end:
                         vn = unpack(buf, vs - 4)[0]
                         if 0 <= vn <= max_frame and vs + vn <= end:
-                            record = (buf[start + 4:vs - 4], buf[vs:vs + vn])
+                            record = (snap[start + 4:vs - 4],
+                                      snap[vs:vs + vn])
                             stop = vs + vn - pos
                 if record is None:
-                    record, stop = self._keyed(buf, pos, end, n)
+                    record, stop = self._keyed(snap, pos, end, n)
                     if record is None:
                         break
-                append(record)
+                append(record if text is None
+                       else _decode_keyed(record, text))
                 pos += stop
             else:
                 raise self._protocol("unexpected length %d in a partition"
@@ -331,31 +372,74 @@ class Wire:
 # one call; after a run that failed, the next try waits for up to
 # RUN_BACKOFF_MAX records.
 RUN_MIN = 8
-RUN_MAX = 256
+RUN_MAX = 1024
 RUN_BACKOFF_MAX = 4096
-_runs: Dict[Tuple[int, int], struct.Struct] = {}
+# For (n, k): the struct that reads k records of n bytes past their
+# lengths, the four bytes every one of the k lengths must have, each
+# repeated k times, and what cuts the run decoded as ASCII into records.
+_Run = Tuple[struct.Struct, Tuple[bytes, ...], Any]
+_runs: Dict[Tuple[int, int], _Run] = {}
 
 
-def _read_run(buf: bytes, pos: int, n: int, k: int
-              ) -> Optional[Tuple[bytes, ...]]:
+def _read_run(buf: bytearray, pos: int, n: int, k: int,
+              text: Optional[str] = None) -> Optional[Tuple[Any, ...]]:
     """The records of n bytes at pos, as many as one run reads (up to k,
-    whole and in buf), or None if a length differs among them."""
+    whole and in buf), or None if a length differs among them; decoded
+    from UTF-8 with text as the error handler when given."""
     if k > RUN_MAX:
         k = RUN_MAX
     else:
         k = 1 << (k.bit_length() - 1)	# few formats for a buffer's tail
-    fmt = _runs.get((n, k))
-    if fmt is None:
+    run = _runs.get((n, k))
+    if run is None:
         if len(_runs) >= 256:
             _runs.clear()
-        fmt = _runs[(n, k)] = struct.Struct(">" + "i%ds" % n * k)
-    t = fmt.unpack_from(buf, pos)
-    if t[0::2].count(n) != k:
+        length = _INT.pack(n)
+        # Cuts the str of a run's bytes into its records, when the
+        # lengths are ASCII (each byte below 128).
+        cut = None
+        if max(length) < 128:
+            cut = operator.itemgetter(*[slice(i * (n + 4) + 4,
+                                              (i + 1) * (n + 4))
+                                        for i in range(k)])
+        run = _runs[(n, k)] = (struct.Struct(">" + "4x%ds" % n * k),
+                               tuple(bytes([b]) * k for b in length), cut)
+    fmt, lengths, cut = run
+    # The lengths are checked a byte at a time, by strided slices (in C;
+    # an int made for each cost more than the record).
+    stop, step = pos + k * (n + 4), n + 4
+    if (buf[pos + 3:stop:step] != lengths[3] or
+            buf[pos + 2:stop:step] != lengths[2] or
+            buf[pos + 1:stop:step] != lengths[1] or
+            buf[pos:stop:step] != lengths[0]):
         return None
-    return t[1::2]
+    if text is None:
+        return fmt.unpack_from(buf, pos)
+    if cut is not None:
+        # All ASCII, lengths and records: one decode of the run, cut by
+        # offsets (a bytes object a record, then its str, cost twice).
+        try:
+            return cut(str(memoryview(buf)[pos:stop], "ascii"))
+        except UnicodeDecodeError:
+            pass
+    return tuple(map(bytes.decode, fmt.unpack_from(buf, pos),
+                     itertools.repeat("utf-8"), itertools.repeat(text)))
 
 
-def _read_keyed(buf: bytes, pos: int, end: int, marker: int
+def _decode_keyed(record: Any, text: str) -> Any:
+    """A pair or group of bytes as one of str, decoded with text as the
+    error handler (a null value stays None)."""
+    key, value = record
+    if isinstance(value, list):
+        return (key.decode("utf-8", text),
+                [v if v is None else v.decode("utf-8", text)
+                 for v in value])
+    return (key.decode("utf-8", text),
+            value if value is None else value.decode("utf-8", text))
+
+
+def _read_keyed(buf: Union[bytes, memoryview], pos: int, end: int,
+                marker: int
                 ) -> Tuple[RawRecord, int]:
     """The pair or group whose marker is at pos, and the bytes it takes
     past pos; or, when buf does not hold all of it, None and the bytes
@@ -378,7 +462,7 @@ def _read_keyed(buf: bytes, pos: int, end: int, marker: int
                              ("pair" if marker == PAIR else "group", n))
         if p + n > end:
             return None, p + n - pos
-        frames.append(buf[p:p + n])
+        frames.append(bytes(buf[p:p + n]))
         p += n
         if len(frames) == 1 and marker == GROUP:
             if p + 4 > end:

@@ -15,6 +15,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Iterable,
 
 from . import _pyref, functions
 from .errors import EmberError, ProtocolError, TaskFailed
+from ._stream import Records
 from .session import _Held
 
 if TYPE_CHECKING:
@@ -379,10 +380,24 @@ class Dataset:
 
     # Actions.
 
+    def _stream(self, action: str, options: Optional[dict],
+                decode: Optional[bool], errors: Optional[str]
+                ) -> Tuple[ResultStream, Optional[Converter]]:
+        """The stream of action, and what turns its batches into what the
+        caller asked for (None when they come so: bytes, or str that the
+        stream decodes as it reads, the plain records' fast path)."""
+        stream = self.session.stream(self.plan, action, options)
+        if self._joined():
+            return stream, self._decoding(decode, errors)
+        if self.session.decode if decode is None else decode:
+            stream.text = self.session.errors if errors is None else errors
+        return stream, None
+
     def _decoding(self, decode: Optional[bool], errors: Optional[str]
                   ) -> Optional[Converter]:
         """What turns a batch of raw records into what the caller asked
-        for: None when bytes, as they come."""
+        for: None when bytes, as they come.  (Plain records are decoded
+        by the stream itself: _stream uses this for joins.)"""
         decode = self.session.decode if decode is None else decode
         how = self.session.errors if errors is None else errors
         joined = self._joined()
@@ -403,13 +418,6 @@ class Dataset:
             return (key, value)
 
         def convert(rs: List[Any]) -> List[Record]:
-            if not joined:
-                try:
-                    # The plain records' fast path: a tuple stops it.
-                    return [r.decode("utf-8", how) if r is not None
-                            else None for r in rs]
-                except AttributeError:
-                    pass
             return [keyed(r) if isinstance(r, tuple)
                     else (text(r) if decode else r) for r in rs]
         return convert
@@ -427,8 +435,7 @@ class Dataset:
         """Every record, in order (emberd pushes every partition).  A
         failed task raises TaskFailed, its ``records`` holding what came
         before."""
-        convert = self._decoding(decode, errors)
-        stream = self.session.stream(self.plan, "collect")
+        stream, convert = self._stream("collect", None, decode, errors)
         out: List[Record] = []
         try:
             for batch in stream.batches():
@@ -444,13 +451,13 @@ class Dataset:
     def to_local_iterator(self, prefetch: Optional[int] = None, *,
                           decode: Optional[bool] = None,
                           errors: Optional[str] = None
-                          ) -> Generator[Record, None, None]:
+                          ) -> Records:
         """The records, one partition at a time: a partition is asked for
         when the one before is consumed, and prefetch partitions are
         computed ahead meanwhile (by default emberd's choice: one per
         worker, fewer for large partitions; 0 for none).
 
-        Breaking out of the loop, or closing the generator, stops the
+        Breaking out of the loop, or closing the iterator, stops the
         operation at once (emberd ends the partition being read and stops
         the tasks where they are).  A failed task raises
         TaskFailed after the records before it.  A reattachable operation
@@ -460,14 +467,27 @@ class Dataset:
         return self._iterator({} if prefetch is None else
                               {"prefetch": prefetch}, decode, errors)
 
+    def to_local_batches(self, prefetch: Optional[int] = None, *,
+                         decode: Optional[bool] = None,
+                         errors: Optional[str] = None
+                         ) -> Iterator[List[Record]]:
+        """The records of to_local_iterator, a list at a time as they
+        arrive (each from one partition; none empty), for a caller that
+        handles them in bulk.  Taking a list counts all its records as
+        read: a reattach resumes after them."""
+        stream, convert = self._stream("iterate", None if prefetch is None
+                                       else {"prefetch": prefetch},
+                                       decode, errors)
+        batches = _batches(stream, convert)
+        next(batches)		# started: closing it now stops the stream
+        return cast(Iterator[List[Record]], batches)
+
     def _iterator(self, options: dict, decode: Optional[bool],
-                  errors: Optional[str]) -> Generator[Record, None, None]:
+                  errors: Optional[str]) -> Records:
         """The records of an iterate with these options."""
-        convert = self._decoding(decode, errors)
-        stream = self.session.stream(self.plan, "iterate", options or None)
-        records = _iterate(stream, convert)
-        next(records)		# started: closing it now stops the stream
-        return records
+        stream, convert = self._stream("iterate", options or None, decode,
+                                       errors)
+        return Records.of(stream, convert)
 
     def __iter__(self) -> Iterator[Record]:
         return self.to_local_iterator()
@@ -669,19 +689,17 @@ def _kv_fn(fn: Union[str, Callable[[Any, Any], Any]]) -> str:
     return name
 
 
-def _iterate(stream: ResultStream, convert: Optional[Converter]
-             ) -> Generator[Record, None, None]:
-    """The records of stream, one by one, after a first None that only
-    starts the generator (so that closing it before any record still
-    stops the operation)."""
+def _batches(stream: ResultStream, convert: Optional[Converter]
+             ) -> Generator[Optional[List[Record]], None, None]:
+    """The lists of stream, after a first None that only starts the
+    generator (so that closing it before any list still stops the
+    operation)."""
     batches = stream.batches()
     try:
         yield None
         for batch in batches:
-            if convert is None:
-                yield from batch
-            else:
-                yield from convert(batch)
+            yield (cast(List[Record], batch) if convert is None
+                   else convert(batch))
     finally:
         batches.close()
         if not stream.finished:

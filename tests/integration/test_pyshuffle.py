@@ -725,15 +725,16 @@ def test_pyspark_actions_read_shuffled_pairs_here(_):
 def _wire_of(data):
     """A Wire with data buffered and no socket behind it."""
     from ember import _wire
-    w = _wire.Wire.__new__(_wire.Wire)
-    w.path = "scripted"
-    w.broken = False
-    w._dead = None
+
+    class Once:
+        def recv_into(self, view):
+            n = len(data)
+            view[:n] = data
+            return n
+    w = _wire.Wire("scripted", sock=Once())
+    if data:
+        w._fill(len(data))
     w.sock = socket.socket(socket.AF_UNIX)
-    w.buf = data
-    w.pos = 0
-    w._run_wait = 0
-    w._run_backoff = _wire.RUN_MIN
     return w
 
 

@@ -224,6 +224,154 @@ def test_iterator(d):
                  "the session goes on after the stops")
 
 
+def test_iterator_batches(d):
+    """to_local_batches gives to_local_iterator's records as lists, each
+    from one partition, none empty, decoded as asked; closing it, or
+    dropping it, stops the operation."""
+    with _session(d) as s:
+        ds = s.range(50000, partitions=3)
+        for decode, want in ((True, [str(i) for i in range(50000)]),
+                             (False, [b"%d" % i for i in range(50000)])):
+            lists = list(ds.to_local_batches(decode=decode))
+            check(all(isinstance(b, list) and b for b in lists),
+                  "a batch that is not a non-empty list")
+            check_eq([r for b in lists for r in b], want,
+                     "batches, decode=%s" % decode)
+        it = ds.to_local_batches(prefetch=1)
+        check_eq(next(it)[0], "0", "first batch")
+        it.close()
+        ds.to_local_batches().close()		# never iterated
+        for batch in ds.to_local_batches():
+            break
+        del batch
+        _no_operations(d)
+        nulls = s.parallelize(["x", None, "y"], partitions=1)
+        check_eq(next(nulls.to_local_batches(decode=True)),
+                 ["x", None, "y"], "a null decoded")
+
+
+class _Pieces:
+    """A socket whose reads return these pieces of bytes, one a read
+    (fewer bytes when a read asks for fewer), then end of file."""
+
+    def __init__(self, pieces):
+        self.pieces = [p for p in pieces if p]
+
+    def recv(self, n):
+        if not self.pieces:
+            return b""
+        p = self.pieces.pop(0)
+        if len(p) > n:
+            self.pieces.insert(0, p[n:])
+            p = p[:n]
+        return p
+
+    def recv_into(self, view, n=0):
+        p = self.recv(min(n or len(view), len(view)))
+        view[:len(p)] = p
+        return len(p)
+
+    def settimeout(self, timeout):
+        pass
+
+    def close(self):
+        pass
+
+
+def _frame(r):
+    return struct_int(-5) if r is None else struct_int(len(r)) + r
+
+
+def struct_int(n):
+    import struct
+    return struct.pack(">i", n)
+
+
+def _read_partition(wire, text=None):
+    """A partition's records as Wire.read_batch gives them, and its end."""
+    got = []
+    while True:
+        records, status = wire.read_batch(text)
+        got += records
+        if status:
+            return got, status
+
+
+@no_daemon
+def test_wire_reads_records_across_reads(_):
+    """The result stream's records come out whole, as bytes or decoded,
+    in order, wherever the reads cut the stream: runs of one length (odd
+    ones, 0, 200, runs longer than one parse takes, ASCII or not), lengths
+    that vary, nulls, the partition's end, and an error frame (-2) after
+    records."""
+    import itertools
+    import random
+    from ember import _wire
+    rng = random.Random(7)
+
+    def mimic(more):
+        """A record of 37 + more bytes that reads as frames of 37."""
+        fake = b"c" * 37 + _frame(b"b" * 37) * (more // 41)
+        return fake + b"c" * (37 + more - len(fake))
+    # Runs of one length, then lengths that differ from their
+    # neighbours' in one byte, holding what looks like their frames.
+    records = ([b"a" * 37] * 300 + [b"b" * 37] * 20 + [mimic(1024)] +
+               [b"b" * 37] * 40 + [mimic(65536)] + [b"b" * 37] * 40 +
+               [b"", b"x", None, b"yyy"] +
+               [bytes([i % 251]) * rng.choice((1, 3, 100, 101, 255))
+                for i in range(400)] + [b""] * 40 + [None] * 9 +
+               [b"%05d" % i for i in range(700)] + [b"z" * 3000] +
+               [b"caf\xc3\xa9"] * 30 + [b"w" * 200] * 30 +
+               [b"\xff" * 3] * 30 + [b"x" * 3] * 30)
+    body = b"".join(_frame(r) for r in records)
+    cases = [(body + struct_int(-1), -1, None),
+             (body + struct_int(-2) + _frame(b"task failed: boom"), -2,
+              "task failed: boom")]
+    for data, end, message in cases:
+        cuts = [[data]]
+        cuts += [[data[:c], data[c:]] for c in range(0, 400)]
+        cuts += [[data[:c], data[c:]]
+                 for c in range(len(data) - 300, len(data))]
+        for _ in range(60):
+            pieces, rest = [], data
+            while rest:
+                n = rng.choice((1, 2, 5, 104, 333, 4096, 70000))
+                pieces.append(rest[:n])
+                rest = rest[n:]
+            cuts.append(pieces)
+        for pieces, text in itertools.product(cuts, (None, "replace")):
+            wire = _wire.Wire("scripted", sock=_Pieces(pieces))
+            got, status = _read_partition(wire, text)
+            where = "pieces of %s, text %s" % ([len(p) for p in pieces[:6]],
+                                               text)
+            check_eq(status, end, "end, " + where)
+            kind = bytes if text is None else str
+            want = records if text is None else [
+                r if r is None else r.decode("utf-8", text) for r in records]
+            check(got == want, "records differ, " + where)
+            check(all(type(r) is kind for r in got if r is not None),
+                  "a record that is not %s, %s" % (kind.__name__, where))
+            if message is not None:
+                check_eq(wire.read_error_frame(), message, "the error")
+    # Strict decoding: a run with a byte that is not UTF-8 raises.
+    wire = _wire.Wire("scripted", sock=_Pieces([
+        _frame(b"ok") * 40 + _frame(b"\xff") * 40 + struct_int(-1)]))
+    try:
+        _read_partition(wire, "strict")
+        check(False, "a byte that is not UTF-8 was decoded")
+    except UnicodeDecodeError:
+        pass
+    # A length no record has, after records: the wire refuses it.
+    data = _frame(b"ok") * 20 + struct_int(-3)
+    wire = _wire.Wire("scripted", sock=_Pieces([data]))
+    try:
+        _read_partition(wire)
+        check(False, "length -3 was taken")
+    except ember.ProtocolError as e:
+        check("-3" in str(e), "message %r" % e)
+    check(wire.broken, "the wire is still open after a protocol error")
+
+
 def _counter(d, name):
     with d.client() as c:
         return c.status()["counters"][name]

@@ -3,7 +3,8 @@
  * the page cache.  A file that shrinks under the mapping would raise
  * SIGBUS on the first read past its new end: the handler puts a zero page
  * there instead and notes it, the read goes on over zeros, and the source
- * fails the task once the block is done (mapped_shrank).  One mapping at
+ * fails the task once the block is done (mapped_shrank, which also sees a
+ * cut inside the last page, where nothing faults).  One mapping at
  * a time: a worker runs one task.
  */
 #ifndef EMBER_WORKER_MAPPED_H
@@ -19,7 +20,8 @@
 int		 mapped_open(int fd, int64_t offset, size_t len,
 		     const char **data);
 /* Has a read past the file's end been turned into zeros since the
- * mapping was made? */
+ * mapping was made, or is the file now shorter than the mapping (one
+ * fstat)?  Either way bytes the file no longer has were read as zeros. */
 int		 mapped_shrank(void);
 /* Make the page tables of [p, p + len) of the mapping in one go. */
 void		 mapped_populate(const char *p, size_t len);

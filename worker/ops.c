@@ -311,16 +311,19 @@ ops_regex_lines_cb(struct op *op, const char *data, size_t len, size_t *used)
 	while ((hit = ops_regex_find(x, p, end)) != NULL) {
 		ls = hit > p ? memrchr(p, '\n', (size_t)(hit - p)) : NULL;
 		ls = ls != NULL ? ls + 1 : p;
-		le = memchr(hit, '\n', (size_t)(end - hit));
-		if (le == NULL)
-			fatalx("%s: a block that does not end a line", __func__);
+		/* A block ends a line, unless the file was cut under a
+		 * mapping as it was read: then the source fails the task. */
+		if ((le = memchr(hit, '\n', (size_t)(end - hit))) == NULL)
+			le = end;
 		r.data = ls;
 		r.len = (size_t)(le - ls);
-		p = le + 1;
+		p = le < end ? le + 1 : end;
 		if ((rc = ops_regex_push_cb(op, &r)) != OP_OK) {
 			*used = (size_t)(p - data);
 			return (rc);
 		}
+		if (p == end)
+			break;
 	}
 	*used = len;
 	return (OP_OK);

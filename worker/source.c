@@ -164,6 +164,8 @@ source_push_mapped(const char *m, int64_t begin, int64_t end, int64_t size,
 			r.len = (size_t)(size - start);
 			(*records_in)++;
 			rc = chain_push(chain, &r);
+			if (mapped_shrank())
+				return (OP_FAIL);
 			return (rc == OP_FAIL ? OP_FAIL : OP_OK);
 		}
 		stop = last - m + 1;
@@ -171,7 +173,8 @@ source_push_mapped(const char *m, int64_t begin, int64_t end, int64_t size,
 			/* The line that holds end - 1 is the last. */
 			last = memchr(m + end - 1, '\n',
 			    (size_t)(stop - end + 1));
-			stop = last - m + 1;
+			if (last != NULL)	/* else cut under us */
+				stop = last - m + 1;
 			final = 1;
 		}
 		mapped_populate(m + start, (size_t)(stop - start));

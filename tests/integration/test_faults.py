@@ -400,5 +400,62 @@ def test_text_file_truncated_while_read(d):
         check_eq(c.count(range_plan(0, 100, 2)), 100, "the next job")
 
 
+def _cut_once(path, size, to):
+    """A Python map that cuts path to `to` bytes on its first record,
+    while the worker is still reading the block that holds the cut."""
+    def fn(s):
+        import os
+        if os.path.getsize(path) == size:
+            os.truncate(path, to)
+        return s
+    return fn
+
+
+@needs_python
+@with_daemon()
+def test_text_file_cut_within_a_page(d):
+    """A file cut by a few bytes inside its last page raises no SIGBUS:
+    the mapping reads zeros there. The task fails saying so, instead of
+    handing on a last record with bytes the file never had."""
+    sys.path.insert(0, os.path.join(SRCDIR, "python"))
+    import ember
+    os.chmod(d.tmpdir, 0o777)
+    data = ("a" * 99 + "\n") * 20000 + "tail" * 10	# no final newline
+    path = job_readable(write_file(d.path("cut-page.txt"), data))
+    os.chmod(path, 0o666)
+    with ember.connect(d.socket) as sc:
+        try:
+            got = sc.text_file(path, partitions=1).filter_regex("a").map(
+                _cut_once(path, len(data), len(data) - 5)).collect()
+        except ember.EmberError as e:
+            check("the file shrank while it was read" in str(e),
+                  "the error: %s" % e)
+        else:
+            raise AssertionError("the job succeeded; its last record %r"
+                                 % got[-1][-12:])
+
+
+@needs_python
+@with_daemon()
+def test_text_file_cut_inside_a_block(d):
+    """A file cut in the middle of a line of the block being walked fails
+    the task cleanly; the worker does not die on the block's lost end."""
+    sys.path.insert(0, os.path.join(SRCDIR, "python"))
+    import ember
+    os.chmod(d.tmpdir, 0o777)
+    data = ("a" * 99 + "\n") * 20000
+    path = job_readable(write_file(d.path("cut-block.txt"), data))
+    os.chmod(path, 0o666)
+    with ember.connect(d.socket) as sc:
+        try:
+            n = sc.text_file(path, partitions=1).filter_regex("a").map(
+                _cut_once(path, len(data), 150050)).count()
+        except ember.EmberError as e:
+            check("the file shrank while it was read" in str(e),
+                  "the error: %s" % e)
+        else:
+            raise AssertionError("the job succeeded: %d records" % n)
+        check_eq(sc.range(10, partitions=2).count(), 10, "the next job")
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -63,10 +63,16 @@ static struct event	*ember_flushed;
 uint64_t
 ember_now_ms(void)
 {
+	return (ember_now_ns() / 1000000);
+}
+
+uint64_t
+ember_now_ns(void)
+{
 	struct timespec	ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
+	return ((uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec);
 }
 
 int

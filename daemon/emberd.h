@@ -55,6 +55,8 @@ extern uint64_t			 ember_started_ms;
 
 /* Milliseconds on the monotonic clock. */
 uint64_t	ember_now_ms(void);
+/* The same clock in nanoseconds. */
+uint64_t	ember_now_ns(void);
 /* workers.max, with "auto" resolved to the number of CPUs. */
 int		ember_workers_max(void);
 /* The hard cap on workers, workers.max_total: never below workers.max;

@@ -136,9 +136,8 @@ metrics_observe(struct histogram *h, double seconds)
 void
 metrics_task_finished(const struct task *t)
 {
-	int64_t	ns = t->metrics[EMBER_METRIC_ELAPSED_NS];
-
-	metrics_observe(&metrics_duration, ns > 0 ? (double)ns / 1e9 : 0);
+	/* emberd's clock, not what the worker says its task took. */
+	metrics_observe(&metrics_duration, (double)t->served_ns / 1e9);
 }
 
 void
@@ -554,8 +553,8 @@ metrics_write(struct evbuffer *b)
 	metrics_write_pools(b, pools, npools);
 	free(pools);
 	metrics_histogram(b, "ember_task_duration_seconds",
-	    "Run time of the tasks that ended cleanly, as their worker "
-	    "measured it.", &metrics_duration);
+	    "Run time of the tasks that ended cleanly, as emberd saw it: "
+	    "from its turn at its worker to its end.", &metrics_duration);
 	metrics_histogram(b, "ember_task_first_record_seconds",
 	    "Time from a task's queueing to its first record streamed to "
 	    "the client.", &metrics_first_record);

@@ -499,8 +499,7 @@ operation_check_metrics(const struct operation *op, const struct task *t)
 	if (ACTION_STREAMS(op->action))
 		return (0);
 	if (__builtin_add_overflow(op->count, m[EMBER_METRIC_RECORDS_OUT],
-	    &sum) || __builtin_add_overflow(op->task_ns,
-	    m[EMBER_METRIC_ELAPSED_NS], &sum))
+	    &sum))
 		return (-1);
 	return (0);
 }
@@ -519,7 +518,7 @@ operation_task_finished(struct operation *op, struct task *t)
 		return;
 	}
 	op->count += t->metrics[EMBER_METRIC_RECORDS_OUT];
-	op->task_ns += t->metrics[EMBER_METRIC_ELAPSED_NS];
+	op->task_ns += (int64_t)t->served_ns;
 	op->done++;
 	if (op->ckpt != NULL && op->result_error == NULL &&
 	    checkpoint_written(op->ckpt, t->metrics[EMBER_METRIC_RECORDS_OUT],

@@ -43,7 +43,10 @@ struct operation {
 	int			 live;		/* tasks started, not retired */
 	int			 done;		/* tasks retired (count) */
 	int64_t			 count;		/* records out, tasks retired */
-	int64_t			 task_ns;	/* elapsed, tasks retired */
+	int64_t			 task_ns;	/* tasks retired took, by
+						   emberd's clock (not their
+						   workers' word): sizes the
+						   pipeline */
 	struct result		*result;	/* count_by_value, reduce */
 	int64_t			 result_charged; /* to daemon.max_results */
 	int64_t			 count_distinct; /* records in the result */

@@ -128,6 +128,9 @@ struct task {
 	int64_t			 metrics[EMBER_METRIC_COUNT];
 	char			*error;		/* TASK_FAILED */
 	uint64_t		 queued_ms;
+	uint64_t		 served_ns;	/* from its turn at its worker's
+						   head to its end, as emberd
+						   saw it */
 	struct sched_flow	*flow;		/* the scheduler's, queued */
 	struct spool		*spool;		/* the operation's: the rest of
 						   a stalled stream's records */

@@ -59,6 +59,7 @@ struct worker {
 	uint64_t		 tasks_run;
 	uint64_t		 started_ms;
 	uint64_t		 task_ms;	/* when the head task was sent */
+	uint64_t		 task_ns;	/* the same, in nanoseconds */
 	uint64_t		 idle_ms;	/* when it last became idle */
 	uint64_t		 blocked_ms;	/* since when its output waits
 						   for the client, or 0 */
@@ -265,10 +266,14 @@ static struct task *
 worker_pop(struct worker *w)
 {
 	struct task	*t = TAILQ_FIRST(&w->tasks);
+	uint64_t	 now = ember_now_ns();
 
 	TAILQ_REMOVE(&w->tasks, t, queue_entry);
 	w->ntasks--;
-	w->task_ms = ember_now_ms();
+	/* What the worker says it took is its own; this, emberd's. */
+	t->served_ns = now - w->task_ns;
+	w->task_ns = now;
+	w->task_ms = now / 1000000;
 	w->blocked_ms = 0;
 	return (t);
 }
@@ -1146,7 +1151,8 @@ worker_assign(struct worker *w, struct task *t)
 
 	if (w->state == WORKER_IDLE) {
 		worker_leave_idle(w, WORKER_BUSY);
-		w->task_ms = ember_now_ms();
+		w->task_ns = ember_now_ns();
+		w->task_ms = w->task_ns / 1000000;
 		if (w->tasks_run > 0) {
 			ember_counters.worker_reuses++;
 			pool_count_reuse(w->pool);

@@ -401,6 +401,7 @@ forkserver_python_started(void)
 	close(forkserver_python_pipe[0]);
 	close(forkserver_python_pipe[1]);
 	forkserver_python_pipe[0] = forkserver_python_pipe[1] = -1;
+	log_debug("Python started: the workers forked from now have it");
 }
 
 /*

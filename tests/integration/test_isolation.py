@@ -634,8 +634,11 @@ def service_pids_cgroup(d, limit):
     with open(os.path.join(path, "pids.max"), "w") as f:
         f.write(str(limit))
     for pid, _ in session_processes(d.sid):
-        with open(os.path.join(path, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
+        try:
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write(str(pid))
+        except ProcessLookupError:
+            pass	# gone since it was listed: nothing of it to bound
     return path
 
 

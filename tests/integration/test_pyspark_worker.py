@@ -109,7 +109,13 @@ def test_fd_leak(d):
     n = 1100
     with _context(d) as sc:
         rdd = sc.parallelize(range(n), n)
-        check_eq(rdd.count(), n, "count")
+        check_eq(rdd.map(lambda x: x).count(), n, "count")
+        # A worker that meets Python has its fork-server start it, which
+        # then closes the socket it was asked on: two descriptors fewer,
+        # a moment after the job.
+        check(wait_until(lambda: "Python started: the workers forked"
+                         in d.log_text(), 10), "Python never started in "
+              "the fork-server")
         fs = d.forkserver_pid()
         fds = (_open_fds(d.pid), _open_fds(fs))
         check_eq(rdd.count(), n, "count again")

@@ -58,8 +58,8 @@ struct worker {
 	uint64_t		 plan_serial;	/* operation whose plan it has */
 	uint64_t		 tasks_run;
 	uint64_t		 started_ms;
-	uint64_t		 task_ms;	/* when the head task was sent */
-	uint64_t		 task_ns;	/* the same, in nanoseconds */
+	uint64_t		 task_ns;	/* when the head task was sent, or
+						   the one before it ended */
 	uint64_t		 idle_ms;	/* when it last became idle */
 	uint64_t		 blocked_ms;	/* since when its output waits
 						   for the client, or 0 */
@@ -273,7 +273,6 @@ worker_pop(struct worker *w)
 	/* What the worker says it took is its own; this, emberd's. */
 	t->served_ns = now - w->task_ns;
 	w->task_ns = now;
-	w->task_ms = now / 1000000;
 	w->blocked_ms = 0;
 	return (t);
 }
@@ -1152,7 +1151,6 @@ worker_assign(struct worker *w, struct task *t)
 	if (w->state == WORKER_IDLE) {
 		worker_leave_idle(w, WORKER_BUSY);
 		w->task_ns = ember_now_ns();
-		w->task_ms = w->task_ns / 1000000;
 		if (w->tasks_run > 0) {
 			ember_counters.worker_reuses++;
 			pool_count_reuse(w->pool);
@@ -1334,12 +1332,13 @@ worker_check(struct worker *w, uint64_t now)
 		worker_stall(w);
 		return;
 	}
-	if (ember_conf.workers_task_timeout > 0 && now - w->task_ms >
+	if (ember_conf.workers_task_timeout > 0 &&
+	    now - w->task_ns / 1000000 >
 	    (uint64_t)ember_conf.workers_task_timeout) {
 		snprintf(why, sizeof why, "exceeded workers.task_timeout "
 		    "(%lldms): killed after %llums",
 		    (long long)ember_conf.workers_task_timeout,
-		    (unsigned long long)(now - w->task_ms));
+		    (unsigned long long)(now - w->task_ns / 1000000));
 		worker_limit(w, RETIRE_TASK_TIMEOUT, why);
 		return;
 	}
@@ -1498,7 +1497,8 @@ worker_status(const struct worker *w, uint64_t now)
 	if ((t = TAILQ_FIRST(&w->tasks)) != NULL)
 		json_object_set_new(o, "task", json_pack("{s:s,s:i,s:I}",
 		    "operation", t->ops->operation_id(t), "partition",
-		    t->partition, "age_ms", (json_int_t)(now - w->task_ms)));
+		    t->partition, "age_ms",
+		    (json_int_t)(now - w->task_ns / 1000000)));
 	return (o);
 }
 

@@ -1192,6 +1192,31 @@ ops_text_task(const char *path, const char *ops, int partitions,
 	plan_free(plan);
 }
 
+/*
+ * Count the words of path in partitions, in blocks and a record at a time
+ * (a filter after the split takes them one by one), and check that both
+ * read and count the same: the counts, which the caller frees; *in, the
+ * lines read.
+ */
+static json_t *
+ops_word_counts_agree(const char *path, int partitions, int64_t *in)
+{
+	json_t	*fast = json_object(), *slow = json_object();
+	int64_t	 out, in2, out2;
+
+	ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}",
+	    partitions, MODE_COUNT_BY_VALUE, in, &out, fast);
+	ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}, "
+	    "{\"filter\": {\"contains\": \"\"}}", partitions,
+	    MODE_COUNT_BY_VALUE, &in2, &out2, slow);
+	ck_assert_int_eq(*in, in2);
+	ck_assert_int_eq(out, out2);
+	ck_assert_msg(json_equal(fast, slow), "the counts differ: %s, want %s",
+	    json_dumps(fast, 0), json_dumps(slow, 0));
+	json_decref(slow);
+	return (fast);
+}
+
 START_TEST(test_ops_text_blocks)
 {
 	/* Each pattern with a literal before it, and the same pattern that
@@ -1206,7 +1231,7 @@ START_TEST(test_ops_text_blocks)
 		{ "seven77 e", "(?:seven77 e)" },
 		{ "x", "(?:x)" },
 	};
-	json_t		*fast, *slow;
+	json_t		*fast;
 	char		*path, *ops;
 	int64_t		 in, out, in2, out2;
 	size_t		 i;
@@ -1236,23 +1261,10 @@ START_TEST(test_ops_text_blocks)
 				    (long long)out, (long long)out2);
 			}
 
-			/* A word count in blocks, and a record at a time (a
-			 * filter after the split takes them one by one). */
-			fast = json_object();
-			slow = json_object();
-			ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}",
-			    partitions, MODE_COUNT_BY_VALUE, &in, &out, fast);
-			ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}, "
-			    "{\"filter\": {\"contains\": \"\"}}", partitions,
-			    MODE_COUNT_BY_VALUE, &in2, &out2, slow);
-			ck_assert_int_eq(in, in2);
-			ck_assert_int_eq(out, out2);
-			ck_assert_msg(json_equal(fast, slow), "the counts "
-			    "differ: %s, want %s", json_dumps(fast, 0),
-			    json_dumps(slow, 0));
+			/* A word count in blocks, and a record at a time. */
+			fast = ops_word_counts_agree(path, partitions, &in);
 			ck_assert_int_gt(json_object_size(fast), 15);
 			json_decref(fast);
-			json_decref(slow);
 		}
 		unlink(path);
 		free(path);
@@ -1277,9 +1289,9 @@ ops_words_long_line(const char *path, size_t n)
 
 START_TEST(test_ops_text_blocks_large)
 {
-	json_t		*fast, *slow;
+	json_t		*fast;
 	char		*path;
-	int64_t		 in, out, in2, out2;
+	int64_t		 in;
 	int		 partitions;
 
 	/* Blocks of the mapped file end inside it, and a line is longer
@@ -1287,19 +1299,9 @@ START_TEST(test_ops_text_blocks_large)
 	path = ops_words_file(7, 60000, 1);
 	ops_words_long_line(path, 700 * 1024);
 	for (partitions = 1; partitions <= 9; partitions += 4) {
-		fast = json_object();
-		slow = json_object();
-		ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}",
-		    partitions, MODE_COUNT_BY_VALUE, &in, &out, fast);
-		ops_text_task(path, "{\"flat_map\": {\"split\": \" \"}}, "
-		    "{\"filter\": {\"contains\": \"\"}}", partitions,
-		    MODE_COUNT_BY_VALUE, &in2, &out2, slow);
+		fast = ops_word_counts_agree(path, partitions, &in);
 		ck_assert_int_eq(in, 60004);
-		ck_assert_int_eq(in, in2);
-		ck_assert_int_eq(out, out2);
-		ck_assert_msg(json_equal(fast, slow), "the counts differ");
 		json_decref(fast);
-		json_decref(slow);
 	}
 	unlink(path);
 	free(path);

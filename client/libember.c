@@ -517,6 +517,19 @@ ember_read_keyed(struct ember *e, int32_t marker, struct ember_item *it)
 	return (1);
 }
 
+/* Take the plain record of n bytes whole at the buffer's start: its
+ * bytes, which stay where they are until the next read. */
+static const unsigned char *
+ember_take_plain(struct ember *e, size_t n)
+{
+	const unsigned char	*data = framebuf_data(&e->in) + 4;
+
+	framebuf_take(&e->in, 4 + n);
+	e->offset++;
+	e->unreleased += 4 + n;
+	return (data);
+}
+
 /*
  * Read a plain record whose length n >= 0 is at start.
  */
@@ -531,11 +544,8 @@ ember_read_plain(struct ember *e, int32_t n, struct ember_item *it)
 		return (-1);
 	memset(it, 0, sizeof *it);
 	it->kind = EMBER_KIND_RECORD;
-	it->key.data = framebuf_data(&e->in) + 4;
+	it->key.data = ember_take_plain(e, (size_t)n);
 	it->key.len = (size_t)n;
-	framebuf_take(&e->in, 4 + (size_t)n);
-	e->offset++;
-	e->unreleased += 4 + (size_t)n;
 	return (1);
 }
 
@@ -650,11 +660,8 @@ ember_next(struct ember *e, const void **data, size_t *len)
 		p = framebuf_data(&e->in);
 		n = be32_get(p);
 		if (n >= 0 && n <= EMBER_MAX_RECORD && have - 4 >= (size_t)n) {
-			*data = p + 4;
+			*data = ember_take_plain(e, (size_t)n);
 			*len = (size_t)n;
-			framebuf_take(&e->in, 4 + (size_t)n);
-			e->offset++;
-			e->unreleased += 4 + (size_t)n;
 			return (1);
 		}
 	}

@@ -19,6 +19,9 @@
 /* Records are packed into a buffer of this size; a larger record is sent
  * as a batch of its own. */
 #define OUTPUT_BUFFER		(256 * 1024)
+/* The buffer's room: a block of lines goes into one batch, over
+ * OUTPUT_BUFFER, when it fits in this. */
+#define OUTPUT_ROOM		(2 * OUTPUT_BUFFER)
 /* The ends of quick tasks held back to go out with the next write, as
  * one TASKS_DONE: its header, then an entry per task. */
 #define OUTPUT_HELD_ENTRY	(4 + WMSG_METRIC_SIZE * EMBER_METRIC_COUNT)
@@ -72,7 +75,7 @@ output_create(int fd)
 
 	out = xcalloc(1, sizeof *out);
 	out->fd = fd;
-	out->buf = xmalloc(OUTPUT_BUFFER);
+	out->buf = xmalloc(OUTPUT_ROOM);
 	return (out);
 }
 
@@ -260,6 +263,59 @@ output_record(struct output *out, const void *data, size_t len, int null,
 	    null) - out->buf);
 	out->count++;
 	return (0);
+}
+
+/* Append a block of lines; what does not fit goes a record at a time. */
+int
+output_lines(struct output *out, const char *data, size_t len,
+    size_t *lines, char **err)
+{
+	const char	*p = data, *end = data + len, *nl = NULL;
+	unsigned char	*w, *room;
+	int32_t		 count;
+	size_t		 n;
+
+	/* What came before is sent first: the block's own bytes leave only
+	 * with the next block or the task's end, after the source's check. */
+	if (out->used > 0 && out->used + len > OUTPUT_BUFFER &&
+	    output_flush(out, err) == -1)
+		return (-1);
+	output_mark(out);
+	w = out->buf + out->used;
+	room = out->buf + OUTPUT_ROOM;
+	count = out->count;
+	for (; p < end; p = nl + 1) {
+		/* A newline may be gone, read as a zero from a file cut
+		 * under its mapping: the line ends at the block's end. */
+		if ((nl = memchr(p, '\n', (size_t)(end - p))) == NULL)
+			nl = end;
+		n = (size_t)(nl - p);
+		if ((size_t)(room - w) < record_size(n))
+			break;
+		w = record_put(w, p, n, 0);
+		count++;
+	}
+	*lines = (size_t)(count - out->count);
+	out->used = (size_t)(w - out->buf);
+	out->count = count;
+	/* The rest of a block larger than the room (lines of a few bytes,
+	 * a long line): sent as the buffer fills. */
+	for (; p < end; p = nl + 1) {
+		if ((nl = memchr(p, '\n', (size_t)(end - p))) == NULL)
+			nl = end;
+		if (output_record(out, p, (size_t)(nl - p), 0, err) == -1)
+			return (-1);
+		(*lines)++;
+	}
+	return (0);
+}
+
+/* Forget the records not yet sent. */
+void
+output_discard(struct output *out)
+{
+	out->used = 0;
+	out->count = 0;
 }
 
 /* Append a pair or group; one too large for the buffer goes alone. */

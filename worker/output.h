@@ -26,6 +26,20 @@ void		 output_set_partition(struct output *, int partition);
 int		 output_record(struct output *, const void *, size_t, int null,
 		     char **err);
 /*
+ * Append the lines of [data, data + len), each ending in '\n' (no part
+ * of its record), as records; *lines says how many.  Records buffered
+ * before are sent first when the block would take the buffer past a
+ * batch; the block itself stays in one batch when it fits (up to twice
+ * a batch), so none of its bytes leave before the next call, a flush or
+ * the task's end; the rest of a larger one is sent as the buffer fills.
+ * 0, or -1 with *err: a line too large or emberd is gone.
+ */
+int		 output_lines(struct output *, const char *, size_t,
+		     size_t *lines, char **err);
+/* Forget the records buffered and not yet sent: a task that fails on
+ * bytes it cannot vouch for (a file cut while mapped) sends none. */
+void		 output_discard(struct output *);
+/*
  * Append a pair or a group (worker/keyed.h), one record, in one batch
  * whatever its size.  0, or -1 with *err: too large, or emberd is gone.
  */

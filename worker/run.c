@@ -154,6 +154,30 @@ run_records_push_cb(struct op *op, const struct record *r)
 	return (OP_OK);
 }
 
+/* records: send a block of the text source's lines as they are. */
+static int
+run_records_lines_cb(struct op *op, const char *data, size_t len,
+    size_t *used)
+{
+	struct run_sink	*s = (struct run_sink *)op;
+	const char		*p = data, *end = data + len, *nl;
+	size_t			 lines;
+	char			*err;
+
+	*used = len;
+	for (; s->skip > 0 && p < end; s->skip--) {	/* a recompute */
+		/* (no newline: one a file cut under the mapping took) */
+		nl = memchr(p, '\n', (size_t)(end - p));
+		p = nl != NULL ? nl + 1 : end;
+	}
+	if (p == end)
+		return (OP_OK);
+	if (output_lines(s->out, p, (size_t)(end - p), &lines, &err) == -1)
+		return (op_fail_take(op, err));
+	s->records += (int64_t)lines;
+	return (OP_OK);
+}
+
 /* count: count a record. */
 static int
 run_count_push_cb(struct op *op, __attribute__((unused))
@@ -924,6 +948,8 @@ run_sink_create(const struct run *t, struct output *out, char **err)
 		s->op.push = t->mode == MODE_RECORDS ? run_records_push_cb :
 		    run_count_push_cb;
 		s->skip = t->mode == MODE_RECORDS ? t->skip : 0;
+		if (t->mode == MODE_RECORDS)
+			s->op.push_lines = run_records_lines_cb;
 		s->op.finish = run_finish_nothing_cb;
 		s->op.free = run_free_cb;
 		break;

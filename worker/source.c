@@ -10,6 +10,7 @@
 #include "log.h"
 #include "mapped.h"
 #include "ops.h"
+#include "output.h"
 #include "plan.h"
 #include "source.h"
 #include "xmalloc.h"
@@ -217,6 +218,9 @@ source_map_file(int fd, const struct plan_file *f, const struct stat *st,
 		xasprintf(err, "text: %s: the file shrank while it was read",
 		    f->path);
 		rc = OP_FAIL;
+		/* Lines read over the zeros may wait in the output. */
+		if (chain_output(chain) != NULL)
+			output_discard(chain_output(chain));
 	}
 	mapped_close();
 	return (rc);

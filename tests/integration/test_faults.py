@@ -400,6 +400,42 @@ def test_text_file_truncated_while_read(d):
         check_eq(c.count(range_plan(0, 100, 2)), 100, "the next job")
 
 
+@with_daemon(sets=["workers.max=1"])
+def test_text_file_truncated_while_streamed(d):
+    """A text file truncated while a plan of no ops streams it (its lines
+    read through the mapping and handed to the output a block at a time)
+    fails the task saying the file shrank, after records that are all
+    the file's own lines: none read over the zeros past its new end
+    reaches the client. The worker's next task runs."""
+    line = b"quick brown"
+    path = job_readable(write_file(d.path("streamed.txt"),
+                                   "quick brown\n" * (4 << 20)))
+    with d.client() as c:
+        c.execute_ok(text_plan([path], 1), "iterate")
+        c.write_int(REQUEST_NEXT)
+        check_eq(c.read_int(), STREAM_PARTITION, "the stream's answer")
+        check_eq(c.read_record(), line, "the first record")
+        # The worker is held a few batches ahead of the client, in the
+        # first MBs of 48.
+        os.truncate(path, 0)
+        n = 1
+        while True:
+            rec = c.read_record()
+            if not isinstance(rec, bytes):
+                break
+            if rec != line:
+                raise AssertionError("record %d is %r" % (n, rec[:40]))
+            n += 1
+        check_eq(rec, EXCEPTION_THROWN, "the end of the partition after "
+                 "%d records" % n)
+        msg = c.read_error_frame()
+        check("the file shrank while it was read" in msg,
+              "the error: %s" % msg)
+        check(n < 4 << 20, "records before the error: %d" % n)
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 100, 2)), 100, "the next job")
+
+
 def _cut_once(path, size, to):
     """A Python map that cuts path to `to` bytes on its first record,
     while the worker is still reading the block that holds the cut."""

@@ -1135,23 +1135,13 @@ ops_words_file(uint64_t seed, int lines, int final_newline)
 	return (strdup(path));
 }
 
-/* Run every partition of a text plan over path in mode; sum the records
- * in and out, and the pairs' counts (count_by_value) into a JSON object
- * (nulls under "null"). */
-static void
-ops_text_task(const char *path, const char *ops, int partitions,
-    enum taskdesc_mode mode, int64_t *in, int64_t *out, json_t *pairs)
+/* A text plan over path, with its size as the job saw it. */
+static struct plan *
+ops_text_plan(const char *path, const char *ops, int partitions)
 {
-	struct run	 t = { .mode = mode };
-	struct sent	 s;
 	struct plan	*plan;
-	struct output	*o;
 	struct stat	 st;
-	char		*text, *err = NULL, *key;
-	char		 tmp[] = "/tmp/ember-check-out-XXXXXX";
-	int64_t		 metrics[EMBER_METRIC_COUNT], n;
-	size_t		 i;
-	int		 fd, p;
+	char		*text;
 
 	ck_assert_int_ne(asprintf(&text, "{\"source\": {\"text\": {\"paths\": "
 	    "[\"%s\"]}}, \"partitions\": %d, \"ops\": [%s]}", path,
@@ -1160,22 +1150,55 @@ ops_text_task(const char *path, const char *ops, int partitions,
 	free(text);
 	ck_assert_int_eq(stat(path, &st), 0);
 	plan->files[0].size = st.st_size;
+	return (plan);
+}
+
+/* Run a partition of plan in mode, the first skip records left out, and
+ * read what it sent into s. */
+static void
+ops_text_run(struct plan *plan, int partition, enum taskdesc_mode mode,
+    int64_t skip, struct sent *s)
+{
+	struct run	 t = { .mode = mode };
+	struct output	*o;
+	char		*err = NULL;
+	char		 tmp[] = "/tmp/ember-check-out-XXXXXX";
+	int64_t		 metrics[EMBER_METRIC_COUNT];
+	int		 fd;
+
+	ck_assert_int_ne(fd = mkstemp(tmp), -1);
+	unlink(tmp);
+	o = output_create(fd);
+	t.plan = plan;
+	t.partition = partition;
+	t.skip = skip;
+	output_reset(o);
+	ck_assert_msg(run_execute(&t, o, metrics, &err) == 0, "%s", err);
+	ck_assert_int_eq(output_finish(o, metrics, EMBER_METRIC_COUNT, 0,
+	    &err), 0);
+	output_free(o);
+	sent_read(fd, s);
+	close(fd);
+}
+
+/* Run every partition of a text plan over path in mode; sum the records
+ * in and out, and the pairs' counts (count_by_value) into a JSON object
+ * (nulls under "null"). */
+static void
+ops_text_task(const char *path, const char *ops, int partitions,
+    enum taskdesc_mode mode, int64_t *in, int64_t *out, json_t *pairs)
+{
+	struct sent	 s;
+	struct plan	*plan;
+	char		*key;
+	int64_t		 n;
+	size_t		 i;
+	int		 p;
+
+	plan = ops_text_plan(path, ops, partitions);
 	*in = *out = 0;
 	for (p = 0; p < partitions; p++) {
-		ck_assert_int_ne(fd = mkstemp(tmp), -1);
-		unlink(tmp);
-		memcpy(tmp + sizeof tmp - 7, "XXXXXX", 6);
-		o = output_create(fd);
-		t.plan = plan;
-		t.partition = p;
-		output_reset(o);
-		ck_assert_msg(run_execute(&t, o, metrics, &err) == 0, "%s: %s",
-		    ops, err);
-		ck_assert_int_eq(output_finish(o, metrics, EMBER_METRIC_COUNT,
-		    0, &err), 0);
-		output_free(o);
-		sent_read(fd, &s);
-		close(fd);
+		ops_text_run(plan, p, mode, 0, &s);
 		*in += s.metrics[EMBER_METRIC_RECORDS_IN];
 		*out += s.metrics[EMBER_METRIC_RECORDS_OUT];
 		for (i = 0; pairs != NULL && i < s.c.n; i += 2) {
@@ -1308,6 +1331,106 @@ START_TEST(test_ops_text_blocks_large)
 }
 END_TEST
 
+/* Send every partition of a text plan over path as records, the first
+ * skip of each left out (a recompute's), into all, in order. */
+static void
+ops_text_sent(const char *path, const char *ops, int partitions,
+    int64_t skip, struct capture *all)
+{
+	struct sent	 s;
+	struct plan	*plan;
+	struct record	 r = { NULL, 0, 0, 0, NULL, 0 };
+	size_t		 i;
+	int		 p;
+
+	plan = ops_text_plan(path, ops, partitions);
+	capture_init(all);
+	for (p = 0; p < partitions; p++) {
+		ops_text_run(plan, p, MODE_RECORDS, skip, &s);
+		ck_assert_int_eq(s.metrics[EMBER_METRIC_RECORDS_OUT],
+		    (int64_t)s.c.n);
+		for (i = 0; i < s.c.n; i++) {
+			r.data = s.c.data + s.c.recs[i].off;
+			r.len = s.c.recs[i].len;
+			r.null = s.c.recs[i].null;
+			capture_push_cb(&all->op, &r);
+		}
+		capture_clear(&s.c);
+	}
+	plan_free(plan);
+}
+
+/* The records of path sent from blocks of lines (no ops: the output takes
+ * them) and a record at a time (a filter that takes them so) are the
+ * same; *n says how many. */
+static void
+ops_text_sent_agree(const char *path, int partitions, int64_t skip,
+    size_t *n)
+{
+	struct capture	fast, slow;
+	size_t		i;
+
+	ops_text_sent(path, "", partitions, skip, &fast);
+	ops_text_sent(path, "{\"filter\": {\"contains\": \"\"}}", partitions,
+	    skip, &slow);
+	ck_assert_uint_eq(fast.n, slow.n);
+	for (i = 0; i < fast.n; i++) {
+		ck_assert_msg(fast.recs[i].len == slow.recs[i].len &&
+		    fast.recs[i].null == slow.recs[i].null &&
+		    memcmp(fast.data + fast.recs[i].off,
+		    slow.data + slow.recs[i].off, fast.recs[i].len) == 0,
+		    "record %zu differs (%zu bytes, want %zu)", i,
+		    fast.recs[i].len, slow.recs[i].len);
+	}
+	*n = fast.n;
+	capture_clear(&fast);
+	capture_clear(&slow);
+}
+
+START_TEST(test_ops_text_lines_sent)
+{
+	char	*path, tmp[] = "/tmp/ember-check-short-XXXXXX";
+	FILE	*fp;
+	size_t	 n;
+	int	 final, partitions, fd, i;
+
+	/* Empty lines, with and without a final newline. */
+	for (final = 0; final < 2; final++) {
+		path = ops_words_file(3 + (uint64_t)final, 3000, final);
+		for (partitions = 1; partitions <= 7; partitions += 3) {
+			ops_text_sent_agree(path, partitions, 0, &n);
+			ck_assert_uint_eq(n, 3000);
+			ops_text_sent_agree(path, partitions, 100, &n);
+			ck_assert_uint_eq(n, 3000 - 100 * (size_t)partitions);
+		}
+		unlink(path);
+		free(path);
+	}
+	/* A line longer than a batch, and blocks in a mapped file. */
+	path = ops_words_file(7, 60000, 1);
+	ops_words_long_line(path, 700 * 1024);
+	for (partitions = 1; partitions <= 9; partitions += 4) {
+		ops_text_sent_agree(path, partitions, 0, &n);
+		ck_assert_uint_eq(n, 60004);
+	}
+	ops_text_sent_agree(path, 1, 59999, &n);
+	ck_assert_uint_eq(n, 5);
+	unlink(path);
+	free(path);
+	/* Lines of a byte: a block's records take more than the buffer. */
+	ck_assert_int_ne(fd = mkstemp(tmp), -1);
+	ck_assert_ptr_nonnull(fp = fdopen(fd, "w"));
+	for (i = 0; i < 400000; i++)
+		fputs(i % 3 == 0 ? "\n" : "a\n", fp);
+	ck_assert_int_eq(fclose(fp), 0);
+	for (partitions = 1; partitions <= 3; partitions += 2) {
+		ops_text_sent_agree(tmp, partitions, 0, &n);
+		ck_assert_uint_eq(n, 400000);
+	}
+	unlink(tmp);
+}
+END_TEST
+
 #ifdef PIECES_SSE2
 /* Find the delimiters of p[0, 64) with AVX2, built for it here. */
 __attribute__((target("avx2"))) static uint64_t
@@ -1376,6 +1499,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_ops_count_by_value_wide);
 	tcase_add_test(tc, test_ops_text_blocks);
 	tcase_add_test(tc, test_ops_text_blocks_large);
+	tcase_add_test(tc, test_ops_text_lines_sent);
 	tcase_add_test(tc, test_ops_pieces_delims);
 	tcase_add_test(tc, test_ops_save);
 	tcase_add_test(tc, test_ops_save_fails_midway);

@@ -164,8 +164,15 @@ channel_read_cb(evutil_socket_t fd, short events, void *arg)
 	    CHANNEL_READS); reads++) {
 		len = evbuffer_get_length(ch->in);
 		if (len >= ch->high) {
-			event_del(ch->rev);
-			ch->reading = 0;
+			/* At the mark: stop reading only if the owner left it
+			 * there since (the event came again), not each time
+			 * it is reached.  An owner that takes a message and
+			 * lowers the mark at once (a worker's batch) leaves
+			 * the event as it is: no epoll_ctl pair a message. */
+			if (reads == 0) {
+				event_del(ch->rev);
+				ch->reading = 0;
+			}
 			break;
 		}
 		if (ch->packet)
@@ -235,6 +242,11 @@ channel_write_cb(evutil_socket_t fd, short events, void *arg)
 	size_t		 before = evbuffer_get_length(ch->out);
 
 	(void)fd; (void)events;
+	if (before == 0) {
+		/* Left armed when the output ran dry; nothing came since. */
+		event_del(ch->wev);
+		return;
+	}
 	channel_write(ch, 1);
 	if (ch->write_cb != NULL && !ch->stopped &&
 	    evbuffer_get_length(ch->out) < before &&
@@ -494,11 +506,11 @@ channel_write(struct channel *ch, int once)
 		if (once)
 			break;
 	}
-	if (evbuffer_get_length(ch->out) > 0) {
-		if (!event_pending(ch->wev, EV_WRITE, NULL))
-			event_add(ch->wev, NULL);
-	} else if (event_pending(ch->wev, EV_WRITE, NULL))
-		event_del(ch->wev);
+	/* Run dry, the event stays for a turn: output queued meanwhile (a
+	 * stream's next batch) costs no epoll_ctl pair. */
+	if (evbuffer_get_length(ch->out) > 0 &&
+	    !event_pending(ch->wev, EV_WRITE, NULL))
+		event_add(ch->wev, NULL);
 	return;
 broken:
 	ch->error = n == -1 ? errno : EPIPE;

@@ -4,8 +4,11 @@
  * (libevent 2.1 reads at most 4 KiB per call), it reads up to its high
  * mark in one readv, stops reading at the mark so the peer's writes block
  * (back-pressure), and writes small messages straight away instead of a
- * loop turn later.  Descriptors go with given bytes of the output, and
- * come, if asked for, with the input bytes they rode on.  A packet
+ * loop turn later.  Its events go only when a turn finds them idle (the
+ * input still at the mark, nothing to write), so a stream of messages
+ * taken and queued in the same turn costs no epoll_ctl a message.
+ * Descriptors go with given bytes of the output, and come, if asked
+ * for, with the input bytes they rode on.  A packet
  * channel keeps a SOCK_SEQPACKET socket's message boundaries: every
  * packet has the one size it was made with.
  *

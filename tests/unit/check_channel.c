@@ -479,6 +479,101 @@ START_TEST(test_channel_write_cb)
 }
 END_TEST
 
+/* The events the loop waits on. */
+static int
+loop_events(void)
+{
+	return (event_base_get_num_events(ember_base,
+	    EVENT_BASE_COUNT_ADDED));
+}
+
+/* The events added when read_mark_cb last found the input at the mark;
+ * whether it takes the input then. */
+static int	at_mark_events;
+static int	take_at_mark;
+
+static void
+read_mark_cb(void *arg)
+{
+	struct evbuffer	*in = channel_input(*(struct channel **)arg);
+
+	if (evbuffer_get_length(in) < HIGH)
+		return;
+	at_mark_events = loop_events();
+	if (take_at_mark)
+		evbuffer_drain(in, evbuffer_get_length(in));
+}
+
+/* A channel that read to its mark keeps its read event while its owner
+ * takes the input (a worker's batch after batch: no epoll_ctl pair a
+ * batch); one whose owner leaves the input there stops reading at the
+ * next turn, so the loop does not spin on a readable socket. */
+START_TEST(test_channel_read_event_at_mark)
+{
+	struct channel	*c;
+	size_t		 len;
+	int		 sv[2], idle;
+
+	channel_free(ch);
+	ch = NULL;
+	idle = loop_events();
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+	    0);
+	close(peer);
+	peer = sv[1];
+	ck_assert_int_ne(fcntl(peer, F_SETFL, O_NONBLOCK), -1);
+	ch = c = channel_create(sv[0], HIGH, read_mark_cb, &ch);
+	ck_assert_int_eq(loop_events(), idle + 1);
+
+	take_at_mark = 1;
+	at_mark_events = 0;
+	peer_fill(16 * HIGH);
+	run_loop();
+	ck_assert_int_eq(at_mark_events, idle + 1);	/* still reading */
+	ck_assert_int_eq(loop_events(), idle + 1);
+
+	take_at_mark = 0;
+	peer_fill(16 * HIGH);
+	run_loop();
+	len = evbuffer_get_length(channel_input(c));
+	ck_assert_uint_ge(len, HIGH);
+	ck_assert_int_eq(loop_events(), idle);		/* stopped */
+	run_loop();
+	ck_assert_uint_eq(evbuffer_get_length(channel_input(c)), len);
+	evbuffer_drain(channel_input(c), len);
+	channel_resume(c);
+	ck_assert_int_eq(loop_events(), idle + 1);
+}
+END_TEST
+
+/* Output that ran dry leaves the write event for a turn, so a stream's
+ * next batch queued meanwhile is written on it; a turn with nothing to
+ * write removes it, and the loop does not spin on a writable socket. */
+START_TEST(test_channel_write_event_dry)
+{
+	char	got[8];
+	int	idle = loop_events();
+
+	writes = 0;
+	channel_set_write_cb(ch, 1024, write_cb);
+	evbuffer_add(channel_output(ch), "one", 3);
+	ck_assert_int_eq(loop_events(), idle + 1);
+	ck_assert_int_eq(event_base_loop(ember_base, EVLOOP_ONCE |
+	    EVLOOP_NONBLOCK), 0);
+	ck_assert_uint_eq(evbuffer_get_length(channel_output(ch)), 0);
+	ck_assert_int_eq(loop_events(), idle + 1);	/* left for a turn */
+	evbuffer_add(channel_output(ch), "two", 3);
+	ck_assert_int_eq(loop_events(), idle + 1);
+	run_loop();
+	ck_assert_uint_eq(peer_read(got, sizeof got), 6);
+	ck_assert_mem_eq(got, "onetwo", 6);
+	ck_assert_int_eq(loop_events(), idle);	/* gone when dry */
+	run_loop();
+	ck_assert_int_eq(loop_events(), idle);
+	ck_assert_int_eq(writes, 2);
+}
+END_TEST
+
 /* Corked, output queued with a write_cb arms no write event; uncorked,
  * it is written at once, with no event left armed, and what the socket
  * does not take is left to the loop. */
@@ -703,6 +798,8 @@ channel_suite(void)
 	tcase_add_test(tc, test_channel_error_cb_eof);
 	tcase_add_test(tc, test_channel_error_cb_write);
 	tcase_add_test(tc, test_channel_write_cb);
+	tcase_add_test(tc, test_channel_write_event_dry);
+	tcase_add_test(tc, test_channel_read_event_at_mark);
 	tcase_add_test(tc, test_channel_cork);
 	tcase_add_test(tc, test_channel_accept_fds);
 	tcase_add_test(tc, test_channel_frame);

@@ -38,6 +38,7 @@ struct chain {
 	int		 stopped;
 	int		 halted;	/* emberd stopped the task */
 	uint32_t	 pushed;
+	int64_t		 lines;		/* the head's count of a block, or -1 */
 };
 
 /* The output is ticked (a stale batch sent, a stop looked for) once per
@@ -1091,12 +1092,13 @@ chain_takes_lines(const struct chain *chain)
 /* Push a block of whole lines from the source. */
 int
 chain_push_lines(struct chain *chain, const char *data, size_t len,
-    size_t *used)
+    size_t *used, int64_t *lines)
 {
 	char	*err;
 	int	rc;
 
 	*used = 0;
+	*lines = 0;
 	if (chain->stopped)
 		return (OP_STOP);
 	/* A block is many records: emberd's stop and the flush of what
@@ -1111,10 +1113,21 @@ chain_push_lines(struct chain *chain, const char *data, size_t len,
 			return (OP_STOP);
 		}
 	}
+	chain->lines = -1;
 	rc = chain->head->push_lines(chain->head, data, len, used);
+	*lines = chain->lines >= 0 ? chain->lines :
+	    (int64_t)ops_count_byte(data, *used, '\n');
 	if (rc != OP_OK)
 		chain->stopped = 1;
 	return (rc);
+}
+
+/* The head counted the lines it took: spare the chain a pass. */
+void
+chain_lines_taken(struct op *op, size_t lines)
+{
+	if (op == op->chain->head)
+		op->chain->lines = (int64_t)lines;
 }
 
 /* How many times byte c is in [p, p + len). */

@@ -86,10 +86,11 @@ void		 chain_free(struct chain *);
 int		 chain_push(struct chain *, const struct record *);
 int		 chain_finish(struct chain *);
 /* Does the chain take whole blocks of lines?  Push such a block (see
- * push_lines above; *used says how much of it was taken). */
+ * push_lines above; *used says how much of it was taken, *lines how
+ * many lines that is). */
 int		 chain_takes_lines(const struct chain *);
 int		 chain_push_lines(struct chain *, const char *, size_t,
-		     size_t *used);
+		     size_t *used, int64_t *lines);
 /* How many times byte c is in [p, p + len). */
 size_t		 ops_count_byte(const char *p, size_t len, char c);
 
@@ -106,6 +107,9 @@ const char	*chain_error(const struct chain *);
 /* For ops: the output (or NULL), failing with a message, counting a
  * dropped record. */
 struct output	*chain_output(struct chain *);
+/* For the first op, from push_lines: how many lines it took, when it
+ * counted them anyway (else the chain counts them). */
+void		 chain_lines_taken(struct op *, size_t lines);
 int		 op_fail(struct op *, const char *, ...)
 		     __attribute__((format(printf, 2, 3)));
 /* Take an allocated message as the chain's error. */

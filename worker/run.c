@@ -161,7 +161,7 @@ run_records_lines_cb(struct op *op, const char *data, size_t len,
 {
 	struct run_sink	*s = (struct run_sink *)op;
 	const char		*p = data, *end = data + len, *nl;
-	size_t			 lines;
+	size_t			 lines = 0, skipped = 0;
 	char			*err;
 
 	*used = len;
@@ -169,12 +169,13 @@ run_records_lines_cb(struct op *op, const char *data, size_t len,
 		/* (no newline: one a file cut under the mapping took) */
 		nl = memchr(p, '\n', (size_t)(end - p));
 		p = nl != NULL ? nl + 1 : end;
+		skipped++;
 	}
-	if (p == end)
-		return (OP_OK);
-	if (output_lines(s->out, p, (size_t)(end - p), &lines, &err) == -1)
+	if (p < end &&
+	    output_lines(s->out, p, (size_t)(end - p), &lines, &err) == -1)
 		return (op_fail_take(op, err));
 	s->records += (int64_t)lines;
+	chain_lines_taken(op, skipped + lines);
 	return (OP_OK);
 }
 

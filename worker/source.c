@@ -105,6 +105,7 @@ source_push_block(struct chain *chain, int64_t base, int64_t end,
 {
 	const char	*last;
 	size_t		 stop, lim, used;
+	int64_t		 lines;
 	int		 rc, final = 0;
 
 	if (base + (int64_t)*start >= end || *start >= fill)
@@ -121,9 +122,8 @@ source_push_block(struct chain *chain, int64_t base, int64_t end,
 		final = 1;
 	}
 	rc = chain_push_lines(chain, source_buf + *start, stop - *start,
-	    &used);
-	*records_in += (int64_t)ops_count_byte(source_buf + *start, used,
-	    '\n');
+	    &used, &lines);
+	*records_in += lines;
 	*start += used;
 	if (rc == OP_OK && final)
 		rc = OP_STOP;
@@ -142,7 +142,7 @@ source_push_mapped(const char *m, int64_t begin, int64_t end, int64_t size,
 {
 	struct record	 r = { NULL, 0, 0, 0, NULL, 0 };
 	const char	*last;
-	int64_t		 start = begin, lim, stop;
+	int64_t		 start = begin, lim, stop, lines;
 	size_t		 used;
 	int		 rc, final = 0;
 
@@ -180,8 +180,8 @@ source_push_mapped(const char *m, int64_t begin, int64_t end, int64_t size,
 		}
 		mapped_populate(m + start, (size_t)(stop - start));
 		rc = chain_push_lines(chain, m + start, (size_t)(stop - start),
-		    &used);
-		*records_in += (int64_t)ops_count_byte(m + start, used, '\n');
+		    &used, &lines);
+		*records_in += lines;
 		start += (int64_t)used;
 		if (rc != OP_OK)
 			return (rc == OP_STOP ? OP_OK : OP_FAIL);

@@ -1335,7 +1335,7 @@ END_TEST
  * skip of each left out (a recompute's), into all, in order. */
 static void
 ops_text_sent(const char *path, const char *ops, int partitions,
-    int64_t skip, struct capture *all)
+    int64_t skip, struct capture *all, int64_t *in)
 {
 	struct sent	 s;
 	struct plan	*plan;
@@ -1345,8 +1345,10 @@ ops_text_sent(const char *path, const char *ops, int partitions,
 
 	plan = ops_text_plan(path, ops, partitions);
 	capture_init(all);
+	*in = 0;
 	for (p = 0; p < partitions; p++) {
 		ops_text_run(plan, p, MODE_RECORDS, skip, &s);
+		*in += s.metrics[EMBER_METRIC_RECORDS_IN];
 		ck_assert_int_eq(s.metrics[EMBER_METRIC_RECORDS_OUT],
 		    (int64_t)s.c.n);
 		for (i = 0; i < s.c.n; i++) {
@@ -1362,17 +1364,19 @@ ops_text_sent(const char *path, const char *ops, int partitions,
 
 /* The records of path sent from blocks of lines (no ops: the output takes
  * them) and a record at a time (a filter that takes them so) are the
- * same; *n says how many. */
+ * same, and so are the records read; *n says how many were sent. */
 static void
 ops_text_sent_agree(const char *path, int partitions, int64_t skip,
     size_t *n)
 {
 	struct capture	fast, slow;
+	int64_t		in, in2;
 	size_t		i;
 
-	ops_text_sent(path, "", partitions, skip, &fast);
+	ops_text_sent(path, "", partitions, skip, &fast, &in);
 	ops_text_sent(path, "{\"filter\": {\"contains\": \"\"}}", partitions,
-	    skip, &slow);
+	    skip, &slow, &in2);
+	ck_assert_int_eq(in, in2);
 	ck_assert_uint_eq(fast.n, slow.n);
 	for (i = 0; i < fast.n; i++) {
 		ck_assert_msg(fast.recs[i].len == slow.recs[i].len &&

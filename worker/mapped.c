@@ -113,23 +113,6 @@ mapped_shrank(void)
 	    st.st_size < mapped_end));
 }
 
-/* Fault the pages in ahead of the reads. */
-void
-mapped_populate(const char *p, size_t len)
-{
-#ifdef MADV_POPULATE_READ
-	uintptr_t	page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t	a = (uintptr_t)p & ~(page - 1);
-
-	/* A failure (an old kernel, a page gone) leaves it to the faults. */
-	madvise((void *)a, (size_t)((uintptr_t)p + len - a),
-	    MADV_POPULATE_READ);
-#else
-	(void)p;
-	(void)len;
-#endif
-}
-
 /* Unmap and put the old SIGBUS handler back. */
 void
 mapped_close(void)

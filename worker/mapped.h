@@ -23,8 +23,6 @@ int		 mapped_open(int fd, int64_t offset, size_t len,
  * mapping was made, or is the file now shorter than the mapping (one
  * fstat)?  Either way bytes the file no longer has were read as zeros. */
 int		 mapped_shrank(void);
-/* Make the page tables of [p, p + len) of the mapping in one go. */
-void		 mapped_populate(const char *p, size_t len);
 /* Unmap and unguard. */
 void		 mapped_close(void);
 

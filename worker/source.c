@@ -178,7 +178,6 @@ source_push_mapped(const char *m, int64_t begin, int64_t end, int64_t size,
 				stop = last - m + 1;
 			final = 1;
 		}
-		mapped_populate(m + start, (size_t)(stop - start));
 		rc = chain_push_lines(chain, m + start, (size_t)(stop - start),
 		    &used, &lines);
 		*records_in += lines;

@@ -380,21 +380,35 @@ struct run_cbv_batch {
 	uint64_t	 len[RUN_CBV_BATCH], h[RUN_CBV_BATCH];
 };
 
-/* Count the first n pieces of a batch: most are at their first probe. */
+/* Count a batch's piece that was not at its first probe, or a new one. */
+static __attribute__((noinline)) void
+run_cbv_batch_miss(struct run_cbv *c, const struct run_cbv_batch *b, int i)
+{
+	run_cbv_count_hashed(c, b->k0[i], b->k1[i], b->len[i], b->h[i]);
+}
+
+/*
+ * Count the first n pieces of a batch: most are at their first probe.
+ * No piece of a batch is empty, so a free slot (all zeros) never
+ * matches one; the table moves only when a miss grows or settles it.
+ */
 static void
 run_cbv_batch_flush(struct run_cbv *c, const struct run_cbv_batch *b, int n)
 {
-	struct run_cbv_slot	*s;
+	struct run_cbv_slot	*slots = c->slots, *s;
+	size_t			 mask = c->mask;
 	int			 i;
 
 	for (i = 0; i < n; i++) {
-		s = &c->slots[b->h[i] & c->mask];
-		if (s->k[0] == b->k0[i] && s->k[1] == b->k1[i] &&
-		    s->len == b->len[i] && s->count != 0)
+		s = &slots[b->h[i] & mask];
+		if (__builtin_expect(s->k[0] == b->k0[i] &&
+		    s->k[1] == b->k1[i] && s->len == b->len[i], 1))
 			s->count++;
-		else
-			run_cbv_count_hashed(c, b->k0[i], b->k1[i], b->len[i],
-			    b->h[i]);
+		else {
+			run_cbv_batch_miss(c, b, i);
+			slots = c->slots;
+			mask = c->mask;
+		}
 	}
 }
 
@@ -415,43 +429,44 @@ run_cbv_count_steps(struct run_cbv *c, const char *data, size_t to,
 {
 	struct run_cbv_batch	 b;
 	const struct run_cbv_slot *slots = c->slots;
+	const char		*p;
 	size_t			 mask = c->mask;
 	__m128i			 vsep = _mm_set1_epi8(sep);
 	__m128i			 vnl = _mm_set1_epi8('\n');
 	uint64_t		 bits, k0, k1, h;
-	size_t			 at, e, n, s = *start;
+	size_t			 at, e, n, nb = 0, s = *start;
 	int64_t			 pieces = 0;
-	int			 nb = 0;
 
 	for (at = 0; at < to; at += 64) {
 		bits = avx2 ? pieces_delims_avx2(data + at, sep) :
 		    pieces_delims(data + at, vsep, vnl);
+		pieces += __builtin_popcountll(bits);
 		for (; bits != 0; bits &= bits - 1) {
-			e = at + (size_t)__builtin_ctzll(bits);
+			e = at + (unsigned)__builtin_ctzll(bits);
+			p = data + s;
 			n = e - s;
-			pieces++;
-			if (n > RUN_CBV_INLINE)
-				run_cbv_count_long(c, data + s, n);
-			else {
-				pieces_words(data + s, n, &k0, &k1);
-				h = hash_short(k0, k1, n);
-				__builtin_prefetch(&slots[h & mask]);
-				b.k0[nb] = k0;
-				b.k1[nb] = k1;
-				b.len[nb] = n;
-				b.h[nb] = h;
-				nb++;
-			}
 			s = e + 1;
-			if (nb == RUN_CBV_BATCH) {
-				run_cbv_batch_flush(c, &b, nb);
+			/* Empty (n - 1 wraps) or long: counted at once. */
+			if (__builtin_expect(n - 1 >= RUN_CBV_INLINE, 0)) {
+				run_cbv_count(c, p, n);
+				continue;
+			}
+			pieces_words(p, n, &k0, &k1);
+			h = hash_short(k0, k1, n);
+			__builtin_prefetch(&slots[h & mask]);
+			b.k0[nb] = k0;
+			b.k1[nb] = k1;
+			b.len[nb] = n;
+			b.h[nb] = h;
+			if (++nb == RUN_CBV_BATCH) {
+				run_cbv_batch_flush(c, &b, (int)nb);
 				nb = 0;
 				slots = c->slots;
 				mask = c->mask;
 			}
 		}
 	}
-	run_cbv_batch_flush(c, &b, nb);
+	run_cbv_batch_flush(c, &b, (int)nb);
 	*start = s;
 	return (pieces);
 }

@@ -17,6 +17,7 @@
 
 #include "bindex.h"
 #include "frame.h"
+#include "hash.h"
 #include "held.h"
 #include "ops.h"
 #include "output.h"
@@ -1473,6 +1474,42 @@ START_TEST(test_ops_pieces_delims)
 }
 END_TEST
 
+/* hash_mix as a plain 128-bit product: what the worker's hash must give
+ * (the shuffle's partitions depend on it), however it is computed. */
+static uint64_t
+ops_mix_plain(uint64_t a, uint64_t b)
+{
+	__uint128_t	r = (__uint128_t)a * b;
+
+	return ((uint64_t)r ^ (uint64_t)(r >> 64));
+}
+
+START_TEST(test_ops_hash_mix)
+{
+	static const uint64_t	edges[] = { 0, 1, 2, 0xff, 0xffffffffULL,
+	    0x100000000ULL, 0x8000000000000000ULL, ~0ULL, ~0ULL - 1 };
+	uint64_t		seed = 5, a, b;
+	size_t			i, j;
+	int			round;
+
+	for (i = 0; i < sizeof edges / sizeof *edges; i++)
+		for (j = 0; j < sizeof edges / sizeof *edges; j++)
+			ck_assert_uint_eq(hash_mix(edges[i], edges[j]),
+			    ops_mix_plain(edges[i], edges[j]));
+	for (round = 0; round < 100000; round++) {
+		seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+		a = seed;
+		seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+		b = seed;
+		ck_assert_uint_eq(hash_mix(a, b), ops_mix_plain(a, b));
+	}
+	/* A value fixed before the product was computed in place. */
+	ck_assert_uint_eq(hash_short(0x6b63697571ULL, 0, 5),
+	    ops_mix_plain(0x6b63697571ULL ^ 0xa0761d6478bd642fULL,
+	    0xe7037ed1a0b428dbULL ^ 5));
+}
+END_TEST
+
 /* Build the ops suite. */
 Suite *
 ops_suite(void)
@@ -1505,6 +1542,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_ops_text_blocks_large);
 	tcase_add_test(tc, test_ops_text_lines_sent);
 	tcase_add_test(tc, test_ops_pieces_delims);
+	tcase_add_test(tc, test_ops_hash_mix);
 	tcase_add_test(tc, test_ops_save);
 	tcase_add_test(tc, test_ops_save_fails_midway);
 	suite_add_tcase(s, tc);

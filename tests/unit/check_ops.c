@@ -1474,6 +1474,39 @@ START_TEST(test_ops_pieces_delims)
 }
 END_TEST
 
+START_TEST(test_ops_count_byte)
+{
+	static const size_t	lens[] = { 0, 1, 15, 16, 17, 31, 32, 33, 63,
+	    64, 65, 255 * 16, 255 * 32 - 1, 255 * 32, 255 * 32 + 1,
+	    255 * 32 + 47, 3 * 255 * 32 + 5, 100000 };
+	char			*buf;
+	uint64_t		 seed = 3;
+	size_t			 i, j, k, x, want, size = 100000 + 64;
+
+	/* Every length across the counters' 255-step sums and the tails,
+	 * at every alignment of a 32-byte load, mostly the byte counted
+	 * (each byte counter fills up) or never. */
+	buf = xmalloc(size);
+	for (k = 0; k < 3; k++) {
+		for (i = 0; i < size; i++) {
+			seed = seed * 6364136223846793005ULL +
+			    1442695040888963407ULL;
+			buf[i] = k == 0 ? '\n' : k == 1 ? (char)(seed >> 56) :
+			    "a\n"[(seed >> 60) & 1];
+		}
+		for (i = 0; i < sizeof lens / sizeof *lens; i++)
+			for (j = 0; j < 33; j += 7) {
+				want = 0;
+				for (x = 0; x < lens[i]; x++)
+					want += buf[j + x] == '\n';
+				ck_assert_uint_eq(ops_count_byte(buf + j, lens[i],
+				    '\n'), want);
+			}
+	}
+	free(buf);
+}
+END_TEST
+
 /* hash_mix as a plain 128-bit product: what the worker's hash must give
  * (the shuffle's partitions depend on it), however it is computed. */
 static uint64_t
@@ -1543,6 +1576,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_ops_text_lines_sent);
 	tcase_add_test(tc, test_ops_pieces_delims);
 	tcase_add_test(tc, test_ops_hash_mix);
+	tcase_add_test(tc, test_ops_count_byte);
 	tcase_add_test(tc, test_ops_save);
 	tcase_add_test(tc, test_ops_save_fails_midway);
 	suite_add_tcase(s, tc);

@@ -217,36 +217,43 @@ run_cbv_slot_hash(const struct run_cbv_slot *s)
 	return (s->k[1]);
 }
 
-/* Order slots by count, the greatest first. */
-static int
-run_cbv_slot_cmp(const void *a, const void *b)
-{
-	int64_t	x = (*(const struct run_cbv_slot *const *)a)->count;
-	int64_t	y = (*(const struct run_cbv_slot *const *)b)->count;
-
-	return ((x < y) - (x > y));
-}
-
 /*
- * Move the keys into a table of size slots, in order of their counts
- * (sorted) or of their slots.  Put in the most counted first, each key
- * takes its own slot if it is free, so the words that make most of a
- * text are found at the first probe, which the branches then predict;
- * put in slot order, a frequent word can stay a slot or more along for
- * the rest of the task.
+ * Move the keys into a table of size slots, the most counted first
+ * (sorted) or in the order of their slots.  Put in the most counted
+ * first, each key takes its own slot if it is free, so the words that
+ * make most of a text are found at the first probe, which the branches
+ * then predict; put in slot order, a frequent word can stay a slot or
+ * more along for the rest of the task.  The order is by the counts' bit
+ * lengths (a counting sort in two passes): keys within a factor of two
+ * of each other are alike for this, and a qsort of the exact counts was
+ * 3% of a task.
  */
 static void
 run_cbv_rebuild(struct run_cbv *c, size_t size, int sorted)
 {
 	struct run_cbv_slot	*old = c->slots, **by;
 	size_t			 oldsize = c->mask + 1, i, j, n = 0;
+	size_t			 at[65] = { 0 };
+	int			 b;
 
 	by = xreallocarray(NULL, c->used > 0 ? c->used : 1, sizeof *by);
-	for (i = 0; i < oldsize; i++)
-		if (old[i].count != 0)
-			by[n++] = &old[i];
-	if (sorted)
-		qsort(by, n, sizeof *by, run_cbv_slot_cmp);
+	if (sorted) {
+		/* at[b]: where the keys of 64 - b bits go (count > 0). */
+		for (i = 0; i < oldsize; i++)
+			if (old[i].count != 0)
+				at[__builtin_clzll((uint64_t)old[i].count) +
+				    1]++;
+		for (b = 1; b <= 64; b++)
+			at[b] += at[b - 1];
+		for (i = 0; i < oldsize; i++)
+			if (old[i].count != 0)
+				by[at[__builtin_clzll(
+				    (uint64_t)old[i].count)]++] = &old[i];
+		n = at[64];
+	} else
+		for (i = 0; i < oldsize; i++)
+			if (old[i].count != 0)
+				by[n++] = &old[i];
 	c->mask = size - 1;
 	c->slots = xcalloc(size, sizeof *c->slots);
 	for (i = 0; i < n; i++) {

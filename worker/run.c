@@ -219,6 +219,49 @@ run_cbv_slot_hash(const struct run_cbv_slot *s)
 	return (s->k[1]);
 }
 
+/* Slot arrays of RUN_CBV_SPARSE slots a rebuild or a finished task gave
+ * back, kept for the next tables of the worker's tasks: their pages are
+ * faulted in already (a task's table is rebuilt eight times; fresh
+ * pages cost 2,400 faults a task). */
+static struct run_cbv_slot	*run_cbv_spare[2];
+
+/* An array for a table of size slots, all free. */
+static struct run_cbv_slot *
+run_cbv_slots_get(size_t size)
+{
+	struct run_cbv_slot	*s;
+	int			 i;
+
+	if (size > RUN_CBV_SPARSE)
+		return (xcalloc(size, sizeof *s));
+	for (i = 0; i < 2; i++) {
+		if ((s = run_cbv_spare[i]) != NULL) {
+			run_cbv_spare[i] = NULL;
+			memset(s, 0, size * sizeof *s);
+			return (s);
+		}
+	}
+	/* Room for the sparse sizes, so that any array can be reused. */
+	return (xcalloc(RUN_CBV_SPARSE, sizeof *s));
+}
+
+/* Give back the array of a table of size slots. */
+static void
+run_cbv_slots_put(struct run_cbv_slot *s, size_t size)
+{
+	int	i;
+
+	if (size <= RUN_CBV_SPARSE) {
+		for (i = 0; i < 2; i++) {
+			if (run_cbv_spare[i] == NULL) {
+				run_cbv_spare[i] = s;
+				return;
+			}
+		}
+	}
+	free(s);
+}
+
 /*
  * Move the keys into a table of size slots, the most counted first
  * (sorted) or in the order of their slots.  Put in the most counted
@@ -257,7 +300,7 @@ run_cbv_rebuild(struct run_cbv *c, size_t size, int sorted)
 			if (old[i].count != 0)
 				by[n++] = &old[i];
 	c->mask = size - 1;
-	c->slots = xcalloc(size, sizeof *c->slots);
+	c->slots = run_cbv_slots_get(size);
 	for (i = 0; i < n; i++) {
 		for (j = run_cbv_slot_hash(by[i]) & c->mask;
 		    c->slots[j].count != 0; j = (j + 1) & c->mask)
@@ -265,7 +308,7 @@ run_cbv_rebuild(struct run_cbv *c, size_t size, int sorted)
 		c->slots[j] = *by[i];
 	}
 	free(by);
-	free(old);
+	run_cbv_slots_put(old, oldsize);
 }
 
 /* Double the table (its order is made when it settles). */
@@ -590,7 +633,7 @@ run_cbv_free_cb(struct op *op)
 		next = k->next;
 		free(k);
 	}
-	free(c->slots);
+	run_cbv_slots_put(c->slots, c->mask + 1);
 	free(c);
 }
 
@@ -987,7 +1030,7 @@ run_sink_create(const struct run *t, struct output *out, char **err)
 		c = xcalloc(1, sizeof *c);
 		c->mask = RUN_CBV_SLOTS - 1;
 		c->settle = RUN_CBV_SETTLE;
-		c->slots = xcalloc(RUN_CBV_SLOTS, sizeof *c->slots);
+		c->slots = run_cbv_slots_get(RUN_CBV_SLOTS);
 		s = &c->sink;
 		s->op.push = run_cbv_push_cb;
 		s->op.push_pieces = run_cbv_pieces_cb;

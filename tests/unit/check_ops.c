@@ -935,6 +935,49 @@ START_TEST(test_ops_count_by_value)
 }
 END_TEST
 
+START_TEST(test_ops_count_by_value_after_another)
+{
+	struct run	 t = { .mode = MODE_COUNT_BY_VALUE };
+	struct sent	 s;
+	json_t		*records;
+	char		*text, key[32];
+	size_t		 i;
+	int		 round;
+
+	/* A task whose table grows to the sparse size and settles, then
+	 * small ones: each counts its own records alone, in slot arrays
+	 * the tasks before gave back. */
+	records = json_array();
+	for (i = 0; i < 200000; i++) {
+		snprintf(key, sizeof key, "w-%zu", i % 15000);
+		json_array_append_new(records, json_string(key));
+	}
+	text = json_dumps(records, JSON_COMPACT);
+	json_decref(records);
+	ck_assert_int_eq(ops_task(text, 1, 0, &t, &s), 0);
+	free(text);
+	ck_assert_uint_eq(s.c.n, 2 * 15000);
+	capture_clear(&s.c);
+	for (round = 0; round < 3; round++) {
+		ck_assert_int_eq(ops_task("[\"b\", \"w-7\", \"b\"]", 1, 0,
+		    &t, &s), 0);
+		ck_assert_uint_eq(s.c.n, 4);
+		for (i = 0; i < s.c.n; i += 2) {
+			if (s.c.recs[i].len == 1) {
+				capture_expect_str(&s.c, i, "b");
+				ck_assert_int_eq(ops_pair_count(&s.c, i + 1),
+				    2);
+			} else {
+				capture_expect_str(&s.c, i, "w-7");
+				ck_assert_int_eq(ops_pair_count(&s.c, i + 1),
+				    1);
+			}
+		}
+		capture_clear(&s.c);
+	}
+}
+END_TEST
+
 START_TEST(test_ops_count_by_value_wide)
 {
 	struct run	 t = { .mode = MODE_COUNT_BY_VALUE };
@@ -1571,6 +1614,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_ops_reduce);
 	tcase_add_test(tc, test_ops_count_by_value);
 	tcase_add_test(tc, test_ops_count_by_value_wide);
+	tcase_add_test(tc, test_ops_count_by_value_after_another);
 	tcase_add_test(tc, test_ops_text_blocks);
 	tcase_add_test(tc, test_ops_text_blocks_large);
 	tcase_add_test(tc, test_ops_text_lines_sent);

@@ -412,8 +412,12 @@ if want wordcount; then
 	wm=$(result wc_ember_mbs)
 	printf 'word count speed: ember median of 5 %s MB/s (min %s, max %s) ' \
 	    "$wm" "$(result wc_ember_min_mbs)" "$(result wc_ember_max_mbs)"
-	printf '| sort|uniq -c %s MB/s | Counter %s MB/s  ' \
+	printf '| sort|uniq -c %s MB/s | Counter %s MB/s ' \
 	    "$(result wc_sort_mbs)" "$(result wc_counter_mbs)"
+	wk=$(result wc_counter_mbs)
+	printf '| ember/Counter %s (min %s, max %s)  ' "$(div "$wm" "$wk" 1)" \
+	    "$(div "$(result wc_ember_min_mbs)" "$wk" 1)" \
+	    "$(div "$(result wc_ember_max_mbs)" "$wk" 1)"
 	printf '[target >= 1500 MB/s: %s]\n' "$(verdict "$wm >= 1500")"
 fi
 if want regex; then

@@ -1479,6 +1479,39 @@ START_TEST(test_ops_text_lines_sent)
 }
 END_TEST
 
+START_TEST(test_ops_text_blocks_wide)
+{
+	char		 path[] = "/tmp/ember-check-wide-XXXXXX";
+	json_t		*fast;
+	FILE		*fp;
+	uint64_t	 seed = 9;
+	int64_t		 in;
+	int		 fd, line, i;
+
+	/* 40,000 distinct words of 2 to 17 bytes, some lines with empty
+	 * pieces: the table grows past its sparse size and settles while
+	 * blocks are counted, a batch of lookups across each growth. */
+	ck_assert_int_ne(fd = mkstemp(path), -1);
+	ck_assert_ptr_nonnull(fp = fdopen(fd, "w"));
+	for (line = 0; line < 20000; line++) {
+		for (i = 0; i < 8; i++) {
+			seed = seed * 6364136223846793005ULL +
+			    1442695040888963407ULL;
+			fprintf(fp, i == 0 ? "%.*s%u" : (seed >> 62) == 0 ?
+			    "  %.*s%u" : " %.*s%u", (int)((seed >> 40) % 13),
+			    "abcdefghijklm", (unsigned)((seed >> 20) % 40000));
+		}
+		fputc('\n', fp);
+	}
+	ck_assert_int_eq(fclose(fp), 0);
+	fast = ops_word_counts_agree(path, 2, &in);
+	ck_assert_int_eq(in, 20000);
+	ck_assert_int_gt(json_object_size(fast), 30000);
+	json_decref(fast);
+	unlink(path);
+}
+END_TEST
+
 #ifdef PIECES_SSE2
 /* Find the delimiters of p[0, 64) with AVX2, built for it here. */
 __attribute__((target("avx2"))) static uint64_t
@@ -1618,6 +1651,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_ops_text_blocks);
 	tcase_add_test(tc, test_ops_text_blocks_large);
 	tcase_add_test(tc, test_ops_text_lines_sent);
+	tcase_add_test(tc, test_ops_text_blocks_wide);
 	tcase_add_test(tc, test_ops_pieces_delims);
 	tcase_add_test(tc, test_ops_hash_mix);
 	tcase_add_test(tc, test_ops_count_byte);

@@ -537,7 +537,7 @@ run_cbv_count_steps_sse2(struct run_cbv *c, const char *data, size_t to,
 }
 
 /* run_cbv_count_steps with AVX2, where the CPU has it. */
-__attribute__((target("avx2"))) static int64_t
+__attribute__((target("avx2,bmi"))) static int64_t
 run_cbv_count_steps_avx2(struct run_cbv *c, const char *data, size_t to,
     size_t *start, char sep)
 {
@@ -555,7 +555,8 @@ run_cbv_pieces_cb(struct op *op, const char *data, size_t len, char sep)
 	/* 64-byte steps while 16 bytes are left past them. */
 	if (len >= 64 + 16) {
 		to = (len - 16) & ~(size_t)63;
-		pieces = __builtin_cpu_supports("avx2") ?
+		pieces = __builtin_cpu_supports("avx2") &&
+		    __builtin_cpu_supports("bmi") ?
 		    run_cbv_count_steps_avx2(c, data, to, &start, sep) :
 		    run_cbv_count_steps_sse2(c, data, to, &start, sep);
 	}

@@ -429,69 +429,37 @@ run_cbv_push_cb(struct op *op, const struct record *r)
 }
 
 #ifdef PIECES_SSE2
-/* Short pieces waiting for their slots, whose lines are being fetched. */
-#define RUN_CBV_BATCH	32
-
-struct run_cbv_batch {
-	uint64_t	 k0[RUN_CBV_BATCH], k1[RUN_CBV_BATCH];
-	uint64_t	 len[RUN_CBV_BATCH], h[RUN_CBV_BATCH];
-};
-
-/* Count a batch's piece that was not at its first probe, or a new one. */
+/* Count a short piece that is not in its own slot, or a new one: rare
+ * once the table has settled, so kept out of the step loop. */
 static __attribute__((noinline)) void
-run_cbv_batch_miss(struct run_cbv *c, const struct run_cbv_batch *b, int i)
+run_cbv_count_miss(struct run_cbv *c, uint64_t k0, uint64_t k1, size_t len,
+    uint64_t h)
 {
-	run_cbv_count_hashed(c, b->k0[i], b->k1[i], b->len[i], b->h[i]);
-}
-
-/*
- * Count the first n pieces of a batch: most are at their first probe.
- * No piece of a batch is empty, so a free slot (all zeros) never
- * matches one; the table moves only when a miss grows or settles it.
- */
-static void
-run_cbv_batch_flush(struct run_cbv *c, const struct run_cbv_batch *b, int n)
-{
-	struct run_cbv_slot	*slots = c->slots, *s;
-	size_t			 mask = c->mask;
-	int			 i;
-
-	for (i = 0; i < n; i++) {
-		s = &slots[b->h[i] & mask];
-		if (__builtin_expect(s->k[0] == b->k0[i] &&
-		    s->k[1] == b->k1[i] && s->len == b->len[i], 1))
-			s->count++;
-		else {
-			run_cbv_batch_miss(c, b, i);
-			slots = c->slots;
-			mask = c->mask;
-		}
-	}
+	run_cbv_count_hashed(c, k0, k1, len, h);
 }
 
 /*
  * Count the pieces of data that end in [0, to), to a multiple of 64, from
  * the one that starts at *start, finding their ends 64 bytes a step; move
- * *start past the last.  A short piece waits in the batch while its
- * slot's line is fetched: looking up a batch of slots that are on their
- * way costs one wait to memory, not one each (counting in another order
- * gives the same counts).  Its two loads may run 16 bytes past its start,
- * which is before to: data holds 16 bytes past to.  The prefetches use
- * the table as it was at the last flush: one that grew since only makes
- * them useless until the next.
+ * *start past the last.  A short piece is looked up in its own slot at
+ * once: the table is sparse and its most counted keys are in their own
+ * slots, so the branch is predicted and the lookups of the next pieces
+ * run while a slot's line is fetched.  A piece is never empty here, so a
+ * free slot (all zeros) never matches one; the table moves only when a
+ * miss grows or settles it.  Its two loads may run 16 bytes past its
+ * start, which is before to: data holds 16 bytes past to.
  */
 __attribute__((always_inline)) static inline int64_t
 run_cbv_count_steps(struct run_cbv *c, const char *data, size_t to,
     size_t *start, char sep, int avx2)
 {
-	struct run_cbv_batch	 b;
-	const struct run_cbv_slot *slots = c->slots;
+	struct run_cbv_slot	*slots = c->slots, *x;
 	const char		*p;
 	size_t			 mask = c->mask;
 	__m128i			 vsep = _mm_set1_epi8(sep);
 	__m128i			 vnl = _mm_set1_epi8('\n');
 	uint64_t		 bits, k0, k1, h;
-	size_t			 at, e, n, nb = 0, s = *start;
+	size_t			 at, e, n, s = *start;
 	int64_t			 pieces = 0;
 
 	for (at = 0; at < to; at += 64) {
@@ -506,24 +474,23 @@ run_cbv_count_steps(struct run_cbv *c, const char *data, size_t to,
 			/* Empty (n - 1 wraps) or long: counted at once. */
 			if (__builtin_expect(n - 1 >= RUN_CBV_INLINE, 0)) {
 				run_cbv_count(c, p, n);
+				slots = c->slots;
+				mask = c->mask;
 				continue;
 			}
 			pieces_words(p, n, &k0, &k1);
 			h = hash_short(k0, k1, n);
-			__builtin_prefetch(&slots[h & mask]);
-			b.k0[nb] = k0;
-			b.k1[nb] = k1;
-			b.len[nb] = n;
-			b.h[nb] = h;
-			if (++nb == RUN_CBV_BATCH) {
-				run_cbv_batch_flush(c, &b, (int)nb);
-				nb = 0;
+			x = &slots[h & mask];
+			if (__builtin_expect(x->k[0] == k0 && x->k[1] == k1 &&
+			    x->len == n, 1))
+				x->count++;
+			else {
+				run_cbv_count_miss(c, k0, k1, n, h);
 				slots = c->slots;
 				mask = c->mask;
 			}
 		}
 	}
-	run_cbv_batch_flush(c, &b, (int)nb);
 	*start = s;
 	return (pieces);
 }

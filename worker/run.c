@@ -446,8 +446,9 @@ run_cbv_count_miss(struct run_cbv *c, uint64_t k0, uint64_t k1, size_t len,
  * slots, so the branch is predicted and the lookups of the next pieces
  * run while a slot's line is fetched.  A piece is never empty here, so a
  * free slot (all zeros) never matches one; the table moves only when a
- * miss grows or settles it.  Its two loads may run 16 bytes past its
- * start, which is before to: data holds 16 bytes past to.
+ * new key grows it (a miss, or a long or empty piece).  Its two loads may
+ * run 16 bytes past its start, which is before to: data holds 16 bytes
+ * past to.
  */
 __attribute__((always_inline)) static inline int64_t
 run_cbv_count_steps(struct run_cbv *c, const char *data, size_t to,

@@ -1,6 +1,7 @@
 #include <sys/types.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -49,6 +50,11 @@ static struct forkserver *volatile forkserver_loading;
 /* Signals arrive as bytes on this pipe, read by the poll loop. */
 static int	forkserver_signal_pipe[2] = { -1, -1 };
 
+/* SIGCHLD, blocked, is read from this descriptor by the poll loop: no
+ * handler interrupts the poll to write to the pipe for the pass after,
+ * and no signal frame is pushed on a stack a fork has just shared. */
+static int	forkserver_sigchld_fd = -1;
+
 /* A worker that had to start Python itself sends a byte on this pair (a
  * socket: a worker whose fork-server has closed its end gets EPIPE, not
  * SIGPIPE): the fork-server then starts it for the workers after.  Closed
@@ -82,21 +88,28 @@ forkserver_signal_cb(int sig)
 	errno = saved;
 }
 
-/* Set up the signal pipe and handlers. */
+/* Set up the signal pipe, the SIGCHLD descriptor and the handlers. */
 static void
 forkserver_signals(void)
 {
 	struct sigaction	sa;
+	sigset_t		chld;
 	int			i;
 
 	if (pipe2(forkserver_signal_pipe, O_CLOEXEC | O_NONBLOCK) == -1)
 		fatal("pipe2");
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	if (sigprocmask(SIG_BLOCK, &chld, NULL) == -1)
+		fatal("sigprocmask");
+	if ((forkserver_sigchld_fd = signalfd(-1, &chld, SFD_CLOEXEC |
+	    SFD_NONBLOCK)) == -1)
+		fatal("signalfd");
 	memset(&sa, 0, sizeof sa);
 	sigemptyset(&sa.sa_mask);
 	sa.sa_flags = SA_RESTART;
 	sa.sa_handler = forkserver_signal_cb;
-	if (sigaction(SIGCHLD, &sa, NULL) == -1 ||
-	    sigaction(SIGTERM, &sa, NULL) == -1)
+	if (sigaction(SIGTERM, &sa, NULL) == -1)
 		fatal("sigaction");
 	/* A terminal's ^C or hangup is emberd's to handle: it closes fd 3. */
 	sa.sa_handler = SIG_IGN;
@@ -228,6 +241,7 @@ forkserver_child(struct forkserver *fs, int sv[2], int helper)
 	close(sv[0]);
 	close(forkserver_signal_pipe[0]);
 	close(forkserver_signal_pipe[1]);
+	close(forkserver_sigchld_fd);
 	if (forkserver_python_pipe[0] != -1)
 		close(forkserver_python_pipe[0]);
 	/* Only a worker runs python ops. */
@@ -374,7 +388,6 @@ forkserver_dispatch_signals(struct forkserver *fs)
 {
 	unsigned char	buf[64];
 	ssize_t		n, i;
-	int		reap = 0;
 
 	while ((n = read(forkserver_signal_pipe[0], buf, sizeof buf)) > 0) {
 		for (i = 0; i < n; i++) {
@@ -382,12 +395,24 @@ forkserver_dispatch_signals(struct forkserver *fs)
 				log_info("terminated");
 				forkserver_exit(fs, 0);
 			}
-			if (buf[i] == SIGCHLD)
-				reap = 1;
 		}
 	}
-	if (reap)
-		forkserver_reap(fs);
+}
+
+/*
+ * Take the pending SIGCHLD and reap.  One read is enough: SIGCHLD is not
+ * queued, so at most one is pending, and the reap takes every exited
+ * child, whichever exit it was sent for.
+ */
+static void
+forkserver_dispatch_sigchld(struct forkserver *fs)
+{
+	struct signalfd_siginfo	si[4];
+
+	if (read(forkserver_sigchld_fd, si, sizeof si) == -1 &&
+	    errno != EAGAIN && errno != EINTR)
+		fatal("read signalfd");
+	forkserver_reap(fs);
 }
 
 /* Python was started (or tried): note what it did to the signals, and
@@ -632,7 +657,7 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 {
 	struct forkserver	 fs;
 	struct fs_msg		 hello = { FS_HELLO, EMBER_PROTOCOL_VERSION, 0, 0 };
-	struct pollfd		 pfd[3];
+	struct pollfd		 pfd[4];
 	pid_t			 parent;
 
 	memset(&fs, 0, sizeof fs);
@@ -679,16 +704,20 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 	pfd[1].fd = forkserver_signal_pipe[0];
 	pfd[1].events = POLLIN;
 	pfd[2].events = POLLIN;
+	pfd[3].fd = forkserver_sigchld_fd;
+	pfd[3].events = POLLIN;
 	for (;;) {
 		/* -1 once Python is up: poll ignores it. */
 		pfd[2].fd = forkserver_python_pipe[0];
-		if (poll(pfd, 3, -1) == -1) {
+		if (poll(pfd, 4, -1) == -1) {
 			if (errno == EINTR)
 				continue;
 			fatal("poll");
 		}
 		if (pfd[1].revents != 0)
 			forkserver_dispatch_signals(&fs);
+		if (pfd[3].revents != 0)
+			forkserver_dispatch_sigchld(&fs);
 		if (pfd[2].revents != 0 && forkserver_python_pipe[0] != -1)
 			forkserver_python(&fs);
 		if (pfd[0].revents != 0)

@@ -523,6 +523,121 @@ forkserver_dispatch(struct forkserver *fs)
 	}
 }
 
+/* Write all of len bytes, or exit the child that writes them. */
+static void
+forkserver_lookup_write(int fd, const void *p, size_t len)
+{
+	ssize_t	n;
+
+	while (len > 0) {
+		if ((n = write(fd, p, len)) == -1) {
+			if (errno == EINTR)
+				continue;
+			_exit(1);
+		}
+		p = (const char *)p + n;
+		len -= (size_t)n;
+	}
+}
+
+/* In the lookup's child: write the user's groups' count (-1 without a
+ * passwd entry), the gids and the name, and exit. */
+static __attribute__((noreturn)) void
+forkserver_lookup_child(int fd, uid_t uid, gid_t gid)
+{
+	struct passwd	*pw;
+	gid_t		*groups = NULL;
+	int		 n = 16, want;
+
+	if ((pw = getpwuid(uid)) == NULL) {
+		n = -1;
+		forkserver_lookup_write(fd, &n, sizeof n);
+		_exit(0);
+	}
+	for (;;) {
+		groups = xreallocarray(groups, (size_t)n, sizeof *groups);
+		want = n;
+		if (getgrouplist(pw->pw_name, gid, groups, &want) != -1)
+			break;
+		if (want <= n)
+			_exit(1);
+		n = want;
+	}
+	n = want;
+	forkserver_lookup_write(fd, &n, sizeof n);
+	forkserver_lookup_write(fd, groups, (size_t)n * sizeof *groups);
+	forkserver_lookup_write(fd, pw->pw_name, strlen(pw->pw_name));
+	_exit(0);
+}
+
+/*
+ * Look uid up: its name (NULL without a passwd entry) and the groups of
+ * uid:gid in *groups, their count returned.  In a child of ours, which
+ * exits: the name service's modules (libnss_systemd, and libcap and libm
+ * with it: 15 of the fork-server's mappings) are loaded there, never
+ * here, where every fork() would copy their page tables and every
+ * worker's exit unmap them (bench/README.md, "Fresh worker").
+ */
+static int
+forkserver_lookup(uid_t uid, gid_t gid, gid_t **groups, char **name)
+{
+	char	*buf = NULL;
+	size_t	 len = 0, size = 0;
+	ssize_t	 r;
+	pid_t	 pid;
+	int	 p[2], status, n;
+
+	if (pipe2(p, O_CLOEXEC) == -1)
+		fatal("pipe2");
+	if ((pid = fork()) == -1)
+		fatal("fork");
+	if (pid == 0) {
+		close(p[0]);
+		forkserver_lookup_child(p[1], uid, gid);
+	}
+	close(p[1]);
+	for (;;) {
+		if (len == size) {
+			size = size == 0 ? 4096 : size * 2;
+			buf = xrealloc(buf, size + 1);
+		}
+		if ((r = read(p[0], buf + len, size - len)) == -1) {
+			if (errno == EINTR)
+				continue;
+			fatal("read the user's lookup");
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	close(p[0]);
+	while (waitpid(pid, &status, 0) == -1) {
+		if (errno != EINTR)
+			fatal("waitpid the user's lookup");
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+	    len < sizeof n)
+		fatalx("the lookup of uid %lu failed (status %#x)",
+		    (unsigned long)uid, status);
+	memcpy(&n, buf, sizeof n);
+	*groups = NULL;
+	*name = NULL;
+	if (n == -1) {
+		free(buf);
+		return (0);
+	}
+	if (n < 0 || len < sizeof n + (size_t)n * sizeof **groups)
+		fatalx("the lookup of uid %lu: a short answer",
+		    (unsigned long)uid);
+	*groups = xreallocarray(NULL, (size_t)n + 1, sizeof **groups);
+	memcpy(*groups, buf + sizeof n, (size_t)n * sizeof **groups);
+	len -= sizeof n + (size_t)n * sizeof **groups;
+	buf[sizeof n + (size_t)n * sizeof **groups + len] = '\0';
+	*name = xstrdup(buf + sizeof n + (size_t)n * sizeof **groups);
+	free(buf);
+	return (n);
+}
+
 /*
  * Become uid:gid for good, before anything a job brings (a plugin) runs:
  * supplementary groups first, while we may still set them, then the gids
@@ -534,21 +649,20 @@ forkserver_dispatch(struct forkserver *fs)
 static void
 forkserver_drop(uid_t uid, gid_t gid)
 {
-	struct passwd	*pw;
 	uid_t		 ruid, euid, suid;
-	gid_t		 rgid, egid, sgid;
-	char		*name = NULL;
-	int		 ngroups = 0;
+	gid_t		 rgid, egid, sgid, *groups;
+	char		*name;
+	int		 ngroups;
 
 	if (uid == 0)
 		fatalx("--user 0:%lu: a job is never run as root",
 		    (unsigned long)gid);
-	if ((pw = getpwuid(uid)) != NULL) {
-		name = xstrdup(pw->pw_name);
-		if (initgroups(name, gid) == -1)
-			fatal("initgroups %s", name);
-	} else if (setgroups(0, NULL) == -1)
-		fatal("setgroups");
+	/* As initgroups(3) would, without the name service in this process. */
+	ngroups = forkserver_lookup(uid, gid, &groups, &name);
+	if (setgroups((size_t)ngroups, groups) == -1)
+		fatal("setgroups for %s", name != NULL ? name : "no passwd "
+		    "entry");
+	free(groups);
 	if (setresgid(gid, gid, gid) == -1)
 		fatal("setresgid %lu", (unsigned long)gid);
 	if (setresuid(uid, uid, uid) == -1)
@@ -568,8 +682,6 @@ forkserver_drop(uid_t uid, gid_t gid)
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1)
 		fatal("prctl PR_SET_NO_NEW_PRIVS");
 
-	if (log_enabled(LOG_LEVEL_DEBUG))
-		ngroups = getgroups(0, NULL);
 	log_debug("running as uid %lu (%s) gid %lu with %d supplementary "
 	    "groups, no new privileges", (unsigned long)uid,
 	    name != NULL ? name : "no passwd entry", (unsigned long)gid,

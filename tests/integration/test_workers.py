@@ -178,6 +178,22 @@ def test_fresh_worker_reaped_in_one_pass(d):
                        "".join(lines[-30:])))
 
 
+@with_daemon(sets=["workers.max=1", "workers.reuse=no"])
+def test_forkserver_maps_no_name_service(d):
+    """The fork-server looks its user up (name, groups) in a child that
+    exits: the name service's modules (libnss_systemd and what it links)
+    are never in the address space every worker is forked from
+    (bench/README.md, "Fresh worker")."""
+    c = d.client()
+    check_eq(c.count(range_plan(0, 2, 1, ops=[{"map": "upper"}])), 2,
+             "a job")
+    fs = d.forkserver_pid()
+    with open("/proc/%d/maps" % fs) as f:
+        nss = sorted(set(line.split()[-1] for line in f
+                         if "libnss_" in line))
+    check_eq(nss, [], "name-service modules in the fork-server")
+
+
 def _traced(pid):
     """Is pid being traced?"""
     with open("/proc/%d/status" % pid) as f:

@@ -181,7 +181,8 @@ fork_once(long n)
  * the best microseconds per task, the median in *med, the worst in *max.
  * With ratio non-NULL, each run is framed by fork_once of half as many
  * forks just before and just after it (so both see the same load), and
- * ratio[i] is the run's us/task over those forks' mean.
+ * ratio[i] is the run's us/task over the lesser of the two: a burst of
+ * other work during one of them must not flatter the ratio.
  */
 static double
 tasks_on(const char *path, const char *name, int reuse, long tasks,
@@ -189,7 +190,7 @@ tasks_on(const char *path, const char *name, int reuse, long tasks,
 {
 	struct ember	*e;
 	struct counters	 a, b, d;
-	double		*secs, best, f;
+	double		*secs, best, f, f2;
 	char		 plan[256], warm[256];
 	long		 i;
 
@@ -209,7 +210,8 @@ tasks_on(const char *path, const char *name, int reuse, long tasks,
 		secs[i] = count_once(e, plan, tasks, tasks);
 		if (ratio == NULL)
 			continue;
-		f = (f + fork_once(tasks / 2)) / 2;
+		f2 = fork_once(tasks / 2);
+		f = f2 < f ? f2 : f;
 		ratio[i] = secs[i] * 1e6 / (double)tasks / f;
 		printf("  %s run %ld: %.1f us/task, fork+wait around it "
 		    "%.1f us, ratio %.2f\n", name, i + 1, secs[i] * 1e6 /

@@ -23,13 +23,15 @@
 
 static const struct pymodule	*pyload_module;
 static char			*pyload_failure;
-static int			 pyload_tried;
 
 /* What python_defer named, for the module once it is loaded. */
 static char *const	*pyload_preload;
 static size_t		 pyload_npreload;
 static int		 pyload_wanted_fd = -1;
 static int		 pyload_deferred;
+
+#ifdef HAVE_PYTHON
+static int	 pyload_tried;
 
 /* Log a message the module formatted. */
 static void
@@ -71,7 +73,6 @@ static const struct pymodule_host pyload_host = {
 	plan_python_kind_name
 };
 
-#ifdef HAVE_PYTHON
 /* The module's path: beside this ember-worker.  NULL if unknown. */
 static char *
 pyload_path(void)

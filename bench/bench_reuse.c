@@ -6,7 +6,9 @@
  * - tasks: a count over many small range partitions with a map, so every
  *   task runs in a worker and reads its records; microseconds per task on
  *   both daemons.  The baseline is fork(), _exit() in the child and
- *   waitpid() in the parent, as many times.
+ *   waitpid() in the parent, as many times; on the reuse-off daemon half
+ *   as many run just before and half just after each run, and the run's
+ *   ratio to them printed.
  * - broadcast: the experiment of Spark's worker reuse change.  A broadcast
  *   of the integers 0 .. N-1, one per line, is uploaded to both daemons;
  *   the job counts the elements of a small range that are in it, in many
@@ -138,6 +140,14 @@ check_run(const char *what, const struct counters *d, int64_t tasks,
 		    what, d->workers_forked, d->worker_reuses, tasks);
 }
 
+/* Sort n figures; their median. */
+static double
+median_of(double *v, long n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+}
+
 /* Fork a child that exits at once and wait for it, n times; us per fork. */
 static double
 fork_once(long n)
@@ -169,14 +179,18 @@ fork_once(long n)
 /*
  * Time runs counts of the many-task plan on one daemon, after a warm-up;
  * the best microseconds per task, the median in *med, the worst in *max.
+ * With ratio non-NULL, each run is framed by fork_once of half as many
+ * forks just before and just after it (so both see the same load), and
+ * ratio[i] is the run's us/task over the lesser of the two: a burst of
+ * other work during one of them must not flatter the ratio.
  */
 static double
 tasks_on(const char *path, const char *name, int reuse, long tasks,
-    long runs, double *med, double *max)
+    long runs, double *med, double *max, double *ratio)
 {
 	struct ember	*e;
 	struct counters	 a, b, d;
-	double		*secs, best;
+	double		*secs, best, f, f2;
 	char		 plan[256], warm[256];
 	long		 i;
 
@@ -191,8 +205,18 @@ tasks_on(const char *path, const char *name, int reuse, long tasks,
 	e = connect_or_die(path);
 	count_once(e, warm, WARMUP_TASKS, WARMUP_TASKS);
 	read_counters(e, &a);
-	for (i = 0; i < runs; i++)
+	for (i = 0; i < runs; i++) {
+		f = ratio != NULL ? fork_once(tasks / 2) : 0;
 		secs[i] = count_once(e, plan, tasks, tasks);
+		if (ratio == NULL)
+			continue;
+		f2 = fork_once(tasks / 2);
+		f = f2 < f ? f2 : f;
+		ratio[i] = secs[i] * 1e6 / (double)tasks / f;
+		printf("  %s run %ld: %.1f us/task, fork+wait around it "
+		    "%.1f us, ratio %.2f\n", name, i + 1, secs[i] * 1e6 /
+		    (double)tasks, f, ratio[i]);
+	}
 	read_counters(e, &b);
 	ember_close(e);
 	diff_counters(&a, &b, &d);
@@ -212,12 +236,16 @@ tasks_on(const char *path, const char *name, int reuse, long tasks,
 	return (best);
 }
 
-/* The per-task benchmark. */
+/*
+ * The per-task benchmark.  The fresh worker is judged by its ratio to
+ * fork+wait measured beside each run, not by an absolute time: a bare
+ * fork's price moves 2x with the machine and its load.
+ */
 static void
 bench_tasks(const char *on, const char *off, long tasks, long runs)
 {
 	double	fork_us[FORK_RUNS], f, on_us, off_us, med, max, off_med;
-	double	off_max;
+	double	off_max, *ratio;
 	long	i;
 
 	for (i = 0; i < FORK_RUNS; i++)
@@ -227,9 +255,11 @@ bench_tasks(const char *on, const char *off, long tasks, long runs)
 	printf("raw fork: fork + _exit + waitpid x %ld, best of %d: %.1f "
 	    "us/task\n", tasks, FORK_RUNS, f);
 
-	on_us = tasks_on(on, "reuse on ", 1, tasks, runs, &med, &max);
+	if ((ratio = calloc((size_t)runs, sizeof *ratio)) == NULL)
+		err(1, "calloc");
+	on_us = tasks_on(on, "reuse on ", 1, tasks, runs, &med, &max, NULL);
 	off_us = tasks_on(off, "reuse off", 0, tasks, runs, &off_med,
-	    &off_max);
+	    &off_max, ratio);
 	printf("reuse off / reuse on %.1f; reuse off - raw fork %.1f us/task\n",
 	    off_us / on_us, off_us - f);
 
@@ -238,6 +268,10 @@ bench_tasks(const char *on, const char *off, long tasks, long runs)
 	printf("result fork_us %.1f\n", f);
 	printf("result reuse_off_median_us %.1f\n", off_med);
 	printf("result reuse_off_max_us %.1f\n", off_max);
+	printf("result reuse_off_fork_ratio %.2f\n", median_of(ratio, runs));
+	printf("result reuse_off_fork_ratio_min %.2f\n", ratio[0]);
+	printf("result reuse_off_fork_ratio_max %.2f\n", ratio[runs - 1]);
+	free(ratio);
 }
 
 /* Make the broadcast's bytes: 0 .. n-1, one per line; its size in *size. */
@@ -311,14 +345,6 @@ broadcast_run(struct ember *e, const char *what, int reuse, int64_t id,
 	    d->broadcast_bytes_sent, (double)d->broadcast_bytes_sent / 1e6,
 	    d->workers_forked);
 	return (t);
-}
-
-/* Sort n figures; their median. */
-static double
-median_of(double *v, long n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
-	return (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
 }
 
 /* Print a figure's median, min and max over n runs. */

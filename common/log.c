@@ -235,11 +235,16 @@ log_vwrite(enum log_level level, const char *fmt, va_list ap, const char *suffix
 	errno = saved;
 }
 
+/* The level is checked before log_vwrite's 10 kB frame is entered: each
+ * page of stack it reaches is a page fault, a copy, in a process just
+ * forked (the fork-server, a new worker), for a message not written. */
 #define LOG_FUNCTION(name, level)			\
 void							\
 name(const char *fmt, ...)				\
 {							\
 	va_list ap;					\
+	if (!log_enabled(level))			\
+		return;					\
 	va_start(ap, fmt);				\
 	log_vwrite(level, fmt, ap, NULL);		\
 	va_end(ap);					\

@@ -39,8 +39,15 @@ proctitle_set(const char *name, const char *fmt, ...)
 	if (proctitle_area == NULL || proctitle_len < 2)
 		return;
 	memset(proctitle_area, 0, proctitle_len);
-	va_start(ap, fmt);
-	vsnprintf(proctitle_area, proctitle_len, fmt, ap);
-	va_end(ap);
+	/* A title without conversions (a new worker's) is copied: printf's
+	 * code, tables and frame are pages a child just forked would fault
+	 * in for it. */
+	if (strchr(fmt, '%') == NULL)
+		strncpy(proctitle_area, fmt, proctitle_len - 1);
+	else {
+		va_start(ap, fmt);
+		vsnprintf(proctitle_area, proctitle_len, fmt, ap);
+		va_end(ap);
+	}
 	prctl(PR_SET_NAME, name, 0, 0, 0);
 }

@@ -1,6 +1,7 @@
 #include <sys/types.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -49,6 +50,11 @@ static struct forkserver *volatile forkserver_loading;
 /* Signals arrive as bytes on this pipe, read by the poll loop. */
 static int	forkserver_signal_pipe[2] = { -1, -1 };
 
+/* SIGCHLD, blocked, is read from this descriptor by the poll loop: no
+ * handler interrupts the poll to write to the pipe for the pass after,
+ * and no signal frame is pushed on a stack a fork has just shared. */
+static int	forkserver_sigchld_fd = -1;
+
 /* A worker that had to start Python itself sends a byte on this pair (a
  * socket: a worker whose fork-server has closed its end gets EPIPE, not
  * SIGPIPE): the fork-server then starts it for the workers after.  Closed
@@ -82,21 +88,28 @@ forkserver_signal_cb(int sig)
 	errno = saved;
 }
 
-/* Set up the signal pipe and handlers. */
+/* Set up the signal pipe, the SIGCHLD descriptor and the handlers. */
 static void
 forkserver_signals(void)
 {
 	struct sigaction	sa;
+	sigset_t		chld;
 	int			i;
 
 	if (pipe2(forkserver_signal_pipe, O_CLOEXEC | O_NONBLOCK) == -1)
 		fatal("pipe2");
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	if (sigprocmask(SIG_BLOCK, &chld, NULL) == -1)
+		fatal("sigprocmask");
+	if ((forkserver_sigchld_fd = signalfd(-1, &chld, SFD_CLOEXEC |
+	    SFD_NONBLOCK)) == -1)
+		fatal("signalfd");
 	memset(&sa, 0, sizeof sa);
 	sigemptyset(&sa.sa_mask);
 	sa.sa_flags = SA_RESTART;
 	sa.sa_handler = forkserver_signal_cb;
-	if (sigaction(SIGCHLD, &sa, NULL) == -1 ||
-	    sigaction(SIGTERM, &sa, NULL) == -1)
+	if (sigaction(SIGTERM, &sa, NULL) == -1)
 		fatal("sigaction");
 	/* A terminal's ^C or hangup is emberd's to handle: it closes fd 3. */
 	sa.sa_handler = SIG_IGN;
@@ -228,6 +241,7 @@ forkserver_child(struct forkserver *fs, int sv[2], int helper)
 	close(sv[0]);
 	close(forkserver_signal_pipe[0]);
 	close(forkserver_signal_pipe[1]);
+	close(forkserver_sigchld_fd);
 	if (forkserver_python_pipe[0] != -1)
 		close(forkserver_python_pipe[0]);
 	/* Only a worker runs python ops. */
@@ -374,7 +388,6 @@ forkserver_dispatch_signals(struct forkserver *fs)
 {
 	unsigned char	buf[64];
 	ssize_t		n, i;
-	int		reap = 0;
 
 	while ((n = read(forkserver_signal_pipe[0], buf, sizeof buf)) > 0) {
 		for (i = 0; i < n; i++) {
@@ -382,12 +395,24 @@ forkserver_dispatch_signals(struct forkserver *fs)
 				log_info("terminated");
 				forkserver_exit(fs, 0);
 			}
-			if (buf[i] == SIGCHLD)
-				reap = 1;
 		}
 	}
-	if (reap)
-		forkserver_reap(fs);
+}
+
+/*
+ * Take the pending SIGCHLD and reap.  One read is enough: SIGCHLD is not
+ * queued, so at most one is pending, and the reap takes every exited
+ * child, whichever exit it was sent for.
+ */
+static void
+forkserver_dispatch_sigchld(struct forkserver *fs)
+{
+	struct signalfd_siginfo	si[4];
+
+	if (read(forkserver_sigchld_fd, si, sizeof si) == -1 &&
+	    errno != EAGAIN && errno != EINTR)
+		fatal("read signalfd");
+	forkserver_reap(fs);
 }
 
 /* Python was started (or tried): note what it did to the signals, and
@@ -498,6 +523,121 @@ forkserver_dispatch(struct forkserver *fs)
 	}
 }
 
+/* Write all of len bytes, or exit the child that writes them. */
+static void
+forkserver_lookup_write(int fd, const void *p, size_t len)
+{
+	ssize_t	n;
+
+	while (len > 0) {
+		if ((n = write(fd, p, len)) == -1) {
+			if (errno == EINTR)
+				continue;
+			_exit(1);
+		}
+		p = (const char *)p + n;
+		len -= (size_t)n;
+	}
+}
+
+/* In the lookup's child: write the user's groups' count (-1 without a
+ * passwd entry), the gids and the name, and exit. */
+static __attribute__((noreturn)) void
+forkserver_lookup_child(int fd, uid_t uid, gid_t gid)
+{
+	struct passwd	*pw;
+	gid_t		*groups = NULL;
+	int		 n = 16, want;
+
+	if ((pw = getpwuid(uid)) == NULL) {
+		n = -1;
+		forkserver_lookup_write(fd, &n, sizeof n);
+		_exit(0);
+	}
+	for (;;) {
+		groups = xreallocarray(groups, (size_t)n, sizeof *groups);
+		want = n;
+		if (getgrouplist(pw->pw_name, gid, groups, &want) != -1)
+			break;
+		if (want <= n)
+			_exit(1);
+		n = want;
+	}
+	n = want;
+	forkserver_lookup_write(fd, &n, sizeof n);
+	forkserver_lookup_write(fd, groups, (size_t)n * sizeof *groups);
+	forkserver_lookup_write(fd, pw->pw_name, strlen(pw->pw_name));
+	_exit(0);
+}
+
+/*
+ * Look uid up: its name (NULL without a passwd entry) and the groups of
+ * uid:gid in *groups, their count returned.  In a child of ours, which
+ * exits: the name service's modules (libnss_systemd, and libcap and libm
+ * with it: 15 of the fork-server's mappings) are loaded there, never
+ * here, where every fork() would copy their page tables and every
+ * worker's exit unmap them (bench/README.md, "Fresh worker").
+ */
+static int
+forkserver_lookup(uid_t uid, gid_t gid, gid_t **groups, char **name)
+{
+	char	*buf = NULL;
+	size_t	 len = 0, size = 0;
+	ssize_t	 r;
+	pid_t	 pid;
+	int	 p[2], status, n;
+
+	if (pipe2(p, O_CLOEXEC) == -1)
+		fatal("pipe2");
+	if ((pid = fork()) == -1)
+		fatal("fork");
+	if (pid == 0) {
+		close(p[0]);
+		forkserver_lookup_child(p[1], uid, gid);
+	}
+	close(p[1]);
+	for (;;) {
+		if (len == size) {
+			size = size == 0 ? 4096 : size * 2;
+			buf = xrealloc(buf, size + 1);
+		}
+		if ((r = read(p[0], buf + len, size - len)) == -1) {
+			if (errno == EINTR)
+				continue;
+			fatal("read the user's lookup");
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	close(p[0]);
+	while (waitpid(pid, &status, 0) == -1) {
+		if (errno != EINTR)
+			fatal("waitpid the user's lookup");
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+	    len < sizeof n)
+		fatalx("the lookup of uid %lu failed (status %#x)",
+		    (unsigned long)uid, status);
+	memcpy(&n, buf, sizeof n);
+	*groups = NULL;
+	*name = NULL;
+	if (n == -1) {
+		free(buf);
+		return (0);
+	}
+	if (n < 0 || len < sizeof n + (size_t)n * sizeof **groups)
+		fatalx("the lookup of uid %lu: a short answer",
+		    (unsigned long)uid);
+	*groups = xreallocarray(NULL, (size_t)n + 1, sizeof **groups);
+	memcpy(*groups, buf + sizeof n, (size_t)n * sizeof **groups);
+	len -= sizeof n + (size_t)n * sizeof **groups;
+	buf[sizeof n + (size_t)n * sizeof **groups + len] = '\0';
+	*name = xstrdup(buf + sizeof n + (size_t)n * sizeof **groups);
+	free(buf);
+	return (n);
+}
+
 /*
  * Become uid:gid for good, before anything a job brings (a plugin) runs:
  * supplementary groups first, while we may still set them, then the gids
@@ -509,21 +649,20 @@ forkserver_dispatch(struct forkserver *fs)
 static void
 forkserver_drop(uid_t uid, gid_t gid)
 {
-	struct passwd	*pw;
 	uid_t		 ruid, euid, suid;
-	gid_t		 rgid, egid, sgid;
-	char		*name = NULL;
-	int		 ngroups = 0;
+	gid_t		 rgid, egid, sgid, *groups;
+	char		*name;
+	int		 ngroups;
 
 	if (uid == 0)
 		fatalx("--user 0:%lu: a job is never run as root",
 		    (unsigned long)gid);
-	if ((pw = getpwuid(uid)) != NULL) {
-		name = xstrdup(pw->pw_name);
-		if (initgroups(name, gid) == -1)
-			fatal("initgroups %s", name);
-	} else if (setgroups(0, NULL) == -1)
-		fatal("setgroups");
+	/* As initgroups(3) would, without the name service in this process. */
+	ngroups = forkserver_lookup(uid, gid, &groups, &name);
+	if (setgroups((size_t)ngroups, groups) == -1)
+		fatal("setgroups for %s", name != NULL ? name : "no passwd "
+		    "entry");
+	free(groups);
 	if (setresgid(gid, gid, gid) == -1)
 		fatal("setresgid %lu", (unsigned long)gid);
 	if (setresuid(uid, uid, uid) == -1)
@@ -543,8 +682,6 @@ forkserver_drop(uid_t uid, gid_t gid)
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1)
 		fatal("prctl PR_SET_NO_NEW_PRIVS");
 
-	if (log_enabled(LOG_LEVEL_DEBUG))
-		ngroups = getgroups(0, NULL);
 	log_debug("running as uid %lu (%s) gid %lu with %d supplementary "
 	    "groups, no new privileges", (unsigned long)uid,
 	    name != NULL ? name : "no passwd entry", (unsigned long)gid,
@@ -632,7 +769,7 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 {
 	struct forkserver	 fs;
 	struct fs_msg		 hello = { FS_HELLO, EMBER_PROTOCOL_VERSION, 0, 0 };
-	struct pollfd		 pfd[3];
+	struct pollfd		 pfd[4];
 	pid_t			 parent;
 
 	memset(&fs, 0, sizeof fs);
@@ -679,16 +816,20 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 	pfd[1].fd = forkserver_signal_pipe[0];
 	pfd[1].events = POLLIN;
 	pfd[2].events = POLLIN;
+	pfd[3].fd = forkserver_sigchld_fd;
+	pfd[3].events = POLLIN;
 	for (;;) {
 		/* -1 once Python is up: poll ignores it. */
 		pfd[2].fd = forkserver_python_pipe[0];
-		if (poll(pfd, 3, -1) == -1) {
+		if (poll(pfd, 4, -1) == -1) {
 			if (errno == EINTR)
 				continue;
 			fatal("poll");
 		}
 		if (pfd[1].revents != 0)
 			forkserver_dispatch_signals(&fs);
+		if (pfd[3].revents != 0)
+			forkserver_dispatch_sigchld(&fs);
 		if (pfd[2].revents != 0 && forkserver_python_pipe[0] != -1)
 			forkserver_python(&fs);
 		if (pfd[0].revents != 0)

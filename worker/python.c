@@ -1,5 +1,8 @@
 /*
- * The python ops.  The interpreter is started in the fork-server, with
+ * The python ops, the module ember-worker-python.so that ember-worker loads
+ * when Python is first wanted (worker/pyload.c, worker/pymodule.h): each
+ * function below is python.h's of the same name.  The interpreter is
+ * started in the fork-server, with
  * ember_worker (worker/pyworker.py, built into a C string) and the
  * python.preload modules imported, and inherited by each worker fork()
  * makes, as pyspark/daemon.py does.  The worker's one thread holds the GIL
@@ -11,10 +14,8 @@
  * full: one call into Python per batch, not per record.  What comes back
  * leaves Python here, as bytes: str (UTF-8), bytes, None, int or float.
  */
-#ifdef HAVE_PYTHON
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#endif
 
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -45,68 +46,10 @@
 #include "ops.h"
 #include "plan.h"
 #include "protocol.h"
-#include "python.h"
+#include "pyhost.h"
+#include "pymodule.h"
 #include "xmalloc.h"
 
-#ifndef HAVE_PYTHON
-
-/* Nothing to defer: there is no interpreter. */
-void
-python_defer(__attribute__((unused)) char *const *preload,
-    __attribute__((unused)) size_t npreload,
-    __attribute__((unused)) int wanted_fd)
-{
-}
-
-/* Start nothing: there is no interpreter. */
-void
-python_start(void)
-{
-}
-
-/* Nothing to load: workers refuse python ops. */
-int
-python_broadcast_load(__attribute__((unused)) int64_t id,
-    __attribute__((unused)) int fd, __attribute__((unused)) uint64_t limit)
-{
-	return (-1);
-}
-
-/* Nothing was loaded. */
-void
-python_broadcast_unload(__attribute__((unused)) int64_t id)
-{
-}
-
-/* No interpreter, no hooks. */
-void
-python_fork_before(void)
-{
-}
-
-/* No interpreter, no hooks. */
-void
-python_fork_parent(void)
-{
-}
-
-/* No interpreter, no hooks. */
-void
-python_fork_child(void)
-{
-}
-
-/* Refuse the op: emberd refuses such plans, so this is a stale worker. */
-struct op *
-python_op_create(__attribute__((unused)) const struct plan_op *first,
-    __attribute__((unused)) size_t n, __attribute__((unused)) struct chain *c,
-    char **err)
-{
-	*err = xstrdup("python: this ember-worker was built without Python");
-	return (NULL);
-}
-
-#else
 
 /* Records handed to Python at a time, and bytes at most. */
 #define PYTHON_BATCH_RECORDS	1024
@@ -249,7 +192,7 @@ python_load_worker(void)
 
 static void	python_start_interpreter(char *const *, size_t);
 
-void
+static void
 python_defer(char *const *preload, size_t npreload, int wanted_fd)
 {
 	python_preload = preload;
@@ -263,7 +206,7 @@ python_defer(char *const *preload, size_t npreload, int wanted_fd)
  * fork-server, reachable only from Python's own arenas, which the leak
  * checker does not scan: it is told to look away.
  */
-void
+static void
 python_start(void)
 {
 	if (python_tried)
@@ -404,7 +347,7 @@ python_preload_call(int64_t id, const void *bytes, size_t len,
 	return (ok);
 }
 
-int
+static int
 python_broadcast_load(int64_t id, int fd, uint64_t limit)
 {
 	struct stat	 st;
@@ -441,7 +384,7 @@ python_broadcast_load(int64_t id, int fd, uint64_t limit)
 	return (rc);
 }
 
-void
+static void
 python_broadcast_unload(int64_t id)
 {
 	PyObject	*rc;
@@ -462,7 +405,7 @@ python_broadcast_unload(int64_t id)
 }
 
 /* Take the interpreter's locks before fork(). */
-void
+static void
 python_fork_before(void)
 {
 	if (python_started)
@@ -470,7 +413,7 @@ python_fork_before(void)
 }
 
 /* Release them in the fork-server. */
-void
+static void
 python_fork_parent(void)
 {
 	if (python_started)
@@ -478,7 +421,7 @@ python_fork_parent(void)
 }
 
 /* Make the worker's interpreter its own. */
-void
+static void
 python_fork_child(void)
 {
 	if (python_started)
@@ -830,7 +773,7 @@ python_specs(const struct plan_op *first, size_t n)
 }
 
 /* Make a stage for n python ops. */
-struct op *
+static struct op *
 python_op_create(const struct plan_op *first, size_t n, struct chain *chain,
     char **err)
 {
@@ -868,4 +811,27 @@ python_op_create(const struct plan_op *first, size_t n, struct chain *chain,
 	return (&p->op);
 }
 
-#endif
+/* What the module does, for pyload.c. */
+static const struct pymodule python_table = {
+	PYMODULE_VERSION,
+	python_defer,
+	python_start,
+	python_broadcast_load,
+	python_broadcast_unload,
+	python_fork_before,
+	python_fork_parent,
+	python_fork_child,
+	python_op_create
+};
+
+pymodule_init_fn	pymodule_init __attribute__((visibility("default")));
+
+/* Take ember-worker's host table (pyhost.c); the module's table. */
+const struct pymodule *
+pymodule_init(const struct pymodule_host *host)
+{
+	if (host->version != PYMODULE_VERSION)
+		return (NULL);
+	pyhost_set(host);
+	return (&python_table);
+}

@@ -1,11 +1,14 @@
 /*
- * The python ops: CPython embedded in ember-worker.  The fork-server starts
+ * The python ops: CPython embedded in ember-worker, in a module
+ * (worker/python.c, ember-worker-python.so) that worker/pyload.c loads
+ * the first time one of these functions needs it; until then the fork
+ * hooks do nothing and nothing of Python is mapped.  The fork-server starts
  * the interpreter once (python_start), when python.preload names modules
  * or when Python is first wanted, and every worker it forks after
  * inherits it, copy-on-write, with the modules of python.preload imported.  A run of
  * consecutive python ops is one stage, one op of the chain, that hands
  * records to Python in batches (worker/pyworker.py).  Without Python
- * (./configure --without-python) the same functions are stubs.
+ * (./configure --without-python) there is no module and python ops fail.
  */
 #ifndef EMBER_WORKER_PYTHON_H
 #define EMBER_WORKER_PYTHON_H

@@ -355,6 +355,37 @@ def test_python_started_when_first_wanted(d):
     check_eq(d.forkserver_pid(), fs, "the same fork-server all along")
 
 
+def _maps_python(pid):
+    """Whether process pid has libpython mapped."""
+    with open("/proc/%d/maps" % pid) as f:
+        return "libpython" in f.read()
+
+
+@needs_python
+@with_daemon(sets=["workers.reuse=no", "workers.max=1"])
+def test_libpython_mapped_when_first_wanted(d):
+    """libpython and its libraries are out of the fork-server's address
+    space until Python is first wanted (the python ops are a module
+    dlopen'ed then): a worker without python ops forks without their
+    mappings.  Once a python job has run, the fork-server has them, and
+    its workers run python ops from the fork."""
+    with _session(d) as sc:
+        check_eq(sc.range(10, partitions=2).map_upper().count(), 10,
+                 "a job without python ops")
+        fs = d.forkserver_pid()
+        check(not _maps_python(fs),
+              "the fork-server mapped libpython before any job wanted it")
+        got = sc.range(4, partitions=2).map(lambda x: int(x) * 3).collect()
+        check_eq(got, [str(x * 3) for x in range(4)],
+                 "the python job's records")
+        check(wait_until(lambda: _maps_python(fs), 10),
+              "the fork-server never loaded libpython once wanted")
+        got = sc.range(4, partitions=2).map(lambda x: int(x) + 2).collect()
+        check_eq(got, [str(x + 2) for x in range(4)],
+                 "a python job on workers forked after")
+    check_eq(d.forkserver_pid(), fs, "the same fork-server all along")
+
+
 def _inner(x):
     raise ValueError("boom on %r" % x)
 

@@ -135,6 +135,65 @@ def test_fresh_worker_opens_nothing(d):
     check_eq(opens, [], "files the fork-server and its worker opened")
 
 
+# What the fork-server itself does for a fresh worker, its debug lines off:
+# read the request, make the socketpair, fork, answer, kill on emberd's
+# word, reap, report.
+FRESH_WORKER_SYSCALLS = 21
+
+
+@skip_unless(shutil.which("strace"), "no strace")
+@with_daemon(sets=["workers.max=1", "workers.reuse=no",
+                  "daemon.log_level=info"])
+def test_fresh_worker_reaped_in_one_pass(d):
+    """The fork-server reaps a worker in the loop pass that hears of its
+    exit: no signal handler interrupting its poll to write to a pipe the
+    next pass reads (bench/README.md, "Fresh worker").  Counted as the
+    system calls it makes, alone, per fresh worker."""
+    c = d.client()
+    check_eq(c.count(range_plan(0, 2, 1, ops=[{"map": "upper"}])), 2,
+             "the first job")
+    fs = d.forkserver_pid()
+    out = os.path.join(d.tmpdir, "strace.out")
+    tracer = subprocess.Popen(["strace", "-qq", "-o", out, "-p", str(fs)],
+                              stderr=subprocess.DEVNULL)
+    n = 20
+    try:
+        check(wait_until(lambda: _traced(fs), 10),
+              "strace did not attach to the fork-server")
+        before = pool(c)["forks"]
+        check_eq(c.count(range_plan(0, n, n, ops=[{"map": "upper"}])), n,
+                 "the traced job")
+        check(wait_until(lambda: pool(c)["workers"] == 0, 10),
+              "the workers were not all reaped")
+        check_eq(pool(c)["forks"] - before, n, "workers forked")
+    finally:
+        tracer.terminate()
+        tracer.wait()
+    with open(out) as f:
+        lines = [line for line in f if not line.startswith(("---", "+++"))]
+    calls = len(lines) / n
+    check(calls <= FRESH_WORKER_SYSCALLS,
+          "the fork-server made %.1f system calls a fresh worker (at most "
+          "%d): %s" % (calls, FRESH_WORKER_SYSCALLS,
+                       "".join(lines[-30:])))
+
+
+@with_daemon(sets=["workers.max=1", "workers.reuse=no"])
+def test_forkserver_maps_no_name_service(d):
+    """The fork-server looks its user up (name, groups) in a child that
+    exits: the name service's modules (libnss_systemd and what it links)
+    are never in the address space every worker is forked from
+    (bench/README.md, "Fresh worker")."""
+    c = d.client()
+    check_eq(c.count(range_plan(0, 2, 1, ops=[{"map": "upper"}])), 2,
+             "a job")
+    fs = d.forkserver_pid()
+    with open("/proc/%d/maps" % fs) as f:
+        nss = sorted(set(line.split()[-1] for line in f
+                         if "libnss_" in line))
+    check_eq(nss, [], "name-service modules in the fork-server")
+
+
 def _traced(pid):
     """Is pid being traced?"""
     with open("/proc/%d/status" % pid) as f:

@@ -47,6 +47,12 @@ struct output {
 	uint64_t	 first_ms;	/* when buf's first record came */
 	int		(*stop_check)(void *);
 	void		*stop_arg;
+
+	size_t		 size;		/* buf's room */
+	/* While set, a record is copied before it is sent, and nothing is
+	 * sent unless the guard, asked after the copy, says the bytes were
+	 * good: a mapped file cut under the reads shows zeros. */
+	int		(*guard)(void);
 };
 
 /* Milliseconds on a coarse monotonic clock: cheap enough per batch. */
@@ -76,6 +82,7 @@ output_create(int fd)
 	out = xcalloc(1, sizeof *out);
 	out->fd = fd;
 	out->buf = xmalloc(OUTPUT_ROOM);
+	out->size = OUTPUT_ROOM;
 	return (out);
 }
 
@@ -94,6 +101,12 @@ void
 output_set_partition(struct output *out, int partition)
 {
 	out->partition = partition;
+}
+
+void
+output_set_guard(struct output *out, int (*guard)(void))
+{
+	out->guard = guard;
 }
 
 /* Reset the per-task state. */
@@ -142,6 +155,11 @@ output_writev(struct output *out, struct iovec *vec, int n, char **err)
 			*err = xstrdup("write to emberd: connection lost");
 		return (-1);
 	}
+	if (out->guard != NULL && out->guard()) {
+		if (err != NULL)
+			*err = xstrdup("the file shrank while it was read");
+		return (-1);
+	}
 	if (fd_writev_full(out->fd, all, n) == -1) {
 		out->broken = 1;
 		if (err != NULL)
@@ -176,13 +194,29 @@ output_batch_iov(struct output *out, unsigned char *hdr, struct iovec *iov)
 	return (2);
 }
 
-/* Account for a batch handed to the kernel. */
+/* Account for a batch handed to the kernel; a buffer grown for a large
+ * guarded record goes back to its usual room. */
 static void
 output_batch_sent(struct output *out)
 {
 	out->bytes += out->used;
 	out->used = 0;
 	out->count = 0;
+	if (out->size > OUTPUT_ROOM) {
+		free(out->buf);
+		out->buf = xmalloc(OUTPUT_ROOM);
+		out->size = OUTPUT_ROOM;
+	}
+}
+
+/* Room for need bytes more in the buffer. */
+static void
+output_grow(struct output *out, size_t need)
+{
+	if (out->used + need > out->size) {
+		out->size = out->used + need;
+		out->buf = xrealloc(out->buf, out->size);
+	}
 }
 
 /* Send the buffered records as one batch. */
@@ -255,8 +289,12 @@ output_record(struct output *out, const void *data, size_t len, int null,
 	if (out->used + record_size(len) > OUTPUT_BUFFER) {
 		if (output_flush(out, err) == -1)
 			return (-1);
-		if (record_size(len) > OUTPUT_BUFFER)
-			return (output_record_alone(out, data, len, err));
+		if (record_size(len) > OUTPUT_BUFFER) {
+			if (out->guard == NULL)
+				return (output_record_alone(out, data, len,
+				    err));
+			output_grow(out, record_size(len));
+		}
 	}
 	output_mark(out);
 	out->used = (size_t)(record_put(out->buf + out->used, data, len,
@@ -282,7 +320,7 @@ output_lines(struct output *out, const char *data, size_t len,
 		return (-1);
 	output_mark(out);
 	w = out->buf + out->used;
-	room = out->buf + OUTPUT_ROOM;
+	room = out->buf + out->size;
 	count = out->count;
 	for (; p < end; p = nl + 1) {
 		/* A newline may be gone, read as a zero from a file cut
@@ -334,7 +372,8 @@ output_keyed(struct output *out, const struct record *r, char **err)
 	}
 	if (out->used + need > OUTPUT_BUFFER && output_flush(out, err) == -1)
 		return (-1);
-	if (need <= OUTPUT_BUFFER) {
+	if (need <= OUTPUT_BUFFER || out->guard != NULL) {
+		output_grow(out, need);
 		output_mark(out);
 		keyed_put(out->buf + out->used, r);
 		out->used += need;
@@ -378,7 +417,8 @@ output_counted(struct output *out, const void *data, size_t len, int null,
 	}
 	if (out->used + need > OUTPUT_BUFFER && output_flush(out, err) == -1)
 		return (-1);
-	if (need <= OUTPUT_BUFFER) {
+	if (need <= OUTPUT_BUFFER || out->guard != NULL) {
+		output_grow(out, need);
 		output_mark(out);
 		record_count_put(record_put(out->buf + out->used, data, len,
 		    null), count);

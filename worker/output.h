@@ -68,6 +68,15 @@ int		 output_tick(struct output *, char **err);
 void		 output_set_stop_check(struct output *, int (*)(void *),
 		     void *);
 
+/*
+ * While guard is set (NULL: unset), a record is copied into the buffer,
+ * however large, rather than written from the caller's memory, and every
+ * write first asks guard, which answers 1 when bytes read before may not
+ * be what they were meant to be (a mapped file cut under the reads):
+ * then nothing is sent and the write fails.
+ */
+void		 output_set_guard(struct output *, int (*guard)(void));
+
 /* Bytes of batch payload since output_reset, sent or buffered. */
 int64_t		 output_bytes(const struct output *);
 /* Whether a write to emberd has failed: nothing more can be sent. */

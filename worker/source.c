@@ -212,7 +212,12 @@ source_map_file(int fd, const struct plan_file *f, const struct stat *st,
 		return (OP_OK);
 	if (mapped_open(fd, at, (size_t)(size - at), &m) == -1)
 		return (1);
+	/* Nothing read from the mapping leaves before a check after it. */
+	if (chain_output(chain) != NULL)
+		output_set_guard(chain_output(chain), mapped_shrank);
 	rc = source_push_mapped(m - at, begin, end, size, chain, records_in);
+	if (chain_output(chain) != NULL)
+		output_set_guard(chain_output(chain), NULL);
 	if (mapped_shrank()) {
 		xasprintf(err, "text: %s: the file shrank while it was read",
 		    f->path);

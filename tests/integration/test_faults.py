@@ -436,6 +436,44 @@ def test_text_file_truncated_while_streamed(d):
         check_eq(c.count(range_plan(0, 100, 2)), 100, "the next job")
 
 
+@with_daemon(sets=["workers.max=1"])
+def test_long_line_cut_while_streamed(d):
+    """A line far longer than a batch, cut while the worker scans it for
+    its end: the worker copies it before the check that the file is
+    whole, so none of the zeros read past the cut reaches the client,
+    however the cut falls in time."""
+    size = 40 << 20
+    for attempt in range(6):
+        path = job_readable(write_file(d.path("long-line-%d.txt" % attempt),
+                                       b"ab\n" * 10 + b"x" * size))
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)	# the pages clean, so that they can be dropped:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # slow reads
+        os.close(fd)
+        with d.client() as c:
+            c.execute_ok(text_plan([path], 1), "iterate")
+            time.sleep(0.01 * attempt)
+            os.truncate(path, 30 + size - (1 << 20))
+            c.write_int(REQUEST_NEXT)
+            first = c.read_int()
+            records = []
+            if first == STREAM_PARTITION:
+                while True:
+                    end = c.read_record()
+                    if not isinstance(end, bytes):
+                        break
+                    records.append(end)
+                if end == EXCEPTION_THROWN:
+                    c.read_error_frame()
+            else:	# failed before its first record
+                check_eq(first, -1, "the stream's answer")
+                c.read_error_frame()
+            for r in records:
+                check(not r.endswith(b"\0"), "attempt %d: a record of %d "
+                      "bytes ends in zeros" % (attempt, len(r)))
+        os.unlink(path)
+
+
 def _cut_once(path, size, to):
     """A Python map that cuts path to `to` bytes on its first record,
     while the worker is still reading the block that holds the cut."""

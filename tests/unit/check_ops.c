@@ -1120,6 +1120,60 @@ START_TEST(test_output_sends_stale_records)
 }
 END_TEST
 
+/* The guard's answer, for test_output_guard_holds_big_records. */
+static int	ops_guard_cut;
+
+static int
+ops_guard_cb(void)
+{
+	return (ops_guard_cut);
+}
+
+/*
+ * Under a guard a record larger than the buffer is copied, not written
+ * from the caller's memory (a mapped file, which a cut turns to zeros
+ * after the check), and nothing is written while the guard says cut.
+ */
+START_TEST(test_output_guard_holds_big_records)
+{
+	char		 path[] = "/tmp/ember-check-ops-XXXXXX", *err = NULL;
+	size_t		 len = 300 * 1024;
+	char		*big = xmalloc(len);
+	struct output	*out;
+	struct stat	 st;
+	int		 fd;
+
+	memset(big, 'x', len);
+	ck_assert_int_ne(fd = mkstemp(path), -1);
+	unlink(path);
+	out = output_create(fd);
+	output_set_guard(out, ops_guard_cb);
+	ops_guard_cut = 0;
+	ck_assert_int_eq(output_record(out, big, len, 0, &err), 0);
+	memset(big, 0, len);	/* the cut, after the record was taken */
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, 0);	/* held */
+	ck_assert_int_eq(output_flush(out, &err), 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, WMSG_BATCH_SIZE + 4 + len);
+	ck_assert_int_eq(pread(fd, big, 1, WMSG_BATCH_SIZE + 4 + len - 1), 1);
+	ck_assert_int_eq(big[0], 'x');	/* the bytes taken, not the zeros */
+
+	ops_guard_cut = 1;
+	ck_assert_int_eq(output_record(out, big, len, 0, &err), 0);
+	ck_assert_int_eq(output_flush(out, &err), -1);
+	ck_assert_str_eq(err, "the file shrank while it was read");
+	free(err);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, WMSG_BATCH_SIZE + 4 + len);
+	output_discard(out);
+	output_set_guard(out, NULL);
+	output_free(out);
+	close(fd);
+	free(big);
+}
+END_TEST
+
 START_TEST(test_output_stop_halts_the_task)
 {
 	struct run	 t = { .mode = MODE_RECORDS };
@@ -1679,6 +1733,7 @@ ops_suite(void)
 	tc = tcase_create("output");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_output_sends_stale_records);
+	tcase_add_test(tc, test_output_guard_holds_big_records);
 	tcase_add_test(tc, test_output_stop_halts_the_task);
 	suite_add_tcase(s, tc);
 

@@ -363,7 +363,7 @@ ember_open_loop(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	/*
-	 * Worker output arrives in reads of up to 256 KiB and leaves once the
+	 * Worker output arrives in batches of up to 512 KiB and leaves once the
 	 * client took it.  glibc would mmap and unmap each such buffer, or
 	 * trim the heap after each, faulting the pages in again every time:
 	 * keep them in the heap.

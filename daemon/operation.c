@@ -221,7 +221,7 @@ operation_pipeline_depth(const struct operation *op)
 static int
 operation_ahead(const struct operation *op)
 {
-	uint64_t	each = WORKER_READ_HIGH;
+	uint64_t	each = WORKER_BATCH_HELD;
 	int		n = ember_workers_max();
 
 	if (op->prefetch >= 0)

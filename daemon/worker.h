@@ -12,6 +12,10 @@
 /* Output buffered from one worker before emberd stops reading it: what a
  * task computed ahead of its turn holds in emberd, at most (a batch). */
 #define WORKER_READ_HIGH	(256 * 1024)
+/* What a worker waiting for its turn holds in emberd: a batch, which is
+ * 256 KiB of records, or up to 512 KiB for a block of a text file's lines
+ * (worker/output.c). */
+#define WORKER_BATCH_HELD	(512 * 1024)
 /* What emberd reads of a worker before it knows how long the next message
  * is.  Once a batch's header is in, reads go to the batch's end and no
  * further (but for the least worth a read): its bytes fill chains of their

@@ -27,7 +27,7 @@
 
 /* count_by_value's table starts with this many slots, a power of two. */
 #define RUN_CBV_SLOTS		1024
-/* It is kept sparse (30% full at most) up to this many slots (2 MiB). */
+/* It is kept sparse (30% full at most) below this many slots (2 MiB). */
 #define RUN_CBV_SPARSE		(64 * 1024)
 /* Its keys are put in order of their counts again once this many records
  * were counted, and again at 16, 256... times as many: by then the counts
@@ -324,8 +324,8 @@ run_cbv_added(struct run_cbv *c)
 {
 	size_t	slots = c->mask + 1;
 
-	/* Grow at 70% full, where linear probing slows down; a table of up
-	 * to RUN_CBV_SPARSE slots at 30%: each key a lookup finds past its
+	/* Grow at 70% full, where linear probing slows down; a table of
+	 * fewer than RUN_CBV_SPARSE slots at 30%: each key a lookup finds past its
 	 * own slot costs a misprediction and a probe, and so few slots cost
 	 * little memory. */
 	if (++c->used * 10 >= slots * (slots < RUN_CBV_SPARSE ? 3 : 7))

@@ -944,8 +944,9 @@ START_TEST(test_ops_count_by_value_after_another)
 	size_t		 i;
 	int		 round;
 
-	/* A task whose table grows to the sparse size and settles, then
-	 * small ones: each counts its own records alone, in slot arrays
+	/* A task whose table grows to the sparse size (records one at a
+	 * time: no settling, which only the block path does), then small
+	 * ones: each counts its own records alone, in slot arrays
 	 * the tasks before gave back. */
 	records = json_array();
 	for (i = 0; i < 200000; i++) {

@@ -235,6 +235,8 @@ taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
 	}
 	taskdesc_encode_broadcasts(d, b, n);
 	taskdesc_encode_batch(d, t->batch, t->nbatch);
+	if (plan == NULL && t->reuse_plan)
+		evbuffer_add(d, ",\"reuse_plan\":true", 18);
 	if (plan != NULL) {
 		evbuffer_add(d, ",", 1);
 		evbuffer_add(d, plan, strlen(plan));
@@ -480,8 +482,13 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 	    err) == -1 ||
 	    jread_int(t->root, "", "skip", JREAD_OPTIONAL, &skip, err) == -1 ||
 	    jread_bool(t->root, "", "source_fd", JREAD_OPTIONAL,
-	    &t->source_dir_passed, err) == -1)
+	    &t->source_dir_passed, err) == -1 ||
+	    jread_bool(t->root, "", "reuse_plan", JREAD_OPTIONAL,
+	    &t->reuse_plan, err) == -1)
 		return (-1);
+	if (t->reuse_plan && (t->plan != NULL || t->files != NULL ||
+	    t->source_dir != NULL))
+		return (jread_fail(err, "reuse_plan", "with plan members"));
 	if (skip < 0)
 		return (jread_fail(err, "skip", "must not be negative"));
 	t->skip = skip;

@@ -105,6 +105,13 @@ struct taskdesc {
 	int			*batch;
 	size_t			 nbatch;
 
+	/*
+	 * No plan members: the worker runs the plan it holds from another
+	 * operation, which emberd knows to be the same (docs/protocol.md,
+	 * "reuse_plan").
+	 */
+	int			 reuse_plan;
+
 	/* Decoded, and owned by the descriptor until taskdesc_clear; NULL
 	 * when absent. */
 	json_t			*plan;
@@ -128,7 +135,8 @@ char		*taskdesc_encode_plan(json_t *plan, json_t *files,
 /*
  * Append the frame of a descriptor to out: d's members (not the decoded
  * ones), the n broadcast changes and the plan members (NULL: the worker
- * has the plan already).
+ * has the plan already, of this operation or, with d->reuse_plan, of
+ * another).
  */
 void		 taskdesc_encode(struct evbuffer *, const struct taskdesc *,
 		     const struct taskdesc_broadcast *, size_t n,

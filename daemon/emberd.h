@@ -35,6 +35,8 @@ struct event_base;
 	X(workers_killed)						\
 	X(workers_crashed)						\
 	X(worker_reuses)						\
+	X(plans_sent)			/* in a task descriptor */	\
+	X(plans_reused)			/* a worker's, by another op */	\
 	X(forkserver_restarts)						\
 	X(broadcasts)							\
 	X(broadcasts_sent)		/* to a worker: once per worker */ \

@@ -107,6 +107,11 @@ static const struct {
 	    "Workers that died on their own, not asked to." },
 	{ "worker_reuses", "ember_worker_reuses_total",
 	    "Tasks given to a worker that had run one before." },
+	{ "plans_sent", "ember_plans_sent_total",
+	    "Task descriptors sent with their plan." },
+	{ "plans_reused", "ember_plans_reused_total",
+	    "Task descriptors of an operation sent without their plan, the "
+	    "worker holding the same plan from another." },
 	{ "forkserver_restarts", "ember_forkserver_restarts_total",
 	    "Fork-servers started again after one died." },
 	{ "broadcasts", "ember_broadcasts_total", "Broadcasts uploaded." },

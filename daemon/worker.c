@@ -32,6 +32,11 @@
 /* A worker told to stop its task (STOP_TASK) that has not ended it after
  * this long (a udf or a pipe command that does not return) is killed. */
 #define WORKER_STOP_MS		2000
+/* The largest plan members a worker's copy is kept of, to send none to it
+ * for another operation of the same plan: a bound on what each worker
+ * costs emberd; parsing a bigger one is no longer what a small task's
+ * time is made of. */
+#define WORKER_PLAN_KEPT_MAX	16384
 
 enum worker_state {
 	WORKER_IDLE,
@@ -56,6 +61,10 @@ struct worker {
 	TAILQ_HEAD(, task)	 tasks;		/* head runs, the rest wait */
 	int			 ntasks;
 	uint64_t		 plan_serial;	/* operation whose plan it has */
+	char			*plan_text;	/* and the plan members sent, if
+						   small, for another operation
+						   of the same plan */
+	uid_t			 plan_uid;	/* whose job they came with */
 	uint64_t		 tasks_run;
 	uint64_t		 started_ms;
 	uint64_t		 task_ns;	/* when the head task was sent, or
@@ -257,6 +266,7 @@ worker_free(struct worker *w)
 		event_free(w->stop_ev);
 	channel_free(w->ch);
 	free(w->held);
+	free(w->plan_text);
 	free(w);
 	scheduler_kick();	/* room for another worker */
 }
@@ -1119,6 +1129,34 @@ worker_describe(struct worker *w, struct task *t, struct taskdesc *d,
 }
 
 /*
+ * Whether w holds plan members equal to plan, from a job of t's user: the
+ * bytes it parsed, so that the plan it made is the one plan would make
+ * (the broadcasts, udfs and text files' sizes are in them).
+ */
+static int
+worker_plan_holds(const struct worker *w, struct task *t, const char *plan)
+{
+	return (plan != NULL && w->plan_text != NULL &&
+	    w->plan_uid == t->ops->uid(t) && strcmp(w->plan_text, plan) == 0);
+}
+
+/* Remember the plan members sent to w, or forget the last if they are
+ * too big to keep a copy of for every worker. */
+static void
+worker_plan_keep(struct worker *w, struct task *t, const char *plan)
+{
+	free(w->plan_text);
+	w->plan_text = NULL;
+	if (plan == NULL)
+		return;
+	ember_counters.plans_sent++;
+	if (strlen(plan) <= WORKER_PLAN_KEPT_MAX) {
+		w->plan_text = xstrdup(plan);
+		w->plan_uid = t->ops->uid(t);
+	}
+}
+
+/*
  * Queue a task descriptor; the plan goes only to a worker without it.
  * Tasks of one operation queued on a worker in one dispatch share a
  * descriptor (its batch) where they may: the worker parses one, and
@@ -1138,6 +1176,12 @@ worker_assign(struct worker *w, struct task *t)
 	plan = t->ops->plan(t, &key);
 	if (w->plan_serial == key)
 		plan = NULL;	/* it has them */
+	else if (worker_plan_holds(w, t, plan)) {
+		plan = NULL;
+		d.reuse_plan = 1;
+		ember_counters.plans_reused++;
+	} else
+		worker_plan_keep(w, t, plan);
 	w->plan_serial = key;
 	if (plan == NULL && worker_batch_joins(w, t, &d, nb))
 		w->nbatch++;

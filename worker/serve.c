@@ -197,17 +197,23 @@ fail:
 	return (rc == 0 ? 0 : -1);
 }
 
-/* Take the plan of a descriptor, or the cached one of its operation: 0,
- * -1 for a bad plan, -2 for none. */
+/* Take the plan of a descriptor, or the cached one of its operation, or
+ * with reuse the cached one for its operation: 0, -1 for a bad plan, -2
+ * for none. */
 static int
-serve_plan(struct server *w, json_t *j, const char *operation,
+serve_plan(struct server *w, json_t *j, const char *operation, int reuse,
     struct plan **out, char **err)
 {
 	if (j == NULL) {
-		if (w->plan == NULL || strcmp(w->operation, operation) != 0) {
+		if (w->plan == NULL || (!reuse &&
+		    strcmp(w->operation, operation) != 0)) {
 			xasprintf(err, "task descriptor without a plan "
 			    "(operation %s)", operation);
 			return (-2);
+		}
+		if (reuse) {
+			free(w->operation);
+			w->operation = xstrdup(operation);
 		}
 		*out = w->plan;
 		return (0);
@@ -304,7 +310,8 @@ serve_parse(struct server *w, const char *data, size_t len,
 		rc = -2;
 		goto out;
 	}
-	if ((rc = serve_plan(w, d->plan, d->operation, &plan, err)) != 0)
+	if ((rc = serve_plan(w, d->plan, d->operation, d->reuse_plan, &plan,
+	    err)) != 0)
 		goto out;
 	rc = -1;
 	if (d->files != NULL && plan_files_from_json(plan, d->files,

@@ -376,6 +376,39 @@ END_TEST
 
 /* A descriptor for several tasks: the partitions after the first, in
  * order; no more than a batch holds. */
+/* reuse_plan: written only without plan members, read back; refused
+ * beside any. */
+START_TEST(test_taskdesc_reuse_plan)
+{
+	struct taskdesc	d = { .operation = "op-2", .partition = 0,
+			    .partitions = 1, .mode = MODE_COUNT,
+			    .reuse_plan = 1 };
+	struct taskdesc	got;
+
+	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+	ck_assert_int_eq(got.reuse_plan, 1);
+	ck_assert_ptr_null(got.plan);
+	taskdesc_clear(&got);
+	taskdesc_round_trip(&d, NULL, 0, "\"plan\":{}", &got);
+	ck_assert_int_eq(got.reuse_plan, 0);
+	ck_assert_ptr_nonnull(got.plan);
+	taskdesc_clear(&got);
+	d.reuse_plan = 0;
+	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
+	ck_assert_int_eq(got.reuse_plan, 0);
+	taskdesc_clear(&got);
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":1,\"reuse_plan\":true,\"plan\":{}}",
+	    "reuse_plan: with plan members");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":1,\"reuse_plan\":true,\"files\":[]}",
+	    "reuse_plan: with plan members");
+	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
+	    "\"partitions\":1,\"reuse_plan\":1}",
+	    "reuse_plan: expected true or false");
+}
+END_TEST
+
 START_TEST(test_taskdesc_batch)
 {
 	struct taskdesc	 d = { .operation = "op-1", .partition = 4,
@@ -633,6 +666,7 @@ wmsg_suite(void)
 	tcase_add_test(tc, test_taskdesc_save_plan_broadcasts);
 	tcase_add_test(tc, test_taskdesc_refused);
 	tcase_add_test(tc, test_taskdesc_batch);
+	tcase_add_test(tc, test_taskdesc_reuse_plan);
 	tcase_add_test(tc, test_taskdesc_names);
 	suite_add_tcase(s, tc);
 	return (s);

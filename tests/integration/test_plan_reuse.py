@@ -1,0 +1,129 @@
+"""A worker keeps the plan it parsed last: a task of another operation whose
+plan is the same (docs/protocol.md, "reuse_plan") goes to it without the
+plan, and gives the same answer; a plan that differs in anything the worker
+would parse (a text file's size, a udf, a broadcast) is sent whole, and
+a worker never gets another user's plan to reuse."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *	# noqa: E402,F403
+from users import *	# noqa: E402,F403
+
+PLUGIN = job_readable(os.path.join(BUILDDIR, "examples", "udf_example.so"))
+
+
+def udf(symbol, args=None):
+    op = {"library": PLUGIN, "symbol": symbol}
+    if args is not None:
+        op["args"] = args
+    return {"udf": op}
+
+
+def plans(c):
+    """(descriptors sent with a plan, descriptors told to reuse one)."""
+    n = c.status()["counters"]
+    return (n["plans_sent"], n["plans_reused"])
+
+
+def check_plans(c, sent, reused, what):
+    check_eq(plans(c), (sent, reused), "plans sent, reused after " + what)
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_same_plan_reused_by_next_operation(d):
+    """Two counts of one plan on one worker: the second operation's task
+    carries no plan, and counts the same; a new plan is sent whole."""
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 1000, 1)), 1000, "first count")
+        check_plans(c, 1, 0, "the first count")
+        for i in range(3):
+            check_eq(c.count(range_plan(0, 1000, 1)), 1000,
+                     "count %d of the same plan" % (i + 2))
+        check_plans(c, 1, 3, "the same plan thrice")
+        check_eq(c.count(range_plan(0, 999, 1)), 999, "another plan")
+        check_plans(c, 2, 3, "another plan")
+        # The worker took the plan for each new operation: the one it holds
+        # now is the last sent, not the first.
+        check_eq(c.count(range_plan(0, 999, 1)), 999, "it again")
+        check_plans(c, 2, 4, "it again")
+        check_eq(c.collect_all(range_plan(0, 5, 1)), numbers(0, 5),
+                 "collect")
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_file_of_another_size_sends_plan(d):
+    """A text file that grew between two jobs of the same plan: the sizes
+    emberd recorded differ, so the plan goes whole and the new lines are
+    counted."""
+    path = job_readable(write_file(d.path("lines.txt"), "a\nb\n"))
+    with d.client() as c:
+        check_eq(c.count(text_plan([path], 1)), 2, "two lines")
+        check_eq(c.count(text_plan([path], 1)), 2, "two lines again")
+        check_plans(c, 1, 1, "the same file twice")
+        with open(path, "a") as f:
+            f.write("c\n")
+        check_eq(c.count(text_plan([path], 1)), 3, "three lines")
+        check_plans(c, 2, 1, "the file grew")
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_other_udf_sends_plan(d):
+    """The same records through another udf, or the same udf with other
+    arguments: a plan of its own each time."""
+    recs = ["ab", "cde"]
+    with d.client() as c:
+        check_eq(c.collect_all(records_plan(recs, 1, ops=[udf("udf_wordlen")])),
+                 [b"2", b"3"], "wordlen")
+        check_eq(c.collect_all(records_plan(
+            recs, 1, ops=[udf("udf_prefix", {"prefix": "<"})])),
+            [b"<ab", b"<cde"], "prefix <")
+        check_plans(c, 2, 0, "two udfs")
+        check_eq(c.collect_all(records_plan(
+            recs, 1, ops=[udf("udf_prefix", {"prefix": ">"})])),
+            [b">ab", b">cde"], "prefix >")
+        check_plans(c, 3, 0, "another prefix")
+        check_eq(c.collect_all(records_plan(
+            recs, 1, ops=[udf("udf_prefix", {"prefix": ">"})])),
+            [b">ab", b">cde"], "prefix > again")
+        check_plans(c, 3, 1, "the same prefix again")
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_other_broadcast_sends_plan(d):
+    """A filter on another broadcast is another plan."""
+    with d.client() as c:
+        b1 = c.broadcast_put(b"1\n2\n")
+        b2 = c.broadcast_put(b"3\n")
+        plan1 = range_plan(0, 10, 1, ops=[{"filter": {"in_broadcast": b1}}])
+        plan2 = range_plan(0, 10, 1, ops=[{"filter": {"in_broadcast": b2}}])
+        check_eq(c.count(plan1), 2, "in broadcast 1")
+        check_eq(c.count(plan2), 1, "in broadcast 2")
+        check_plans(c, 2, 0, "two broadcasts")
+        check_eq(c.count(plan2), 1, "in broadcast 2 again")
+        check_plans(c, 2, 1, "broadcast 2 again")
+
+
+@needs_users
+@with_daemon(sets=["daemon.socket_mode=0666", "workers.max=2"])
+def test_plan_never_reused_by_another_user(d):
+    """Users a and b run the same plan in turn: each has workers of their
+    own, and each worker gets the plan whole the first time; a's second
+    count reuses only a's."""
+    plan = range_plan(0, 100, 1)
+
+    def count():
+        with d.client() as c:
+            return c.count(plan)
+    check_eq(as_user("a", count), 100, "a's count")
+    check_eq(as_user("b", count), 100, "b's count")
+    with d.client() as c:
+        check_plans(c, 2, 0, "a's and b's counts")
+    check_eq(as_user("a", count), 100, "a's second count")
+    with d.client() as c:
+        check_plans(c, 2, 1, "a's second count")
+
+
+if __name__ == "__main__":
+    run_tests(globals())

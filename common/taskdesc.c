@@ -19,6 +19,8 @@ static const char *const taskdesc_modes[] = { "records", "count",
 static const char *const reduce_fns[] = { "sum", "min", "max" };
 
 #define nitems(a)	(sizeof (a) / sizeof (a)[0])
+/* The largest plan members remembered for the next operation. */
+#define TASKDESC_PLAN_KEPT_MAX	16384
 
 /* Look a name up in a table: its index, or -1. */
 static int
@@ -98,16 +100,79 @@ taskdesc_add_string(struct evbuffer *out, const char *s)
 	free(text);
 }
 
+/*
+ * The last plan members made, and what they were made of: the next
+ * operation of a plan is often the same plan (a job run again), and
+ * comparing the values costs a tenth of dumping them.
+ */
+static struct {
+	json_t	*plan;
+	json_t	*files;
+	char	*checkpoint_dir;
+	char	*text;
+} taskdesc_last;
+
+/* Whether two optional values are equal. */
+static int
+taskdesc_same(json_t *a, json_t *b)
+{
+	return (a == NULL ? b == NULL : b != NULL && json_equal(a, b));
+}
+
+/* Whether the plan members of plan, files and checkpoint_dir are the last
+ * ones made. */
+static int
+taskdesc_plan_is_last(json_t *plan, json_t *files,
+    const char *checkpoint_dir)
+{
+	const char	*last_dir = taskdesc_last.checkpoint_dir;
+
+	return (taskdesc_last.text != NULL &&
+	    json_equal(plan, taskdesc_last.plan) &&
+	    taskdesc_same(files, taskdesc_last.files) &&
+	    (checkpoint_dir == NULL ? last_dir == NULL : last_dir != NULL &&
+	    strcmp(checkpoint_dir, last_dir) == 0));
+}
+
+/* Remember the plan members made of plan, files and checkpoint_dir, if
+ * they are small: an equal plan gets the same bytes without a dump. */
+static void
+taskdesc_plan_remember(json_t *plan, json_t *files,
+    const char *checkpoint_dir, const char *text)
+{
+	if (taskdesc_last.text != NULL) {
+		json_decref(taskdesc_last.plan);
+		if (taskdesc_last.files != NULL)
+			json_decref(taskdesc_last.files);
+		free(taskdesc_last.checkpoint_dir);
+		free(taskdesc_last.text);
+		memset(&taskdesc_last, 0, sizeof taskdesc_last);
+	}
+	if (strlen(text) > TASKDESC_PLAN_KEPT_MAX)
+		return;
+	taskdesc_last.plan = json_incref(plan);
+	taskdesc_last.files = files != NULL ? json_incref(files) : NULL;
+	taskdesc_last.checkpoint_dir = checkpoint_dir != NULL ?
+	    xstrdup(checkpoint_dir) : NULL;
+	taskdesc_last.text = xstrdup(text);
+}
+
 /* Make the plan members of an operation's descriptors. */
 char *
 taskdesc_encode_plan(json_t *plan, json_t *files, const char *checkpoint_dir)
 {
-	json_t	*o = json_pack("{s:O}", "plan", plan);
+	json_t	*o;
 	char	*text, *inner;
 	size_t	 len;
 
+	if (taskdesc_plan_is_last(plan, files, checkpoint_dir)) {
+		if (files != NULL)
+			json_decref(files);
+		return (xstrdup(taskdesc_last.text));
+	}
+	o = json_pack("{s:O}", "plan", plan);
 	if (files != NULL)
-		json_object_set_new(o, "files", files);
+		json_object_set(o, "files", files);
 	if (checkpoint_dir != NULL)
 		json_object_set_new(o, "checkpoint_dir",
 		    json_string(checkpoint_dir));
@@ -118,6 +183,9 @@ taskdesc_encode_plan(json_t *plan, json_t *files, const char *checkpoint_dir)
 	len = strlen(text);
 	inner = xstrndup(text + 1, len - 2);
 	free(text);
+	taskdesc_plan_remember(plan, files, checkpoint_dir, inner);
+	if (files != NULL)
+		json_decref(files);
 	return (inner);
 }
 

@@ -128,8 +128,11 @@ int		 reduce_fn_from_string(const char *, enum reduce_fn *);
 
 /* The plan members of a descriptor ("plan":...,"files":...,
  * "checkpoint_dir":...), made once per operation and spliced into the
- * first descriptor each worker gets.  files and checkpoint_dir (where a
- * checkpoint source's partition files are) may be NULL. */
+ * first descriptor each worker gets.  files (taken) and checkpoint_dir
+ * (where a checkpoint source's partition files are) may be NULL.  Values
+ * equal to the last call's (json_equal) give the same bytes, copied
+ * without a dump: a reference to plan and files is kept, so neither may
+ * change afterwards. */
 char		*taskdesc_encode_plan(json_t *plan, json_t *files,
 		     const char *checkpoint_dir);
 /*

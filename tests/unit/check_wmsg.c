@@ -376,6 +376,43 @@ END_TEST
 
 /* A descriptor for several tasks: the partitions after the first, in
  * order; no more than a batch holds. */
+/* Equal plans give the same plan members, whether dumped or remembered;
+ * a file of another size, a plan of another value, other ones. */
+START_TEST(test_taskdesc_plan_members_remembered)
+{
+	json_t	*p1 = json_pack("{s:{s:{s:[s]}}}", "source", "text", "paths",
+		    "/a");
+	json_t	*p2 = json_deep_copy(p1);
+	json_t	*p3 = json_pack("{s:{s:{s:[s]}}}", "source", "text", "paths",
+		    "/b");
+	char	*a, *b, *c, *e, *f, *g;
+
+	a = taskdesc_encode_plan(p1, json_pack("[{s:s,s:i}]", "path", "/a",
+	    "size", 7), NULL);
+	b = taskdesc_encode_plan(p2, json_pack("[{s:s,s:i}]", "path", "/a",
+	    "size", 7), NULL);
+	ck_assert_str_eq(a, b);
+	c = taskdesc_encode_plan(p2, json_pack("[{s:s,s:i}]", "path", "/a",
+	    "size", 8), NULL);
+	ck_assert_ptr_nonnull(strstr(c, "\"size\":8"));
+	e = taskdesc_encode_plan(p2, NULL, NULL);
+	ck_assert_ptr_null(strstr(e, "files"));
+	f = taskdesc_encode_plan(p2, NULL, "/ck/0/x");
+	ck_assert_ptr_nonnull(strstr(f, "/ck/0/x"));
+	g = taskdesc_encode_plan(p3, NULL, "/ck/0/x");
+	ck_assert_ptr_nonnull(strstr(g, "/b"));
+	free(a);
+	free(b);
+	free(c);
+	free(e);
+	free(f);
+	free(g);
+	json_decref(p1);
+	json_decref(p2);
+	json_decref(p3);
+}
+END_TEST
+
 /* reuse_plan: written only without plan members, read back; refused
  * beside any. */
 START_TEST(test_taskdesc_reuse_plan)
@@ -667,6 +704,7 @@ wmsg_suite(void)
 	tcase_add_test(tc, test_taskdesc_refused);
 	tcase_add_test(tc, test_taskdesc_batch);
 	tcase_add_test(tc, test_taskdesc_reuse_plan);
+	tcase_add_test(tc, test_taskdesc_plan_members_remembered);
 	tcase_add_test(tc, test_taskdesc_names);
 	suite_add_tcase(s, tc);
 	return (s);

@@ -5,7 +5,11 @@ would parse (a text file's size, a udf, a broadcast) is sent whole, and
 a worker never gets another user's plan to reuse."""
 
 import os
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import *	# noqa: E402,F403
@@ -123,6 +127,76 @@ def test_plan_never_reused_by_another_user(d):
     check_eq(as_user("a", count), 100, "a's second count")
     with d.client() as c:
         check_plans(c, 2, 1, "a's second count")
+
+
+def nobody():
+    """Make this process nobody for good."""
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+def count_as_nobody(sock, plan):
+    """A count of plan by a client that is nobody."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            nobody()
+            with Client(sock) as c:
+                os.write(w, str(c.count(plan)).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    return int(got) if got else None
+
+
+@skip_unless(os.geteuid() == 0, "needs root to run emberd as nobody")
+@no_daemon
+def test_one_pool_never_shares_a_plan_between_users(d):
+    """An emberd that is not root has one pool: root's and nobody's jobs
+    share its one worker.  The same plan from the other user is still
+    sent whole: a worker reuses only a plan of the user it came with."""
+    tmp = tempfile.mkdtemp(prefix="ember-test-")
+    os.chmod(tmp, 0o755)
+    os.chown(tmp, 65534, 65534)
+    sock = os.path.join(tmp, "e.sock")
+    log = open(os.path.join(tmp, "emberd.log"), "w")
+    proc = subprocess.Popen(
+        [EMBERD, "-f", "--set", "daemon.socket=" + sock,
+         "--set", "checkpoint.dir=" + os.path.join(tmp, "ck"),
+         "--set", "daemon.local_dir=" + os.path.join(tmp, "local"),
+         "--set", "daemon.socket_mode=0666", "--set", "workers.max=1"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        start_new_session=True, preexec_fn=nobody, cwd=tmp)
+    log.close()
+    try:
+        wait_until(lambda: os.path.exists(sock) or proc.poll() is not None,
+                   10)
+        check(proc.poll() is None, "emberd as nobody exited")
+        plan = range_plan(0, 100, 1)
+        with Client(sock) as c:
+            check_eq(c.count(plan), 100, "root's count")
+        check_eq(count_as_nobody(sock, plan), 100, "nobody's count")
+        with Client(sock) as c:
+            check_eq(c.count(plan), 100, "root's count again")
+            workers = c.status()["workers"]
+            check_eq(len(workers), 1, "workers")
+            check_plans(c, 3, 0, "root's, nobody's, root's counts")
+            check_eq(c.count(plan), 100, "root's count once more")
+            check_plans(c, 3, 1, "root's count once more")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,13 @@ def test_same_plan_reused_by_next_operation(d):
         check_plans(c, 2, 4, "it again")
         check_eq(c.collect_all(range_plan(0, 5, 1)), numbers(0, 5),
                  "collect")
+        check_plans(c, 3, 4, "a collect")
+        # Partitions of one descriptor's batch: the plan once per
+        # operation, reused by the next.
+        for i in range(2):
+            check_eq(c.count(range_plan(0, 1000, 4)), 1000,
+                     "count %d of four partitions" % (i + 1))
+        check_plans(c, 4, 5, "two counts of four partitions")
 
 
 @with_daemon(sets=["workers.max=1"])

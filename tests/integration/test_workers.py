@@ -107,6 +107,23 @@ def test_no_reuse_gives_new_workers(d):
     check_eq(pool(c)["reuses"], 0, "reuses")
 
 
+@with_daemon(sets=["workers.max=1", "workers.reuse=no"])
+def test_fresh_worker_ends_without_a_kill(d):
+    """A fresh worker whose task ended cleanly is let go by the end of its
+    socket, not killed through the fork-server: no FS_KILL, no kill(2),
+    one wake-up of the fork-server less (bench/README.md, "Fresh
+    worker")."""
+    c = d.client()
+    pids = job_pids(c, 3)
+    wait_gone(pids)
+    check(wait_until(lambda: retired(c)["no_reuse"] == 3, 5),
+          "retired for no_reuse: %r" % retired(c))
+    check(wait_until(lambda: not c.status()["workers"], 5),
+          "workers left: %r" % c.status()["workers"])
+    check_eq(c.status()["counters"]["workers_killed"], 0, "workers killed")
+    check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
+
+
 @skip_unless(shutil.which("strace"), "no strace")
 @with_daemon(sets=["workers.max=1", "workers.reuse=no"])
 def test_fresh_worker_opens_nothing(d):

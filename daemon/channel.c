@@ -596,3 +596,10 @@ channel_stop(struct channel *ch)
 	event_del(ch->rev);
 	event_del(ch->wev);
 }
+
+void
+channel_shut(struct channel *ch)
+{
+	channel_stop(ch);
+	(void)shutdown(ch->fd, SHUT_RDWR);
+}

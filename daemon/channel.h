@@ -88,6 +88,9 @@ void		 channel_resume(struct channel *);
 void		 channel_hold(struct channel *);
 /* No more reading or writing. */
 void		 channel_stop(struct channel *);
+/* Stopped, and the peer told so: it reads the end of file.  The
+ * descriptor stays open until channel_free. */
+void		 channel_shut(struct channel *);
 int		 channel_eof(const struct channel *);
 /* Is the peer still there and quiet?  Asks the socket, not the loop. */
 int		 channel_alive(struct channel *);

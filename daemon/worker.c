@@ -37,6 +37,9 @@
  * costs emberd; parsing a bigger one is no longer what a small task's
  * time is made of. */
 #define WORKER_PLAN_KEPT_MAX	16384
+/* How long a fresh worker whose socket emberd closed may take to exit
+ * before it is killed: it holds its place in workers.max until then. */
+#define WORKER_LINGER_MS	500
 
 enum worker_state {
 	WORKER_IDLE,
@@ -97,6 +100,7 @@ struct worker {
 						   output is dropped until the
 						   task's end */
 	struct event		*stop_ev;	/* kills it if that is slow */
+	struct event		*linger_ev;	/* kills it if it stays on */
 	TAILQ_ENTRY(worker)	 entry;
 	TAILQ_ENTRY(worker)	 idle_entry;
 };
@@ -264,6 +268,8 @@ worker_free(struct worker *w)
 	event_free(w->kick);
 	if (w->stop_ev != NULL)
 		event_free(w->stop_ev);
+	if (w->linger_ev != NULL)
+		event_free(w->linger_ev);
 	channel_free(w->ch);
 	free(w->held);
 	free(w->plan_text);
@@ -301,6 +307,43 @@ worker_free_all(void)
 	}
 }
 
+/* A fresh worker let go by the end of its socket has not exited. */
+static void
+worker_linger_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct worker	*w = arg;
+
+	(void)fd; (void)events;
+	if (w->exited)
+		return;
+	log_info("worker %ld: still there %dms after its socket closed; "
+	    "killing it", (long)w->pid, WORKER_LINGER_MS);
+	ember_counters.workers_killed++;
+	fslink_kill(pool_fslink(w->pool), w->pid, SIGKILL);
+}
+
+/*
+ * Let a fresh worker that ended its task cleanly go by closing its
+ * socket: it exits at the end of file, sparing FS_KILL's message, the
+ * fork-server's wake-up for it and its kill(2).  Only when no descriptor
+ * was sent after its task's: it would run that task, which the scheduler
+ * has been given back.  A worker that stays on (its user's code may make
+ * it) is killed after WORKER_LINGER_MS.
+ */
+static int
+worker_let_go(struct worker *w, enum retire_cause cause, int queued)
+{
+	struct timeval	tv = { WORKER_LINGER_MS / 1000,
+			    (WORKER_LINGER_MS % 1000) * 1000 };
+
+	if (cause != RETIRE_NO_REUSE || queued || w->exited)
+		return (0);
+	channel_shut(w->ch);
+	w->linger_ev = evtimer_new(ember_base, worker_linger_cb, w);
+	evtimer_add(w->linger_ev, &tv);
+	return (1);
+}
+
 /*
  * Stop using a worker: kill its process group, give the tasks it had not
  * started back to the scheduler.  The head task, if any, is the caller's
@@ -310,6 +353,7 @@ void
 worker_retire(struct worker *w, enum retire_cause cause)
 {
 	struct task	*t;
+	int		 queued = w->ntasks > 0;
 
 	if (w->state == WORKER_DEAD)
 		return;
@@ -327,7 +371,8 @@ worker_retire(struct worker *w, enum retire_cause cause)
 		w->ntasks--;
 		scheduler_requeue(t);
 	}
-	if (RETIRE_KILLS(cause) && !w->exited) {
+	if (!worker_let_go(w, cause, queued) && RETIRE_KILLS(cause) &&
+	    !w->exited) {
 		ember_counters.workers_killed++;
 		fslink_kill(pool_fslink(w->pool), w->pid, SIGKILL);
 	}

@@ -474,6 +474,12 @@ serve_main(int fd)
 	output_set_stop_check(w.out, serve_stop_check_cb, &w);
 
 	rc = serve_loop(&w);
+	/* emberd closed the socket after the last task's end: nothing is
+	 * left to send, and what the frees would touch (the heap, the read
+	 * buffer's unmapping) is pages a fresh worker would fault in only
+	 * to exit. */
+	if (rc == 0)
+		_exit(0);
 
 	output_free(w.out);
 	plan_free(w.plan);

@@ -275,5 +275,29 @@ def test_claimed_task_time_not_trusted(d):
     check_eq(reply.get("count"), 40, "count")
     check(most <= 8, "tasks in flight at once: %d" % most)
 
+
+LINGER = job_readable(os.path.join(BUILDDIR, "tests", "integration",
+                                   "linger.so"))
+
+
+@with_daemon(sets=["workers.max=1", "workers.reuse=no",
+                   "workers.env=LD_PRELOAD ASAN_OPTIONS"],
+             env={"LD_PRELOAD": LINGER,
+                  "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+                  ":verify_asan_link_order=0"})
+def test_fresh_worker_that_lingers_is_killed(d):
+    """A fresh worker that stays on after emberd closed its socket (its
+    user's code can do that) does not keep its place in workers.max: it
+    is killed after a deadline, and the next tasks get workers."""
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 30, 3, ops=[{"map": "upper"}])), 30,
+                 "a job of three fresh workers, one at a time")
+        check(wait_until(
+            lambda: c.status()["counters"]["workers_killed"] == 3, 5),
+            "workers killed: %r" % c.status()["counters"]["workers_killed"])
+        check(wait_until(lambda: not c.status()["workers"], 5),
+              "workers left: %r" % c.status()["workers"])
+
+
 if __name__ == "__main__":
     run_tests(globals())

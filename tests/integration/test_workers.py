@@ -107,6 +107,23 @@ def test_no_reuse_gives_new_workers(d):
     check_eq(pool(c)["reuses"], 0, "reuses")
 
 
+@with_daemon(sets=["workers.max=1", "workers.reuse=no"])
+def test_fresh_worker_ends_without_a_kill(d):
+    """A fresh worker whose task ended cleanly is let go by the end of its
+    socket, not killed through the fork-server: no FS_KILL, no kill(2),
+    one wake-up of the fork-server less (bench/README.md, "Fresh
+    worker")."""
+    c = d.client()
+    pids = job_pids(c, 3)
+    wait_gone(pids)
+    check(wait_until(lambda: retired(c)["no_reuse"] == 3, 5),
+          "retired for no_reuse: %r" % retired(c))
+    check(wait_until(lambda: not c.status()["workers"], 5),
+          "workers left: %r" % c.status()["workers"])
+    check_eq(c.status()["counters"]["workers_killed"], 0, "workers killed")
+    check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
+
+
 @skip_unless(shutil.which("strace"), "no strace")
 @with_daemon(sets=["workers.max=1", "workers.reuse=no"])
 def test_fresh_worker_opens_nothing(d):
@@ -192,6 +209,45 @@ def test_forkserver_maps_no_name_service(d):
         nss = sorted(set(line.split()[-1] for line in f
                          if "libnss_" in line))
     check_eq(nss, [], "name-service modules in the fork-server")
+
+
+# ember-worker's own libraries, linked into it when configure found their
+# static archives.
+WORKER_STATIC_LIBS = ("libevent", "libjansson", "libinih", "libuuid",
+                      "libpcre2-8", "libelf", "libz", "libunistring")
+
+
+def _worker_libs_static():
+    """Did configure link ember-worker's libraries statically?  Only a
+    build that says no (--disable-static-worker-libs, or no archives
+    found) maps them as shared objects."""
+    try:
+        with open(os.path.join(BUILDDIR, "Makefile")) as f:
+            return not any(line.strip() == "WORKER_STATIC = no"
+                           for line in f)
+    except OSError:
+        return True
+
+
+@skip_unless(_worker_libs_static(),
+             "ember-worker was built with its libraries shared "
+             "(./configure --disable-static-worker-libs, or no archives)")
+@with_daemon(sets=["workers.reuse=no"])
+def test_forkserver_maps_no_worker_library(d):
+    """ember-worker's own libraries are in its executable, not shared
+    objects: each is five mappings, and fork copies every mapping of the
+    fork-server for every fresh worker (bench/README.md, "Fresh
+    worker")."""
+    c = d.client()
+    check_eq(c.count(range_plan(0, 2, 1, ops=[{"map": "upper"}])), 2,
+             "a job")
+    fs = d.forkserver_pid()
+    with open("/proc/%d/maps" % fs) as f:
+        objs = set(os.path.basename(line.split()[-1]) for line in f
+                   if len(line.split()) >= 6 and "/" in line.split()[-1])
+    shared = sorted(o for o in objs for lib in WORKER_STATIC_LIBS
+                    if o.startswith((lib + ".so", lib + "-")))
+    check_eq(shared, [], "the worker's libraries mapped in the fork-server")
 
 
 def _traced(pid):

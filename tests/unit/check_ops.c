@@ -872,11 +872,27 @@ ops_pair_count(const struct capture *c, size_t i)
 	return (be64_get((unsigned char *)c->data + c->recs[i].off));
 }
 
+/* A JSON array of n strings, prefix then i % distinct, as text. */
+static char *
+ops_keys_json(const char *prefix, size_t n, size_t distinct)
+{
+	json_t	*records = json_array();
+	char	 key[32], *text;
+	size_t	 i;
+
+	for (i = 0; i < n; i++) {
+		snprintf(key, sizeof key, "%s%zu", prefix, i % distinct);
+		json_array_append_new(records, json_string(key));
+	}
+	text = json_dumps(records, JSON_COMPACT);
+	json_decref(records);
+	return (text);
+}
+
 START_TEST(test_ops_count_by_value)
 {
 	struct run	 t = { .mode = MODE_COUNT_BY_VALUE };
 	struct sent	 s;
-	json_t		*records;
 	char		*text, key[32];
 	int64_t		 total = 0, seen[1000];
 	size_t		 i;
@@ -908,13 +924,7 @@ START_TEST(test_ops_count_by_value)
 
 	/* Many distinct records: the table grows, batches fill, and no
 	 * pair is ever cut between two batches. */
-	records = json_array();
-	for (i = 0; i < 200000; i++) {
-		snprintf(key, sizeof key, "key-%zu", i % 1000);
-		json_array_append_new(records, json_string(key));
-	}
-	text = json_dumps(records, JSON_COMPACT);
-	json_decref(records);
+	text = ops_keys_json("key-", 200000, 1000);
 	ck_assert_int_eq(ops_task(text, 1, 0, &t, &s), 0);
 	free(text);
 	ck_assert_uint_eq(s.c.n, 2000);
@@ -939,8 +949,7 @@ START_TEST(test_ops_count_by_value_after_another)
 {
 	struct run	 t = { .mode = MODE_COUNT_BY_VALUE };
 	struct sent	 s;
-	json_t		*records;
-	char		*text, key[32];
+	char		*text;
 	size_t		 i;
 	int		 round;
 
@@ -948,13 +957,7 @@ START_TEST(test_ops_count_by_value_after_another)
 	 * time: no settling, which only the block path does), then small
 	 * ones: each counts its own records alone, in slot arrays
 	 * the tasks before gave back. */
-	records = json_array();
-	for (i = 0; i < 200000; i++) {
-		snprintf(key, sizeof key, "w-%zu", i % 15000);
-		json_array_append_new(records, json_string(key));
-	}
-	text = json_dumps(records, JSON_COMPACT);
-	json_decref(records);
+	text = ops_keys_json("w-", 200000, 15000);
 	ck_assert_int_eq(ops_task(text, 1, 0, &t, &s), 0);
 	free(text);
 	ck_assert_uint_eq(s.c.n, 2 * 15000);

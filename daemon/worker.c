@@ -934,19 +934,37 @@ worker_dying(const struct worker *w)
 	return (dying);
 }
 
-/* Find an idle worker of p for a task whose plan key is key. */
-struct worker *
-worker_take_idle(struct pool *p, uint64_t key)
+/*
+ * Whether w holds plan members equal to plan, from a job of t's user: the
+ * bytes it parsed, so that the plan it made is the one plan would make
+ * (the broadcasts, udfs and text files' sizes are in them).
+ */
+static int
+worker_plan_holds(const struct worker *w, const struct task *t,
+    const char *plan)
 {
-	struct worker	*w, *first;
+	return (plan != NULL && w->plan_text != NULL &&
+	    w->plan_uid == t->ops->uid(t) && strcmp(w->plan_text, plan) == 0);
+}
+
+/* Find an idle worker of p for t. */
+struct worker *
+worker_take_idle(struct pool *p, const struct task *t)
+{
+	struct worker	*w, *first, *same;
+	const char	*plan;
+	uint64_t	 key;
 
 	/*
-	 * An idle worker, preferring one that has this operation's plan.  One
-	 * found dead (killed while idle; the loop has not seen it yet) is
-	 * retired here, so the task goes to another instead of failing.
+	 * An idle worker, preferring one that has this operation's plan, then
+	 * one that holds the same plan bytes of the same user (it reuses
+	 * them), then the last to go idle.  One found dead (killed while
+	 * idle; the loop has not seen it yet) is retired here, so the task
+	 * goes to another instead of failing.
 	 */
+	plan = t->ops->plan(t, &key);
 	for (;;) {
-		first = NULL;
+		first = same = NULL;
 		TAILQ_FOREACH(w, &workers_idle, idle_entry) {
 			if (w->pool != p)
 				continue;
@@ -954,9 +972,11 @@ worker_take_idle(struct pool *p, uint64_t key)
 				first = w;
 			if (w->plan_serial == key)
 				break;
+			if (same == NULL && worker_plan_holds(w, t, plan))
+				same = w;
 		}
 		if (w == NULL)
-			w = first;
+			w = same != NULL ? same : first;
 		if (w == NULL)
 			return (NULL);
 		if (!channel_alive(w->ch) || worker_dying(w))
@@ -1171,18 +1191,6 @@ worker_describe(struct worker *w, struct task *t, struct taskdesc *d,
 		w->nbatch = 0;
 	} else
 		taskdesc_encode(channel_output(w->ch), d, b, nb, plan);
-}
-
-/*
- * Whether w holds plan members equal to plan, from a job of t's user: the
- * bytes it parsed, so that the plan it made is the one plan would make
- * (the broadcasts, udfs and text files' sizes are in them).
- */
-static int
-worker_plan_holds(const struct worker *w, struct task *t, const char *plan)
-{
-	return (plan != NULL && w->plan_text != NULL &&
-	    w->plan_uid == t->ops->uid(t) && strcmp(w->plan_text, plan) == 0);
 }
 
 /* Remember the plan members sent to w, or forget the last if they are

@@ -124,6 +124,24 @@ def test_fresh_worker_ends_without_a_kill(d):
     check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
 
 
+@with_daemon(sets=["workers.max=1", "workers.max_tasks=2",
+                   "workers.idle_timeout=1s"])
+def test_retired_idle_worker_ends_without_a_kill(d):
+    """A worker retired idle, for workers.max_tasks or idle_timeout, is let
+    go by the end of its socket as a fresh one is, not killed through the
+    fork-server."""
+    c = d.client()
+    pids = [job_pids(c, 1)[0] for _ in range(3)]
+    check_eq(len(set(pids)), 2, "workers of three jobs: %s" % pids)
+    check(wait_until(lambda: retired(c)["max_tasks"] == 1 and
+                     retired(c)["idle_timeout"] == 1, 5),
+          "retired: %r" % retired(c))
+    wait_gone(pids)
+    wait_forgotten(c, pids)
+    check_eq(c.status()["counters"]["workers_killed"], 0, "workers killed")
+    check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
+
+
 @skip_unless(shutil.which("strace"), "no strace")
 @with_daemon(sets=["workers.max=1", "workers.reuse=no"])
 def test_fresh_worker_opens_nothing(d):

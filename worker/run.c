@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -238,6 +239,8 @@ run_cbv_slot_hash(const struct run_cbv_slot *s)
  * faulted in already (a task's table is rebuilt eight times; fresh
  * pages cost 2,400 faults a task). */
 static struct run_cbv_slot	*run_cbv_spare[2];
+/* Whether a spare's pages may be resident: not given back since. */
+static int			 run_cbv_spare_warm;
 
 /* An array for a table of size slots, all free. */
 static struct run_cbv_slot *
@@ -269,11 +272,39 @@ run_cbv_slots_put(struct run_cbv_slot *s, size_t size)
 		for (i = 0; i < 2; i++) {
 			if (run_cbv_spare[i] == NULL) {
 				run_cbv_spare[i] = s;
+				run_cbv_spare_warm = 1;
 				return;
 			}
 		}
 	}
 	free(s);
+}
+
+int
+run_holds_spares(void)
+{
+	return (run_cbv_spare_warm);
+}
+
+/* Give the spare arrays' whole pages back to the system: they read as
+ * zeros when touched again, and every table is cleared before use. */
+void
+run_release_spares(void)
+{
+	uintptr_t	page = (uintptr_t)sysconf(_SC_PAGESIZE), from, to;
+	int		i;
+
+	for (i = 0; i < 2; i++) {
+		if (run_cbv_spare[i] == NULL)
+			continue;
+		from = ((uintptr_t)run_cbv_spare[i] + page - 1) & ~(page - 1);
+		to = (uintptr_t)(run_cbv_spare[i] + RUN_CBV_SPARSE) &
+		    ~(page - 1);
+		if (to > from && madvise((void *)from, to - from,
+		    MADV_DONTNEED) == -1)
+			log_warn("madvise: %s", strerror(errno));
+	}
+	run_cbv_spare_warm = 0;
 }
 
 /*

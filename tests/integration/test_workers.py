@@ -533,6 +533,25 @@ def test_min_idle_replaced(d):
     check_eq(pool(c)["forks"], 3, "forks")
 
 
+@with_daemon(sets=["workers.max=1"])
+def test_idle_worker_gives_back_count_by_value_table(d):
+    """The slot arrays a worker keeps after count_by_value for its next
+    tasks' tables (MiBs) go back to the system once it has sat idle a
+    while: an idle worker holds no more than it needs."""
+    c = d.client()
+    # 15,000 distinct records: the table grows to 64K slots (2 MiB).
+    reply = c.execute_ok(range_plan(0, 15000, 1), "count_by_value")
+    check_eq(len(reply["counts"]), 15000, "distinct records")
+    (pid,) = status_workers(c)
+    held = status_kb(pid, "RssAnon")
+    check(wait_until(lambda: status_kb(pid, "RssAnon") < held - 2048, 5),
+          "worker %d holds %d kB of anonymous memory, %d kB right after "
+          "the task" % (pid, status_kb(pid, "RssAnon"), held))
+    reply = c.execute_ok(range_plan(0, 15000, 1), "count_by_value")
+    check_eq(len(reply["counts"]), 15000, "distinct records again")
+    check_eq(list(status_workers(c)), [pid], "the same worker")
+
+
 MAX_TASKS = 3
 JITTER = MAX_TASKS // 10	# workers.max_tasks gives or takes a tenth
 

@@ -279,13 +279,18 @@ def build_sanitizers():
     return _sanitizers
 
 
-def vm_rss_kb(pid):
-    """Resident set size of pid in kB (from /proc/PID/status)."""
+def status_kb(pid, field):
+    """A size of pid's in kB from /proc/PID/status: VmRSS, RssAnon..."""
     with open("/proc/%d/status" % pid) as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise AssertionError("no VmRSS for pid %d" % pid)
+    raise AssertionError("no %s for pid %d" % (field, pid))
+
+
+def vm_rss_kb(pid):
+    """Resident set size of pid in kB (from /proc/PID/status)."""
+    return status_kb(pid, "VmRSS")
 
 
 # ---------------------------------------------------------------------------

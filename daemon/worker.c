@@ -324,6 +324,7 @@ worker_linger_cb(evutil_socket_t fd, short events, void *arg)
 	log_info("worker %ld: still there %dms after its socket closed; "
 	    "killing it", (long)w->pid, WORKER_LINGER_MS);
 	ember_counters.workers_killed++;
+	w->dead_ms = ember_now_ms();	/* its exit is owed from now on */
 	fslink_kill(pool_fslink(w->pool), w->pid, SIGKILL);
 }
 
@@ -1476,7 +1477,8 @@ worker_check_limits(void)
  * disposition), so it is no more trusted than a worker.  One that leaves
  * a retired worker's exit unreported past python.broadcast_preload_timeout
  * would keep the worker's place in workers.max for ever: it is killed, and
- * its workers go with it (fslink.h).
+ * its workers go with it (fslink.h).  A worker let go is owed no exit
+ * until it has been killed after WORKER_LINGER_MS.
  */
 static void
 worker_check_exit(struct worker *w, uint64_t now)
@@ -1484,6 +1486,7 @@ worker_check_exit(struct worker *w, uint64_t now)
 	char	why[128];
 
 	if (w->exited || pypreload_gen(pool_pypreload(w->pool)) == 0 ||
+	    (w->linger_ev != NULL && evtimer_pending(w->linger_ev, NULL)) ||
 	    now - w->dead_ms <=
 	    (uint64_t)ember_conf.python_broadcast_preload_timeout)
 		return;

@@ -1083,6 +1083,18 @@ WORKER_HAS_PYTHON = _worker_has_python()
 HAVE_CLOUDPICKLE = _have_cloudpickle()
 
 
+def with_lingering_workers(*sets):
+    """A daemon whose workers stay on after emberd closed their socket
+    (linger.so, preloaded into emberd and, through workers.env, them)."""
+    linger = job_readable(os.path.join(BUILDDIR, "tests", "integration",
+                                       "linger.so"))
+    return with_daemon(
+        sets=list(sets) + ["workers.env=LD_PRELOAD ASAN_OPTIONS"],
+        env={"LD_PRELOAD": linger,
+             "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+             ":verify_asan_link_order=0"})
+
+
 def needs_python(fn):
     """Decorate a test that runs Python functions: skipped, saying which of
     the two is missing, when this build or this python3 cannot."""

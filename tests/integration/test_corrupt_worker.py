@@ -276,20 +276,6 @@ def test_claimed_task_time_not_trusted(d):
     check(most <= 8, "tasks in flight at once: %d" % most)
 
 
-LINGER = job_readable(os.path.join(BUILDDIR, "tests", "integration",
-                                   "linger.so"))
-
-
-def with_lingering_workers(*sets):
-    """A daemon whose workers stay on after emberd closed their socket
-    (linger.so, preloaded into emberd and, through workers.env, them)."""
-    return with_daemon(
-        sets=list(sets) + ["workers.env=LD_PRELOAD ASAN_OPTIONS"],
-        env={"LD_PRELOAD": LINGER,
-             "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
-             ":verify_asan_link_order=0"})
-
-
 @with_lingering_workers("workers.max=1", "workers.reuse=no")
 def test_fresh_worker_that_lingers_is_killed(d):
     """A fresh worker that stays on after emberd closed its socket (its
@@ -320,6 +306,9 @@ def test_retired_worker_that_lingers_is_killed(d):
             "workers killed: %r" % c.status()["counters"]["workers_killed"])
         check(wait_until(lambda: not c.status()["workers"], 5),
               "workers left: %r" % c.status()["workers"])
+    # Killed by the deadline, not at once as they were retired.
+    check_eq(d.log_text().count("after its socket closed; killing it"), 3,
+             "workers killed after the deadline")
 
 
 if __name__ == "__main__":

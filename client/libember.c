@@ -1841,11 +1841,27 @@ int
 ember_request_counts(struct ember *e, const char *request_json,
     enum ember_counts_order order, struct ember_counts **out)
 {
-	json_t	*req;
+	json_t		*req;
+	const char	*op, *action;
 
 	*out = NULL;
+	if (order != EMBER_COUNTS_BY_RECORD && order != EMBER_COUNTS_BY_COUNT) {
+		ember_fail(e, "REQUEST_INVALID", "count order: %d", (int)order);
+		return (-1);
+	}
 	if ((req = ember_request_parse(e, request_json)) == NULL)
 		return (-1);
+	/* Anything else would run (a save writes its files) or open a
+	 * stream before its reply was found not to be counts. */
+	op = json_string_value(json_object_get(req, "op"));
+	action = json_string_value(json_object_get(req, "action"));
+	if (op == NULL || strcmp(op, "execute") != 0 || action == NULL ||
+	    strcmp(action, "count_by_value") != 0) {
+		json_decref(req);
+		ember_fail(e, "ACTION_INVALID", "ember_request_counts takes an "
+		    "execute of count_by_value");
+		return (-1);
+	}
 	return (ember_counts_call(e, req, order, out));
 }
 

@@ -572,7 +572,8 @@ fslink_send(struct fslink *fs, const struct fs_msg *m)
 /*
  * Workers not reused are asked for with how long the fork-server may keep
  * the next one forked ahead (workers.idle_timeout, as an idle worker;
- * never is 24 days): it forks it while this one's task runs.
+ * 0, never, is sent as INT32_MAX, 24 days): it forks it while this one's
+ * task runs.
  */
 int
 fslink_fork(struct fslink *fs, int32_t request)

@@ -478,7 +478,7 @@ forkserver_reap(struct forkserver *fs)
 		i = forkserver_find(fs, pid);
 		if (i != -1)
 			kill(-pid, SIGKILL);
-		/* Killed from outside before it was handed out. */
+		/* Gone before it was handed out (its user killed it, say). */
 		if (pid == fs->spare.pid) {
 			close(fs->spare.fd);
 			fs->spare.pid = 0;

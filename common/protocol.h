@@ -80,7 +80,8 @@ enum ember_metric {
  */
 enum fs_msg_type {
 	FS_HELLO = 1,	/* fs -> emberd: id = protocol version, pid = own pid */
-	FS_FORK = 2,	/* emberd -> fs: id = request id */
+	FS_FORK = 2,	/* emberd -> fs: id = request id, value = ms to
+			 * keep the next worker forked ahead (0: none) */
 	FS_FORKED = 3,	/* fs -> emberd: id = request id, pid = worker pid,
 			 * value = its generation (FS_PYLOAD and FS_PYDROP
 			 * handled before the fork), + fd */

@@ -569,11 +569,20 @@ fslink_send(struct fslink *fs, const struct fs_msg *m)
 	return (fslink_send_fd(fs, m, -1));
 }
 
+/*
+ * Workers not reused are asked for with how long the fork-server may keep
+ * the next one forked ahead (workers.idle_timeout, as an idle worker;
+ * 0, never, is sent as INT32_MAX, 24 days): it forks it while this one's
+ * task runs.
+ */
 int
 fslink_fork(struct fslink *fs, int32_t request)
 {
 	struct fs_msg	m = { FS_FORK, request, 0, 0 };
+	int64_t		ms = ember_conf.workers_idle_timeout;
 
+	if (!ember_conf.workers_reuse)
+		m.value = ms <= 0 || ms > INT32_MAX ? INT32_MAX : (int32_t)ms;
 	return (fslink_send(fs, &m));
 }
 

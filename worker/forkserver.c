@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,23 @@
 /* Seconds to wait for the children to die when exiting. */
 #define FORKSERVER_EXIT_WAIT	2
 
+/*
+ * A worker forked ahead, for a pool whose workers are not reused: set up
+ * and waiting in its first read, it is handed to emberd at the next fork
+ * request, and the next one is forked while that worker's task runs
+ * (bench/README.md, "Fresh worker, forked ahead").  It runs nothing and
+ * holds nothing of a task until emberd sends one; it is emberd's to know
+ * of only once handed out, so it is killed, not reported, when stale.
+ */
+struct forkserver_spare {
+	pid_t		pid;		/* 0: none */
+	int		fd;		/* emberd's end of its socketpair */
+	int32_t		gen;		/* fs->gen when it was forked */
+	struct timespec	until;		/* let go when no request came by */
+	int32_t		wanted;		/* ms to keep the next, once the
+					 * loop has nothing else to do */
+};
+
 struct forkserver {
 	int				 ctl;
 	pid_t				 pid;
@@ -42,6 +60,7 @@ struct forkserver {
 	size_t				 nchildren, size;
 	const struct forkserver_options	*options;
 	int32_t				 gen;	/* loads and drops done */
+	struct forkserver_spare		 spare;
 };
 
 /* The fork-server, for a SIGTERM that comes while Python loads. */
@@ -81,6 +100,8 @@ forkserver_signal_cb(int sig)
 	if (fs != NULL && sig == SIGTERM) {
 		for (i = 0; i < fs->nchildren; i++)
 			kill(-fs->children[i], SIGKILL);
+		if (fs->spare.pid > 0)
+			kill(-fs->spare.pid, SIGKILL);
 		_exit(0);
 	}
 	n = write(forkserver_signal_pipe[1], &c, 1);
@@ -179,6 +200,8 @@ forkserver_exit(struct forkserver *fs, int code)
 
 	for (i = 0; i < fs->nchildren; i++)
 		kill(-fs->children[i], SIGKILL);
+	if (fs->spare.pid > 0)
+		kill(-fs->spare.pid, SIGKILL);
 	clock_gettime(CLOCK_MONOTONIC, &end);
 	end.tv_sec += FORKSERVER_EXIT_WAIT;
 	for (;;) {
@@ -269,23 +292,19 @@ forkserver_child(struct forkserver *fs, int sv[2], int helper)
 	_exit(rc);
 }
 
-/* Fork a worker, or a helper, for request id. */
-static void
-forkserver_fork(struct forkserver *fs, int32_t id, int helper)
+/*
+ * Fork a worker, or a helper, set up and in its own group: its pid and
+ * emberd's end of its socketpair in *fd, or -1 with errno set.
+ */
+static pid_t
+forkserver_spawn(struct forkserver *fs, int helper, int *fd)
 {
-	struct fs_msg	m = { helper ? FS_HELPER_FAILED : FS_FORK_FAILED, id,
-			    0, 0 };
-	const char	*what = helper ? "helper" : "worker";
 	sigset_t	all, old;
 	int		sv[2], saved;
 	pid_t		pid;
 
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == -1) {
-		m.value = errno;
-		log_warn("fork request %d: socketpair: %s", id, strerror(errno));
-		forkserver_send(fs, &m, -1);
-		return;
-	}
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == -1)
+		return (-1);
 
 	/*
 	 * Block signals across fork: until the child has reset its handlers,
@@ -306,21 +325,113 @@ forkserver_fork(struct forkserver *fs, int32_t id, int helper)
 
 	if (pid == -1) {
 		close(sv[0]);
-		m.value = saved;
-		log_warn("fork request %d: fork: %s", id, strerror(saved));
-		forkserver_send(fs, &m, -1);
-		return;
+		errno = saved;
+		return (-1);
 	}
 	/* Both sides set the group, so it is set before either goes on. */
 	setpgid(pid, pid);
+	*fd = sv[0];
+	return (pid);
+}
+
+/* Kill the worker forked ahead, if any: what it was forked from has
+ * changed, or no request wanted it.  Reaped, unreported, as it exits. */
+static void
+forkserver_spare_discard(struct forkserver *fs, const char *why)
+{
+	if (fs->spare.pid <= 0)
+		return;
+	log_debug("worker %ld forked ahead let go: %s", (long)fs->spare.pid,
+	    why);
+	kill(-fs->spare.pid, SIGKILL);
+	close(fs->spare.fd);
+	fs->spare.pid = 0;
+	fs->spare.fd = -1;
+}
+
+/* Fork the next worker ahead, kept ms milliseconds at most for a
+ * request; none if the fork fails (the user's process limit, say): the
+ * next request forks its own. */
+static void
+forkserver_spare_fork(struct forkserver *fs, int32_t ms)
+{
+	pid_t	pid;
+	int	fd;
+
+	if ((pid = forkserver_spawn(fs, 0, &fd)) == -1) {
+		log_debug("forking a worker ahead: %s", strerror(errno));
+		return;
+	}
+	fs->spare.pid = pid;
+	fs->spare.fd = fd;
+	fs->spare.gen = fs->gen;
+	clock_gettime(CLOCK_MONOTONIC, &fs->spare.until);
+	fs->spare.until.tv_sec += ms / 1000;
+	fs->spare.until.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (fs->spare.until.tv_nsec >= 1000000000) {
+		fs->spare.until.tv_sec++;
+		fs->spare.until.tv_nsec -= 1000000000;
+	}
+}
+
+/* Milliseconds until the worker forked ahead is let go (0 if it is
+ * due), or -1 without one: poll's timeout. */
+static int
+forkserver_spare_timeout(struct forkserver *fs)
+{
+	struct timespec	now;
+	int64_t		ms;
+
+	if (fs->spare.pid <= 0)
+		return (fs->spare.wanted > 0 ? 0 : -1);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ms = (int64_t)(fs->spare.until.tv_sec - now.tv_sec) * 1000 +
+	    (fs->spare.until.tv_nsec - now.tv_nsec) / 1000000;
+	if (ms <= 0)
+		return (0);
+	return (ms > INT32_MAX ? INT32_MAX : (int)ms);
+}
+
+/*
+ * Fork a worker, or a helper, for request id; for a worker, ahead > 0 asks
+ * for the next one to be forked ahead and kept that many milliseconds.
+ */
+static void
+forkserver_fork(struct forkserver *fs, int32_t id, int helper, int32_t ahead)
+{
+	struct fs_msg	m = { helper ? FS_HELPER_FAILED : FS_FORK_FAILED, id,
+			    0, 0 };
+	const char	*what = helper ? "helper" : "worker";
+	pid_t		pid;
+	int		fd;
+
+	/* One forked ahead, if it has what a fork now would: every load
+	 * and drop lets it go, this only makes sure. */
+	if (fs->spare.pid > 0 && fs->spare.gen != fs->gen)
+		forkserver_spare_discard(fs, "stale");
+	if (!helper && fs->spare.pid > 0) {
+		pid = fs->spare.pid;
+		fd = fs->spare.fd;
+		fs->spare.pid = 0;
+		fs->spare.fd = -1;
+	} else if ((pid = forkserver_spawn(fs, helper, &fd)) == -1) {
+		m.value = errno;
+		log_warn("fork request %d: %s", id, strerror(errno));
+		forkserver_send(fs, &m, -1);
+		return;
+	}
 	forkserver_add(fs, pid);
 	log_debug("fork request %d: %s %ld", id, what, (long)pid);
 
 	m.type = helper ? FS_HELPER_FORKED : FS_FORKED;
 	m.pid = pid;
 	m.value = fs->gen;
-	forkserver_send(fs, &m, sv[0]);
-	close(sv[0]);
+	forkserver_send(fs, &m, fd);
+	close(fd);
+	/* Once nothing else waits (an exit to report, a request), while
+	 * emberd gives that one its task. */
+	if (!helper)
+		fs->spare.wanted = ahead;
 }
 
 /* Signal a worker's process group, if it is one of ours. */
@@ -367,6 +478,12 @@ forkserver_reap(struct forkserver *fs)
 		i = forkserver_find(fs, pid);
 		if (i != -1)
 			kill(-pid, SIGKILL);
+		/* Gone before it was handed out (its user killed it, say). */
+		if (pid == fs->spare.pid) {
+			close(fs->spare.fd);
+			fs->spare.pid = 0;
+			fs->spare.fd = -1;
+		}
 		while (waitpid(pid, &status, 0) == -1) {
 			if (errno != EINTR)
 				fatal("waitpid %ld", (long)pid);
@@ -418,10 +535,11 @@ forkserver_dispatch_sigchld(struct forkserver *fs)
 /* Python was started (or tried): note what it did to the signals, and
  * stop listening for workers that want it. */
 static void
-forkserver_python_started(void)
+forkserver_python_started(struct forkserver *fs)
 {
 	if (forkserver_python_pipe[0] == -1)
 		return;
+	forkserver_spare_discard(fs, "Python started");
 	forkserver_note_handled();
 	close(forkserver_python_pipe[0]);
 	close(forkserver_python_pipe[1]);
@@ -444,10 +562,11 @@ forkserver_pyload(struct forkserver *fs, int32_t id, int fd)
 	forkserver_loading = fs;
 	python_broadcast_load(id, fd, fs->options->memory_limit);
 	/* The load started Python if nothing had: no worker has to. */
-	forkserver_python_started();
+	forkserver_python_started(fs);
 	forkserver_loading = NULL;
 	close(fd);
 	fs->gen++;
+	forkserver_spare_discard(fs, "a broadcast loaded");
 }
 
 /*
@@ -462,7 +581,7 @@ forkserver_python(struct forkserver *fs)
 	forkserver_loading = fs;
 	python_start();
 	forkserver_loading = NULL;
-	forkserver_python_started();
+	forkserver_python_started(fs);
 }
 
 /* Let go of a broadcast forkserver_pyload loaded. */
@@ -471,6 +590,7 @@ forkserver_pydrop(struct forkserver *fs, int32_t id)
 {
 	python_broadcast_unload(id);
 	fs->gen++;
+	forkserver_spare_discard(fs, "a broadcast dropped");
 }
 
 /* Handle one message from emberd. */
@@ -503,10 +623,10 @@ forkserver_dispatch(struct forkserver *fs)
 	}
 	switch (m.type) {
 	case FS_FORK:
-		forkserver_fork(fs, m.id, 0);
+		forkserver_fork(fs, m.id, 0, m.value);
 		break;
 	case FS_HELPER:
-		forkserver_fork(fs, m.id, 1);
+		forkserver_fork(fs, m.id, 1, 0);
 		break;
 	case FS_KILL:
 		forkserver_kill(fs, m.pid, m.value);
@@ -771,11 +891,13 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 	struct fs_msg		 hello = { FS_HELLO, EMBER_PROTOCOL_VERSION, 0, 0 };
 	struct pollfd		 pfd[4];
 	pid_t			 parent;
+	int			 n;
 
 	memset(&fs, 0, sizeof fs);
 	fs.ctl = ctl;
 	fs.pid = getpid();
 	fs.options = options;
+	fs.spare.fd = -1;
 
 	/* First of all, and before the parent-death signal, which a change
 	 * of credentials clears. */
@@ -821,11 +943,16 @@ forkserver_main(int ctl, const struct forkserver_options *options)
 	for (;;) {
 		/* -1 once Python is up: poll ignores it. */
 		pfd[2].fd = forkserver_python_pipe[0];
-		if (poll(pfd, 4, -1) == -1) {
+		if ((n = poll(pfd, 4, forkserver_spare_timeout(&fs))) == -1) {
 			if (errno == EINTR)
 				continue;
 			fatal("poll");
 		}
+		if (n == 0 && fs.spare.pid <= 0 && fs.spare.wanted > 0) {
+			forkserver_spare_fork(&fs, fs.spare.wanted);
+			fs.spare.wanted = 0;
+		} else if (fs.spare.pid > 0 && forkserver_spare_timeout(&fs) == 0)
+			forkserver_spare_discard(&fs, "no request came");
 		if (pfd[1].revents != 0)
 			forkserver_dispatch_signals(&fs);
 		if (pfd[3].revents != 0)

@@ -241,6 +241,43 @@ def test_failing_unpickle_fails_the_job(d):
              "who unpickled the next one")
 
 
+def _spare(d, c, busy):
+    """The worker the fork-server forked ahead (emberd does not know it
+    yet), once there is one."""
+    def find():
+        known = set(busy) | {w["pid"] for w in c.status()["workers"]}
+        left = [p for p in d.worker_pids() if p not in known]
+        return left[0] if len(left) == 1 else None
+    pid = wait_until(find, 5)
+    check(pid is not None, "no worker forked ahead: %s" % d.worker_pids())
+    return pid
+
+
+@needs_python
+@with_daemon(sets=PRELOAD + ["workers.reuse=no", "workers.max=1"])
+def test_worker_forked_ahead_lacks_the_load(d):
+    """With workers.reuse=no a worker is forked ahead of the next request;
+    one forked before a load lacks the object: it is let go, and the job
+    that reads the object runs on a worker forked after the load."""
+    marks = _marks(d)
+    c = d.client()
+    with ember.connect(d.socket) as sc:
+        # Python starts in the fork-server at the first python op; the
+        # worker forked ahead after that has it.
+        busy = [int(p) for _ in range(2) for p in sc.range(1).map(
+            lambda _: os.getpid()).collect()]
+        spare = _spare(d, c, busy)
+        b = sc.broadcast_object(Marked(marks, "big", list(range(10))))
+        got = sc.range(1).map(
+            lambda x: "%d %d" % (os.getpid(), b.value[int(x) + 3])).collect()
+    pid, value = (int(v) for v in got[0].split())
+    check_eq(value, 3, "the answer")
+    check(pid != spare, "the worker forked before the load ran the job")
+    check(wait_until(lambda: not is_running(spare), 5),
+          "the worker forked before the load is still there")
+    check_eq(len(_lines(marks)), 1, "unpickled once")
+
+
 @needs_python
 @with_daemon(sets=PRELOAD)
 def test_dropped_broadcast_leaves_the_fork_server(d):

@@ -142,6 +142,111 @@ def test_retired_idle_worker_ends_without_a_kill(d):
     check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
 
 
+def spare_pid(d, c, busy=()):
+    """The worker forked ahead: the fork-server's live child that emberd
+    does not know of (nor busy, workers that may still be exiting), or
+    None."""
+    known = set(status_workers(c)) | set(busy)
+    left = [p for p in d.worker_pids() if p not in known]
+    check(len(left) <= 1, "more than one worker forked ahead: %s" % left)
+    return left[0] if left else None
+
+
+def wait_spare(d, c, busy=()):
+    """Wait for a worker forked ahead; its pid."""
+    pid = wait_until(lambda: spare_pid(d, c, busy), 5)
+    check(pid is not None, "no worker forked ahead; the fork-server's "
+          "children: %s, emberd's workers: %s" %
+          (d.worker_pids(), sorted(status_workers(c))))
+    return pid
+
+
+def fd_targets(pid):
+    """What pid's descriptors point at (socket:[inode], paths)."""
+    fds = "/proc/%d/fd" % pid
+    return {os.readlink(os.path.join(fds, n)) for n in os.listdir(fds)}
+
+
+@with_daemon(sets=["workers.max=1", "workers.reuse=no"])
+def test_fresh_worker_forked_ahead(d):
+    """With workers.reuse=no the fork-server forks the next worker while a
+    task runs, and hands it out at the next request: the fork is off the
+    task's path (bench/README.md, "Fresh worker, forked ahead").  Until
+    then it is the fork-server's alone: not in emberd's status, running
+    nothing, holding none of the fork-server's descriptors but its own
+    socket (not emberd's control channel)."""
+    c = d.client()
+    [first] = job_pids(c, 1)
+    spare = wait_spare(d, c, [first])
+    check(spare != first, "the job's worker %d is the spare" % first)
+    fs = d.forkserver_pid()
+    check_eq(read_stat(spare)[2], fs, "the spare's parent")
+    check_eq(read_stat(spare)[3], spare, "the spare's process group")
+    check_eq(descendants(spare), [], "the spare's children")
+    control = os.readlink("/proc/%d/fd/3" % fs)
+    check(control.startswith("socket:"), "fork-server's fd 3: %r" % control)
+    check(control not in fd_targets(spare), "the spare holds the "
+          "fork-server's control channel")
+    forks = pool(c)["forks"]
+    [second] = job_pids(c, 1)
+    check_eq(second, spare, "the second job's worker")
+    check_eq(pool(c)["forks"], forks + 1, "forks counted when handed out")
+    wait_spare(d, c, [first, second])
+    check_eq(c.status()["counters"]["workers_killed"], 0, "workers killed")
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_reused_workers_forked_none_ahead(d):
+    """Reused workers are not forked ahead: every child of the fork-server
+    is a worker emberd has."""
+    c = d.client()
+    job_pids(c, 4)
+    check(wait_until(lambda: _all_idle(d, c), 5),
+          "workers not all idle: %r" % status_workers(c))
+    check_during(lambda: spare_pid(d, c) is None, 0.3,
+                 "a worker forked ahead with workers.reuse=yes")
+
+
+@with_daemon(sets=["workers.max=1", "workers.reuse=no",
+                  "workers.idle_timeout=300ms"])
+def test_fresh_worker_ahead_let_go_when_idle(d):
+    """No request for workers.idle_timeout: the worker forked ahead is let
+    go, as an idle worker would be, and its exit reported to no one."""
+    c = d.client()
+    [first] = job_pids(c, 1)
+    spare = wait_spare(d, c, [first])
+    wait_gone([spare])
+    check_eq(pool(c)["workers"], 0, "emberd's workers")
+    check_eq(c.status()["counters"]["workers_killed"], 0, "workers killed")
+    check_eq(job_pids(c, 1)[0] != spare, True, "a job after")
+
+
+@with_daemon(sets=["workers.max=1", "workers.reuse=no"])
+def test_fresh_worker_ahead_gone_after_shutdown(d):
+    """SIGTERM: emberd drains, its fork-server exits, and the worker forked
+    ahead goes with it."""
+    c = d.client()
+    [first] = job_pids(c, 1)
+    spare = wait_spare(d, c, [first])
+    c.close()
+    check_eq(d.stop(), 0, "emberd's exit code")
+    wait_gone([spare])
+
+
+@with_daemon(sets=["workers.max=1", "workers.reuse=no"])
+def test_fresh_worker_ahead_killed_from_outside(d):
+    """A worker forked ahead that its user kills before it is handed out is
+    forgotten: the next job gets a worker of its own and runs."""
+    c = d.client()
+    [first] = job_pids(c, 1)
+    spare = wait_spare(d, c, [first])
+    os.kill(spare, signal.SIGKILL)
+    wait_gone([spare])
+    [second] = job_pids(c, 1)
+    check(second != spare, "the killed spare ran the job")
+    check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
+
+
 @skip_unless(shutil.which("strace"), "no strace")
 @with_daemon(sets=["workers.max=1", "workers.reuse=no"])
 def test_fresh_worker_opens_nothing(d):

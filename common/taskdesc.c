@@ -8,6 +8,7 @@
 
 #include "frame.h"
 #include "jread.h"
+#include "jwrite.h"
 #include "log.h"
 #include "plan.h"
 #include "protocol.h"
@@ -74,30 +75,19 @@ reduce_fn_from_string(const char *s, enum reduce_fn *fn)
 	return (0);
 }
 
+/* Append to an evbuffer: jwrite's callback. */
+static int
+taskdesc_add_cb(const char *s, size_t len, void *arg)
+{
+	return (evbuffer_add(arg, s, len));
+}
+
 /* Append a JSON string. */
 static void
 taskdesc_add_string(struct evbuffer *out, const char *s)
 {
-	json_t		*js;
-	char		*text;
-	const char	*p;
-
-	/* Plain ASCII, as an operation id always is, needs no escaping. */
-	for (p = s; *p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\'; p++)
-		;
-	if (*p == '\0') {
-		evbuffer_add(out, "\"", 1);
-		evbuffer_add(out, s, (size_t)(p - s));
-		evbuffer_add(out, "\"", 1);
-		return;
-	}
-	js = json_string(s);
-	if (js == NULL || (text = json_dumps(js, JSON_ENCODE_ANY |
-	    JSON_COMPACT)) == NULL)
+	if (jwrite_string(s, strlen(s), taskdesc_add_cb, out) == -1)
 		fatalx("%s: cannot encode a string", __func__);
-	json_decref(js);
-	evbuffer_add(out, text, strlen(text));
-	free(text);
 }
 
 /*

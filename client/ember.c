@@ -428,63 +428,31 @@ run_stream(struct ember *e, const char *plan, const char *action,
 	return (0);
 }
 
-/* A count_by_value line: a record of the result and its count. */
-struct run_count {
-	const void	*data;
-	size_t		 len;
-	int64_t		 count;
-};
-
-/* Order count_by_value lines: the largest count first, then by record. */
-static int
-run_count_cmp(const void *a, const void *b)
-{
-	const struct run_count	*x = a, *y = b;
-	int			 c;
-
-	if (x->count != y->count)
-		return (x->count < y->count ? 1 : -1);
-	c = memcmp(x->data, y->data, x->len < y->len ? x->len : y->len);
-	if (c != 0)
-		return (c);
-	return (x->len < y->len ? -1 : x->len > y->len);
-}
-
 /*
- * Print count_by_value's result as count<TAB>record lines, the record's
- * bytes as they are (NULs included, as iterate prints them); the nulls'
- * count last, as count<TAB>\N.
+ * Print count_by_value's result as count<TAB>record lines, the largest
+ * count first, then by record; the record's bytes as they are (NULs
+ * included, as iterate prints them); the nulls' count last, as
+ * count<TAB>\N.
  */
 static void
-run_print_counts(struct ember *e, const char *reply_text)
+run_print_counts(const struct ember_counts *counts)
 {
-	struct ember_counts	*counts;
-	struct run_count	*rows;
-	size_t			 n, i;
+	const void	*data;
+	size_t		 n, i, len;
+	int64_t		 count;
 
-	if ((counts = ember_counts_parse(e, reply_text)) == NULL)
-		ember_die(e);
 	n = ember_counts_size(counts);
-	if ((rows = calloc(n + 1, sizeof *rows)) == NULL) {
-		fprintf(stderr, "ember: out of memory\n");
-		exit(1);
-	}
-	for (i = 0; i < n; i++)
-		rows[i].count = ember_counts_get(counts, i, &rows[i].data,
-		    &rows[i].len);
-	qsort(rows, n, sizeof *rows, run_count_cmp);
 	for (i = 0; i < n; i++) {
-		printf("%" PRId64 "\t", rows[i].count);
-		fwrite(rows[i].data, 1, rows[i].len, stdout);
+		count = ember_counts_get(counts, i, &data, &len);
+		printf("%" PRId64 "\t", count);
+		fwrite(data, 1, len, stdout);
 		putchar('\n');
 	}
 	if (ember_counts_nulls(counts) > 0)
 		printf("%" PRId64 "\t\\N\n", ember_counts_nulls(counts));
-	free(rows);
-	ember_counts_free(counts);
 }
 
-/* Print an action's reply: count, count<TAB>record lines, value, files. */
+/* Print an action's reply: count, value, files. */
 static void
 run_print_reply(struct ember *e, const char *action, const char *reply_text)
 {
@@ -492,10 +460,6 @@ run_print_reply(struct ember *e, const char *action, const char *reply_text)
 	json_t			*reply;
 	char			*text;
 
-	if (strcmp(action, "count_by_value") == 0) {
-		run_print_counts(e, reply_text);
-		return;
-	}
 	if (strcmp(action, "reduce") == 0) {
 		if (ember_reduced_parse(e, reply_text, &reduced) == -1)
 			ember_die(e);
@@ -532,22 +496,33 @@ static int
 run_reply(struct ember *e, const char *plan, const char *action,
     const char *options)
 {
-	struct progress	*progress;
-	char		*text, *reply_text;
-	char		 id[37];
-	int		 rc;
+	struct progress		*progress;
+	struct ember_counts	*counts = NULL;
+	char			*text, *reply_text;
+	char			 id[37];
+	int			 rc;
 
 	if ((text = run_request(plan, action, options, id)) == NULL)
 		return (EXIT_USAGE);
 	cancel_set(ember_session(e), id);
 	progress = progress_create(0);
 	progress_watch(progress, socket_path, id);
-	rc = ember_request(e, text, &reply_text);
+	if (strcmp(action, "count_by_value") == 0) {
+		/* One parse and one sort, in the order printed. */
+		rc = ember_request_counts(e, text, EMBER_COUNTS_BY_COUNT,
+		    &counts);
+		reply_text = NULL;
+	} else
+		rc = ember_request(e, text, &reply_text);
 	progress_free(progress);
 	free(text);
 	if (rc == -1)
 		ember_die(e);
-	run_print_reply(e, action, reply_text);
+	if (counts != NULL)
+		run_print_counts(counts);
+	else
+		run_print_reply(e, action, reply_text);
+	ember_counts_free(counts);
 	free(reply_text);
 	if (fflush(stdout) == EOF)
 		output_failed(e, 0);

@@ -222,9 +222,15 @@ char		*ember_status(struct ember *);
  * C string: it may hold NUL bytes, and is not NUL-terminated.  Records
  * that are not valid UTF-8 arrive with their bad bytes replaced by U+FFFD
  * (docs/protocol.md).  The records are sorted by their bytes (memcmp, a
- * prefix first).
+ * prefix first), unless read by ember_request_counts in count order.
  */
 struct ember_counts;
+
+/* The orders a count_by_value result's records can be read in. */
+enum ember_counts_order {
+	EMBER_COUNTS_BY_RECORD,	/* by their bytes (memcmp, a prefix first) */
+	EMBER_COUNTS_BY_COUNT	/* the largest count first, then by record */
+};
 
 /* Execute plan_json with action count_by_value (options_json: NULL, or a
  * JSON object as text) and read the reply.  0 or -1. */
@@ -234,13 +240,19 @@ int		 ember_count_by_value(struct ember *, const char *plan_json,
  * (PROTOCOL_ERROR) if it is not one. */
 struct ember_counts *ember_counts_parse(struct ember *,
 		     const char *reply_json);
+/* Send an execute request with action count_by_value, given as JSON text
+ * (as ember_request), and read its result with the records in order: the
+ * reply parsed once and sorted once.  0, or -1 with the error set. */
+int		 ember_request_counts(struct ember *, const char *request_json,
+		     enum ember_counts_order order, struct ember_counts **);
 /* How many distinct non-null records. */
 size_t		 ember_counts_size(const struct ember_counts *);
 /* The i-th record (i < ember_counts_size) and its count: *data and *len
  * stay valid until ember_counts_free. */
 int64_t		 ember_counts_get(const struct ember_counts *, size_t i,
 		     const void **data, size_t *len);
-/* The count of one record, 0 if it did not occur. */
+/* The count of one record, 0 if it did not occur (a binary search in
+ * record order, a walk of them all in count order). */
 int64_t		 ember_counts_find(const struct ember_counts *,
 		     const void *data, size_t len);
 /* How many records were null (a null is not an empty record). */

@@ -1411,6 +1411,33 @@ ember_make_absolute(struct ember *e, json_t *req, int *made)
 	return (0);
 }
 
+/* Read a control request given as JSON text, an execute's relative paths
+ * made absolute; NULL with the error set. */
+static json_t *
+ember_request_parse(struct ember *e, const char *request_json)
+{
+	json_t	*req;
+
+	if (ember_check_control(e) == -1)
+		return (NULL);
+	if ((req = ember_parse(e, request_json, "request",
+	    "REQUEST_INVALID")) == NULL)
+		return (NULL);
+	if (!json_is_object(req)) {
+		json_decref(req);
+		ember_fail(e, "REQUEST_INVALID", "request: expected a JSON "
+		    "object");
+		return (NULL);
+	}
+	if (json_is_string(json_object_get(req, "op")) &&
+	    strcmp(json_string_value(json_object_get(req, "op")),
+	    "execute") == 0 && ember_make_absolute(e, req, NULL) == -1) {
+		json_decref(req);
+		return (NULL);
+	}
+	return (req);
+}
+
 /* Send a control request given as JSON text. */
 int
 ember_request(struct ember *e, const char *request_json, char **reply_json)
@@ -1419,22 +1446,8 @@ ember_request(struct ember *e, const char *request_json, char **reply_json)
 
 	if (reply_json != NULL)
 		*reply_json = NULL;
-	if (ember_check_control(e) == -1)
+	if ((req = ember_request_parse(e, request_json)) == NULL)
 		return (-1);
-	if ((req = ember_parse(e, request_json, "request",
-	    "REQUEST_INVALID")) == NULL)
-		return (-1);
-	if (!json_is_object(req)) {
-		json_decref(req);
-		return (ember_fail(e, "REQUEST_INVALID", "request: expected "
-		    "a JSON object"));
-	}
-	if (json_is_string(json_object_get(req, "op")) &&
-	    strcmp(json_string_value(json_object_get(req, "op")),
-	    "execute") == 0 && ember_make_absolute(e, req, NULL) == -1) {
-		json_decref(req);
-		return (-1);
-	}
 	return (ember_call(e, req, reply_json, NULL));
 }
 
@@ -1722,15 +1735,17 @@ ember_status(struct ember *e)
 }
 
 struct ember_count_entry {
-	char		*data;		/* NUL-terminated for safety only */
+	const char	*data;		/* in the counts' bytes */
 	size_t		 len;
 	int64_t		 count;
 };
 
 struct ember_counts {
-	struct ember_count_entry	*entries;	/* sorted by bytes */
+	struct ember_count_entry	*entries;	/* in order's order */
+	char				*bytes;		/* every record's */
 	size_t				 n;
 	int64_t				 nulls;
+	enum ember_counts_order		 order;
 };
 
 /* Order records by their bytes, a prefix first. */
@@ -1746,63 +1761,129 @@ ember_count_cmp(const void *a, const void *b)
 	return (x->len < y->len ? -1 : x->len > y->len);
 }
 
-/* Add one record and its count; -1 if out of memory. */
+/* Order records by their count, the largest first, then by their bytes. */
 static int
-ember_counts_add(struct ember_counts *c, const char *data, size_t len,
-    json_int_t count)
+ember_count_cmp_count(const void *a, const void *b)
 {
-	struct ember_count_entry	*ent = &c->entries[c->n];
+	const struct ember_count_entry	*x = a, *y = b;
 
-	if ((ent->data = malloc(len + 1)) == NULL)
-		return (-1);
-	memcpy(ent->data, data, len);
-	ent->data[len] = '\0';
-	ent->len = len;
-	ent->count = count;
-	c->n++;
-	return (0);
+	if (x->count != y->count)
+		return (x->count < y->count ? 1 : -1);
+	return (ember_count_cmp(a, b));
 }
 
-/* Fill c from a count_by_value reply: "counts", "pairs" (the records with
- * a NUL byte) and "nulls".  A message, or NULL. */
+/* Add one record and its count, its bytes copied to *bytes (which moves
+ * on past them and a NUL, for safety only). */
+static void
+ember_counts_add(struct ember_counts *c, char **bytes, const char *data,
+    size_t len, json_int_t count)
+{
+	struct ember_count_entry	*ent = &c->entries[c->n++];
+
+	memcpy(*bytes, data, len);
+	(*bytes)[len] = '\0';
+	ent->data = *bytes;
+	ent->len = len;
+	ent->count = count;
+	*bytes += len + 1;
+}
+
+/* Check a count_by_value reply's shape: "counts" an object of integers,
+ * "pairs" (the records with a NUL byte) absent or an array of [record,
+ * count], "nulls" an integer.  The bytes its records need (a NUL each
+ * added), or a message in *why. */
+static size_t
+ember_counts_check(json_t *reply, const char **why)
+{
+	json_t		*counts, *pairs, *v, *pair;
+	const char	*key;
+	size_t		 keylen, i, bytes = 0;
+
+	*why = NULL;
+	counts = json_object_get(reply, "counts");
+	pairs = json_object_get(reply, "pairs");
+	if (!json_is_object(counts) ||
+	    !json_is_integer(json_object_get(reply, "nulls")) ||
+	    (pairs != NULL && !json_is_array(pairs))) {
+		*why = "count_by_value reply without \"counts\" and \"nulls\"";
+		return (0);
+	}
+	json_object_keylen_foreach(counts, key, keylen, v) {
+		if (!json_is_integer(v)) {
+			*why = "count_by_value reply: a count is not an "
+			    "integer";
+			return (0);
+		}
+		bytes += keylen + 1;
+	}
+	json_array_foreach(pairs, i, pair) {
+		if (json_array_size(pair) != 2 ||
+		    !json_is_string(json_array_get(pair, 0)) ||
+		    !json_is_integer(json_array_get(pair, 1))) {
+			*why = "count_by_value reply: \"pairs\" holds "
+			    "something else than [record, count]";
+			return (0);
+		}
+		bytes += json_string_length(json_array_get(pair, 0)) + 1;
+	}
+	return (bytes);
+}
+
+/* Fill c from a count_by_value reply, sorted in c->order.  A message, or
+ * NULL. */
 static const char *
 ember_counts_read(struct ember_counts *c, json_t *reply)
 {
-	json_t		*counts, *pairs, *nulls, *v, *pair, *rec, *n;
-	const char	*key;
-	size_t		 keylen, i, total;
+	json_t		*counts, *pairs, *v, *pair, *rec;
+	const char	*key, *why;
+	char		*p;
+	size_t		 keylen, i, total, bytes;
 
+	if ((bytes = ember_counts_check(reply, &why)) == 0 && why != NULL)
+		return (why);
 	counts = json_object_get(reply, "counts");
 	pairs = json_object_get(reply, "pairs");
-	nulls = json_object_get(reply, "nulls");
-	if (!json_is_object(counts) || !json_is_integer(nulls) ||
-	    (pairs != NULL && !json_is_array(pairs)))
-		return ("count_by_value reply without \"counts\" and \"nulls\"");
-	c->nulls = json_integer_value(nulls);
+	c->nulls = json_integer_value(json_object_get(reply, "nulls"));
 	total = json_object_size(counts) + json_array_size(pairs);
-	if ((c->entries = calloc(total + 1, sizeof *c->entries)) == NULL)
+	if ((c->entries = calloc(total + 1, sizeof *c->entries)) == NULL ||
+	    (c->bytes = malloc(bytes + 1)) == NULL)
 		return ("out of memory");
-	json_object_keylen_foreach(counts, key, keylen, v) {
-		if (!json_is_integer(v))
-			return ("count_by_value reply: a count is not an "
-			    "integer");
-		if (ember_counts_add(c, key, keylen,
-		    json_integer_value(v)) == -1)
-			return ("out of memory");
-	}
+	p = c->bytes;
+	json_object_keylen_foreach(counts, key, keylen, v)
+		ember_counts_add(c, &p, key, keylen, json_integer_value(v));
 	json_array_foreach(pairs, i, pair) {
 		rec = json_array_get(pair, 0);
-		n = json_array_get(pair, 1);
-		if (json_array_size(pair) != 2 || !json_is_string(rec) ||
-		    !json_is_integer(n))
-			return ("count_by_value reply: \"pairs\" holds "
-			    "something else than [record, count]");
-		if (ember_counts_add(c, json_string_value(rec),
-		    json_string_length(rec), json_integer_value(n)) == -1)
-			return ("out of memory");
+		ember_counts_add(c, &p, json_string_value(rec),
+		    json_string_length(rec),
+		    json_integer_value(json_array_get(pair, 1)));
 	}
-	qsort(c->entries, c->n, sizeof *c->entries, ember_count_cmp);
+	qsort(c->entries, c->n, sizeof *c->entries,
+	    c->order == EMBER_COUNTS_BY_COUNT ? ember_count_cmp_count :
+	    ember_count_cmp);
 	return (NULL);
+}
+
+/* Read a count_by_value reply already parsed (the caller's still), its
+ * records sorted in order. */
+static struct ember_counts *
+ember_counts_from(struct ember *e, json_t *reply,
+    enum ember_counts_order order)
+{
+	struct ember_counts	*c;
+	const char		*why;
+
+	if ((c = calloc(1, sizeof *c)) == NULL) {
+		ember_fail(e, "NO_MEMORY", "out of memory");
+		return (NULL);
+	}
+	c->order = order;
+	if ((why = ember_counts_read(c, reply)) != NULL) {
+		ember_counts_free(c);
+		ember_fail(e, strcmp(why, "out of memory") == 0 ? "NO_MEMORY" :
+		    "PROTOCOL_ERROR", "%s", why);
+		return (NULL);
+	}
+	return (c);
 }
 
 /* Read a count_by_value reply. */
@@ -1812,7 +1893,6 @@ ember_counts_parse(struct ember *e, const char *reply_json)
 	struct ember_counts	*c;
 	json_t			*reply;
 	json_error_t		 jerr;
-	const char		*why;
 
 	if (reply_json == NULL ||
 	    (reply = json_loads(reply_json, JSON_ALLOW_NUL, &jerr)) == NULL) {
@@ -1820,20 +1900,26 @@ ember_counts_parse(struct ember *e, const char *reply_json)
 		    reply_json == NULL ? "missing" : jerr.text);
 		return (NULL);
 	}
-	if ((c = calloc(1, sizeof *c)) == NULL) {
-		json_decref(reply);
-		ember_fail(e, "NO_MEMORY", "out of memory");
-		return (NULL);
-	}
-	why = ember_counts_read(c, reply);
+	c = ember_counts_from(e, reply, EMBER_COUNTS_BY_RECORD);
 	json_decref(reply);
-	if (why != NULL) {
-		ember_counts_free(c);
-		ember_fail(e, strcmp(why, "out of memory") == 0 ? "NO_MEMORY" :
-		    "PROTOCOL_ERROR", "%s", why);
-		return (NULL);
-	}
 	return (c);
+}
+
+/* Send a count_by_value execute and read its result from the one parse
+ * of the reply (ember_reply's), sorted in order. */
+static int
+ember_counts_call(struct ember *e, json_t *req, enum ember_counts_order order,
+    struct ember_counts **out)
+{
+	json_t	*reply;
+
+	if (ember_call(e, req, NULL, &reply) == -1) {
+		json_decref(reply);
+		return (-1);
+	}
+	*out = ember_counts_from(e, reply, order);
+	json_decref(reply);
+	return (*out == NULL ? -1 : 0);
 }
 
 /* Execute a plan with count_by_value and read its result. */
@@ -1841,17 +1927,43 @@ int
 ember_count_by_value(struct ember *e, const char *plan_json,
     const char *options_json, struct ember_counts **out)
 {
-	char	*reply;
+	json_t	*req;
 
 	*out = NULL;
-	if (ember_execute(e, plan_json, "count_by_value", options_json,
-	    &reply) == -1) {
-		free(reply);
+	if (ember_check_control(e) == -1 ||
+	    (req = ember_execute_request(e, plan_json, "count_by_value",
+	    options_json, NULL)) == NULL)
+		return (-1);
+	return (ember_counts_call(e, req, EMBER_COUNTS_BY_RECORD, out));
+}
+
+/* Send a count_by_value execute given as JSON text and read its result. */
+int
+ember_request_counts(struct ember *e, const char *request_json,
+    enum ember_counts_order order, struct ember_counts **out)
+{
+	json_t		*req;
+	const char	*op, *action;
+
+	*out = NULL;
+	if (order != EMBER_COUNTS_BY_RECORD && order != EMBER_COUNTS_BY_COUNT) {
+		ember_fail(e, "REQUEST_INVALID", "count order: %d", (int)order);
 		return (-1);
 	}
-	*out = ember_counts_parse(e, reply);
-	free(reply);
-	return (*out == NULL ? -1 : 0);
+	if ((req = ember_request_parse(e, request_json)) == NULL)
+		return (-1);
+	/* Anything else would run (a save writes its files) or open a
+	 * stream before its reply was found not to be counts. */
+	op = json_string_value(json_object_get(req, "op"));
+	action = json_string_value(json_object_get(req, "action"));
+	if (op == NULL || strcmp(op, "execute") != 0 || action == NULL ||
+	    strcmp(action, "count_by_value") != 0) {
+		json_decref(req);
+		ember_fail(e, "ACTION_INVALID", "ember_request_counts takes an "
+		    "execute of count_by_value");
+		return (-1);
+	}
+	return (ember_counts_call(e, req, order, out));
 }
 
 size_t
@@ -1874,16 +1986,24 @@ ember_counts_get(const struct ember_counts *c, size_t i, const void **data,
 	return (c->entries[i].count);
 }
 
+/* Find a record: a binary search in record order, a walk in count order. */
 int64_t
 ember_counts_find(const struct ember_counts *c, const void *data, size_t len)
 {
 	struct ember_count_entry	 key, *found;
+	size_t				 i;
 
-	key.data = (char *)(uintptr_t)(data != NULL ? data : "");
+	key.data = data != NULL ? data : "";
 	key.len = len;
-	found = bsearch(&key, c->entries, c->n, sizeof *c->entries,
-	    ember_count_cmp);
-	return (found != NULL ? found->count : 0);
+	if (c->order == EMBER_COUNTS_BY_RECORD) {
+		found = bsearch(&key, c->entries, c->n, sizeof *c->entries,
+		    ember_count_cmp);
+		return (found != NULL ? found->count : 0);
+	}
+	for (i = 0; i < c->n; i++)
+		if (ember_count_cmp(&key, &c->entries[i]) == 0)
+			return (c->entries[i].count);
+	return (0);
 }
 
 int64_t
@@ -1895,12 +2015,9 @@ ember_counts_nulls(const struct ember_counts *c)
 void
 ember_counts_free(struct ember_counts *c)
 {
-	size_t	i;
-
 	if (c == NULL)
 		return;
-	for (i = 0; i < c->n; i++)
-		free(c->entries[i].data);
+	free(c->bytes);
 	free(c->entries);
 	free(c);
 }

@@ -89,15 +89,6 @@ operation_partitions(const struct operation *op)
 	return (op->npartitions);
 }
 
-uint64_t
-operation_plan_key(const struct task *t)
-{
-	uint64_t	key;
-
-	operation_task_plan(t->op, t, &key);
-	return (key);
-}
-
 const char *
 operation_task_plan(const struct operation *op, const struct task *t,
     uint64_t *key)
@@ -979,7 +970,6 @@ const struct task_ops operation_task_ops = {
 	.session_id = operation_task_session_id,
 	.uid = operation_task_uid,
 	.gid = operation_task_gid,
-	.plan_key = operation_plan_key,
 	.pipeline_depth = operation_task_pipeline_depth,
 	.describe = operation_task_describe,
 	.plan = operation_task_plan_of,

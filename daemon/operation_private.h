@@ -131,8 +131,6 @@ extern size_t			 noperations;
 
 /* What the workers of op's tasks ask of it (operation_task_ops). */
 extern const struct task_ops operation_task_ops;
-/* The key a worker that has t's plan already knows it by. */
-uint64_t	 operation_plan_key(const struct task *);
 /* Tasks of op one worker may hold at once (1: no pipelining). */
 int		 operation_pipeline_depth(const struct operation *);
 /* The plan members of a task's descriptor, and the key a worker that has

@@ -233,7 +233,7 @@ pool_take_worker(struct pool *p, const struct task *t, int behind)
 {
 	struct worker	*w;
 
-	if ((w = worker_take_idle(p, t->ops->plan_key(t))) != NULL)
+	if ((w = worker_take_idle(p, t)) != NULL)
 		return (w);
 	/*
 	 * Tasks whose output is for emberd can queue behind one another, once

@@ -64,8 +64,6 @@ struct task_ops {
 	const char	*(*session_id)(const struct task *);
 	uid_t		 (*uid)(const struct task *);
 	gid_t		 (*gid)(const struct task *);
-	/* The key a worker that has its plan already knows it by. */
-	uint64_t	 (*plan_key)(const struct task *);
 	/* Tasks of its operation one worker may hold at once (1: no
 	 * pipelining). */
 	int		 (*pipeline_depth)(const struct task *);

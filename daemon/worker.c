@@ -37,7 +37,7 @@
  * costs emberd; parsing a bigger one is no longer what a small task's
  * time is made of. */
 #define WORKER_PLAN_KEPT_MAX	16384
-/* How long a fresh worker whose socket emberd closed may take to exit
+/* How long a worker let go by closing its socket may take to exit
  * before it is killed: it holds its place in workers.max until then. */
 #define WORKER_LINGER_MS	500
 
@@ -54,6 +54,11 @@ static const char *const retire_names[] = { "exited", "failed", "interrupted",
 /* Whether emberd kills the worker for that cause. */
 #define RETIRE_KILLS(c)	((c) != RETIRE_EXITED && (c) != RETIRE_FAILED && \
 	(c) != RETIRE_FORKSERVER)
+/* Whether a worker retired for that cause has ended its tasks cleanly and
+ * waits for the next descriptor: the end of its socket ends it. */
+#define RETIRE_LETS_GO(c) ((c) == RETIRE_NO_REUSE || \
+	(c) == RETIRE_MAX_TASKS || (c) == RETIRE_IDLE_TIMEOUT || \
+	(c) == RETIRE_STALE)
 
 struct worker {
 	struct pool		*pool;
@@ -307,7 +312,7 @@ worker_free_all(void)
 	}
 }
 
-/* A fresh worker let go by the end of its socket has not exited. */
+/* A worker let go by the end of its socket has not exited. */
 static void
 worker_linger_cb(evutil_socket_t fd, short events, void *arg)
 {
@@ -319,16 +324,17 @@ worker_linger_cb(evutil_socket_t fd, short events, void *arg)
 	log_info("worker %ld: still there %dms after its socket closed; "
 	    "killing it", (long)w->pid, WORKER_LINGER_MS);
 	ember_counters.workers_killed++;
+	w->dead_ms = ember_now_ms();	/* its exit is owed from now on */
 	fslink_kill(pool_fslink(w->pool), w->pid, SIGKILL);
 }
 
 /*
- * Let a fresh worker that ended its task cleanly go by closing its
- * socket: it exits at the end of file, sparing FS_KILL's message, the
- * fork-server's wake-up for it and its kill(2).  Only when no descriptor
- * was sent after its task's: it would run that task, which the scheduler
- * has been given back.  A worker that stays on (its user's code may make
- * it) is killed after WORKER_LINGER_MS.
+ * Let a worker that ended its tasks cleanly go by closing its socket (a
+ * fresh one, or one retired idle): it exits at the end of file, sparing
+ * FS_KILL's message, the fork-server's wake-up for it and its kill(2).
+ * Only when no descriptor was sent after its task's: it would run that
+ * task, which the scheduler has been given back.  A worker that stays on
+ * (its user's code may make it) is killed after WORKER_LINGER_MS.
  */
 static int
 worker_let_go(struct worker *w, enum retire_cause cause, int queued)
@@ -336,7 +342,7 @@ worker_let_go(struct worker *w, enum retire_cause cause, int queued)
 	struct timeval	tv = { WORKER_LINGER_MS / 1000,
 			    (WORKER_LINGER_MS % 1000) * 1000 };
 
-	if (cause != RETIRE_NO_REUSE || queued || w->exited)
+	if (!RETIRE_LETS_GO(cause) || queued || w->exited)
 		return (0);
 	channel_shut(w->ch);
 	w->linger_ev = evtimer_new(ember_base, worker_linger_cb, w);
@@ -934,19 +940,37 @@ worker_dying(const struct worker *w)
 	return (dying);
 }
 
-/* Find an idle worker of p for a task whose plan key is key. */
-struct worker *
-worker_take_idle(struct pool *p, uint64_t key)
+/*
+ * Whether w holds plan members equal to plan, from a job of t's user: the
+ * bytes it parsed, so that the plan it made is the one plan would make
+ * (the broadcasts, udfs and text files' sizes are in them).
+ */
+static int
+worker_plan_holds(const struct worker *w, const struct task *t,
+    const char *plan)
 {
-	struct worker	*w, *first;
+	return (plan != NULL && w->plan_text != NULL &&
+	    w->plan_uid == t->ops->uid(t) && strcmp(w->plan_text, plan) == 0);
+}
+
+/* Find an idle worker of p for t. */
+struct worker *
+worker_take_idle(struct pool *p, const struct task *t)
+{
+	struct worker	*w, *first, *same;
+	const char	*plan;
+	uint64_t	 key;
 
 	/*
-	 * An idle worker, preferring one that has this operation's plan.  One
-	 * found dead (killed while idle; the loop has not seen it yet) is
-	 * retired here, so the task goes to another instead of failing.
+	 * An idle worker, preferring one that has this operation's plan, then
+	 * one that holds the same plan bytes of the same user (it reuses
+	 * them), then the last to go idle.  One found dead (killed while
+	 * idle; the loop has not seen it yet) is retired here, so the task
+	 * goes to another instead of failing.
 	 */
+	plan = t->ops->plan(t, &key);
 	for (;;) {
-		first = NULL;
+		first = same = NULL;
 		TAILQ_FOREACH(w, &workers_idle, idle_entry) {
 			if (w->pool != p)
 				continue;
@@ -954,9 +978,11 @@ worker_take_idle(struct pool *p, uint64_t key)
 				first = w;
 			if (w->plan_serial == key)
 				break;
+			if (same == NULL && worker_plan_holds(w, t, plan))
+				same = w;
 		}
 		if (w == NULL)
-			w = first;
+			w = same != NULL ? same : first;
 		if (w == NULL)
 			return (NULL);
 		if (!channel_alive(w->ch) || worker_dying(w))
@@ -1171,18 +1197,6 @@ worker_describe(struct worker *w, struct task *t, struct taskdesc *d,
 		w->nbatch = 0;
 	} else
 		taskdesc_encode(channel_output(w->ch), d, b, nb, plan);
-}
-
-/*
- * Whether w holds plan members equal to plan, from a job of t's user: the
- * bytes it parsed, so that the plan it made is the one plan would make
- * (the broadcasts, udfs and text files' sizes are in them).
- */
-static int
-worker_plan_holds(const struct worker *w, struct task *t, const char *plan)
-{
-	return (plan != NULL && w->plan_text != NULL &&
-	    w->plan_uid == t->ops->uid(t) && strcmp(w->plan_text, plan) == 0);
 }
 
 /* Remember the plan members sent to w, or forget the last if they are
@@ -1463,7 +1477,8 @@ worker_check_limits(void)
  * disposition), so it is no more trusted than a worker.  One that leaves
  * a retired worker's exit unreported past python.broadcast_preload_timeout
  * would keep the worker's place in workers.max for ever: it is killed, and
- * its workers go with it (fslink.h).
+ * its workers go with it (fslink.h).  A worker let go is owed no exit
+ * until it has been killed after WORKER_LINGER_MS.
  */
 static void
 worker_check_exit(struct worker *w, uint64_t now)
@@ -1471,6 +1486,7 @@ worker_check_exit(struct worker *w, uint64_t now)
 	char	why[128];
 
 	if (w->exited || pypreload_gen(pool_pypreload(w->pool)) == 0 ||
+	    (w->linger_ev != NULL && evtimer_pending(w->linger_ev, NULL)) ||
 	    now - w->dead_ms <=
 	    (uint64_t)ember_conf.python_broadcast_preload_timeout)
 		return;

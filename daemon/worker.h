@@ -71,11 +71,11 @@ void		 worker_count_pool(const struct pool *, int *all, int *idle);
  * not started go back to the scheduler. */
 void		 worker_retire(struct worker *, enum retire_cause);
 
-/* An idle worker of p that can take a task now, preferring one that has
- * the plan whose key (task_ops.plan_key) is key; dead ones found are
- * retired.  NULL if
+/* An idle worker of p that can take t now, preferring one that has the
+ * plan of t's operation, then one that holds the same plan members of
+ * t's user (task_ops.plan); dead ones found are retired.  NULL if
  * none. */
-struct worker	*worker_take_idle(struct pool *, uint64_t key);
+struct worker	*worker_take_idle(struct pool *, const struct task *);
 /* A busy worker that can queue t behind the tasks of t's operation it
  * runs (pipelining), or NULL. */
 struct worker	*worker_take_behind(const struct task *);

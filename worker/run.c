@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -190,6 +191,20 @@ run_count_push_cb(struct op *op, __attribute__((unused))
 	return (OP_OK);
 }
 
+/* count of no ops: count a block of whole lines, read from the mapping
+ * (cheaper than a record each from reads; a file cut meanwhile fails the
+ * task instead of counting what was read). */
+static int
+run_count_lines_cb(struct op *op, const char *data, size_t len, size_t *used)
+{
+	size_t	lines = ops_count_byte(data, len, '\n');
+
+	*used = len;
+	((struct run_sink *)op)->records += (int64_t)lines;
+	chain_lines_taken(op, lines);
+	return (OP_OK);
+}
+
 /* Copy a record's bytes into the table's chunks. */
 static const char *
 run_cbv_copy(struct run_cbv *c, const char *data, size_t len)
@@ -224,6 +239,8 @@ run_cbv_slot_hash(const struct run_cbv_slot *s)
  * faulted in already (a task's table is rebuilt eight times; fresh
  * pages cost 2,400 faults a task). */
 static struct run_cbv_slot	*run_cbv_spare[2];
+/* Whether a spare's pages may be resident: not given back since. */
+static int			 run_cbv_spare_warm;
 
 /* An array for a table of size slots, all free. */
 static struct run_cbv_slot *
@@ -255,11 +272,39 @@ run_cbv_slots_put(struct run_cbv_slot *s, size_t size)
 		for (i = 0; i < 2; i++) {
 			if (run_cbv_spare[i] == NULL) {
 				run_cbv_spare[i] = s;
+				run_cbv_spare_warm = 1;
 				return;
 			}
 		}
 	}
 	free(s);
+}
+
+int
+run_holds_spares(void)
+{
+	return (run_cbv_spare_warm);
+}
+
+/* Give the spare arrays' whole pages back to the system: they read as
+ * zeros when touched again, and every table is cleared before use. */
+void
+run_release_spares(void)
+{
+	uintptr_t	page = (uintptr_t)sysconf(_SC_PAGESIZE), from, to;
+	int		i;
+
+	for (i = 0; i < 2; i++) {
+		if (run_cbv_spare[i] == NULL)
+			continue;
+		from = ((uintptr_t)run_cbv_spare[i] + page - 1) & ~(page - 1);
+		to = (uintptr_t)(run_cbv_spare[i] + RUN_CBV_SPARSE) &
+		    ~(page - 1);
+		if (to > from && madvise((void *)from, to - from,
+		    MADV_DONTNEED) == -1)
+			log_warn("madvise: %s", strerror(errno));
+	}
+	run_cbv_spare_warm = 0;
 }
 
 /*
@@ -990,8 +1035,8 @@ run_sink_create(const struct run *t, struct output *out, char **err)
 		s->op.push = t->mode == MODE_RECORDS ? run_records_push_cb :
 		    run_count_push_cb;
 		s->skip = t->mode == MODE_RECORDS ? t->skip : 0;
-		if (t->mode == MODE_RECORDS)
-			s->op.push_lines = run_records_lines_cb;
+		s->op.push_lines = t->mode == MODE_RECORDS ?
+		    run_records_lines_cb : run_count_lines_cb;
 		s->op.finish = run_finish_nothing_cb;
 		s->op.free = run_free_cb;
 		break;

@@ -53,4 +53,11 @@ int	run_execute(const struct run *, struct output *,
  * reading anything), so that the end of the one before may wait for it. */
 int	run_is_quick(const struct run *);
 
+/* Whether the worker keeps memory for its next tasks (count_by_value's
+ * spare tables, MiBs) that run_release_spares would give back. */
+int	run_holds_spares(void);
+/* Give that memory back to the system, for a worker about to sit idle;
+ * the next tasks run as before, touching fresh pages. */
+void	run_release_spares(void);
+
 #endif

@@ -28,6 +28,9 @@
 /* Broadcast descriptors received but not yet taken by a descriptor's
  * adds; more than this is a corrupt emberd. */
 #define SERVE_MAX_FDS	1024
+/* A worker that waited this long for its next task gives back what it
+ * keeps for the next tasks (run_release_spares). */
+#define SERVE_IDLE_MS	1000
 
 struct server {
 	int		 fd;
@@ -50,17 +53,21 @@ struct serve_run {
 };
 
 /* Read what emberd sent, for framebuf_fill: nothing held back may wait
- * while we wait for emberd, and broadcasts' descriptors ride on their
- * descriptor's bytes. */
+ * while we wait for emberd, nor memory kept for the next tasks once the
+ * wait is long, and broadcasts' descriptors ride on their descriptor's
+ * bytes. */
 static ssize_t
 serve_read_cb(void *arg, void *p, size_t len)
 {
 	struct server	*w = arg;
+	struct pollfd	 pfd = { w->fd, POLLIN, 0 };
 
 	if (output_flush(w->out, NULL) == -1) {
 		errno = EPIPE;
 		return (-1);
 	}
+	if (run_holds_spares() && poll(&pfd, 1, SERVE_IDLE_MS) == 0)
+		run_release_spares();
 	return (fd_recv_many(w->fd, p, len, w->fds, SERVE_MAX_FDS, &w->nfds,
 	    &w->fds_overflow));
 }

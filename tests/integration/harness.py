@@ -279,13 +279,18 @@ def build_sanitizers():
     return _sanitizers
 
 
-def vm_rss_kb(pid):
-    """Resident set size of pid in kB (from /proc/PID/status)."""
+def status_kb(pid, field):
+    """A size of pid's in kB from /proc/PID/status: VmRSS, RssAnon..."""
     with open("/proc/%d/status" % pid) as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise AssertionError("no VmRSS for pid %d" % pid)
+    raise AssertionError("no %s for pid %d" % (field, pid))
+
+
+def vm_rss_kb(pid):
+    """Resident set size of pid in kB (from /proc/PID/status)."""
+    return status_kb(pid, "VmRSS")
 
 
 # ---------------------------------------------------------------------------
@@ -1076,6 +1081,18 @@ def _have_cloudpickle():
 # in the client's Python to send the functions.
 WORKER_HAS_PYTHON = _worker_has_python()
 HAVE_CLOUDPICKLE = _have_cloudpickle()
+
+
+def with_lingering_workers(*sets):
+    """A daemon whose workers stay on after emberd closed their socket
+    (linger.so, preloaded into emberd and, through workers.env, them)."""
+    linger = job_readable(os.path.join(BUILDDIR, "tests", "integration",
+                                       "linger.so"))
+    return with_daemon(
+        sets=list(sets) + ["workers.env=LD_PRELOAD ASAN_OPTIONS"],
+        env={"LD_PRELOAD": linger,
+             "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+             ":verify_asan_link_order=0"})
 
 
 def needs_python(fn):

@@ -169,6 +169,21 @@ def test_count_by_value_null_and_empty(d):
     check_eq(r.stdout, "3\ta\n2\t\n3\t\\N\n", "CLI output")
 
 
+def test_count_by_value_order(d):
+    # The largest count first, ties by the record's bytes (a prefix first,
+    # a NUL before any letter), the records with a NUL among the rest.
+    records = (["b"] * 2 + ["ab"] * 2 + ["a\0b"] * 2 + ["a"] * 2 +
+               ["c"] * 3 + [""] + ["\0"] + [None] * 4)
+    path = write_file(d.path("order.json"),
+                      json.dumps(records_plan(records, 4)))
+    r = subprocess.run([EMBER, "--socket", d.socket, "run", "--action",
+                        "count_by_value", path],
+                       capture_output=True, timeout=60)
+    check_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr)
+    check_eq(r.stdout, b"3\tc\n2\ta\n2\ta\0b\n2\tab\n2\tb\n"
+             b"1\t\n1\t\0\n4\t\\N\n", "CLI output")
+
+
 def test_nul_in_plan_strings(d):
     records = ["a\0b", "ab", "xa\0bx", "", "\0"]
     plan = records_plan(records, 2, ops=[{"filter": {"contains": "a\0b"}}])

@@ -276,15 +276,7 @@ def test_claimed_task_time_not_trusted(d):
     check(most <= 8, "tasks in flight at once: %d" % most)
 
 
-LINGER = job_readable(os.path.join(BUILDDIR, "tests", "integration",
-                                   "linger.so"))
-
-
-@with_daemon(sets=["workers.max=1", "workers.reuse=no",
-                   "workers.env=LD_PRELOAD ASAN_OPTIONS"],
-             env={"LD_PRELOAD": LINGER,
-                  "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
-                  ":verify_asan_link_order=0"})
+@with_lingering_workers("workers.max=1", "workers.reuse=no")
 def test_fresh_worker_that_lingers_is_killed(d):
     """A fresh worker that stays on after emberd closed its socket (its
     user's code can do that) does not keep its place in workers.max: it
@@ -297,6 +289,26 @@ def test_fresh_worker_that_lingers_is_killed(d):
             "workers killed: %r" % c.status()["counters"]["workers_killed"])
         check(wait_until(lambda: not c.status()["workers"], 5),
               "workers left: %r" % c.status()["workers"])
+
+
+
+@with_lingering_workers("workers.max=1", "workers.max_tasks=1")
+def test_retired_worker_that_lingers_is_killed(d):
+    """A worker retired idle (here for workers.max_tasks) that stays on
+    after emberd closed its socket is killed after the deadline, as a
+    fresh one is, and the next tasks get workers."""
+    with d.client() as c:
+        for i in range(3):
+            check_eq(c.count(range_plan(0, 10, 1, ops=[{"map": "upper"}])),
+                     10, "job %d" % (i + 1))
+        check(wait_until(
+            lambda: c.status()["counters"]["workers_killed"] == 3, 5),
+            "workers killed: %r" % c.status()["counters"]["workers_killed"])
+        check(wait_until(lambda: not c.status()["workers"], 5),
+              "workers left: %r" % c.status()["workers"])
+    # Killed by the deadline, not at once as they were retired.
+    check_eq(d.log_text().count("after its socket closed; killing it"), 3,
+             "workers killed after the deadline")
 
 
 if __name__ == "__main__":

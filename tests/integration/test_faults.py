@@ -15,6 +15,7 @@ the helper after the step did some of its work and before it answered.
 """
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -433,6 +434,50 @@ def test_text_file_truncated_while_streamed(d):
               "the error: %s" % msg)
         check(n < 4 << 20, "records before the error: %d" % n)
     with d.client() as c:
+        check_eq(c.count(range_plan(0, 100, 2)), 100, "the next job")
+
+
+def _holds_file(pid, path):
+    """Whether process pid has path open or mapped."""
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            if os.readlink("/proc/%d/fd/%s" % (pid, fd)) == path:
+                return True
+        with open("/proc/%d/maps" % pid) as f:
+            return path in f.read()
+    except OSError:
+        return False
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_text_file_truncated_while_counted(d):
+    """A count of a text file with no ops, the file truncated once the
+    worker holds it, either fails the task saying the file shrank or
+    counts the file as it was when measured: every line (done first) or
+    none (cut before the worker's fstat); never the lines read before
+    the cut as if they were the file's."""
+    lines = 100 << 20
+    path = job_readable(write_file(d.path("counted.txt"), b"\n" * lines))
+    with d.client() as c:
+        c.send_json({"op": "execute", "plan": text_plan([path], 1),
+                     "action": "count"})
+        def held_or_done():
+            if select.select([c.sock], [], [], 0)[0]:
+                return "done"
+            return any(_holds_file(p, path) for p in d.worker_pids())
+        held = wait_until(held_or_done, 30, interval=0.002)
+        check(held, "no worker opened %s" % path)
+        if held is True:
+            os.truncate(path, 0)
+        reply = c.recv_json()
+        print("the count %s the cut: %r" % (
+            "before" if held == "done" else "with", reply))
+        if reply["ok"]:
+            check(reply["count"] in (lines, 0),
+                  "the count: got %r, want %d or 0" % (reply["count"], lines))
+        else:
+            check_error(reply, "TASK_FAILED", "counted.txt",
+                        "the file shrank while it was read")
         check_eq(c.count(range_plan(0, 100, 2)), 100, "the next job")
 
 

@@ -102,6 +102,38 @@ def test_example_builds_with_pkg_config(d):
     check(dest in r.stdout, "ldd: %r" % r.stdout)
 
 
+COUNTS_REQUEST = os.path.join(BUILDDIR, "tests", "integration",
+                              "counts_request")
+
+
+def counts_request(d, order, request):
+    r = subprocess.run([COUNTS_REQUEST, d.socket, str(order),
+                        json.dumps(request)], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    check_eq(r.returncode, 0, "counts_request (stderr %r)" % r.stderr)
+    return r.stdout.splitlines()
+
+
+def test_request_counts_takes_count_by_value_alone(d):
+    """ember_request_counts reads a count_by_value in the order asked;
+    another request, or another order, is refused before it is sent: an
+    iterate would leave the connection in its stream, a save would
+    write its files."""
+    plan = records_plan(["to", "be", "or", "not", "to", "be", "to"], 2)
+    check_eq(counts_request(d, 1, {"op": "execute", "plan": plan,
+                                   "action": "count_by_value"}),
+             ["3 to", "2 be", "1 not", "1 or", "status ok"], "by count")
+    check_eq(counts_request(d, 0, {"op": "execute", "plan": plan,
+                                   "action": "count_by_value"}),
+             ["2 be", "1 not", "1 or", "3 to", "status ok"], "by record")
+    check_eq(counts_request(d, 0, {"op": "execute", "plan": plan,
+                                   "action": "iterate"}),
+             ["error ACTION_INVALID", "status ok"], "an iterate")
+    check_eq(counts_request(d, 0, {"op": "status"}),
+             ["error ACTION_INVALID", "status ok"], "a status")
+    check_eq(counts_request(d, 7, {"op": "execute", "plan": plan,
+                                   "action": "count_by_value"}),
+             ["error REQUEST_INVALID", "status ok"], "order 7")
 
 PLAN_AGAIN = os.path.join(BUILDDIR, "tests", "integration", "plan_again")
 

@@ -63,6 +63,34 @@ def test_same_plan_reused_by_next_operation(d):
         check_plans(c, 4, 5, "two counts of four partitions")
 
 
+@with_daemon(sets=["workers.max=2"])
+def test_idle_worker_with_the_plan_preferred(d):
+    """Of two idle workers, a task goes to the one that holds its plan,
+    though the other went idle last: a plan run again after another
+    reuses it."""
+    slow = range_plan(0, 1, 1, ops=[{"pipe": {"command": "sleep 0.5; cat"}}])
+    plan = range_plan(0, 10, 1)
+
+    def count(p):
+        with d.client() as c:
+            return c.count(p)
+    join = in_thread(count, slow)
+    busy = d.worker_running("sleep 0.5")
+    check_eq(count(plan), 10, "a count beside the slow one")
+    check_eq(join(), 1, "the slow count")
+    with d.client() as c:
+        workers = c.status()["workers"]
+        check_eq(len(workers), 2, "workers")
+        check_eq([w["state"] for w in workers], ["idle", "idle"], "states")
+        check_plans(c, 2, 0, "a plan on each worker")
+        # The slow one went idle last: the first a task would find.
+        check_eq(c.count(plan), 10, "the count again")
+        check_plans(c, 2, 1, "the count again")
+        check_eq(c.count(slow), 1, "the slow count again")
+        check_plans(c, 2, 2, "the slow count again")
+    check(busy in d.worker_pids(), "the slow count's worker is gone")
+
+
 @with_daemon(sets=["workers.max=1"])
 def test_file_of_another_size_sends_plan(d):
     """A text file that grew between two jobs of the same plan: the sizes

@@ -314,5 +314,29 @@ def test_fork_server_that_hides_exits_is_replaced(d):
           "the same fork-server forked the next job's workers")
 
 
+@needs_python
+@with_lingering_workers(*PRELOAD, "workers.reuse=no",
+                        "python.broadcast_preload_timeout=100ms")
+def test_worker_let_go_is_not_a_hidden_exit(d):
+    """A worker let go by closing its socket may stay on for a while
+    before it is killed (here linger.so keeps it, as a user's code could):
+    its exit is not yet owed, so a fork-server that preloaded a broadcast
+    is not taken for one that hides exits, however short the timeout."""
+    with ember.connect(d.socket, timeout=30) as sc:
+        b = sc.broadcast_object(frozenset(range(0, 40, 2)))
+        check_eq(sc.range(4, partitions=2).filter(
+            lambda x: int(x) in b.value).count(), 2, "the count")
+        with d.client() as c:
+            check(wait_until(
+                lambda: c.status()["counters"]["workers_killed"] >= 2, 10),
+                "the lingering workers were not killed")
+            check(wait_until(lambda: not c.status()["workers"], 5),
+                  "workers left: %r" % c.status()["workers"])
+        check_eq(sc.range(2, partitions=2).filter(
+            lambda x: int(x) in b.value).count(), 1, "the next job")
+    check("not reported" not in d.log_text(),
+          "the fork-server was killed for exits it had not yet seen")
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -124,6 +124,24 @@ def test_fresh_worker_ends_without_a_kill(d):
     check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
 
 
+@with_daemon(sets=["workers.max=1", "workers.max_tasks=2",
+                   "workers.idle_timeout=1s"])
+def test_retired_idle_worker_ends_without_a_kill(d):
+    """A worker retired idle, for workers.max_tasks or idle_timeout, is let
+    go by the end of its socket as a fresh one is, not killed through the
+    fork-server."""
+    c = d.client()
+    pids = [job_pids(c, 1)[0] for _ in range(3)]
+    check_eq(len(set(pids)), 2, "workers of three jobs: %s" % pids)
+    check(wait_until(lambda: retired(c)["max_tasks"] == 1 and
+                     retired(c)["idle_timeout"] == 1, 5),
+          "retired: %r" % retired(c))
+    wait_gone(pids)
+    wait_forgotten(c, pids)
+    check_eq(c.status()["counters"]["workers_killed"], 0, "workers killed")
+    check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
+
+
 @skip_unless(shutil.which("strace"), "no strace")
 @with_daemon(sets=["workers.max=1", "workers.reuse=no"])
 def test_fresh_worker_opens_nothing(d):
@@ -513,6 +531,25 @@ def test_min_idle_replaced(d):
     for pid, w in now.items():
         check_eq(w["state"], "idle", "state of worker %d" % pid)
     check_eq(pool(c)["forks"], 3, "forks")
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_idle_worker_gives_back_count_by_value_table(d):
+    """The slot arrays a worker keeps after count_by_value for its next
+    tasks' tables (MiBs) go back to the system once it has sat idle a
+    while: an idle worker holds no more than it needs."""
+    c = d.client()
+    # 15,000 distinct records: the table grows to 64K slots (2 MiB).
+    reply = c.execute_ok(range_plan(0, 15000, 1), "count_by_value")
+    check_eq(len(reply["counts"]), 15000, "distinct records")
+    (pid,) = status_workers(c)
+    held = status_kb(pid, "RssAnon")
+    check(wait_until(lambda: status_kb(pid, "RssAnon") < held - 2048, 5),
+          "worker %d holds %d kB of anonymous memory, %d kB right after "
+          "the task" % (pid, status_kb(pid, "RssAnon"), held))
+    reply = c.execute_ok(range_plan(0, 15000, 1), "count_by_value")
+    check_eq(len(reply["counts"]), 15000, "distinct records again")
+    check_eq(list(status_workers(c)), [pid], "the same worker")
 
 
 MAX_TASKS = 3

@@ -19,6 +19,7 @@
 #include "fdpass.h"
 #include "frame.h"
 #include "framebuf.h"
+#include "jwrite.h"
 #include "protocol.h"
 
 #ifndef PACKAGE_VERSION
@@ -91,9 +92,21 @@ struct ember {
 
 	char			*error;
 	char			*error_class;
+
+	/*
+	 * The last execute's plan as the caller gave it (plan_in) and as
+	 * the request carried it (plan_out), when no path in it was made
+	 * absolute, so that the working directory does not matter: the
+	 * same plan again (a client polling a count) is sent without being
+	 * parsed and written anew.
+	 */
+	char			*plan_in;
+	char			*plan_out;
 };
 
 static int	ember_call(struct ember *, json_t *, char **, json_t **);
+static int	ember_call_text(struct ember *, char *, int, int, char **,
+		    json_t **);
 static int	ember_reply(struct ember *, int, int, char **, json_t **);
 static int	ember_dial(const char *, char **);
 static int	ember_resume(struct ember *);
@@ -1182,6 +1195,8 @@ ember_free(struct ember *e)
 	free(e->operation);
 	free(e->error);
 	free(e->error_class);
+	free(e->plan_in);
+	free(e->plan_out);
 	free(e);
 }
 
@@ -1242,8 +1257,18 @@ ember_call(struct ember *e, json_t *req, char **reply_json, json_t **reply_out)
 			stream = push = 1;
 	}
 
-	text = json_dumps(req, JSON_COMPACT);
+	/* json_dumps's bytes, for a tenth of its instructions. */
+	text = jwrite_dumps(req);
 	json_decref(req);
+	return (ember_call_text(e, text, stream, push, reply_json, reply_out));
+}
+
+/* Send request text (taken; NULL: out of memory) and read its reply; as
+ * ember_call, stream and push saying what an ok reply opens. */
+static int
+ember_call_text(struct ember *e, char *text, int stream, int push,
+    char **reply_json, json_t **reply_out)
+{
 	if (text == NULL)
 		return (ember_fail(e, "NO_MEMORY", "out of memory"));
 	if (ember_send_frame(e, text, strlen(text)) == -1) {
@@ -1323,7 +1348,7 @@ ember_parse(struct ember *e, const char *text, const char *what,
 
 /* Make the string at j[key] absolute against dir, if it is relative. */
 static int
-ember_absolute_one(json_t *j, const char *key, const char *dir)
+ember_absolute_one(json_t *j, const char *key, const char *dir, int *made)
 {
 	json_t		*v = json_object_get(j, key);
 	const char	*path = json_string_value(v);
@@ -1332,6 +1357,7 @@ ember_absolute_one(json_t *j, const char *key, const char *dir)
 
 	if (path == NULL || *path == '/' || *path == '\0')
 		return (0);
+	(*made)++;
 	if (asprintf(&full, "%s/%s", dir, path) == -1)
 		return (-1);
 	rc = json_object_set_new(j, key, json_string(full));
@@ -1343,15 +1369,16 @@ ember_absolute_one(json_t *j, const char *key, const char *dir)
  * Make the paths of an execute request absolute against our working
  * directory: emberd refuses relative ones, as it cannot know where the
  * client stands.  The text source's paths, each udf's library, and a
- * save's options.path.  0, or -1 with the error set.
+ * save's options.path.  0, or -1 with the error set; *made (may be NULL)
+ * counts the paths made absolute.
  */
 static int
-ember_make_absolute(struct ember *e, json_t *req)
+ember_make_absolute(struct ember *e, json_t *req, int *made)
 {
 	json_t	*plan = json_object_get(req, "plan"), *paths, *ops, *op, *p;
 	char	*dir, *full;
 	size_t	 i;
-	int	 rc = 0;
+	int	 rc = 0, n = 0;
 
 	if ((dir = getcwd(NULL, 0)) == NULL)
 		return (ember_fail(e, "PLAN_INVALID", "cannot make the plan's "
@@ -1362,6 +1389,7 @@ ember_make_absolute(struct ember *e, json_t *req)
 		if (!json_is_string(p) || *json_string_value(p) == '/' ||
 		    *json_string_value(p) == '\0')
 			continue;
+		n++;
 		if (asprintf(&full, "%s/%s", dir, json_string_value(p)) == -1) {
 			rc = -1;
 			break;
@@ -1372,9 +1400,12 @@ ember_make_absolute(struct ember *e, json_t *req)
 	ops = json_object_get(plan, "ops");
 	json_array_foreach(ops, i, op)
 		rc |= ember_absolute_one(json_object_get(op, "udf"), "library",
-		    dir);
-	rc |= ember_absolute_one(json_object_get(req, "options"), "path", dir);
+		    dir, &n);
+	rc |= ember_absolute_one(json_object_get(req, "options"), "path", dir,
+	    &n);
 	free(dir);
+	if (made != NULL)
+		*made = n;
 	if (rc != 0)
 		return (ember_fail(e, "NO_MEMORY", "out of memory"));
 	return (0);
@@ -1400,7 +1431,7 @@ ember_request_parse(struct ember *e, const char *request_json)
 	}
 	if (json_is_string(json_object_get(req, "op")) &&
 	    strcmp(json_string_value(json_object_get(req, "op")),
-	    "execute") == 0 && ember_make_absolute(e, req) == -1) {
+	    "execute") == 0 && ember_make_absolute(e, req, NULL) == -1) {
 		json_decref(req);
 		return (NULL);
 	}
@@ -1423,7 +1454,7 @@ ember_request(struct ember *e, const char *request_json, char **reply_json)
 /* Build an execute request; NULL with the error set. */
 static json_t *
 ember_execute_request(struct ember *e, const char *plan_json,
-    const char *action, const char *options_json)
+    const char *action, const char *options_json, int *made)
 {
 	json_t	*req, *plan, *options = NULL;
 
@@ -1448,11 +1479,86 @@ ember_execute_request(struct ember *e, const char *plan_json,
 		json_decref(options);
 	if (req == NULL)
 		ember_fail(e, "NO_MEMORY", "out of memory");
-	else if (ember_make_absolute(e, req) == -1) {
+	else if (ember_make_absolute(e, req, made) == -1) {
 		json_decref(req);
 		req = NULL;
 	}
 	return (req);
+}
+
+/* The most bytes of a plan kept for the next execute. */
+#define EMBER_PLAN_KEPT_MAX	16384
+
+/* Forget the kept plan. */
+static void
+ember_plan_forget(struct ember *e)
+{
+	free(e->plan_in);
+	free(e->plan_out);
+	e->plan_in = e->plan_out = NULL;
+}
+
+/* Keep the plan of req, an execute request made of plan_json without
+ * options, in which made paths were made absolute. */
+static void
+ember_plan_keep(struct ember *e, const char *plan_json, json_t *req,
+    int made)
+{
+	ember_plan_forget(e);
+	if (made > 0 || strlen(plan_json) > EMBER_PLAN_KEPT_MAX)
+		return;
+	e->plan_out = jwrite_dumps(json_object_get(req, "plan"));
+	e->plan_in = strdup(plan_json);
+	if (e->plan_in == NULL || e->plan_out == NULL)
+		ember_plan_forget(e);
+}
+
+/* The text of an execute request of the kept plan and action, without
+ * options: the bytes ember_call would write for it.  NULL if there is
+ * none (out of memory, or an action json_string refuses). */
+static char *
+ember_plan_request(struct ember *e, const char *action)
+{
+	json_t	*a = json_string(action);
+	char	*quoted, *text;
+
+	if (a == NULL)
+		return (NULL);
+	quoted = jwrite_dumps(a);
+	json_decref(a);
+	if (quoted == NULL)
+		return (NULL);
+	if (asprintf(&text, "{\"op\":\"execute\",\"plan\":%s,\"action\":%s}",
+	    e->plan_out, quoted) == -1)
+		text = NULL;
+	free(quoted);
+	return (text);
+}
+
+/* Execute a plan as ember_call would; the plan of the last execute
+ * without options, given again, is not parsed again. */
+static int
+ember_execute_call(struct ember *e, const char *plan_json, const char *action,
+    const char *options_json, char **reply_json, json_t **reply_out)
+{
+	json_t	*req;
+	char	*text;
+	int	 made = 0;
+
+	if (options_json == NULL && plan_json != NULL && action != NULL &&
+	    e->plan_in != NULL && strcmp(plan_json, e->plan_in) == 0 &&
+	    (text = ember_plan_request(e, action)) != NULL) {
+		e->unconfirmed = 0;
+		return (ember_call_text(e, text, strcmp(action, "iterate") == 0 ||
+		    strcmp(action, "collect") == 0, strcmp(action, "collect") ==
+		    0, reply_json, reply_out));
+	}
+	if ((req = ember_execute_request(e, plan_json, action, options_json,
+	    &made)) == NULL)
+		return (-1);
+	if (options_json == NULL)
+		ember_plan_keep(e, plan_json, req, made);
+	return (ember_call(e, req, reply_json, reply_out));
 }
 
 /* Execute a plan. */
@@ -1460,29 +1566,24 @@ int
 ember_execute(struct ember *e, const char *plan_json, const char *action,
     const char *options_json, char **reply_json)
 {
-	json_t	*req;
-
 	if (reply_json != NULL)
 		*reply_json = NULL;
 	if (ember_check_control(e) == -1)
 		return (-1);
-	if ((req = ember_execute_request(e, plan_json, action,
-	    options_json)) == NULL)
-		return (-1);
-	return (ember_call(e, req, reply_json, NULL));
+	return (ember_execute_call(e, plan_json, action, options_json,
+	    reply_json, NULL));
 }
 
 /* Count the records of a plan. */
 int
 ember_count(struct ember *e, const char *plan_json, int64_t *count)
 {
-	json_t	*req, *reply, *n;
+	json_t	*reply, *n;
 
 	if (ember_check_control(e) == -1)
 		return (-1);
-	if ((req = ember_execute_request(e, plan_json, "count", NULL)) == NULL)
-		return (-1);
-	if (ember_call(e, req, NULL, &reply) == -1) {
+	if (ember_execute_call(e, plan_json, "count", NULL, NULL,
+	    &reply) == -1) {
 		json_decref(reply);
 		return (-1);
 	}
@@ -1584,7 +1685,7 @@ ember_checkpoint(struct ember *e, const char *plan_json, int local, int eager,
 	json_decref(options);
 	if (text == NULL)
 		return (ember_fail(e, "NO_MEMORY", "out of memory"));
-	req = ember_execute_request(e, plan_json, "checkpoint", text);
+	req = ember_execute_request(e, plan_json, "checkpoint", text, NULL);
 	free(text);
 	if (req == NULL)
 		return (-1);
@@ -1831,7 +1932,7 @@ ember_count_by_value(struct ember *e, const char *plan_json,
 	*out = NULL;
 	if (ember_check_control(e) == -1 ||
 	    (req = ember_execute_request(e, plan_json, "count_by_value",
-	    options_json)) == NULL)
+	    options_json, NULL)) == NULL)
 		return (-1);
 	return (ember_counts_call(e, req, EMBER_COUNTS_BY_RECORD, out));
 }

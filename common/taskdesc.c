@@ -8,6 +8,7 @@
 
 #include "frame.h"
 #include "jread.h"
+#include "jwrite.h"
 #include "log.h"
 #include "plan.h"
 #include "protocol.h"
@@ -74,30 +75,19 @@ reduce_fn_from_string(const char *s, enum reduce_fn *fn)
 	return (0);
 }
 
+/* Append to an evbuffer: jwrite's callback. */
+static int
+taskdesc_add_cb(const char *s, size_t len, void *arg)
+{
+	return (evbuffer_add(arg, s, len));
+}
+
 /* Append a JSON string. */
 static void
 taskdesc_add_string(struct evbuffer *out, const char *s)
 {
-	json_t		*js;
-	char		*text;
-	const char	*p;
-
-	/* Plain ASCII, as an operation id always is, needs no escaping. */
-	for (p = s; *p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\'; p++)
-		;
-	if (*p == '\0') {
-		evbuffer_add(out, "\"", 1);
-		evbuffer_add(out, s, (size_t)(p - s));
-		evbuffer_add(out, "\"", 1);
-		return;
-	}
-	js = json_string(s);
-	if (js == NULL || (text = json_dumps(js, JSON_ENCODE_ANY |
-	    JSON_COMPACT)) == NULL)
+	if (jwrite_string(s, strlen(s), taskdesc_add_cb, out) == -1)
 		fatalx("%s: cannot encode a string", __func__);
-	json_decref(js);
-	evbuffer_add(out, text, strlen(text));
-	free(text);
 }
 
 /*
@@ -218,62 +208,19 @@ taskdesc_encode_broadcasts(struct evbuffer *d,
 	evbuffer_add(d, "]", 1);
 }
 
-/* Write a partition number (0 or more) in decimal at p; returns its
- * length.  evbuffer_add_printf costs about 1,000 instructions a number,
- * as much as the rest of a tiny task in emberd. */
-static size_t
-taskdesc_put_partition(char *p, int v)
+/* Whether a descriptor has members beyond its header: JSON to encode. */
+static int
+taskdesc_has_members(const struct taskdesc *t, size_t n, const char *plan)
 {
-	char	tmp[12];
-	size_t	n = 0, i;
-
-	do {
-		tmp[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v > 0);
-	for (i = 0; i < n; i++)
-		p[i] = tmp[n - 1 - i];
-	return (n);
+	return (plan != NULL || n > 0 || t->mode == MODE_SAVE ||
+	    t->mode == MODE_CHECKPOINT || t->shuffle_dir != NULL);
 }
 
-/* Append the batch member: the partitions run after the first. */
+/* Append the JSON members of a descriptor, each after a comma. */
 static void
-taskdesc_encode_batch(struct evbuffer *d, const int *batch, size_t n)
-{
-	char	buf[16 + EMBER_MAX_TASK_BATCH * 12], *p = buf;
-	size_t	i;
-
-	if (n == 0)
-		return;
-	if (n > EMBER_MAX_TASK_BATCH)	/* the buffer's bound */
-		fatalx("a batch of %zu tasks", n + 1);
-	memcpy(p, ",\"batch\":[", 10);
-	p += 10;
-	for (i = 0; i < n; i++) {
-		if (i > 0)
-			*p++ = ',';
-		p += taskdesc_put_partition(p, batch[i]);
-	}
-	*p++ = ']';
-	evbuffer_add(d, buf, (size_t)(p - buf));
-}
-
-/* Append a descriptor's frame. */
-void
-taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
+taskdesc_encode_members(struct evbuffer *d, const struct taskdesc *t,
     const struct taskdesc_broadcast *b, size_t n, const char *plan)
 {
-	struct evbuffer	*d = evbuffer_new();
-
-	evbuffer_add(d, "{\"operation\":", 13);
-	taskdesc_add_string(d, t->operation);
-	evbuffer_add_printf(d, ",\"partition\":%d,\"partitions\":%d,"
-	    "\"mode\":\"%s\"", t->partition, t->partitions,
-	    taskdesc_mode_name(t->mode));
-	if (t->mode == MODE_REDUCE)
-		evbuffer_add_printf(d, ",\"fn\":\"%s\"", reduce_fn_name(t->fn));
-	if (t->mode == MODE_RECORDS && t->skip > 0)
-		evbuffer_add_printf(d, ",\"skip\":%lld", (long long)t->skip);
 	if (t->mode == MODE_SAVE) {
 		evbuffer_add(d, ",\"save\":{\"dir\":", 15);
 		taskdesc_add_string(d, t->save_dir);
@@ -287,8 +234,6 @@ taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
 		    "true" : "false", t->ckpt_dir_passed ? ",\"fd\":true" :
 		    "");
 	}
-	if (t->source_dir_passed)
-		evbuffer_add(d, ",\"source_fd\":true", 17);
 	if (t->shuffle_dir != NULL) {
 		evbuffer_add(d, ",\"shuffle\":{\"dir\":", 18);
 		taskdesc_add_string(d, t->shuffle_dir);
@@ -302,19 +247,76 @@ taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
 		evbuffer_add(d, "}", 1);
 	}
 	taskdesc_encode_broadcasts(d, b, n);
-	taskdesc_encode_batch(d, t->batch, t->nbatch);
-	if (plan == NULL && t->reuse_plan)
-		evbuffer_add(d, ",\"reuse_plan\":true", 18);
 	if (plan != NULL) {
 		evbuffer_add(d, ",", 1);
 		evbuffer_add(d, plan, strlen(plan));
 	}
-	evbuffer_add(d, "}", 1);
-	if (evbuffer_get_length(d) > EMBER_MAX_TASK_FRAME)
-		fatalx("task descriptor of %zu bytes", evbuffer_get_length(d));
-	evbuffer_add_int32(out, (int32_t)evbuffer_get_length(d));
-	evbuffer_add_buffer(out, d);
-	evbuffer_free(d);
+}
+
+/* Write the fixed header of a descriptor at head, with reuse_plan if
+ * reuse; returns its length. */
+static size_t
+taskdesc_encode_header(unsigned char *head, const struct taskdesc *t,
+    int reuse)
+{
+	unsigned char	*p = head;
+	size_t		 oplen = strlen(t->operation), i;
+	int32_t		 flags = 0;
+
+	if (oplen == 0 || oplen > TASKDESC_MAX_OPERATION)
+		fatalx("operation id of %zu bytes", oplen);
+	if (t->nbatch >= EMBER_MAX_TASK_BATCH)	/* TASKS_DONE's bound */
+		fatalx("a batch of %zu tasks", t->nbatch + 1);
+	if (reuse)
+		flags |= TASKDESC_REUSE_PLAN;
+	if (t->source_dir_passed)
+		flags |= TASKDESC_SOURCE_FD;
+	be32_put(p, t->partition);
+	be32_put(p + 4, t->partitions);
+	be32_put(p + 8, (int32_t)t->mode);
+	be32_put(p + 12, t->mode == MODE_REDUCE ? (int32_t)t->fn : 0);
+	be32_put(p + 16, flags);
+	be64_put(p + 20, t->mode == MODE_RECORDS ? t->skip : 0);
+	be32_put(p + 28, (int32_t)oplen);
+	p += TASKDESC_HEADER_FIXED;
+	memcpy(p, t->operation, oplen);
+	p += oplen;
+	be32_put(p, (int32_t)t->nbatch);
+	p += 4;
+	for (i = 0; i < t->nbatch; i++, p += 4)
+		be32_put(p, t->batch[i]);
+	return ((size_t)(p - head));
+}
+
+/* Append a descriptor's frame: its header, then its JSON members if it
+ * has any (a count of a plan the worker holds has none). */
+void
+taskdesc_encode(struct evbuffer *out, const struct taskdesc *t,
+    const struct taskdesc_broadcast *b, size_t n, const char *plan)
+{
+	unsigned char	 head[TASKDESC_HEADER_MAX];
+	struct evbuffer	*m = NULL;
+	size_t		 hlen, mlen = 0;
+
+	/* Plan members sent make the worker parse them: no reuse. */
+	hlen = taskdesc_encode_header(head, t, plan == NULL && t->reuse_plan);
+	if (taskdesc_has_members(t, n, plan)) {
+		m = evbuffer_new();
+		taskdesc_encode_members(m, t, b, n, plan);
+		/* The first member's comma becomes the object's brace. */
+		evbuffer_drain(m, 1);
+		evbuffer_prepend(m, "{", 1);
+		evbuffer_add(m, "}", 1);
+		mlen = evbuffer_get_length(m);
+	}
+	if (hlen + mlen > EMBER_MAX_TASK_FRAME)
+		fatalx("task descriptor of %zu bytes", hlen + mlen);
+	evbuffer_add_int32(out, (int32_t)(hlen + mlen));
+	evbuffer_add(out, head, hlen);
+	if (m != NULL) {
+		evbuffer_add_buffer(out, m);
+		evbuffer_free(m);
+	}
 }
 
 /* Read where a save task writes: a directory, and the attempt that names
@@ -407,24 +409,10 @@ taskdesc_decode_shuffle(json_t *root, struct taskdesc *t, char **err)
 	return (0);
 }
 
-/* Read the mode of a descriptor and what it needs. */
+/* Read the members the mode needs. */
 static int
 taskdesc_decode_mode(json_t *root, struct taskdesc *t, char **err)
 {
-	const char	*mode = "records", *fn;
-
-	if (jread_string(root, "", "mode", JREAD_OPTIONAL, &mode, err) == -1)
-		return (-1);
-	if (taskdesc_mode_from_string(mode, &t->mode) == -1)
-		return (jread_fail(err, "mode", "unknown mode \"%s\"", mode));
-	if (t->mode == MODE_REDUCE) {
-		if (jread_string(root, "", "fn", JREAD_REQUIRED, &fn,
-		    err) == -1)
-			return (-1);
-		if (reduce_fn_from_string(fn, &t->fn) == -1)
-			return (jread_fail(err, "fn", "expected \"sum\", "
-			    "\"min\" or \"max\""));
-	}
 	if (taskdesc_decode_shuffle(root, t, err) == -1)
 		return (-1);
 	if (t->mode == MODE_SAVE)
@@ -491,90 +479,168 @@ taskdesc_decode_broadcasts(json_t *changes, struct taskdesc *t, char **err)
 	return (0);
 }
 
-/* Decode the batch member: partitions of the operation, in range. */
-static int
-taskdesc_decode_batch(json_t *batch, struct taskdesc *t, char **err)
+/* Read the operation's id of n bytes at p, len bytes on: its length is
+ * in range and it holds no NUL.  Returns the bytes read, or 0. */
+static size_t
+taskdesc_decode_operation(int32_t n, const unsigned char *p, size_t len,
+    struct taskdesc *t, char **err)
 {
-	json_t	*p;
-	size_t	 i;
 
-	if (json_array_size(batch) >= EMBER_MAX_TASK_BATCH)
-		return (jread_fail(err, "batch", "more than %d partitions",
-		    EMBER_MAX_TASK_BATCH - 1));
-	t->batch = xreallocarray(NULL, json_array_size(batch) + 1,
-	    sizeof *t->batch);
-	json_array_foreach(batch, i, p) {
-		if (!json_is_integer(p) || json_integer_value(p) < 0 ||
-		    json_integer_value(p) >= t->partitions)
-			return (jread_fail(err, "batch", "element %zu: "
-			    "expected a partition from 0 to %d", i,
-			    t->partitions - 1));
-		t->batch[t->nbatch++] = (int)json_integer_value(p);
+	if (n < 1 || n > TASKDESC_MAX_OPERATION || (size_t)n > len) {
+		jread_fail(err, "operation", "length %d: expected 1 to %d in "
+		    "the %zu bytes left", n, TASKDESC_MAX_OPERATION, len);
+		return (0);
 	}
+	if (memchr(p, '\0', (size_t)n) != NULL) {
+		jread_fail(err, "operation", "holds a NUL");
+		return (0);
+	}
+	memcpy(t->operation_id, p, (size_t)n);
+	t->operation_id[n] = '\0';
+	t->operation = t->operation_id;
+	return ((size_t)n);
+}
+
+/* Read the batch of the header at p, len bytes on (its count first):
+ * partitions of the operation, in range.  Returns the bytes read, or 0. */
+static size_t
+taskdesc_decode_batch(const unsigned char *p, size_t len, struct taskdesc *t,
+    char **err)
+{
+	int32_t	n, v;
+	size_t	i;
+
+	if (len < 4) {
+		jread_fail(err, "batch", "missing");
+		return (0);
+	}
+	n = be32_get(p);
+	if (n < 0 || n >= EMBER_MAX_TASK_BATCH) {
+		jread_fail(err, "batch", "%d partitions: expected 0 to %d", n,
+		    EMBER_MAX_TASK_BATCH - 1);
+		return (0);
+	}
+	if ((size_t)n > (len - 4) / 4) {
+		jread_fail(err, "batch", "%d partitions in %zu bytes", n,
+		    len - 4);
+		return (0);
+	}
+	if (n > 0)
+		t->batch = xreallocarray(NULL, (size_t)n, sizeof *t->batch);
+	for (i = 0; i < (size_t)n; i++) {
+		v = be32_get(p + 4 + 4 * i);
+		if (v < 0 || v >= t->partitions) {
+			jread_fail(err, "batch", "element %zu: expected a "
+			    "partition from 0 to %d", i, t->partitions - 1);
+			return (0);
+		}
+		t->batch[t->nbatch++] = v;
+	}
+	return (4 + 4 * (size_t)n);
+}
+
+/* Read a descriptor's fixed header: 0, or -1 with *err. */
+static int
+taskdesc_decode_fixed(const unsigned char *p, struct taskdesc *t, char **err)
+{
+	int32_t	partition, partitions, mode, fn, flags;
+
+	partition = be32_get(p);
+	partitions = be32_get(p + 4);
+	mode = be32_get(p + 8);
+	fn = be32_get(p + 12);
+	flags = be32_get(p + 16);
+	t->skip = be64_get(p + 20);
+	if (partitions < 1 || partitions > PLAN_MAX_PARTITIONS)
+		return (jread_fail(err, "partitions", "must be from 1 to %d",
+		    PLAN_MAX_PARTITIONS));
+	if (partition < 0 || partition >= partitions)
+		return (jread_fail(err, "partition", "must be from 0 to %d",
+		    partitions - 1));
+	if (mode < 0 || (size_t)mode >= nitems(taskdesc_modes))
+		return (jread_fail(err, "mode", "unknown mode %d", mode));
+	if (fn < 0 || (size_t)fn >= nitems(reduce_fns) ||
+	    (fn != 0 && mode != MODE_REDUCE))
+		return (jread_fail(err, "fn", "unknown function %d", fn));
+	if ((flags & ~(TASKDESC_REUSE_PLAN | TASKDESC_SOURCE_FD)) != 0)
+		return (jread_fail(err, "flags", "unknown flags %#x", flags));
+	if (t->skip < 0 || (t->skip > 0 && mode != MODE_RECORDS))
+		return (jread_fail(err, "skip", "must not be negative, nor "
+		    "set but in records mode"));
+	t->partition = partition;
+	t->partitions = partitions;
+	t->mode = (enum taskdesc_mode)mode;
+	t->fn = (enum reduce_fn)fn;
+	t->reuse_plan = (flags & TASKDESC_REUSE_PLAN) != 0;
+	t->source_dir_passed = (flags & TASKDESC_SOURCE_FD) != 0;
 	return (0);
 }
 
-/* Decode a descriptor. */
-int
-taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
+/* Read a descriptor's JSON members, if it has any: 0, or -1 with *err. */
+static int
+taskdesc_decode_members(const char *data, size_t len, struct taskdesc *t,
+    char **err)
 {
 	json_error_t	 jerr;
-	json_int_t	 partition, partitions, skip = 0;
-	json_t		*broadcasts = NULL, *batch = NULL;
+	json_t		*broadcasts = NULL;
 
-	memset(t, 0, sizeof *t);
-	t->source_dirfd = t->ckpt_dirfd = t->shuffle_dirfd = -1;
-	if ((t->root = json_loadb(data, len, JSON_ALLOW_NUL, &jerr)) == NULL) {
-		xasprintf(err, "not JSON: %s", jerr.text);
-		return (-1);
+	if (len > 0) {
+		if ((t->root = json_loadb(data, len, JSON_ALLOW_NUL,
+		    &jerr)) == NULL) {
+			xasprintf(err, "members: not JSON: %s", jerr.text);
+			return (-1);
+		}
+		if (!json_is_object(t->root)) {
+			*err = xstrdup("members: not a JSON object");
+			return (-1);
+		}
 	}
-	if (!json_is_object(t->root)) {
-		*err = xstrdup("not a JSON object");
-		return (-1);
-	}
-	if (jread_string(t->root, "", "operation", JREAD_REQUIRED,
-	    &t->operation, err) == -1 ||
-	    jread_int(t->root, "", "partition", JREAD_REQUIRED, &partition,
-	    err) == -1 ||
-	    jread_int(t->root, "", "partitions", JREAD_REQUIRED, &partitions,
-	    err) == -1 ||
-	    jread_object(t->root, "", "plan", JREAD_OPTIONAL, &t->plan,
+	/* Without members, t->root is NULL: each optional member is
+	 * absent, each required one missing. */
+	if (jread_object(t->root, "", "plan", JREAD_OPTIONAL, &t->plan,
 	    err) == -1 ||
 	    jread_array(t->root, "", "files", JREAD_OPTIONAL, &t->files,
 	    err) == -1 ||
 	    jread_string(t->root, "", "checkpoint_dir", JREAD_OPTIONAL,
 	    &t->source_dir, err) == -1 ||
 	    jread_array(t->root, "", "broadcasts", JREAD_OPTIONAL,
-	    &broadcasts, err) == -1 ||
-	    jread_array(t->root, "", "batch", JREAD_OPTIONAL, &batch,
-	    err) == -1 ||
-	    jread_int(t->root, "", "skip", JREAD_OPTIONAL, &skip, err) == -1 ||
-	    jread_bool(t->root, "", "source_fd", JREAD_OPTIONAL,
-	    &t->source_dir_passed, err) == -1 ||
-	    jread_bool(t->root, "", "reuse_plan", JREAD_OPTIONAL,
-	    &t->reuse_plan, err) == -1)
+	    &broadcasts, err) == -1)
 		return (-1);
 	if (t->reuse_plan && (t->plan != NULL || t->files != NULL ||
 	    t->source_dir != NULL))
 		return (jread_fail(err, "reuse_plan", "with plan members"));
-	if (skip < 0)
-		return (jread_fail(err, "skip", "must not be negative"));
-	t->skip = skip;
-	if (partitions < 1 || partitions > PLAN_MAX_PARTITIONS)
-		return (jread_fail(err, "partitions", "must be from 1 to %d",
-		    PLAN_MAX_PARTITIONS));
-	if (partition < 0 || partition >= partitions)
-		return (jread_fail(err, "partition", "must be from 0 to %lld",
-		    (long long)partitions - 1));
-	t->partition = (int)partition;
-	t->partitions = (int)partitions;
 	if (taskdesc_decode_mode(t->root, t, err) == -1)
-		return (-1);
-	if (batch != NULL && taskdesc_decode_batch(batch, t, err) == -1)
 		return (-1);
 	if (broadcasts != NULL)
 		return (taskdesc_decode_broadcasts(broadcasts, t, err));
 	return (0);
+}
+
+/* Decode a descriptor: its header, then its members. */
+int
+taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
+{
+	const unsigned char	*p = (const unsigned char *)data;
+	size_t			 n, off;
+
+	memset(t, 0, sizeof *t);
+	t->source_dirfd = t->ckpt_dirfd = t->shuffle_dirfd = -1;
+	if (len < TASKDESC_HEADER_FIXED) {
+		xasprintf(err, "header: %zu bytes, short of %d", len,
+		    TASKDESC_HEADER_FIXED);
+		return (-1);
+	}
+	if (taskdesc_decode_fixed(p, t, err) == -1)
+		return (-1);
+	off = TASKDESC_HEADER_FIXED;
+	if ((n = taskdesc_decode_operation(be32_get(p + 28), p + off,
+	    len - off, t, err)) == 0)
+		return (-1);
+	off += n;
+	if ((n = taskdesc_decode_batch(p + off, len - off, t, err)) == 0)
+		return (-1);
+	off += n;
+	return (taskdesc_decode_members(data + off, len - off, t, err));
 }
 
 /* Free what a decoded descriptor holds. */

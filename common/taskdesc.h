@@ -1,8 +1,11 @@
 /*
  * Task descriptors: what emberd tells a worker to run (docs/protocol.md,
- * "Task descriptors"), a JSON object in a frame.  emberd encodes them and
- * ember-worker decodes them with the functions here, so the members, the
- * modes and the reduce functions are named in one place.
+ * "Task descriptor"), a frame holding a fixed binary header (the members
+ * every task has, the batch) and, only when the task has any, a JSON
+ * object of the variable members (the plan, broadcasts, save, checkpoint,
+ * shuffle).  emberd encodes them and ember-worker decodes them with the
+ * functions here, so the members, the modes and the reduce functions are
+ * named in one place.
  */
 #ifndef EMBER_TASKDESC_H
 #define EMBER_TASKDESC_H
@@ -12,9 +15,23 @@
 
 #include <jansson.h>
 
+#include "protocol.h"
+
 struct evbuffer;
 
-/* What a task sends back. */
+/* The header: int32 partition, partitions, mode, fn, flags; int64 skip;
+ * int32 the operation id's length; then the id, an int32 batch count and
+ * that many int32 partitions. */
+#define TASKDESC_HEADER_FIXED	32
+#define TASKDESC_MAX_OPERATION	128
+#define TASKDESC_HEADER_MAX	(TASKDESC_HEADER_FIXED + \
+				 TASKDESC_MAX_OPERATION + \
+				 4 * EMBER_MAX_TASK_BATCH)
+/* The header's flags. */
+#define TASKDESC_REUSE_PLAN	0x1
+#define TASKDESC_SOURCE_FD	0x2
+
+/* What a task sends back; the numbers are the header's mode. */
 enum taskdesc_mode {
 	MODE_RECORDS,		/* the records */
 	MODE_COUNT,		/* none: they are counted */
@@ -27,7 +44,7 @@ enum taskdesc_mode {
 				   shuffle file, for the next stage */
 };
 
-/* The functions of reduce. */
+/* The functions of reduce; the numbers are the header's fn. */
 enum reduce_fn {
 	REDUCE_SUM,
 	REDUCE_MIN,
@@ -52,7 +69,8 @@ struct taskdesc_broadcast {
 };
 
 struct taskdesc {
-	const char		*operation;
+	const char		*operation;	/* at most TASKDESC_MAX_OPERATION
+						   bytes */
 	int			 partition;
 	int			 partitions;
 	enum taskdesc_mode	 mode;
@@ -119,6 +137,7 @@ struct taskdesc {
 	struct taskdesc_broadcast *broadcasts;	/* in order */
 	size_t			 nbroadcasts;
 	json_t			*root;
+	char			 operation_id[TASKDESC_MAX_OPERATION + 1];
 };
 
 const char	*taskdesc_mode_name(enum taskdesc_mode);
@@ -145,7 +164,9 @@ void		 taskdesc_encode(struct evbuffer *, const struct taskdesc *,
 		     const struct taskdesc_broadcast *, size_t n,
 		     const char *plan);
 /* Decode a descriptor of len bytes: 0, or -1 with *err allocated (the
- * field and why).  taskdesc_clear frees what it holds, either way. */
+ * field and why): a header short, long or out of range, members that are
+ * not a JSON object or hold a bad value.  taskdesc_clear frees what it
+ * holds, either way. */
 int		 taskdesc_decode(const char *, size_t, struct taskdesc *,
 		     char **err);
 void		 taskdesc_clear(struct taskdesc *);

@@ -19,6 +19,7 @@
 #include "heap.h"
 #include "frame.h"
 #include "jread.h"
+#include "jwrite.h"
 #include "limit.h"
 #include "log.h"
 #include "operation.h"
@@ -115,19 +116,23 @@ connection_output_full(struct connection *c)
 	    (size_t)ember_conf.stream_buffer);
 }
 
-/* Write one JSON reply frame; with held, charge its bytes to the uid's
- * results until the client took them: 0, or -1 with *err. */
+/* Write one reply frame, {"ok":ok} and the members of fields (taken, may
+ * be NULL); with held, charge its bytes to the uid's results until the
+ * client took them: 0, or -1 with *err. */
 static int
-connection_send_charged(struct connection *c, json_t *reply, int held,
-    char **err)
+connection_send_charged(struct connection *c, int ok, json_t *fields,
+    int held, char **err)
 {
 	char	*text;
 	size_t	 len;
 	int	 alone;
 
-	if ((text = json_dumps(reply, JSON_COMPACT)) == NULL)
-		fatalx("json_dumps failed");
-	json_decref(reply);
+	/* Written without json_dumps, whose loop check alone costs more
+	 * than the rest of a job's reply. */
+	if ((text = jwrite_reply_dumps(ok, fields)) == NULL)
+		fatalx("%s: out of memory", __func__);
+	if (fields != NULL)
+		json_decref(fields);
 	len = strlen(text);
 	if (held && limit_charge(c->uid, LIMIT_RESULTS, (int64_t)len + 4,
 	    err) == -1) {
@@ -149,11 +154,11 @@ connection_send_charged(struct connection *c, json_t *reply, int held,
 	return (0);
 }
 
-/* Write one JSON reply frame. */
+/* Write one reply frame, {"ok":ok} and fields (taken, may be NULL). */
 static void
-connection_send(struct connection *c, json_t *reply)
+connection_send(struct connection *c, int ok, json_t *fields)
 {
-	connection_send_charged(c, reply, 0, NULL);
+	connection_send_charged(c, ok, fields, 0, NULL);
 }
 
 /* Reply ok with fields (stolen, may be NULL): exactly one reply per
@@ -161,23 +166,13 @@ connection_send(struct connection *c, json_t *reply)
 static void
 connection_reply_ok(struct connection *c, json_t *fields)
 {
-	json_t	*reply = json_pack("{s:b}", "ok", 1);
-
-	if (fields != NULL) {
-		json_object_update(reply, fields);
-		json_decref(fields);
-	}
-	connection_send(c, reply);
+	connection_send(c, 1, fields);
 }
 
 int
 connection_reply_held(struct connection *c, json_t *fields, char **err)
 {
-	json_t	*reply = json_pack("{s:b}", "ok", 1);
-
-	json_object_update(reply, fields);
-	json_decref(fields);
-	return (connection_send_charged(c, reply, 1, err));
+	return (connection_send_charged(c, 1, fields, 1, err));
 }
 
 /*
@@ -218,8 +213,8 @@ connection_reply_verror(struct connection *c, const char *class,
 	ember_counters.request_errors++;
 	log_debug("connection %llu (pid %ld): %s: %s",
 	    (unsigned long long)c->id, (long)c->pid, class, msg);
-	connection_send(c, json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error",
-	    "class", class, "message", msg));
+	connection_send(c, 0, json_pack("{s:{s:s,s:s}}", "error", "class",
+	    class, "message", msg));
 	free(msg);
 }
 
@@ -457,7 +452,7 @@ connection_hello(struct connection *c, json_t *req)
 		return;
 	}
 	if (version != EMBER_PROTOCOL_VERSION) {
-		connection_send(c, json_pack("{s:b,s:i,s:{s:s,s:s}}", "ok", 0,
+		connection_send(c, 0, json_pack("{s:i,s:{s:s,s:s}}",
 		    "version", EMBER_PROTOCOL_VERSION, "error", "class",
 		    "VERSION_MISMATCH", "message",
 		    "this emberd speaks protocol version 1"));

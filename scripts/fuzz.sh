@@ -14,7 +14,7 @@ jobs=${EMBER_JOBS:-2}
 time=${FUZZ_TIME:-60}
 targets="tests/fuzz/fuzz_plan tests/fuzz/fuzz_request tests/fuzz/fuzz_result
     tests/fuzz/fuzz_batch tests/fuzz/fuzz_shuffle_file tests/fuzz/fuzz_bindex
-    tests/fuzz/fuzz_hmsg"
+    tests/fuzz/fuzz_hmsg tests/fuzz/fuzz_taskdesc"
 
 scripts/install-deps.sh --fuzzing
 

@@ -135,6 +135,47 @@ def test_request_counts_takes_count_by_value_alone(d):
                                    "action": "count_by_value"}),
              ["error REQUEST_INVALID", "status ok"], "order 7")
 
+PLAN_AGAIN = os.path.join(BUILDDIR, "tests", "integration", "plan_again")
+
+
+def plan_again(d, plan, *dirs):
+    """plan_again's lines: in each of dirs, the plan counted by
+    ember_count, by ember_execute's count and by a collect."""
+    r = subprocess.run([PLAN_AGAIN, d.socket, json.dumps(plan)] + list(dirs),
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, "plan_again failed: %s" % r.stderr)
+    return [tuple(int(x) for x in line.split())
+            for line in r.stdout.splitlines()]
+
+
+def test_kept_plan_follows_the_working_directory(d):
+    """libember sends the plan it sent last without parsing it again,
+    but a relative path is made absolute against the directory the
+    client stands in at each execute, and a kept plan opens a collect's
+    stream as a new one does."""
+    dirs = []
+    for name, n in (("one", 3), ("two", 5)):
+        path = os.path.join(d.tmpdir, name)
+        os.mkdir(path)
+        os.chmod(path, 0o755)
+        with open(os.path.join(path, "a.txt"), "w") as f:
+            f.write("".join("line %d\n" % i for i in range(n)))
+        os.chmod(os.path.join(path, "a.txt"), 0o644)
+        dirs.append(path)
+    got = plan_again(d, {"source": {"text": {"paths": ["a.txt"]}},
+                         "partitions": 2}, dirs[0], dirs[1], dirs[0])
+    check(got == [(3, 3, 3), (5, 5, 5), (3, 3, 3)], "counts: %r" % (got,))
+    # Nothing relative: the same request bytes whatever the directory.
+    got = plan_again(d, {"source": {"range": {"start": 0, "end": 10}},
+                         "partitions": 3, "ops": [{"filter": {
+                             "contains": "\"7\\\n\t\u00e9"}}]},
+                     dirs[0], dirs[1])
+    check(got == [(0, 0, 0), (0, 0, 0)], "counts: %r" % (got,))
+    got = plan_again(d, {"source": {"range": {"start": 0, "end": 10}},
+                         "partitions": 3, "ops": [{"filter": {
+                             "contains": "7"}}]}, dirs[0], dirs[1])
+    check(got == [(1, 1, 1), (1, 1, 1)], "counts: %r" % (got,))
+
 
 if __name__ == "__main__":
     run_tests(globals())

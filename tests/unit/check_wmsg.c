@@ -310,15 +310,59 @@ START_TEST(test_taskdesc_save_plan_broadcasts)
 }
 END_TEST
 
-/* Decode a descriptor text; return the error, NULL if it decoded. */
+/* A descriptor's header, as docs/protocol.md draws it. */
+struct header {
+	int32_t		 partition, partitions, mode, fn, flags;
+	int64_t		 skip;
+	int32_t		 oplen;		/* -1: strlen(op) */
+	const char	*op;
+	int32_t		 nbatch;
+	const int32_t	*batch;		/* nbatch of them, if not NULL */
+};
+
+/* The header of a task of partition 0 of 1 of operation "o", counted. */
+#define HEADER	{ 0, 1, MODE_COUNT, 0, 0, 0, -1, "o", 0, NULL }
+
+/* Write h, then members (may be NULL), at buf; returns the length. */
+static size_t
+taskdesc_bytes(unsigned char *buf, const struct header *h,
+    const char *members)
+{
+	/* A length past the bound is written, not its bytes. */
+	size_t	oplen = h->oplen >= 0 && h->oplen <= 128 ? (size_t)h->oplen :
+		    strlen(h->op);
+	size_t	n = 0, i;
+
+	be32_put(buf, h->partition);
+	be32_put(buf + 4, h->partitions);
+	be32_put(buf + 8, h->mode);
+	be32_put(buf + 12, h->fn);
+	be32_put(buf + 16, h->flags);
+	be64_put(buf + 20, h->skip);
+	be32_put(buf + 28, h->oplen >= 0 ? h->oplen : (int32_t)oplen);
+	n = 32;
+	memcpy(buf + n, h->op, oplen);
+	n += oplen;
+	be32_put(buf + n, h->nbatch);
+	n += 4;
+	for (i = 0; h->batch != NULL && i < (size_t)h->nbatch; i++, n += 4)
+		be32_put(buf + n, h->batch[i]);
+	if (members != NULL) {
+		memcpy(buf + n, members, strlen(members));
+		n += strlen(members);
+	}
+	return (n);
+}
+
+/* Decode len bytes; return the error, NULL if they decoded. */
 static char *
-taskdesc_error(const char *text)
+taskdesc_error_bytes(const unsigned char *buf, size_t len)
 {
 	struct taskdesc	 d;
 	char		*err = NULL;
 	int		 rc;
 
-	rc = taskdesc_decode(text, strlen(text), &d, &err);
+	rc = taskdesc_decode((const char *)buf, len, &d, &err);
 	taskdesc_clear(&d);
 	if (rc == 0)
 		return (NULL);
@@ -326,51 +370,171 @@ taskdesc_error(const char *text)
 	return (err);
 }
 
-/* Check that text is refused with want. */
-static void
-taskdesc_refused(const char *text, const char *want)
+/* Decode header h and members; return the error, NULL if it decoded. */
+static char *
+taskdesc_error(const struct header *h, const char *members)
 {
-	char	*err = taskdesc_error(text);
+	unsigned char	buf[4096];
+
+	return (taskdesc_error_bytes(buf, taskdesc_bytes(buf, h, members)));
+}
+
+/* Check that header h and members are refused with want. */
+static void
+taskdesc_refused(const struct header *h, const char *members,
+    const char *want)
+{
+	char	*err = taskdesc_error(h, members);
 
 	if (err == NULL)
-		ck_abort_msg("%s: decoded", text);
+		ck_abort_msg("%s: decoded", members != NULL ? members : "-");
 	ck_assert_str_eq(err, want);
 	free(err);
 }
 
 START_TEST(test_taskdesc_refused)
 {
-	ck_assert_ptr_null(taskdesc_error("{\"operation\":\"o\","
-	    "\"partition\":0,\"partitions\":1}"));
-	taskdesc_refused("[1]", "not a JSON object");
-	taskdesc_refused("{\"partition\":0,\"partitions\":1}",
-	    "operation: missing");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":1,"
-	    "\"partitions\":1}", "partition: must be from 0 to 0");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":0}", "partitions: must be from 1 to 1000000");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":1,\"mode\":\"sort\"}",
-	    "mode: unknown mode \"sort\"");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":1,\"mode\":\"reduce\",\"fn\":\"avg\"}",
-	    "fn: expected \"sum\", \"min\" or \"max\"");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":1,\"mode\":\"save\",\"save\":{\"dir\":\"/d\","
-	    "\"attempt\":-1}}", "save.attempt: must not be negative");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":1,\"mode\":\"save\",\"save\":{\"dir\":\"d\","
-	    "\"attempt\":1}}", "save.dir: is not an absolute path");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":1,\"skip\":-1}", "skip: must not be negative");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":3,\"batch\":[1,3]}",
+	struct header	 h = HEADER;
+	unsigned char	 buf[4096];
+	int32_t		 batch[2] = { 1, 3 };
+	size_t		 len, i;
+	char		*err;
+
+	ck_assert_ptr_null(taskdesc_error(&h, NULL));
+	ck_assert_ptr_null(taskdesc_error(&h, "{}"));
+	/* Every length short of the header is short. */
+	len = taskdesc_bytes(buf, &h, NULL);
+	for (i = 0; i < len; i++) {
+		err = taskdesc_error_bytes(buf, i);
+		if (err == NULL)
+			ck_abort_msg("%zu bytes of %zu decoded", i, len);
+		free(err);
+	}
+	err = taskdesc_error_bytes(buf, 31);
+	ck_assert_str_eq(err, "header: 31 bytes, short of 32");
+	free(err);
+	err = taskdesc_error_bytes(buf, len - 1);
+	ck_assert_str_eq(err, "batch: missing");
+	free(err);
+	h.partition = 1;
+	taskdesc_refused(&h, NULL, "partition: must be from 0 to 0");
+	h.partition = -1;
+	taskdesc_refused(&h, NULL, "partition: must be from 0 to 0");
+	h.partition = 0;
+	h.partitions = 0;
+	taskdesc_refused(&h, NULL, "partitions: must be from 1 to 1000000");
+	h.partitions = 1000001;
+	taskdesc_refused(&h, NULL, "partitions: must be from 1 to 1000000");
+	h.partitions = 1;
+	h.mode = MODE_SHUFFLE + 1;
+	taskdesc_refused(&h, NULL, "mode: unknown mode 7");
+	h.mode = -1;
+	taskdesc_refused(&h, NULL, "mode: unknown mode -1");
+	h.mode = MODE_REDUCE;
+	h.fn = 3;
+	taskdesc_refused(&h, NULL, "fn: unknown function 3");
+	h.mode = MODE_COUNT;
+	h.fn = REDUCE_MAX;
+	taskdesc_refused(&h, NULL, "fn: unknown function 2");
+	h.fn = 0;
+	h.flags = 4;
+	taskdesc_refused(&h, NULL, "flags: unknown flags 0x4");
+	h.flags = 0;
+	h.skip = 1;
+	taskdesc_refused(&h, NULL, "skip: must not be negative, nor set but "
+	    "in records mode");
+	h.mode = MODE_RECORDS;
+	h.skip = -1;
+	taskdesc_refused(&h, NULL, "skip: must not be negative, nor set but "
+	    "in records mode");
+	h.skip = 0;
+	h.mode = MODE_COUNT;
+	/* The operation's id: 1 to 128 bytes, no NUL, inside the frame. */
+	h.oplen = 0;
+	taskdesc_refused(&h, NULL, "operation: length 0: expected 1 to 128 "
+	    "in the 4 bytes left");
+	h.op = "a\0b";
+	h.oplen = 3;
+	taskdesc_refused(&h, NULL, "operation: holds a NUL");
+	h.op = "o";
+	h.oplen = 1000;
+	taskdesc_refused(&h, NULL, "operation: length 1000: expected 1 to 128 "
+	    "in the 5 bytes left");
+	h.oplen = -1;
+	h.op = "0123456789012345678901234567890123456789012345678901234567890"
+	    "12345678901234567890123456789012345678901234567890123456789012345"
+	    "6789";
+	taskdesc_refused(&h, NULL, "operation: length 130: expected 1 to 128 "
+	    "in the 134 bytes left");
+	h.op = "o";
+	/* The batch: counted, in the frame, each a partition. */
+	h.partitions = 3;
+	h.nbatch = 2;
+	h.batch = batch;
+	taskdesc_refused(&h, NULL,
 	    "batch: element 1: expected a partition from 0 to 2");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":3,\"batch\":[\"1\"]}",
-	    "batch: element 0: expected a partition from 0 to 2");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":3,\"batch\":{}}", "batch: expected an array");
+	h.batch = NULL;
+	taskdesc_refused(&h, NULL, "batch: 2 partitions in 0 bytes");
+	h.nbatch = -1;
+	taskdesc_refused(&h, NULL, "batch: -1 partitions: expected 0 to 255");
+	h.nbatch = EMBER_MAX_TASK_BATCH;
+	taskdesc_refused(&h, NULL, "batch: 256 partitions: expected 0 to 255");
+	h.nbatch = 0;
+	h.partitions = 1;
+	/* The members: a JSON object, or nothing. */
+	taskdesc_refused(&h, "[1]", "members: not a JSON object");
+	taskdesc_refused(&h, "{", "members: not JSON: string or '}' expected "
+	    "near end of file");
+	taskdesc_refused(&h, "{}x", "members: not JSON: end of file expected "
+	    "near 'x'");
+	h.mode = MODE_SAVE;
+	taskdesc_refused(&h, NULL, "save: missing");
+	taskdesc_refused(&h, "{\"save\":{\"dir\":\"/d\",\"attempt\":-1}}",
+	    "save.attempt: must not be negative");
+	taskdesc_refused(&h, "{\"save\":{\"dir\":\"d\",\"attempt\":1}}",
+	    "save.dir: is not an absolute path");
+	h.mode = MODE_CHECKPOINT;
+	taskdesc_refused(&h, NULL, "checkpoint: missing");
+	h.mode = MODE_SHUFFLE;
+	taskdesc_refused(&h, NULL, "shuffle: missing");
+}
+END_TEST
+
+/* A task of a plan the worker holds, counted, is a header alone: no JSON
+ * for the worker to parse, the numbers where docs/protocol.md puts them. */
+START_TEST(test_taskdesc_header_alone)
+{
+	int		 batch[2] = { 6, 5 };
+	struct taskdesc	 d = { .operation = "op-7", .partition = 4,
+			    .partitions = 9, .mode = MODE_COUNT,
+			    .reuse_plan = 1, .batch = batch, .nbatch = 2 };
+	struct taskdesc	 got;
+	struct evbuffer	*out = evbuffer_new();
+	unsigned char	*p;
+
+	taskdesc_encode(out, &d, NULL, 0, NULL);
+	ck_assert_uint_eq(evbuffer_get_length(out), 4 + 32 + 4 + 4 + 8);
+	p = evbuffer_pullup(out, -1);
+	ck_assert_int_eq(be32_get(p), 32 + 4 + 4 + 8);
+	ck_assert_int_eq(be32_get(p + 4), 4);
+	ck_assert_int_eq(be32_get(p + 8), 9);
+	ck_assert_int_eq(be32_get(p + 12), MODE_COUNT);
+	ck_assert_int_eq(be32_get(p + 16), 0);
+	ck_assert_int_eq(be32_get(p + 20), TASKDESC_REUSE_PLAN);
+	ck_assert_int_eq(be64_get(p + 24), 0);
+	ck_assert_int_eq(be32_get(p + 32), 4);
+	ck_assert_int_eq(memcmp(p + 36, "op-7", 4), 0);
+	ck_assert_int_eq(be32_get(p + 40), 2);
+	ck_assert_int_eq(be32_get(p + 44), 6);
+	ck_assert_int_eq(be32_get(p + 48), 5);
+	ck_assert_int_eq(taskdesc_decode((char *)p + 4, 48, &got, NULL), 0);
+	ck_assert_ptr_null(got.root);
+	ck_assert_str_eq(got.operation, "op-7");
+	ck_assert_int_eq(got.reuse_plan, 1);
+	ck_assert_uint_eq(got.nbatch, 2);
+	ck_assert_int_eq(got.batch[1], 5);
+	taskdesc_clear(&got);
+	evbuffer_free(out);
 }
 END_TEST
 
@@ -421,6 +585,7 @@ START_TEST(test_taskdesc_reuse_plan)
 			    .partitions = 1, .mode = MODE_COUNT,
 			    .reuse_plan = 1 };
 	struct taskdesc	got;
+	struct header	h = HEADER;
 
 	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
 	ck_assert_int_eq(got.reuse_plan, 1);
@@ -434,15 +599,12 @@ START_TEST(test_taskdesc_reuse_plan)
 	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
 	ck_assert_int_eq(got.reuse_plan, 0);
 	taskdesc_clear(&got);
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":1,\"reuse_plan\":true,\"plan\":{}}",
+	h.flags = TASKDESC_REUSE_PLAN;
+	taskdesc_refused(&h, "{\"plan\":{}}", "reuse_plan: with plan members");
+	taskdesc_refused(&h, "{\"files\":[]}",
 	    "reuse_plan: with plan members");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":1,\"reuse_plan\":true,\"files\":[]}",
+	taskdesc_refused(&h, "{\"checkpoint_dir\":\"/c\"}",
 	    "reuse_plan: with plan members");
-	taskdesc_refused("{\"operation\":\"o\",\"partition\":0,"
-	    "\"partitions\":1,\"reuse_plan\":1}",
-	    "reuse_plan: expected true or false");
 }
 END_TEST
 
@@ -451,9 +613,7 @@ START_TEST(test_taskdesc_batch)
 	struct taskdesc	 d = { .operation = "op-1", .partition = 4,
 			    .partitions = 1000, .mode = MODE_COUNT };
 	struct taskdesc	 got;
-	struct evbuffer	*text;
 	int		 batch[EMBER_MAX_TASK_BATCH], i;
-	char		*err;
 
 	for (i = 0; i < EMBER_MAX_TASK_BATCH; i++)
 		batch[i] = 999 - i;
@@ -468,17 +628,8 @@ START_TEST(test_taskdesc_batch)
 	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
 	ck_assert_uint_eq(got.nbatch, EMBER_MAX_TASK_BATCH - 1);
 	taskdesc_clear(&got);
-	/* One more is more than a TASKS_DONE may answer. */
-	d.nbatch = EMBER_MAX_TASK_BATCH;
-	text = evbuffer_new();
-	taskdesc_encode(text, &d, NULL, 0, NULL);
-	evbuffer_drain(text, 4);
-	evbuffer_add(text, "", 1);	/* a C string for taskdesc_error */
-	err = taskdesc_error((const char *)evbuffer_pullup(text, -1));
-	ck_assert_ptr_nonnull(err);
-	ck_assert_str_eq(err, "batch: more than 255 partitions");
-	free(err);
-	evbuffer_free(text);
+	/* One more is more than a TASKS_DONE may answer: refused (see
+	 * test_taskdesc_refused), never encoded. */
 	/* None: no member. */
 	d.nbatch = 0;
 	taskdesc_round_trip(&d, NULL, 0, NULL, &got);
@@ -702,6 +853,7 @@ wmsg_suite(void)
 	tcase_add_test(tc, test_taskdesc_modes);
 	tcase_add_test(tc, test_taskdesc_save_plan_broadcasts);
 	tcase_add_test(tc, test_taskdesc_refused);
+	tcase_add_test(tc, test_taskdesc_header_alone);
 	tcase_add_test(tc, test_taskdesc_batch);
 	tcase_add_test(tc, test_taskdesc_reuse_plan);
 	tcase_add_test(tc, test_taskdesc_plan_members_remembered);

@@ -17,6 +17,7 @@ Suite	*held_suite(void);
 Suite	*helper_suite(void);
 Suite	*joblog_suite(void);
 Suite	*jread_suite(void);
+Suite	*jwrite_suite(void);
 Suite	*keyed_suite(void);
 Suite	*log_suite(void);
 Suite	*ops_suite(void);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1311,9 +1312,10 @@ static int
 plan_expand_path(const char *pattern, const char *field,
     struct plan_file **files, size_t *n, size_t *size, char **err)
 {
-	glob_t	g;
-	size_t	i;
-	int	rc;
+	glob_t	 g;
+	size_t	 i;
+	char	*clean;
+	int	 rc;
 
 	if (strpbrk(pattern, "*?[") == NULL) {
 		plan_add_file(files, n, size, pattern);
@@ -1335,8 +1337,19 @@ plan_expand_path(const char *pattern, const char *field,
 		return (jread_fail(err, field, "%s: %s", pattern,
 		    rc == GLOB_NOSPACE ? "out of memory" : "read error"));
 	}
-	for (i = 0; i < g.gl_pathc; i++)
+	for (i = 0; i < g.gl_pathc; i++) {
+		/* A file's name travels in JSON, which holds UTF-8 alone. */
+		if (!utf8_valid(g.gl_pathv[i], strlen(g.gl_pathv[i]))) {
+			clean = utf8_clean(g.gl_pathv[i],
+			    strlen(g.gl_pathv[i]), PATH_MAX);
+			globfree(&g);
+			rc = jread_fail(err, field, "%s: a file name that is "
+			    "not UTF-8 (%s)", pattern, clean);
+			free(clean);
+			return (rc);
+		}
 		plan_add_file(files, n, size, g.gl_pathv[i]);
+	}
 	globfree(&g);
 	return (0);
 }

@@ -20,6 +20,12 @@ utf8_cut(const char *s, size_t len, size_t max)
 	return (len);
 }
 
+int
+utf8_valid(const char *s, size_t len)
+{
+	return (u8_check((const uint8_t *)s, len) == NULL);
+}
+
 char *
 utf8_clean(const char *s, size_t len, size_t max)
 {

@@ -28,6 +28,7 @@
 #include "session.h"
 #include "status.h"
 #include "userdb.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 /* Frames handled per read event before yielding to other connections. */
@@ -207,6 +208,12 @@ connection_reply_verror(struct connection *c, const char *class,
 
 	xvasprintf(&msg, fmt, ap);
 	if ((explained = session_explain_denied(c->uid, msg)) != NULL) {
+		free(msg);
+		msg = explained;
+	}
+	/* A reply holds UTF-8 alone, and json_pack refuses anything else. */
+	if (!utf8_valid(msg, strlen(msg))) {
+		explained = utf8_clean(msg, strlen(msg), SIZE_MAX / 4);
 		free(msg);
 		msg = explained;
 	}

@@ -190,6 +190,27 @@ def test_file_deleted_between_jobs(d):
     check_eq(c.collect_all(text_plan([b])), [b"three"], "third job")
 
 
+def test_file_name_not_utf8(d):
+    """A glob matching a file whose name is not UTF-8 (any user can make
+    one) is refused naming the pattern, with the name made readable: a
+    file's name travels in JSON, which holds UTF-8 alone.  Before, the
+    helper that expanded it died, and the client learnt only that."""
+    c = d.client()
+    top = d.path("names")
+    os.mkdir(top)
+    os.chmod(top, 0o755)
+    write_file(os.path.join(top, "good.txt"), "one\n")
+    with open(os.path.join(top.encode(), b"bad\xff.txt"), "w") as f:
+        f.write("two\n")
+    msg = check_error(c.execute(text_plan([os.path.join(top, "*.txt")]),
+                                "count"), "PLAN_INVALID",
+                      "plan.source.text.paths[0]", "not UTF-8",
+                      "bad\ufffd.txt")
+    check(top in msg, "%r does not name the pattern" % msg)
+    check_eq(c.count(text_plan([os.path.join(top, "good.txt")])), 1,
+             "a job of the good file")
+
+
 def test_action_invalid(d):
     c = d.client()
     check_error(c.execute(range_plan(0, 10, 1), "explode"), "ACTION_INVALID")

@@ -571,10 +571,12 @@ fslink_send(struct fslink *fs, const struct fs_msg *m)
 
 /*
  * Workers not reused are asked for with how long the fork-server may keep
- * the next one forked ahead (workers.idle_timeout, as an idle worker;
- * 0, never, is sent as INT32_MAX, 24 days): it forks it while this one's
- * task runs.
+ * the next one forked ahead (workers.idle_timeout, as an idle worker, but
+ * at most a minute: a reload to workers.reuse = yes sends no more
+ * requests, and the spare would wait out the rest): it forks it while
+ * this one's task runs.
  */
+#define FSLINK_AHEAD_MAX_MS	60000
 int
 fslink_fork(struct fslink *fs, int32_t request)
 {
@@ -582,7 +584,8 @@ fslink_fork(struct fslink *fs, int32_t request)
 	int64_t		ms = ember_conf.workers_idle_timeout;
 
 	if (!ember_conf.workers_reuse)
-		m.value = ms <= 0 || ms > INT32_MAX ? INT32_MAX : (int32_t)ms;
+		m.value = ms <= 0 || ms > FSLINK_AHEAD_MAX_MS ?
+		    FSLINK_AHEAD_MAX_MS : (int32_t)ms;
 	return (fslink_send(fs, &m));
 }
 

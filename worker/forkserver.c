@@ -262,6 +262,9 @@ forkserver_child(struct forkserver *fs, int sv[2], int helper)
 		signal(forkserver_handled[i], SIG_DFL);
 	close(fs->ctl);
 	close(sv[0]);
+	/* The socket of a worker forked ahead is emberd's, once handed. */
+	if (fs->spare.fd != -1)
+		close(fs->spare.fd);
 	close(forkserver_signal_pipe[0]);
 	close(forkserver_signal_pipe[1]);
 	close(forkserver_sigchld_fd);

@@ -173,8 +173,7 @@ def test_fresh_worker_forked_ahead(d):
     task runs, and hands it out at the next request: the fork is off the
     task's path (bench/README.md, "Fresh worker, forked ahead").  Until
     then it is the fork-server's alone: not in emberd's status, running
-    nothing, holding none of the fork-server's descriptors but its own
-    socket (not emberd's control channel)."""
+    nothing, and not holding emberd's control channel."""
     c = d.client()
     [first] = job_pids(c, 1)
     spare = wait_spare(d, c, [first])
@@ -208,7 +207,7 @@ def test_reused_workers_forked_none_ahead(d):
 
 
 @with_daemon(sets=["workers.max=1", "workers.reuse=no",
-                  "workers.idle_timeout=300ms"])
+                  "workers.idle_timeout=1500ms"])
 def test_fresh_worker_ahead_let_go_when_idle(d):
     """No request for workers.idle_timeout: the worker forked ahead is let
     go, as an idle worker would be, and its exit reported to no one."""
@@ -242,9 +241,46 @@ def test_fresh_worker_ahead_killed_from_outside(d):
     spare = wait_spare(d, c, [first])
     os.kill(spare, signal.SIGKILL)
     wait_gone([spare])
+    forks = pool(c)["forks"]
     [second] = job_pids(c, 1)
     check(second != spare, "the killed spare ran the job")
+    check_eq(pool(c)["forks"], forks + 1,
+             "forks for the job (a dead spare handed out costs one more)")
     check_eq(c.count(range_plan(0, 10, 2)), 10, "a job after")
+
+
+@with_daemon(sets=["workers.max=1", "workers.reuse=no",
+                  "daemon.helper_timeout=10s"])
+def test_helper_holds_nothing_of_the_worker_forked_ahead(d):
+    """A helper forked while a worker waits ahead holds no socket of the
+    fork-server's: the end of the spare's socket that is handed to emberd
+    with it stays the fork-server's alone until then."""
+    c = d.client()
+    [first] = job_pids(c, 1)
+    wait_spare(d, c, [first])
+    loop = d.path("loop")
+    os.mkdir(loop, 0o755)
+    for name in "abcd":
+        os.symlink(".", os.path.join(loop, name))
+    checker = d.client()
+    checker.send_json({"op": "execute", "action": "count",
+                       "plan": text_plan([loop + "/*" * 12 + "/x"])})
+    fs = d.forkserver_pid()
+
+    def helper():
+        for pid in d.worker_pids():
+            try:
+                if "ember-worker: helper" in cmdline(pid):
+                    return pid
+            except OSError:
+                pass
+        return None
+    pid = wait_until(helper, 10)
+    check(pid is not None, "no helper for the glob")
+    shared = {t for t in fd_targets(pid) if t.startswith("socket:")} & \
+        fd_targets(fs)
+    check_eq(shared, set(), "sockets the helper shares with the fork-server")
+    checker.close()
 
 
 @skip_unless(shutil.which("strace"), "no strace")

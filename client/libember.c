@@ -1290,6 +1290,10 @@ ember_reply(struct ember *e, int stream, int push, char **reply_json,
 	json_error_t		 jerr;
 	size_t			 len;
 
+	if (reply_json != NULL)
+		*reply_json = NULL;
+	if (reply_out != NULL)
+		*reply_out = NULL;
 	if (ember_read_frame(e, EMBER_MAX_REPLY, "reply", &data, &len) == -1)
 		return (-1);
 	reply = json_loadb((const char *)data, len, JSON_ALLOW_NUL, &jerr);
@@ -1545,6 +1549,10 @@ ember_execute_call(struct ember *e, const char *plan_json, const char *action,
 	char	*text;
 	int	 made = 0;
 
+	if (reply_json != NULL)
+		*reply_json = NULL;
+	if (reply_out != NULL)
+		*reply_out = NULL;
 	if (options_json == NULL && plan_json != NULL && action != NULL &&
 	    e->plan_in != NULL && strcmp(plan_json, e->plan_in) == 0 &&
 	    (text = ember_plan_request(e, action)) != NULL) {
@@ -1578,7 +1586,7 @@ ember_execute(struct ember *e, const char *plan_json, const char *action,
 int
 ember_count(struct ember *e, const char *plan_json, int64_t *count)
 {
-	json_t	*reply, *n;
+	json_t	*reply = NULL, *n;
 
 	if (ember_check_control(e) == -1)
 		return (-1);
@@ -1637,7 +1645,7 @@ ember_broadcast_put_fd(struct ember *e, int fd, int64_t *id)
 {
 	static const char	 req[] = "{\"op\":\"broadcast_put\",\"fd\":true}";
 	unsigned char		 frame[4 + sizeof req - 1];
-	json_t			*reply;
+	json_t			*reply = NULL;
 	ssize_t			 n;
 
 	if (ember_check_control(e) == -1)

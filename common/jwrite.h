@@ -16,15 +16,17 @@
 #include <jansson.h>
 
 /* Write the len bytes at s (NULs allowed) as a JSON string, escaped as
- * json_dumps escapes: '"', '\\' and the control characters, no more. */
+ * json_dumps escapes: '"', '\\' and the control characters, no more.
+ * s must be valid UTF-8 (a jansson string is; a C string from elsewhere
+ * must be checked first): its bytes are written as they are. */
 int	 jwrite_string(const char *s, size_t len, json_dump_callback_t,
 	     void *);
 /* Write v's text, byte for byte what json_dumps(v, JSON_COMPACT |
  * JSON_ENCODE_ANY) writes; v is a tree free of cycles. */
 int	 jwrite_value(json_t *v, json_dump_callback_t, void *);
 /* Write a reply: {"ok":true or false, then the members of fields (an
- * object; NULL: none), in their order}, as json_dumps would write the
- * object {"ok":ok} updated with fields. */
+ * object without "ok"; NULL: none), in their order}, as json_dumps would
+ * write the object {"ok":ok} updated with fields. */
 int	 jwrite_reply(int ok, json_t *fields, json_dump_callback_t, void *);
 /* v's text as json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) returns it:
  * allocated with malloc, or NULL when out of memory. */

@@ -3,11 +3,25 @@
  * counts_request SOCKET ORDER REQUEST, ORDER a number as the enum.
  * Prints the counts ("COUNT RECORD" lines), or "error CLASS", and then
  * whether the connection still takes a request ("status ok").
+ * counts_request SOCKET count PLAN runs ember_count instead, its stack
+ * filled with garbage first, so that a reply pointer left unset shows.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ember.h"
+
+/* Leave the stack below main full of a pattern. */
+static void __attribute__((noinline))
+stack_dirty(void)
+{
+	volatile char	junk[8192];
+	size_t		i;
+
+	for (i = 0; i < sizeof junk; i++)
+		junk[i] = 0x41;
+}
 
 int
 main(int argc, char **argv)
@@ -27,7 +41,15 @@ main(int argc, char **argv)
 		fprintf(stderr, "connect: %s\n", err);
 		return (1);
 	}
-	if (ember_request_counts(e, argv[3],
+	if (strcmp(argv[2], "count") == 0) {
+		int64_t	count;
+
+		stack_dirty();
+		if (ember_count(e, argv[3], &count) == -1)
+			printf("error %s\n", ember_error_class(e));
+		else
+			printf("count %lld\n", (long long)count);
+	} else if (ember_request_counts(e, argv[3],
 	    (enum ember_counts_order)atoi(argv[2]), &c) == -1) {
 		printf("error %s%s\n", ember_error_class(e),
 		    c == NULL ? "" : " (counts left)");

@@ -107,9 +107,13 @@ COUNTS_REQUEST = os.path.join(BUILDDIR, "tests", "integration",
 
 
 def counts_request(d, order, request):
+    # Bound at once: a lazy binding's resolver would wipe the stack that
+    # counts_request fills with garbage before its call.
     r = subprocess.run([COUNTS_REQUEST, d.socket, str(order),
+                        request if isinstance(request, str) else
                         json.dumps(request)], capture_output=True, text=True,
-                       timeout=60, stdin=subprocess.DEVNULL)
+                       timeout=60, stdin=subprocess.DEVNULL,
+                       env=dict(os.environ, LD_BIND_NOW="1"))
     check_eq(r.returncode, 0, "counts_request (stderr %r)" % r.stderr)
     return r.stdout.splitlines()
 
@@ -134,6 +138,18 @@ def test_request_counts_takes_count_by_value_alone(d):
     check_eq(counts_request(d, 7, {"op": "execute", "plan": plan,
                                    "action": "count_by_value"}),
              ["error REQUEST_INVALID", "status ok"], "order 7")
+
+
+def test_count_of_a_bad_plan_fails_cleanly(d):
+    """ember_count of a plan that is not JSON, and of one emberd refuses,
+    fails with the error's class and leaves the connection usable."""
+    plan = range_plan(0, 10, 2)
+    check_eq(counts_request(d, "count", "{not json"),
+             ["error PLAN_INVALID", "status ok"], "a plan not JSON")
+    check_eq(counts_request(d, "count", {"source": {"nothing": {}}}),
+             ["error PLAN_INVALID", "status ok"], "a plan refused")
+    check_eq(counts_request(d, "count", plan), ["count 10", "status ok"],
+             "a good plan")
 
 PLAN_AGAIN = os.path.join(BUILDDIR, "tests", "integration", "plan_again")
 

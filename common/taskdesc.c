@@ -271,6 +271,8 @@ taskdesc_encode_header(unsigned char *head, const struct taskdesc *t,
 		flags |= TASKDESC_REUSE_PLAN;
 	if (t->source_dir_passed)
 		flags |= TASKDESC_SOURCE_FD;
+	if (t->held_only)
+		flags |= TASKDESC_HELD_ONLY;
 	be32_put(p, t->partition);
 	be32_put(p + 4, t->partitions);
 	be32_put(p + 8, (int32_t)t->mode);
@@ -562,7 +564,8 @@ taskdesc_decode_fixed(const unsigned char *p, struct taskdesc *t, char **err)
 	if (fn < 0 || (size_t)fn >= nitems(reduce_fns) ||
 	    (fn != 0 && mode != MODE_REDUCE))
 		return (jread_fail(err, "fn", "unknown function %d", fn));
-	if ((flags & ~(TASKDESC_REUSE_PLAN | TASKDESC_SOURCE_FD)) != 0)
+	if ((flags & ~(TASKDESC_REUSE_PLAN | TASKDESC_SOURCE_FD |
+	    TASKDESC_HELD_ONLY)) != 0)
 		return (jread_fail(err, "flags", "unknown flags %#x", flags));
 	if (t->skip < 0 || (t->skip > 0 && mode != MODE_RECORDS))
 		return (jread_fail(err, "skip", "must not be negative, nor "
@@ -573,6 +576,7 @@ taskdesc_decode_fixed(const unsigned char *p, struct taskdesc *t, char **err)
 	t->fn = (enum reduce_fn)fn;
 	t->reuse_plan = (flags & TASKDESC_REUSE_PLAN) != 0;
 	t->source_dir_passed = (flags & TASKDESC_SOURCE_FD) != 0;
+	t->held_only = (flags & TASKDESC_HELD_ONLY) != 0;
 	return (0);
 }
 
@@ -616,6 +620,27 @@ taskdesc_decode_members(const char *data, size_t len, struct taskdesc *t,
 	return (0);
 }
 
+/* A descriptor of removals alone holds nothing else: 0, or -1 with *err. */
+static int
+taskdesc_check_held_only(const struct taskdesc *t, char **err)
+{
+	size_t	i;
+
+	if (!t->held_only)
+		return (0);
+	if (t->nbroadcasts == 0)
+		return (jread_fail(err, "held_only", "without broadcasts"));
+	for (i = 0; i < t->nbroadcasts; i++) {
+		if (t->broadcasts[i].add)
+			return (jread_fail(err, "held_only", "with an add"));
+	}
+	if (t->reuse_plan || t->source_dir_passed || t->nbatch > 0 ||
+	    t->plan != NULL || t->files != NULL || t->source_dir != NULL ||
+	    t->mode != MODE_COUNT || t->shuffle_dir != NULL)
+		return (jread_fail(err, "held_only", "with a task's members"));
+	return (0);
+}
+
 /* Decode a descriptor: its header, then its members. */
 int
 taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
@@ -640,7 +665,9 @@ taskdesc_decode(const char *data, size_t len, struct taskdesc *t, char **err)
 	if ((n = taskdesc_decode_batch(p + off, len - off, t, err)) == 0)
 		return (-1);
 	off += n;
-	return (taskdesc_decode_members(data + off, len - off, t, err));
+	if (taskdesc_decode_members(data + off, len - off, t, err) == -1)
+		return (-1);
+	return (taskdesc_check_held_only(t, err));
 }
 
 /* Free what a decoded descriptor holds. */

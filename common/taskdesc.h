@@ -30,6 +30,7 @@ struct evbuffer;
 /* The header's flags. */
 #define TASKDESC_REUSE_PLAN	0x1
 #define TASKDESC_SOURCE_FD	0x2
+#define TASKDESC_HELD_ONLY	0x4	/* broadcast removals alone: no task */
 
 /* What a task sends back; the numbers are the header's mode. */
 enum taskdesc_mode {
@@ -129,6 +130,14 @@ struct taskdesc {
 	 * "reuse_plan").
 	 */
 	int			 reuse_plan;
+
+	/*
+	 * No task: the descriptor only tells an idle worker to let go of
+	 * broadcasts that were dropped (its broadcasts are removals, and it
+	 * has no other member).  The worker runs nothing and answers
+	 * nothing.
+	 */
+	int			 held_only;
 
 	/* Decoded, and owned by the descriptor until taskdesc_clear; NULL
 	 * when absent. */

@@ -17,6 +17,7 @@
 #include "pool.h"
 #include "queue.h"
 #include "session.h"
+#include "worker.h"
 #include "xmalloc.h"
 
 /*
@@ -103,8 +104,10 @@ broadcast_free(struct broadcast *b)
 	if (b->charged > 0)
 		limit_release(b->uid, LIMIT_BROADCAST_BYTES, b->charged);
 	TAILQ_REMOVE(&broadcasts, b, entry);
-	/* Its object, if a fork-server loaded one, goes too. */
+	/* Its object, if a fork-server loaded one, goes too, and the
+	 * workers waiting with it mapped let it go. */
 	pypreload_forget(b->id);
+	worker_drop_broadcast(b->id);
 	log_debug("broadcast %lld freed", (long long)b->id);
 	free(b);
 }

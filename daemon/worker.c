@@ -1158,6 +1158,41 @@ worker_batch_close(struct worker *w)
 	w->nbatch = 0;
 }
 
+/*
+ * Tell each idle worker that holds broadcast id to let it go now, in a
+ * descriptor of that removal alone: a dropped broadcast's memory must not
+ * outlive it in workers waiting for a task, nor its unmapping fall on
+ * their next task.  A busy worker holds only what its tasks use, and
+ * learns of the rest with its next descriptor.
+ */
+void
+worker_drop_broadcast(int64_t id)
+{
+	struct worker			*w;
+	struct taskdesc			 d;
+	struct taskdesc_broadcast	 c;
+	size_t				 i;
+
+	TAILQ_FOREACH(w, &workers_idle, idle_entry) {
+		for (i = 0; i < w->nheld && w->held[i] != id; i++)
+			continue;
+		if (i == w->nheld || w->eof || w->ch == NULL)
+			continue;
+		w->held[i] = w->held[--w->nheld];
+		memset(&d, 0, sizeof d);
+		d.operation = "held";
+		d.partitions = 1;
+		d.mode = MODE_COUNT;
+		d.held_only = 1;
+		memset(&c, 0, sizeof c);
+		c.id = id;
+		c.fd = c.index_fd = -1;
+		taskdesc_encode(channel_output(w->ch), &d, &c, 1, NULL);
+		channel_flush(w->ch);
+		ember_counters.broadcasts_removed++;
+	}
+}
+
 /* Pass a descriptor's descriptors, then write it, or open a batch with
  * it. */
 static void

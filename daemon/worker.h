@@ -83,6 +83,8 @@ struct worker	*worker_take_behind(const struct task *);
  * tasks dispatched together reach a worker in one write. */
 void		 worker_assign(struct worker *, struct task *);
 void		 worker_flush_all(void);
+/* Let the idle workers holding broadcast id go of it: it was dropped. */
+void		 worker_drop_broadcast(int64_t id);
 /* Take a task off its worker, which is killed: t is being stopped. */
 void		 worker_cancel_task(struct worker *, struct task *);
 /* Look at the worker's buffered output again on the next loop turn. */

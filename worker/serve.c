@@ -296,7 +296,7 @@ serve_take_fds(struct server *w, struct taskdesc *d, char **err)
 
 /* Parse a task descriptor: 0, -1 with *err for a bad one, -2 with *err
  * when it cannot run (no plan and none cached, a broadcast that cannot be
- * taken). */
+ * taken), 1 for one that only changed the broadcasts held. */
 static int
 serve_parse(struct server *w, const char *data, size_t len,
     struct serve_run *wt, char **err)
@@ -315,6 +315,10 @@ serve_parse(struct server *w, const char *data, size_t len,
 	/* The broadcasts change whatever happens to this task. */
 	if (held_apply(d->broadcasts, d->nbroadcasts, err) == -1) {
 		rc = -2;
+		goto out;
+	}
+	if (d->held_only) {
+		rc = 1;
 		goto out;
 	}
 	if ((rc = serve_plan(w, d->plan, d->operation, d->reuse_plan, &plan,
@@ -452,6 +456,8 @@ serve_loop(struct server *w)
 			return (serve_fail(w, "bad task descriptor: ", err));
 		if (rc == -2)
 			return (serve_fail(w, NULL, err));
+		if (rc == 1)
+			continue;	/* nothing to run, nothing to answer */
 		rc = serve_run_one(w, &t, t.desc.partition,
 		    t.desc.nbatch > 0, &begin);
 		for (i = 0; rc == 0 && i < t.desc.nbatch; i++) {

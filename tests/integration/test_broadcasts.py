@@ -282,6 +282,40 @@ def test_drop_removes_the_file(d):
           "file is left")
 
 
+def worker_maps(pid, name):
+    """Does process pid map a memfd named name?"""
+    with open("/proc/%d/maps" % pid) as f:
+        return any(re.search(r"/memfd:%s( |$)" % re.escape(name), line)
+                   for line in f)
+
+
+@with_daemon(sets=["workers.max=1"])
+def test_drop_lets_idle_workers_go_of_it(d):
+    """A dropped broadcast is let go by the idle worker that held it at
+    once, not at its next task: its memory does not outlive the drop in a
+    worker waiting for work, and the next task does not unmap it.  The
+    worker stays, and runs the next job."""
+    c = d.client()
+    bid = c.broadcast_put(BIG)
+    check_eq(c.count(range_plan(0, 1000, 1, ops=[in_bc(bid)])), 500,
+             "records in the broadcast")
+    [(pid, ids)] = held(c).items()
+    check_eq(ids, [bid], "held")
+    name = "ember-broadcast-%d" % bid
+    check(worker_maps(pid, name), "worker %d does not map %s" % (pid, name))
+    removed = counters(c)["broadcasts_removed"]
+    check(c.broadcast_drop(bid)["ok"], "drop")
+    check(wait_until(lambda: not worker_maps(pid, name), 5),
+          "worker %d still maps %s after the drop" % (pid, name))
+    check_eq(held(c), {pid: []}, "held after the drop")
+    check_eq(counters(c)["broadcasts_removed"], removed + 1,
+             "broadcasts removed")
+    other = c.broadcast_put(b"4\n")
+    check_eq(c.collect_all(range_plan(0, 10, 1, ops=[in_bc(other)])),
+             [b"4"], "the next job")
+    check_eq(list(held(c)), [pid], "the same worker")
+
+
 def test_status_counts_operations_using(d):
     """status says how many operations use a broadcast."""
     c = d.client()

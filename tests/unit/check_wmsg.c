@@ -437,8 +437,8 @@ START_TEST(test_taskdesc_refused)
 	h.fn = REDUCE_MAX;
 	taskdesc_refused(&h, NULL, "fn: unknown function 2");
 	h.fn = 0;
-	h.flags = 4;
-	taskdesc_refused(&h, NULL, "flags: unknown flags 0x4");
+	h.flags = 8;
+	taskdesc_refused(&h, NULL, "flags: unknown flags 0x8");
 	h.flags = 0;
 	h.skip = 1;
 	taskdesc_refused(&h, NULL, "skip: must not be negative, nor set but "
@@ -535,6 +535,70 @@ START_TEST(test_taskdesc_header_alone)
 	ck_assert_int_eq(got.batch[1], 5);
 	taskdesc_clear(&got);
 	evbuffer_free(out);
+}
+END_TEST
+
+/* Encode d with n changes b and decode it: taskdesc_decode's answer. */
+static int
+taskdesc_decode_encoded(const struct taskdesc *d,
+    const struct taskdesc_broadcast *b, size_t n, struct taskdesc *got,
+    char **err)
+{
+	struct evbuffer	*out = evbuffer_new();
+	unsigned char	*p;
+	int		 rc;
+
+	taskdesc_encode(out, d, b, n, NULL);
+	p = evbuffer_pullup(out, -1);
+	rc = taskdesc_decode((char *)p + 4, evbuffer_get_length(out) - 4, got,
+	    err);
+	evbuffer_free(out);
+	return (rc);
+}
+
+/* A descriptor that only lets go of broadcasts: removals and nothing
+ * else; one with an add, a batch, a plan to reuse or no removal is
+ * refused. */
+START_TEST(test_taskdesc_held_only)
+{
+	int				 batch[1] = { 0 };
+	struct taskdesc_broadcast	 rm = { .id = 7, .fd = -1,
+					    .index_fd = -1 };
+	struct taskdesc_broadcast	 add = { .id = 8, .add = 1, .fd = -1,
+					    .size = 2, .index_fd = -1 };
+	struct taskdesc			 d = { .operation = "held",
+					    .partitions = 1, .mode = MODE_COUNT,
+					    .held_only = 1 };
+	struct taskdesc			 got;
+	char				*err = NULL;
+
+	taskdesc_round_trip(&d, &rm, 1, NULL, &got);
+	ck_assert_int_eq(got.held_only, 1);
+	ck_assert_uint_eq(got.nbroadcasts, 1);
+	ck_assert_int_eq(got.broadcasts[0].add, 0);
+	ck_assert_int_eq(got.broadcasts[0].id, 7);
+	taskdesc_clear(&got);
+
+	ck_assert_int_eq(taskdesc_decode_encoded(&d, &add, 1, &got, &err), -1);
+	ck_assert_str_eq(err, "held_only: with an add");
+	free(err);
+	taskdesc_clear(&got);
+	ck_assert_int_eq(taskdesc_decode_encoded(&d, NULL, 0, &got, &err), -1);
+	ck_assert_str_eq(err, "held_only: without broadcasts");
+	free(err);
+	taskdesc_clear(&got);
+	d.batch = batch;
+	d.nbatch = 1;
+	ck_assert_int_eq(taskdesc_decode_encoded(&d, &rm, 1, &got, &err), -1);
+	ck_assert_str_eq(err, "held_only: with a task's members");
+	free(err);
+	taskdesc_clear(&got);
+	d.nbatch = 0;
+	d.reuse_plan = 1;
+	ck_assert_int_eq(taskdesc_decode_encoded(&d, &rm, 1, &got, &err), -1);
+	ck_assert_str_eq(err, "held_only: with a task's members");
+	free(err);
+	taskdesc_clear(&got);
 }
 END_TEST
 
@@ -854,6 +918,7 @@ wmsg_suite(void)
 	tcase_add_test(tc, test_taskdesc_save_plan_broadcasts);
 	tcase_add_test(tc, test_taskdesc_refused);
 	tcase_add_test(tc, test_taskdesc_header_alone);
+	tcase_add_test(tc, test_taskdesc_held_only);
 	tcase_add_test(tc, test_taskdesc_batch);
 	tcase_add_test(tc, test_taskdesc_reuse_plan);
 	tcase_add_test(tc, test_taskdesc_plan_members_remembered);

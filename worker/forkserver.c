@@ -891,7 +891,8 @@ int
 forkserver_main(int ctl, const struct forkserver_options *options)
 {
 	struct forkserver	 fs;
-	struct fs_msg		 hello = { FS_HELLO, EMBER_PROTOCOL_VERSION, 0, 0 };
+	struct fs_msg		 hello = { FS_HELLO,
+				    EMBER_WORKER_PROTOCOL_VERSION, 0, 0 };
 	struct pollfd		 pfd[4];
 	pid_t			 parent;
 	int			 n;

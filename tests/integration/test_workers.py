@@ -993,6 +993,17 @@ def test_forkserver_of_another_build_refused(_):
         "restarted after ember is upgraded")
     check("ember-worker.sh" in failed.message, "error %r names no worker "
           "path" % failed.message)
+    # A request that waits for a helper (a glob's) fails at the next
+    # refusal, saying the same.
+    with d.client(timeout=15) as c:
+        try:
+            c.count(text_plan([d.path("*.log")]))
+            check(False, "a glob was matched by the fork-server of another "
+                  "build")
+        except RequestFailed as e:
+            check_eq(e.error_class, "HELPER_FAILED", "the glob's error class")
+            check("worker protocol 1, emberd %d" % ours in e.message,
+                  "the glob's error %r" % e.message)
     check_eq(failed.error_class, "TASK_FAILED", "error class")
     log = d.log_text()
     check(re.search(r"fork-server \d+ for uid \d+: \S+ember-worker\.sh "

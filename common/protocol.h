@@ -1,7 +1,8 @@
 /*
  * The wire contract of every ember socket.  Bump EMBER_PROTOCOL_VERSION
- * whenever a message changes shape; docs/protocol.md describes each message
- * in prose and must change with this file.
+ * whenever a client's message changes shape, EMBER_WORKER_PROTOCOL_VERSION
+ * whenever one between emberd and ember-worker does; docs/protocol.md
+ * describes each message in prose and must change with this file.
  *
  * Every integer on the wire is big-endian.  A frame is an int32 length
  * followed by that many bytes; a negative length is one of the special
@@ -12,7 +13,21 @@
 
 #include <stdint.h>
 
+/* The client protocol: emberd's socket, the result stream (section 1 of
+ * docs/protocol.md).  Clients depend on it: it changes only with them. */
 #define EMBER_PROTOCOL_VERSION 1
+
+/*
+ * The worker protocol: every link between emberd and ember-worker, which
+ * are emberd's private business: the fs_msg packets, the task descriptor
+ * (common/taskdesc.c), the worker's messages (common/wmsg.c) and the
+ * helper's (common/hmsg.c).  The fork-server says it in FS_HELLO, and
+ * emberd refuses one that speaks another: an ember-worker installed while
+ * an older emberd runs, or daemon.worker_path naming another build.  Bump
+ * it when any of these changes, however slightly.  (1 was the client's
+ * number, which ember-workers of before this one sent: they are refused.)
+ */
+#define EMBER_WORKER_PROTOCOL_VERSION 2
 
 /* Special lengths, the same numbers as PySpark's SpecialLengths. */
 #define EMBER_END_OF_DATA_SECTION	(-1)
@@ -79,7 +94,8 @@ enum ember_metric {
  * the new worker's socketpair as SCM_RIGHTS.
  */
 enum fs_msg_type {
-	FS_HELLO = 1,	/* fs -> emberd: id = protocol version, pid = own pid */
+	FS_HELLO = 1,	/* fs -> emberd: id = EMBER_WORKER_PROTOCOL_VERSION,
+			 * pid = own pid; first, and only once */
 	FS_FORK = 2,	/* emberd -> fs: id = request id, value = ms to
 			 * keep the next worker forked ahead (0: none) */
 	FS_FORKED = 3,	/* fs -> emberd: id = request id, pid = worker pid,

@@ -44,6 +44,7 @@ struct fslink {
 	struct event		*restart;
 	int			 failures;	/* restarts without a hello */
 	int			 hello;		/* said hello since it started */
+	char			*refused;	/* why it was killed, if it was */
 	TAILQ_ENTRY(fslink)	 entry;
 };
 static TAILQ_HEAD(, fslink) fslinks =
@@ -195,6 +196,49 @@ fslink_error_cb(void *arg, int error)
 		log_error("fork-server channel: %s", strerror(error));
 }
 
+/*
+ * Refuse a fork-server that broke the link's contract: kill it and take
+ * no more of its packets.  Its exit, reaped as any, fails what waits on
+ * it with why (for the clients) and restarts it after the back-off: one
+ * refused before its hello does not reset fs->failures.
+ */
+static void
+fslink_refuse(struct fslink *fs, const char *why)
+{
+	free(fs->refused);
+	fs->refused = xstrdup(why);
+	kill(fs->pid, SIGKILL);
+	fslink_close(fs);
+}
+
+/* Its hello: 0 if it speaks emberd's worker protocol, else -1 (refused,
+ * and logged for the operator, who has a restart to do). */
+static int
+fslink_hello(struct fslink *fs, const struct fs_msg *m)
+{
+	char	*why;
+
+	if (fs->hello) {
+		log_error("fork-server %ld said hello twice; killing it",
+		    (long)fs->pid);
+		fslink_refuse(fs, "the fork-server said hello twice");
+		return (-1);
+	}
+	if (m->id == EMBER_WORKER_PROTOCOL_VERSION)
+		return (0);
+	log_error("fork-server %ld for uid %ld: %s speaks worker protocol %d, "
+	    "this emberd %d: restart emberd after upgrading ember, or set "
+	    "daemon.worker_path to the ember-worker of its build; killing it",
+	    (long)fs->pid, (long)fs->uid, fslink_path, m->id,
+	    EMBER_WORKER_PROTOCOL_VERSION);
+	xasprintf(&why, "the fork-server (%s) speaks worker protocol %d, "
+	    "emberd %d: emberd must be restarted after ember is upgraded",
+	    fslink_path, m->id, EMBER_WORKER_PROTOCOL_VERSION);
+	fslink_refuse(fs, why);
+	free(why);
+	return (-1);
+}
+
 /* The packets of a turn (a few: a burst of exits cannot starve
  * clients). */
 static void
@@ -204,6 +248,7 @@ fslink_read_cb(void *arg)
 	const struct fslink_peer	*p;
 	struct fs_msg			 m;
 	int				 passed, k;
+	char				 why[96];
 
 	while (fs->ch != NULL && fslink_next(fs, &m, &passed)) {
 		log_debug("fork-server %ld: %s id %d pid %d value %d",
@@ -212,10 +257,27 @@ fslink_read_cb(void *arg)
 		if (m.type != FS_FORKED && m.type != FS_HELPER_FORKED &&
 		    passed != -1)
 			close(passed);
+		/* Nothing before the hello: its version says whether the
+		 * rest can be read at all. */
+		if (!fs->hello && m.type != FS_HELLO) {
+			if (passed != -1 && (m.type == FS_FORKED ||
+			    m.type == FS_HELPER_FORKED))
+				close(passed);
+			log_error("fork-server %ld sent %s (%d) before its "
+			    "hello; killing it", (long)fs->pid,
+			    fs_msg_type_name(m.type), m.type);
+			snprintf(why, sizeof why, "the fork-server sent %s "
+			    "(%d) before its hello", fs_msg_type_name(m.type),
+			    m.type);
+			fslink_refuse(fs, why);
+			return;
+		}
 		switch (m.type) {
 		case FS_HELLO:
-			log_info("fork-server %ld ready for uid %ld (protocol "
-			    "%d)", (long)m.pid, (long)fs->uid, m.id);
+			if (fslink_hello(fs, &m) == -1)
+				return;
+			log_info("fork-server %ld ready for uid %ld (worker "
+			    "protocol %d)", (long)m.pid, (long)fs->uid, m.id);
 			fs->failures = 0;
 			fs->hello = 1;
 			for (k = 0; k < FSLINK_KINDS; k++) {
@@ -239,10 +301,11 @@ fslink_read_cb(void *arg)
 			fslink_child_exited(fs, &m);
 			break;
 		default:
-			log_error("fork-server sent message type %d; killing it",
-			    m.type);
-			kill(fs->pid, SIGKILL);
-			channel_stop(fs->ch);
+			log_error("fork-server %ld sent message type %d; "
+			    "killing it", (long)fs->pid, m.type);
+			snprintf(why, sizeof why, "the fork-server sent "
+			    "message type %d", m.type);
+			fslink_refuse(fs, why);
 			return;
 		}
 	}
@@ -489,13 +552,18 @@ fslink_exited(struct fslink *fs, int status)
 {
 	const struct fslink_peer	*p;
 	struct timeval			 tv;
-	char				 how[96], why[128];
+	char				 how[96], *why;
 	int64_t				 delay;
 	int				 again, k;
 
+	/* One emberd refused is failed for what it did, not its SIGKILL. */
 	log_describe_wait(status, how, sizeof how);
-	snprintf(why, sizeof why, "the fork-server %s%s",
-	    WIFSIGNALED(status) ? "was " : "", how);
+	if (fs->refused != NULL) {
+		why = fs->refused;
+		fs->refused = NULL;
+	} else
+		xasprintf(&why, "the fork-server %s%s",
+		    WIFSIGNALED(status) ? "was " : "", how);
 	fs->pid = -1;
 	fslink_close(fs);
 	joblog_close(fs->joblog);	/* its last words */
@@ -509,6 +577,7 @@ fslink_exited(struct fslink *fs, int status)
 	fs->hello = 0;
 	if (ember_draining || service_failed()) {
 		log_info("%s", why);
+		free(why);
 		return;
 	}
 	/* Back off when it keeps dying before it even said hello. */
@@ -516,6 +585,7 @@ fslink_exited(struct fslink *fs, int status)
 	    fs->failures : 5);
 	fs->failures++;
 	log_error("%s; restarting it in %lldms", why, (long long)delay);
+	free(why);
 	tv.tv_sec = delay / 1000;
 	tv.tv_usec = (delay % 1000) * 1000;
 	if (fs->restart == NULL)
@@ -657,6 +727,7 @@ fslink_free(struct fslink *fs)
 	}
 	joblog_close(fs->joblog);	/* its last words */
 	TAILQ_REMOVE(&fslinks, fs, entry);
+	free(fs->refused);
 	free(fs);
 }
 

@@ -337,6 +337,18 @@ forkserver_spawn(struct forkserver *fs, int helper, int *fd)
 	return (pid);
 }
 
+/* Forget the worker forked ahead: emberd's end of its socket is
+ * returned, for the caller to close or hand out. */
+static int
+forkserver_spare_forget(struct forkserver *fs)
+{
+	int	fd = fs->spare.fd;
+
+	fs->spare.pid = 0;
+	fs->spare.fd = -1;
+	return (fd);
+}
+
 /* Kill the worker forked ahead, if any: what it was forked from has
  * changed, or no request wanted it.  Reaped, unreported, as it exits. */
 static void
@@ -347,9 +359,7 @@ forkserver_spare_discard(struct forkserver *fs, const char *why)
 	log_debug("worker %ld forked ahead let go: %s", (long)fs->spare.pid,
 	    why);
 	kill(-fs->spare.pid, SIGKILL);
-	close(fs->spare.fd);
-	fs->spare.pid = 0;
-	fs->spare.fd = -1;
+	close(forkserver_spare_forget(fs));
 }
 
 /* Fork the next worker ahead, kept ms milliseconds at most for a
@@ -414,9 +424,7 @@ forkserver_fork(struct forkserver *fs, int32_t id, int helper, int32_t ahead)
 		forkserver_spare_discard(fs, "stale");
 	if (!helper && fs->spare.pid > 0) {
 		pid = fs->spare.pid;
-		fd = fs->spare.fd;
-		fs->spare.pid = 0;
-		fs->spare.fd = -1;
+		fd = forkserver_spare_forget(fs);
 	} else if ((pid = forkserver_spawn(fs, helper, &fd)) == -1) {
 		m.value = errno;
 		log_warn("fork request %d: %s", id, strerror(errno));
@@ -482,11 +490,8 @@ forkserver_reap(struct forkserver *fs)
 		if (i != -1)
 			kill(-pid, SIGKILL);
 		/* Gone before it was handed out (its user killed it, say). */
-		if (pid == fs->spare.pid) {
-			close(fs->spare.fd);
-			fs->spare.pid = 0;
-			fs->spare.fd = -1;
-		}
+		if (pid == fs->spare.pid)
+			close(forkserver_spare_forget(fs));
 		while (waitpid(pid, &status, 0) == -1) {
 			if (errno != EINTR)
 				fatal("waitpid %ld", (long)pid);
@@ -891,7 +896,8 @@ int
 forkserver_main(int ctl, const struct forkserver_options *options)
 {
 	struct forkserver	 fs;
-	struct fs_msg		 hello = { FS_HELLO, EMBER_PROTOCOL_VERSION, 0, 0 };
+	struct fs_msg		 hello = { FS_HELLO,
+				    EMBER_WORKER_PROTOCOL_VERSION, 0, 0 };
 	struct pollfd		 pfd[4];
 	pid_t			 parent;
 	int			 n;

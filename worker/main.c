@@ -188,8 +188,10 @@ main(int argc, char **argv)
 			broadcasts[nbroadcasts++] = xstrdup(optarg);
 			break;
 		case 'V':
-			printf("ember-worker %s (protocol %d)\n",
-			    PACKAGE_VERSION, EMBER_PROTOCOL_VERSION);
+			printf("ember-worker %s (protocol %d, worker "
+			    "protocol %d)\n", PACKAGE_VERSION,
+			    EMBER_PROTOCOL_VERSION,
+			    EMBER_WORKER_PROTOCOL_VERSION);
 			return (0);
 		default:
 			main_usage();

@@ -893,5 +893,134 @@ def test_task_timeout_is_per_task(d):
     check_eq(retired(c)["task_timeout"], 0, "retired for task_timeout")
 
 
+# ---------------------------------------------------------------------------
+# A fork-server of another build
+
+FAKE_FORKSERVER = os.path.join(BUILDDIR, "tests", "integration",
+                               "fake_forkserver")
+FS_HELLO, FS_EXIT = 1, 6
+BACKOFF_MS = 200
+
+
+def _upgrading_daemon(packet):
+    """emberd whose daemon.worker_path runs ember-worker until the file
+    "upgraded" exists in its directory, then fake_forkserver sending
+    packet (type, id): an ember-worker installed while emberd runs.  Each
+    start of the fake is a line (its pid) in the file "starts"."""
+    d = Daemon(start=False, sets=["workers.fork_backoff=%dms" % BACKOFF_MS])
+    script = d.path("ember-worker.sh")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\n"
+                "if [ -e %s ]; then\n"
+                "\techo $$ >>%s\n"
+                "\texec %s %d %d \"$@\"\n"
+                "fi\n"
+                "exec %s \"$@\"\n" % (d.path("upgraded"), d.path("starts"),
+                                      FAKE_FORKSERVER, packet[0], packet[1],
+                                      EMBER_WORKER))
+    os.chmod(script, 0o755)
+    d.sets.append("daemon.worker_path=" + script)
+    d.start()
+    return d, script
+
+
+def _fake_starts(d):
+    try:
+        with open(d.path("starts")) as f:
+            return [int(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def _refused_after_upgrade(packet, *needles):
+    """Upgrade d's ember-worker to a fake sending packet and restart the
+    fork-server: a job fails soon with needles in its error, emberd logs
+    them and still answers, each fake is killed, and they are started no
+    faster than the back-off.  emberd and the log line are returned."""
+    d, script = _upgrading_daemon(packet)
+    c = d.client(timeout=15)
+    check_eq(c.count(range_plan(0, 100, 2)), 100, "count before the upgrade")
+    open(d.path("upgraded"), "w").close()
+    os.kill(d.forkserver_pid(), signal.SIGKILL)
+    # Its idle workers, not yet gone with it, would take the job.
+    check(wait_until(lambda: "fork-server was killed by signal 9" in
+                     d.log_text() and not c.status()["workers"], 5),
+          "the fork-server's end not seen:\n%s" % d.log_tail())
+    t0 = time.monotonic()
+    try:
+        c.count(range_plan(0, 100, 2))
+        check(False, "a job ran on the fork-server of another build")
+    except RequestFailed as e:
+        failed = e
+    took = time.monotonic() - t0
+    for n in needles:
+        check(n in failed.message, "error %r lacks %r" % (failed.message, n))
+    check(took < 5, "the job failed after %.1f s" % took)
+    check(_fake_starts(d), "the fake fork-server never started")
+    # No restart storm: over two seconds, the doubling back-off (from
+    # 200 ms: starts 0.4, 0.8, 1.6 s apart) allows three starts at most.
+    before = len(_fake_starts(d))
+    time.sleep(2)
+    started = len(_fake_starts(d)) - before
+    check(started <= 3, "%d fork-servers started in 2 s" % started)
+    # Each was killed: between two starts none is left.
+    check(wait_until(lambda: not any(is_running(p)
+                                     for p in _fake_starts(d)), 5),
+          "fake fork-servers left: %s" %
+          [p for p in _fake_starts(d) if is_running(p)])
+    check(d.alive(), "emberd went")
+    check_eq(c.status()["pid"], d.pid, "status after the refusals")
+    with d.client() as c2:
+        check_eq(c2.status()["pid"], d.pid, "status on a new connection")
+    c.close()
+    return d, failed
+
+
+@no_daemon
+def test_forkserver_of_another_build_refused(_):
+    """An ember-worker of another worker protocol (one built before it had
+    a version of its own says 1) is refused at its hello: killed, the jobs
+    waiting for it failed with both versions and what to do, restarted
+    only at the back-off's pace, and emberd serves on."""
+    r = subprocess.run([EMBER_WORKER, "--version"], capture_output=True,
+                       text=True, timeout=10)
+    m = re.search(r"\(protocol (\d+), worker protocol (\d+)\)", r.stdout)
+    check(m is not None, "ember-worker --version: %r" % r.stdout)
+    ours = int(m.group(2))
+    check(ours != 1, "the worker protocol is still the client's 1")
+    d, failed = _refused_after_upgrade(
+        (FS_HELLO, 1), "worker protocol 1", "emberd %d" % ours,
+        "restarted after ember is upgraded")
+    check("ember-worker.sh" in failed.message, "error %r names no worker "
+          "path" % failed.message)
+    # A request that waits for a helper (a glob's) fails at the next
+    # refusal, saying the same.
+    with d.client(timeout=15) as c:
+        try:
+            c.count(text_plan([d.path("*.log")]))
+            check(False, "a glob was matched by the fork-server of another "
+                  "build")
+        except RequestFailed as e:
+            check_eq(e.error_class, "HELPER_FAILED", "the glob's error class")
+            check("worker protocol 1, emberd %d" % ours in e.message,
+                  "the glob's error %r" % e.message)
+    check_eq(failed.error_class, "TASK_FAILED", "error class")
+    log = d.log_text()
+    check(re.search(r"fork-server \d+ for uid \d+: \S+ember-worker\.sh "
+                    r"speaks worker protocol 1, this emberd %d: restart "
+                    r"emberd after upgrading ember" % ours, log),
+          "no error logged:\n%s" % d.log_tail())
+
+
+@no_daemon
+def test_forkserver_message_before_hello_refused(_):
+    """A fork-server whose first message is not its hello is refused as
+    one of another build."""
+    d, _ = _refused_after_upgrade((FS_EXIT, 0), "FS_EXIT",
+                                  "before its hello")
+    check("sent FS_EXIT (6) before its hello; killing it" in d.log_text(),
+          "no error logged:\n%s" % d.log_tail())
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -1159,11 +1159,12 @@ worker_batch_close(struct worker *w)
 }
 
 /*
- * Tell each idle worker that holds broadcast id to let it go now, in a
- * descriptor of that removal alone: a dropped broadcast's memory must not
- * outlive it in workers waiting for a task, nor its unmapping fall on
- * their next task.  A busy worker holds only what its tasks use, and
- * learns of the rest with its next descriptor.
+ * Tell each worker that holds broadcast id to let it go, in a descriptor
+ * of that removal alone: a dropped broadcast's memory must not outlive it
+ * in workers waiting for a task, nor its unmapping fall on their next
+ * task.  The broadcast is freed, so no task a worker runs or has queued
+ * uses it: a worker that runs one reads this after it (a stopped stream's
+ * worker, for one, still held the broadcast its task used).
  */
 void
 worker_drop_broadcast(int64_t id)
@@ -1173,10 +1174,14 @@ worker_drop_broadcast(int64_t id)
 	struct taskdesc_broadcast	 c;
 	size_t				 i;
 
-	TAILQ_FOREACH(w, &workers_idle, idle_entry) {
+	TAILQ_FOREACH(w, &workers, entry) {
 		for (i = 0; i < w->nheld && w->held[i] != id; i++)
 			continue;
-		if (i == w->nheld || w->eof || w->ch == NULL)
+		/* One with a batch being built learns of it with the batch:
+		 * nothing may come between the batch's descriptors and the
+		 * bytes they ride on. */
+		if (i == w->nheld || w->state == WORKER_DEAD || w->eof ||
+		    w->ch == NULL || w->batch_first != NULL)
 			continue;
 		w->held[i] = w->held[--w->nheld];
 		memset(&d, 0, sizeof d);

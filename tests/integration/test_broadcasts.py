@@ -316,6 +316,29 @@ def test_drop_lets_idle_workers_go_of_it(d):
     check_eq(list(held(c)), [pid], "the same worker")
 
 
+@with_daemon(sets=["workers.max=1"])
+def test_drop_lets_a_stopped_worker_go_of_it(d):
+    """A broadcast dropped while a stream through it is stopped is freed
+    when the operation ends, while its worker still winds the stopped
+    task down: that worker lets it go too once the task has ended."""
+    c = d.client()
+    bid = c.broadcast_put(BIG)
+    c.execute_ok(range_plan(0, 20000000, 1, ops=[in_bc(bid)]), "iterate")
+    other = d.client(hello=False)
+    other.hello(session=c.session)
+    check(wait_until(lambda: held(other), 10), "no worker holds it")
+    [pid] = list(held(other))
+    check(other.broadcast_drop(bid)["ok"], "drop")
+    c.write_int(REQUEST_STOP)
+    c.read_int()
+    name = "ember-broadcast-%d" % bid
+    check(wait_until(lambda: not worker_maps(pid, name), 5),
+          "worker %d still maps %s after the stop: %r" %
+          (pid, name, other.status()["workers"]))
+    check_eq(held(other), {pid: []}, "held")
+    check_eq(other.count(range_plan(0, 10, 1)), 10, "the next job")
+
+
 def test_status_counts_operations_using(d):
     """status says how many operations use a broadcast."""
     c = d.client()

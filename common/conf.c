@@ -105,6 +105,8 @@ static const struct conf_key conf_keys[] = {
 	KEY("workers", "max", CONF_COUNT, workers_max, "auto", 0),
 	KEY("workers", "fork_backoff", CONF_DURATION, workers_fork_backoff,
 	    "1s", 1),
+	KEY("workers", "start_timeout", CONF_DURATION, workers_start_timeout,
+	    "60s", 0),
 	KEY("workers", "reuse", CONF_BOOL, workers_reuse, "yes", 0),
 	KEY("workers", "idle_timeout", CONF_DURATION, workers_idle_timeout,
 	    "60s", 0),

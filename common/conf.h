@@ -52,6 +52,7 @@ struct conf {
 
 	int64_t		 workers_max;		/* 0: one per CPU */
 	int64_t		 workers_fork_backoff;	/* ms */
+	int64_t		 workers_start_timeout;	/* ms, 0: none */
 	int64_t		 workers_reuse;		/* 0 or 1 */
 	int64_t		 workers_idle_timeout;	/* ms, 0: never */
 	int64_t		 workers_min_idle;

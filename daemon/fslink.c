@@ -42,6 +42,7 @@ struct fslink {
 	struct channel		*ch;		/* its packets, NULL if none */
 	struct joblog		*joblog;	/* its stdout and stderr */
 	struct event		*restart;
+	struct event		*hello_timer;	/* workers.start_timeout */
 	int			 failures;	/* restarts without a hello */
 	int			 hello;		/* said hello since it started */
 	char			*refused;	/* why it was killed, if it was */
@@ -211,6 +212,28 @@ fslink_refuse(struct fslink *fs, const char *why)
 	fslink_close(fs);
 }
 
+/* A fork-server took past workers.start_timeout to say hello: what
+ * waits on it must not wait for ever (a name service that hangs, a
+ * preload that does not return). */
+static void
+fslink_hello_timeout_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct fslink	*fs = arg;
+	char		*why;
+
+	(void)fd; (void)events;
+	if (fs->hello || fs->ch == NULL)
+		return;
+	log_error("fork-server %ld for uid %ld did not say hello within "
+	    "%lldms (workers.start_timeout); killing it", (long)fs->pid,
+	    (long)fs->uid, (long long)ember_conf.workers_start_timeout);
+	xasprintf(&why, "the fork-server did not start within "
+	    "workers.start_timeout (%lldms)",
+	    (long long)ember_conf.workers_start_timeout);
+	fslink_refuse(fs, why);
+	free(why);
+}
+
 /* Its hello: 0 if it speaks emberd's worker protocol, else -1 (refused,
  * and logged for the operator, who has a restart to do). */
 static int
@@ -278,6 +301,8 @@ fslink_read_cb(void *arg)
 				return;
 			log_info("fork-server %ld ready for uid %ld (worker "
 			    "protocol %d)", (long)m.pid, (long)fs->uid, m.id);
+			if (fs->hello_timer != NULL)
+				evtimer_del(fs->hello_timer);
 			fs->failures = 0;
 			fs->hello = 1;
 			for (k = 0; k < FSLINK_KINDS; k++) {
@@ -431,6 +456,7 @@ fslink_start(struct fslink *fs)
 {
 	const struct fslink_peer	 *p;
 	char				**argv, **env;
+	struct timeval			  tv;
 	int				  sv[2], logfd, i, k;
 	sigset_t			  all, old;
 	pid_t				  pid;
@@ -500,6 +526,14 @@ fslink_start(struct fslink *fs)
 	fs->ch = channel_create_packets(sv[0], FS_MSG_SIZE, FS_MSG_SIZE, 1,
 	    fslink_read_cb, fs);
 	channel_set_error_cb(fs->ch, fslink_error_cb);
+	if (ember_conf.workers_start_timeout > 0) {
+		tv.tv_sec = ember_conf.workers_start_timeout / 1000;
+		tv.tv_usec = (ember_conf.workers_start_timeout % 1000) * 1000;
+		if (fs->hello_timer == NULL)
+			fs->hello_timer = evtimer_new(ember_base,
+			    fslink_hello_timeout_cb, fs);
+		evtimer_add(fs->hello_timer, &tv);
+	}
 	log_debug("started fork-server %ld for uid %ld (%s)", (long)pid,
 	    (long)fs->uid, fslink_path);
 	for (k = 0; k < FSLINK_KINDS; k++) {
@@ -566,6 +600,8 @@ fslink_exited(struct fslink *fs, int status)
 		    WIFSIGNALED(status) ? "was " : "", how);
 	fs->pid = -1;
 	fslink_close(fs);
+	if (fs->hello_timer != NULL)
+		evtimer_del(fs->hello_timer);
 	joblog_close(fs->joblog);	/* its last words */
 	fs->joblog = NULL;
 	/* One that had said hello is started again, and helpers wait. */
@@ -710,6 +746,8 @@ fslink_free(struct fslink *fs)
 
 	if (fs->restart != NULL)
 		event_free(fs->restart);
+	if (fs->hello_timer != NULL)
+		event_free(fs->hello_timer);
 	fslink_close(fs);
 	if (fs->pid != -1) {
 		for (i = 0; i < 200; i++) {	/* up to 2 s */

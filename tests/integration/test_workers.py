@@ -1028,5 +1028,41 @@ def test_forkserver_message_before_hello_refused(_):
           "no error logged:\n%s" % d.log_tail())
 
 
+@no_daemon
+def test_forkserver_that_never_says_hello_is_killed(_):
+    """A fork-server that never says hello (a name service that hangs, a
+    preload that does not return) is killed at workers.start_timeout:
+    the job waiting for it fails saying so, instead of waiting for ever,
+    and emberd serves on."""
+    d = Daemon(start=False, sets=["workers.start_timeout=500ms",
+                                  "workers.fork_backoff=200ms"])
+    script = d.path("ember-worker.sh")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\necho $$ >>%s\nexec sleep 600\n" %
+                d.path("starts"))
+    os.chmod(script, 0o755)
+    d.sets.append("daemon.worker_path=" + script)
+    d.start()
+    with d:
+        c = d.client(timeout=15)
+        t0 = time.monotonic()
+        try:
+            c.count(range_plan(0, 100, 2))
+            check(False, "a job ran without a fork-server")
+        except RequestFailed as e:
+            check("did not start within workers.start_timeout (500ms)" in
+                  e.message, "error %r" % e.message)
+        took = time.monotonic() - t0
+        check(took < 5, "the job failed after %.1f s" % took)
+        check("did not say hello within 500ms (workers.start_timeout); "
+              "killing it" in d.log_text(), "no error logged:\n%s" %
+              d.log_tail())
+        check(wait_until(lambda: not any(is_running(p)
+                                         for p in _fake_starts(d)), 5),
+              "fork-servers left: %s" % _fake_starts(d))
+        check_eq(c.status()["pid"], d.pid, "status after the kill")
+        c.close()
+
+
 if __name__ == "__main__":
     run_tests(globals())

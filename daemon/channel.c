@@ -12,6 +12,7 @@
 #include <event2/event.h>
 
 #include "channel.h"
+#include "closer.h"
 #include "emberd.h"
 #include "fdpass.h"
 #include "log.h"
@@ -27,8 +28,10 @@
 #define CHANNEL_READS		4
 /* Packets read per event: a burst of small ones cannot starve others. */
 #define CHANNEL_PACKETS		64
-/* Descriptors one read can bring; more are refused by the kernel. */
-#define CHANNEL_CMSG_FDS	8
+/* Descriptors one read can bring: the most one message can carry (the
+ * kernel's SCM_MAX_FD), so that none is refused by the kernel, whose
+ * close of a refused one would run on emberd's loop (closer.h). */
+#define CHANNEL_CMSG_FDS	253
 
 static void	channel_write(struct channel *, int);
 
@@ -84,7 +87,7 @@ channel_keep_fds(struct channel *ch, struct msghdr *mh, uint64_t at)
 		for (i = 0; i < k; i++) {
 			if (ch->nrfds >= ch->max_rfds ||
 			    (ch->packet && kept >= ch->packet_fds)) {
-				close(p[i]);
+				closer_close(p[i]);
 				ch->refused++;
 				continue;
 			}
@@ -97,7 +100,8 @@ channel_keep_fds(struct channel *ch, struct msghdr *mh, uint64_t at)
 	}
 }
 
-/* One read into iov: readv, or recvmsg where descriptors may come. */
+/* One read into iov, by recvmsg even where no descriptor is wanted: a
+ * peer may send some anyway, and they go to the closer. */
 static ssize_t
 channel_recv(struct channel *ch, struct iovec *iov, int nvec)
 {
@@ -109,8 +113,6 @@ channel_recv(struct channel *ch, struct iovec *iov, int nvec)
 	} cmsg;
 	ssize_t		n;
 
-	if (ch->max_rfds == 0 && ch->packet == 0)
-		return (readv(ch->fd, iov, nvec));
 	memset(&mh, 0, sizeof mh);
 	mh.msg_iov = iov;
 	mh.msg_iovlen = (size_t)nvec;
@@ -359,7 +361,7 @@ channel_take_fd_with(struct channel *ch, size_t len)
 	uint64_t	head = ch->read - evbuffer_get_length(ch->in);
 
 	while (ch->nrfds > 0 && ch->rfds[0].at < head)
-		close(channel_take_fd(ch));
+		closer_close(channel_take_fd(ch));
 	if (ch->nrfds == 0 || ch->rfds[0].at >= head + len)
 		return (-1);
 	return (channel_take_fd(ch));
@@ -386,7 +388,7 @@ static void
 channel_drop_fds(struct channel *ch)
 {
 	while (ch->nfds > 0)
-		close(ch->fds[--ch->nfds].fd);
+		closer_close(ch->fds[--ch->nfds].fd);
 	free(ch->fds);
 	ch->fds = NULL;
 }
@@ -421,7 +423,7 @@ channel_send_fd(struct channel *ch)
 	n = fd_send_many(ch->fd, data, len, &ch->fds[0].fd, 1);
 	if (n == -1)
 		return (errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1);
-	close(ch->fds[0].fd);
+	closer_close(ch->fds[0].fd);
 	memmove(ch->fds, ch->fds + 1, --ch->nfds * sizeof *ch->fds);
 	evbuffer_drain(ch->out, (size_t)n);
 	ch->written += (uint64_t)n;
@@ -433,14 +435,15 @@ channel_free(struct channel *ch)
 {
 	channel_drop_fds(ch);
 	while (ch->nrfds > 0)
-		close(ch->rfds[--ch->nrfds].fd);
+		closer_close(ch->rfds[--ch->nrfds].fd);
 	free(ch->rfds);
 	event_free(ch->rev);
 	event_free(ch->wev);
 	event_free(ch->kick);
 	evbuffer_free(ch->in);
 	evbuffer_free(ch->out);
-	close(ch->fd);
+	/* Descriptors the peer sent that were not read yet go with it. */
+	closer_close(ch->fd);
 	free(ch);
 }
 

@@ -30,6 +30,7 @@
 #include "xmalloc.h"
 
 #include "checkpoint_private.h"
+#include "closer.h"
 
 int		 ckpt_local_fd = -1, ckpt_reliable_fd = -1;
 char		*ckpt_local_path, *ckpt_reliable_path;
@@ -277,7 +278,7 @@ checkpoint_call_error(const struct hmsg_reply *reply, int *fds,
 	size_t	i;
 
 	for (i = 0; i < nfds; i++)
-		close(fds[i]);
+		closer_close(fds[i]);
 	if (reply != NULL && reply->error != NULL)
 		return (reply->error);
 	return (error);

@@ -5,6 +5,7 @@
 #include <event2/event.h>
 #include <jansson.h>
 
+#include "closer.h"
 #include "commit.h"
 #include "emberd.h"
 #include "helper.h"
@@ -292,7 +293,7 @@ commit_answer_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
 
 	c->h = NULL;
 	while (nfds > 0)
-		close(fds[--nfds]);
+		closer_close(fds[--nfds]);
 	rc = commit_read_answer(c, reply, hclass, herr, &class, &msg);
 	switch (c->state) {
 	case COMMIT_BEGINNING:

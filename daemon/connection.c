@@ -14,6 +14,7 @@
 #include "broadcast.h"
 #include "channel.h"
 #include "checkpoint.h"
+#include "closer.h"
 #include "connection.h"
 #include "emberd.h"
 #include "heap.h"
@@ -590,7 +591,7 @@ connection_broadcast_put(struct connection *c, json_t *req)
 		}
 		if ((c->upload = broadcast_create(c->session, 0, &class,
 		    &err)) == NULL) {
-			close(fd);
+			closer_close(fd);
 			goto fail;
 		}
 		if (!index)
@@ -599,12 +600,14 @@ connection_broadcast_put(struct connection *c, json_t *req)
 		 * request is read meanwhile. */
 		if (broadcast_read_fd(c->upload, fd, connection_upload_read_cb,
 		    c, &class, &err) == -1) {
-			close(fd);
+			closer_close(fd);
 			broadcast_abandon(c->upload);
 			c->upload = NULL;
 			goto fail;
 		}
-		close(fd);
+		/* The helper holds it now: ours may still be the last, if
+		 * the helper is gone already. */
+		closer_close(fd);
 		c->state = CONN_BUSY;
 		c->active_ms = ember_now_ms();
 		return;
@@ -1068,7 +1071,7 @@ connection_create(int fd)
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == -1) {
 		log_warn("SO_PEERCRED: %s", strerror(errno));
-		close(fd);
+		closer_close(fd);
 		return;
 	}
 	c = xcalloc(1, sizeof *c);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "closer.h"
 #include "connection.h"
 #include "emberd.h"
 #include "helper.h"
@@ -630,7 +631,7 @@ operation_checked_cb(const struct hmsg_reply *reply, int *fds,
 
 	op->planning = NULL;
 	while (nfds > 0)
-		close(fds[--nfds]);
+		closer_close(fds[--nfds]);
 	c = operation_helper_done(op);
 	if (hclass != NULL)
 		request_refuse(&class, &err, hclass, "plan: checking what it "

@@ -16,6 +16,7 @@
 
 #include "cgroup.h"
 #include "channel.h"
+#include "closer.h"
 #include "emberd.h"
 #include "fdpass.h"
 #include "frame.h"
@@ -91,7 +92,7 @@ fslink_forked(struct fslink *fs, enum fslink_kind kind, const struct fs_msg *m,
 	if ((p = FSLINK_PEER(kind, forked)) != NULL)
 		p->forked(fs, m->id, m->pid, passed, m->value);
 	else
-		close(passed);
+		closer_close(passed);
 }
 
 /* A fork request of kind failed. */
@@ -279,13 +280,13 @@ fslink_read_cb(void *arg)
 		    m.value);
 		if (m.type != FS_FORKED && m.type != FS_HELPER_FORKED &&
 		    passed != -1)
-			close(passed);
+			closer_close(passed);
 		/* Nothing before the hello: its version says whether the
 		 * rest can be read at all. */
 		if (!fs->hello && m.type != FS_HELLO) {
 			if (passed != -1 && (m.type == FS_FORKED ||
 			    m.type == FS_HELPER_FORKED))
-				close(passed);
+				closer_close(passed);
 			log_error("fork-server %ld sent %s (%d) before its "
 			    "hello; killing it", (long)fs->pid,
 			    fs_msg_type_name(m.type), m.type);

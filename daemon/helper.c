@@ -12,6 +12,7 @@
 #include <event2/event.h>
 
 #include "channel.h"
+#include "closer.h"
 #include "emberd.h"
 #include "fdpass.h"
 #include "frame.h"
@@ -102,7 +103,7 @@ helper_close(struct helper *h)
 		channel_free(h->ch);
 	h->ch = NULL;
 	while (h->nin > 0)
-		close(h->fds_in[--h->nin]);
+		closer_close(h->fds_in[--h->nin]);
 	if (h->out != NULL)
 		evbuffer_free(h->out);
 	h->out = NULL;
@@ -476,7 +477,7 @@ helper_open(struct helper *h, int fd)
 	for (i = 0; i < h->nin; i++)
 		channel_pass_fd(h->ch, h->fds_in[i]);
 	while (h->nin > 0)
-		close(h->fds_in[--h->nin]);
+		closer_close(h->fds_in[--h->nin]);
 	evbuffer_add_buffer(channel_output(h->ch), h->out);
 	evbuffer_free(h->out);
 	h->out = NULL;
@@ -494,13 +495,13 @@ helper_forked(struct fslink *fs, int32_t request, pid_t pid, int fd,
 	if (h == NULL || h->pid != -1) {
 		log_error("fork-server sent helper %ld for request %d, which "
 		    "is not waiting", (long)pid, request);
-		close(fd);
+		closer_close(fd);
 		fslink_kill(fs, pid, SIGKILL);
 		return;
 	}
 	h->pid = pid;
 	if (h->cb == NULL) {		/* cancelled meanwhile */
-		close(fd);
+		closer_close(fd);
 		fslink_kill(fs, pid, SIGKILL);
 		return;
 	}

@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "checkpoint_private.h"
+#include "closer.h"
 #include "emberd.h"
 #include "helper.h"
 #include "limit.h"
@@ -306,7 +307,7 @@ operation_stages_removed_cb(const struct hmsg_reply *reply, int *fds,
 {
 	(void)arg;
 	while (nfds > 0)
-		close(fds[--nfds]);
+		closer_close(fds[--nfds]);
 	if (class == NULL && reply->error != NULL)
 		error = reply->error;
 	if (error != NULL)
@@ -354,7 +355,7 @@ shuffle_cleaned_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
 {
 	(void)arg;
 	while (nfds > 0)
-		close(fds[--nfds]);
+		closer_close(fds[--nfds]);
 	if (class == NULL && reply->error != NULL)
 		error = reply->error;
 	if (error != NULL)

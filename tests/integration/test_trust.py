@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -567,6 +568,76 @@ def test_big_broadcast_by_descriptor_does_not_freeze_others(d):
     check(reply.get("ok") is True and reply.get("size") == size,
           "the put: %r" % reply)
     check(worst < 0.5, "status took %.3fs during the put" % worst)
+
+
+def lingering_socket():
+    """A TCP socket whose last close waits for up to an hour: SO_LINGER
+    set, its send buffer full, its peer (returned too, and to be kept
+    open) reading nothing."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    s.connect(server.getsockname())
+    peer, _ = server.accept()
+    server.close()
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.setblocking(False)
+    try:
+        while True:
+            s.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                 struct.pack("ii", 1, 3600))
+    return s, peer
+
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_lingering_socket_passed_does_not_freeze(d):
+    """User a passes emberd lingering sockets (lingering_socket), each
+    its only holder: with a hello, which takes none, kept until the
+    connection ends; and ten on one frame, more than a connection keeps.
+    emberd closes them off its loop: root's status round trips stay
+    under 0.5 s while user a keeps the peers open, not reading."""
+    watch = None
+
+    def attack(ctl):
+        peers = []
+        s, peer = lingering_socket()
+        peers.append(peer)
+        c = Client(d.socket, hello=False)
+        hello = json.dumps({"op": "hello", "version": 1}).encode()
+        socket.send_fds(c.sock, [struct.pack(">i", len(hello)) + hello],
+                        [s.fileno()])
+        s.close()
+        check(c.recv_json()["ok"], "the hello")
+        many = [lingering_socket() for _ in range(10)]
+        peers += [p for _, p in many]
+        socket.send_fds(c.sock, [struct.pack(">i", 16) + b'{"op": "status"}'],
+                        [m.fileno() for m, _ in many])
+        for m, _ in many:
+            m.close()
+        c.recv_json()
+        ctl.ready()
+        ctl.wait_go()
+        c.close()		# emberd closes the one it kept
+        time.sleep(3)
+        return len(peers)
+    a = AsUser(USERS["a"], attack, timeout=60)
+    try:
+        a.wait_ready()
+        watch = StatusWatch(d)
+        a.go()
+        a.result()
+    finally:
+        a.close()
+        if watch is not None:
+            worst = watch.stop()
+    print("worst status round trip while the sockets linger: %.3fs" % worst)
+    check(worst < 0.5, "status took %.3fs: emberd waited on a close" % worst)
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,18 @@
+/*
+ * The closer: a thread of emberd's that closes the descriptors a peer
+ * could have made slow to close.  The last close of a socket with
+ * SO_LINGER waits for its peer to take the unsent bytes (for up to the
+ * linger time, which its owner sets), the close of a file on FUSE for its
+ * daemon's answer; and the close of a Unix socket releases the
+ * descriptors still in flight in it, each of which may be such a socket.
+ * A client or a user's process (a worker, a helper, the fork-server) can
+ * pass emberd any of these, so emberd's loop never closes what a peer
+ * passed, nor a socket a peer wrote on: it hands them here.
+ */
+#ifndef EMBER_CLOSER_H
+#define EMBER_CLOSER_H
+
+/* Close fd off the loop, soon; -1 is ignored. */
+void	closer_close(int fd);
+
+#endif

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,16 +318,19 @@ END_TEST
 /* Descriptors not passed when the channel goes are closed, not leaked. */
 START_TEST(test_channel_free_closes_fds)
 {
-	int	p[2];
-	char	c;
+	int	p[2], i;
+	char	c = 0;
 
 	ck_assert_int_eq(pipe(p), 0);
 	channel_pass_fd(ch, p[0]);
 	close(p[0]);
 	channel_free(ch);
 	ch = NULL;
-	/* The read end is gone with the channel: the writer sees EPIPE. */
+	/* The read end is gone with the channel, closed by the closer's
+	 * thread: the writer soon sees EPIPE. */
 	signal(SIGPIPE, SIG_IGN);
+	for (i = 0; i < 200 && write(p[1], &c, 1) == 1; i++)
+		usleep(10000);
 	ck_assert_int_eq(write(p[1], &c, 1), -1);
 	ck_assert_int_eq(errno, EPIPE);
 	close(p[1]);
@@ -367,8 +371,9 @@ END_TEST
  * socket. */
 START_TEST(test_channel_stop)
 {
-	char	got[4];
-	ssize_t	n;
+	struct pollfd	pfd;
+	char		got[4];
+	ssize_t		n;
 
 	channel_stop(ch);
 	ck_assert_int_eq(channel_alive(ch), 0);
@@ -381,9 +386,13 @@ START_TEST(test_channel_stop)
 	ck_assert_uint_eq(evbuffer_get_length(channel_output(ch)), 4);
 	ck_assert_uint_eq(peer_read(got, sizeof got), 0);
 
-	/* Closed: an end of file, or a reset for the unread "late". */
+	/* Closed (by the closer's thread, soon): an end of file, or a
+	 * reset for the unread "late". */
 	channel_free(ch);
 	ch = NULL;
+	pfd.fd = peer;
+	pfd.events = POLLIN;
+	ck_assert_int_eq(poll(&pfd, 1, 2000), 1);
 	n = read(peer, got, sizeof got);
 	ck_assert_msg(n == 0 || (n == -1 && errno == ECONNRESET),
 	    "read %zd (%s) from a closed channel's peer", n, strerror(errno));

@@ -24,6 +24,8 @@ struct conf {
 	int64_t		 daemon_write_timeout;	/* ms a reply may wait unread */
 	int64_t		 daemon_max_input_per_uid; /* bytes of frames read */
 	int64_t		 daemon_max_input;
+	int64_t		 daemon_max_sessions_per_uid; /* open sessions */
+	int64_t		 daemon_max_sessions;
 	int64_t		 daemon_max_operations_per_uid;
 	int64_t		 daemon_max_operations;
 	int64_t		 daemon_shutdown_grace;	/* ms */

@@ -475,8 +475,11 @@ connection_hello(struct connection *c, json_t *req)
 			    "no session %s", sid);
 			return;
 		}
-	} else
-		s = session_create(c->uid, c->gid);
+	} else if ((s = session_create(c->uid, c->gid, &err)) == NULL) {
+		connection_reply_error(c, "LIMIT_EXCEEDED", "%s", err);
+		free(err);
+		return;
+	}
 	if (c->session != NULL)
 		session_release(c->session);
 	c->session = s;

@@ -24,6 +24,7 @@ struct limit_def {
 static const struct limit_def limit_defs[LIMIT_KINDS] = {
 	DEF("connections", max_connections),
 	DEF("bytes of frames being read", max_input),
+	DEF("sessions", max_sessions),
 	DEF("operations", max_operations),
 	DEF("bytes of results", max_results),
 	DEF("broadcasts", max_broadcasts),

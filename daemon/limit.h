@@ -20,6 +20,7 @@
 enum limit_kind {
 	LIMIT_CONNECTIONS,	/* open client connections */
 	LIMIT_INPUT,		/* bytes of client frames being read */
+	LIMIT_SESSIONS,		/* sessions open */
 	LIMIT_OPERATIONS,	/* operations not yet ended */
 	LIMIT_RESULTS,		/* bytes of merged results (count_by_value) */
 	LIMIT_BROADCASTS,	/* broadcasts kept */

@@ -11,6 +11,7 @@
 #include "broadcast.h"
 #include "checkpoint.h"
 #include "emberd.h"
+#include "limit.h"
 #include "log.h"
 #include "operation.h"
 #include "session.h"
@@ -35,12 +36,51 @@ struct session {
 };
 static TAILQ_HEAD(, session) sessions = TAILQ_HEAD_INITIALIZER(sessions);
 
-struct session *
-session_create(uid_t uid, gid_t gid)
+/* The session of uid that has had no connection the longest, or NULL. */
+static struct session *
+session_idlest(uid_t uid)
 {
-	struct session	*s = xcalloc(1, sizeof *s);
+	struct session	*s, *best = NULL;
+
+	TAILQ_FOREACH(s, &sessions, entry) {
+		if (s->uid == uid && s->connections == 0 &&
+		    (best == NULL || s->idle_ms < best->idle_ms))
+			best = s;
+	}
+	return (best);
+}
+
+/*
+ * Count a new session of uid in daemon.max_sessions*: 0, or -1 with *err.
+ * A client that leaves without close_session leaves its session open
+ * for session.timeout, so at the bound the uid's session idle the longest
+ * is closed to make room: its own, never another uid's.
+ */
+static int
+session_charge(uid_t uid, char **err)
+{
+	struct session	*idlest;
+
+	if (limit_charge(uid, LIMIT_SESSIONS, 1, err) == 0)
+		return (0);
+	if ((idlest = session_idlest(uid)) == NULL)
+		return (-1);
+	log_info("session %s closed to make room: %s", idlest->id, *err);
+	free(*err);
+	session_close(idlest, "closed to make room for a new session of "
+	    "its uid");
+	return (limit_charge(uid, LIMIT_SESSIONS, 1, err));
+}
+
+struct session *
+session_create(uid_t uid, gid_t gid, char **err)
+{
+	struct session	*s;
 	uuid_t		 u;
 
+	if (session_charge(uid, err) == -1)
+		return (NULL);
+	s = xcalloc(1, sizeof *s);
 	uuid_generate(u);
 	uuid_unparse_lower(u, s->id);
 	s->uid = uid;
@@ -99,6 +139,7 @@ session_close(struct session *s, const char *why)
 	log_debug("session %s closed: %s", s->id, why);
 	s->closed = 1;
 	TAILQ_REMOVE(&sessions, s, entry);
+	limit_release(s->uid, LIMIT_SESSIONS, 1);
 	/* Held while its operations end, so that s outlives the loop. */
 	s->connections++;
 	operation_interrupt_session(s, why);

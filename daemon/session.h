@@ -17,8 +17,10 @@
 struct session;
 struct operation;
 
-/* A new session for the peer uid:gid, held by the calling connection. */
-struct session	*session_create(uid_t, gid_t);
+/* A new session for the peer uid:gid, held by the calling connection;
+ * NULL with *err (allocated) past daemon.max_sessions_per_uid or
+ * daemon.max_sessions, when none of the uid's sessions is idle. */
+struct session	*session_create(uid_t, gid_t, char **err);
 /* The open session with id if uid owns it, now held by one more
  * connection; else NULL. */
 struct session	*session_resume(const char *id, uid_t);

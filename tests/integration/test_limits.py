@@ -248,6 +248,62 @@ def test_connection_limits_name_their_keys(d):
         check_eq(c.count(range_plan(0, 10, 2)), 10, "a job once a left")
 
 
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_sessions_per_uid=4",
+                            "daemon.max_sessions=5"])
+def test_sessions_bounded_per_uid(d):
+    """Each hello makes a session that outlives its connection, for
+    session.timeout: user a's thousand hellos, each on a connection left
+    without close_session, leave a holding 4 sessions, its newest, and
+    the older ones closed to make room.  Sessions all held by their
+    connections are refused, each bound by its key, and another uid's
+    session is never closed to make room."""
+    def flood():
+        kept = []
+        for _ in range(1000):
+            with d.client() as c:
+                kept.append(c.session)
+        return kept[-4:]
+    newest = as_user("a", flood)
+
+    def hold(n, ctl):
+        clients = [d.client() for _ in range(n)]
+        extra = d.client(hello=False)
+        extra.send_json({"op": "hello", "version": 1})
+        ctl.ready(error_of(extra.recv_json()))
+        ctl.wait_go()
+        return [c.session for c in clients]
+
+    def sessions_of(uid):
+        with d.client() as c:
+            s = c.status()
+            ids = [x["id"] for x in s["sessions"] if x["uid"] == uid]
+            c.request_ok({"op": "close_session"})
+        return ids
+    check_eq(sorted(sessions_of(USERS["a"][0])), sorted(newest),
+             "a's sessions after a thousand hellos")
+    a = AsUser(USERS["a"], lambda ctl: hold(4, ctl))
+    try:
+        err = a.wait_ready()
+        check_limit(err, "daemon.max_sessions_per_uid is 4",
+                    "a's 5th session, the 4 others held")
+
+        def one_then_refused():
+            held = d.client()
+            extra = d.client(hello=False)
+            extra.send_json({"op": "hello", "version": 1})
+            return [error_of(extra.recv_json()), held.session]
+        err, _ = as_user("b", one_then_refused)
+        check_limit(err, "daemon.max_sessions is 5", "b's 2nd session")
+        a.go()
+        held = a.result()
+    finally:
+        a.close()
+    check_eq(len(held), 4, "a's sessions held")
+    log = d.log_text()
+    check("closed to make room" in log, "no session closed to make room")
+
+
 def private_dirty_kb(pid):
     """The pages pid wrote and keeps (smaps_rollup's Private_Dirty), kB:
     the heap malloc holds, freed or not, as the kernel charges it."""
@@ -260,7 +316,8 @@ def private_dirty_kb(pid):
 
 @skip_with_sanitizer("address", "its allocator is not malloc's")
 @with_daemon(sets=["daemon.max_connections_per_uid=2100",
-                   "daemon.max_connections=2100"], nofile=8192)
+                   "daemon.max_connections=2100",
+                   "daemon.max_sessions_per_uid=2100"], nofile=8192)
 def test_closed_sessions_give_their_memory_back(d):
     """2,000 sessions held, then closed: emberd's written pages come back
     to within 1 MiB of the start (libevent's entries for their descriptor

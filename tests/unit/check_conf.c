@@ -106,6 +106,8 @@ START_TEST(test_conf_defaults)
 	ck_assert_int_eq(conf.daemon_request_timeout, 30000);
 	ck_assert_int_eq(conf.daemon_idle_timeout, 600000);
 	ck_assert_int_eq(conf.daemon_max_input_per_uid, 64 * 1024 * 1024);
+	ck_assert_int_eq(conf.daemon_max_sessions_per_uid, 256);
+	ck_assert_int_eq(conf.daemon_max_sessions, 16384);
 	ck_assert_int_eq(conf.daemon_max_operations_per_uid, 64);
 	ck_assert_int_eq(conf.daemon_max_results_per_uid, 512 * 1024 * 1024);
 	ck_assert_int_eq(conf.daemon_max_broadcasts_per_uid, 64);

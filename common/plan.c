@@ -1540,15 +1540,27 @@ plan_range_slice(const struct plan *plan, int partition, int64_t *first,
 	*count = end - begin;
 }
 
-/* Add len bytes of s to the description, control characters as '?'. */
+/*
+ * Add len bytes of s (UTF-8) to the description, control characters as
+ * '?': C0 and DEL, and C1 (U+0080 to U+009F, 0xc2 0x80 to 0xc2 0x9f),
+ * which a terminal in UTF-8 takes as controls too (CSI, OSC): the
+ * description reaches root's terminal through ember status.
+ */
 static void
 plan_describe_add(char *buf, size_t *used, const char *s, size_t len)
 {
-	size_t	i;
+	const unsigned char	*u = (const unsigned char *)s;
+	size_t			 i;
 
 	for (i = 0; i < len && *used < PLAN_DESCRIBE_MAX; i++) {
-		buf[(*used)++] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ?
-		    '?' : s[i];
+		if (u[i] == 0xc2 && i + 1 < len && u[i + 1] < 0xa0 &&
+		    u[i + 1] >= 0x80) {
+			buf[(*used)++] = '?';
+			i++;
+		} else if (u[i] < 0x20 || u[i] == 0x7f)
+			buf[(*used)++] = '?';
+		else
+			buf[(*used)++] = s[i];
 	}
 }
 

@@ -231,7 +231,7 @@ int	 plan_is_deterministic(const struct plan *);
 
 /* What the plan does in one line of at most PLAN_DESCRIBE_MAX bytes of
  * UTF-8, for status: "range 0..100 | filter contains 7 | pipe sort",
- * control characters as '?'. */
+ * control characters (C0, DEL, C1) as '?'. */
 #define PLAN_DESCRIBE_MAX	240
 char	*plan_describe(const struct plan *);
 /* The files and sizes as JSON ([{"path":..,"size":..}]), and back: the

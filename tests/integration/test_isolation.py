@@ -100,6 +100,38 @@ def _holding_a(d, op_id, path):
 
 
 @needs_users
+@with_daemon(sets=SHARED)
+def test_root_status_prints_no_control_from_a_user(d):
+    """User a's plan names terminal controls (C0's ESC and BEL, C1's CSI,
+    OSC and ST, which a terminal takes in UTF-8 too) where its
+    description quotes it, early enough to be in the column ember status
+    shows; root's ember status shows a's operation, and prints none of
+    them on root's terminal."""
+    controls = "\x1b[2J\x07\u009b2J\u009d0;owned\u009c"
+    plan = {"source": {"range": {"start": 0, "end": 1}}, "partitions": 1,
+            "ops": [{"pipe": {"command": controls}}]}
+
+    def hold(ctl):
+        c = d.client()
+        reply = c.execute_ok(plan, "iterate")
+        ctl.ready(reply["operation"])
+        ctl.wait_go()
+        c.close()
+        return 0
+    a = AsUser(USERS["a"], hold)
+    try:
+        op = a.wait_ready()
+        r = d.cli(["status"])
+    finally:
+        a.close()
+    check_eq(r.returncode, 0, "ember status: %s" % r.stderr)
+    check(op[:8] in r.stdout, "a's operation not shown:\n%s" % r.stdout)
+    bad = sorted({"U+%04X" % ord(ch) for ch in r.stdout
+                  if ch != "\n" and (ord(ch) < 0x20 or 0x7f <= ord(ch) < 0xa0)})
+    check(not bad, "root's terminal got %s:\n%r" % (bad, r.stdout))
+
+
+@needs_users
 @with_daemon(sets=SHARED + ["workers.max=2"])
 def test_status_shows_a_user_only_theirs(d):
     """b's status holds none of a's sessions, operations, workers, pools,

@@ -1005,6 +1005,11 @@ START_TEST(test_plan_describe)
 	    "0.5}}, {\"pipe\": {\"command\": \"sort\\n-u\"}}]}",
 	    "range 0..9 step 3 | filter contains a?b | map upper | "
 	    "map field -1 | limit 5 | sample 0.5 | pipe sort?-u");
+	/* C1 controls too: CSI, OSC, ST; U+00A0 stays. */
+	plan_described("{\"source\": {\"range\": {\"start\": 0, \"end\": 1}}, "
+	    "\"ops\": [{\"pipe\": {\"command\": \"\\u009b2J\\u009d0;x\\u009c"
+	    "\\u0080\\u00a0\\u00e9\"}}]}",
+	    "range 0..1 | pipe ?2J?0;x??\u00a0\u00e9");
 	plan_described("{\"source\": {\"text\": {\"paths\": [\"/a/b\", "
 	    "\"/very/long/directory/name/words.txt\"]}}, \"ops\": [{\"flat_map\":"
 	    " {\"split\": \" \"}}]}", "text /a/b (+1) | flat_map split  ");

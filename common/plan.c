@@ -188,6 +188,7 @@ plan_parse_parallelize(struct plan *plan, json_t *par, char **err)
 	}
 	plan->source = PLAN_SOURCE_PARALLELIZE;
 	plan->records = json_incref(records);
+	plan->nrecords = json_array_size(records);
 	return (0);
 }
 /* Is s a UUID in its canonical text form? */
@@ -1206,6 +1207,21 @@ plan_walk(struct plan *plan, void (*fn)(struct plan *, void *), void *arg)
 	}
 }
 
+/* Drop one plan's records (plan_walk). */
+static void
+plan_drop_records_cb(struct plan *plan, void *arg)
+{
+	(void)arg;
+	json_decref(plan->records);
+	plan->records = NULL;
+}
+
+void
+plan_drop_records(struct plan *plan)
+{
+	plan_walk(plan, plan_drop_records_cb, NULL);
+}
+
 /* Fix the partition count, and each wide op's from its input's. */
 void
 plan_set_partitions(struct plan *plan, int default_partitions)
@@ -1615,7 +1631,7 @@ plan_describe_source(const struct plan *plan, char *buf, size_t *used)
 		break;
 	case PLAN_SOURCE_PARALLELIZE:
 		plan_describe_addf(buf, used, "parallelize %zu",
-		    json_array_size(plan->records));
+		    plan->nrecords);
 		break;
 	case PLAN_SOURCE_CHECKPOINT:
 		plan_describe_addf(buf, used, "checkpoint %.8s",

@@ -164,7 +164,9 @@ struct plan {
 	 * expands them to the files they name. */
 	struct plan_file	*files;
 	size_t			 nfiles;
-	json_t			*records;	/* parallelize: strings and nulls */
+	json_t			*records;	/* parallelize: strings and nulls,
+						   NULL after plan_drop_records */
+	size_t			 nrecords;	/* and how many */
 	char			 checkpoint[37]; /* checkpoint: its id (a UUID) */
 	char			*checkpoint_dir; /* and its directory, set by
 						   emberd for the worker */
@@ -200,6 +202,11 @@ const char *plan_kind_name(enum plan_kind);
 /* Call fn on the plan and each plan nested in it (join, union), parents
  * first: the order helper replies and stages use. */
 void	 plan_walk(struct plan *, void (*fn)(struct plan *, void *), void *);
+/* Free the records of the parallelize sources of the plan and its nested
+ * plans, keeping their count: emberd keeps a plan for an operation's life,
+ * and the workers read the records from the plan's text.  Their tree costs
+ * twenty times their text or more ([""] is 3 bytes, its json_t 80). */
+void	 plan_drop_records(struct plan *);
 
 /* Fix the partition count: the plan's own, else default_partitions (text:
  * one per file); and each wide op's, the input's where it names none

@@ -9,6 +9,7 @@
 #include "closer.h"
 #include "connection.h"
 #include "emberd.h"
+#include "heap.h"
 #include "helper.h"
 #include "jread.h"
 #include "limit.h"
@@ -229,6 +230,9 @@ operation_plan_done(struct operation *op, const char **class, char **err)
 	}
 	json_decref(op->plan_json);
 	op->plan_json = NULL;
+	/* A big plan's tree is gone: give its pages back. */
+	plan_drop_records(op->plan);
+	heap_check_soon();
 	return (0);
 }
 

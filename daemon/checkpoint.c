@@ -32,7 +32,7 @@ static int64_t	 ckpt_started;		/* ms since the epoch: what is older
 static void	checkpoint_commit_manifest(struct checkpoint *);
 static void	checkpoint_write_manifest(struct checkpoint *, json_t *,
 		    helper_cb);
-static void	checkpoint_record(struct checkpoint *);
+static void	checkpoint_record(struct checkpoint *, json_t *);
 static void	checkpoint_collect(struct checkpoint *);
 
 const char *
@@ -77,12 +77,22 @@ checkpoint_ready(const struct checkpoint *c)
 	return (c->state == CKPT_READY);
 }
 
+/* A lazy checkpoint's plan as it keeps it. */
+static char *
+checkpoint_plan_text(json_t *plan)
+{
+	char	*text;
+
+	if ((text = json_dumps(plan, JSON_COMPACT | JSON_ENCODE_ANY)) == NULL)
+		fatalx("%s: out of memory", __func__);
+	return (text);
+}
+
 /* Free a checkpoint that is out of the registry and of every list. */
 static void
 checkpoint_free(struct checkpoint *c)
 {
-	if (c->plan != NULL)
-		json_decref(c->plan);
+	free(c->plan);
 	if (c->files != NULL)
 		json_decref(c->files);
 	free(c->uid_dir);
@@ -140,7 +150,7 @@ checkpoint_create(struct session *s, struct operation *writer, int local,
 	c->state = eager ? CKPT_WRITING : CKPT_PENDING;
 	c->writer = eager ? writer : NULL;
 	if (!eager) {
-		c->plan = json_incref(plan);
+		c->plan = checkpoint_plan_text(plan);
 		c->files = files != NULL ? json_incref(files) : NULL;
 	}
 	TAILQ_INSERT_TAIL(&checkpoints, c, entry);
@@ -148,7 +158,7 @@ checkpoint_create(struct session *s, struct operation *writer, int local,
 	    eager ? "eager" : "lazy", local ? "local" : "reliable",
 	    partitions, (long)c->uid);
 	if (!eager && !local)
-		checkpoint_record(c);
+		checkpoint_record(c, plan);
 	return (c);
 }
 
@@ -314,12 +324,12 @@ checkpoint_recorded_cb(const struct hmsg_reply *reply, int *fds,
 /* Write the manifest of a lazy reliable checkpoint, which keeps its plan
  * (and its text files as checked), so that it outlives emberd. */
 static void
-checkpoint_record(struct checkpoint *c)
+checkpoint_record(struct checkpoint *c, json_t *plan)
 {
 	json_t	*m;
 
 	m = json_pack("{s:i,s:b,s:b,s:i,s:O,s:I}", "version", 1, "pending", 1,
-	    "eager", 0, "partitions", c->partitions, "plan", c->plan,
+	    "eager", 0, "partitions", c->partitions, "plan", plan,
 	    "created", (json_int_t)time(NULL));
 	if (c->files != NULL)
 		json_object_set(m, "files", c->files);
@@ -404,11 +414,17 @@ checkpoint_unuse(struct checkpoint *c)
 static int
 checkpoint_compute(struct checkpoint *c, struct session *s, char **err)
 {
-	char	*e = NULL;
+	char		*e = NULL;
+	json_t		*plan;
+	json_error_t	 jerr;
 
+	/* emberd's own text, which it parsed once already. */
+	if ((plan = json_loads(c->plan, JSON_ALLOW_NUL, &jerr)) == NULL)
+		fatalx("checkpoint %s: its plan: %s", c->id, jerr.text);
 	c->state = CKPT_WRITING;
-	if ((c->writer = operation_materialize(s, c, c->plan, c->files,
-	    &e)) == NULL) {
+	c->writer = operation_materialize(s, c, plan, c->files, &e);
+	json_decref(plan);
+	if (c->writer == NULL) {
 		c->state = CKPT_PENDING;
 		xasprintf(err, "plan.source.checkpoint: computing checkpoint "
 		    "%s: %s", c->id, e);
@@ -443,7 +459,7 @@ checkpoint_planned_cb(const struct hmsg_reply *reply, int *fds,
 		free(err);
 		return;
 	}
-	c->plan = json_incref(reply->u.checkpoint_plan.plan);
+	c->plan = checkpoint_plan_text(reply->u.checkpoint_plan.plan);
 	c->files = json_incref(reply->u.checkpoint_plan.files);
 	if (TAILQ_EMPTY(&c->waiters)) {
 		checkpoint_collect(c);		/* c may be gone */

@@ -51,7 +51,9 @@ struct checkpoint {
 	int64_t			 records;
 	int64_t			 bytes;		/* charged to the uid */
 	int			 written;	/* partitions written */
-	json_t			*plan;		/* lazy: what to compute */
+	char			*plan;		/* lazy: what to compute, as
+						   compact JSON text: a tree
+						   costs many times more */
 	json_t			*files;		/* and its text files */
 	char			*uid_dir;	/* BASE/UID */
 	char			*dir;		/* BASE/UID/ID */

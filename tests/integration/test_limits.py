@@ -372,6 +372,30 @@ def test_parallelize_records_are_not_kept_as_a_tree(d):
             c.close()
 
 
+@skip_with_sanitizer("address", "its allocator is not malloc's")
+@with_daemon()
+def test_lazy_checkpoint_plans_are_kept_as_text(d):
+    """Two lazy checkpoints, one local and one reliable, of plans holding
+    a million empty records each (4 MB frames): emberd keeps their plans
+    as text, not as a tree twenty times bigger, each of the 64 a uid may
+    hold for as long as it likes; the checkpoints still compute."""
+    n = 1000000
+    plan = {"source": {"parallelize": {"records": [""] * n}},
+            "partitions": 1}
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 10, 1)), 10, "a warm-up job")
+        start = wait_steady(lambda: private_dirty_kb(d.pid), 5.0)
+        ids = [c.execute_ok(plan, "checkpoint", {"local": local,
+                                                 "eager": False})
+               ["checkpoint"] for local in (True, False)]
+        kept = lambda: private_dirty_kb(d.pid) - start	# noqa: E731
+        small = wait_until(lambda: kept() < 32 * 1024, 10.0)
+        check(small, "two lazy checkpoints keep %d kB of emberd's" % kept())
+        for cid in ids:
+            check_eq(c.count({"source": {"checkpoint": cid}}), n,
+                     "checkpoint %s counted" % cid)
+
+
 @needs_users
 @with_daemon(sets=SHARED + ["daemon.max_input_per_uid=64k"])
 def test_input_limit_names_its_key(d):

@@ -87,7 +87,7 @@ channel_keep_fds(struct channel *ch, struct msghdr *mh, uint64_t at)
 		for (i = 0; i < k; i++) {
 			if (ch->nrfds >= ch->max_rfds ||
 			    (ch->packet && kept >= ch->packet_fds)) {
-				closer_close(p[i]);
+				closer_close_drained(p[i]);
 				ch->refused++;
 				continue;
 			}
@@ -361,7 +361,7 @@ channel_take_fd_with(struct channel *ch, size_t len)
 	uint64_t	head = ch->read - evbuffer_get_length(ch->in);
 
 	while (ch->nrfds > 0 && ch->rfds[0].at < head)
-		closer_close(channel_take_fd(ch));
+		closer_close_drained(channel_take_fd(ch));
 	if (ch->nrfds == 0 || ch->rfds[0].at >= head + len)
 		return (-1);
 	return (channel_take_fd(ch));
@@ -435,7 +435,7 @@ channel_free(struct channel *ch)
 {
 	channel_drop_fds(ch);
 	while (ch->nrfds > 0)
-		closer_close(ch->rfds[--ch->nrfds].fd);
+		closer_close_drained(ch->rfds[--ch->nrfds].fd);
 	free(ch->rfds);
 	event_free(ch->rev);
 	event_free(ch->wev);
@@ -443,7 +443,7 @@ channel_free(struct channel *ch)
 	evbuffer_free(ch->in);
 	evbuffer_free(ch->out);
 	/* Descriptors the peer sent that were not read yet go with it. */
-	closer_close(ch->fd);
+	closer_close_drained(ch->fd);
 	free(ch);
 }
 

@@ -7,12 +7,20 @@
  * descriptors still in flight in it, each of which may be such a socket.
  * A client or a user's process (a worker, a helper, the fork-server) can
  * pass emberd any of these, so emberd's loop never closes what a peer
- * passed, nor a socket a peer wrote on: it hands them here.
+ * passed, nor a socket a peer wrote on: it hands them here.  A blocked
+ * close would hold the thread, and every descriptor behind it open: a
+ * socket is told not to linger before it is closed, and a Unix socket
+ * drained of the descriptors in flight in it (closer_close_drained).
  */
 #ifndef EMBER_CLOSER_H
 #define EMBER_CLOSER_H
 
 /* Close fd off the loop, soon; -1 is ignored. */
 void	closer_close(int fd);
+/* The same for a descriptor no one else is to use (emberd's own end of
+ * a socket, one a peer passed for nothing): a Unix socket is shut for
+ * reading and what it holds read first, so that the descriptors in
+ * flight in it are closed one by one, as any other. */
+void	closer_close_drained(int fd);
 
 #endif

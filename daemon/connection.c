@@ -1074,7 +1074,7 @@ connection_create(int fd)
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == -1) {
 		log_warn("SO_PEERCRED: %s", strerror(errno));
-		closer_close(fd);
+		closer_close_drained(fd);
 		return;
 	}
 	c = xcalloc(1, sizeof *c);

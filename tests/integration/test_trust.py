@@ -640,6 +640,59 @@ def test_lingering_socket_passed_does_not_freeze(d):
     check(worst < 0.5, "status took %.3fs: emberd waited on a close" % worst)
 
 
+def open_fds(pid):
+    """How many descriptors pid holds."""
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_lingering_socket_in_flight_does_not_hold_the_closer(d):
+    """User a's connection is busy (a plan whose glob never ends is being
+    checked), so emberd reads no more of it than its read-ahead: a sends
+    that much and more, then a lingering socket (lingering_socket), and
+    leaves.  The socket is still in flight in emberd's end of the
+    connection when it is closed, whose close would release it and wait;
+    drained first, it waits for nothing, and the 50 connections that
+    come and go after hold no descriptor of emberd's."""
+    _, pattern = loop_dir(d)
+
+    def attack(ctl):
+        s, peer = lingering_socket()
+        c = Client(d.socket)
+        c.send_json({"op": "execute", "action": "count",
+                     "plan": text_plan([pattern])})
+        time.sleep(0.5)
+        c.sock.setblocking(False)
+        try:
+            for _ in range(64):
+                c.sock.send(b"\0" * 16384)
+        except BlockingIOError:
+            pass
+        c.sock.setblocking(True)
+        socket.send_fds(c.sock, [b"x"], [s.fileno()])
+        s.close()
+        c.close()
+        ctl.ready()
+        ctl.wait_go()
+        return peer.fileno()
+    a = AsUser(USERS["a"], attack, timeout=60)
+    try:
+        a.wait_ready()
+        time.sleep(1)		# emberd sees a's connection end
+        start = open_fds(d.pid)
+        for _ in range(50):
+            with d.client():
+                pass
+        held = wait_until(lambda: open_fds(d.pid) <= start, 5.0)
+        check(held, "emberd holds %d descriptors, %d before the 50 "
+              "connections" % (open_fds(d.pid), start))
+        a.go()
+        a.result()
+    finally:
+        a.close()
+
+
 # ---------------------------------------------------------------------------
 # emberd's local directory
 

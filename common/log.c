@@ -136,7 +136,9 @@ log_json_escape(FILE *f, const char *s)
 {
 	char	*clean, *p;
 
-	/* A message may quote bytes that are not UTF-8: JSON must be. */
+	/* A message may quote bytes that are not UTF-8: JSON must be.
+	 * Controls are escaped, C1's (0xc2 0x80 to 0xc2 0x9f) as C0's: a
+	 * reader that prints the message (jq -r) sends no CSI to a terminal. */
 	clean = utf8_clean(s, strlen(s), strlen(s) * 3 + 1);
 	for (p = clean; *p != '\0'; p++) {
 		unsigned char c = (unsigned char)*p;
@@ -145,6 +147,9 @@ log_json_escape(FILE *f, const char *s)
 			fprintf(f, "\\%c", c);
 		else if (c < 0x20 || c == 0x7f)
 			fprintf(f, "\\u%04x", c);
+		else if (c == 0xc2 && (unsigned char)p[1] >= 0x80 &&
+		    (unsigned char)p[1] < 0xa0)
+			fprintf(f, "\\u%04x", (unsigned char)*++p);
 		else
 			fputc(c, f);
 	}

@@ -118,6 +118,29 @@ def test_client_string_escaped_in_text_log(d):
 
 
 @with_daemon(sets=["daemon.log_format=json"])
+def test_client_string_escaped_in_json_log(d):
+    """With daemon.log_format=json, a client name with C0 and C1 controls
+    (ESC, CSI, OSC, ST) is logged by hello with each escaped (\\u001b,
+    \\u009b), none raw: a reader that prints the message (jq -r) sends
+    no escape sequence to the operator's terminal; the message reads back
+    the same."""
+    name = "evil\x1b[2J\u009b2J\u009d0;pwned\u009c"
+    c = d.client(hello=False)
+    try:
+        check(c.hello(client=name)["ok"], "hello")
+    finally:
+        c.close()
+    check(wait_until(lambda: "hello from evil" in d.log_text(), 10),
+          "no hello logged")
+    text = d.log_text()
+    bad = sorted({"U+%04X" % ord(ch) for ch in text
+                  if ch != "\n" and (ord(ch) < 0x20 or 0x7f <= ord(ch) < 0xa0)})
+    check(not bad, "controls raw in the log: %s" % bad)
+    line = [l for l in text.splitlines() if "hello from evil" in l][0]
+    check(name in json.loads(line)["message"], "the message: %r" % line)
+
+
+@with_daemon(sets=["daemon.log_format=json"])
 def test_json_log_from_every_process(d):
     """With daemon.log_format=json, every line is one JSON object: emberd's,
     the fork-server's and helpers' debug lines, a udf's raw stderr."""

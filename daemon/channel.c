@@ -28,6 +28,14 @@
 #define CHANNEL_READS		4
 /* Packets read per event: a burst of small ones cannot starve others. */
 #define CHANNEL_PACKETS		64
+/* A channel whose peer passed descriptors nobody took reads no more while
+ * the closer has this many to close, any channel (a new one's first read
+ * may bring as many) while it has the second, and they look again this
+ * often: peers cannot pile descriptors up in emberd faster than it
+ * closes them. */
+#define CHANNEL_CLOSER_HIGH	32
+#define CHANNEL_CLOSER_HIGHEST	128
+#define CHANNEL_CLOSER_WAIT_MS	10
 /* Descriptors one read can bring: the most one message can carry (the
  * kernel's SCM_MAX_FD), so that none is refused by the kernel, whose
  * close of a refused one would run on emberd's loop (closer.h). */
@@ -54,6 +62,7 @@ struct channel {
 	size_t		  out_packet;	/* the size of those written */
 	size_t		  packet_fds;	/* descriptors one packet may bring */
 	struct event	 *rev, *wev, *kick;
+	struct event	 *throttle;	/* reading again after the closer */
 	size_t		  high, default_high;
 	size_t		  rsize;	/* the next read's size, at most */
 	size_t		  low;		/* for write_cb */
@@ -150,6 +159,26 @@ channel_end(struct channel *ch, int error, size_t got)
 	ch->read_cb(ch->arg);
 }
 
+/* Read again once the closer has caught up (channel_throttle). */
+static void
+channel_throttle_cb(evutil_socket_t fd, short events, void *arg)
+{
+	(void)fd; (void)events;
+	channel_resume(arg);
+}
+
+/* Stop reading for a while: the peer passed descriptors nobody took, and
+ * the closer has many to close. */
+static void
+channel_throttle(struct channel *ch)
+{
+	struct timeval	tv = { 0, CHANNEL_CLOSER_WAIT_MS * 1000 };
+
+	event_del(ch->rev);
+	ch->reading = 0;
+	evtimer_add(ch->throttle, &tv);
+}
+
 /* Read what the socket holds, up to the mark (or a few packets). */
 static void
 channel_read_cb(evutil_socket_t fd, short events, void *arg)
@@ -197,6 +226,11 @@ channel_read_cb(evutil_socket_t fd, short events, void *arg)
 			iov[i].iov_len = vec[i].iov_len < room ?
 			    vec[i].iov_len : room;
 			room -= iov[i].iov_len;
+		}
+		if (closer_backlog() >= (ch->refused > 0 ?
+		    CHANNEL_CLOSER_HIGH : CHANNEL_CLOSER_HIGHEST)) {
+			channel_throttle(ch);
+			break;
 		}
 		n = channel_recv(ch, iov, nvec);
 		if (n == -1 && (errno == EAGAIN || errno == EINTR))
@@ -300,6 +334,7 @@ channel_create(int fd, size_t high, void (*read_cb)(void *), void *arg)
 	ch->wev = event_new(ember_base, fd, EV_WRITE | EV_PERSIST,
 	    channel_write_cb, ch);
 	ch->kick = event_new(ember_base, -1, 0, channel_kick_cb, ch);
+	ch->throttle = evtimer_new(ember_base, channel_throttle_cb, ch);
 	evbuffer_add_cb(ch->out, channel_output_cb, ch);
 	event_add(ch->rev, NULL);
 	ch->reading = 1;
@@ -440,6 +475,7 @@ channel_free(struct channel *ch)
 	event_free(ch->rev);
 	event_free(ch->wev);
 	event_free(ch->kick);
+	event_free(ch->throttle);
 	evbuffer_free(ch->in);
 	evbuffer_free(ch->out);
 	/* Descriptors the peer sent that were not read yet go with it. */

@@ -175,6 +175,17 @@ closer_queue(int fd, int drain)
 	pthread_mutex_unlock(&closer_lock);
 }
 
+size_t
+closer_backlog(void)
+{
+	size_t	n;
+
+	pthread_mutex_lock(&closer_lock);
+	n = closer_nfds + (closer_busy_ms != 0);
+	pthread_mutex_unlock(&closer_lock);
+	return (n);
+}
+
 void
 closer_close(int fd)
 {

@@ -15,6 +15,8 @@
 #ifndef EMBER_CLOSER_H
 #define EMBER_CLOSER_H
 
+#include <stddef.h>
+
 /* Close fd off the loop, soon; -1 is ignored. */
 void	closer_close(int fd);
 /* The same for a descriptor no one else is to use (emberd's own end of
@@ -22,5 +24,8 @@ void	closer_close(int fd);
  * reading and what it holds read first, so that the descriptors in
  * flight in it are closed one by one, as any other. */
 void	closer_close_drained(int fd);
+/* Descriptors handed over and not yet closed: channels read no more
+ * while it is high, so that peers pass them no faster than they close. */
+size_t	closer_backlog(void);
 
 #endif

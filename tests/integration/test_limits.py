@@ -210,6 +210,71 @@ def test_passed_descriptors_do_not_lock_others_out(d):
 
 
 @needs_users
+@with_daemon(sets=SHARED, nofile=1024)
+def test_descriptor_flood_waits_for_the_closer(d):
+    """User a sends, on 8 connections for 4 s, messages of 253 descriptors
+    each (the most one carries), none of which a request takes: emberd
+    takes them as fast as its closer's thread closes them, not faster.
+    With nofile at 1024 it never holds more than 900 descriptors, and
+    root connects and is served, each job within 2 s, all along."""
+    def flood(ctl):
+        r, w = os.pipe()
+        socks = []
+        for _ in range(8):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(d.socket)
+            s.settimeout(0.2)
+            socks.append(s)
+        ctl.ready()
+        ctl.wait_go()
+        end = time.monotonic() + 4
+        sent = 0
+        while time.monotonic() < end:
+            for s in socks:
+                try:
+                    socket.send_fds(s, [b"\0"], [r] * 253)
+                    sent += 1
+                except OSError:
+                    pass
+        return sent
+    a = AsUser(USERS["a"], flood)
+    peak = [0]
+    running = [True]
+
+    def sample():
+        while running[0]:
+            try:
+                peak[0] = max(peak[0], len(os.listdir("/proc/%d/fd" %
+                                                      d.pid)))
+            except OSError:
+                pass
+            time.sleep(0.01)
+    sampler = threading.Thread(target=sample, daemon=True)
+    jobs, worst = 0, 0.0
+    try:
+        a.wait_ready()
+        sampler.start()
+        a.go()
+        end = time.monotonic() + 4
+        while time.monotonic() < end:
+            start = time.monotonic()
+            with d.client(timeout=5) as c:
+                check_eq(c.count(range_plan(0, 10, 2)), 10, "root's job")
+            worst = max(worst, time.monotonic() - start)
+            jobs += 1
+        sent = a.result()
+    finally:
+        running[0] = False
+        a.close()
+    sampler.join(5)
+    print("%d messages of 253 descriptors; emberd held %d at most; %d "
+          "jobs of root's meanwhile, the slowest %.3fs" % (sent, peak[0],
+                                                          jobs, worst))
+    check(peak[0] < 900, "emberd held %d descriptors" % peak[0])
+    check(worst < 2.0, "root's job took %.3fs" % worst)
+
+
+@needs_users
 @with_daemon(sets=SHARED + ["daemon.max_connections_per_uid=3",
                             "daemon.max_connections=5"])
 def test_connection_limits_name_their_keys(d):

@@ -59,7 +59,7 @@ broadcast_released_cb(const struct hmsg_reply *reply, int *fds,
 {
 	(void)reply; (void)class; (void)err; (void)arg;
 	while (nfds > 0)
-		closer_close(fds[--nfds]);
+		closer_close_drained(fds[--nfds]);
 }
 
 /*
@@ -211,7 +211,7 @@ broadcast_read_done_cb(const struct hmsg_reply *reply, int *fds,
 
 	b->reading = NULL;
 	while (nfds > 0)
-		closer_close(fds[--nfds]);
+		closer_close_drained(fds[--nfds]);
 	if (hclass != NULL) {
 		class = hclass;
 		xasprintf(&err, "fd: reading it as uid %ld: %s", (long)b->uid,
@@ -358,7 +358,7 @@ broadcast_indexed_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
 
 	b->reading = NULL;
 	while (nfds > 0)
-		closer_close(fds[--nfds]);
+		closer_close_drained(fds[--nfds]);
 	if (hclass != NULL)
 		xasprintf(&why, "building it as uid %ld: %s", (long)b->uid,
 		    herr);

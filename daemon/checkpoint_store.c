@@ -278,7 +278,7 @@ checkpoint_call_error(const struct hmsg_reply *reply, int *fds,
 	size_t	i;
 
 	for (i = 0; i < nfds; i++)
-		closer_close(fds[i]);
+		closer_close_drained(fds[i]);
 	if (reply != NULL && reply->error != NULL)
 		return (reply->error);
 	return (error);

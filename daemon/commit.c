@@ -293,7 +293,7 @@ commit_answer_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
 
 	c->h = NULL;
 	while (nfds > 0)
-		closer_close(fds[--nfds]);
+		closer_close_drained(fds[--nfds]);
 	rc = commit_read_answer(c, reply, hclass, herr, &class, &msg);
 	switch (c->state) {
 	case COMMIT_BEGINNING:

@@ -635,7 +635,7 @@ operation_checked_cb(const struct hmsg_reply *reply, int *fds,
 
 	op->planning = NULL;
 	while (nfds > 0)
-		closer_close(fds[--nfds]);
+		closer_close_drained(fds[--nfds]);
 	c = operation_helper_done(op);
 	if (hclass != NULL)
 		request_refuse(&class, &err, hclass, "plan: checking what it "

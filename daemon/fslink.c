@@ -92,7 +92,7 @@ fslink_forked(struct fslink *fs, enum fslink_kind kind, const struct fs_msg *m,
 	if ((p = FSLINK_PEER(kind, forked)) != NULL)
 		p->forked(fs, m->id, m->pid, passed, m->value);
 	else
-		closer_close(passed);
+		closer_close_drained(passed);
 }
 
 /* A fork request of kind failed. */
@@ -280,13 +280,13 @@ fslink_read_cb(void *arg)
 		    m.value);
 		if (m.type != FS_FORKED && m.type != FS_HELPER_FORKED &&
 		    passed != -1)
-			closer_close(passed);
+			closer_close_drained(passed);
 		/* Nothing before the hello: its version says whether the
 		 * rest can be read at all. */
 		if (!fs->hello && m.type != FS_HELLO) {
 			if (passed != -1 && (m.type == FS_FORKED ||
 			    m.type == FS_HELPER_FORKED))
-				closer_close(passed);
+				closer_close_drained(passed);
 			log_error("fork-server %ld sent %s (%d) before its "
 			    "hello; killing it", (long)fs->pid,
 			    fs_msg_type_name(m.type), m.type);

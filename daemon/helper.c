@@ -495,13 +495,13 @@ helper_forked(struct fslink *fs, int32_t request, pid_t pid, int fd,
 	if (h == NULL || h->pid != -1) {
 		log_error("fork-server sent helper %ld for request %d, which "
 		    "is not waiting", (long)pid, request);
-		closer_close(fd);
+		closer_close_drained(fd);
 		fslink_kill(fs, pid, SIGKILL);
 		return;
 	}
 	h->pid = pid;
 	if (h->cb == NULL) {		/* cancelled meanwhile */
-		closer_close(fd);
+		closer_close_drained(fd);
 		fslink_kill(fs, pid, SIGKILL);
 		return;
 	}

@@ -307,7 +307,7 @@ operation_stages_removed_cb(const struct hmsg_reply *reply, int *fds,
 {
 	(void)arg;
 	while (nfds > 0)
-		closer_close(fds[--nfds]);
+		closer_close_drained(fds[--nfds]);
 	if (class == NULL && reply->error != NULL)
 		error = reply->error;
 	if (error != NULL)
@@ -355,7 +355,7 @@ shuffle_cleaned_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
 {
 	(void)arg;
 	while (nfds > 0)
-		closer_close(fds[--nfds]);
+		closer_close_drained(fds[--nfds]);
 	if (class == NULL && reply->error != NULL)
 		error = reply->error;
 	if (error != NULL)

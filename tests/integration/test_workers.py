@@ -162,9 +162,16 @@ def wait_spare(d, c, busy=()):
 
 
 def fd_targets(pid):
-    """What pid's descriptors point at (socket:[inode], paths)."""
+    """What pid's descriptors point at (socket:[inode], paths); one it
+    closes while they are listed is left out."""
     fds = "/proc/%d/fd" % pid
-    return {os.readlink(os.path.join(fds, n)) for n in os.listdir(fds)}
+    found = set()
+    for n in os.listdir(fds):
+        try:
+            found.add(os.readlink(os.path.join(fds, n)))
+        except FileNotFoundError:
+            pass
+    return found
 
 
 @with_daemon(sets=["workers.max=1", "workers.reuse=no"])

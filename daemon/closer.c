@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -21,6 +23,10 @@
 #define CLOSER_DRAIN_READS	1024
 /* Sockets within sockets drained, at most (the kernel allows four). */
 #define CLOSER_DEPTH		5
+/* Threads, at most: another starts when every one has been on one close
+ * this long, so that a close that waits (FUSE) holds back no other. */
+#define CLOSER_THREADS		8
+#define CLOSER_STUCK_MS		500
 
 struct closer_fd {
 	int	fd;
@@ -29,43 +35,78 @@ struct closer_fd {
 
 static pthread_mutex_t	 closer_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t	 closer_wake = PTHREAD_COND_INITIALIZER;
+/* Queued descriptors, first in first out: a ring. */
 static struct closer_fd	*closer_fds;
-static size_t		 closer_nfds, closer_size;
-static int		 closer_started;
-static uint64_t		 closer_busy_ms;	/* when the close under way
-						   began, or 0 */
-static int		 closer_warned;		/* of the one under way */
-static char		 closer_junk[64 * 1024];	/* what drains read */
+static size_t		 closer_head, closer_nfds, closer_size;
+static int		 closer_threads;
+static int		 closer_idle;		/* threads waiting for work */
+/* When each thread's close under way began, or 0. */
+static uint64_t		 closer_busy_ms[CLOSER_THREADS];
+static int		 closer_warned;
 
 static void	closer_close_one(int, int, int);
+static void	closer_queue_locked(int, int);
 
 /*
  * Shut a Unix socket for reading and read what it holds, closing the
  * descriptors in flight in it one by one: its close would release them
- * all at once, unseen, each maybe a socket set to linger.
+ * all at once, unseen, each maybe a socket set to linger.  0 once it is
+ * empty, -1 if more is left after CLOSER_DRAIN_READS reads.
  */
-static void
+static int
 closer_drain(int fd, int depth)
 {
 	union {
 		struct cmsghdr	hdr;
 		char		buf[CMSG_SPACE(sizeof(int) * CLOSER_CMSG_FDS)];
 	} cmsg;
+	char		 junk[4096];
 	struct msghdr	 mh;
 	struct iovec	 iov;
 	struct cmsghdr	*c;
-	int		 domain, *p, i;
-	socklen_t	 len = sizeof domain;
+	int		 domain, type, listening, off = 0, *p, i, conn;
+	socklen_t	 len;
 	ssize_t		 n;
 	size_t		 k, j;
 
+	len = sizeof domain;
 	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == -1 ||
 	    domain != AF_UNIX)
-		return;
+		return (0);
+	len = sizeof type;
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == -1)
+		type = SOCK_STREAM;
+	len = sizeof listening;
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening,
+	    &len) == -1)
+		listening = 0;
+	/* A listener's close releases its connections not accepted, and what
+	 * is in flight in them: take each, and drain it. */
+	if (listening) {
+		(void)shutdown(fd, SHUT_RD);	/* no more connect */
+		for (i = 0; i < CLOSER_DRAIN_READS; i++) {
+			conn = accept4(fd, NULL, NULL, SOCK_NONBLOCK |
+			    SOCK_CLOEXEC);
+			if (conn == -1 && errno == EINTR)
+				continue;
+			if (conn == -1)
+				return (0);
+			closer_close_one(conn, 1, depth + 1);
+		}
+		return (-1);
+	}
+	/* Nothing but descriptors may come with what is read: credentials
+	 * or a security label would take room from them, and the kernel
+	 * would release the ones cut off, here. */
+	(void)setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &off, sizeof off);
+	(void)setsockopt(fd, SOL_SOCKET, SO_PASSSEC, &off, sizeof off);
+#ifdef SO_PASSPIDFD
+	(void)setsockopt(fd, SOL_SOCKET, SO_PASSPIDFD, &off, sizeof off);
+#endif
 	(void)shutdown(fd, SHUT_RD);
 	for (i = 0; i < CLOSER_DRAIN_READS; i++) {
-		iov.iov_base = closer_junk;
-		iov.iov_len = sizeof closer_junk;
+		iov.iov_base = junk;
+		iov.iov_len = sizeof junk;
 		memset(&mh, 0, sizeof mh);
 		mh.msg_iov = &iov;
 		mh.msg_iovlen = 1;
@@ -75,7 +116,7 @@ closer_drain(int fd, int depth)
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n == -1)
-			break;
+			return (0);	/* EAGAIN: nothing is left */
 		for (c = CMSG_FIRSTHDR(&mh); c != NULL;
 		    c = CMSG_NXTHDR(&mh, c)) {
 			if (c->cmsg_level != SOL_SOCKET ||
@@ -86,9 +127,11 @@ closer_drain(int fd, int depth)
 			for (j = 0; j < k; j++)
 				closer_close_one(p[j], 1, depth + 1);
 		}
-		if (n == 0 && mh.msg_controllen == 0)
-			break;
+		/* The end of a stream; a datagram may be empty. */
+		if (n == 0 && mh.msg_controllen == 0 && type == SOCK_STREAM)
+			return (0);
 	}
+	return (-1);
 }
 
 /* Close one descriptor: a socket is told not to linger first, so that
@@ -100,8 +143,13 @@ closer_close_one(int fd, int drain, int depth)
 	struct linger	no = { 0, 0 };
 
 	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &no, sizeof no);
-	if (drain && depth < CLOSER_DEPTH)
-		closer_drain(fd, depth);
+	if (drain && depth < CLOSER_DEPTH && closer_drain(fd, depth) == -1) {
+		/* Shut, it takes no more: drain the rest later. */
+		pthread_mutex_lock(&closer_lock);
+		closer_queue_locked(fd, 1);
+		pthread_mutex_unlock(&closer_lock);
+		return;
+	}
 	close(fd);
 }
 
@@ -110,19 +158,22 @@ static void *
 closer_main(void *arg)
 {
 	struct closer_fd	one;
+	int			self = (int)(intptr_t)arg;
 
-	(void)arg;
 	for (;;) {
 		pthread_mutex_lock(&closer_lock);
+		closer_idle++;
 		while (closer_nfds == 0)
 			pthread_cond_wait(&closer_wake, &closer_lock);
-		one = closer_fds[--closer_nfds];
-		closer_busy_ms = ember_now_ms();
-		closer_warned = 0;
+		closer_idle--;
+		one = closer_fds[closer_head];
+		closer_head = (closer_head + 1) % closer_size;
+		closer_nfds--;
+		closer_busy_ms[self] = ember_now_ms();
 		pthread_mutex_unlock(&closer_lock);
 		closer_close_one(one.fd, one.drain, 0);
 		pthread_mutex_lock(&closer_lock);
-		closer_busy_ms = 0;
+		closer_busy_ms[self] = 0;
 		pthread_mutex_unlock(&closer_lock);
 	}
 	return (NULL);
@@ -138,40 +189,85 @@ closer_start(void)
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	error = pthread_create(&t, NULL, closer_main, NULL);
+	error = pthread_create(&t, NULL, closer_main,
+	    (void *)(intptr_t)closer_threads);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (error != 0)
-		fatalx("closer: pthread_create: %s", strerror(error));
+	if (error != 0) {
+		/* The threads there are go on; the first is a must. */
+		if (closer_threads == 0)
+			fatalx("closer: pthread_create: %s", strerror(error));
+		log_warn("closer: pthread_create: %s", strerror(error));
+		return;
+	}
 	pthread_detach(t);
-	closer_started = 1;
+	closer_threads++;
 }
 
-/* Queue fd for the thread. */
+/* The longest a thread has been on its close, in ms; 0 if one is free. */
+static uint64_t
+closer_stuck_ms(uint64_t now)
+{
+	uint64_t	least = UINT64_MAX;
+	int		i;
+
+	if (closer_idle > 0)
+		return (0);
+	for (i = 0; i < closer_threads; i++) {
+		if (closer_busy_ms[i] == 0)
+			return (0);
+		if (now - closer_busy_ms[i] < least)
+			least = now - closer_busy_ms[i];
+	}
+	return (closer_threads > 0 ? least : 0);
+}
+
+/* Append fd to the ring; the lock is held. */
+static void
+closer_queue_locked(int fd, int drain)
+{
+	struct closer_fd	*grown;
+	size_t			 i, size;
+
+	if (closer_nfds == closer_size) {
+		size = closer_size == 0 ? 64 : closer_size * 2;
+		grown = xreallocarray(NULL, size, sizeof *grown);
+		for (i = 0; i < closer_nfds; i++)
+			grown[i] = closer_fds[(closer_head + i) % closer_size];
+		free(closer_fds);
+		closer_fds = grown;
+		closer_head = 0;
+		closer_size = size;
+	}
+	closer_fds[(closer_head + closer_nfds++) % closer_size].fd = fd;
+	closer_fds[(closer_head + closer_nfds - 1) % closer_size].drain = drain;
+	pthread_cond_signal(&closer_wake);
+}
+
+/* Queue fd for the threads; start one more if every one is held. */
 static void
 closer_queue(int fd, int drain)
 {
+	uint64_t	now, stuck;
+
 	if (fd == -1)
 		return;
 	pthread_mutex_lock(&closer_lock);
-	if (!closer_started)
+	now = ember_now_ms();
+	stuck = closer_stuck_ms(now);
+	if (closer_threads == 0 || (stuck >= CLOSER_STUCK_MS &&
+	    closer_threads < CLOSER_THREADS))
 		closer_start();
-	if (closer_nfds == closer_size) {
-		closer_size = closer_size == 0 ? 64 : closer_size * 2;
-		closer_fds = xreallocarray(closer_fds, closer_size,
-		    sizeof *closer_fds);
-	}
-	closer_fds[closer_nfds].fd = fd;
-	closer_fds[closer_nfds++].drain = drain;
-	/* Descriptors wait while a close does: say so, once a close. */
-	if (closer_busy_ms != 0 && !closer_warned &&
-	    ember_now_ms() - closer_busy_ms >= CLOSER_SLOW_MS) {
+	closer_queue_locked(fd, drain);
+	/* Descriptors wait while every close does: say so, once. */
+	if (stuck >= CLOSER_SLOW_MS && closer_threads == CLOSER_THREADS &&
+	    !closer_warned) {
 		closer_warned = 1;
-		log_warn("closer: a close has waited %llums (a file on FUSE, or "
-		    "a socket a peer set to linger again), %zu descriptors "
-		    "behind it", (unsigned long long)(ember_now_ms() -
-		    closer_busy_ms), closer_nfds);
-	}
-	pthread_cond_signal(&closer_wake);
+		log_warn("closer: all %d threads have waited %llums or more "
+		    "on a close (a file on FUSE, or a socket a peer set to "
+		    "linger again), %zu descriptors behind them",
+		    closer_threads, (unsigned long long)stuck, closer_nfds);
+	} else if (stuck < CLOSER_SLOW_MS)
+		closer_warned = 0;
 	pthread_mutex_unlock(&closer_lock);
 }
 
@@ -179,9 +275,12 @@ size_t
 closer_backlog(void)
 {
 	size_t	n;
+	int	i;
 
 	pthread_mutex_lock(&closer_lock);
-	n = closer_nfds + (closer_busy_ms != 0);
+	n = closer_nfds;
+	for (i = 0; i < closer_threads; i++)
+		n += closer_busy_ms[i] != 0;
 	pthread_mutex_unlock(&closer_lock);
 	return (n);
 }

@@ -8,9 +8,10 @@
  * A client or a user's process (a worker, a helper, the fork-server) can
  * pass emberd any of these, so emberd's loop never closes what a peer
  * passed, nor a socket a peer wrote on: it hands them here.  A blocked
- * close would hold the thread, and every descriptor behind it open: a
- * socket is told not to linger before it is closed, and a Unix socket
- * drained of the descriptors in flight in it (closer_close_drained).
+ * close would hold its thread: a socket is told not to linger before it
+ * is closed, a Unix socket drained of the descriptors in flight in it
+ * (closer_close_drained), and when every thread is held, another starts,
+ * up to a few.
  */
 #ifndef EMBER_CLOSER_H
 #define EMBER_CLOSER_H

@@ -61,15 +61,18 @@ session_charge(uid_t uid, char **err)
 {
 	struct session	*idlest;
 
-	if (limit_charge(uid, LIMIT_SESSIONS, 1, err) == 0)
-		return (0);
-	if ((idlest = session_idlest(uid)) == NULL)
-		return (-1);
-	log_info("session %s closed to make room: %s", idlest->id, *err);
-	free(*err);
-	session_close(idlest, "closed to make room for a new session of "
-	    "its uid");
-	return (limit_charge(uid, LIMIT_SESSIONS, 1, err));
+	/* More than one when the bound was lowered (SIGHUP) below what
+	 * the uid holds. */
+	while (limit_charge(uid, LIMIT_SESSIONS, 1, err) == -1) {
+		if ((idlest = session_idlest(uid)) == NULL)
+			return (-1);
+		log_info("session %s closed to make room: %s", idlest->id,
+		    *err);
+		free(*err);
+		session_close(idlest, "closed to make room for a new session "
+		    "of its uid");
+	}
+	return (0);
 }
 
 struct session *

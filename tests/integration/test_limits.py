@@ -875,5 +875,30 @@ def test_shutting_down_frames(_):
     check_eq(d.wait(10), 0, "exit status")
 
 
+@no_daemon
+def test_sessions_over_a_lowered_bound_make_room(_):
+    """After a SIGHUP lowers daemon.max_sessions_per_uid below the idle
+    sessions a uid holds, its next hello closes as many of them as it
+    takes, not one, and is answered."""
+    d = Daemon(conf=None, start=False)
+    conf = write_file(d.path("ember.conf"),
+                      "[daemon]\nmax_sessions_per_uid = 8\n")
+    d.conf = conf
+    d.start()
+    for _ in range(6):
+        with d.client():
+            pass
+    write_file(conf, "[daemon]\nmax_sessions_per_uid = 3\n")
+    d.signal(signal.SIGHUP)
+    check(wait_until(lambda: "SIGHUP: conf reloaded" in d.log_text(), 5),
+          "no reload:\n%s" % d.log_tail())
+    with d.client(hello=False) as c:
+        reply = c.hello()
+        check(reply.get("ok"), "hello over the lowered bound: %r" % reply)
+        mine = [x for x in c.status()["sessions"] if x["uid"] == 0]
+        check_eq(len(mine), 3, "root's sessions")
+    d.cleanup()
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -1095,5 +1095,102 @@ def test_forged_map_files_are_lost_not_read(d):
               "%s: the reason %r says one of %r" % (what, lost[-1], why))
     check("signal" not in d.log_text(), "no worker killed by a signal")
 
+def _hello_with(sock, fds):
+    """Say hello on sock with fds, which a hello takes none of."""
+    hello = json.dumps({"op": "hello", "version": 1}).encode()
+    socket.send_fds(sock, [struct.pack(">i", len(hello)) + hello], fds)
+
+
+def _passed_socket_holds_nothing(d, make):
+    """User a passes emberd, with a hello, a Unix socket that make(s)
+    returns, in which a lingering socket s (lingering_socket) is in
+    flight, and leaves; the closer must take s out and close it without
+    waiting, so that 200 connections that come and go after it leave no
+    descriptor of emberd's open and root's status is answered at once."""
+    def attack(ctl):
+        s, peer = lingering_socket()
+        x = make(s)
+        s.close()
+        c = Client(d.socket, hello=False)
+        _hello_with(c.sock, [x.fileno()])
+        x.close()
+        c.recv_json()
+        c.close()
+        ctl.ready()
+        ctl.wait_go()
+        return peer.fileno()
+    a = AsUser(USERS["a"], attack, timeout=60)
+    try:
+        a.wait_ready()
+        time.sleep(1)
+        start = open_fds(d.pid)
+        for _ in range(200):
+            with d.client(timeout=5):
+                pass
+        check(wait_until(lambda: open_fds(d.pid) <= start, 5.0),
+              "emberd holds %d descriptors, %d before the 200 connections" %
+              (open_fds(d.pid), start))
+        t0 = time.monotonic()
+        with d.client(timeout=5) as c:
+            c.status()
+        check(time.monotonic() - t0 < 1, "root's status took %.2f s" %
+              (time.monotonic() - t0))
+        a.go()
+        a.result()
+    finally:
+        a.close()
+
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_empty_datagram_does_not_end_the_drain(d):
+    """A datagram socket whose queue starts with an empty datagram, the
+    lingering socket in flight behind it."""
+    def make(s):
+        x, y = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        y.send(b"")
+        socket.send_fds(y, [b"x"], [s.fileno()])
+        y.close()
+        return x
+    _passed_socket_holds_nothing(d, make)
+
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_credentials_do_not_crowd_out_the_drain(d):
+    """A socket set to pass credentials, 253 descriptors in flight in one
+    message, the last the lingering socket: credentials read with them
+    would leave no room for it, and the kernel would close it itself."""
+    def make(s):
+        x, y = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        x.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        r, w = os.pipe()
+        socket.send_fds(y, [b"x"], [r] * 252 + [s.fileno()])
+        os.close(r)
+        os.close(w)
+        y.close()
+        return x
+    _passed_socket_holds_nothing(d, make)
+
+
+@needs_users
+@with_daemon(sets=SHARED)
+def test_listener_connections_are_drained(d):
+    """A listening Unix socket whose connection, not accepted, holds the
+    lingering socket in flight."""
+    def make(s):
+        path = "/tmp/ember-listen-%d" % os.getpid()
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(path)
+        listener.listen(5)
+        conn = socket.socket(socket.AF_UNIX)
+        conn.connect(path)
+        socket.send_fds(conn, [b"x"], [s.fileno()])
+        conn.close()
+        os.unlink(path)
+        return listener
+    _passed_socket_holds_nothing(d, make)
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -663,14 +663,16 @@ def test_lingering_socket_in_flight_does_not_hold_the_closer(d):
         c.send_json({"op": "execute", "action": "count",
                      "plan": text_plan([pattern])})
         time.sleep(0.5)
+        # Twice emberd's read-ahead (64 KiB), well within what the
+        # socket queues (208 KiB): the socket sent after it stays in
+        # flight.  Sent without waiting: a Unix socket polls writable
+        # only while a quarter of that is queued, which emberd, busy,
+        # may never bring it back to.
         c.sock.setblocking(False)
-        try:
-            for _ in range(64):
-                c.sock.send(b"\0" * 16384)
-        except BlockingIOError:
-            pass
-        c.sock.setblocking(True)
+        for _ in range(8):
+            check_eq(c.sock.send(b"\0" * 16384), 16384, "bytes sent")
         socket.send_fds(c.sock, [b"x"], [s.fileno()])
+        c.sock.setblocking(True)
         s.close()
         c.close()
         ctl.ready()

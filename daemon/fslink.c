@@ -46,6 +46,7 @@ struct fslink {
 	struct event		*hello_timer;	/* workers.start_timeout */
 	int			 failures;	/* restarts without a hello */
 	int			 hello;		/* said hello since it started */
+	int			 asked[FSLINK_KINDS]; /* forks not answered */
 	char			*refused;	/* why it was killed, if it was */
 	TAILQ_ENTRY(fslink)	 entry;
 };
@@ -263,6 +264,55 @@ fslink_hello(struct fslink *fs, const struct fs_msg *m)
 	return (-1);
 }
 
+/* Is fd an AF_UNIX stream socket, as a child's end of its socketpair? */
+static int
+fslink_is_unix_stream(int fd)
+{
+	int		type, domain;
+	socklen_t	len = sizeof type;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == -1 ||
+	    type != SOCK_STREAM)
+		return (0);
+	len = sizeof domain;
+	return (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+	    domain == AF_UNIX);
+}
+
+/*
+ * Check an answer to a fork request of kind: one was asked for and not
+ * yet answered, and a child comes with its end of an AF_UNIX stream.  A
+ * fork-server runs its user's code (a Python broadcast unpickles in it):
+ * one that sent children emberd never asked for would have emberd hold
+ * their descriptors and count them past workers.max, for good once
+ * retired (their exits never come).  0, or -1 when the fork-server is
+ * refused (and passed closed).
+ */
+static int
+fslink_check_answer(struct fslink *fs, enum fslink_kind kind,
+    const struct fs_msg *m, int passed)
+{
+	const char	*what = kind == FSLINK_WORKERS ? "worker" : "helper";
+	char		 why[128];
+
+	if (fs->asked[kind] == 0)
+		snprintf(why, sizeof why, "the fork-server sent %s for a %s "
+		    "emberd did not ask for", fs_msg_type_name(m->type), what);
+	else if (passed != -1 && !fslink_is_unix_stream(passed))
+		snprintf(why, sizeof why, "the fork-server sent %s %ld with a "
+		    "descriptor that is not its socket", what, (long)m->pid);
+	else {
+		fs->asked[kind]--;
+		return (0);
+	}
+	if (passed != -1)
+		close(passed);
+	log_error("%s (fork-server %ld, uid %ld); killing it", why,
+	    (long)fs->pid, (long)fs->uid);
+	fslink_refuse(fs, why);
+	return (-1);
+}
+
 /* The packets of a turn (a few: a burst of exits cannot starve
  * clients). */
 static void
@@ -312,15 +362,27 @@ fslink_read_cb(void *arg)
 			}
 			break;
 		case FS_FORKED:
+			if (fslink_check_answer(fs, FSLINK_WORKERS, &m,
+			    passed) == -1)
+				return;
 			fslink_forked(fs, FSLINK_WORKERS, &m, passed);
 			break;
 		case FS_FORK_FAILED:
+			if (fslink_check_answer(fs, FSLINK_WORKERS, &m,
+			    -1) == -1)
+				return;
 			fslink_fork_failed(fs, FSLINK_WORKERS, &m);
 			break;
 		case FS_HELPER_FORKED:
+			if (fslink_check_answer(fs, FSLINK_HELPERS, &m,
+			    passed) == -1)
+				return;
 			fslink_forked(fs, FSLINK_HELPERS, &m, passed);
 			break;
 		case FS_HELPER_FAILED:
+			if (fslink_check_answer(fs, FSLINK_HELPERS, &m,
+			    -1) == -1)
+				return;
 			fslink_fork_failed(fs, FSLINK_HELPERS, &m);
 			break;
 		case FS_EXIT:
@@ -522,6 +584,7 @@ fslink_start(struct fslink *fs)
 	if (cgroup_enter(fs->uid, pid) == -1)
 		kill(pid, SIGKILL);
 	fs->pid = pid;
+	memset(fs->asked, 0, sizeof fs->asked);
 	/* A packet channel: each message is one packet of FS_MSG_SIZE, a
 	 * worker's or helper's socket riding on its FS_FORKED. */
 	fs->ch = channel_create_packets(sv[0], FS_MSG_SIZE, FS_MSG_SIZE, 1,
@@ -693,7 +756,10 @@ fslink_fork(struct fslink *fs, int32_t request)
 	if (!ember_conf.workers_reuse)
 		m.value = ms <= 0 || ms > FSLINK_AHEAD_MAX_MS ?
 		    FSLINK_AHEAD_MAX_MS : (int32_t)ms;
-	return (fslink_send(fs, &m));
+	if (fslink_send(fs, &m) == -1)
+		return (-1);
+	fs->asked[FSLINK_WORKERS]++;
+	return (0);
 }
 
 int
@@ -701,7 +767,10 @@ fslink_helper(struct fslink *fs, int32_t request)
 {
 	struct fs_msg	m = { FS_HELPER, request, 0, 0 };
 
-	return (fslink_send(fs, &m));
+	if (fslink_send(fs, &m) == -1)
+		return (-1);
+	fs->asked[FSLINK_HELPERS]++;
+	return (0);
 }
 
 void

@@ -375,5 +375,43 @@ def test_worker_let_go_is_not_a_hidden_exit(d):
           "the fork-server was killed for exits it had not yet seen")
 
 
+@needs_users
+@needs_python
+@with_daemon(sets=["workers.max=2", "workers.idle_timeout=200ms",
+                   "python.broadcast_preload_timeout=1s",
+                   "daemon.socket_mode=0666"])
+def test_fork_server_deaf_from_the_users_site(d):
+    """Python's start in the fork-server runs the user's own site
+    (~/.local's usercustomize, .pth files) with no broadcast loaded: a
+    user whose usercustomize ignores SIGCHLD hides the exits of every
+    worker retired after, which would keep their places in workers.max,
+    everyone's, for good.  The fork-server is replaced as one that hid
+    them after a load is."""
+    import subprocess
+    uid, gid, name = USERS["a"]
+    home = d.path("home-a")
+    site = os.path.join(home, ".local", "lib", "python%d.%d" %
+                        sys.version_info[:2], "site-packages")
+    os.makedirs(site)
+    with open(os.path.join(site, "usercustomize.py"), "w") as f:
+        f.write("import signal\nsignal.signal(signal.SIGCHLD, "
+                "signal.SIG_IGN)\n")
+    for top, dirs, files in os.walk(home):
+        for n in [top] + [os.path.join(top, x) for x in dirs + files]:
+            os.chown(n, uid, gid)
+    subprocess.run(["usermod", "--home", home, name], check=True)
+    try:
+        def job(ctl):
+            with ember.connect(d.socket, timeout=30) as sc:
+                return sorted(sc.range(2, partitions=2).map(
+                    lambda x: str(int(x) * 2)).collect())
+        check_eq(AsUser(USERS["a"], job).result(), ["0", "2"], "the job")
+        check(wait_until(lambda: "not reported" in d.log_text(), 10),
+              "the fork-server that hid exits was kept:\n%s" % d.log_tail())
+        check_eq(AsUser(USERS["a"], job).result(), ["0", "2"], "job after")
+    finally:
+        subprocess.run(["usermod", "--home", "/nonexistent", name])
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -47,6 +47,7 @@ struct fslink {
 	int			 failures;	/* restarts without a hello */
 	int			 hello;		/* said hello since it started */
 	int			 asked[FSLINK_KINDS]; /* forks not answered */
+	uint64_t		 asked_ms;	/* since then none answered */
 	char			*refused;	/* why it was killed, if it was */
 	TAILQ_ENTRY(fslink)	 entry;
 };
@@ -303,6 +304,7 @@ fslink_check_answer(struct fslink *fs, enum fslink_kind kind,
 		    "descriptor that is not its socket", what, (long)m->pid);
 	else {
 		fs->asked[kind]--;
+		fs->asked_ms = ember_now_ms();
 		return (0);
 	}
 	if (passed != -1)
@@ -356,6 +358,7 @@ fslink_read_cb(void *arg)
 				evtimer_del(fs->hello_timer);
 			fs->failures = 0;
 			fs->hello = 1;
+			fs->asked_ms = ember_now_ms();
 			for (k = 0; k < FSLINK_KINDS; k++) {
 				if ((p = FSLINK_PEER(k, hello)) != NULL)
 					p->hello(fs);
@@ -739,6 +742,43 @@ fslink_send(struct fslink *fs, const struct fs_msg *m)
 	return (fslink_send_fd(fs, m, -1));
 }
 
+/* Ask for a child of kind: 0, or -1 as fslink_fork. */
+static int
+fslink_ask(struct fslink *fs, enum fslink_kind kind, const struct fs_msg *m)
+{
+	if (fslink_send(fs, m) == -1)
+		return (-1);
+	if (fs->asked[FSLINK_WORKERS] + fs->asked[FSLINK_HELPERS] == 0)
+		fs->asked_ms = ember_now_ms();
+	fs->asked[kind]++;
+	return (0);
+}
+
+/*
+ * A fork-server stalled by its user's code (an unpickling that never
+ * returns: the loads block its loop) answers no fork request, and those
+ * asked for hold their places in workers.max, everyone's, past any task
+ * timeout.  One that has answered none for python.broadcast_preload_timeout
+ * (longer than any load) while some wait is killed and started again.
+ */
+void
+fslink_check_answers(struct fslink *fs, uint64_t now)
+{
+	char	why[128];
+
+	if (!fslink_running(fs) || !fs->hello ||
+	    fs->asked[FSLINK_WORKERS] + fs->asked[FSLINK_HELPERS] == 0 ||
+	    now - fs->asked_ms <=
+	    (uint64_t)ember_conf.python_broadcast_preload_timeout)
+		return;
+	snprintf(why, sizeof why, "the fork-server left %d fork requests "
+	    "not answered for %llums", fs->asked[FSLINK_WORKERS] +
+	    fs->asked[FSLINK_HELPERS], (unsigned long long)(now - fs->asked_ms));
+	log_error("%s (fork-server %ld, uid %ld); killing it", why,
+	    (long)fs->pid, (long)fs->uid);
+	fslink_refuse(fs, why);
+}
+
 /*
  * Workers not reused are asked for with how long the fork-server may keep
  * the next one forked ahead (workers.idle_timeout, as an idle worker, but
@@ -756,10 +796,7 @@ fslink_fork(struct fslink *fs, int32_t request)
 	if (!ember_conf.workers_reuse)
 		m.value = ms <= 0 || ms > FSLINK_AHEAD_MAX_MS ?
 		    FSLINK_AHEAD_MAX_MS : (int32_t)ms;
-	if (fslink_send(fs, &m) == -1)
-		return (-1);
-	fs->asked[FSLINK_WORKERS]++;
-	return (0);
+	return (fslink_ask(fs, FSLINK_WORKERS, &m));
 }
 
 int
@@ -767,10 +804,7 @@ fslink_helper(struct fslink *fs, int32_t request)
 {
 	struct fs_msg	m = { FS_HELPER, request, 0, 0 };
 
-	if (fslink_send(fs, &m) == -1)
-		return (-1);
-	fs->asked[FSLINK_HELPERS]++;
-	return (0);
+	return (fslink_ask(fs, FSLINK_HELPERS, &m));
 }
 
 void

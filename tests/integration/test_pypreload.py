@@ -413,5 +413,48 @@ def test_fork_server_deaf_from_the_users_site(d):
         subprocess.run(["usermod", "--home", "/nonexistent", name])
 
 
+def _stall_once(marker):
+    """Sleep for good the first time (in the fork-server), after leaving
+    marker; return at once after that (in the workers)."""
+    if not os.path.exists(marker):
+        with open(marker, "w"):
+            pass
+        time.sleep(3600)
+    return {1, 2}
+
+
+class StallsOnce:
+    """A broadcast whose first unpickling never returns."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (_stall_once, (self.marker,))
+
+
+@needs_python
+@with_daemon(sets=PRELOAD + ["python.broadcast_preload_timeout=1s"])
+def test_fork_server_stalled_by_a_load_is_replaced(d):
+    """A broadcast whose unpickling never returns stalls the fork-server:
+    the forks asked after it are never answered, and they would hold
+    their places in workers.max, everyone's, past any task timeout.  One
+    that leaves a fork request unanswered past
+    python.broadcast_preload_timeout is replaced; the job runs on the
+    next fork-server, its workers unpickling the broadcast themselves."""
+    marker = _marks(d) + "-stalled"
+
+    def job():
+        with ember.connect(d.socket, timeout=30) as sc:
+            b = sc.broadcast_object(StallsOnce(marker))
+            return sc.range(4, partitions=4).map(
+                lambda x: "%s %s" % (x, int(x) in b.value)).collect()
+    got = in_thread(job)(20)
+    check_eq(got, ["0 False", "1 True", "2 True", "3 False"], "answers")
+    check(os.path.exists(marker), "the load did not start")
+    check("not answered" in d.log_text(), "no fork-server replaced:\n%s"
+          % d.log_tail())
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -353,7 +353,7 @@ def test_fork_server_that_hides_exits_is_replaced(d):
 
 @needs_python
 @with_lingering_workers(*PRELOAD, "workers.reuse=no",
-                        "python.broadcast_preload_timeout=100ms")
+                        "python.broadcast_preload_timeout=300ms")
 def test_worker_let_go_is_not_a_hidden_exit(d):
     """A worker let go by closing its socket may stay on for a while
     before it is killed (here linger.so keeps it, as a user's code could):

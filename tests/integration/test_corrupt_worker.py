@@ -342,6 +342,26 @@ def test_forkserver_worker_without_a_socket_refused(d):
     os.close(w)
 
 
+@with_daemon(sets=["workers.max=1", "workers.idle_timeout=100ms",
+                   "python.broadcast_preload_timeout=1s"])
+def test_forkserver_stopped_by_its_user_is_replaced(d):
+    """The user may stop their own fork-server (SIGSTOP: it runs as
+    them); the forks asked for then would wait, holding their places in
+    workers.max, everyone's, for as long as the user likes.  A fork
+    request unanswered past python.broadcast_preload_timeout has the
+    fork-server killed and started again, and the job runs."""
+    import signal
+    c = d.client()
+    check_eq(c.count(range_plan(0, 100, 1)), 100, "count before")
+    check(wait_until(lambda: not c.status()["workers"], 10),
+          "the idle worker stayed")
+    os.kill(d.forkserver_pid(), signal.SIGSTOP)
+    job = in_thread(d.client().count, range_plan(0, 100, 1))
+    check_eq(job(20), 100, "the job, on the next fork-server")
+    check("fork requests not answered" in d.log_text(),
+          "no fork-server replaced:\n%s" % d.log_tail())
+
+
 FROZEN_CLOCK = job_readable(os.path.join(BUILDDIR, "tests", "integration",
                                          "frozen_clock.so"))
 SLOW = job_readable(os.path.join(BUILDDIR, "tests", "integration",

@@ -772,8 +772,9 @@ fslink_check_answers(struct fslink *fs, uint64_t now)
 	    (uint64_t)ember_conf.python_broadcast_preload_timeout)
 		return;
 	snprintf(why, sizeof why, "the fork-server left %d fork requests "
-	    "not answered for %llums", fs->asked[FSLINK_WORKERS] +
-	    fs->asked[FSLINK_HELPERS], (unsigned long long)(now - fs->asked_ms));
+	    "not answered for %llums",
+	    fs->asked[FSLINK_WORKERS] + fs->asked[FSLINK_HELPERS],
+	    (unsigned long long)(now - fs->asked_ms));
 	log_error("%s (fork-server %ld, uid %ld); killing it", why,
 	    (long)fs->pid, (long)fs->uid);
 	fslink_refuse(fs, why);

@@ -1527,7 +1527,8 @@ worker_check_exit(struct worker *w, uint64_t now)
 {
 	char	why[128];
 
-	if (w->exited || (w->linger_ev != NULL && evtimer_pending(w->linger_ev, NULL)) ||
+	if (w->exited ||
+	    (w->linger_ev != NULL && evtimer_pending(w->linger_ev, NULL)) ||
 	    now - w->dead_ms <=
 	    (uint64_t)ember_conf.python_broadcast_preload_timeout)
 		return;

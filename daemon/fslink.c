@@ -308,7 +308,7 @@ fslink_check_answer(struct fslink *fs, enum fslink_kind kind,
 		return (0);
 	}
 	if (passed != -1)
-		close(passed);
+		closer_close_drained(passed);
 	log_error("%s (fork-server %ld, uid %ld); killing it", why,
 	    (long)fs->pid, (long)fs->uid);
 	fslink_refuse(fs, why);

@@ -46,6 +46,8 @@ struct fslink {
 	struct event		*hello_timer;	/* workers.start_timeout */
 	int			 failures;	/* restarts without a hello */
 	int			 hello;		/* said hello since it started */
+	int			 asked[FSLINK_KINDS]; /* forks not answered */
+	uint64_t		 asked_ms;	/* since then none answered */
 	char			*refused;	/* why it was killed, if it was */
 	TAILQ_ENTRY(fslink)	 entry;
 };
@@ -263,6 +265,56 @@ fslink_hello(struct fslink *fs, const struct fs_msg *m)
 	return (-1);
 }
 
+/* Is fd an AF_UNIX stream socket, as a child's end of its socketpair? */
+static int
+fslink_is_unix_stream(int fd)
+{
+	int		type, domain;
+	socklen_t	len = sizeof type;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == -1 ||
+	    type != SOCK_STREAM)
+		return (0);
+	len = sizeof domain;
+	return (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+	    domain == AF_UNIX);
+}
+
+/*
+ * Check an answer to a fork request of kind: one was asked for and not
+ * yet answered, and a child comes with its end of an AF_UNIX stream.  A
+ * fork-server runs its user's code (a Python broadcast unpickles in it):
+ * one that sent children emberd never asked for would have emberd hold
+ * their descriptors and count them past workers.max, for good once
+ * retired (their exits never come).  0, or -1 when the fork-server is
+ * refused (and passed closed).
+ */
+static int
+fslink_check_answer(struct fslink *fs, enum fslink_kind kind,
+    const struct fs_msg *m, int passed)
+{
+	const char	*what = kind == FSLINK_WORKERS ? "worker" : "helper";
+	char		 why[128];
+
+	if (fs->asked[kind] == 0)
+		snprintf(why, sizeof why, "the fork-server sent %s for a %s "
+		    "emberd did not ask for", fs_msg_type_name(m->type), what);
+	else if (passed != -1 && !fslink_is_unix_stream(passed))
+		snprintf(why, sizeof why, "the fork-server sent %s %ld with a "
+		    "descriptor that is not its socket", what, (long)m->pid);
+	else {
+		fs->asked[kind]--;
+		fs->asked_ms = ember_now_ms();
+		return (0);
+	}
+	if (passed != -1)
+		closer_close_drained(passed);
+	log_error("%s (fork-server %ld, uid %ld); killing it", why,
+	    (long)fs->pid, (long)fs->uid);
+	fslink_refuse(fs, why);
+	return (-1);
+}
+
 /* The packets of a turn (a few: a burst of exits cannot starve
  * clients). */
 static void
@@ -306,21 +358,34 @@ fslink_read_cb(void *arg)
 				evtimer_del(fs->hello_timer);
 			fs->failures = 0;
 			fs->hello = 1;
+			fs->asked_ms = ember_now_ms();
 			for (k = 0; k < FSLINK_KINDS; k++) {
 				if ((p = FSLINK_PEER(k, hello)) != NULL)
 					p->hello(fs);
 			}
 			break;
 		case FS_FORKED:
+			if (fslink_check_answer(fs, FSLINK_WORKERS, &m,
+			    passed) == -1)
+				return;
 			fslink_forked(fs, FSLINK_WORKERS, &m, passed);
 			break;
 		case FS_FORK_FAILED:
+			if (fslink_check_answer(fs, FSLINK_WORKERS, &m,
+			    -1) == -1)
+				return;
 			fslink_fork_failed(fs, FSLINK_WORKERS, &m);
 			break;
 		case FS_HELPER_FORKED:
+			if (fslink_check_answer(fs, FSLINK_HELPERS, &m,
+			    passed) == -1)
+				return;
 			fslink_forked(fs, FSLINK_HELPERS, &m, passed);
 			break;
 		case FS_HELPER_FAILED:
+			if (fslink_check_answer(fs, FSLINK_HELPERS, &m,
+			    -1) == -1)
+				return;
 			fslink_fork_failed(fs, FSLINK_HELPERS, &m);
 			break;
 		case FS_EXIT:
@@ -522,6 +587,7 @@ fslink_start(struct fslink *fs)
 	if (cgroup_enter(fs->uid, pid) == -1)
 		kill(pid, SIGKILL);
 	fs->pid = pid;
+	memset(fs->asked, 0, sizeof fs->asked);
 	/* A packet channel: each message is one packet of FS_MSG_SIZE, a
 	 * worker's or helper's socket riding on its FS_FORKED. */
 	fs->ch = channel_create_packets(sv[0], FS_MSG_SIZE, FS_MSG_SIZE, 1,
@@ -676,6 +742,44 @@ fslink_send(struct fslink *fs, const struct fs_msg *m)
 	return (fslink_send_fd(fs, m, -1));
 }
 
+/* Ask for a child of kind: 0, or -1 as fslink_fork. */
+static int
+fslink_ask(struct fslink *fs, enum fslink_kind kind, const struct fs_msg *m)
+{
+	if (fslink_send(fs, m) == -1)
+		return (-1);
+	if (fs->asked[FSLINK_WORKERS] + fs->asked[FSLINK_HELPERS] == 0)
+		fs->asked_ms = ember_now_ms();
+	fs->asked[kind]++;
+	return (0);
+}
+
+/*
+ * A fork-server stalled by its user's code (an unpickling that never
+ * returns: the loads block its loop) answers no fork request, and those
+ * asked for hold their places in workers.max, everyone's, past any task
+ * timeout.  One that has answered none for python.broadcast_preload_timeout
+ * (longer than any load) while some wait is killed and started again.
+ */
+void
+fslink_check_answers(struct fslink *fs, uint64_t now)
+{
+	char	why[128];
+
+	if (!fslink_running(fs) || !fs->hello ||
+	    fs->asked[FSLINK_WORKERS] + fs->asked[FSLINK_HELPERS] == 0 ||
+	    now - fs->asked_ms <=
+	    (uint64_t)ember_conf.python_broadcast_preload_timeout)
+		return;
+	snprintf(why, sizeof why, "the fork-server left %d fork requests "
+	    "not answered for %llums",
+	    fs->asked[FSLINK_WORKERS] + fs->asked[FSLINK_HELPERS],
+	    (unsigned long long)(now - fs->asked_ms));
+	log_error("%s (fork-server %ld, uid %ld); killing it", why,
+	    (long)fs->pid, (long)fs->uid);
+	fslink_refuse(fs, why);
+}
+
 /*
  * Workers not reused are asked for with how long the fork-server may keep
  * the next one forked ahead (workers.idle_timeout, as an idle worker, but
@@ -693,7 +797,7 @@ fslink_fork(struct fslink *fs, int32_t request)
 	if (!ember_conf.workers_reuse)
 		m.value = ms <= 0 || ms > FSLINK_AHEAD_MAX_MS ?
 		    FSLINK_AHEAD_MAX_MS : (int32_t)ms;
-	return (fslink_send(fs, &m));
+	return (fslink_ask(fs, FSLINK_WORKERS, &m));
 }
 
 int
@@ -701,7 +805,7 @@ fslink_helper(struct fslink *fs, int32_t request)
 {
 	struct fs_msg	m = { FS_HELPER, request, 0, 0 };
 
-	return (fslink_send(fs, &m));
+	return (fslink_ask(fs, FSLINK_HELPERS, &m));
 }
 
 void

@@ -65,6 +65,10 @@ int		 fslink_fork(struct fslink *, int32_t request);
 /* Ask for a helper (daemon/helper.c): 0, or -1 as fslink_fork. */
 int		 fslink_helper(struct fslink *, int32_t request);
 void		 fslink_kill(struct fslink *, pid_t, int signal);
+/* Kill the fork-server if it has left fork requests unanswered past
+ * python.broadcast_preload_timeout (stalled by its user's code); its
+ * exit restarts it. */
+void		 fslink_check_answers(struct fslink *, uint64_t now);
 /* Kill the fork-server, which broke its contract (why), unless it is
  * already down; its exit restarts it as any death does. */
 void		 fslink_abort(struct fslink *, const char *why);

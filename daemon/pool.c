@@ -114,6 +114,7 @@ pool_maintain_cb(evutil_socket_t fd, short events, void *arg)
 	(void)fd; (void)events; (void)arg;
 	worker_check_limits();
 	TAILQ_FOREACH(p, &pools, entry) {
+		fslink_check_answers(p->fs, ember_now_ms());
 		worker_expire_idle(p, (int)ember_conf.workers_min_idle);
 		worker_count_pool(p, &all, &idle);
 		if (idle + p->pending < ember_conf.workers_min_idle)

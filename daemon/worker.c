@@ -1512,9 +1512,11 @@ worker_check_limits(void)
 }
 
 /*
- * A fork-server that loaded a Python broadcast ran the user's code (the
- * unpickling, and what it left behind: a fork hook, a __del__, a signal
- * disposition), so it is no more trusted than a worker.  One that leaves
+ * A fork-server may have run the user's code: the unpickling of a Python
+ * broadcast, and what it left behind (a fork hook, a __del__, a signal
+ * disposition), or Python's start there, which runs the user's own site
+ * (usercustomize, .pth files) before any load.  So it is no more trusted
+ * than a worker, whether it loaded anything or not.  One that leaves
  * a retired worker's exit unreported past python.broadcast_preload_timeout
  * would keep the worker's place in workers.max for ever: it is killed, and
  * its workers go with it (fslink.h).  A worker let go is owed no exit
@@ -1525,7 +1527,7 @@ worker_check_exit(struct worker *w, uint64_t now)
 {
 	char	why[128];
 
-	if (w->exited || pypreload_gen(pool_pypreload(w->pool)) == 0 ||
+	if (w->exited ||
 	    (w->linger_ev != NULL && evtimer_pending(w->linger_ev, NULL)) ||
 	    now - w->dead_ms <=
 	    (uint64_t)ember_conf.python_broadcast_preload_timeout)

@@ -240,6 +240,128 @@ def test_forkserver_malformed_packet(d):
     check_eq(c.count(range_plan(0, 100, 2)), 100, "count after")
 
 
+def emberd_fds(d):
+    """How many descriptors emberd holds."""
+    return len(os.listdir("/proc/%d/fd" % d.pid))
+
+
+def send_packets(fd, packets):
+    """Send fork-server packets on its link: (type, id, pid, value, fd or
+    None) each; how many went before the link closed or filled."""
+    import socket
+    import struct
+    s = socket.socket(fileno=os.dup(fd))
+    s.setblocking(False)
+    sent = 0
+    try:
+        for t, i, pid, value, passed in packets:
+            msg = struct.pack(">iiii", t, i, pid, value)
+            try:
+                if passed is None:
+                    s.send(msg)
+                else:
+                    socket.send_fds(s, [msg], [passed])
+            except OSError:
+                break
+            sent += 1
+    finally:
+        s.close()
+    return sent
+
+
+FS_FORKED = 3		# common/protocol.h: enum fs_msg_type
+
+
+@with_daemon(sets=["workers.max=2"])
+def test_forkserver_unasked_workers_refused(d):
+    """A fork-server (the user's process: a Python broadcast unpickles
+    in it) that sends FS_FORKED for workers emberd never asked for would
+    have emberd hold each one's descriptor and count it a worker, past
+    workers.max and emberd's own descriptor limit.  The first is refused:
+    the fork-server is killed, and the next one serves."""
+    import socket
+    c = d.client()
+    check_eq(c.count(range_plan(0, 100, 2)), 100, "count before")
+    wait_until(lambda: len(c.status()["workers"]) == 2, 5)
+    before = emberd_fds(d)
+    fd = fork_server_socket(d)
+    pairs = [socket.socketpair() for _ in range(200)]
+    try:
+        send_packets(fd, [(FS_FORKED, 0, 4000000 + i, 0, a.fileno())
+                          for i, (a, _) in enumerate(pairs)])
+    finally:
+        os.close(fd)
+        for a, b in pairs:
+            a.close()
+    for _, b in pairs:
+        b.close()
+    wait_steady(lambda: emberd_fds(d), 5)
+    check(emberd_fds(d) < before + 10, "emberd holds %d descriptors, %d "
+          "before" % (emberd_fds(d), before))
+    workers = c.status()["workers"]
+    check(len(workers) <= 2, "%d workers past workers.max=2" % len(workers))
+    check("FS_FORKED for a worker emberd did not ask for" in d.log_text(),
+          "no fork-server refused:\n%s" % d.log_tail())
+    check_eq(c.count(range_plan(0, 100, 2)), 100, "count after")
+
+
+@with_daemon(sets=["workers.max=1", "workers.idle_timeout=100ms"])
+def test_forkserver_worker_without_a_socket_refused(d):
+    """A fork-server that answers a fork request with a descriptor that
+    is no socket (a pipe, a file) is refused: emberd would otherwise
+    take it for the worker's socket and write tasks into it."""
+    import signal
+    import socket
+    c = d.client()
+    check_eq(c.count(range_plan(0, 100, 1)), 100, "count before")
+    check(wait_until(lambda: not c.status()["workers"], 10),
+          "the idle worker stayed")
+    fs = d.forkserver_pid()
+    os.kill(fs, signal.SIGSTOP)
+    try:
+        job = in_thread(d.client().count, range_plan(0, 100, 1))
+        check(wait_until(lambda: any(p["starting"] > 0 for p in
+                                     c.status()["pools"]), 10),
+              "no worker asked for")
+        r, w = os.pipe()
+        fd = fork_server_socket(d)
+        try:
+            send_packets(fd, [(FS_FORKED, 1, 4000000, 0, r)])
+        finally:
+            os.close(fd)
+            os.close(r)
+        check(wait_until(lambda: "descriptor that is not its socket" in
+                         d.log_text(), 10),
+              "no fork-server refused:\n%s" % d.log_tail())
+    finally:
+        try:
+            os.kill(fs, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    check_eq(job(), 100, "the job, on the next fork-server")
+    os.close(w)
+
+
+@with_daemon(sets=["workers.max=1", "workers.idle_timeout=100ms",
+                   "python.broadcast_preload_timeout=1s"])
+def test_forkserver_stopped_by_its_user_is_replaced(d):
+    """The user may stop their own fork-server (SIGSTOP: it runs as
+    them); the forks asked for then would wait, holding their places in
+    workers.max, everyone's, for as long as the user likes.  A fork
+    request unanswered past python.broadcast_preload_timeout has the
+    fork-server killed and started again, and the job runs."""
+    import signal
+    c = d.client()
+    check_eq(c.count(range_plan(0, 100, 1)), 100, "count before")
+    check(wait_until(lambda: not c.status()["workers"], 10),
+          "the idle worker stayed")
+    os.kill(d.forkserver_pid(), signal.SIGSTOP)
+    job = in_thread(d.client().count, range_plan(0, 100, 1))
+    check_eq(job(20), 100, "the job, on the next fork-server")
+    check("fork requests not answered" in d.log_text(),
+          "no fork-server replaced:\n%s" % d.log_tail())
+
+
 FROZEN_CLOCK = job_readable(os.path.join(BUILDDIR, "tests", "integration",
                                          "frozen_clock.so"))
 SLOW = job_readable(os.path.join(BUILDDIR, "tests", "integration",

@@ -353,7 +353,7 @@ def test_fork_server_that_hides_exits_is_replaced(d):
 
 @needs_python
 @with_lingering_workers(*PRELOAD, "workers.reuse=no",
-                        "python.broadcast_preload_timeout=100ms")
+                        "python.broadcast_preload_timeout=300ms")
 def test_worker_let_go_is_not_a_hidden_exit(d):
     """A worker let go by closing its socket may stay on for a while
     before it is killed (here linger.so keeps it, as a user's code could):
@@ -373,6 +373,87 @@ def test_worker_let_go_is_not_a_hidden_exit(d):
             lambda x: int(x) in b.value).count(), 1, "the next job")
     check("not reported" not in d.log_text(),
           "the fork-server was killed for exits it had not yet seen")
+
+
+@needs_users
+@needs_python
+@with_daemon(sets=["workers.max=2", "workers.idle_timeout=200ms",
+                   "python.broadcast_preload_timeout=1s",
+                   "daemon.socket_mode=0666"])
+def test_fork_server_deaf_from_the_users_site(d):
+    """Python's start in the fork-server runs the user's own site
+    (~/.local's usercustomize, .pth files) with no broadcast loaded: a
+    user whose usercustomize ignores SIGCHLD hides the exits of every
+    worker retired after, which would keep their places in workers.max,
+    everyone's, for good.  The fork-server is replaced as one that hid
+    them after a load is."""
+    import subprocess
+    uid, gid, name = USERS["a"]
+    home = d.path("home-a")
+    site = os.path.join(home, ".local", "lib", "python%d.%d" %
+                        sys.version_info[:2], "site-packages")
+    os.makedirs(site)
+    with open(os.path.join(site, "usercustomize.py"), "w") as f:
+        f.write("import signal\nsignal.signal(signal.SIGCHLD, "
+                "signal.SIG_IGN)\n")
+    for top, dirs, files in os.walk(home):
+        for n in [top] + [os.path.join(top, x) for x in dirs + files]:
+            os.chown(n, uid, gid)
+    subprocess.run(["usermod", "--home", home, name], check=True)
+    try:
+        def job(ctl):
+            with ember.connect(d.socket, timeout=30) as sc:
+                return sorted(sc.range(2, partitions=2).map(
+                    lambda x: str(int(x) * 2)).collect())
+        check_eq(AsUser(USERS["a"], job).result(), ["0", "2"], "the job")
+        check(wait_until(lambda: "not reported" in d.log_text(), 10),
+              "the fork-server that hid exits was kept:\n%s" % d.log_tail())
+        check_eq(AsUser(USERS["a"], job).result(), ["0", "2"], "job after")
+    finally:
+        subprocess.run(["usermod", "--home", "/nonexistent", name])
+
+
+def _stall_once(marker):
+    """Sleep for good the first time (in the fork-server), after leaving
+    marker; return at once after that (in the workers)."""
+    if not os.path.exists(marker):
+        with open(marker, "w"):
+            pass
+        time.sleep(3600)
+    return {1, 2}
+
+
+class StallsOnce:
+    """A broadcast whose first unpickling never returns."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (_stall_once, (self.marker,))
+
+
+@needs_python
+@with_daemon(sets=PRELOAD + ["python.broadcast_preload_timeout=1s"])
+def test_fork_server_stalled_by_a_load_is_replaced(d):
+    """A broadcast whose unpickling never returns stalls the fork-server:
+    the forks asked after it are never answered, and they would hold
+    their places in workers.max, everyone's, past any task timeout.  One
+    that leaves a fork request unanswered past
+    python.broadcast_preload_timeout is replaced; the job runs on the
+    next fork-server, its workers unpickling the broadcast themselves."""
+    marker = _marks(d) + "-stalled"
+
+    def job():
+        with ember.connect(d.socket, timeout=30) as sc:
+            b = sc.broadcast_object(StallsOnce(marker))
+            return sc.range(4, partitions=4).map(
+                lambda x: "%s %s" % (x, int(x) in b.value)).collect()
+    got = in_thread(job)(20)
+    check_eq(got, ["0 False", "1 True", "2 True", "3 False"], "answers")
+    check(os.path.exists(marker), "the load did not start")
+    check("not answered" in d.log_text(), "no fork-server replaced:\n%s"
+          % d.log_tail())
 
 
 if __name__ == "__main__":

@@ -48,13 +48,14 @@ static void	closer_close_one(int, int, int);
 static void	closer_queue_locked(int, int);
 
 /*
- * Shut a Unix socket for reading and read what it holds, closing the
- * descriptors in flight in it one by one: its close would release them
- * all at once, unseen, each maybe a socket set to linger.  0 once it is
- * empty, -1 if more is left after CLOSER_DRAIN_READS reads.
+ * Read what a Unix socket holds, closing the descriptors in flight in it
+ * one by one.  With zero_ends, a read of nothing ends it (the end of a
+ * socket shut for reading); without, only EAGAIN does, as a datagram may
+ * be empty.  0 once it is empty, -1 if more is left after
+ * CLOSER_DRAIN_READS reads.
  */
 static int
-closer_drain(int fd, int depth)
+closer_drain_reads(int fd, int depth, int zero_ends)
 {
 	union {
 		struct cmsghdr	hdr;
@@ -64,10 +65,50 @@ closer_drain(int fd, int depth)
 	struct msghdr	 mh;
 	struct iovec	 iov;
 	struct cmsghdr	*c;
-	int		 domain, type, listening, off = 0, *p, i, conn;
-	socklen_t	 len;
+	int		 *p, i;
 	ssize_t		 n;
 	size_t		 k, j;
+
+	for (i = 0; i < CLOSER_DRAIN_READS; i++) {
+		iov.iov_base = junk;
+		iov.iov_len = sizeof junk;
+		memset(&mh, 0, sizeof mh);
+		mh.msg_iov = &iov;
+		mh.msg_iovlen = 1;
+		mh.msg_control = cmsg.buf;
+		mh.msg_controllen = sizeof cmsg.buf;
+		n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n == -1)
+			return (0);	/* EAGAIN: nothing is left */
+		for (c = CMSG_FIRSTHDR(&mh); c != NULL;
+		    c = CMSG_NXTHDR(&mh, c)) {
+			if (c->cmsg_level != SOL_SOCKET ||
+			    c->cmsg_type != SCM_RIGHTS)
+				continue;
+			p = (int *)CMSG_DATA(c);
+			k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (j = 0; j < k; j++)
+				closer_close_one(p[j], 1, depth + 1);
+		}
+		if (n == 0 && mh.msg_controllen == 0 && zero_ends)
+			return (0);
+	}
+	return (-1);
+}
+
+/*
+ * Shut a Unix socket for reading and read what it holds, closing the
+ * descriptors in flight in it one by one: its close would release them
+ * all at once, unseen, each maybe a socket set to linger.  0 once it is
+ * empty, -1 if more is left.
+ */
+static int
+closer_drain(int fd, int depth)
+{
+	int		 domain, type, listening, off = 0, i, conn;
+	socklen_t	 len;
 
 	len = sizeof domain;
 	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == -1 ||
@@ -103,35 +144,13 @@ closer_drain(int fd, int depth)
 #ifdef SO_PASSPIDFD
 	(void)setsockopt(fd, SOL_SOCKET, SO_PASSPIDFD, &off, sizeof off);
 #endif
+	/* A datagram may be empty, and reads as the end of a socket shut for
+	 * reading does: read to EAGAIN first, then shut it and take what
+	 * came in between. */
+	if (type != SOCK_STREAM)
+		(void)closer_drain_reads(fd, depth, 0);
 	(void)shutdown(fd, SHUT_RD);
-	for (i = 0; i < CLOSER_DRAIN_READS; i++) {
-		iov.iov_base = junk;
-		iov.iov_len = sizeof junk;
-		memset(&mh, 0, sizeof mh);
-		mh.msg_iov = &iov;
-		mh.msg_iovlen = 1;
-		mh.msg_control = cmsg.buf;
-		mh.msg_controllen = sizeof cmsg.buf;
-		n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n == -1)
-			return (0);	/* EAGAIN: nothing is left */
-		for (c = CMSG_FIRSTHDR(&mh); c != NULL;
-		    c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level != SOL_SOCKET ||
-			    c->cmsg_type != SCM_RIGHTS)
-				continue;
-			p = (int *)CMSG_DATA(c);
-			k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			for (j = 0; j < k; j++)
-				closer_close_one(p[j], 1, depth + 1);
-		}
-		/* The end of a stream; a datagram may be empty. */
-		if (n == 0 && mh.msg_controllen == 0 && type == SOCK_STREAM)
-			return (0);
-	}
-	return (-1);
+	return (closer_drain_reads(fd, depth, 1));
 }
 
 /* Close one descriptor: a socket is told not to linger first, so that

@@ -48,6 +48,15 @@ struct fslink {
 	int			 hello;		/* said hello since it started */
 	int			 asked[FSLINK_KINDS]; /* forks not answered */
 	uint64_t		 asked_ms;	/* since then none answered */
+	/*
+	 * Python loads sent, and for each request not answered, oldest
+	 * first (the fork-server answers in order), the loads sent before
+	 * it: a request waits for those, each given its own allowance.
+	 */
+	uint64_t		 loads_sent;
+	uint64_t		 loads_done;	/* before the last answer */
+	uint64_t		*ask_loads;	/* a ring */
+	size_t			 ask_head, ask_n, ask_size;
 	char			*refused;	/* why it was killed, if it was */
 	TAILQ_ENTRY(fslink)	 entry;
 };
@@ -305,6 +314,11 @@ fslink_check_answer(struct fslink *fs, enum fslink_kind kind,
 	else {
 		fs->asked[kind]--;
 		fs->asked_ms = ember_now_ms();
+		if (fs->ask_n > 0) {
+			fs->loads_done = fs->ask_loads[fs->ask_head];
+			fs->ask_head = (fs->ask_head + 1) % fs->ask_size;
+			fs->ask_n--;
+		}
 		return (0);
 	}
 	if (passed != -1)
@@ -588,6 +602,8 @@ fslink_start(struct fslink *fs)
 		kill(pid, SIGKILL);
 	fs->pid = pid;
 	memset(fs->asked, 0, sizeof fs->asked);
+	fs->loads_sent = fs->loads_done = 0;
+	fs->ask_head = fs->ask_n = 0;
 	/* A packet channel: each message is one packet of FS_MSG_SIZE, a
 	 * worker's or helper's socket riding on its FS_FORKED. */
 	fs->ch = channel_create_packets(sv[0], FS_MSG_SIZE, FS_MSG_SIZE, 1,
@@ -746,11 +762,27 @@ fslink_send(struct fslink *fs, const struct fs_msg *m)
 static int
 fslink_ask(struct fslink *fs, enum fslink_kind kind, const struct fs_msg *m)
 {
+	uint64_t	*grown;
+	size_t		 i, size;
+
 	if (fslink_send(fs, m) == -1)
 		return (-1);
 	if (fs->asked[FSLINK_WORKERS] + fs->asked[FSLINK_HELPERS] == 0)
 		fs->asked_ms = ember_now_ms();
 	fs->asked[kind]++;
+	if (fs->ask_n == fs->ask_size) {
+		size = fs->ask_size == 0 ? 16 : fs->ask_size * 2;
+		grown = xreallocarray(NULL, size, sizeof *grown);
+		for (i = 0; i < fs->ask_n; i++)
+			grown[i] = fs->ask_loads[(fs->ask_head + i) %
+			    fs->ask_size];
+		free(fs->ask_loads);
+		fs->ask_loads = grown;
+		fs->ask_head = 0;
+		fs->ask_size = size;
+	}
+	fs->ask_loads[(fs->ask_head + fs->ask_n++) % fs->ask_size] =
+	    fs->loads_sent;
 	return (0);
 }
 
@@ -759,17 +791,23 @@ fslink_ask(struct fslink *fs, enum fslink_kind kind, const struct fs_msg *m)
  * returns: the loads block its loop) answers no fork request, and those
  * asked for hold their places in workers.max, everyone's, past any task
  * timeout.  One that has answered none for python.broadcast_preload_timeout
- * (longer than any load) while some wait is killed and started again.
+ * (longer than any load) while some wait, and as long again for each load
+ * the oldest waits behind, is killed and started again.
  */
 void
 fslink_check_answers(struct fslink *fs, uint64_t now)
 {
-	char	why[128];
+	uint64_t	allowed, loads = 0;
+	char		why[128];
 
 	if (!fslink_running(fs) || !fs->hello ||
-	    fs->asked[FSLINK_WORKERS] + fs->asked[FSLINK_HELPERS] == 0 ||
-	    now - fs->asked_ms <=
-	    (uint64_t)ember_conf.python_broadcast_preload_timeout)
+	    fs->asked[FSLINK_WORKERS] + fs->asked[FSLINK_HELPERS] == 0)
+		return;
+	if (fs->ask_n > 0 && fs->ask_loads[fs->ask_head] > fs->loads_done)
+		loads = fs->ask_loads[fs->ask_head] - fs->loads_done;
+	allowed = (uint64_t)ember_conf.python_broadcast_preload_timeout *
+	    (1 + loads);
+	if (now - fs->asked_ms <= allowed)
 		return;
 	snprintf(why, sizeof why, "the fork-server left %d fork requests "
 	    "not answered for %llums",
@@ -824,7 +862,10 @@ fslink_pyload(struct fslink *fs, int32_t id, int fd)
 {
 	struct fs_msg	m = { FS_PYLOAD, id, 0, 0 };
 
-	return (fslink_send_fd(fs, &m, fd));
+	if (fslink_send_fd(fs, &m, fd) == -1)
+		return (-1);
+	fs->loads_sent++;
+	return (0);
 }
 
 int
@@ -853,6 +894,7 @@ fslink_free(struct fslink *fs)
 		event_free(fs->restart);
 	if (fs->hello_timer != NULL)
 		event_free(fs->hello_timer);
+	free(fs->ask_loads);
 	fslink_close(fs);
 	if (fs->pid != -1) {
 		for (i = 0; i < 200; i++) {	/* up to 2 s */

@@ -941,6 +941,31 @@ worker_dying(const struct worker *w)
 }
 
 /*
+ * Is a worker in uninterruptible sleep (a hard NFS mount, a FUSE file that
+ * does not answer)?  Such a one cannot die of its SIGKILL until the kernel
+ * lets it go: its exit is late, not hidden.
+ */
+static int
+worker_in_kernel(pid_t pid)
+{
+	char	path[64], line[128];
+	FILE	*f;
+	int	 stuck = 0;
+
+	snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return (0);
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (strncmp(line, "State:", 6) == 0) {
+			stuck = strchr(line, 'D') != NULL;
+			break;
+		}
+	}
+	fclose(f);
+	return (stuck);
+}
+
+/*
  * Whether w holds plan members equal to plan, from a job of t's user: the
  * bytes it parsed, so that the plan it made is the one plan would make
  * (the broadcasts, udfs and text files' sizes are in them).
@@ -1520,7 +1545,9 @@ worker_check_limits(void)
  * a retired worker's exit unreported past python.broadcast_preload_timeout
  * would keep the worker's place in workers.max for ever: it is killed, and
  * its workers go with it (fslink.h).  A worker let go is owed no exit
- * until it has been killed after WORKER_LINGER_MS.
+ * until it has been killed after WORKER_LINGER_MS, nor one the kernel
+ * holds in uninterruptible sleep: killing the fork-server would not free
+ * its place, and would lose the user's other tasks.
  */
 static void
 worker_check_exit(struct worker *w, uint64_t now)
@@ -1530,7 +1557,8 @@ worker_check_exit(struct worker *w, uint64_t now)
 	if (w->exited ||
 	    (w->linger_ev != NULL && evtimer_pending(w->linger_ev, NULL)) ||
 	    now - w->dead_ms <=
-	    (uint64_t)ember_conf.python_broadcast_preload_timeout)
+	    (uint64_t)ember_conf.python_broadcast_preload_timeout ||
+	    worker_in_kernel(w->pid))
 		return;
 	snprintf(why, sizeof why, "the exit of worker %ld not reported %llu "
 	    "ms after it was retired", (long)w->pid,

@@ -456,5 +456,49 @@ def test_fork_server_stalled_by_a_load_is_replaced(d):
           % d.log_tail())
 
 
+def _slow_once(marker, value):
+    """Take 1.2 s the first time (in the fork-server), after leaving
+    marker; return at once after that."""
+    if not os.path.exists(marker):
+        with open(marker, "w"):
+            pass
+        time.sleep(1.2)
+    return value
+
+
+class SlowOnce:
+    """A broadcast whose first unpickling takes 1.2 s."""
+
+    def __init__(self, marker, value):
+        self.marker = marker
+        self.value = value
+
+    def __reduce__(self):
+        return (_slow_once, (self.marker, self.value))
+
+
+@needs_python
+@with_daemon(sets=PRELOAD + ["python.broadcast_preload_timeout=2s"])
+def test_fork_server_busy_with_loads_is_kept(d):
+    """Three loads of 1.2 s each, every one within
+    python.broadcast_preload_timeout (2 s): the fork request that waits
+    behind all three (3.6 s) is allowed as long for each, and the
+    fork-server is kept."""
+    marks = _marks(d)
+
+    def job():
+        with ember.connect(d.socket, timeout=60) as sc:
+            bs = [sc.broadcast_object(SlowOnce("%s-%d" % (marks, i), i))
+                  for i in range(3)]
+            return sc.range(2, partitions=2).map(
+                lambda x: sum(b.value for b in bs) + int(x)).collect()
+    got = in_thread(job)(60)
+    check_eq(sorted(got), ["3", "4"], "answers")
+    check(all(os.path.exists("%s-%d" % (marks, i)) for i in range(3)),
+          "a load did not run")
+    check("not answered" not in d.log_text(), "a fork-server busy with "
+          "loads was replaced:\n%s" % d.log_tail())
+
+
 if __name__ == "__main__":
     run_tests(globals())

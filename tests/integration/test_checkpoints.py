@@ -340,8 +340,10 @@ def test_drops_past_the_helper_limit(d):
 def test_drop_then_kill(d):
     """emberd killed right after drops it had no time to carry out: after
     the restart none of them is served again, and their files go."""
+    # Many files each, so that their removal cannot be done before the
+    # kill that follows the drops at once.
     with d.client() as c:
-        ids = [checkpoint_ok(c, range_plan(40))["checkpoint"]
+        ids = [checkpoint_ok(c, range_plan(640, 64))["checkpoint"]
                for _ in range(5)]
         for cid in ids:
             c.request_ok({"op": "checkpoint_drop", "checkpoint": cid})

@@ -645,6 +645,30 @@ def open_fds(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
+def _attack_then_connections(d, attack, n, then=None):
+    """Run attack as user a; once it is ready (its connection gone), n
+    connections that come and go must leave emberd holding no descriptor
+    more than before them; then then(), if given, while a's peers stay
+    open."""
+    a = AsUser(USERS["a"], attack, timeout=60)
+    try:
+        a.wait_ready()
+        time.sleep(1)		# emberd sees a's connection end
+        start = open_fds(d.pid)
+        for _ in range(n):
+            with d.client(timeout=5):
+                pass
+        check(wait_until(lambda: open_fds(d.pid) <= start, 5.0),
+              "emberd holds %d descriptors, %d before the %d connections" %
+              (open_fds(d.pid), start, n))
+        if then is not None:
+            then()
+        a.go()
+        a.result()
+    finally:
+        a.close()
+
+
 @needs_users
 @with_daemon(sets=SHARED)
 def test_lingering_socket_in_flight_does_not_hold_the_closer(d):
@@ -678,21 +702,7 @@ def test_lingering_socket_in_flight_does_not_hold_the_closer(d):
         ctl.ready()
         ctl.wait_go()
         return peer.fileno()
-    a = AsUser(USERS["a"], attack, timeout=60)
-    try:
-        a.wait_ready()
-        time.sleep(1)		# emberd sees a's connection end
-        start = open_fds(d.pid)
-        for _ in range(50):
-            with d.client():
-                pass
-        held = wait_until(lambda: open_fds(d.pid) <= start, 5.0)
-        check(held, "emberd holds %d descriptors, %d before the 50 "
-              "connections" % (open_fds(d.pid), start))
-        a.go()
-        a.result()
-    finally:
-        a.close()
+    _attack_then_connections(d, attack, 50)
 
 
 # ---------------------------------------------------------------------------
@@ -1121,26 +1131,13 @@ def _passed_socket_holds_nothing(d, make):
         ctl.ready()
         ctl.wait_go()
         return peer.fileno()
-    a = AsUser(USERS["a"], attack, timeout=60)
-    try:
-        a.wait_ready()
-        time.sleep(1)
-        start = open_fds(d.pid)
-        for _ in range(200):
-            with d.client(timeout=5):
-                pass
-        check(wait_until(lambda: open_fds(d.pid) <= start, 5.0),
-              "emberd holds %d descriptors, %d before the 200 connections" %
-              (open_fds(d.pid), start))
+    def status_at_once():
         t0 = time.monotonic()
         with d.client(timeout=5) as c:
             c.status()
         check(time.monotonic() - t0 < 1, "root's status took %.2f s" %
               (time.monotonic() - t0))
-        a.go()
-        a.result()
-    finally:
-        a.close()
+    _attack_then_connections(d, attack, 200, status_at_once)
 
 
 @needs_users

@@ -20,6 +20,7 @@
 #include "scheduler.h"
 #include "session.h"
 #include "task.h"
+#include "utf8.h"
 #include "worker.h"
 #include "xmalloc.h"
 
@@ -193,7 +194,10 @@ metrics_task_failed(const struct task *t)
 	f->uid = operation_uid(t->op);
 	snprintf(f->operation, sizeof f->operation, "%s", operation_id(t->op));
 	f->partition = t->partition;
-	f->message = xstrndup(msg, METRICS_MESSAGE_MAX);
+	/* Cut between characters: a cut inside one would make the whole
+	 * message invalid UTF-8, and it would not be shown at all. */
+	f->message = xstrndup(msg, utf8_cut(msg, strlen(msg),
+	    METRICS_MESSAGE_MAX));
 	fu->next = (fu->next + 1) % METRICS_FAILURES;
 	if (fu->used < METRICS_FAILURES) {
 		fu->used++;

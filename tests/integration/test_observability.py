@@ -345,6 +345,28 @@ def test_failures_in_metrics_and_status(d):
     check_eq(failures[0]["partition"], 0, "partition")
 
 
+@with_daemon(sets=[LISTEN, "status.users=*", "workers.max=1"])
+def test_failure_message_cut_between_characters(d):
+    """A long failure message is kept in /status.json cut between two
+    characters, whatever its length before the multi-byte ones."""
+    port = status_port(d)
+    for pad in ("", "a", "aa"):
+        with d.client() as c:
+            reply = c.execute(range_plan(0, 10, 1, ops=[
+                {"pipe": {"command": "printf '%s' >&2; i=0; while [ $i -lt "
+                          "700 ]; do printf '\\342\\202\\254' >&2; "
+                          "i=$((i+1)); done; exit 3" % pad}}]), "count")
+        check(not reply["ok"], "the job failed")
+    status, _, body = http_get(port, "/status.json")
+    check_eq(status, 200, "/status.json")
+    failures = json.loads(body)["failures"]
+    check_eq(len(failures), 3, "failures shown")
+    for f in failures:
+        check("\u20ac\u20ac" in f["message"], "message: %r" % f["message"][:200])
+        check(len(f["message"].encode()) <= 1024, "message of %d bytes"
+              % len(f["message"].encode()))
+
+
 @with_daemon(sets=[LISTEN, "workers.max=1"])
 def test_status_json_is_the_status_reply(d):
     """/status.json has the status request's fields, and by default no

@@ -369,6 +369,45 @@ def test_sessions_bounded_per_uid(d):
     check("closed to make room" in log, "no session closed to make room")
 
 
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_sessions_per_uid=4",
+                            "daemon.max_sessions=5"])
+def test_root_reaches_emberd_past_everyone_s_sessions(d):
+    """With daemon.max_sessions taken by other users, root's hello still
+    makes a session, bound by max_sessions_per_uid alone: root must see
+    who holds them."""
+    def hold(n, ctl):
+        clients = [d.client() for _ in range(n)]
+        ctl.ready(len(clients))
+        ctl.wait_go()
+        return [c.session for c in clients]
+    a = AsUser(USERS["a"], lambda ctl: hold(4, ctl))
+    b = AsUser(USERS["b"], lambda ctl: hold(1, ctl))
+    try:
+        check_eq(a.wait_ready(), 4, "a's sessions")
+        check_eq(b.wait_ready(), 1, "b's sessions")
+        with d.client() as c:
+            s = c.status()
+            uids = sorted(x["uid"] for x in s["sessions"])
+        check_eq(uids, sorted([USERS["a"][0]] * 4 + [USERS["b"][0], 0]),
+                 "sessions root's status shows")
+        roots = [d.client() for _ in range(4)]
+        extra = d.client(hello=False)
+        extra.send_json({"op": "hello", "version": 1})
+        check_limit(error_of(extra.recv_json()),
+                    "daemon.max_sessions_per_uid is 4",
+                    "root's 5th session")
+        for c in roots + [extra]:
+            c.close()
+        a.go()
+        b.go()
+        a.result()
+        b.result()
+    finally:
+        a.close()
+        b.close()
+
+
 def private_dirty_kb(pid):
     """The pages pid wrote and keeps (smaps_rollup's Private_Dirty), kB:
     the heap malloc holds, freed or not, as the kernel charges it."""

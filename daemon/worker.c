@@ -908,6 +908,33 @@ worker_tree_rss(pid_t pid, int *n)
 }
 
 /*
+ * Read a process's state letter and the signals pending for it or its
+ * thread group from /proc/PID/status: 0, or -1 if it is gone.
+ */
+static int
+worker_proc_status(pid_t pid, char *state, uint64_t *pending)
+{
+	char			 path[64], line[128], c;
+	unsigned long long	 mask;
+	FILE			*f;
+
+	snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return (-1);
+	*state = '?';
+	*pending = 0;
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (sscanf(line, "State: %c", &c) == 1)
+			*state = c;
+		else if (sscanf(line, "SigPnd: %llx", &mask) == 1 ||
+		    sscanf(line, "ShdPnd: %llx", &mask) == 1)
+			*pending |= mask;
+	}
+	fclose(f);
+	return (0);
+}
+
+/*
  * Is an idle worker dying: a zombie, or a SIGKILL or SIGTERM pending?  A
  * kill sent from outside just before a job arrives leaves the worker's
  * socket open for a moment; /proc already knows.  Only asked of workers
@@ -916,28 +943,15 @@ worker_tree_rss(pid_t pid, int *n)
 static int
 worker_dying(const struct worker *w)
 {
-	char			 path[64], line[128];
-	unsigned long long	 mask;
-	const uint64_t		 fatal = 1ULL << (SIGKILL - 1) |
-				     1ULL << (SIGTERM - 1);
-	FILE			*f;
-	int			 dying = 0;
+	const uint64_t	fatal = 1ULL << (SIGKILL - 1) | 1ULL << (SIGTERM - 1);
+	uint64_t	pending;
+	char		state;
 
 	if (ember_now_ms() - w->idle_ms < WORKER_DYING_CHECK_MS)
 		return (0);
-	snprintf(path, sizeof path, "/proc/%ld/status", (long)w->pid);
-	if ((f = fopen(path, "re")) == NULL)
+	if (worker_proc_status(w->pid, &state, &pending) == -1)
 		return (1);
-	while (!dying && fgets(line, sizeof line, f) != NULL) {
-		if (strncmp(line, "State:", 6) == 0)
-			dying = strchr(line, 'Z') != NULL ||
-			    strchr(line, 'X') != NULL;
-		else if ((sscanf(line, "SigPnd: %llx", &mask) == 1 ||
-		    sscanf(line, "ShdPnd: %llx", &mask) == 1) && (mask & fatal))
-			dying = 1;
-	}
-	fclose(f);
-	return (dying);
+	return (state == 'Z' || state == 'X' || (pending & fatal) != 0);
 }
 
 /*
@@ -948,21 +962,11 @@ worker_dying(const struct worker *w)
 static int
 worker_in_kernel(pid_t pid)
 {
-	char	path[64], line[128];
-	FILE	*f;
-	int	 stuck = 0;
+	uint64_t	pending;
+	char		state;
 
-	snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
-	if ((f = fopen(path, "re")) == NULL)
-		return (0);
-	while (fgets(line, sizeof line, f) != NULL) {
-		if (strncmp(line, "State:", 6) == 0) {
-			stuck = strchr(line, 'D') != NULL;
-			break;
-		}
-	}
-	fclose(f);
-	return (stuck);
+	return (worker_proc_status(pid, &state, &pending) == 0 &&
+	    state == 'D');
 }
 
 /*

@@ -12,7 +12,7 @@
 #include "closer.h"
 #include "emberd.h"
 #include "log.h"
-#include "xmalloc.h"
+#include "ring.h"
 
 /* A close this long is worth a warning: descriptors wait behind it. */
 #define CLOSER_SLOW_MS		10000
@@ -35,9 +35,8 @@ struct closer_fd {
 
 static pthread_mutex_t	 closer_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t	 closer_wake = PTHREAD_COND_INITIALIZER;
-/* Queued descriptors, first in first out: a ring. */
-static struct closer_fd	*closer_fds;
-static size_t		 closer_head, closer_nfds, closer_size;
+/* Queued descriptors (struct closer_fd), first in first out. */
+static struct ring	 closer_fds = { NULL, sizeof(struct closer_fd), 0, 0, 0 };
 static int		 closer_threads;
 static int		 closer_idle;		/* threads waiting for work */
 /* When each thread's close under way began, or 0. */
@@ -182,12 +181,11 @@ closer_main(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&closer_lock);
 		closer_idle++;
-		while (closer_nfds == 0)
+		while (closer_fds.n == 0)
 			pthread_cond_wait(&closer_wake, &closer_lock);
 		closer_idle--;
-		one = closer_fds[closer_head];
-		closer_head = (closer_head + 1) % closer_size;
-		closer_nfds--;
+		one = *(struct closer_fd *)ring_first(&closer_fds);
+		ring_pop(&closer_fds);
 		closer_busy_ms[self] = ember_now_ms();
 		pthread_mutex_unlock(&closer_lock);
 		closer_close_one(one.fd, one.drain, 0);
@@ -240,25 +238,14 @@ closer_stuck_ms(uint64_t now)
 	return (closer_threads > 0 ? least : 0);
 }
 
-/* Append fd to the ring; the lock is held. */
+/* Queue fd last; the lock is held. */
 static void
 closer_queue_locked(int fd, int drain)
 {
-	struct closer_fd	*grown;
-	size_t			 i, size;
+	struct closer_fd	*one = ring_push(&closer_fds);
 
-	if (closer_nfds == closer_size) {
-		size = closer_size == 0 ? 64 : closer_size * 2;
-		grown = xreallocarray(NULL, size, sizeof *grown);
-		for (i = 0; i < closer_nfds; i++)
-			grown[i] = closer_fds[(closer_head + i) % closer_size];
-		free(closer_fds);
-		closer_fds = grown;
-		closer_head = 0;
-		closer_size = size;
-	}
-	closer_fds[(closer_head + closer_nfds++) % closer_size].fd = fd;
-	closer_fds[(closer_head + closer_nfds - 1) % closer_size].drain = drain;
+	one->fd = fd;
+	one->drain = drain;
 	pthread_cond_signal(&closer_wake);
 }
 
@@ -284,7 +271,7 @@ closer_queue(int fd, int drain)
 		log_warn("closer: all %d threads have waited %llums or more "
 		    "on a close (a file on FUSE, or a socket a peer set to "
 		    "linger again), %zu descriptors behind them",
-		    closer_threads, (unsigned long long)stuck, closer_nfds);
+		    closer_threads, (unsigned long long)stuck, closer_fds.n);
 	} else if (stuck < CLOSER_SLOW_MS)
 		closer_warned = 0;
 	pthread_mutex_unlock(&closer_lock);
@@ -297,7 +284,7 @@ closer_backlog(void)
 	int	i;
 
 	pthread_mutex_lock(&closer_lock);
-	n = closer_nfds;
+	n = closer_fds.n;
 	for (i = 0; i < closer_threads; i++)
 		n += closer_busy_ms[i] != 0;
 	pthread_mutex_unlock(&closer_lock);

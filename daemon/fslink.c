@@ -24,8 +24,9 @@
 #include "jobenv.h"
 #include "joblog.h"
 #include "log.h"
-#include "service.h"
 #include "queue.h"
+#include "ring.h"
+#include "service.h"
 #include "xmalloc.h"
 
 /*
@@ -55,8 +56,7 @@ struct fslink {
 	 */
 	uint64_t		 loads_sent;
 	uint64_t		 loads_done;	/* before the last answer */
-	uint64_t		*ask_loads;	/* a ring */
-	size_t			 ask_head, ask_n, ask_size;
+	struct ring		 ask_loads;	/* of uint64_t */
 	char			*refused;	/* why it was killed, if it was */
 	TAILQ_ENTRY(fslink)	 entry;
 };
@@ -303,6 +303,7 @@ fslink_check_answer(struct fslink *fs, enum fslink_kind kind,
     const struct fs_msg *m, int passed)
 {
 	const char	*what = kind == FSLINK_WORKERS ? "worker" : "helper";
+	uint64_t	*loads;
 	char		 why[128];
 
 	if (fs->asked[kind] == 0)
@@ -314,10 +315,9 @@ fslink_check_answer(struct fslink *fs, enum fslink_kind kind,
 	else {
 		fs->asked[kind]--;
 		fs->asked_ms = ember_now_ms();
-		if (fs->ask_n > 0) {
-			fs->loads_done = fs->ask_loads[fs->ask_head];
-			fs->ask_head = (fs->ask_head + 1) % fs->ask_size;
-			fs->ask_n--;
+		if ((loads = ring_first(&fs->ask_loads)) != NULL) {
+			fs->loads_done = *loads;
+			ring_pop(&fs->ask_loads);
 		}
 		return (0);
 	}
@@ -603,7 +603,7 @@ fslink_start(struct fslink *fs)
 	fs->pid = pid;
 	memset(fs->asked, 0, sizeof fs->asked);
 	fs->loads_sent = fs->loads_done = 0;
-	fs->ask_head = fs->ask_n = 0;
+	ring_free(&fs->ask_loads);
 	/* A packet channel: each message is one packet of FS_MSG_SIZE, a
 	 * worker's or helper's socket riding on its FS_FORKED. */
 	fs->ch = channel_create_packets(sv[0], FS_MSG_SIZE, FS_MSG_SIZE, 1,
@@ -635,6 +635,7 @@ fslink_create(struct pool *pool, uid_t uid, gid_t gid)
 	fs->uid = uid;
 	fs->gid = gid;
 	fs->pid = -1;
+	ring_init(&fs->ask_loads, sizeof(uint64_t));
 	TAILQ_INSERT_TAIL(&fslinks, fs, entry);
 	if (fslink_start(fs) == -1) {
 		TAILQ_REMOVE(&fslinks, fs, entry);
@@ -762,27 +763,12 @@ fslink_send(struct fslink *fs, const struct fs_msg *m)
 static int
 fslink_ask(struct fslink *fs, enum fslink_kind kind, const struct fs_msg *m)
 {
-	uint64_t	*grown;
-	size_t		 i, size;
-
 	if (fslink_send(fs, m) == -1)
 		return (-1);
 	if (fs->asked[FSLINK_WORKERS] + fs->asked[FSLINK_HELPERS] == 0)
 		fs->asked_ms = ember_now_ms();
 	fs->asked[kind]++;
-	if (fs->ask_n == fs->ask_size) {
-		size = fs->ask_size == 0 ? 16 : fs->ask_size * 2;
-		grown = xreallocarray(NULL, size, sizeof *grown);
-		for (i = 0; i < fs->ask_n; i++)
-			grown[i] = fs->ask_loads[(fs->ask_head + i) %
-			    fs->ask_size];
-		free(fs->ask_loads);
-		fs->ask_loads = grown;
-		fs->ask_head = 0;
-		fs->ask_size = size;
-	}
-	fs->ask_loads[(fs->ask_head + fs->ask_n++) % fs->ask_size] =
-	    fs->loads_sent;
+	*(uint64_t *)ring_push(&fs->ask_loads) = fs->loads_sent;
 	return (0);
 }
 
@@ -797,14 +783,15 @@ fslink_ask(struct fslink *fs, enum fslink_kind kind, const struct fs_msg *m)
 void
 fslink_check_answers(struct fslink *fs, uint64_t now)
 {
-	uint64_t	allowed, loads = 0;
+	uint64_t	allowed, loads = 0, *first;
 	char		why[128];
 
 	if (!fslink_running(fs) || !fs->hello ||
 	    fs->asked[FSLINK_WORKERS] + fs->asked[FSLINK_HELPERS] == 0)
 		return;
-	if (fs->ask_n > 0 && fs->ask_loads[fs->ask_head] > fs->loads_done)
-		loads = fs->ask_loads[fs->ask_head] - fs->loads_done;
+	if ((first = ring_first(&fs->ask_loads)) != NULL &&
+	    *first > fs->loads_done)
+		loads = *first - fs->loads_done;
 	allowed = (uint64_t)ember_conf.python_broadcast_preload_timeout *
 	    (1 + loads);
 	if (now - fs->asked_ms <= allowed)
@@ -894,7 +881,7 @@ fslink_free(struct fslink *fs)
 		event_free(fs->restart);
 	if (fs->hello_timer != NULL)
 		event_free(fs->hello_timer);
-	free(fs->ask_loads);
+	ring_free(&fs->ask_loads);
 	fslink_close(fs);
 	if (fs->pid != -1) {
 		for (i = 0; i < 200; i++) {	/* up to 2 s */

@@ -34,6 +34,7 @@ main(void)
 	srunner_add_suite(sr, split_suite());
 	srunner_add_suite(sr, wmsg_suite());
 	srunner_add_suite(sr, jwrite_suite());
+	srunner_add_suite(sr, ring_suite());
 
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);

@@ -26,6 +26,7 @@ Suite	*plugin_suite(void);
 Suite	*request_suite(void);
 Suite	*result_suite(void);
 Suite	*retry_suite(void);
+Suite	*ring_suite(void);
 Suite	*savecommit_suite(void);
 Suite	*shuffle_suite(void);
 Suite	*split_suite(void);

@@ -121,6 +121,10 @@ operation_stages_prepare(struct operation *op, json_t *plan_json, char **err)
 		s->plan_text = taskdesc_encode_plan(s->plan, files,
 		    s->from == op->plan && op->source != NULL ?
 		    checkpoint_dir(op->source) : NULL);
+		/* The text is all the tasks need; the tree may hold a
+		 * parallelize source's records, at twenty times the bytes. */
+		json_decref(s->plan);
+		s->plan = NULL;
 	}
 	op->npartitions = op->stages[op->nstages - 1].partitions;
 	op->stage = 0;

@@ -18,7 +18,8 @@ struct plan;
 
 struct stage {
 	int		 partitions;	/* its tasks */
-	json_t		*plan;		/* the stage's plan, for its workers */
+	json_t		*plan;		/* the stage's plan, until its text is
+					   made */
 	const struct plan *from;	/* the plan whose source it reads, or
 					   NULL for a shuffle source */
 	char		*out_op;	/* map stages: the wide op written for,

@@ -478,6 +478,34 @@ def test_parallelize_records_are_not_kept_as_a_tree(d):
 
 @skip_with_sanitizer("address", "its allocator is not malloc's")
 @with_daemon()
+def test_wide_plans_records_are_not_kept_as_a_tree(d):
+    """The same for a plan cut into stages: a distinct over a million
+    empty records, left running, keeps its stages' text, not a tree of
+    the records for its map stage."""
+    n = 1000000
+    plan = {"source": {"parallelize": {"records": [""] * n}},
+            "partitions": 1, "ops": [{"distinct": {"partitions": 1}}]}
+    with d.client() as c:
+        check_eq(c.count(range_plan(0, 10, 1)), 10, "a warm-up job")
+    start = wait_steady(lambda: private_dirty_kb(d.pid), 5.0)
+    clients = []
+    try:
+        for _ in range(2):
+            c = d.client()
+            clients.append(c)
+            c.execute_ok(plan, "iterate")
+        kept = lambda: private_dirty_kb(d.pid) - start	# noqa: E731
+        small = wait_until(lambda: kept() < 32 * 1024, 10.0)
+        check(small, "two operations keep %d kB of emberd's" % kept())
+        c = clients[0]
+        c.write_int(REQUEST_NEXT)
+        check_eq(c.read_partition(), (1, [b""]), "the distinct records")
+    finally:
+        for c in clients:
+            c.close()
+
+@skip_with_sanitizer("address", "its allocator is not malloc's")
+@with_daemon()
 def test_lazy_checkpoint_plans_are_kept_as_text(d):
     """Two lazy checkpoints, one local and one reliable, of plans holding
     a million empty records each (4 MB frames): emberd keeps their plans

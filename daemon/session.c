@@ -126,9 +126,12 @@ session_release(struct session *s)
 	if (--s->connections > 0)
 		return;
 	s->idle_ms = ember_now_ms();
-	if (!s->closed && ember_conf.session_timeout == 0)
+	if (!s->closed && ember_conf.session_timeout == 0) {
+		/* It frees s if its operations ended at once. */
 		session_close(s, "its last connection closed");
-	else if (!s->closed)
+		return;
+	}
+	if (!s->closed)
 		operation_maintenance_due(s->idle_ms +
 		    (uint64_t)ember_conf.session_timeout);
 	session_free_unheld(s);

@@ -632,6 +632,22 @@ def test_session_timeout_on_time(d):
     check(time.monotonic() - t0 >= 0.5, "closed before its timeout")
 
 
+@with_daemon(sets=["session.timeout=0"])
+def test_session_without_timeout_ends_with_its_connection(d):
+    """With session.timeout 0 a session closes with its last connection,
+    and its running operation ends at once: emberd frees the session
+    once, and serves on."""
+    c = d.client()
+    sid = c.session
+    c.execute_ok(range_plan(0, 100000, 1), "iterate")
+    c.close()
+    with d.client() as s:
+        check(wait_until(lambda: all(x["id"] != sid for x in
+                                     s.status()["sessions"]), 5),
+              "the session outlived its connection")
+        check_eq(s.count(range_plan(0, 10, 2)), 10, "a job after")
+    check(d.proc.poll() is None, "emberd exited")
+
 @with_daemon(sets=["workers.max=1"])
 def test_interrupt(d):
     """interrupt from another connection of the session: the attached

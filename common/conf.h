@@ -28,6 +28,8 @@ struct conf {
 	int64_t		 daemon_max_sessions;
 	int64_t		 daemon_max_operations_per_uid;
 	int64_t		 daemon_max_operations;
+	int64_t		 daemon_max_plan_bytes_per_uid; /* plans' text kept */
+	int64_t		 daemon_max_plan_bytes;
 	int64_t		 daemon_shutdown_grace;	/* ms */
 	int64_t		 daemon_max_result;	/* bytes of a merged result */
 	int64_t		 daemon_max_results_per_uid; /* bytes, all results */

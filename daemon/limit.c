@@ -35,6 +35,7 @@ static const struct limit_def limit_defs[LIMIT_KINDS] = {
 	DEF("checkpoints", max_checkpoints),
 	DEF("bytes of checkpoints", max_checkpoint_bytes),
 	DEF("bytes of shuffle files", max_shuffle),
+	DEF("bytes of plans kept", max_plan_bytes),
 };
 
 /* One uid's usage; it goes when the uid holds nothing. */

@@ -30,6 +30,7 @@ enum limit_kind {
 	LIMIT_CHECKPOINTS,	/* checkpoints kept */
 	LIMIT_CHECKPOINT_BYTES,	/* their bytes on disk */
 	LIMIT_SHUFFLE_BYTES,	/* bytes of shuffle files */
+	LIMIT_PLAN_BYTES,	/* bytes of plans' text kept */
 	LIMIT_KINDS
 };
 

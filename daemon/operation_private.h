@@ -52,6 +52,8 @@ struct operation {
 	int64_t			 count_distinct; /* records in the result */
 	uid_t			 uid;		/* counted in daemon.max_operations */
 	int			 counted;
+	uid_t			 plan_uid;	/* charged with its plans' text */
+	int64_t			 plan_charged;
 	const char		*result_class;	/* result over its bound: */
 	char			*result_error;	/* freed, and the op fails */
 	enum reduce_fn		 fn;

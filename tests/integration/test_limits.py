@@ -13,6 +13,7 @@ say so and do nothing; the shutdown test runs either way.
 
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -503,6 +504,48 @@ def test_wide_plans_records_are_not_kept_as_a_tree(d):
     finally:
         for c in clients:
             c.close()
+
+@needs_users
+@with_daemon(sets=SHARED + ["daemon.max_plan_bytes_per_uid=1m",
+                            "daemon.max_plan_bytes=3m", "session.timeout=0"])
+def test_plans_kept_are_bounded(d):
+    """The text of the plans emberd keeps for running operations (a
+    parallelize source's records are in it) is held against
+    daemon.max_plan_bytes_per_uid and daemon.max_plan_bytes: a third
+    operation of 400 kB is refused while two run, and fits once one
+    ended; an operation in stages is charged its stages' plans."""
+    def plan(n, wide=False):
+        p = {"source": {"parallelize": {"records": ["x" * 99] * n}},
+             "partitions": 1}
+        if wide:
+            p["ops"] = [{"distinct": {"partitions": 1}}]
+        return p
+
+    def hold_two_then_third():
+        held = [d.client(), d.client()]
+        for c in held:
+            c.execute_ok(plan(4000), "iterate")
+        third = d.client()
+        err = error_of(third.execute(plan(4000), "iterate"))
+        used = [u["limits"]["daemon.max_plan_bytes_per_uid"]["used"]
+                for u in third.status()["limits"]["users"]]
+        held[0].close()
+        ok = wait_until(lambda: third.execute(plan(4000), "count").get(
+            "ok") is True, 10)
+        wide = error_of(third.execute(plan(7000, True), "count"))
+        return [err, used, ok, wide]
+    err, used, ok, wide = as_user("a", hold_two_then_third)
+    check_limit(err, "daemon.max_plan_bytes_per_uid is 1048576",
+                "a third operation of 400 kB")
+    check(len(used) == 1 and 800000 < used[0] <= 1048576,
+          "held: %r" % used)
+    check(ok, "an operation once one of the two ended")
+    check_limit(wide, "daemon.max_plan_bytes_per_uid is 1048576",
+                "a distinct of 700 kB, kept as its map stage's plan")
+    asked = int(re.search(r"asked for (\d+) more", wide[1]).group(1))
+    check(700000 < asked < 800000, "the distinct asked for %d" % asked)
+    with d.client() as c:
+        check_eq(c.count(plan(4000)), 4000, "root's job beside a's")
 
 @skip_with_sanitizer("address", "its allocator is not malloc's")
 @with_daemon()

@@ -1557,22 +1557,46 @@ plan_range_slice(const struct plan *plan, int partition, int64_t *first,
 }
 
 /*
+ * The length of a bidi control at u (len bytes), or 0: the marks U+061C,
+ * U+200E and U+200F, the embeddings and overrides U+202A to U+202E, the
+ * isolates U+2066 to U+2069.  Shown, they reorder the text around them.
+ */
+static size_t
+plan_describe_bidi(const unsigned char *u, size_t len)
+{
+	if (len >= 2 && u[0] == 0xd8 && u[1] == 0x9c)
+		return (2);
+	if (len < 3 || u[0] != 0xe2)
+		return (0);
+	if (u[1] == 0x80 && (u[2] == 0x8e || u[2] == 0x8f ||
+	    (u[2] >= 0xaa && u[2] <= 0xae)))
+		return (3);
+	if (u[1] == 0x81 && u[2] >= 0xa6 && u[2] <= 0xa9)
+		return (3);
+	return (0);
+}
+
+/*
  * Add len bytes of s (UTF-8) to the description, control characters as
  * '?': C0 and DEL, and C1 (U+0080 to U+009F, 0xc2 0x80 to 0xc2 0x9f),
- * which a terminal in UTF-8 takes as controls too (CSI, OSC): the
- * description reaches root's terminal through ember status.
+ * which a terminal in UTF-8 takes as controls too (CSI, OSC), and the
+ * bidi controls: the description reaches root's terminal through ember
+ * status, and the status page.
  */
 static void
 plan_describe_add(char *buf, size_t *used, const char *s, size_t len)
 {
 	const unsigned char	*u = (const unsigned char *)s;
-	size_t			 i;
+	size_t			 i, n;
 
 	for (i = 0; i < len && *used < PLAN_DESCRIBE_MAX; i++) {
 		if (u[i] == 0xc2 && i + 1 < len && u[i + 1] < 0xa0 &&
 		    u[i + 1] >= 0x80) {
 			buf[(*used)++] = '?';
 			i++;
+		} else if ((n = plan_describe_bidi(u + i, len - i)) > 0) {
+			buf[(*used)++] = '?';
+			i += n - 1;
 		} else if (u[i] < 0x20 || u[i] == 0x7f)
 			buf[(*used)++] = '?';
 		else

@@ -1010,6 +1010,12 @@ START_TEST(test_plan_describe)
 	    "\"ops\": [{\"pipe\": {\"command\": \"\\u009b2J\\u009d0;x\\u009c"
 	    "\\u0080\\u00a0\\u00e9\"}}]}",
 	    "range 0..1 | pipe ?2J?0;x??\u00a0\u00e9");
+	/* Bidi overrides, isolates and marks, which reorder what root reads;
+	 * their block's other characters (U+2026) stay. */
+	plan_described("{\"source\": {\"range\": {\"start\": 0, \"end\": 1}}, "
+	    "\"ops\": [{\"pipe\": {\"command\": \"a\\u202eb\\u202ac\\u2066d"
+	    "\\u2069e\\u200ff\\u061cg\\u2026\"}}]}",
+	    "range 0..1 | pipe a?b?c?d?e?f?g\u2026");
 	plan_described("{\"source\": {\"text\": {\"paths\": [\"/a/b\", "
 	    "\"/very/long/directory/name/words.txt\"]}}, \"ops\": [{\"flat_map\":"
 	    " {\"split\": \" \"}}]}", "text /a/b (+1) | flat_map split  ");

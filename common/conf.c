@@ -108,6 +108,8 @@ static const struct conf_key conf_keys[] = {
 	KEY("daemon", "max_shuffle_per_uid", CONF_SIZE,
 	    daemon_max_shuffle_per_uid, "16g", 0),
 	KEY("daemon", "max_shuffle", CONF_SIZE, daemon_max_shuffle, "64g", 0),
+	KEY("daemon", "shuffle_mounts", CONF_BOOL, daemon_shuffle_mounts, "yes",
+	    0),
 	KEY("daemon", "local_dir", CONF_STRING, daemon_local_dir, "", 0),
 	KEY("daemon", "pidfile", CONF_STRING, daemon_pidfile, "", 0),
 	KEY("workers", "max", CONF_COUNT, workers_max, "auto", 0),

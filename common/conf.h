@@ -51,6 +51,7 @@ struct conf {
 	int64_t		 daemon_max_checkpoint_bytes;
 	int64_t		 daemon_max_shuffle_per_uid;
 	int64_t		 daemon_max_shuffle;
+	int64_t		 daemon_shuffle_mounts;	/* 0 or 1: a tmpfs per uid */
 	char		*daemon_local_dir;
 	char		*daemon_pidfile;
 

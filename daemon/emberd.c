@@ -40,6 +40,7 @@
 #include "scheduler.h"
 #include "session.h"
 #include "service.h"
+#include "shufflefs.h"
 #include "userdb.h"
 #include "xmalloc.h"
 
@@ -205,6 +206,7 @@ ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 {
 	struct conf	 fresh, old;
 	char		*err;
+	int64_t		 shuffle;
 	int		 i;
 	enum log_level	 level;
 
@@ -226,10 +228,12 @@ ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 	    ember_conf.daemon_worker_path) != 0 ||
 	    strcmp(fresh.daemon_pidfile, ember_conf.daemon_pidfile) != 0 ||
 	    strcmp(fresh.daemon_local_dir, ember_conf.daemon_local_dir) != 0 ||
-	    strcmp(fresh.daemon_log_format, ember_conf.daemon_log_format) != 0)
+	    strcmp(fresh.daemon_log_format, ember_conf.daemon_log_format) != 0 ||
+	    fresh.daemon_shuffle_mounts != ember_conf.daemon_shuffle_mounts)
 		log_warn("SIGHUP: daemon.socket, socket_mode, socket_group, "
-		    "worker_path, pidfile, local_dir and log_format change on "
-		    "restart only; keeping the old ones");
+		    "worker_path, pidfile, local_dir, log_format and "
+		    "shuffle_mounts change on restart only; keeping the old "
+		    "ones");
 	free(fresh.daemon_socket);
 	fresh.daemon_socket = xstrdup(ember_conf.daemon_socket);
 	fresh.daemon_socket_mode = ember_conf.daemon_socket_mode;
@@ -243,6 +247,8 @@ ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 	fresh.daemon_local_dir = xstrdup(ember_conf.daemon_local_dir);
 	free(fresh.daemon_log_format);
 	fresh.daemon_log_format = xstrdup(ember_conf.daemon_log_format);
+	fresh.daemon_shuffle_mounts = ember_conf.daemon_shuffle_mounts;
+	shuffle = ember_conf.daemon_max_shuffle_per_uid;
 	old = ember_conf;
 	ember_conf = fresh;
 	conf_free(&old);
@@ -250,6 +256,8 @@ ember_signal_hup_cb(evutil_socket_t sig, short events, void *arg)
 	log_set_level(level);
 	log_info("SIGHUP: conf reloaded (workers.max %d)", ember_workers_max());
 	httpd_reload();
+	if (ember_conf.daemon_max_shuffle_per_uid != shuffle)
+		shufflefs_reload();	/* the live mounts' size too */
 	scheduler_kick();
 	service_reloaded();
 	return;
@@ -421,6 +429,7 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 		service_detach();
 		log_open("emberd", level, format, 1);
 	}
+	shufflefs_log();
 	scheduler_init();
 	helper_init();
 	if (pool_init() == -1) {
@@ -500,6 +509,9 @@ main(int argc, char **argv)
 		service_absolute_paths();
 	else
 		keeper_start();
+	/* In emberd itself (the keeper's child), before any thread or
+	 * child: they all share its mount namespace. */
+	shufflefs_init();
 
 	ember_open_loop();
 	if (ember_start(foreground, level, format) == -1)

@@ -86,15 +86,17 @@ limit_find(uid_t uid)
 	return (NULL);
 }
 
-int
-limit_charge(uid_t uid, enum limit_kind kind, int64_t n, char **err)
+/* Charge n of kind to uid, against the uid's bound too with per_uid. */
+static int
+limit_charge_bounds(uid_t uid, enum limit_kind kind, int64_t n, int per_uid,
+    char **err)
 {
 	const struct limit_def	*d = &limit_defs[kind];
 	struct limit_user	*u = limit_find(uid);
 	int64_t			 used = u != NULL ? u->used[kind] : 0, max;
 
 	max = limit_conf(d->uid_offset);
-	if (used + n > max) {
+	if (per_uid && used + n > max) {
 		xasprintf(err, "%s is %lld: uid %ld holds %lld %s and asked "
 		    "for %lld more", d->uid_key, (long long)max, (long)uid,
 		    (long long)used, d->what, (long long)n);
@@ -119,6 +121,18 @@ limit_charge(uid_t uid, enum limit_kind kind, int64_t n, char **err)
 	u->used[kind] += n;
 	limit_all[kind] += n;
 	return (0);
+}
+
+int
+limit_charge(uid_t uid, enum limit_kind kind, int64_t n, char **err)
+{
+	return (limit_charge_bounds(uid, kind, n, 1, err));
+}
+
+int
+limit_charge_total(uid_t uid, enum limit_kind kind, int64_t n, char **err)
+{
+	return (limit_charge_bounds(uid, kind, n, 0, err));
 }
 
 void

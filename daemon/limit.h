@@ -38,6 +38,10 @@ enum limit_kind {
  * which limit, by its conf key, the charge would pass.  Nothing is
  * charged then. */
 int		 limit_charge(uid_t, enum limit_kind, int64_t n, char **err);
+/* The same against the total bound alone: the uid's is held elsewhere
+ * (the kernel's, for a uid's shuffle mount), though still counted. */
+int		 limit_charge_total(uid_t, enum limit_kind, int64_t n,
+		     char **err);
 /* Charge n even past the bounds: what uid holds already, found rather
  * than asked for (bytes on disk); its next charge is refused. */
 void		 limit_force(uid_t, enum limit_kind, int64_t n);

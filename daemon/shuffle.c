@@ -6,6 +6,10 @@
  * emberd never reads a shuffle file: it makes the uid's directory, passes
  * its descriptor, counts the bytes the map tasks say they wrote, and has
  * the operation's files removed, as the user, when the operation ends.
+ * Where emberd can (shufflefs.c), the uid's directory is a tmpfs of
+ * daemon.max_shuffle_per_uid bytes, which bounds what the user's code
+ * writes whatever it says, and is unmounted with the uid's last
+ * operation in stages.
  */
 #include <sys/types.h>
 #include <sys/stat.h>
@@ -30,6 +34,7 @@
 #include "plan.h"
 #include "scheduler.h"
 #include "session.h"
+#include "shufflefs.h"
 #include "stage.h"
 #include "task.h"
 #include "userdb.h"
@@ -78,8 +83,23 @@ shuffle_open_uid(const struct operation *op)
 {
 	struct stat	 st;
 	char		*path, *err = NULL, name[24];
+	uid_t		 juid;
+	gid_t		 jgid;
 	int		 fd;
 
+	if (shufflefs_active()) {
+		if (shuffle_open_base(1, &err) == -1 ||
+		    session_job_user(op->uid, session_gid(op->session), &juid,
+		    &jgid) == -1 ||
+		    (fd = shufflefs_open(shuffle_base, shuffle_base_path,
+		    op->uid, juid, jgid, &err)) == -1) {
+			log_warn("operation %s: shuffle: %s", op->id,
+			    err != NULL ? err : "no user to run jobs as");
+			free(err);
+			return (-1);
+		}
+		return (fd);
+	}
 	if (shuffle_open_base(1, &err) == -1 ||
 	    (path = checkpoint_uid_dir(shuffle_base, shuffle_base_path,
 	    op->uid, session_gid(op->session), &err)) == NULL) {
@@ -128,6 +148,7 @@ operation_stages_prepare(struct operation *op, json_t *plan_json, char **err)
 	}
 	op->npartitions = op->stages[op->nstages - 1].partitions;
 	op->stage = 0;
+	shufflefs_hold(op->uid);
 	return (0);
 }
 
@@ -239,7 +260,11 @@ operation_stage_task_finished(struct operation *op, struct task *t)
 		return;
 	}
 	operation_stage_retire(op, t);
-	if (limit_charge(op->uid, LIMIT_SHUFFLE_BYTES, bytes, &err) == -1) {
+	/* With a mount of its own, the uid's bound is the kernel's; what
+	 * the task says it wrote still counts against everyone's. */
+	if ((shufflefs_mounted(op->uid) ? limit_charge_total(op->uid,
+	    LIMIT_SHUFFLE_BYTES, bytes, &err) : limit_charge(op->uid,
+	    LIMIT_SHUFFLE_BYTES, bytes, &err)) == -1) {
 		operation_abort(op, "LIMIT_EXCEEDED", err);
 		free(err);
 		return;
@@ -267,7 +292,16 @@ operation_stage_task_failed(struct operation *op, struct task *t)
 {
 	char	*why;
 
-	xasprintf(&why, "stage %d: %s", t->stage, t->error);
+	/* The hint rests on the words of the user's own task, and only
+	 * adds to the error that user reads. */
+	if (shufflefs_mounted(op->uid) && t->error != NULL &&
+	    strstr(t->error, strerror(ENOSPC)) != NULL)
+		xasprintf(&why, "stage %d: %s (uid %ld's shuffle files are "
+		    "bounded by daemon.max_shuffle_per_uid, %lld bytes)",
+		    t->stage, t->error, (long)op->uid,
+		    (long long)ember_conf.daemon_max_shuffle_per_uid);
+	else
+		xasprintf(&why, "stage %d: %s", t->stage, t->error);
 	operation_stage_retire(op, t);
 	operation_abort(op, "TASK_FAILED", why);
 	free(why);
@@ -332,7 +366,9 @@ operation_stages_free(struct operation *op)
 	while ((t = TAILQ_FIRST(&op->map_tasks)) != NULL)
 		operation_stage_retire(op, t);
 	limit_release(op->uid, LIMIT_SHUFFLE_BYTES, op->shuffle_bytes);
-	if (op->session != NULL && (fd = shuffle_open_uid(op)) != -1) {
+	if (shufflefs_release(op->uid))
+		;	/* the uid's last: its mount, and every file, went */
+	else if (op->session != NULL && (fd = shuffle_open_uid(op)) != -1) {
 		xasprintf(&path, "%s/%ld", shuffle_base_path, (long)op->uid);
 		args = json_pack("{s:s,s:s}", "dir", path, "id", op->id);
 		if (helper_run_background(op->uid, session_gid(op->session),
@@ -418,6 +454,7 @@ shuffle_clean_stale(void)
 void
 shuffle_shutdown(void)
 {
+	shufflefs_shutdown();
 	if (shuffle_base == -1)
 		return;
 	/* The uids' directories that are empty, and the base if it is

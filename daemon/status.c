@@ -9,6 +9,7 @@
 #include "pool.h"
 #include "scheduler.h"
 #include "session.h"
+#include "shufflefs.h"
 #include "status.h"
 #include "worker.h"
 
@@ -29,7 +30,7 @@ json_t *
 status_build(uid_t uid)
 {
 	return (json_pack("{s:s,s:I,s:I,s:b,s:i,s:I,s:o,s:o,s:o,s:o,s:o,s:o,"
-	    "s:o,s:o,s:o}",
+	    "s:o,s:o,s:o,s:o}",
 	    "server", "emberd " PACKAGE_VERSION,
 	    "pid", (json_int_t)getpid(),
 	    "uptime_ms", (json_int_t)(ember_now_ms() - ember_started_ms),
@@ -44,5 +45,6 @@ status_build(uid_t uid)
 	    "checkpoints", checkpoint_status(uid),
 	    "limits", limit_status(uid),
 	    "user_bounds", cgroup_status(),
+	    "shuffle_bounds", shufflefs_status(),
 	    "counters", status_counters()));
 }

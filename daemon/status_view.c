@@ -115,7 +115,8 @@ static const struct view_field web_fields[] = {
 	SUB("broadcasts", VIEW_RECORDS, &broadcast_kind),
 	SUB("checkpoints", VIEW_RECORDS, &checkpoint_kind),
 	SUB("limits", VIEW_OBJECT, &limits_kind),
-	F("user_bounds", VIEW_TREE), F("counters", VIEW_TREE),
+	F("user_bounds", VIEW_TREE), F("shuffle_bounds", VIEW_TREE),
+	F("counters", VIEW_TREE),
 	SUB("failures", VIEW_RECORDS, &failure_kind), END
 };
 const struct view_kind status_view_web = { VIEW_PUBLIC, VIEW_FORGET,

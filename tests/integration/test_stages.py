@@ -2,12 +2,17 @@
 side of it.  The shuffle files live in the uid's own directory, which no
 other user can list or plant in; they go when their operation ends,
 whatever ends it; their bytes count against daemon.max_shuffle_per_uid;
-a map stage's failure reaches the client."""
+a map stage's failure reaches the client.
+
+Where emberd can (as root here), the uid's directory is a tmpfs in
+emberd's own mount namespace (test_shuffle_mounts.py): the test looks at
+it through /proc/PID/root, which resolves paths in emberd's namespace."""
 
 import os
 import re
 import signal
 import stat
+import subprocess
 
 from harness import *
 from users import USERS, AsUser, needs_users
@@ -21,7 +26,53 @@ def keyed_plan(n=2000, partitions=4, ops=None):
 
 
 def shuffle_dir(d, uid=0):
-    return os.path.join(d.socket + ".local", "shuffle", str(uid))
+    """The uid's shuffle directory as emberd sees it."""
+    return in_emberd(d, os.path.join(d.socket + ".local", "shuffle",
+                                     str(uid)))
+
+
+def in_emberd(d, path):
+    """path as resolved in emberd's mount namespace."""
+    return "/proc/%d/root%s" % (d.pid, path)
+
+
+def shuffle_files(d, uid=0):
+    """What the uid's shuffle directory holds; [] once it is gone."""
+    try:
+        return os.listdir(shuffle_dir(d, uid))
+    except FileNotFoundError:
+        return []
+
+
+def mounted(d):
+    """Whether each uid's shuffle directory is a tmpfs of its own."""
+    return d.client().status()["shuffle_bounds"]["by"] == "tmpfs per user"
+
+
+def hold_stream(d, n=20000):
+    """A client whose stream of a sort has its map stage done and its
+    first partition read: its operation holds its shuffle files."""
+    c = d.client()
+    op = c.execute_ok(keyed_plan(n, 4, ops=[{"sort_by": {}}]), "iterate",
+                      {"prefetch": 0})["operation"]
+    c.write_int(1)
+    status, _ = c.read_partition()
+    check_eq(status, STREAM_PARTITION, "the held stream's partition 0")
+    c.held = op
+    return c, op
+
+
+def end_stream(c):
+    """Read a held stream to its end and release it: its operation
+    ends."""
+    while True:
+        c.write_int(1)
+        status, _ = c.read_partition()
+        if status == STREAM_DONE:
+            break
+        check_eq(status, STREAM_PARTITION, "the held stream")
+    c.request_ok({"op": "release", "operation": c.held, "all": True})
+    c.close()
 
 
 def test_stages_answer(d):
@@ -33,28 +84,54 @@ def test_stages_answer(d):
              2000, "distinct pairs")
 
 
+def _ends_clean(d, what, during=None):
+    """Check that the uid's shuffle files are there during the operation
+    that during() starts and ends, and gone after."""
+    c, op = hold_stream(d)
+    check(op in shuffle_files(d), "no shuffle files while a stream runs")
+    # The uid's directory: the job user's alone.
+    st = os.stat(shuffle_dir(d))
+    check_eq(stat.S_IMODE(st.st_mode), 0o700, "mode of the uid's directory")
+    if during is not None:
+        during()
+    end_stream(c)
+    check(wait_until(lambda: shuffle_files(d) == [], 10),
+          "shuffle files left after %s: %r" % (what, shuffle_files(d)))
+
+
 def test_shuffle_files_go_when_the_operation_ends(d):
     c = d.client()
-    c.count(keyed_plan(ops=[{"group_by_key": {}}]))
-    top = shuffle_dir(d)
-    st = os.stat(top)
-    # The uid's directory: the job user's alone.
-    check_eq(stat.S_IMODE(st.st_mode), 0o700, "mode of the uid's directory")
-    check(wait_until(lambda: os.listdir(top) == [], 10),
-          "shuffle files left: %r" % os.listdir(top))
+    # A finished operation's go.
+    _ends_clean(d, "a count", lambda: c.count(keyed_plan(ops=[
+        {"group_by_key": {}}])))
     # A failed operation's go too: a key_by value that is not a number.
     r = c.execute(keyed_plan(ops=[{"reduce_by_key": {"fn": "sum"}}]),
                   "count")
     check_error(r, "TASK_FAILED", "not a number")
-    check(wait_until(lambda: os.listdir(top) == [], 10),
-          "shuffle files left after a failure: %r" % os.listdir(top))
+    check(wait_until(lambda: shuffle_files(d) == [], 10),
+          "shuffle files left after a failure: %r" % shuffle_files(d))
     # And an interrupted stream's.
     c2 = d.client()
     c2.execute_ok(keyed_plan(20000, 8, ops=[{"sort_by": {}}]), "iterate")
     c2.close()
-    check(wait_until(lambda: os.listdir(top) == [], 10),
-          "shuffle files left after a client went: %r" % os.listdir(top))
+    check(wait_until(lambda: shuffle_files(d) == [], 10),
+          "shuffle files left after a client went: %r" % shuffle_files(d))
     check(d.alive(), "emberd died")
+
+
+def test_an_operation_removes_its_own_files_while_others_run(d):
+    """The uid's directory outlives an operation while another of the
+    uid's holds it: the ended one's files go, the other's stay."""
+    c, held = hold_stream(d)
+    op = d.client().execute_ok(keyed_plan(ops=[{"group_by_key": {}}]),
+                               "count")["operation"]
+    check(wait_until(lambda: shuffle_files(d) == [held], 10),
+          "the uid's directory holds %r, not only %r" % (shuffle_files(d),
+                                                        held))
+    check(op not in shuffle_files(d), "the ended operation's files")
+    end_stream(c)
+    check(wait_until(lambda: shuffle_files(d) == [], 10),
+          "shuffle files left: %r" % shuffle_files(d))
 
 
 def test_a_map_stage_failure_reaches_the_client(d):
@@ -70,14 +147,19 @@ def test_a_map_stage_failure_reaches_the_client(d):
     check(d.alive(), "emberd died")
 
 
+@with_daemon(sets=["daemon.shuffle_mounts=no"])
 def test_a_restart_removes_what_a_crash_left(d):
+    """Without mounts, what a crash leaves is on local_dir's filesystem
+    until the next start removes it (with mounts, it goes with emberd:
+    test_shuffle_mounts.py)."""
     # A stream whose map stage is done holds its shuffle files; emberd
     # is killed with it.
     c = d.client()
     c.execute_ok(keyed_plan(20000, 4, ops=[{"sort_by": {}}]), "iterate")
     c.write_int(1)
     check_eq(c.read_int(), 1, "a partition follows")
-    top = shuffle_dir(d)
+    check(not mounted(d), "a mount with daemon.shuffle_mounts=no")
+    top = os.path.join(d.socket + ".local", "shuffle", "0")
     check(os.listdir(top) != [], "no shuffle files while the stream runs")
     d.signal(signal.SIGKILL)
     d.wait()
@@ -211,9 +293,24 @@ def test_status_shows_the_running_stage(d):
 
 @with_daemon(sets=["daemon.max_shuffle_per_uid=1k"])
 def test_shuffle_bytes_are_bounded(d):
+    """By the kernel where the uid's directory is a mount: the map task
+    fails with ENOSPC, and the error names the key."""
     r = d.client().execute(keyed_plan(20000, 4, ops=[{"group_by_key": {}}]),
                            "count")
-    check_error(r, "LIMIT_EXCEEDED", "max_shuffle")
+    if mounted(d):
+        check_error(r, "TASK_FAILED", "No space left on device",
+                    "daemon.max_shuffle_per_uid")
+    else:
+        check_error(r, "LIMIT_EXCEEDED", "max_shuffle")
+    check(d.alive(), "emberd died")
+
+
+@with_daemon(sets=["daemon.max_shuffle_per_uid=1k",
+                   "daemon.shuffle_mounts=no"])
+def test_shuffle_bytes_are_bounded_as_reported_without_mounts(d):
+    r = d.client().execute(keyed_plan(20000, 4, ops=[{"group_by_key": {}}]),
+                           "count")
+    check_error(r, "LIMIT_EXCEEDED", "max_shuffle_per_uid")
     check(d.alive(), "emberd died")
 
 
@@ -239,20 +336,26 @@ def test_another_user_cannot_see_or_plant_shuffle_files(d):
     a_uid, _, _ = USERS["a"]
 
     def run_a(ctl):
-        with d.client() as c:
-            return c.count(keyed_plan(ops=[{"group_by_key": {}}]))
+        # a's stream holds its directory (and mount) while b looks.
+        c, _ = hold_stream(d)
+        ctl.ready(1)
+        ctl.wait_go()
+        end_stream(c)
+        return 1
 
     a = AsUser(USERS["a"], run_a)
-    check_eq(a.result(), 10, "a's groups")
+    a.wait_ready()
     top = shuffle_dir(d, a_uid)
     st = os.stat(top)
     check_eq(st.st_uid, a_uid, "owner of a's shuffle directory")
     check_eq(stat.S_IMODE(st.st_mode), 0o700, "its mode")
+    check(shuffle_files(d, a_uid) != [], "a's files")
+    host_top = os.path.join(d.socket + ".local", "shuffle", str(a_uid))
 
     def b_looks(ctl):
         out = {}
-        for what, fn in (("list", lambda: os.listdir(top)),
-                         ("plant", lambda: open(os.path.join(top, "x"),
+        for what, fn in (("list", lambda: os.listdir(host_top)),
+                         ("plant", lambda: open(os.path.join(host_top, "x"),
                                                 "w"))):
             try:
                 fn()
@@ -264,6 +367,17 @@ def test_another_user_cannot_see_or_plant_shuffle_files(d):
     b = AsUser(USERS["b"], b_looks)
     check_eq(b.result(), {"list": "refused", "plant": "refused"},
              "b in a's shuffle directory")
+    # And where b's own jobs run: in emberd's mount namespace.
+    b_uid, b_gid, _ = USERS["b"]
+    for what, cmd in (("list", ["ls", host_top]),
+                      ("plant", ["touch", os.path.join(host_top, "x")])):
+        r = subprocess.run(["nsenter", "-t", str(d.pid), "-m",
+                            "-S", str(b_uid), "-G", str(b_gid), "--"] + cmd,
+                           capture_output=True, text=True, timeout=10)
+        check(r.returncode != 0 and "Permission denied" in r.stderr,
+              "b's %s in emberd's namespace: %r" % (what, r))
+    a.go()
+    check_eq(a.result(), 1, "a's stream")
 
 
 if __name__ == "__main__":

@@ -1005,7 +1005,15 @@ def test_shuffle_dir_planted_link(d):
         {"key_by": {"field": {"sep": ",", "index": 0}}},
         {"group_by_key": {}}])
     check_eq(len(c.collect_all(plan)), 2, "a first staged job")
-    base = os.path.join(d.socket + ".local", "shuffle", str(os.getuid()))
+    # A stream holds the uid's directory, which may be a mount that goes
+    # with the uid's last operation in stages.
+    held = d.client()
+    held.execute_ok(records_plan(["%05d" % i for i in range(5000)], 4,
+                                 ops=[{"sort_by": {}}]), "iterate",
+                    {"prefetch": 0})
+    held.write_int(REQUEST_NEXT)
+    check_eq(held.read_partition()[0], STREAM_PARTITION, "the held stream")
+    base = _shuffle_base(d)
     check(os.path.isdir(base), "no shuffle directory %s" % base)
     target = job_writable(d.path("elsewhere"))
     write_file(os.path.join(target, "keep"), b"mine")
@@ -1024,6 +1032,14 @@ def test_shuffle_dir_planted_link(d):
     with open(os.path.join(target, "keep"), "rb") as f:
         check_eq(f.read(), b"mine", "what the link points to")
     check_eq(len(c.collect_all(plan)), 2, "the next job")
+    held.close()
+
+
+def _shuffle_base(d):
+    """The uid's shuffle directory as emberd and its workers see it: in
+    emberd's mount namespace, through /proc/PID/root."""
+    return "/proc/%d/root%s" % (d.pid, os.path.join(
+        d.socket + ".local", "shuffle", str(os.getuid())))
 
 
 def _map_file_forgeries(real, secret):
@@ -1053,7 +1069,7 @@ def _map_file_forgeries(real, secret):
 def _sort_forging(d, plan, forge):
     """Iterate plan (prefetch 0), calling forge with the path of map task
     2's shuffle file once partition 0 is read: the records."""
-    base = os.path.join(d.socket + ".local", "shuffle", str(os.getuid()))
+    base = _shuffle_base(d)
     with d.client() as c:
         op = c.execute_ok(plan, "iterate", {"prefetch": 0})["operation"]
         got = []

@@ -382,6 +382,13 @@ def test_unit_verifies(_):
     check("\nDelegate=yes\n" in text, "no Delegate=yes")
     check("ProtectControlGroups=yes" not in text,
           "ProtectControlGroups=yes makes the delegated cgroup read-only")
+    # The users' shuffle mounts need a mount namespace and CAP_SYS_ADMIN.
+    check("\nRestrictNamespaces=mnt\n" in text,
+          "RestrictNamespaces does not allow mnt (and only it)")
+    caps = [l for l in text.split("\n")
+            if l.startswith("CapabilityBoundingSet=")]
+    check(len(caps) == 1 and "CAP_SYS_ADMIN" in caps[0].split(),
+          "CapabilityBoundingSet: %r" % caps)
     check("ExecStart=/" in text and "/emberd -f\n" in text,
           "ExecStart: %r" % [l for l in text.split("\n")
                              if l.startswith("ExecStart")])

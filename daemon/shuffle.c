@@ -410,11 +410,18 @@ shuffle_clean_uid(uid_t uid, __attribute__((unused)) void *arg)
 {
 	const struct userdb_user	*pw = userdb_uid_now(uid);
 	const char			*class;
+	struct stat			 st;
 	char				*err = NULL, *path, name[24];
 	json_t				*args;
 	int				 fd;
 
 	snprintf(name, sizeof name, "%ld", (long)uid);
+	/* A mount point a killed emberd left (shufflefs.c) is its own and
+	 * empty: gone, or a start without mounts would refuse it. */
+	if (fstatat(shuffle_base, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    st.st_uid == geteuid() && unlinkat(shuffle_base, name,
+	    AT_REMOVEDIR) == 0)
+		return;
 	if ((fd = openat(shuffle_base, name, O_RDONLY | O_DIRECTORY |
 	    O_NOFOLLOW | O_CLOEXEC | O_NOCTTY)) == -1)
 		return;

@@ -244,6 +244,15 @@ def test_a_crash_leaves_no_mount_and_no_files(d):
     check_eq(d.client().count(sort_plan()), 20000, "a sort after the start")
     check(wait_until(lambda: shuffle_mounts(d.pid) == {}, 10),
           "mounts left: %r" % shuffle_mounts(d.pid))
+    # A crash leaves the mount point, root's: a start without mounts
+    # removes it, rather than refuse it as no user's directory.
+    d.signal(signal.SIGKILL)
+    d.wait()
+    d.kill_leftovers()
+    d.sets.append("daemon.shuffle_mounts=no")
+    d.start()
+    check_eq(d.client().count(sort_plan()), 20000,
+             "a sort after a start without mounts")
 
 
 def test_status_says_how_shuffle_files_are_bounded(d):

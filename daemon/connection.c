@@ -745,7 +745,8 @@ connection_dispatch(struct connection *c, const char *data, size_t len)
 	char				*err;
 
 	ember_counters.requests++;
-	if ((req = request_parse(data, len, &err)) == NULL) {
+	if ((req = request_parse(data, len,
+	    (size_t)ember_conf.daemon_max_frame_values, &err)) == NULL) {
 		connection_reply_error(c, "REQUEST_INVALID", "%s", err);
 		free(err);
 		return;

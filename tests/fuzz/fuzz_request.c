@@ -19,6 +19,8 @@
 
 /* A small daemon.max_frame, so that large lengths are refused too. */
 #define FUZZ_MAX_FRAME	(64 * 1024)
+/* daemon.max_frame_values here: the count before the parse is fuzzed too. */
+#define FUZZ_MAX_VALUES	4096
 
 /* Read an execute request's members and parse its plan, as execute.c
  * does before it looks at files. */
@@ -75,7 +77,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		err = NULL;
 		if ((req = request_parse(frame + 4, (size_t)len,
-		    &err)) == NULL) {
+		    FUZZ_MAX_VALUES, &err)) == NULL) {
 			if (err == NULL)
 				abort();
 			free(err);

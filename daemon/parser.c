@@ -273,6 +273,7 @@ void
 parser_init(void (*room_cb)(uid_t))
 {
 	parser_room_cb = room_cb;
+	parser_stopping = 0;
 	parser_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (parser_fd == -1)
 		fatal("parser: eventfd");

@@ -84,6 +84,7 @@ static int			 parser_nthreads;
 /* The loop's: the eventfd the threads write when a job is done. */
 static int			 parser_fd = -1;
 static struct event		*parser_ev;
+static struct event		*parser_next;	/* delivers one more job */
 static void			(*parser_room_cb)(uid_t);
 
 /* Parse one frame; the lock is not held. */
@@ -228,45 +229,63 @@ parser_forget_locked(struct parser_job *job)
 	free(job);
 }
 
-/* Jobs are done: hand their results to their owners. */
+/*
+ * Hand the first job done to its owner.  One a loop turn, as any request
+ * (handling a big one may take the loop a while): the next waits for a
+ * zero timer, which fires after the loop polled its sockets again.
+ */
+static void
+parser_deliver(void)
+{
+	static const struct timeval	 now = { 0, 0 };
+	struct parser_job		*job;
+	uid_t				 uid;
+	json_t				*req;
+	char				*err;
+	void				(*cb)(json_t *, char *, void *);
+	void				*cb_arg;
+
+	pthread_mutex_lock(&parser_lock);
+	if ((job = TAILQ_FIRST(&parser_done)) == NULL) {
+		pthread_mutex_unlock(&parser_lock);
+		return;
+	}
+	TAILQ_REMOVE(&parser_done, job, entry);
+	if (!TAILQ_EMPTY(&parser_done))
+		evtimer_add(parser_next, &now);
+	uid = job->user->uid;
+	req = job->req;
+	err = job->err;
+	cb = job->cancelled ? NULL : job->done_cb;
+	cb_arg = job->arg;
+	if (cb == NULL)
+		parser_drop_locked(req);
+	parser_forget_locked(job);
+	pthread_mutex_unlock(&parser_lock);
+	if (cb != NULL)
+		cb(req, err, cb_arg);
+	else
+		free(err);
+	parser_room_cb(uid);
+}
+
+/* A thread finished a job. */
 static void
 parser_done_cb(evutil_socket_t fd, short events, void *arg)
 {
-	struct parser_jobs	 done = TAILQ_HEAD_INITIALIZER(done);
-	struct parser_job	*job;
-	uint64_t		 n;
-	uid_t			 uid;
-	json_t			*req;
-	char			*err;
-	void			(*cb)(json_t *, char *, void *);
-	void			*cb_arg;
+	uint64_t	n;
 
 	(void)events; (void)arg;
 	(void)read(fd, &n, sizeof n);
-	pthread_mutex_lock(&parser_lock);
-	while ((job = TAILQ_FIRST(&parser_done)) != NULL) {
-		TAILQ_REMOVE(&parser_done, job, entry);
-		TAILQ_INSERT_TAIL(&done, job, entry);
-	}
-	pthread_mutex_unlock(&parser_lock);
-	while ((job = TAILQ_FIRST(&done)) != NULL) {
-		TAILQ_REMOVE(&done, job, entry);
-		uid = job->user->uid;
-		req = job->req;
-		err = job->err;
-		cb = job->cancelled ? NULL : job->done_cb;
-		cb_arg = job->arg;
-		pthread_mutex_lock(&parser_lock);
-		if (cb == NULL)
-			parser_drop_locked(req);
-		parser_forget_locked(job);
-		pthread_mutex_unlock(&parser_lock);
-		if (cb != NULL)
-			cb(req, err, cb_arg);
-		else
-			free(err);
-		parser_room_cb(uid);
-	}
+	parser_deliver();
+}
+
+/* The loop's next turn: the next job done. */
+static void
+parser_next_cb(evutil_socket_t fd, short events, void *arg)
+{
+	(void)fd; (void)events; (void)arg;
+	parser_deliver();
 }
 
 void
@@ -280,6 +299,7 @@ parser_init(void (*room_cb)(uid_t))
 	parser_ev = event_new(ember_base, parser_fd, EV_READ | EV_PERSIST,
 	    parser_done_cb, NULL);
 	event_add(parser_ev, NULL);
+	parser_next = evtimer_new(ember_base, parser_next_cb, NULL);
 }
 
 void
@@ -312,6 +332,8 @@ parser_shutdown(void)
 		free(t);
 	}
 	parser_ntrees = 0;
+	event_free(parser_next);
+	parser_next = NULL;
 	event_free(parser_ev);
 	parser_ev = NULL;
 	close(parser_fd);

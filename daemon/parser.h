@@ -10,7 +10,8 @@
  * uids in turn, and a uid has at most PARSER_PER_UID frames here (queued,
  * parsed, or waiting for the loop): its further frames wait in their
  * sockets.  A frame's bytes are the parser's until its thread is done;
- * the result comes back to the loop through an eventfd.  The threads
+ * the result comes back to the loop through an eventfd, one a loop turn
+ * (as any request: its handling may be long too).  The threads
  * touch nothing of emberd's but the frame, the tree and this file's
  * queues.
  */

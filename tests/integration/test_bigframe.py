@@ -5,7 +5,7 @@ A control frame may be up to daemon.max_frame (16 MiB) of JSON, and
 parsing the worst of them (millions of tiny values) takes jansson most of
 a second and hundreds of MiB.  Run as root (as CI does), these tests flood
 emberd with such frames as one unprivileged user, on several connections
-at once, while another user times its status round trips and a tiny job:
+at once, while another user times its status round trips:
 they must stay fast, the flood's frames are refused past
 daemon.max_frame_values, and a client that leaves while its frame is
 parsed, or a shutdown then, leaves nothing behind.  Not root, the tests
@@ -88,9 +88,9 @@ def flood(d, frame, conns, seconds):
     return run
 
 
-def round_trips(d, seconds, job=False):
-    """A function for AsUser: status (or, with job, a count of a tiny
-    range) round trips for seconds; their times, sorted."""
+def round_trips(d, seconds):
+    """A function for AsUser: status round trips for seconds; their
+    times, sorted."""
     def run(ctl):
         times = []
         with Client(d.socket, timeout=60) as c:
@@ -100,20 +100,17 @@ def round_trips(d, seconds, job=False):
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 start = time.monotonic()
-                if job:
-                    check_eq(c.count(range_plan(0, 10, 1)), 10, "count")
-                else:
-                    c.status()
+                c.status()
                 times.append(time.monotonic() - start)
         return sorted(times)
     return run
 
 
-def measure(d, frame, conns, seconds=4.0, job=False):
+def measure(d, frame, conns, seconds=4.0):
     """Flood as a on conns connections while b times round trips: (b's
     sorted times, a's result)."""
     a = AsUser(USERS["a"], flood(d, frame, conns, seconds + 1))
-    b = AsUser(USERS["b"], round_trips(d, seconds, job))
+    b = AsUser(USERS["b"], round_trips(d, seconds))
     try:
         a.wait_ready()
         b.wait_ready()
@@ -163,13 +160,20 @@ def test_value_flood_leaves_others_served(d):
 
 @needs_users
 @with_daemon(sets=SHARED)
-def test_parallelize_flood_leaves_others_jobs(d):
+def test_parallelize_flood_leaves_others_served(d):
     """User a executes counts of 2 MiB parallelize plans (700k records)
-    on 8 connections; user b's tiny jobs stay under 1 s each."""
-    times, res = measure(d, parallelize_frame(2 * MIB), 8, job=True)
-    check(len(times) >= 3, "b ran only %d jobs" % len(times))
+    on 8 connections; user b's status round trips stay under 1 s.  What
+    is left on the loop is the execute's own work on the records (their
+    check, the plan's text): b waited 118 to 204 ms at worst, 349 to 459
+    ms with the parse on the loop too, so this guards the handler's
+    share rather than the parse's."""
+    times, res = measure(d, parallelize_frame(2 * MIB), 8)
+    check(len(times) >= 3, "b made only %d round trips" % len(times))
     slack = 3 if "address" in build_sanitizers() else 1
-    check(times[-1] < 1.0 * slack, "b's slowest job took %.0f ms" %
+    median = times[len(times) // 2]
+    check(median < 0.05 * slack, "b's median status took %.0f ms" %
+          (median * 1e3))
+    check(times[-1] < 1.0 * slack, "b's slowest status took %.0f ms" %
           (times[-1] * 1e3))
     check(res["classes"].get("ok", 0) > 0, "none of a's jobs ran: %r" %
           res)

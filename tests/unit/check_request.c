@@ -116,6 +116,27 @@ START_TEST(test_request_too_many_values)
 }
 END_TEST
 
+/* Nesting past jansson's depth (2048) is refused as it is read, at once,
+ * whatever the frame's length; the count refuses a longer run of
+ * brackets before jansson sees it. */
+START_TEST(test_request_too_deep)
+{
+	size_t	 n = 100000;
+	char	*text = malloc(n + 7);
+	char	*err = NULL;
+
+	ck_assert_ptr_nonnull(text);
+	memcpy(text, "{\"op\":", 6);
+	memset(text + 6, '[', n);
+	request_refused(text, 6 + 2049, "not JSON: maximum parsing depth");
+	ck_assert_ptr_null(request_parse(text, 6 + n, 50000, &err));
+	ck_assert_str_eq(err, "the request holds more than "
+	    "daemon.max_frame_values (50000) values and keys");
+	free(err);
+	free(text);
+}
+END_TEST
+
 /* Read execute request text; 0, or -1 with *class and *err. */
 static int
 request_execute(const char *text, int (*taken)(const char *, void *),
@@ -262,6 +283,7 @@ request_suite(void)
 	tcase_add_test(tc, test_request_refused);
 	tcase_add_test(tc, test_request_count_values);
 	tcase_add_test(tc, test_request_too_many_values);
+	tcase_add_test(tc, test_request_too_deep);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("execute");
 	tcase_add_test(tc, test_execute_read);

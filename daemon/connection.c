@@ -827,8 +827,10 @@ connection_parsed_cb(json_t *req, char *err, void *arg)
 		free(err);
 	} else {
 		connection_dispatch_request(c, req);
-		/* Its tree may be big: freed by the parser's thread. */
+		/* Its tree may be big: freed by the parser's thread, and its
+		 * pages given back once the heap is still. */
 		parser_drop(req);
+		heap_check_soon();
 	}
 	if (c->state == CONN_CLOSING)
 		return;

@@ -49,6 +49,8 @@ static const struct conf_key conf_keys[] = {
 	    "text", 0),
 	KEY("daemon", "worker_path", CONF_STRING, daemon_worker_path, "", 0),
 	KEY("daemon", "max_frame", CONF_SIZE, daemon_max_frame, "16m", 1024),
+	KEY("daemon", "max_frame_values", CONF_INT, daemon_max_frame_values,
+	    "1048576", 1024),
 	KEY("daemon", "max_connections_per_uid", CONF_INT,
 	    daemon_max_connections_per_uid, "64", 1),
 	KEY("daemon", "max_connections", CONF_COUNT, daemon_max_connections,

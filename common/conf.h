@@ -17,6 +17,7 @@ struct conf {
 	char		*daemon_log_format;
 	char		*daemon_worker_path;
 	int64_t		 daemon_max_frame;
+	int64_t		 daemon_max_frame_values;
 	int64_t		 daemon_max_connections_per_uid;
 	int64_t		 daemon_max_connections; /* 0: from RLIMIT_NOFILE */
 	int64_t		 daemon_request_timeout; /* ms to complete a frame */

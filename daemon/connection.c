@@ -24,6 +24,7 @@
 #include "limit.h"
 #include "log.h"
 #include "operation.h"
+#include "parser.h"
 #include "protocol.h"
 #include "request.h"
 #include "session.h"
@@ -47,6 +48,7 @@
 
 enum connection_state {
 	CONN_CONTROL,	/* reading control frames */
+	CONN_PARSING,	/* a big frame is parsed off the loop (parser.c) */
 	CONN_BUSY,	/* a request is running; its reply comes later */
 	CONN_STREAM,	/* carrying an operation's result stream */
 	CONN_UPLOAD,	/* reading a broadcast's bytes */
@@ -68,6 +70,10 @@ struct connection {
 						   against daemon.max_results */
 	int64_t			 reserved;	/* bytes of the frame being read,
 						   held against daemon.max_input */
+	struct parser_job	*parse;		/* CONN_PARSING */
+	int64_t			 parsing;	/* its bytes, still held */
+	int			 parse_wait;	/* a big frame waits for room in
+						   the parser */
 	int			 counted;	/* in daemon.max_connections */
 	uid_t			 uid;
 	gid_t			 gid;
@@ -735,21 +741,14 @@ connection_handle(struct connection *c, const struct connection_request *r,
 	log_set_context(prev);
 }
 
-/* Parse and answer one control frame. */
+/* Answer one request, parsed; req is still the caller's. */
 static void
-connection_dispatch(struct connection *c, const char *data, size_t len)
+connection_dispatch_request(struct connection *c, json_t *req)
 {
 	const struct connection_request	*r;
-	json_t				*req, *op;
+	json_t				*op;
 	size_t				 i;
-	char				*err;
 
-	ember_counters.requests++;
-	if ((req = request_parse(data, len, &err)) == NULL) {
-		connection_reply_error(c, "REQUEST_INVALID", "%s", err);
-		free(err);
-		return;
-	}
 	op = json_object_get(req, "op");
 	for (i = 0; i < sizeof connection_requests /
 	    sizeof connection_requests[0]; i++) {
@@ -774,12 +773,125 @@ connection_dispatch(struct connection *c, const char *data, size_t len)
 			    "%s: say hello first", r->op);
 		else
 			connection_handle(c, r, req);
-		json_decref(req);
 		return;
 	}
 	connection_reply_error(c, "REQUEST_INVALID", "unknown op \"%s\"",
 	    json_string_value(op));
+}
+
+/* Parse and answer one control frame. */
+static void
+connection_dispatch(struct connection *c, const char *data, size_t len)
+{
+	json_t	*req;
+	char	*err;
+
+	ember_counters.requests++;
+	if ((req = request_parse(data, len,
+	    (size_t)ember_conf.daemon_max_frame_values, &err)) == NULL) {
+		connection_reply_error(c, "REQUEST_INVALID", "%s", err);
+		free(err);
+		return;
+	}
+	connection_dispatch_request(c, req);
 	json_decref(req);
+}
+
+/* Let go of what a frame in the parser holds: the parse, and its bytes
+ * held against daemon.max_input. */
+static void
+connection_parse_end(struct connection *c)
+{
+	if (c->parse != NULL)
+		parser_cancel(c->parse);
+	c->parse = NULL;
+	if (c->parsing > 0)
+		limit_release(c->uid, LIMIT_INPUT, c->parsing);
+	c->parsing = 0;
+}
+
+/* A big frame is parsed (or refused): answer it as any other, then read
+ * on. */
+static void
+connection_parsed_cb(json_t *req, char *err, void *arg)
+{
+	struct connection	*c = arg;
+
+	c->parse = NULL;
+	connection_parse_end(c);
+	c->state = CONN_CONTROL;
+	c->active_ms = ember_now_ms();
+	ember_counters.requests++;
+	if (req == NULL) {
+		connection_reply_error(c, "REQUEST_INVALID", "%s", err);
+		free(err);
+	} else {
+		connection_dispatch_request(c, req);
+		/* Its tree may be big: freed by the parser's thread, and its
+		 * pages given back once the heap is still. */
+		parser_drop(req);
+		heap_check_soon();
+	}
+	if (c->state == CONN_CLOSING)
+		return;
+	/* What the client sent meanwhile waits no more. */
+	c->frame_ms = evbuffer_get_length(channel_input(c->ch)) > 0 ?
+	    c->active_ms : 0;
+	event_active(c->kick, EV_READ, 1);
+	connection_arm(c);
+}
+
+/*
+ * Hand the big frame of len bytes at the head of the input to the parser,
+ * its bytes still held against daemon.max_input; no more frames are read
+ * until it is answered.  When the uid has its share of the parser, the
+ * frame waits in the input (and the socket) until there is room: 1 if it
+ * went.
+ */
+static int
+connection_parse_later(struct connection *c, size_t len)
+{
+	struct evbuffer	*in = channel_input(c->ch), *frame;
+
+	if (parser_full(c->uid)) {
+		c->parse_wait = 1;
+		return (0);
+	}
+	c->parse_wait = 0;
+	frame = evbuffer_new();
+	evbuffer_drain(in, 4);
+	/* Moved, not copied. */
+	if (evbuffer_remove_buffer(in, frame, len) != (int)len)
+		fatalx("%s: evbuffer_remove_buffer", __func__);
+	c->parsing = c->reserved;
+	c->reserved = 0;
+	channel_want(c->ch, 0);
+	c->state = CONN_PARSING;
+	c->active_ms = ember_now_ms();
+	c->frame_ms = 0;
+	c->parse = parser_parse(c->uid, frame,
+	    (size_t)ember_conf.daemon_max_frame_values, connection_parsed_cb,
+	    c);
+	return (1);
+}
+
+/* A frame of uid's left the parser: its connections whose big frame
+ * waited for room try again. */
+static void
+connection_parser_room_cb(uid_t uid)
+{
+	struct connection	*c;
+
+	TAILQ_FOREACH(c, &connections, entry) {
+		if (c->parse_wait && c->uid == uid)
+			event_active(c->kick, EV_READ, 1);
+	}
+}
+
+void
+connection_init(void)
+{
+	parser_init(connection_parser_room_cb);
 }
 
 /* Handle one control frame if a whole one is buffered: 1 if handled. */
@@ -800,6 +912,8 @@ connection_read_control(struct connection *c)
 		    "got length %ld", (long)len);
 		return (0);
 	}
+	if ((size_t)len >= PARSER_THRESHOLD)
+		return (connection_parse_later(c, (size_t)len));
 	data = evbuffer_pullup(in, len + 4);
 	connection_dispatch(c, (const char *)data + 4, (size_t)len);
 	connection_take_frame(c, (size_t)len + 4);
@@ -939,7 +1053,8 @@ connection_idle(struct connection *c)
 static int
 connection_waits_input(struct connection *c)
 {
-	return (c->frame_ms != 0 &&
+	/* Not when a whole frame waits for the parser: emberd's turn. */
+	return (c->frame_ms != 0 && !c->parse_wait &&
 	    evbuffer_get_length(channel_input(c->ch)) > 0 &&
 	    connection_clients_turn(c));
 }
@@ -1132,6 +1247,7 @@ connection_free(struct connection *c)
 		json_decref(c->hello);
 	if (c->session != NULL)
 		session_release(c->session);
+	connection_parse_end(c);
 	connection_release_frame(c);
 	evbuffer_remove_cb_entry(channel_output(c->ch), c->out_cb);
 	if (c->held > 0)
@@ -1166,6 +1282,18 @@ connection_close_all(void)
 	}
 }
 
+/* Shutting down: a frame in the parser is not answered but refused. */
+static void
+connection_shutdown_parse(struct connection *c)
+{
+	if (c->state != CONN_PARSING)
+		return;
+	connection_parse_end(c);
+	c->state = CONN_CONTROL;
+	connection_reply_error(c, "SHUTTING_DOWN", "emberd is shutting down; "
+	    "the request was not read");
+}
+
 void
 connection_shutdown(void)
 {
@@ -1181,6 +1309,7 @@ connection_shutdown(void)
 		}
 		if (c->state == CONN_BUSY && c->op != NULL)
 			operation_shutdown_unstarted(c->op);
+		connection_shutdown_parse(c);
 		if (c->state == CONN_CONTROL)
 			connection_close_after_flush(c);
 	}
@@ -1192,6 +1321,7 @@ connection_close_flushed(void)
 	struct connection	*c;
 
 	TAILQ_FOREACH(c, &connections, entry) {
+		connection_shutdown_parse(c);
 		if (c->state == CONN_CONTROL)
 			connection_close_after_flush(c);
 	}

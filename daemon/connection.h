@@ -15,6 +15,8 @@ struct connection;
 struct evbuffer;
 struct operation;
 
+/* Start what connections share: the parser of their big frames. */
+void		 connection_init(void);
 void		 connection_create(int fd);
 /* Close a connection now; its operation, if any, is detached. */
 void		 connection_close_now(struct connection *);

@@ -34,6 +34,7 @@
 #include "localdir.h"
 #include "log.h"
 #include "operation.h"
+#include "parser.h"
 #include "pool.h"
 #include "proctitle.h"
 #include "savelog.h"
@@ -430,6 +431,7 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 		log_open("emberd", level, format, 1);
 	}
 	shufflefs_log();
+	connection_init();
 	scheduler_init();
 	helper_init();
 	if (pool_init() == -1) {
@@ -455,6 +457,7 @@ ember_stop(void)
 	listener_stop();
 	operation_interrupt_all("emberd is shutting down");
 	connection_close_all();
+	parser_shutdown();
 	session_close_all();
 	checkpoint_shutdown();
 	operation_maintenance_stop();
@@ -489,6 +492,9 @@ main(int argc, char **argv)
 	enum log_format	 format;
 
 	proctitle_init(argc, argv);
+	/* jansson's hash seed, set before the parser's threads make objects
+	 * (connection_init). */
+	json_object_seed(0);
 	if ((rc = ember_parse_args(argc, argv, &conf_path, &foreground,
 	    &dump)) != -1)
 		return (rc);

@@ -16,11 +16,22 @@
 #include "taskdesc.h"
 
 /*
+ * Count the values of the len bytes of a JSON text without parsing it, in
+ * one pass over its bytes: one, and one more for each comma, colon and
+ * opening bracket outside strings.  Every value but the first follows
+ * one of these, so the count is at least the values; it is about the
+ * values and keys, a container counting once more.  Counting stops past
+ * max.  Any bytes are safe: an unclosed string ends the count.
+ */
+size_t	 request_count_values(const void *data, size_t len, size_t max);
+/*
  * Parse the len bytes of a control frame (NULs allowed in strings,
- * duplicate keys refused).  NULL and *err (the REQUEST_INVALID message) if
+ * duplicate keys refused), unless they hold more than max_values values
+ * and keys (0: no limit).  NULL and *err (the REQUEST_INVALID message) if
  * they are not a JSON object with a string "op".
  */
-json_t	*request_parse(const void *data, size_t len, char **err);
+json_t	*request_parse(const void *data, size_t len, size_t max_values,
+	     char **err);
 /* Make a random (version 4) UUID in id, lower case: a new operation's. */
 void	 request_new_id(char id[37]);
 /* options.prefetch's largest value. */

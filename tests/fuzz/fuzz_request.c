@@ -2,8 +2,10 @@
  * Fuzzing target: emberd's control-frame reader on the bytes a client
  * sends.  The bytes are split into frames as a connection splits them
  * (common/frame.c's frame_peek on an evbuffer, under a frame limit), each
- * frame parsed as a request (daemon/request.c), and an execute request's
- * members (request_read_execute) and plan read as emberd reads them.
+ * frame's values counted and parsed as a request (daemon/request.c;
+ * the count must be at least the values parsed), and an execute
+ * request's members (request_read_execute) and plan read as emberd reads
+ * them.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,6 +21,8 @@
 
 /* A small daemon.max_frame, so that large lengths are refused too. */
 #define FUZZ_MAX_FRAME	(64 * 1024)
+/* daemon.max_frame_values here: the count before the parse is fuzzed too. */
+#define FUZZ_MAX_VALUES	4096
 
 /* Read an execute request's members and parse its plan, as execute.c
  * does before it looks at files. */
@@ -50,6 +54,24 @@ fuzz_execute(json_t *req)
 	plan_free(plan);
 }
 
+/* The values of a tree, itself included. */
+static size_t
+fuzz_values(json_t *j)
+{
+	const char	*key;
+	json_t		*v;
+	size_t		 i, n = 1;
+
+	if (json_is_array(j)) {
+		json_array_foreach(j, i, v)
+			n += fuzz_values(v);
+	} else if (json_is_object(j)) {
+		json_object_foreach(j, key, v)
+			n += fuzz_values(v);
+	}
+	return (n);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -75,11 +97,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		err = NULL;
 		if ((req = request_parse(frame + 4, (size_t)len,
-		    &err)) == NULL) {
+		    FUZZ_MAX_VALUES, &err)) == NULL) {
 			if (err == NULL)
 				abort();
 			free(err);
 		} else {
+			/* The count before the parse is at least the
+			 * values. */
+			if (request_count_values(frame + 4, (size_t)len,
+			    SIZE_MAX - 1) < fuzz_values(req))
+				abort();
 			if (strcmp(json_string_value(json_object_get(req,
 			    "op")), "execute") == 0)
 				fuzz_execute(req);

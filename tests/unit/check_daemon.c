@@ -27,6 +27,7 @@ main(void)
 	srunner_add_suite(sr, task_suite());
 	srunner_add_suite(sr, retry_suite());
 	srunner_add_suite(sr, request_suite());
+	srunner_add_suite(sr, parser_suite());
 	srunner_add_suite(sr, joblog_suite());
 	srunner_add_suite(sr, cgroup_suite());
 	srunner_add_suite(sr, status_view_suite());

@@ -20,7 +20,7 @@ request_refused(const char *data, size_t len, const char *want)
 	json_t	*req;
 	char	*err = NULL;
 
-	req = request_parse(data, len, &err);
+	req = request_parse(data, len, 0, &err);
 	ck_assert_ptr_null(req);
 	ck_assert_ptr_nonnull(err);
 	ck_assert_msg(strncmp(err, want, strlen(want)) == 0,
@@ -34,7 +34,7 @@ START_TEST(test_request_ok)
 	json_t			*req;
 	char			*err = NULL;
 
-	req = request_parse(text, strlen(text), &err);
+	req = request_parse(text, strlen(text), 0, &err);
 	ck_assert_ptr_nonnull(req);
 	ck_assert_ptr_null(err);
 	ck_assert_str_eq(json_string_value(json_object_get(req, "op")),
@@ -66,6 +66,74 @@ START_TEST(test_request_refused)
 	request_refused("{}", 2,
 	    "a request is a JSON object with a string \"op\"");
 	request_refused("\"op\"", 4, "not JSON: ");
+}
+END_TEST
+
+/* Count the values and keys of text, up to max. */
+static size_t
+request_count(const char *text, size_t max)
+{
+	return (request_count_values(text, strlen(text), max));
+}
+
+/* Values and keys are counted by their separators, not inside strings,
+ * and the count stops past max. */
+START_TEST(test_request_count_values)
+{
+	ck_assert_uint_eq(request_count("1", 100), 1);
+	ck_assert_uint_eq(request_count("{\"op\":\"x\"}", 100), 3);
+	ck_assert_uint_eq(request_count("[1,2,3]", 100), 4);
+	/* An empty container counts for its bracket too. */
+	ck_assert_uint_eq(request_count("[[],{}]", 100), 5);
+	/* Separators inside strings, escaped quotes and backslashes. */
+	ck_assert_uint_eq(request_count("[\",:[{\",\"\\\",\"]", 100), 3);
+	ck_assert_uint_eq(request_count("[\"\\\\\",1]", 100), 3);
+	/* An unclosed string, or an escape at the very end. */
+	ck_assert_uint_eq(request_count("[1,\",,,", 100), 3);
+	ck_assert_uint_eq(request_count("[\"\\", 100), 2);
+	/* Stopped past max. */
+	ck_assert_uint_eq(request_count("[1,2,3,4,5,6,7,8,9]", 3), 4);
+	ck_assert_uint_eq(request_count_values("[1,2]", 0, 100), 1);
+}
+END_TEST
+
+/* A frame of more values and keys than the limit is refused before it is
+ * parsed, naming the key; at the limit it is parsed. */
+START_TEST(test_request_too_many_values)
+{
+	static const char	 text[] = "{\"op\":\"status\",\"a\":[1,2]}";
+	json_t			*req;
+	char			*err = NULL;
+
+	req = request_parse(text, strlen(text), 7, &err);
+	ck_assert_ptr_nonnull(req);
+	json_decref(req);
+	req = request_parse(text, strlen(text), 6, &err);
+	ck_assert_ptr_null(req);
+	ck_assert_str_eq(err, "the request holds more than "
+	    "daemon.max_frame_values (6) values and keys");
+	free(err);
+}
+END_TEST
+
+/* Nesting past jansson's depth (2048) is refused as it is read, at once,
+ * whatever the frame's length; the count refuses a longer run of
+ * brackets before jansson sees it. */
+START_TEST(test_request_too_deep)
+{
+	size_t	 n = 100000;
+	char	*text = malloc(n + 7);
+	char	*err = NULL;
+
+	ck_assert_ptr_nonnull(text);
+	memcpy(text, "{\"op\":", 6);
+	memset(text + 6, '[', n);
+	request_refused(text, 6 + 2049, "not JSON: maximum parsing depth");
+	ck_assert_ptr_null(request_parse(text, 6 + n, 50000, &err));
+	ck_assert_str_eq(err, "the request holds more than "
+	    "daemon.max_frame_values (50000) values and keys");
+	free(err);
+	free(text);
 }
 END_TEST
 
@@ -213,6 +281,9 @@ request_suite(void)
 
 	tcase_add_test(tc, test_request_ok);
 	tcase_add_test(tc, test_request_refused);
+	tcase_add_test(tc, test_request_count_values);
+	tcase_add_test(tc, test_request_too_many_values);
+	tcase_add_test(tc, test_request_too_deep);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("execute");
 	tcase_add_test(tc, test_execute_read);

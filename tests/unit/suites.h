@@ -21,6 +21,7 @@ Suite	*jwrite_suite(void);
 Suite	*keyed_suite(void);
 Suite	*log_suite(void);
 Suite	*ops_suite(void);
+Suite	*parser_suite(void);
 Suite	*plan_suite(void);
 Suite	*plugin_suite(void);
 Suite	*request_suite(void);

@@ -405,6 +405,7 @@ operation_materialize(struct session *s, struct checkpoint *c, json_t *plan,
 	TAILQ_INIT(&op->map_tasks);
 	op->action = ACTION_CHECKPOINT;
 	op->internal = 1;
+	op->uid = session_uid(s);	/* whose shuffle files it writes */
 	request_new_id(op->id);
 	/* Its files were checked, and sized, when it was asked for. */
 	req = json_pack("{s:O}", "plan", plan);

@@ -155,6 +155,8 @@ limit_release(uid_t uid, enum limit_kind kind, int64_t n)
 	struct limit_user	*u = limit_find(uid);
 	int			 i;
 
+	if (n == 0)
+		return;		/* nothing held is nothing to give back */
 	if (u == NULL || u->used[kind] < n)
 		fatalx("uid %ld releases %lld %s it does not hold", (long)uid,
 		    (long long)n, limit_defs[kind].what);

@@ -681,6 +681,21 @@ def test_status_page_hides_checkpoints(d):
 
 @needs_users
 @with_daemon(sets=SHARED)
+def test_lazy_wide_checkpoint_of_a_user(d):
+    """A user's lazy checkpoint of a plan in stages is computed, at its
+    first read, with that user's shuffle directory."""
+    plan = range_plan(1000, 4, ops=[{"distinct": {"partitions": 3}}])
+
+    def make_and_read():
+        with Client(d.socket) as c:
+            cid = checkpoint_ok(c, plan, eager=False)["checkpoint"]
+            return c.execute(source(cid), "count")
+    reply = as_user("a", make_and_read)
+    check_eq((reply.get("ok"), reply.get("count")), (True, 1000),
+             "the checkpoint's first read: %r" % reply)
+
+@needs_users
+@with_daemon(sets=SHARED)
 def test_other_uid_refused(d):
     """Another uid can neither read a checkpoint through emberd nor open
     its files on disk; its own ids and drops are scoped to it."""

@@ -1282,14 +1282,17 @@ connection_close_all(void)
 	}
 }
 
-/* Shutting down: a frame in the parser is not answered but refused. */
+/* Shutting down: a frame in the parser, or read whole and waiting for
+ * room in it, is not answered but refused. */
 static void
 connection_shutdown_parse(struct connection *c)
 {
-	if (c->state != CONN_PARSING)
+	if (c->state == CONN_PARSING) {
+		connection_parse_end(c);
+		c->state = CONN_CONTROL;
+	} else if (!c->parse_wait)
 		return;
-	connection_parse_end(c);
-	c->state = CONN_CONTROL;
+	c->parse_wait = 0;
 	connection_reply_error(c, "SHUTTING_DOWN", "emberd is shutting down; "
 	    "the request was not read");
 }

@@ -22,7 +22,8 @@
 #include "request.h"
 #include "xmalloc.h"
 
-/* Threads: two, so that one uid's long parse holds no other uid's. */
+/* Threads: two, and one uid's frames are parsed one at a time, so that
+ * one uid's long parse holds no other uid's. */
 #define PARSER_THREADS		2
 /* Their nice value: the loop's turns come before a parse. */
 #define PARSER_NICE		5
@@ -53,6 +54,7 @@ TAILQ_HEAD(parser_jobs, parser_job);
 struct parser_user {
 	uid_t			 uid;
 	size_t			 njobs;		/* queued, running or done */
+	int			 running;	/* one of them is being parsed */
 	struct parser_jobs	 queue;
 	int			 ready;		/* in parser_ready */
 	TAILQ_ENTRY(parser_user) ready_entry;
@@ -113,15 +115,21 @@ parser_notify_locked(void)
 		;
 }
 
-/* Take the next job, from the uid whose turn it is; the lock is held. */
+/* Take the next job, from the first uid in turn that has none being
+ * parsed; the lock is held. */
 static struct parser_job *
 parser_next_locked(void)
 {
-	struct parser_user	*u = TAILQ_FIRST(&parser_ready);
+	struct parser_user	*u;
 	struct parser_job	*job;
 
+	TAILQ_FOREACH(u, &parser_ready, ready_entry) {
+		if (!u->running)
+			break;
+	}
 	if (u == NULL)
 		return (NULL);
+	u->running = 1;
 	job = TAILQ_FIRST(&u->queue);
 	TAILQ_REMOVE(&u->queue, job, entry);
 	TAILQ_REMOVE(&parser_ready, u, ready_entry);
@@ -146,13 +154,14 @@ parser_main(void *arg)
 	    PARSER_NICE);
 	pthread_mutex_lock(&parser_lock);
 	for (;;) {
+		job = NULL;
 		while (!parser_stopping && parser_ntrees == 0 &&
-		    parser_queued == 0)
+		    (job = parser_next_locked()) == NULL)
 			pthread_cond_wait(&parser_wake, &parser_lock);
 		if (parser_stopping)
 			break;
 		/* Memory first: a dropped tree frees what a parse takes. */
-		if ((t = TAILQ_FIRST(&parser_trees)) != NULL) {
+		if (job == NULL && (t = TAILQ_FIRST(&parser_trees)) != NULL) {
 			TAILQ_REMOVE(&parser_trees, t, entry);
 			parser_ntrees--;
 			pthread_mutex_unlock(&parser_lock);
@@ -161,16 +170,18 @@ parser_main(void *arg)
 			pthread_mutex_lock(&parser_lock);
 			continue;
 		}
-		job = parser_next_locked();
 		job->state = PARSER_RUNNING;
 		parser_running++;
 		pthread_mutex_unlock(&parser_lock);
 		parser_run(job);
 		pthread_mutex_lock(&parser_lock);
 		parser_running--;
+		job->user->running = 0;
 		job->state = PARSER_DONE;
 		TAILQ_INSERT_TAIL(&parser_done, job, entry);
 		parser_notify_locked();
+		/* The uid's next frame may wait for a thread now. */
+		pthread_cond_signal(&parser_wake);
 	}
 	pthread_mutex_unlock(&parser_lock);
 	return (NULL);

@@ -178,6 +178,19 @@ START_TEST(test_parser_turns)
 }
 END_TEST
 
+/* A uid's frames are parsed one at a time: behind uid 1's slow frame,
+ * its second waits, and uid 2's frame, queued last, takes the other
+ * thread and is delivered first. */
+START_TEST(test_parser_one_at_a_time)
+{
+	parser_parse(1, frame_big(200000), 0, done_cb, &done[0]);
+	parser_parse(1, frame_big(200000), 0, done_cb, &done[1]);
+	parser_parse(2, frame_big(100), 0, done_cb, &done[2]);
+	loop_until(3);
+	ck_assert_int_eq(done[2].order, 1);
+}
+END_TEST
+
 /* Cancelled, queued or running: the owner is never called, the tree is
  * dropped, and the uid's room comes back. */
 START_TEST(test_parser_cancel)
@@ -225,6 +238,7 @@ parser_suite(void)
 	tcase_add_test(tc, test_parser_results);
 	tcase_add_test(tc, test_parser_full);
 	tcase_add_test(tc, test_parser_turns);
+	tcase_add_test(tc, test_parser_one_at_a_time);
 	tcase_add_test(tc, test_parser_cancel);
 	tcase_add_test(tc, test_parser_stop_busy);
 	suite_add_tcase(s, tc);

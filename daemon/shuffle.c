@@ -8,17 +8,19 @@
  * the operation's files removed, as the user, when the operation ends.
  * Where emberd can (shufflefs.c), the uid's directory is a tmpfs of
  * daemon.max_shuffle_per_uid bytes, which bounds what the user's code
- * writes whatever it says, and is unmounted with the uid's last
- * operation in stages.
+ * writes whatever it says; it stays mounted, and the user's helper
+ * empties it when the uid's last operation in stages ends.
  */
 #include <sys/types.h>
 #include <sys/stat.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -91,8 +93,7 @@ shuffle_open_uid(const struct operation *op)
 		if (shuffle_open_base(1, &err) == -1 ||
 		    session_job_user(op->uid, session_gid(op->session), &juid,
 		    &jgid) == -1 ||
-		    (fd = shufflefs_open(shuffle_base, shuffle_base_path,
-		    op->uid, juid, jgid, &err)) == -1) {
+		    (fd = shufflefs_open(op->uid, juid, jgid, &err)) == -1) {
 			log_warn("operation %s: shuffle: %s", op->id,
 			    err != NULL ? err : "no user to run jobs as");
 			free(err);
@@ -297,9 +298,9 @@ operation_stage_task_failed(struct operation *op, struct task *t)
 	if (shufflefs_mounted(op->uid) && t->error != NULL &&
 	    strstr(t->error, strerror(ENOSPC)) != NULL)
 		xasprintf(&why, "stage %d: %s (uid %ld's shuffle files are "
-		    "bounded by daemon.max_shuffle_per_uid, %lld bytes)",
-		    t->stage, t->error, (long)op->uid,
-		    (long long)ember_conf.daemon_max_shuffle_per_uid);
+		    "bounded by daemon.max_shuffle_per_uid, %lld bytes, and "
+		    "%lld files)", t->stage, t->error, (long)op->uid,
+		    shufflefs_size(op->uid), shufflefs_inodes(op->uid));
 	else
 		xasprintf(&why, "stage %d: %s", t->stage, t->error);
 	operation_stage_retire(op, t);
@@ -352,23 +353,91 @@ operation_stages_removed_cb(const struct hmsg_reply *reply, int *fds,
 		log_warn("shuffle: removing an operation's files: %s", error);
 }
 
+/* The user's helper emptied the uid's mount, or could not (the error
+ * names it).  The uid rides in arg: nothing to free if the helper is
+ * dropped at exit. */
+static void
+shuffle_emptied_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
+    const char *class, const char *error, void *arg)
+{
+	while (nfds > 0)
+		closer_close_drained(fds[--nfds]);
+	if (class == NULL && reply->error != NULL)
+		error = reply->error;
+	if (error != NULL)
+		log_warn("shuffle: emptying a uid's directory: %s", error);
+	shufflefs_cleaned((uid_t)(uintptr_t)arg);
+}
+
+/*
+ * Have the user empty the uid's mount once its last operation in stages
+ * ended: whatever the user's code left there, anywhere, would count
+ * against the uid's next operation.  Only what is older than now goes
+ * (by ctime, which the user cannot set): an operation that starts while
+ * the helper runs makes its directory after now, and keeps it.  The
+ * kernel stamps ctime from the coarse clock, which lags the fine one:
+ * now is read from it too, or a directory made a tick after this call
+ * could seem older.
+ */
+static void
+shuffle_empty_uid(uid_t uid, gid_t gid)
+{
+	struct timespec	 ts;
+	struct stat	 st, bst;
+	const char	*class;
+	char		*err = NULL, *path, name[24];
+	json_t		*args;
+	int		 fd;
+
+	if (clock_gettime(CLOCK_REALTIME_COARSE, &ts) == -1)
+		fatal("clock_gettime");
+	snprintf(name, sizeof name, "%ld", (long)uid);
+	xasprintf(&path, "%s/%s", shuffle_base_path, name);
+	fd = openat(shuffle_base, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC | O_NOCTTY);
+	if (fd == -1 || fstat(fd, &st) == -1 ||
+	    fstat(shuffle_base, &bst) == -1 || st.st_dev == bst.st_dev) {
+		log_warn("shuffle: %s: not the uid's mount", path);
+		if (fd != -1)
+			close(fd);
+		free(path);
+		return;
+	}
+	args = json_pack("{s:s,s:[],s:I}", "dir", path, "keep", "before_ms",
+	    (json_int_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	if (helper_run_background(uid, gid, "checkpoint_clean", args, fd,
+	    shuffle_emptied_cb, (void *)(uintptr_t)uid, &class,
+	    &err) == NULL) {
+		log_warn("%s: emptying it: %s", path, err);
+		free(err);
+	}
+	json_decref(args);
+	free(path);
+	close(fd);
+}
+
 void
 operation_stages_free(struct operation *op)
 {
-	struct task	*t;
-	const char	*class;
-	char		*err = NULL, *path;
-	json_t		*args;
-	int		 fd;
+	const struct userdb_user	*pw;
+	struct task			*t;
+	const char			*class;
+	char				*err = NULL, *path;
+	json_t				*args;
+	int				 fd;
 
 	if (op->nstages == 0)
 		return;
 	while ((t = TAILQ_FIRST(&op->map_tasks)) != NULL)
 		operation_stage_retire(op, t);
 	limit_release(op->uid, LIMIT_SHUFFLE_BYTES, op->shuffle_bytes);
-	if (shufflefs_release(op->uid))
-		;	/* the uid's last: its mount, and every file, went */
-	else if (op->session != NULL && (fd = shuffle_open_uid(op)) != -1) {
+	if (shufflefs_release(op->uid)) {
+		/* The uid's last: everything in its mount goes. */
+		pw = userdb_uid_now(op->uid);
+		shuffle_empty_uid(op->uid, op->session != NULL ?
+		    session_gid(op->session) : pw != NULL ? pw->gid :
+		    (gid_t)op->uid);
+	} else if (op->session != NULL && (fd = shuffle_open_uid(op)) != -1) {
 		xasprintf(&path, "%s/%ld", shuffle_base_path, (long)op->uid);
 		args = json_pack("{s:s,s:s}", "dir", path, "id", op->id);
 		if (helper_run_background(op->uid, session_gid(op->session),
@@ -441,6 +510,23 @@ shuffle_clean_uid(uid_t uid, __attribute__((unused)) void *arg)
 	free(path);
 	json_decref(args);
 	close(fd);
+}
+
+void
+shuffle_start(void)
+{
+	char	*err = NULL;
+	int	 want;
+
+	/* The base is made for the probe; without mounts, opened if it is
+	 * there, for what a killed emberd's mounts left in it. */
+	want = geteuid() == 0 && ember_conf.daemon_shuffle_mounts;
+	if (geteuid() == 0 && shuffle_open_base(want, &err) == -1) {
+		if (errno != ENOENT || want)
+			log_warn("shuffle: %s", err);
+		free(err);
+	}
+	shufflefs_start(shuffle_base, shuffle_base_path);
 }
 
 void

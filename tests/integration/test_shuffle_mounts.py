@@ -180,13 +180,13 @@ def end_stream(c):
     return len(c.got)
 
 
-def attack_plan(top):
-    """Map tasks whose code (a pipe, as the user) writes JUNK bytes into
+def attack_plan(top, junk=JUNK, partitions=2):
+    """Map tasks whose code (a pipe, as the user) writes junk bytes into
     the uid's shuffle directory, outside its operation's own, ignores
     whatever the write says, and passes its records on."""
     cmd = ("head -c %d /dev/zero > %s/junk.$$ 2>/dev/null; cat" %
-           (JUNK, top))
-    return range_plan(0, 1000, 2, ops=[{"pipe": {"command": cmd}},
+           (junk, top))
+    return range_plan(0, 1000, partitions, ops=[{"pipe": {"command": cmd}},
                                       {"key_by": {}},
                                       {"group_by_key": {}}])
 
@@ -278,8 +278,9 @@ def test_a_held_descriptor_gains_nothing(d):
         check(wait_until(lambda: os.path.exists(os.path.join(cwd, "held"))
                          and os.stat(os.path.join(cwd, "held")).st_size ==
                          1500000, 10), "the holder wrote nothing")
+        # 1.5 MB more: it would fit in a fresh mount, not beside held.
         with d.client() as c:
-            r = c.execute(attack_plan(top), "count")
+            r = c.execute(attack_plan(top, 1500000, 1), "count")
         check_error(r, "TASK_FAILED", "No space left on device",
                     "daemon.max_shuffle_per_uid")
         check_eq([p for p, _ in shuffle_mount_list(d.pid)], [top],

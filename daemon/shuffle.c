@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -166,7 +165,9 @@ operation_stage_fill(struct operation *op)
 	struct stage	*s = &op->stages[op->stage];
 	struct task	*t;
 
-	if (op->failing || op->waiting)
+	/* The uid's mount is being emptied: the helper would remove what
+	 * the tasks write.  shuffle_emptied_cb fills it then. */
+	if (op->failing || op->waiting || shufflefs_emptying(op->uid))
 		return;
 	while (op->stage_next < s->partitions &&
 	    op->map_live < 2 * ember_workers_max()) {
@@ -353,6 +354,21 @@ operation_stages_removed_cb(const struct hmsg_reply *reply, int *fds,
 		log_warn("shuffle: removing an operation's files: %s", error);
 }
 
+/* The uid's mount is emptied, or will not be: start the map tasks of
+ * the uid's operations that waited for it. */
+static void
+shuffle_emptied(uid_t uid)
+{
+	struct operation	*op;
+
+	shufflefs_cleaned(uid);
+	TAILQ_FOREACH(op, &operations, entry) {
+		if (op->uid == uid && op->nstages > 0 &&
+		    operation_in_map_stage(op))
+			operation_stage_fill(op);
+	}
+}
+
 /* The user's helper emptied the uid's mount, or could not (the error
  * names it).  The uid rides in arg: nothing to free if the helper is
  * dropped at exit. */
@@ -366,31 +382,25 @@ shuffle_emptied_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
 		error = reply->error;
 	if (error != NULL)
 		log_warn("shuffle: emptying a uid's directory: %s", error);
-	shufflefs_cleaned((uid_t)(uintptr_t)arg);
+	shuffle_emptied((uid_t)(uintptr_t)arg);
 }
 
 /*
  * Have the user empty the uid's mount once its last operation in stages
  * ended: whatever the user's code left there, anywhere, would count
- * against the uid's next operation.  Only what is older than now goes
- * (by ctime, which the user cannot set): an operation that starts while
- * the helper runs makes its directory after now, and keeps it.  The
- * kernel stamps ctime from the coarse clock, which lags the fine one:
- * now is read from it too, or a directory made a tick after this call
- * could seem older.
+ * against the uid's next operation.  All of it goes, whenever made: an
+ * operation that starts meanwhile starts its map tasks once it is done
+ * (operation_stage_fill), so none of its files are there yet.
  */
 static void
 shuffle_empty_uid(uid_t uid, gid_t gid)
 {
-	struct timespec	 ts;
 	struct stat	 st, bst;
 	const char	*class;
 	char		*err = NULL, *path, name[24];
 	json_t		*args;
 	int		 fd;
 
-	if (clock_gettime(CLOCK_REALTIME_COARSE, &ts) == -1)
-		fatal("clock_gettime");
 	snprintf(name, sizeof name, "%ld", (long)uid);
 	xasprintf(&path, "%s/%s", shuffle_base_path, name);
 	fd = openat(shuffle_base, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
@@ -401,15 +411,17 @@ shuffle_empty_uid(uid_t uid, gid_t gid)
 		if (fd != -1)
 			close(fd);
 		free(path);
+		shufflefs_cleaned(uid);	/* none waits yet */
 		return;
 	}
 	args = json_pack("{s:s,s:[],s:I}", "dir", path, "keep", "before_ms",
-	    (json_int_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	    (json_int_t)INT64_MAX);
 	if (helper_run_background(uid, gid, "checkpoint_clean", args, fd,
 	    shuffle_emptied_cb, (void *)(uintptr_t)uid, &class,
 	    &err) == NULL) {
 		log_warn("%s: emptying it: %s", path, err);
 		free(err);
+		shufflefs_cleaned(uid);
 	}
 	json_decref(args);
 	free(path);

@@ -55,6 +55,7 @@ struct shufflefs_user {
 	uid_t				 uid;
 	int				 ops;	  /* live, with stages */
 	int				 mounted;
+	int				 emptying; /* by the user's helper */
 	long long			 size;	  /* in force */
 	TAILQ_ENTRY(shufflefs_user)	 entry;
 };
@@ -340,7 +341,18 @@ shufflefs_release(uid_t uid)
 	    u->ops == 0)
 		return (0);
 	/* The mount stays: its files go by the user's helper. */
-	return (--u->ops == 0 && u->mounted);
+	if (--u->ops > 0 || !u->mounted)
+		return (0);
+	u->emptying = 1;
+	return (1);
+}
+
+int
+shufflefs_emptying(uid_t uid)
+{
+	struct shufflefs_user	*u = shufflefs_find(uid, 0);
+
+	return (u != NULL && u->emptying);
 }
 
 /* Give u's mount the conf's size: 0, or -1 if the kernel refused (a
@@ -375,8 +387,10 @@ shufflefs_cleaned(uid_t uid)
 {
 	struct shufflefs_user	*u;
 
-	if (shufflefs_on && (u = shufflefs_find(uid, 0)) != NULL)
-		(void)shufflefs_resize(u, "shuffle files removed");
+	if (!shufflefs_on || (u = shufflefs_find(uid, 0)) == NULL)
+		return;
+	u->emptying = 0;
+	(void)shufflefs_resize(u, "shuffle files removed");
 }
 
 int

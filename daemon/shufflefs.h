@@ -29,11 +29,15 @@ int		 shufflefs_active(void);
 /* Uid has one more operation with stages. */
 void		 shufflefs_hold(uid_t);
 /* Uid has one less: 1 if it was its last and the uid has a mount, which
- * the caller has the user's helper empty; 0 if its files are removed one
- * operation at a time (other operations, or no mounts). */
+ * the caller has the user's helper empty, and then calls
+ * shufflefs_cleaned; 0 if its files are removed one operation at a time
+ * (other operations, or no mounts). */
 int		 shufflefs_release(uid_t);
-/* The uid's mount was emptied: a resize the kernel refused is tried
- * again. */
+/* Whether uid's mount is being emptied: no map task may start in it,
+ * or the helper could remove its files. */
+int		 shufflefs_emptying(uid_t);
+/* The uid's mount was emptied, or could not be: map tasks may start, and
+ * a resize the kernel refused is tried again. */
 void		 shufflefs_cleaned(uid_t);
 /* Open uid's directory in the base, mounted on its first use for a job
  * user juid:jgid: a descriptor, or -1 with *err. */

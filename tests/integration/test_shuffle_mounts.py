@@ -358,10 +358,14 @@ def test_an_operation_starting_while_emptying_keeps_its_files(d):
     plan = range_plan(0, 10, 1, ops=[
         {"pipe": {"command": make_files_cmd(top, 60000, False)}},
         {"key_by": {}}, {"group_by_key": {}}])
-    for _ in range(2):
-        check_eq(d.client().count(plan), 10, "the files' operation")
-        check_eq(d.client().count(sort_plan()), 20000, "the sort after it")
-    check(emptied(top, 30), "files left: %d" % len(os.listdir(top)))
+    check_eq(d.client().count(plan), 10, "the files' operation")
+    c = hold_stream(d)
+    check(wait_until(lambda: not [n for n in os.listdir(top)
+                                  if n.startswith("f")], 30),
+          "files left: %d" % len(os.listdir(top)))
+    check_eq(os.listdir(top), [c.held], "what the emptying left")
+    check_eq(end_stream(c), 20000, "the sort held meanwhile")
+    check(emptied(top), "files left: %r" % os.listdir(top))
     check("SHUFFLE_LOST" not in d.log_text(), "a sort lost its files")
     check("emptying" not in d.log_text(), "an emptying failed")
 

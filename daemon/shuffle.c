@@ -497,8 +497,9 @@ shuffle_clean_uid(uid_t uid, __attribute__((unused)) void *arg)
 	int				 fd;
 
 	snprintf(name, sizeof name, "%ld", (long)uid);
-	/* A mount point a killed emberd left (shufflefs.c) is its own and
-	 * empty: gone, or a start without mounts would refuse it. */
+	/* A mount point of emberd's own (its mount a killed emberd left,
+	 * unmounted by shufflefs_start) is empty: gone, or a start without
+	 * mounts would refuse it. */
 	if (fstatat(shuffle_base, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    st.st_uid == geteuid() && unlinkat(shuffle_base, name,
 	    AT_REMOVEDIR) == 0)

@@ -55,7 +55,7 @@ struct shufflefs_user {
 	uid_t				 uid;
 	int				 ops;	  /* live, with stages */
 	int				 mounted;
-	int				 emptying; /* by the user's helper */
+	int				 emptying; /* helpers at it */
 	long long			 size;	  /* in force */
 	TAILQ_ENTRY(shufflefs_user)	 entry;
 };
@@ -343,7 +343,7 @@ shufflefs_release(uid_t uid)
 	/* The mount stays: its files go by the user's helper. */
 	if (--u->ops > 0 || !u->mounted)
 		return (0);
-	u->emptying = 1;
+	u->emptying++;
 	return (1);
 }
 
@@ -352,7 +352,7 @@ shufflefs_emptying(uid_t uid)
 {
 	struct shufflefs_user	*u = shufflefs_find(uid, 0);
 
-	return (u != NULL && u->emptying);
+	return (u != NULL && u->emptying > 0);
 }
 
 /* Give u's mount the conf's size: 0, or -1 if the kernel refused (a
@@ -389,7 +389,10 @@ shufflefs_cleaned(uid_t uid)
 
 	if (!shufflefs_on || (u = shufflefs_find(uid, 0)) == NULL)
 		return;
-	u->emptying = 0;
+	/* An operation that started and ended while one helper emptied
+	 * the mount had another one run: wait for both. */
+	if (u->emptying > 0 && --u->emptying > 0)
+		return;
 	(void)shufflefs_resize(u, "shuffle files removed");
 }
 

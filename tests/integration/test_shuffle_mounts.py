@@ -471,6 +471,29 @@ def test_a_start_removes_a_killed_runs_mount(d):
     check_eq(shuffle_mount_list(), [], "mounts with shuffle_mounts=no")
 
 
+def test_a_refused_probe_leaves_plain_directories(d):
+    """A mount that fails at start (here: its probe's mount point is a
+    file) leaves the plain directories, and the log and status say why,
+    rather than every map task failing later."""
+    if skip_unless_mounted(d, "test_a_refused_probe_leaves_plain"):
+        return
+    d.stop()
+    base = os.path.join(d.socket + ".local", "shuffle")
+    for p in (d.socket + ".local", base):	# emberd removed them at exit
+        os.makedirs(p, exist_ok=True)
+        os.chmod(p, 0o711)
+    write_file(os.path.join(base, ".probe"), b"")
+    d.start()
+    b = bounds(d)
+    check_eq(b["by"], "as reported", "by")
+    check("a probe mount failed" in b["why"] and ".probe" in b["why"],
+          "why: %r" % b["why"])
+    check("shuffle bounds: as reported by map tasks, not by the kernel: "
+          "a probe mount failed" in d.log_text(), "the start's log")
+    check_eq(d.client().count(sort_plan()), 20000, "a sort")
+    check_eq(shuffle_mount_list(), [], "mounts")
+
+
 def test_status_says_how_shuffle_files_are_bounded(d):
     b = bounds(d)
     check(b["by"] in ("tmpfs per user", "as reported"), "by: %r" % b)

@@ -12,6 +12,7 @@ tests say why and skip.
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -469,6 +470,36 @@ def test_a_start_removes_a_killed_runs_mount(d):
     check_eq(d.client().count(sort_plan()), 20000,
              "a sort after a start without mounts")
     check_eq(shuffle_mount_list(), [], "mounts with shuffle_mounts=no")
+
+
+@no_daemon
+def test_a_killed_runs_mount_under_an_odd_path(_):
+    """mountinfo escapes a space, a tab, a backslash in a mount point: a
+    start still finds the mount a killed emberd left under a local_dir
+    with them in its path, and unmounts it."""
+    if MOUNT_WHY is not None:
+        print("skip test_a_killed_runs_mount_under_an_odd_path: %s" %
+              MOUNT_WHY)
+        return
+    top = tempfile.mkdtemp(prefix="ember-test-odd-", dir="/tmp")
+    try:
+        os.chmod(top, 0o755)
+        odd = os.path.join(top, "a b\tc\\d")
+        os.mkdir(odd, 0o755)
+        with Daemon(socket_path=os.path.join(odd, "emberd.sock")) as d:
+            uid_dir = host_dir(d, 0)
+            c = hold_stream(d)
+            d.signal(signal.SIGKILL)
+            d.wait()
+            d.kill_leftovers()
+            c.close()
+            check_eq(mounts_under(odd), [uid_dir], "the killed run's mount")
+            d.start()
+            check_eq(mounts_under(odd), [], "mounts after the start")
+            check_eq(d.client().count(sort_plan()), 20000, "a sort")
+            check_eq(mounts_under(odd), [uid_dir], "the new mount")
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def test_a_refused_probe_leaves_plain_directories(d):

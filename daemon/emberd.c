@@ -426,6 +426,8 @@ ember_start(int foreground, enum log_level level, enum log_format format)
 		ember_failed_start();
 		return (-1);
 	}
+	/* Before anything uses LOCALDIR/shuffle. */
+	shuffle_start();
 	if (!foreground) {
 		service_detach();
 		log_open("emberd", level, format, 1);
@@ -515,10 +517,6 @@ main(int argc, char **argv)
 		service_absolute_paths();
 	else
 		keeper_start();
-	/* In emberd itself (the keeper's child), before any thread or
-	 * child: they all share its mount namespace. */
-	shufflefs_init();
-
 	ember_open_loop();
 	if (ember_start(foreground, level, format) == -1)
 		return (1);

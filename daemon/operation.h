@@ -115,6 +115,10 @@ void		 operation_task_failed(struct operation *, struct task *);
  * again and then t (which the caller parks), 0 if t simply fails. */
 int		 operation_input_lost(struct operation *, struct task *,
 		     const char *cause);
+/* At start, once local_dir is open: unmount what a killed emberd left
+ * in LOCALDIR/shuffle, and decide whether each uid's directory is a mount
+ * (shufflefs.h). */
+void		 shuffle_start(void);
 /* At start: have each uid's shuffle files of an earlier run removed, as
  * the user. */
 void		 shuffle_clean_stale(void);

@@ -8,14 +8,15 @@
  * the operation's files removed, as the user, when the operation ends.
  * Where emberd can (shufflefs.c), the uid's directory is a tmpfs of
  * daemon.max_shuffle_per_uid bytes, which bounds what the user's code
- * writes whatever it says, and is unmounted with the uid's last
- * operation in stages.
+ * writes whatever it says; it stays mounted, and the user's helper
+ * empties it when the uid's last operation in stages ends.
  */
 #include <sys/types.h>
 #include <sys/stat.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,8 +92,7 @@ shuffle_open_uid(const struct operation *op)
 		if (shuffle_open_base(1, &err) == -1 ||
 		    session_job_user(op->uid, session_gid(op->session), &juid,
 		    &jgid) == -1 ||
-		    (fd = shufflefs_open(shuffle_base, shuffle_base_path,
-		    op->uid, juid, jgid, &err)) == -1) {
+		    (fd = shufflefs_open(op->uid, juid, jgid, &err)) == -1) {
 			log_warn("operation %s: shuffle: %s", op->id,
 			    err != NULL ? err : "no user to run jobs as");
 			free(err);
@@ -165,7 +165,9 @@ operation_stage_fill(struct operation *op)
 	struct stage	*s = &op->stages[op->stage];
 	struct task	*t;
 
-	if (op->failing || op->waiting)
+	/* The uid's mount is being emptied: the helper would remove what
+	 * the tasks write.  shuffle_emptied_cb fills it then. */
+	if (op->failing || op->waiting || shufflefs_emptying(op->uid))
 		return;
 	while (op->stage_next < s->partitions &&
 	    op->map_live < 2 * ember_workers_max()) {
@@ -297,9 +299,9 @@ operation_stage_task_failed(struct operation *op, struct task *t)
 	if (shufflefs_mounted(op->uid) && t->error != NULL &&
 	    strstr(t->error, strerror(ENOSPC)) != NULL)
 		xasprintf(&why, "stage %d: %s (uid %ld's shuffle files are "
-		    "bounded by daemon.max_shuffle_per_uid, %lld bytes)",
-		    t->stage, t->error, (long)op->uid,
-		    (long long)ember_conf.daemon_max_shuffle_per_uid);
+		    "bounded by daemon.max_shuffle_per_uid, %lld bytes, and "
+		    "%lld files)", t->stage, t->error, (long)op->uid,
+		    shufflefs_size(op->uid), shufflefs_inodes(op->uid));
 	else
 		xasprintf(&why, "stage %d: %s", t->stage, t->error);
 	operation_stage_retire(op, t);
@@ -352,23 +354,102 @@ operation_stages_removed_cb(const struct hmsg_reply *reply, int *fds,
 		log_warn("shuffle: removing an operation's files: %s", error);
 }
 
+/* The uid's mount is emptied, or will not be: start the map tasks of
+ * the uid's operations that waited for it. */
+static void
+shuffle_emptied(uid_t uid)
+{
+	struct operation	*op;
+
+	shufflefs_cleaned(uid);
+	TAILQ_FOREACH(op, &operations, entry) {
+		if (op->uid == uid && op->nstages > 0 &&
+		    operation_in_map_stage(op))
+			operation_stage_fill(op);
+	}
+}
+
+/* The user's helper emptied the uid's mount, or could not (the error
+ * names it).  The uid rides in arg: nothing to free if the helper is
+ * dropped at exit. */
+static void
+shuffle_emptied_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
+    const char *class, const char *error, void *arg)
+{
+	while (nfds > 0)
+		closer_close_drained(fds[--nfds]);
+	if (class == NULL && reply->error != NULL)
+		error = reply->error;
+	if (error != NULL)
+		log_warn("shuffle: emptying a uid's directory: %s", error);
+	shuffle_emptied((uid_t)(uintptr_t)arg);
+}
+
+/*
+ * Have the user empty the uid's mount once its last operation in stages
+ * ended: whatever the user's code left there, anywhere, would count
+ * against the uid's next operation.  All of it goes, whenever made: an
+ * operation that starts meanwhile starts its map tasks once it is done
+ * (operation_stage_fill), so none of its files are there yet.
+ */
+static void
+shuffle_empty_uid(uid_t uid, gid_t gid)
+{
+	struct stat	 st, bst;
+	const char	*class;
+	char		*err = NULL, *path, name[24];
+	json_t		*args;
+	int		 fd;
+
+	snprintf(name, sizeof name, "%ld", (long)uid);
+	xasprintf(&path, "%s/%s", shuffle_base_path, name);
+	fd = openat(shuffle_base, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	    O_CLOEXEC | O_NOCTTY);
+	if (fd == -1 || fstat(fd, &st) == -1 ||
+	    fstat(shuffle_base, &bst) == -1 || st.st_dev == bst.st_dev) {
+		log_warn("shuffle: %s: not the uid's mount", path);
+		if (fd != -1)
+			close(fd);
+		free(path);
+		shufflefs_cleaned(uid);	/* none waits yet */
+		return;
+	}
+	args = json_pack("{s:s,s:[],s:I}", "dir", path, "keep", "before_ms",
+	    (json_int_t)INT64_MAX);
+	if (helper_run_background(uid, gid, "checkpoint_clean", args, fd,
+	    shuffle_emptied_cb, (void *)(uintptr_t)uid, &class,
+	    &err) == NULL) {
+		log_warn("%s: emptying it: %s", path, err);
+		free(err);
+		shufflefs_cleaned(uid);
+	}
+	json_decref(args);
+	free(path);
+	close(fd);
+}
+
 void
 operation_stages_free(struct operation *op)
 {
-	struct task	*t;
-	const char	*class;
-	char		*err = NULL, *path;
-	json_t		*args;
-	int		 fd;
+	const struct userdb_user	*pw;
+	struct task			*t;
+	const char			*class;
+	char				*err = NULL, *path;
+	json_t				*args;
+	int				 fd;
 
 	if (op->nstages == 0)
 		return;
 	while ((t = TAILQ_FIRST(&op->map_tasks)) != NULL)
 		operation_stage_retire(op, t);
 	limit_release(op->uid, LIMIT_SHUFFLE_BYTES, op->shuffle_bytes);
-	if (shufflefs_release(op->uid))
-		;	/* the uid's last: its mount, and every file, went */
-	else if (op->session != NULL && (fd = shuffle_open_uid(op)) != -1) {
+	if (shufflefs_release(op->uid)) {
+		/* The uid's last: everything in its mount goes. */
+		pw = userdb_uid_now(op->uid);
+		shuffle_empty_uid(op->uid, op->session != NULL ?
+		    session_gid(op->session) : pw != NULL ? pw->gid :
+		    (gid_t)op->uid);
+	} else if (op->session != NULL && (fd = shuffle_open_uid(op)) != -1) {
 		xasprintf(&path, "%s/%ld", shuffle_base_path, (long)op->uid);
 		args = json_pack("{s:s,s:s}", "dir", path, "id", op->id);
 		if (helper_run_background(op->uid, session_gid(op->session),
@@ -416,8 +497,9 @@ shuffle_clean_uid(uid_t uid, __attribute__((unused)) void *arg)
 	int				 fd;
 
 	snprintf(name, sizeof name, "%ld", (long)uid);
-	/* A mount point a killed emberd left (shufflefs.c) is its own and
-	 * empty: gone, or a start without mounts would refuse it. */
+	/* A mount point of emberd's own (its mount a killed emberd left,
+	 * unmounted by shufflefs_start) is empty: gone, or a start without
+	 * mounts would refuse it. */
 	if (fstatat(shuffle_base, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    st.st_uid == geteuid() && unlinkat(shuffle_base, name,
 	    AT_REMOVEDIR) == 0)
@@ -441,6 +523,23 @@ shuffle_clean_uid(uid_t uid, __attribute__((unused)) void *arg)
 	free(path);
 	json_decref(args);
 	close(fd);
+}
+
+void
+shuffle_start(void)
+{
+	char	*err = NULL;
+	int	 want;
+
+	/* The base is made for the probe; without mounts, opened if it is
+	 * there, for what a killed emberd's mounts left in it. */
+	want = geteuid() == 0 && ember_conf.daemon_shuffle_mounts;
+	if (geteuid() == 0 && shuffle_open_base(want, &err) == -1) {
+		if (errno != ENOENT || want)
+			log_warn("shuffle: %s", err);
+		free(err);
+	}
+	shufflefs_start(shuffle_base, shuffle_base_path);
 }
 
 void

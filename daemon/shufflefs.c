@@ -2,14 +2,18 @@
  * Each uid's shuffle directory a tmpfs of its own (shufflefs.h).  A map
  * task's code is the user's: it can write anything into the directory it
  * is given, whatever it then says it wrote.  A tmpfs of
- * daemon.max_shuffle_per_uid bytes stops it with ENOSPC, and unmounting
- * it removes all it holds at once, with no helper.
+ * daemon.max_shuffle_per_uid bytes stops it with ENOSPC.
  *
- * The mounts are made in a mount namespace of emberd's, whose mounts are
- * slaves of the host's: what the admin mounts later still reaches emberd
- * and its workers, and emberd's own never reach anyone else.  The
- * namespace goes with emberd's last process (its fork-servers and workers
- * die with it), and so do the mounts, even after a SIGKILL.
+ * The mounts are the host's, under emberd's own LOCALDIR/shuffle (root's,
+ * mode 0711: no user can put anything in place of a mount point), so a
+ * filesystem the admin mounts later reaches emberd and its jobs as it
+ * reaches everyone.  A uid's mount, once made, stays until emberd exits:
+ * a user's process that keeps a descriptor in it holds the one mount
+ * whose bound is the uid's, never a detached one beside a fresh one, and
+ * no unmount's teardown ever runs on the loop.  When the uid's last
+ * operation in stages ends, the user's helper empties the mount
+ * (shuffle.c).  A killed emberd leaves its mounts: the next start
+ * unmounts them before anything uses the directory.
  */
 #include <sys/types.h>
 #include <sys/mount.h>
@@ -17,7 +21,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,25 +37,32 @@
 #include "xmalloc.h"
 
 /*
- * Inodes a mount may hold past one per page of its size.  Every file
- * that holds a byte takes a page of size=, so size / page is what size=
- * lets a user fill anyway; only empty files and directories (an
- * operation's own, one per operation) cost an inode without a page, and
- * each inode is kernel memory (about 1 KiB with its dentry) that size=
- * does not count: a mount costs at most about 1.25 times its size.
+ * Inodes a mount may hold: one per page of its size (every file that
+ * holds a byte takes a page of size= anyway) and some slack for empty
+ * files and directories (an operation's own, one per operation), capped.
+ * Each inode is kernel memory (about 1 KiB with its dentry) that size=
+ * does not count, and unswappable: 16g would allow 4.2 million, 4 GiB of
+ * it per user, and as many to free one by one when the mount goes at
+ * exit.  65536 is about 64 MiB and a few tens of milliseconds.
  */
 #define SHUFFLEFS_INODE_SLACK	1024
+#define SHUFFLEFS_INODE_MAX	65536
+
+/* The probe's mount point in the base: not a uid's name. */
+#define SHUFFLEFS_PROBE		".probe"
 
 struct shufflefs_user {
 	uid_t				 uid;
 	int				 ops;	  /* live, with stages */
 	int				 mounted;
+	int				 emptying; /* helpers at it */
+	long long			 size;	  /* in force */
 	TAILQ_ENTRY(shufflefs_user)	 entry;
 };
 static TAILQ_HEAD(, shufflefs_user) shufflefs_users =
     TAILQ_HEAD_INITIALIZER(shufflefs_users);
 
-static int	 shufflefs_on;		/* the namespace is emberd's own */
+static int	 shufflefs_on;		/* the probe mounted */
 static char	*shufflefs_why;		/* why not */
 static int	 shufflefs_base = -1;	/* LOCALDIR/shuffle, a dup */
 static char	*shufflefs_base_path;
@@ -72,22 +83,207 @@ shufflefs_refuse(const char *fmt, ...)
 	va_end(ap);
 }
 
-void
-shufflefs_init(void)
+/* The size a mount gets for the conf's bound. */
+static long long
+shufflefs_conf_size(void)
 {
-	if (geteuid() != 0)
+	long long	page = sysconf(_SC_PAGESIZE), size;
+
+	/* tmpfs takes size=0 as no bound at all: a bound of 0 is a page. */
+	size = ember_conf.daemon_max_shuffle_per_uid;
+	return (size < page ? page : size);
+}
+
+/* The inodes a mount of size bytes may hold. */
+static long long
+shufflefs_size_inodes(long long size)
+{
+	long long	inodes = size / sysconf(_SC_PAGESIZE) +
+			    SHUFFLEFS_INODE_SLACK;
+
+	return (inodes > SHUFFLEFS_INODE_MAX ? SHUFFLEFS_INODE_MAX : inodes);
+}
+
+/* Write a mount's size options for size bytes. */
+static void
+shufflefs_options(long long size, char *buf, size_t len)
+{
+	snprintf(buf, len, "size=%lld,nr_inodes=%lld", size,
+	    shufflefs_size_inodes(size));
+}
+
+/* Mount a tmpfs on the directory name in the base, made (root's, mode
+ * 0700) if missing: 0, or -1 with *err. */
+static int
+shufflefs_mount(const char *name, const char *opts, char **err)
+{
+	char	target[64], source[48];
+	int	fd;
+
+	if (mkdirat(shufflefs_base, name, 0700) == -1 && errno != EEXIST) {
+		xasprintf(err, "%s/%s: %s", shufflefs_base_path, name,
+		    strerror(errno));
+		return (-1);
+	}
+	/* The entry is in emberd's own directory, which no user can write;
+	 * mounted through a handle all the same, never a followed link. */
+	if ((fd = openat(shufflefs_base, name, O_PATH | O_DIRECTORY |
+	    O_NOFOLLOW | O_CLOEXEC)) == -1) {
+		xasprintf(err, "%s/%s: %s", shufflefs_base_path, name,
+		    strerror(errno));
+		return (-1);
+	}
+	snprintf(target, sizeof target, "/proc/self/fd/%d", fd);
+	snprintf(source, sizeof source, "ember-shuffle-%s", name);
+	if (mount(source, target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+	    opts) == -1) {
+		xasprintf(err, "%s/%s: mount tmpfs (%s): %s",
+		    shufflefs_base_path, name, opts, strerror(errno));
+		close(fd);
+		return (-1);
+	}
+	close(fd);
+	log_debug("shuffle: %s/%s: tmpfs %s", shufflefs_base_path, name, opts);
+	return (0);
+}
+
+/* Unmount what is on name in the base, and remove the mount point if it
+ * is then empty: 0, or -1 (logged). */
+static int
+shufflefs_unmount(const char *name)
+{
+	char	*path;
+	int	 rc = 0;
+
+	xasprintf(&path, "%s/%s", shufflefs_base_path, name);
+	/* Detached: a user's process may hold a descriptor in it; what it
+	 * holds goes when it closes it. */
+	if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) == -1) {
+		log_warn("shuffle: umount %s: %s", path, strerror(errno));
+		rc = -1;
+	} else {
+		log_debug("shuffle: %s unmounted", path);
+		/* Not empty: files of a run without mounts, which a
+		 * helper removes. */
+		(void)unlinkat(shufflefs_base, name, AT_REMOVEDIR);
+	}
+	free(path);
+	return (rc);
+}
+
+/* Undo mountinfo's octal escapes (space, tab, newline, backslash) in
+ * place. */
+static void
+shufflefs_unescape(char *s)
+{
+	char	*out = s;
+
+	for (; *s != '\0'; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' &&
+		    s[2] >= '0' && s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
+			*out++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 +
+			    (s[3] - '0'));
+			s += 3;
+		} else
+			*out++ = *s;
+	}
+	*out = '\0';
+}
+
+/* Unmount every mount under the base a killed emberd left (they are the
+ * host's, and outlive it): the number found. */
+static int
+shufflefs_unmount_stale(void)
+{
+	FILE	*f;
+	char	*line = NULL, *point, *name, real[PATH_MAX];
+	size_t	 size = 0, len;
+	int	 found, total = 0, pass;
+
+	if (realpath(shufflefs_base_path, real) == NULL)
+		return (0);
+	len = strlen(real);
+	/* Mounts may be stacked: each pass takes the top ones off. */
+	for (pass = 0; pass < 16; pass++) {
+		if ((f = fopen("/proc/self/mountinfo", "re")) == NULL) {
+			log_warn("shuffle: /proc/self/mountinfo: %s",
+			    strerror(errno));
+			break;
+		}
+		found = 0;
+		while (getline(&line, &size, f) != -1) {
+			/* id parent major:minor root mount-point ... */
+			if (strtok(line, " ") == NULL ||
+			    strtok(NULL, " ") == NULL ||
+			    strtok(NULL, " ") == NULL ||
+			    strtok(NULL, " ") == NULL ||
+			    (point = strtok(NULL, " ")) == NULL)
+				continue;
+			shufflefs_unescape(point);
+			if (strncmp(point, real, len) != 0 ||
+			    point[len] != '/' ||
+			    strchr((name = point + len + 1), '/') != NULL ||
+			    *name == '\0')
+				continue;
+			log_info("shuffle: unmounting %s, left by an earlier "
+			    "run", point);
+			if (shufflefs_unmount(name) == 0)
+				found++;
+		}
+		fclose(f);
+		total += found;
+		if (found == 0)
+			break;
+	}
+	free(line);
+	return (total);
+}
+
+/* Mount and unmount a tiny tmpfs in the base: 0, or -1 with the reason
+ * kept. */
+static int
+shufflefs_probe(void)
+{
+	char	*err = NULL, opts[64];
+
+	shufflefs_options(sysconf(_SC_PAGESIZE), opts, sizeof opts);
+	if (shufflefs_mount(SHUFFLEFS_PROBE, opts, &err) == -1) {
+		shufflefs_refuse("a probe mount failed: %s", err);
+		free(err);
+		(void)unlinkat(shufflefs_base, SHUFFLEFS_PROBE, AT_REMOVEDIR);
+		return (-1);
+	}
+	if (shufflefs_unmount(SHUFFLEFS_PROBE) == -1) {
+		shufflefs_refuse("a probe mount could not be unmounted");
+		return (-1);
+	}
+	return (0);
+}
+
+void
+shufflefs_start(int base, const char *basepath)
+{
+	if (geteuid() != 0) {
 		shufflefs_refuse("emberd is not root: every job runs as its "
 		    "own user");
-	else if (!ember_conf.daemon_shuffle_mounts)
+		return;
+	}
+	if (base == -1) {
+		if (ember_conf.daemon_shuffle_mounts)
+			shufflefs_refuse("no LOCALDIR/shuffle to mount in");
+		else
+			shufflefs_refuse("daemon.shuffle_mounts is no");
+		return;
+	}
+	if ((shufflefs_base = fcntl(base, F_DUPFD_CLOEXEC, 0)) == -1)
+		fatal("%s: dup", basepath);
+	shufflefs_base_path = xstrdup(basepath);
+	/* First, whatever the conf: a start without mounts must not find
+	 * a killed run's mount where a user's plain directory goes. */
+	shufflefs_unmount_stale();
+	if (!ember_conf.daemon_shuffle_mounts)
 		shufflefs_refuse("daemon.shuffle_mounts is no");
-	else if (unshare(CLONE_NEWNS) == -1)
-		shufflefs_refuse("unshare(CLONE_NEWNS): %s (emberd needs "
-		    "CAP_SYS_ADMIN and the mnt namespace type)",
-		    strerror(errno));
-	else if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) == -1)
-		shufflefs_refuse("making / a slave in emberd's namespace: %s",
-		    strerror(errno));
-	else
+	else if (shufflefs_probe() == 0)
 		shufflefs_on = 1;
 }
 
@@ -136,127 +332,85 @@ shufflefs_hold(uid_t uid)
 		shufflefs_find(uid, 1)->ops++;
 }
 
-/* Write a mount's size options for the conf's bound. */
-static void
-shufflefs_options(char *buf, size_t len)
-{
-	long long	page = sysconf(_SC_PAGESIZE), size, inodes;
-
-	/* tmpfs takes size=0 as no bound at all: a bound of 0 is a page. */
-	size = ember_conf.daemon_max_shuffle_per_uid;
-	if (size < page)
-		size = page;
-	inodes = size / page + SHUFFLEFS_INODE_SLACK;
-	snprintf(buf, len, "size=%lld,nr_inodes=%lld", size, inodes);
-}
-
-/* Unmount uid's directory, and remove the mount point. */
-static void
-shufflefs_unmount(struct shufflefs_user *u)
-{
-	char	*path, name[24];
-
-	if (!u->mounted)
-		return;
-	snprintf(name, sizeof name, "%ld", (long)u->uid);
-	xasprintf(&path, "%s/%s", shufflefs_base_path, name);
-	/* Detached: a worker still on its way out may hold a descriptor;
-	 * the files go when it closes it. */
-	if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) == -1)
-		log_warn("shuffle: umount %s: %s", path, strerror(errno));
-	else {
-		u->mounted = 0;
-		log_debug("shuffle: %s unmounted", path);
-		/* Not empty: files of an earlier run, which a helper
-		 * removes. */
-		(void)unlinkat(shufflefs_base, name, AT_REMOVEDIR);
-	}
-	free(path);
-}
-
 int
 shufflefs_release(uid_t uid)
 {
 	struct shufflefs_user	*u;
 
-	if (!shufflefs_on || (u = shufflefs_find(uid, 0)) == NULL)
+	if (!shufflefs_on || (u = shufflefs_find(uid, 0)) == NULL ||
+	    u->ops == 0)
 		return (0);
-	if (--u->ops > 0)
+	/* The mount stays: its files go by the user's helper. */
+	if (--u->ops > 0 || !u->mounted)
 		return (0);
-	shufflefs_unmount(u);
-	if (u->mounted)
-		return (0);	/* still there: remove the files one by one */
-	TAILQ_REMOVE(&shufflefs_users, u, entry);
-	free(u);
+	u->emptying++;
 	return (1);
 }
 
-/* Remember the base the mounts are in. */
-static int
-shufflefs_set_base(int base, const char *basepath, char **err)
+int
+shufflefs_emptying(uid_t uid)
 {
-	if (shufflefs_base != -1)
-		return (0);
-	if ((shufflefs_base = fcntl(base, F_DUPFD_CLOEXEC, 0)) == -1) {
-		xasprintf(err, "%s: dup: %s", basepath, strerror(errno));
-		return (-1);
-	}
-	shufflefs_base_path = xstrdup(basepath);
-	return (0);
+	struct shufflefs_user	*u = shufflefs_find(uid, 0);
+
+	return (u != NULL && u->emptying > 0);
 }
 
-/* Mount a tmpfs of juid:jgid's on the directory name in the base, made
- * (root's, mode 0700) if missing. */
+/* Give u's mount the conf's size: 0, or -1 if the kernel refused (a
+ * shrink below what it holds). */
 static int
-shufflefs_mount(const char *name, uid_t juid, gid_t jgid, char **err)
+shufflefs_resize(struct shufflefs_user *u, const char *why)
 {
-	char	target[64], opts[160], source[48];
-	int	fd;
+	long long	 size = shufflefs_conf_size();
+	char		*path, opts[128];
+	int		 rc = 0;
 
-	if (mkdirat(shufflefs_base, name, 0700) == -1 && errno != EEXIST) {
-		xasprintf(err, "%s/%s: %s", shufflefs_base_path, name,
-		    strerror(errno));
-		return (-1);
+	if (!u->mounted || u->size == size)
+		return (0);
+	shufflefs_options(size, opts, sizeof opts);
+	xasprintf(&path, "%s/%ld", shufflefs_base_path, (long)u->uid);
+	if (mount(NULL, path, NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV |
+	    MS_NOEXEC, opts) == -1) {
+		log_warn("%s: shuffle: %s: remount (%s): %s; it keeps %lld "
+		    "bytes until its files are removed", why, path, opts,
+		    strerror(errno), u->size);
+		rc = -1;
+	} else {
+		log_info("%s: shuffle: %s: %s", why, path, opts);
+		u->size = size;
 	}
-	/* The entry is in emberd's own directory, which no user can write;
-	 * mounted through a handle all the same, never a followed link. */
-	if ((fd = openat(shufflefs_base, name, O_PATH | O_DIRECTORY |
-	    O_NOFOLLOW | O_CLOEXEC)) == -1) {
-		xasprintf(err, "%s/%s: %s", shufflefs_base_path, name,
-		    strerror(errno));
-		return (-1);
-	}
-	snprintf(target, sizeof target, "/proc/self/fd/%d", fd);
-	snprintf(source, sizeof source, "ember-shuffle-%s", name);
-	shufflefs_options(opts, sizeof opts - 48);
-	snprintf(opts + strlen(opts), sizeof opts - strlen(opts),
-	    ",mode=0700,uid=%ld,gid=%ld", (long)juid, (long)jgid);
-	if (mount(source, target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-	    opts) == -1) {
-		xasprintf(err, "%s/%s: mount tmpfs (%s): %s",
-		    shufflefs_base_path, name, opts, strerror(errno));
-		close(fd);
-		return (-1);
-	}
-	close(fd);
-	log_debug("shuffle: %s/%s: tmpfs %s", shufflefs_base_path, name, opts);
-	return (0);
+	free(path);
+	return (rc);
+}
+
+void
+shufflefs_cleaned(uid_t uid)
+{
+	struct shufflefs_user	*u;
+
+	if (!shufflefs_on || (u = shufflefs_find(uid, 0)) == NULL)
+		return;
+	/* An operation that started and ended while one helper emptied
+	 * the mount had another one run: wait for both. */
+	if (u->emptying > 0 && --u->emptying > 0)
+		return;
+	(void)shufflefs_resize(u, "shuffle files removed");
 }
 
 int
-shufflefs_open(int base, const char *basepath, uid_t uid, uid_t juid,
-    gid_t jgid, char **err)
+shufflefs_open(uid_t uid, uid_t juid, gid_t jgid, char **err)
 {
 	struct shufflefs_user	*u = shufflefs_find(uid, 1);
 	struct stat		 st, bst;
-	char			 name[24];
+	char			 name[24], opts[160];
 	int			 fd;
 
-	if (shufflefs_set_base(base, basepath, err) == -1)
-		return (-1);
 	snprintf(name, sizeof name, "%ld", (long)uid);
 	if (!u->mounted) {
-		if (shufflefs_mount(name, juid, jgid, err) == -1)
+		u->size = shufflefs_conf_size();
+		shufflefs_options(u->size, opts, sizeof opts - 48);
+		snprintf(opts + strlen(opts), sizeof opts - strlen(opts),
+		    ",mode=0700,uid=%ld,gid=%ld", (long)juid, (long)jgid);
+		if (shufflefs_mount(name, opts, err) == -1)
 			return (-1);
 		u->mounted = 1;
 	}
@@ -266,7 +420,8 @@ shufflefs_open(int base, const char *basepath, uid_t uid, uid_t juid,
 	if (fd == -1 || fstat(fd, &st) == -1 ||
 	    fstat(shufflefs_base, &bst) == -1 || st.st_dev == bst.st_dev ||
 	    st.st_uid != juid || (st.st_mode & 077) != 0) {
-		xasprintf(err, "%s/%s: not the uid's mount", basepath, name);
+		xasprintf(err, "%s/%s: not the uid's mount",
+		    shufflefs_base_path, name);
 		if (fd != -1)
 			close(fd);
 		return (-1);
@@ -282,42 +437,51 @@ shufflefs_mounted(uid_t uid)
 	return (u != NULL && u->mounted);
 }
 
+long long
+shufflefs_size(uid_t uid)
+{
+	struct shufflefs_user	*u = shufflefs_find(uid, 0);
+
+	if (u != NULL && u->mounted)
+		return (u->size);
+	return (ember_conf.daemon_max_shuffle_per_uid);
+}
+
+long long
+shufflefs_inodes(uid_t uid)
+{
+	return (shufflefs_size_inodes(shufflefs_size(uid)));
+}
+
 void
 shufflefs_reload(void)
 {
 	struct shufflefs_user	*u;
-	char			*path, opts[128];
 
-	shufflefs_options(opts, sizeof opts);
-	TAILQ_FOREACH(u, &shufflefs_users, entry) {
-		if (!u->mounted)
-			continue;
-		xasprintf(&path, "%s/%ld", shufflefs_base_path, (long)u->uid);
-		/* tmpfs refuses a size below what the mount holds: that
-		 * one keeps its size until it is made again. */
-		if (mount(NULL, path, NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV |
-		    MS_NOEXEC, opts) == -1)
-			log_warn("SIGHUP: shuffle: %s: remount (%s): %s", path,
-			    opts, strerror(errno));
-		else
-			log_info("SIGHUP: shuffle: %s: %s", path, opts);
-		free(path);
-	}
+	/* tmpfs refuses a size below what a mount holds: that one keeps
+	 * its size, and is tried again once its files are removed. */
+	TAILQ_FOREACH(u, &shufflefs_users, entry)
+		(void)shufflefs_resize(u, "SIGHUP");
 }
 
 void
 shufflefs_shutdown(void)
 {
 	struct shufflefs_user	*u;
+	char			 name[24];
 
 	while ((u = TAILQ_FIRST(&shufflefs_users)) != NULL) {
-		shufflefs_unmount(u);
+		if (u->mounted) {
+			snprintf(name, sizeof name, "%ld", (long)u->uid);
+			(void)shufflefs_unmount(name);
+		}
 		TAILQ_REMOVE(&shufflefs_users, u, entry);
 		free(u);
 	}
 	if (shufflefs_base != -1)
 		close(shufflefs_base);
 	shufflefs_base = -1;
+	shufflefs_on = 0;
 	free(shufflefs_base_path);
 	shufflefs_base_path = NULL;
 	free(shufflefs_why);
@@ -328,17 +492,29 @@ json_t *
 shufflefs_status(void)
 {
 	struct shufflefs_user	*u;
-	json_t			*s;
-	int			 n = 0;
+	long long		 conf = shufflefs_conf_size(), most = conf;
+	int			 n = 0, pending = 0;
 
 	if (!shufflefs_on)
 		return (json_pack("{s:s,s:I,s:s}", "by", "as reported",
 		    "max_per_uid",
 		    (json_int_t)ember_conf.daemon_max_shuffle_per_uid,
 		    "why", shufflefs_why != NULL ? shufflefs_why : ""));
-	TAILQ_FOREACH(u, &shufflefs_users, entry)
-		n += u->mounted;
-	s = json_pack("{s:s,s:I,s:i}", "by", "tmpfs per user", "max_per_uid",
-	    (json_int_t)ember_conf.daemon_max_shuffle_per_uid, "mounts", n);
-	return (s);
+	TAILQ_FOREACH(u, &shufflefs_users, entry) {
+		if (!u->mounted)
+			continue;
+		n++;
+		if (u->size != conf)
+			pending++;
+		if (u->size > most)
+			most = u->size;
+	}
+	/* The bound in force: a mount a shrink was refused for keeps its
+	 * size, and shows it. */
+	if (most == conf)
+		most = ember_conf.daemon_max_shuffle_per_uid;
+	return (json_pack("{s:s,s:I,s:i,s:i,s:I}", "by", "tmpfs per user",
+	    "max_per_uid", (json_int_t)most, "mounts", n, "resize_pending",
+	    pending, "configured",
+	    (json_int_t)ember_conf.daemon_max_shuffle_per_uid));
 }

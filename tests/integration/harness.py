@@ -299,6 +299,41 @@ def vm_rss_kb(pid):
 _daemons = []		# every Daemon of the running test
 
 
+def _unescape_mountinfo(field):
+    """A mountinfo path with its octal escapes (space, tab, newline,
+    backslash) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)),
+                  field)
+
+
+def mounts_under(top):
+    """The mount points /proc/self/mountinfo lists under top, deepest
+    first."""
+    top = os.path.realpath(top).rstrip("/") + "/"
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = _unescape_mountinfo(line.split()[4])
+            if point.startswith(top):
+                found.append(point)
+    return sorted(found, key=lambda p: -p.count("/"))
+
+
+def unmount_under(top):
+    """Unmount (detached) every mount under top, stacked ones too: a
+    killed emberd leaves its users' shuffle mounts.  What was found."""
+    left = []
+    for _ in range(16):
+        points = mounts_under(top)
+        if not points:
+            break
+        for point in points:
+            left.append(point)
+            subprocess.run(["umount", "-l", point], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    return left
+
+
 def _make_tmpdir():
     """A directory of the test's own whose socket path fits in sun_path.
     Others may read it: as root, emberd runs root's jobs as
@@ -570,6 +605,14 @@ class Daemon:
         if left:
             print("note: killed processes left by emberd: %s" % ", ".join(
                 "%d (%s)" % (p, c) for p, c in left))
+        # Before the directory goes, and kept or not: no mount of a test
+        # outlives it on the machine.
+        mounts = []
+        for top in sorted({self.tmpdir, self.socket + ".local"}):
+            if os.path.isdir(top):
+                mounts += unmount_under(top)
+        if mounts:
+            print("note: unmounted what emberd left: %s" % ", ".join(mounts))
         if self in _daemons:
             _daemons.remove(self)
         if failed or self.keep:

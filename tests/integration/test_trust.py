@@ -1036,10 +1036,8 @@ def test_shuffle_dir_planted_link(d):
 
 
 def _shuffle_base(d):
-    """The uid's shuffle directory as emberd and its workers see it: in
-    emberd's mount namespace, through /proc/PID/root."""
-    return "/proc/%d/root%s" % (d.pid, os.path.join(
-        d.socket + ".local", "shuffle", str(os.getuid())))
+    """The uid's shuffle directory (its mount, where emberd can)."""
+    return os.path.join(d.socket + ".local", "shuffle", str(os.getuid()))
 
 
 def _map_file_forgeries(real, secret):

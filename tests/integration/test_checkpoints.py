@@ -549,8 +549,10 @@ def test_checkpoint_dir_missing(_):
         bad = os.path.join(d.path("file"), "ember", "checkpoints")
         d.sets.append("checkpoint.dir=" + bad)
         d.start()
-        check(re.search(r"warn: checkpoint\.dir: %s" % re.escape(bad),
-                        d.log_text()), "start-up log: %s" % d.log_tail())
+        # Logged at start-up; the log file may lag the socket.
+        check(wait_until(lambda: re.search(r"warn: checkpoint\.dir: %s" %
+                                           re.escape(bad), d.log_text()),
+                         10), "start-up log: %s" % d.log_tail())
         with d.client() as c:
             check_error(checkpoint(c, range_plan()), "CHECKPOINT_FAILED",
                         "checkpoint.dir", bad)

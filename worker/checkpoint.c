@@ -28,6 +28,8 @@
 #define CKPT_MAX_KEYED		EMBER_MAX_BATCH
 /* How deep a removal goes: a checkpoint is one level, a stray tree a few. */
 #define CKPT_MAX_DEPTH		8
+/* Passes over a directory being cleaned, at most. */
+#define CKPT_CLEAN_PASSES	4
 #define CKPT_MANIFEST		"manifest.json"
 #define CKPT_MANIFEST_TMP	".manifest.json.tmp"
 
@@ -711,9 +713,9 @@ ckpt_clean(json_t *args, int ufd, const char *dir, char **err)
 {
 	json_t		*keep = NULL, *found, *sizes, *m;
 	json_int_t	 before = 0, removed = 0, max = 0, max_manifest = 0;
-	json_int_t	 refused = 0, more = 0;
+	json_int_t	 refused = 0, more = 0, before_pass;
 	int64_t		 bytes;
-	int		 complete = 0, fd;
+	int		 complete = 0, fd, pass;
 	struct stat	 st;
 	struct dirent	*e;
 	DIR		*d;
@@ -736,40 +738,54 @@ ckpt_clean(json_t *args, int ufd, const char *dir, char **err)
 	}
 	found = json_array();
 	sizes = json_object();
-	while ((e = readdir(d)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (fstatat(ufd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == -1)
-			continue;	/* gone meanwhile */
-		if (keep != NULL && ckpt_kept(keep, e->d_name)) {
-			if (S_ISDIR(st.st_mode) && (bytes = ckpt_measure(ufd,
-			    dir, e->d_name)) >= 0)
-				json_object_set_new(sizes, e->d_name,
-				    json_integer(bytes));
-			continue;
-		}
-		if (complete && S_ISDIR(st.st_mode) &&
-		    plan_is_uuid(e->d_name) &&
-		    (m = ckpt_read_summary(ufd, e->d_name,
-		    max_manifest)) != NULL) {
-			if ((json_int_t)json_array_size(found) >= max) {
-				more++;		/* kept, not served */
-				json_decref(m);
+	/* Entries removed while the directory is read may let the read skip
+	 * one (tmpfs): a pass that removed some is followed by another. */
+	for (pass = 0; pass < CKPT_CLEAN_PASSES; pass++) {
+		before_pass = removed;
+		rewinddir(d);
+		while ((e = readdir(d)) != NULL) {
+			if (strcmp(e->d_name, ".") == 0 ||
+			    strcmp(e->d_name, "..") == 0)
+				continue;
+			if (fstatat(ufd, e->d_name, &st,
+			    AT_SYMLINK_NOFOLLOW) == -1)
+				continue;	/* gone meanwhile */
+			if (keep != NULL && ckpt_kept(keep, e->d_name)) {
+				if (S_ISDIR(st.st_mode) && (bytes =
+				    ckpt_measure(ufd, dir, e->d_name)) >= 0)
+					json_object_set_new(sizes, e->d_name,
+					    json_integer(bytes));
 				continue;
 			}
-			json_object_set_new(m, "bytes", json_integer(
-			    ckpt_measure(ufd, dir, e->d_name)));
-			json_array_append_new(found, m);
-			continue;
+			if (complete && S_ISDIR(st.st_mode) &&
+			    plan_is_uuid(e->d_name) &&
+			    (m = ckpt_read_summary(ufd, e->d_name,
+			    max_manifest)) != NULL) {
+				if ((json_int_t)json_array_size(found) >=
+				    max) {
+					more++;		/* kept, not served */
+					json_decref(m);
+					continue;
+				}
+				json_object_set_new(m, "bytes", json_integer(
+				    ckpt_measure(ufd, dir, e->d_name)));
+				json_array_append_new(found, m);
+				continue;
+			}
+			if (!ckpt_older(&st, before))
+				continue;	/* made since: being written */
+			if (complete && S_ISDIR(st.st_mode) &&
+			    plan_is_uuid(e->d_name))
+				refused++;
+			if (ckpt_remove_tree(ufd, e->d_name,
+			    CKPT_MAX_DEPTH) == 0)
+				removed++;
+			else
+				log_warn("%s/%s: %s", dir, e->d_name,
+				    strerror(errno));
 		}
-		if (!ckpt_older(&st, before))
-			continue;	/* made since: being written */
-		if (complete && S_ISDIR(st.st_mode) && plan_is_uuid(e->d_name))
-			refused++;
-		if (ckpt_remove_tree(ufd, e->d_name, CKPT_MAX_DEPTH) == 0)
-			removed++;
-		else
-			log_warn("%s/%s: %s", dir, e->d_name, strerror(errno));
+		if (complete || removed == before_pass)
+			break;
 	}
 	closedir(d);
 	if (removed > 0)

@@ -56,6 +56,13 @@ static void	pool_grow(struct pool *, size_t, int);
 static struct pool *pool_get(uid_t, gid_t);
 
 /* Return the uid whose jobs a pool runs. */
+void
+pool_job_user(const struct pool *p, uid_t *uid, gid_t *gid)
+{
+	*uid = p->uid;
+	*gid = p->gid;
+}
+
 uid_t
 pool_client(const struct pool *p)
 {

@@ -42,6 +42,8 @@ int		 pool_room(void);
 int		 pool_room_past(void);
 /* The uid whose jobs p runs (emberd's own when it is not root). */
 uid_t		 pool_client(const struct pool *);
+/* The user and group its workers run as. */
+void		 pool_job_user(const struct pool *, uid_t *, gid_t *);
 /* The pool that runs t's client's jobs (made on first use), or NULL. */
 struct pool	*pool_of_task(const struct task *);
 /* The pool that runs client uid:gid's jobs (made on first use), or NULL. */

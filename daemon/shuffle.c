@@ -33,6 +33,7 @@
 #include "log.h"
 #include "operation_private.h"
 #include "plan.h"
+#include "pool.h"
 #include "scheduler.h"
 #include "session.h"
 #include "shufflefs.h"
@@ -84,15 +85,21 @@ shuffle_open_uid(const struct operation *op)
 {
 	struct stat	 st;
 	char		*path, *err = NULL, name[24];
+	struct pool	*p;
 	uid_t		 juid;
 	gid_t		 jgid;
 	int		 fd;
 
 	if (shufflefs_active()) {
-		if (shuffle_open_base(1, &err) == -1 ||
-		    session_job_user(op->uid, session_gid(op->session), &juid,
-		    &jgid) == -1 ||
-		    (fd = shufflefs_open(op->uid, juid, jgid, &err)) == -1) {
+		/* Owned by whom the uid's workers run as: its pool's user,
+		 * which a SIGHUP changing workers.root_user leaves be. */
+		fd = -1;
+		if (shuffle_open_base(1, &err) != -1 && (p = pool_of_client(
+		    op->uid, session_gid(op->session))) != NULL) {
+			pool_job_user(p, &juid, &jgid);
+			fd = shufflefs_open(op->uid, juid, jgid, &err);
+		}
+		if (fd == -1) {
 			log_warn("operation %s: shuffle: %s", op->id,
 			    err != NULL ? err : "no user to run jobs as");
 			free(err);
@@ -395,21 +402,15 @@ shuffle_emptied_cb(const struct hmsg_reply *reply, int *fds, size_t nfds,
 static void
 shuffle_empty_uid(uid_t uid, gid_t gid)
 {
-	struct stat	 st, bst;
 	const char	*class;
-	char		*err = NULL, *path, name[24];
+	char		*err = NULL, *path;
 	json_t		*args;
 	int		 fd;
 
-	snprintf(name, sizeof name, "%ld", (long)uid);
-	xasprintf(&path, "%s/%s", shuffle_base_path, name);
-	fd = openat(shuffle_base, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-	    O_CLOEXEC | O_NOCTTY);
-	if (fd == -1 || fstat(fd, &st) == -1 ||
-	    fstat(shuffle_base, &bst) == -1 || st.st_dev == bst.st_dev) {
-		log_warn("shuffle: %s: not the uid's mount", path);
-		if (fd != -1)
-			close(fd);
+	xasprintf(&path, "%s/%ld", shuffle_base_path, (long)uid);
+	/* The mount's own root: never one a user stacked on its path. */
+	if ((fd = shufflefs_open_root(uid)) == -1) {
+		log_warn("shuffle: %s: its mount: %s", path, strerror(errno));
 		free(path);
 		shufflefs_cleaned(uid);	/* none waits yet */
 		return;
@@ -449,7 +450,9 @@ operation_stages_free(struct operation *op)
 		shuffle_empty_uid(op->uid, op->session != NULL ?
 		    session_gid(op->session) : pw != NULL ? pw->gid :
 		    (gid_t)op->uid);
-	} else if (op->session != NULL && (fd = shuffle_open_uid(op)) != -1) {
+	} else if (op->session != NULL && (fd = shufflefs_active() ?
+	    shufflefs_open_root(op->uid) : shuffle_open_uid(op)) != -1) {
+		/* (Not mounted yet: none of its tasks ran, nothing to go.) */
 		xasprintf(&path, "%s/%ld", shuffle_base_path, (long)op->uid);
 		args = json_pack("{s:s,s:s}", "dir", path, "id", op->id);
 		if (helper_run_background(op->uid, session_gid(op->session),

@@ -48,6 +48,9 @@
 #define SHUFFLEFS_INODE_SLACK	1024
 #define SHUFFLEFS_INODE_MAX	65536
 
+/* Mounts taken off a mount point at most, when a user stacked some. */
+#define SHUFFLEFS_STACK_MAX	16
+
 /* The probe's mount point in the base: not a uid's name. */
 #define SHUFFLEFS_PROBE		".probe"
 
@@ -55,6 +58,7 @@ struct shufflefs_user {
 	uid_t				 uid;
 	int				 ops;	  /* live, with stages */
 	int				 mounted;
+	int				 root;	  /* the mount's own */
 	int				 emptying; /* helpers at it */
 	long long			 size;	  /* in force */
 	TAILQ_ENTRY(shufflefs_user)	 entry;
@@ -112,13 +116,41 @@ shufflefs_options(long long size, char *buf, size_t len)
 	    shufflefs_size_inodes(size));
 }
 
-/* Mount a tmpfs on the directory name in the base, made (root's, mode
- * 0700) if missing: 0, or -1 with *err. */
+/* Set the tmpfs options of opts ("key=value,..."), and the source, on
+ * a filesystem context: 0, or -1. */
+static int
+shufflefs_configure(int fsfd, const char *source, const char *opts)
+{
+	char	*copy, *key, *value, *next;
+	int	 rc = 0;
+
+	if (source != NULL && fsconfig(fsfd, FSCONFIG_SET_STRING, "source",
+	    source, 0) == -1)
+		return (-1);
+	copy = xstrdup(opts);
+	for (key = copy; rc == 0 && key != NULL; key = next) {
+		if ((next = strchr(key, ',')) != NULL)
+			*next++ = '\0';
+		if ((value = strchr(key, '=')) != NULL)
+			*value++ = '\0';
+		rc = fsconfig(fsfd, FSCONFIG_SET_STRING, key, value, 0);
+	}
+	free(copy);
+	return (rc);
+}
+
+/*
+ * Mount a tmpfs on the directory name in the base, made (root's, mode
+ * 0700) if missing: the descriptor of the new mount's root, or -1 with
+ * *err.  Made whole before it is attached, so that the descriptor is the
+ * mount's own: a mount a user stacks on it later (FUSE) is never looked
+ * up through it.
+ */
 static int
 shufflefs_mount(const char *name, const char *opts, char **err)
 {
-	char	target[64], source[48];
-	int	fd;
+	char	source[48];
+	int	fd, fsfd = -1, mnt = -1;
 
 	if (mkdirat(shufflefs_base, name, 0700) == -1 && errno != EEXIST) {
 		xasprintf(err, "%s/%s: %s", shufflefs_base_path, name,
@@ -126,25 +158,33 @@ shufflefs_mount(const char *name, const char *opts, char **err)
 		return (-1);
 	}
 	/* The entry is in emberd's own directory, which no user can write;
-	 * mounted through a handle all the same, never a followed link. */
+	 * mounted on through a handle all the same, never a followed link. */
 	if ((fd = openat(shufflefs_base, name, O_PATH | O_DIRECTORY |
 	    O_NOFOLLOW | O_CLOEXEC)) == -1) {
 		xasprintf(err, "%s/%s: %s", shufflefs_base_path, name,
 		    strerror(errno));
 		return (-1);
 	}
-	snprintf(target, sizeof target, "/proc/self/fd/%d", fd);
 	snprintf(source, sizeof source, "ember-shuffle-%s", name);
-	if (mount(source, target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-	    opts) == -1) {
+	if ((fsfd = fsopen("tmpfs", FSOPEN_CLOEXEC)) == -1 ||
+	    shufflefs_configure(fsfd, source, opts) == -1 ||
+	    fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == -1 ||
+	    (mnt = fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID |
+	    MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)) == -1 ||
+	    move_mount(mnt, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH |
+	    MOVE_MOUNT_T_EMPTY_PATH) == -1) {
 		xasprintf(err, "%s/%s: mount tmpfs (%s): %s",
 		    shufflefs_base_path, name, opts, strerror(errno));
-		close(fd);
-		return (-1);
-	}
+		if (mnt != -1)
+			close(mnt);
+		mnt = -1;
+	} else
+		log_debug("shuffle: %s/%s: tmpfs %s", shufflefs_base_path,
+		    name, opts);
+	if (fsfd != -1)
+		close(fsfd);
 	close(fd);
-	log_debug("shuffle: %s/%s: tmpfs %s", shufflefs_base_path, name, opts);
-	return (0);
+	return (mnt);
 }
 
 /* Unmount what is on name in the base, and remove the mount point if it
@@ -153,13 +193,19 @@ static int
 shufflefs_unmount(const char *name)
 {
 	char	*path;
-	int	 rc = 0;
+	int	 rc = 0, i;
 
 	xasprintf(&path, "%s/%s", shufflefs_base_path, name);
 	/* Detached: a user's process may hold a descriptor in it; what it
-	 * holds goes when it closes it. */
-	if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) == -1) {
-		log_warn("shuffle: umount %s: %s", path, strerror(errno));
+	 * holds goes when it closes it.  Each call takes the top mount off:
+	 * one a user stacked on it (FUSE) first. */
+	for (i = 0; i < SHUFFLEFS_STACK_MAX; i++) {
+		if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) == -1)
+			break;
+	}
+	if (i == 0 || i == SHUFFLEFS_STACK_MAX) {
+		log_warn("shuffle: umount %s: %s", path, i == 0 ?
+		    strerror(errno) : "mounts stacked past counting");
 		rc = -1;
 	} else {
 		log_debug("shuffle: %s unmounted", path);
@@ -245,14 +291,16 @@ static int
 shufflefs_probe(void)
 {
 	char	*err = NULL, opts[64];
+	int	 fd;
 
 	shufflefs_options(sysconf(_SC_PAGESIZE), opts, sizeof opts);
-	if (shufflefs_mount(SHUFFLEFS_PROBE, opts, &err) == -1) {
+	if ((fd = shufflefs_mount(SHUFFLEFS_PROBE, opts, &err)) == -1) {
 		shufflefs_refuse("a probe mount failed: %s", err);
 		free(err);
 		(void)unlinkat(shufflefs_base, SHUFFLEFS_PROBE, AT_REMOVEDIR);
 		return (-1);
 	}
+	close(fd);
 	if (shufflefs_unmount(SHUFFLEFS_PROBE) == -1) {
 		shufflefs_refuse("a probe mount could not be unmounted");
 		return (-1);
@@ -321,6 +369,7 @@ shufflefs_find(uid_t uid, int create)
 		return (NULL);
 	u = xcalloc(1, sizeof *u);
 	u->uid = uid;
+	u->root = -1;
 	TAILQ_INSERT_TAIL(&shufflefs_users, u, entry);
 	return (u);
 }
@@ -356,29 +405,34 @@ shufflefs_emptying(uid_t uid)
 }
 
 /* Give u's mount the conf's size: 0, or -1 if the kernel refused (a
- * shrink below what it holds). */
+ * shrink below what it holds).  Through the mount's own descriptor: a
+ * path would reach a mount a user stacked on it. */
 static int
 shufflefs_resize(struct shufflefs_user *u, const char *why)
 {
 	long long	 size = shufflefs_conf_size();
-	char		*path, opts[128];
-	int		 rc = 0;
+	char		 opts[128];
+	int		 fsfd, rc = 0;
 
 	if (!u->mounted || u->size == size)
 		return (0);
 	shufflefs_options(size, opts, sizeof opts);
-	xasprintf(&path, "%s/%ld", shufflefs_base_path, (long)u->uid);
-	if (mount(NULL, path, NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV |
-	    MS_NOEXEC, opts) == -1) {
-		log_warn("%s: shuffle: %s: remount (%s): %s; it keeps %lld "
-		    "bytes until its files are removed", why, path, opts,
-		    strerror(errno), u->size);
+	if ((fsfd = fspick(u->root, "", FSPICK_EMPTY_PATH |
+	    FSPICK_CLOEXEC)) == -1 || shufflefs_configure(fsfd, NULL,
+	    opts) == -1 || fsconfig(fsfd, FSCONFIG_CMD_RECONFIGURE, NULL,
+	    NULL, 0) == -1) {
+		log_warn("%s: shuffle: %s/%ld: remount (%s): %s; it keeps "
+		    "%lld bytes until its files are removed", why,
+		    shufflefs_base_path, (long)u->uid, opts, strerror(errno),
+		    u->size);
 		rc = -1;
 	} else {
-		log_info("%s: shuffle: %s: %s", why, path, opts);
+		log_info("%s: shuffle: %s/%ld: %s", why, shufflefs_base_path,
+		    (long)u->uid, opts);
 		u->size = size;
 	}
-	free(path);
+	if (fsfd != -1)
+		close(fsfd);
 	return (rc);
 }
 
@@ -396,37 +450,71 @@ shufflefs_cleaned(uid_t uid)
 	(void)shufflefs_resize(u, "shuffle files removed");
 }
 
+/* Mount u's tmpfs for the job user juid: 0, or -1 with *err. */
+static int
+shufflefs_make(struct shufflefs_user *u, const char *name, uid_t juid,
+    gid_t jgid, char **err)
+{
+	char	opts[160];
+
+	u->size = shufflefs_conf_size();
+	shufflefs_options(u->size, opts, sizeof opts - 48);
+	snprintf(opts + strlen(opts), sizeof opts - strlen(opts),
+	    ",mode=0700,uid=%ld,gid=%ld", (long)juid, (long)jgid);
+	if ((u->root = shufflefs_mount(name, opts, err)) == -1)
+		return (-1);
+	u->mounted = 1;
+	return (0);
+}
+
+/* Unmount u's tmpfs, and forget it. */
+static void
+shufflefs_forget(struct shufflefs_user *u, const char *name)
+{
+	(void)shufflefs_unmount(name);
+	close(u->root);
+	u->root = -1;
+	u->mounted = 0;
+}
+
 int
 shufflefs_open(uid_t uid, uid_t juid, gid_t jgid, char **err)
 {
 	struct shufflefs_user	*u = shufflefs_find(uid, 1);
-	struct stat		 st, bst;
-	char			 name[24], opts[160];
+	struct stat		 st;
+	char			 name[24];
 	int			 fd;
 
 	snprintf(name, sizeof name, "%ld", (long)uid);
-	if (!u->mounted) {
-		u->size = shufflefs_conf_size();
-		shufflefs_options(u->size, opts, sizeof opts - 48);
-		snprintf(opts + strlen(opts), sizeof opts - strlen(opts),
-		    ",mode=0700,uid=%ld,gid=%ld", (long)juid, (long)jgid);
-		if (shufflefs_mount(name, opts, err) == -1)
-			return (-1);
-		u->mounted = 1;
-	}
-	fd = openat(shufflefs_base, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-	    O_CLOEXEC | O_NOCTTY);
-	/* The mount's root, the job user's: never the directory under it. */
-	if (fd == -1 || fstat(fd, &st) == -1 ||
-	    fstat(shufflefs_base, &bst) == -1 || st.st_dev == bst.st_dev ||
-	    st.st_uid != juid || (st.st_mode & 077) != 0) {
-		xasprintf(err, "%s/%s: not the uid's mount",
-		    shufflefs_base_path, name);
+	if (!u->mounted && shufflefs_make(u, name, juid, jgid, err) == -1)
+		return (-1);
+	/* The mount's own root, through its descriptor: never a mount a
+	 * user stacked on its path, nor the directory under it. */
+	fd = openat(u->root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC |
+	    O_NOCTTY);
+	if (fd == -1 || fstat(fd, &st) == -1 || st.st_uid != juid ||
+	    (st.st_mode & 077) != 0) {
+		xasprintf(err, "%s/%s: the mount is not uid %ld's to use "
+		    "(owned by uid %ld, mode %04o)",
+		    shufflefs_base_path, name, (long)juid,
+		    fd == -1 ? -1L : (long)st.st_uid,
+		    fd == -1 ? 0 : (unsigned)(st.st_mode & 07777));
 		if (fd != -1)
 			close(fd);
 		return (-1);
 	}
 	return (fd);
+}
+
+int
+shufflefs_open_root(uid_t uid)
+{
+	struct shufflefs_user	*u = shufflefs_find(uid, 0);
+
+	if (u == NULL || !u->mounted)
+		return (-1);
+	return (openat(u->root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC |
+	    O_NOCTTY));
 }
 
 int
@@ -473,7 +561,7 @@ shufflefs_shutdown(void)
 	while ((u = TAILQ_FIRST(&shufflefs_users)) != NULL) {
 		if (u->mounted) {
 			snprintf(name, sizeof name, "%ld", (long)u->uid);
-			(void)shufflefs_unmount(name);
+			shufflefs_forget(u, name);
 		}
 		TAILQ_REMOVE(&shufflefs_users, u, entry);
 		free(u);

@@ -44,6 +44,9 @@ void		 shufflefs_cleaned(uid_t);
 int		 shufflefs_open(uid_t, uid_t juid, gid_t jgid, char **err);
 /* Whether uid's directory is mounted now. */
 int		 shufflefs_mounted(uid_t);
+/* Open the root of uid's mount, as it is: a descriptor, or -1 if it is
+ * not mounted. */
+int		 shufflefs_open_root(uid_t);
 /* The bytes uid's shuffle files are bounded by now: its mount's size. */
 long long	 shufflefs_size(uid_t);
 /* The files (inodes) they are bounded by. */

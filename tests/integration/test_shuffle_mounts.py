@@ -12,6 +12,7 @@ tests say why and skip.
 """
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -547,6 +548,83 @@ def test_shuffle_mounts_no_keeps_plain_directories(d):
     check_eq(d.client().count(sort_plan()), 20000, "a sort")
     check_eq(shuffle_mounts(), {}, "mounts with shuffle_mounts=no")
 
+
+@no_daemon
+def test_a_mount_stacked_on_a_users_directory_is_not_emberds(_):
+    """A mount stacked on the uid's mount point (a user's FUSE mount on
+    the directory it owns; a root tmpfs stands in for it here) is never
+    taken for the uid's: a SIGHUP resizes emberd's own mount, tasks still
+    write into it, and emberd unmounts its own at exit."""
+    conf_dir = tempfile.mkdtemp(prefix="ember-conf-")
+    conf = os.path.join(conf_dir, "ember.conf")
+    try:
+        write_file(conf, b"[daemon]\nmax_shuffle_per_uid = 1m\n")
+        with Daemon(conf=conf) as d:
+            if skip_unless_mounted(d, "test_a_mount_stacked_on_a_users_"
+                                   "directory_is_not_emberds"):
+                return
+            check_eq(d.client().count(sort_plan()), 20000, "a first sort")
+            top = host_dir(d, 0)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k",
+                            "user-stack", top], check=True)
+            try:
+                write_file(conf, b"[daemon]\nmax_shuffle_per_uid = 3m\n")
+                d.signal(signal.SIGHUP)
+                check(wait_until(lambda: "SIGHUP: shuffle" in
+                                 d.log_text(), 10), "no resize logged")
+                opts = [o for p, o in shuffle_mount_list() if p == top]
+                check(len(opts) == 1 and "size=3072k" in opts[0],
+                      "emberd's mount after the SIGHUP: %r" % opts)
+                check_eq(d.client().count(sort_plan()), 20000,
+                         "a sort under the stacked mount (4k would not "
+                         "hold its files)")
+                d.stop()
+                check_eq([p for p, _ in shuffle_mount_list() if p == top],
+                         [], "emberd's mount after its exit")
+            finally:
+                subprocess.run(["umount", "-l", top])
+    finally:
+        for name in os.listdir(conf_dir):
+            os.unlink(os.path.join(conf_dir, name))
+        os.rmdir(conf_dir)
+
+
+@no_daemon
+def test_root_user_changed_by_sighup(_):
+    """Root's jobs run as workers.root_user, by a pool made once: after a
+    SIGHUP changes the key, root's next sort still runs, its mount the
+    pool's user's, as its workers are."""
+    if not ROOT:
+        print("skip test_root_user_changed_by_sighup: needs root to create "
+              "a user")
+        return
+    make_users()
+    conf_dir = tempfile.mkdtemp(prefix="ember-conf-")
+    conf = os.path.join(conf_dir, "ember.conf")
+    try:
+        write_file(conf, b"[workers]\nroot_user = nobody\n")
+        with Daemon(conf=conf) as d:
+            if skip_unless_mounted(d, "test_root_user_changed_by_sighup"):
+                return
+            top = host_dir(d, 0)
+            check_eq(d.client().count(sort_plan()), 20000, "a first sort")
+            nobody = pwd.getpwnam("nobody").pw_uid
+            check_eq(os.stat(top).st_uid, nobody, "the mount's owner")
+            write_file(conf, ("[workers]\nroot_user = %s\n" %
+                              USERS["a"][2]).encode())
+            d.signal(signal.SIGHUP)
+            check(wait_until(lambda: "SIGHUP: conf reloaded" in
+                             d.log_text(), 10), "no reload logged")
+            with d.client() as c:
+                check_eq(c.count(sort_plan()), 20000, "a sort after it")
+                pools = [(p["uid"], p["client"]) for p in
+                         c.status()["pools"]]
+            check_eq(pools, [(nobody, 0)], "root's pool")
+            check_eq(os.stat(top).st_uid, nobody, "the mount's owner after")
+    finally:
+        for name in os.listdir(conf_dir):
+            os.unlink(os.path.join(conf_dir, name))
+        os.rmdir(conf_dir)
 
 if __name__ == "__main__":
     run_tests(globals())

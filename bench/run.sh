@@ -129,6 +129,8 @@ if want memory; then
 	    --set daemon.max_connections_per_uid=12000 \
 	    --set daemon.max_operations=12000 \
 	    --set daemon.max_operations_per_uid=12000 \
+	    --set daemon.max_sessions=12000 \
+	    --set daemon.max_sessions_per_uid=12000 \
 	    --set operation.detached_timeout=20s
 	memstatus=$(sed -n \
 	    's/.*status: listening on \(127\.0\.0\.1:[0-9]*\).*/\1/p' \

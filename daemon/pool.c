@@ -55,7 +55,7 @@ static struct event	*pool_maintain;
 static void	pool_grow(struct pool *, size_t, int);
 static struct pool *pool_get(uid_t, gid_t);
 
-/* Return the uid whose jobs a pool runs. */
+/* The user and group a pool's workers run as. */
 void
 pool_job_user(const struct pool *p, uid_t *uid, gid_t *gid)
 {
@@ -63,6 +63,7 @@ pool_job_user(const struct pool *p, uid_t *uid, gid_t *gid)
 	*gid = p->gid;
 }
 
+/* Return the uid whose jobs a pool runs. */
 uid_t
 pool_client(const struct pool *p)
 {

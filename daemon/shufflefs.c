@@ -4,10 +4,13 @@
  * is given, whatever it then says it wrote.  A tmpfs of
  * daemon.max_shuffle_per_uid bytes stops it with ENOSPC.
  *
- * The mounts are the host's, under emberd's own LOCALDIR/shuffle (root's,
- * mode 0711: no user can put anything in place of a mount point), so a
- * filesystem the admin mounts later reaches emberd and its jobs as it
- * reaches everyone.  A uid's mount, once made, stays until emberd exits:
+ * emberd makes no mount namespace (under the systemd unit the mounts are
+ * the unit's namespace's), so a filesystem the admin mounts later reaches
+ * emberd and its jobs as it reaches everyone.  The mount points are under
+ * emberd's own LOCALDIR/shuffle (root's, mode 0711: no user can put
+ * anything in place of one); a user can stack a mount on their mount's
+ * root, so emberd reaches each mount by its own descriptor, never by its
+ * path.  A uid's mount, once made, stays until emberd exits:
  * a user's process that keeps a descriptor in it holds the one mount
  * whose bound is the uid's, never a detached one beside a fresh one, and
  * no unmount's teardown ever runs on the loop.  When the uid's last

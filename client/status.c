@@ -547,6 +547,29 @@ status_format_size(json_int_t n, char *buf, size_t len)
 		    units[i]);
 }
 
+/* Print how shuffle files are bounded in one line: the kernel's bound
+ * per user, or why there is none. */
+static void
+status_print_shuffle_bounds(json_t *b)
+{
+	const char	*by = json_string_value(json_object_get(b, "by"));
+	const char	*why = json_string_value(json_object_get(b, "why"));
+	char		 size[32], line[512];
+
+	status_format_size(json_integer_value(json_object_get(b,
+	    "max_per_uid")), size, sizeof size);
+	if (by != NULL && strcmp(by, "tmpfs per user") == 0)
+		snprintf(line, sizeof line, "shuffle files: a tmpfs of %s per "
+		    "user, %lld mounted, %lld resizes pending", size,
+		    (long long)json_integer_value(json_object_get(b, "mounts")),
+		    (long long)json_integer_value(json_object_get(b,
+		    "resize_pending")));
+	else
+		snprintf(line, sizeof line, "shuffle files: %s per user as "
+		    "reported by map tasks: %s", size, why != NULL ? why : "");
+	printf("\n%.*s\n", STATUS_COLUMNS, line);
+}
+
 /* Print limits as "key used of max", one a line, sizes with units. */
 static void
 status_print_limit_uses(const char *indent, json_t *limits)
@@ -660,6 +683,11 @@ status_print(json_t *reply, int verbose)
 		}
 		if (strcmp(key, "limits") == 0 && json_is_object(v)) {
 			status_print_limits(v);
+			continue;
+		}
+		if (strcmp(key, "shuffle_bounds") == 0 && !verbose &&
+		    json_is_object(v)) {
+			status_print_shuffle_bounds(v);
 			continue;
 		}
 		if (json_is_object(v)) {

@@ -482,7 +482,7 @@ class Daemon:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 s.connect(self.socket)
-                return
+                break
             except OSError:
                 pass
             finally:
@@ -492,6 +492,13 @@ class Daemon:
                                      % (self.socket, timeout,
                                         self.log_tail()))
             time.sleep(0.02)
+        # The socket takes connections before the start is done: where the
+        # log says so, wait for its "ready" line, so that a test reads
+        # every line the start writes.
+        if self.log_level in ("info", "debug"):
+            while (" ready on " not in self.log_text() and
+                   time.monotonic() < deadline and self.proc.poll() is None):
+                time.sleep(0.01)
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None

@@ -259,7 +259,7 @@ def _helpers_of(d):
 
 
 @with_daemon(sets=["daemon.max_helpers_per_uid=1",
-                   "daemon.helper_timeout=8s"])
+                   "daemon.helper_timeout=15s"])
 def test_save_abandoned_while_helpers_are_at_their_limit(d):
     """The undo of an abandoned save is emberd's background work: it does
     not wait for the user's helpers, at their limit (another of theirs

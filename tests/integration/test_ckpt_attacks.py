@@ -120,8 +120,9 @@ def test_checkpoint_dir_in_a_users_directory(d):
     give(home, "a")
     d.sets.append("checkpoint.dir=" + os.path.join(home, "checkpoints"))
     d.start()
-    check("checkpoint.dir: %s" % home in d.log_text(),
-          "start-up log: %s" % d.log_tail())
+    # Logged at start-up; the socket takes connections before that.
+    check(wait_until(lambda: "checkpoint.dir: %s" % home in d.log_text(),
+                     10), "start-up log: %s" % d.log_tail())
     sock = d.socket
 
     def try_b():

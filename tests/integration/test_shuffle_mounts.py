@@ -71,27 +71,36 @@ def host_dir(d, uid):
     return os.path.join(d.socket + ".local", "shuffle", str(uid))
 
 
-def shuffle_mount_list(pid="self"):
-    """The ember-shuffle mounts /proc/PID/mountinfo lists, stacked ones
+def local_dir_of(d):
+    """d's local_dir."""
+    return d.socket + ".local"
+
+
+def shuffle_mount_list(under, pid="self"):
+    """The ember-shuffle mounts /proc/PID/mountinfo lists at or under the
+    path under (other tests' emberds run beside this one), stacked ones
     each: [(mount point, its super options)]."""
     found = []
     with open("/proc/%s/mountinfo" % pid) as f:
         for line in f:
             left, right = line.split(" - ", 1)
             fstype, source, opts = right.split()[:3]
-            if source.startswith("ember-shuffle-"):
-                found.append((left.split()[4], opts))
+            point = left.split()[4]
+            if source.startswith("ember-shuffle-") and (
+                    point == under or point.startswith(under + "/")):
+                found.append((point, opts))
     return found
 
 
-def shuffle_mounts(pid="self"):
-    """{mount point: its super options} of the ember-shuffle mounts."""
-    return dict(shuffle_mount_list(pid))
+def shuffle_mounts(under, pid="self"):
+    """{mount point: its super options} of the ember-shuffle mounts at or
+    under the path under."""
+    return dict(shuffle_mount_list(under, pid))
 
 
 def mount_size(top):
     """The size= of the mount on top, or None."""
-    opts = shuffle_mounts().get(top)
+    opts = shuffle_mounts(top).get(top)
     return None if opts is None else opts.split(",")[1]
 
 
@@ -227,7 +236,7 @@ def test_a_user_cannot_fill_local_dir(d):
     check_error(r, "TASK_FAILED", "No space left on device",
                 "daemon.max_shuffle_per_uid")
     # What landed: in a's mount, at most its size.
-    mounts = shuffle_mounts()
+    mounts = shuffle_mounts(local_dir_of(d))
     check_eq(mount_size(top), "size=1024k", "a's mount (%r)" % mounts)
     check(host_dir(d, b_uid) in mounts, "b's mount: %r" % mounts)
     junk = disk_bytes(top)
@@ -247,7 +256,7 @@ def test_a_user_cannot_fill_local_dir(d):
     b.go()
     check_eq(b.result(), 20000, "b's sort")
     check(emptied(host_dir(d, b_uid)), "b's files left")
-    check_eq(len(shuffle_mount_list()), 2, "one mount per uid")
+    check_eq(len(shuffle_mount_list(local_dir_of(d))), 2, "one mount per uid")
     check(d.alive(), "emberd died")
     # At exit, emberd unmounts them all.
     check_eq(d.stop(), 0, "emberd's exit")
@@ -285,8 +294,8 @@ def test_a_held_descriptor_gains_nothing(d):
             r = c.execute(attack_plan(top, 1500000, 1), "count")
         check_error(r, "TASK_FAILED", "No space left on device",
                     "daemon.max_shuffle_per_uid")
-        check_eq([p for p, _ in shuffle_mount_list(d.pid)], [top],
-                 "uid 0's mounts")
+        check_eq([p for p, _ in shuffle_mount_list(local_dir_of(d), d.pid)],
+                 [top], "uid 0's mounts")
     finally:
         for pid in processes_with(tag):
             kill_quietly(pid)
@@ -326,7 +335,7 @@ def test_emptying_a_full_mount_leaves_the_loop_free(d):
         stop.append(1)
         th.join()
     check(max(lat) < 0.5, "emberd's loop stalled %.2fs" % max(lat))
-    check(top in shuffle_mounts(), "the mount went")
+    check(top in shuffle_mounts(local_dir_of(d)), "the mount went")
 
 
 @with_daemon()
@@ -344,8 +353,8 @@ def test_files_past_the_cap_fail_with_enospc(d):
         r = c.execute(plan, "count")
     msg = check_error(r, "TASK_FAILED", "No space left on device",
                       "daemon.max_shuffle_per_uid", "%d files" % INODE_MAX)
-    check("nr_inodes=%d" % INODE_MAX in shuffle_mounts()[top],
-          "the mount: %r" % shuffle_mounts())
+    check("nr_inodes=%d" % INODE_MAX in shuffle_mounts(local_dir_of(d))[top],
+          "the mount: %r" % shuffle_mounts(local_dir_of(d)))
     check("made %d files" % (INODE_MAX - 1) in msg or "made %d files" %
           (INODE_MAX - 2) in msg, "the job's count: %s" % msg[-300:])
     print("error: %s" % msg[-300:])
@@ -412,7 +421,8 @@ def test_sighup_resizes_live_mounts(_):
             write_file(conf, b"[daemon]\nmax_shuffle_per_uid = 3m\n")
             d.signal(signal.SIGHUP)
             check(wait_until(lambda: mount_size(top) == "size=3072k", 10),
-                  "the mount after SIGHUP: %r" % shuffle_mounts())
+                  "the mount after SIGHUP: %r" %
+                  shuffle_mounts(local_dir_of(d)))
             check_eq(bounds(d)["max_per_uid"], 3 << 20, "status' bound")
             check_eq(bounds(d)["resize_pending"], 0, "resizes pending")
             # Shrink below what the held sort's files take (~390k).
@@ -427,7 +437,8 @@ def test_sighup_resizes_live_mounts(_):
                      "status after a refused shrink (%r)" % b)
             check_eq(end_stream(c), 20000, "the held sort")
             check(wait_until(lambda: mount_size(top) == "size=8k", 10),
-                  "the mount after its files went: %r" % shuffle_mounts())
+                  "the mount after its files went: %r" %
+                  shuffle_mounts(local_dir_of(d)))
             b = bounds(d)
             check_eq((b["max_per_uid"], b["resize_pending"]), (8 << 10, 0),
                      "status after the resize (%r)" % b)
@@ -451,15 +462,16 @@ def test_a_start_removes_a_killed_runs_mount(d):
     d.wait()
     d.kill_leftovers()
     c.close()
-    check_eq([p for p, _ in shuffle_mount_list()], [top],
+    check_eq([p for p, _ in shuffle_mount_list(local_dir_of(d))], [top],
              "the killed run's mount")
     d.start()
-    check_eq(shuffle_mount_list(), [], "mounts after the start")
+    check_eq(shuffle_mount_list(local_dir_of(d)), [], "mounts after the start")
     check(not os.path.exists(top), "the mount point is left")
     check("unmounting %s, left by an earlier run" % top in d.log_text(),
           "the start's log")
     check_eq(d.client().count(sort_plan()), 20000, "a sort after the start")
-    check_eq([p for p, _ in shuffle_mount_list()], [top], "the new mount")
+    check_eq([p for p, _ in shuffle_mount_list(local_dir_of(d))], [top],
+             "the new mount")
     # A start without mounts removes it too, rather than refuse it as no
     # user's directory.
     d.signal(signal.SIGKILL)
@@ -467,10 +479,12 @@ def test_a_start_removes_a_killed_runs_mount(d):
     d.kill_leftovers()
     d.sets.append("daemon.shuffle_mounts=no")
     d.start()
-    check_eq(shuffle_mount_list(), [], "mounts after a start without")
+    check_eq(shuffle_mount_list(local_dir_of(d)), [],
+             "mounts after a start without")
     check_eq(d.client().count(sort_plan()), 20000,
              "a sort after a start without mounts")
-    check_eq(shuffle_mount_list(), [], "mounts with shuffle_mounts=no")
+    check_eq(shuffle_mount_list(local_dir_of(d)), [],
+             "mounts with shuffle_mounts=no")
 
 
 @no_daemon
@@ -523,7 +537,7 @@ def test_a_refused_probe_leaves_plain_directories(d):
     check("shuffle bounds: as reported by map tasks, not by the kernel: "
           "a probe mount failed" in d.log_text(), "the start's log")
     check_eq(d.client().count(sort_plan()), 20000, "a sort")
-    check_eq(shuffle_mount_list(), [], "mounts")
+    check_eq(shuffle_mount_list(local_dir_of(d)), [], "mounts")
 
 
 def test_status_says_how_shuffle_files_are_bounded(d):
@@ -546,7 +560,8 @@ def test_shuffle_mounts_no_keeps_plain_directories(d):
     want = "shuffle_mounts is no" if os.geteuid() == 0 else "not root"
     check(want in b["why"], "why: %r" % b["why"])
     check_eq(d.client().count(sort_plan()), 20000, "a sort")
-    check_eq(shuffle_mounts(), {}, "mounts with shuffle_mounts=no")
+    check_eq(shuffle_mounts(local_dir_of(d)), {},
+             "mounts with shuffle_mounts=no")
 
 
 @no_daemon
@@ -572,15 +587,16 @@ def test_a_mount_stacked_on_a_users_directory_is_not_emberds(_):
                 d.signal(signal.SIGHUP)
                 check(wait_until(lambda: "SIGHUP: shuffle" in
                                  d.log_text(), 10), "no resize logged")
-                opts = [o for p, o in shuffle_mount_list() if p == top]
+                opts = [o for p, o in shuffle_mount_list(local_dir_of(d))
+                        if p == top]
                 check(len(opts) == 1 and "size=3072k" in opts[0],
                       "emberd's mount after the SIGHUP: %r" % opts)
                 check_eq(d.client().count(sort_plan()), 20000,
                          "a sort under the stacked mount (4k would not "
                          "hold its files)")
                 d.stop()
-                check_eq([p for p, _ in shuffle_mount_list() if p == top],
-                         [], "emberd's mount after its exit")
+                check_eq([p for p, _ in shuffle_mount_list(local_dir_of(d))
+                          if p == top], [], "emberd's mount after its exit")
             finally:
                 subprocess.run(["umount", "-l", top])
     finally:

@@ -214,11 +214,10 @@ operation_read_plan(struct operation *op, struct session *s, json_t *req,
 	return (0);
 }
 
-/* Charge uid with the text of the operation's plans, kept until it ends:
- * a parallelize source's records are in it. */
+/* Charge the operation's uid with the text of its plans, kept until it
+ * ends: a parallelize source's records are in it. */
 static int
-operation_charge_plans(struct operation *op, uid_t uid, const char **class,
-    char **err)
+operation_charge_plans(struct operation *op, const char **class, char **err)
 {
 	int64_t	bytes = 0;
 	int	i;
@@ -228,21 +227,19 @@ operation_charge_plans(struct operation *op, uid_t uid, const char **class,
 
 	for (i = 0; i < op->nstages; i++)
 		bytes += (int64_t)strlen(op->stages[i].plan_text);
-	if (limit_charge(uid, LIMIT_PLAN_BYTES, bytes, err) == -1) {
+	if (limit_charge(op->uid, LIMIT_PLAN_BYTES, bytes, err) == -1) {
 		*class = "LIMIT_EXCEEDED";
 		return (-1);
 	}
-	op->plan_uid = uid;
 	op->plan_charged = bytes;
 	return (0);
 }
 
 /* The plan is checked: fix its partitions and the text tasks carry, and
- * cut it into stages if it has wide ops, charged to uid.  -1 with *class
- * and *err. */
+ * cut it into stages if it has wide ops, charged to its uid.  -1 with
+ * *class and *err. */
 static int
-operation_plan_done(struct operation *op, uid_t uid, const char **class,
-    char **err)
+operation_plan_done(struct operation *op, const char **class, char **err)
 {
 	plan_set_partitions(op->plan, ember_workers_max());
 	op->npartitions = op->plan->partitions;
@@ -256,7 +253,7 @@ operation_plan_done(struct operation *op, uid_t uid, const char **class,
 		    op->plan->source == PLAN_SOURCE_TEXT ?
 		    plan_files_to_json(op->plan) : NULL, op->source != NULL ?
 		    checkpoint_dir(op->source) : NULL);
-	if (operation_charge_plans(op, uid, class, err) == -1)
+	if (operation_charge_plans(op, class, err) == -1)
 		return (-1);
 	json_decref(op->plan_json);
 	op->plan_json = NULL;
@@ -417,7 +414,7 @@ operation_materialize(struct session *s, struct checkpoint *c, json_t *plan,
 		return (NULL);
 	}
 	json_decref(req);
-	if (operation_plan_done(op, session_uid(s), &class, err) == -1) {
+	if (operation_plan_done(op, &class, err) == -1) {
 		operation_free(op);
 		return (NULL);
 	}
@@ -619,7 +616,7 @@ operation_launch(struct operation *op, struct connection *c,
 	char		*err = NULL;
 	json_t		*plan = json_incref(op->plan_json);
 
-	if (operation_plan_done(op, session_uid(s), &class, &err) == -1 ||
+	if (operation_plan_done(op, &class, &err) == -1 ||
 	    operation_prepare_checkpoint(op, s, plan, &class, &err) == -1 ||
 	    operation_wait_source(op, s, &class, &err) == -1) {
 		json_decref(plan);

@@ -315,7 +315,7 @@ operation_free(struct operation *op)
 	result_free(op->result);	/* refused before it started */
 	if (op->counted)
 		limit_release(op->uid, LIMIT_OPERATIONS, 1);
-	limit_release(op->plan_uid, LIMIT_PLAN_BYTES, op->plan_charged);
+	limit_release(op->uid, LIMIT_PLAN_BYTES, op->plan_charged);
 	commit_free(op->commit);	/* undoes a save not committed */
 	free(op->fail_error);
 	if (op->ckpt != NULL)

@@ -50,10 +50,9 @@ struct operation {
 	struct result		*result;	/* count_by_value, reduce */
 	int64_t			 result_charged; /* to daemon.max_results */
 	int64_t			 count_distinct; /* records in the result */
-	uid_t			 uid;		/* counted in daemon.max_operations */
+	uid_t			 uid;		/* whose limits it is charged to */
 	int			 counted;
-	uid_t			 plan_uid;	/* charged with its plans' text */
-	int64_t			 plan_charged;
+	int64_t			 plan_charged;	/* its plans' text, to uid */
 	const char		*result_class;	/* result over its bound: */
 	char			*result_error;	/* freed, and the op fails */
 	enum reduce_fn		 fn;

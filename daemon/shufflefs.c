@@ -240,50 +240,45 @@ shufflefs_unescape(char *s)
 }
 
 /* Unmount every mount under the base a killed emberd left (they are the
- * host's, and outlive it): the number found. */
+ * host's, and outlive it): the number of points found. */
 static int
 shufflefs_unmount_stale(void)
 {
 	FILE	*f;
+	json_t	*seen;
 	char	*line = NULL, *point, *name, real[PATH_MAX];
 	size_t	 size = 0, len;
-	int	 found, total = 0, pass;
+	int	 total = 0;
 
 	if (realpath(shufflefs_base_path, real) == NULL)
 		return (0);
 	len = strlen(real);
-	/* Mounts may be stacked: each pass takes the top ones off. */
-	for (pass = 0; pass < 16; pass++) {
-		if ((f = fopen("/proc/self/mountinfo", "re")) == NULL) {
-			log_warn("shuffle: /proc/self/mountinfo: %s",
-			    strerror(errno));
-			break;
-		}
-		found = 0;
-		while (getline(&line, &size, f) != -1) {
-			/* id parent major:minor root mount-point ... */
-			if (strtok(line, " ") == NULL ||
-			    strtok(NULL, " ") == NULL ||
-			    strtok(NULL, " ") == NULL ||
-			    strtok(NULL, " ") == NULL ||
-			    (point = strtok(NULL, " ")) == NULL)
-				continue;
-			shufflefs_unescape(point);
-			if (strncmp(point, real, len) != 0 ||
-			    point[len] != '/' ||
-			    strchr((name = point + len + 1), '/') != NULL ||
-			    *name == '\0')
-				continue;
-			log_info("shuffle: unmounting %s, left by an earlier "
-			    "run", point);
-			if (shufflefs_unmount(name) == 0)
-				found++;
-		}
-		fclose(f);
-		total += found;
-		if (found == 0)
-			break;
+	if ((f = fopen("/proc/self/mountinfo", "re")) == NULL) {
+		log_warn("shuffle: /proc/self/mountinfo: %s", strerror(errno));
+		return (0);
 	}
+	/* Stacked mounts list their point once each: shufflefs_unmount
+	 * takes them all off at the first. */
+	seen = json_object();
+	while (getline(&line, &size, f) != -1) {
+		/* id parent major:minor root mount-point ... */
+		if (strtok(line, " ") == NULL || strtok(NULL, " ") == NULL ||
+		    strtok(NULL, " ") == NULL || strtok(NULL, " ") == NULL ||
+		    (point = strtok(NULL, " ")) == NULL)
+			continue;
+		shufflefs_unescape(point);
+		if (strncmp(point, real, len) != 0 || point[len] != '/' ||
+		    strchr((name = point + len + 1), '/') != NULL ||
+		    *name == '\0' || json_object_get(seen, name) != NULL)
+			continue;
+		json_object_set_new(seen, name, json_true());
+		log_info("shuffle: unmounting %s, left by an earlier run",
+		    point);
+		if (shufflefs_unmount(name) == 0)
+			total++;
+	}
+	fclose(f);
+	json_decref(seen);
 	free(line);
 	return (total);
 }

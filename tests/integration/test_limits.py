@@ -446,16 +446,9 @@ def test_closed_sessions_give_their_memory_back(d):
                                   held - start))
 
 
-@skip_with_sanitizer("address", "its allocator is not malloc's")
-@with_daemon()
-def test_parallelize_records_are_not_kept_as_a_tree(d):
-    """Two operations whose plans hold a million empty records each (4 MB
-    frames), left running: emberd keeps their plans' text, not the
-    records' tree, which costs twenty times more (80 bytes a record) and
-    would let a user's 64 operations hold gigabytes of emberd's."""
-    n = 1000000
-    plan = {"source": {"parallelize": {"records": [""] * n}},
-            "partitions": 1}
+def _two_kept_as_text(d, plan):
+    """Two operations of plan, left running: emberd's memory grows by
+    less than 32 MB for them.  Their clients, to close."""
     with d.client() as c:
         check_eq(c.count(range_plan(0, 10, 1)), 10, "a warm-up job")
     start = wait_steady(lambda: private_dirty_kb(d.pid), 5.0)
@@ -468,6 +461,24 @@ def test_parallelize_records_are_not_kept_as_a_tree(d):
         kept = lambda: private_dirty_kb(d.pid) - start	# noqa: E731
         small = wait_until(lambda: kept() < 32 * 1024, 10.0)
         check(small, "two operations keep %d kB of emberd's" % kept())
+    except BaseException:
+        for c in clients:
+            c.close()
+        raise
+    return clients
+
+
+@skip_with_sanitizer("address", "its allocator is not malloc's")
+@with_daemon()
+def test_parallelize_records_are_not_kept_as_a_tree(d):
+    """Two operations whose plans hold a million empty records each (4 MB
+    frames), left running: emberd keeps their plans' text, not the
+    records' tree, which costs twenty times more (80 bytes a record) and
+    would let a user's 64 operations hold gigabytes of emberd's."""
+    n = 1000000
+    clients = _two_kept_as_text(d, {"source": {"parallelize": {
+        "records": [""] * n}}, "partitions": 1})
+    try:
         with d.client() as c:
             ops = [o for o in c.status()["operations"]
                    if o["what"] == "parallelize %d" % n]
@@ -483,27 +494,17 @@ def test_wide_plans_records_are_not_kept_as_a_tree(d):
     """The same for a plan cut into stages: a distinct over a million
     empty records, left running, keeps its stages' text, not a tree of
     the records for its map stage."""
-    n = 1000000
-    plan = {"source": {"parallelize": {"records": [""] * n}},
-            "partitions": 1, "ops": [{"distinct": {"partitions": 1}}]}
-    with d.client() as c:
-        check_eq(c.count(range_plan(0, 10, 1)), 10, "a warm-up job")
-    start = wait_steady(lambda: private_dirty_kb(d.pid), 5.0)
-    clients = []
+    clients = _two_kept_as_text(d, {"source": {"parallelize": {
+        "records": [""] * 1000000}}, "partitions": 1,
+        "ops": [{"distinct": {"partitions": 1}}]})
     try:
-        for _ in range(2):
-            c = d.client()
-            clients.append(c)
-            c.execute_ok(plan, "iterate")
-        kept = lambda: private_dirty_kb(d.pid) - start	# noqa: E731
-        small = wait_until(lambda: kept() < 32 * 1024, 10.0)
-        check(small, "two operations keep %d kB of emberd's" % kept())
         c = clients[0]
         c.write_int(REQUEST_NEXT)
         check_eq(c.read_partition(), (1, [b""]), "the distinct records")
     finally:
         for c in clients:
             c.close()
+
 
 @needs_users
 @with_daemon(sets=SHARED + ["daemon.max_plan_bytes_per_uid=1m",

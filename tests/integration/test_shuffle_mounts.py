@@ -11,6 +11,7 @@ Where no tmpfs can be mounted here (not root, no CAP_SYS_ADMIN), the
 tests say why and skip.
 """
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -69,6 +70,17 @@ def skip_unless_mounted(d, name):
 def host_dir(d, uid):
     """The uid's shuffle directory."""
     return os.path.join(d.socket + ".local", "shuffle", str(uid))
+
+
+@contextlib.contextmanager
+def conf_file():
+    """The path of an ember.conf in a directory of its own, removed
+    after."""
+    top = tempfile.mkdtemp(prefix="ember-conf-")
+    try:
+        yield os.path.join(top, "ember.conf")
+    finally:
+        shutil.rmtree(top)
 
 
 def local_dir_of(d):
@@ -408,9 +420,7 @@ def test_sighup_resizes_live_mounts(_):
     mounts with the new size.  A shrink below what a mount holds is
     refused by the kernel: status shows the bound in force, and the
     mount gets the new size once its files are removed."""
-    conf_dir = tempfile.mkdtemp(prefix="ember-conf-")
-    conf = os.path.join(conf_dir, "ember.conf")
-    try:
+    with conf_file() as conf:
         write_file(conf, b"[daemon]\nmax_shuffle_per_uid = 1m\n")
         with Daemon(conf=conf) as d:
             if skip_unless_mounted(d, "test_sighup_resizes_live_mounts"):
@@ -442,10 +452,6 @@ def test_sighup_resizes_live_mounts(_):
             b = bounds(d)
             check_eq((b["max_per_uid"], b["resize_pending"]), (8 << 10, 0),
                      "status after the resize (%r)" % b)
-    finally:
-        for name in os.listdir(conf_dir):
-            os.unlink(os.path.join(conf_dir, name))
-        os.rmdir(conf_dir)
 
 
 def test_a_start_removes_a_killed_runs_mount(d):
@@ -570,9 +576,7 @@ def test_a_mount_stacked_on_a_users_directory_is_not_emberds(_):
     the directory it owns; a root tmpfs stands in for it here) is never
     taken for the uid's: a SIGHUP resizes emberd's own mount, tasks still
     write into it, and emberd unmounts its own at exit."""
-    conf_dir = tempfile.mkdtemp(prefix="ember-conf-")
-    conf = os.path.join(conf_dir, "ember.conf")
-    try:
+    with conf_file() as conf:
         write_file(conf, b"[daemon]\nmax_shuffle_per_uid = 1m\n")
         with Daemon(conf=conf) as d:
             if skip_unless_mounted(d, "test_a_mount_stacked_on_a_users_"
@@ -599,10 +603,6 @@ def test_a_mount_stacked_on_a_users_directory_is_not_emberds(_):
                           if p == top], [], "emberd's mount after its exit")
             finally:
                 subprocess.run(["umount", "-l", top])
-    finally:
-        for name in os.listdir(conf_dir):
-            os.unlink(os.path.join(conf_dir, name))
-        os.rmdir(conf_dir)
 
 
 @no_daemon
@@ -615,9 +615,7 @@ def test_root_user_changed_by_sighup(_):
               "a user")
         return
     make_users()
-    conf_dir = tempfile.mkdtemp(prefix="ember-conf-")
-    conf = os.path.join(conf_dir, "ember.conf")
-    try:
+    with conf_file() as conf:
         write_file(conf, b"[workers]\nroot_user = nobody\n")
         with Daemon(conf=conf) as d:
             if skip_unless_mounted(d, "test_root_user_changed_by_sighup"):
@@ -637,10 +635,6 @@ def test_root_user_changed_by_sighup(_):
                          c.status()["pools"]]
             check_eq(pools, [(nobody, 0)], "root's pool")
             check_eq(os.stat(top).st_uid, nobody, "the mount's owner after")
-    finally:
-        for name in os.listdir(conf_dir):
-            os.unlink(os.path.join(conf_dir, name))
-        os.rmdir(conf_dir)
 
 if __name__ == "__main__":
     run_tests(globals())

@@ -86,6 +86,19 @@ limit_find(uid_t uid)
 	return (NULL);
 }
 
+/* Add n of kind to uid's use, u (NULL: made). */
+static void
+limit_add(uid_t uid, struct limit_user *u, enum limit_kind kind, int64_t n)
+{
+	if (u == NULL) {
+		u = xcalloc(1, sizeof *u);
+		u->uid = uid;
+		TAILQ_INSERT_TAIL(&limit_users, u, entry);
+	}
+	u->used[kind] += n;
+	limit_all[kind] += n;
+}
+
 /* Charge n of kind to uid, against the uid's bound too with per_uid. */
 static int
 limit_charge_bounds(uid_t uid, enum limit_kind kind, int64_t n, int per_uid,
@@ -113,13 +126,7 @@ limit_charge_bounds(uid_t uid, enum limit_kind kind, int64_t n, int per_uid,
 		    (long)uid, (long long)n);
 		return (-1);
 	}
-	if (u == NULL) {
-		u = xcalloc(1, sizeof *u);
-		u->uid = uid;
-		TAILQ_INSERT_TAIL(&limit_users, u, entry);
-	}
-	u->used[kind] += n;
-	limit_all[kind] += n;
+	limit_add(uid, u, kind, n);
 	return (0);
 }
 
@@ -138,15 +145,7 @@ limit_charge_total(uid_t uid, enum limit_kind kind, int64_t n, char **err)
 void
 limit_force(uid_t uid, enum limit_kind kind, int64_t n)
 {
-	struct limit_user	*u = limit_find(uid);
-
-	if (u == NULL) {
-		u = xcalloc(1, sizeof *u);
-		u->uid = uid;
-		TAILQ_INSERT_TAIL(&limit_users, u, entry);
-	}
-	u->used[kind] += n;
-	limit_all[kind] += n;
+	limit_add(uid, limit_find(uid), kind, n);
 }
 
 void
